@@ -1,0 +1,32 @@
+"""The quickstart's shape on real models: SGLang engines measured with NVML.
+
+Point SPECENERGY_MODEL / SPECENERGY_EAGLE3 at local checkpoints (or hub ids cached on the
+runner). Skipped with a clear reason where there is no GPU or no SGLang.
+"""
+
+import os
+
+import pytest
+
+from pytest_specenergy import Drafter
+
+MODEL = os.environ.get("SPECENERGY_MODEL", "Qwen/Qwen3-8B")
+EAGLE3 = os.environ.get("SPECENERGY_EAGLE3", "Tengyunw/qwen3_8b_eagle3")
+
+pytestmark = [
+    pytest.mark.model(MODEL, engine="sglang", attention_backend="flashinfer", dtype="bfloat16"),
+    pytest.mark.corpus("code", "conversation"),
+    pytest.mark.generation(max_new_tokens=512),
+]
+
+
+@pytest.mark.drafter(
+    Drafter("eagle3", draft_model=EAGLE3, num_steps=3, num_draft_tokens=3, id="eagle3"),
+    Drafter("ngram", num_draft_tokens=8),
+)
+@pytest.mark.batch(1, 16, 64)
+def test_drafter_pays_for_itself(spec_pair):
+    r = spec_pair.measure()
+    r.assert_equivalent(min_common_prefix=64)
+    r.assert_acceptance(at_least=2.0)
+    r.assert_saves_energy()

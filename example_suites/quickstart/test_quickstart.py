@@ -1,0 +1,32 @@
+"""The quickstart: two drafters against the non-speculative twin on the built-in tiny model.
+
+Runs anywhere on CPU: the reference server (HF transformers, float64) serves ``tiny:dense``
+and the modeled meter (``modeled (h200)``) turns its work trace into joules.
+"""
+
+import pytest
+
+from pytest_specenergy import Drafter
+
+pytestmark = [
+    pytest.mark.model("tiny:dense"),
+    pytest.mark.corpus("code", "conversation"),
+    pytest.mark.generation(max_new_tokens=64),
+]
+
+
+@pytest.mark.drafter(Drafter("ngram", num_draft_tokens=8))
+@pytest.mark.batch(1, 4, 16)
+def test_ngram_pays_for_itself(spec_pair):
+    r = spec_pair.measure()
+    r.assert_equivalent()  # greedy output matches the non-speculative twin token for token
+    r.assert_acceptance(at_least=1.5)
+    r.assert_saves_energy()
+
+
+@pytest.mark.drafter(Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=4, id="draft"))
+@pytest.mark.batch(1, 4, 16)
+def test_draft_model_is_exact(spec_pair):
+    r = spec_pair.measure()
+    r.assert_equivalent()
+    r.assert_acceptance(at_least=1.1)

@@ -1,0 +1,1 @@
+"""pytest-specenergy (placeholder docstring; replaced by the package owner)."""

@@ -1,0 +1,193 @@
+"""Drafter declarations: which speculative scheme a case uses, with validated settings.
+
+A :class:`Drafter` is a value object: two drafters with the same name, settings and id are
+equal and hash alike, so the engine pool starts one engine for both. ``num_draft_tokens``
+always means *drafted* (proposed) tokens per verify step; the target verifies one more
+(the last committed token). SGLang counts the root in ``speculative_num_draft_tokens``, so
+its command builder adds one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import Mapping
+
+
+class DrafterError(ValueError):
+    """A drafter was declared with an unknown name or an invalid setting."""
+
+
+@dataclass(frozen=True)
+class _Setting:
+    kind: type
+    default: Any = None
+    required: bool = False
+    minimum: int | None = None
+    help: str = ""
+
+
+def _int(default: int | None, minimum: int = 1, help: str = "", required: bool = False) -> _Setting:
+    return _Setting(int, default, required, minimum, help)
+
+
+def _path(required: bool, help: str) -> _Setting:
+    return _Setting(str, None, required, None, help)
+
+
+# One schema per scheme. The reference server implements `ngram` and `draft_model`; SGLang
+# implements the rest (engines/sglang.py maps each to its algorithm and flags).
+SCHEMAS: dict[str, dict[str, _Setting]] = {
+    "ngram": {
+        "num_draft_tokens": _int(8, help="tokens proposed per step"),
+        "min_match_window": _int(1, help="shortest suffix matched against earlier tokens"),
+        "max_match_window": _int(4, help="longest suffix matched against earlier tokens"),
+        "max_bfs_breadth": _int(1, help="SGLang only: tree breadth (1 = chain, keeps fa3)"),
+    },
+    "draft_model": {
+        "draft_model": _path(True, "path or tiny:* name of the smaller draft model"),
+        "num_draft_tokens": _int(4, help="tokens proposed per step"),
+    },
+    "eagle": {
+        "draft_model": _path(True, "EAGLE head checkpoint"),
+        "num_steps": _int(3),
+        "topk": _int(1),
+        "num_draft_tokens": _int(3),
+    },
+    "eagle3": {
+        "draft_model": _path(True, "EAGLE3 head checkpoint"),
+        "num_steps": _int(3),
+        "topk": _int(1),
+        "num_draft_tokens": _int(3),
+    },
+    "nextn": {
+        "draft_model": _path(False, "MTP head checkpoint (default: inside the target)"),
+        "num_steps": _int(3),
+        "topk": _int(1),
+        "num_draft_tokens": _int(3),
+    },
+    "dflash": {
+        "draft_model": _path(True, "DFlash block drafter checkpoint"),
+        "num_draft_tokens": _int(15, help="block size minus one"),
+    },
+    "dspark": {
+        "draft_model": _path(True, "DSpark block drafter checkpoint"),
+        "num_draft_tokens": _int(6, help="block size minus one"),
+    },
+}
+DRAFTER_NAMES: tuple[str, ...] = tuple(SCHEMAS)
+
+_ID_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
+_ID_ABBREV = {"num_draft_tokens": "k", "num_steps": "s", "topk": "t", "min_match_window": "min",
+              "max_match_window": "w", "max_bfs_breadth": "bfs"}
+
+
+@dataclass(frozen=True, init=False)
+class Drafter:
+    """A speculative drafter for one case: ``Drafter("ngram", num_draft_tokens=8)``.
+
+    ``id`` names the drafter in test ids and baselines. By default it is the scheme name plus
+    the settings that differ from the scheme's defaults (``ngram-k4``,
+    ``draft_model-dense-draft``), so changing a setting starts a new history. Pass ``id=`` to
+    keep a case's identity - and its stored baseline - when you swap a checkpoint or retune a
+    setting: that is how a pull request is gated against ``main``.
+    """
+
+    name: str
+    settings: tuple[tuple[str, Any], ...]
+    id: str = field(compare=True)
+
+    def __init__(self, name: str, id: str | None = None, **kwargs: Any) -> None:
+        if not isinstance(name, str) or name.lower() not in SCHEMAS:
+            raise DrafterError(
+                f"unknown drafter {name!r}; expected one of {', '.join(DRAFTER_NAMES)}"
+            )
+        name = name.lower()
+        settings = _validate(name, kwargs)
+        if id is None:
+            id = _default_id(name, settings)
+        elif not isinstance(id, str) or not _ID_RE.match(id):
+            raise DrafterError(
+                f"Drafter id {id!r} must be a non-empty string of letters, digits, '_', '.', '+', '-'"
+            )
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "settings", tuple(sorted(settings.items())))
+        object.__setattr__(self, "id", id)
+
+    def get(self, key: str) -> Any:
+        """The value of ``key`` (explicit or the scheme's default)."""
+        return dict(self.settings)[key]
+
+    @property
+    def num_draft_tokens(self) -> int:
+        """Tokens proposed per verify step (the target verifies one more)."""
+        return int(self.get("num_draft_tokens"))
+
+    @property
+    def draft_model(self) -> str | None:
+        """The draft checkpoint, for schemes that have one."""
+        return dict(self.settings).get("draft_model")
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready description: name, id and every setting."""
+        return {"name": self.name, "id": self.id, "settings": dict(self.settings)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Drafter:
+        """Rebuild a drafter from :meth:`as_dict` output."""
+        return cls(data["name"], id=data.get("id"), **dict(data.get("settings", {})))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.settings)
+        return f"Drafter({self.name!r}, id={self.id!r}{', ' if args else ''}{args})"
+
+
+def _validate(name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    schema = SCHEMAS[name]
+    unknown = sorted(set(kwargs) - set(schema))
+    if unknown:
+        raise DrafterError(
+            f"Drafter({name!r}) got unknown setting(s) {', '.join(unknown)}; "
+            f"valid settings are {', '.join(schema)}"
+        )
+    values: dict[str, Any] = {}
+    for key, spec in schema.items():
+        value = kwargs.get(key, spec.default)
+        if value is None:
+            if spec.required:
+                raise DrafterError(f"Drafter({name!r}) needs {key}= ({spec.help})")
+            continue
+        if spec.kind is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise DrafterError(
+                    f"Drafter({name!r}) {key}={value!r}: expected an integer >= {spec.minimum}"
+                )
+            if spec.minimum is not None and value < spec.minimum:
+                raise DrafterError(
+                    f"Drafter({name!r}) {key}={value!r}: expected an integer >= {spec.minimum}"
+                )
+        elif not isinstance(value, (str, os.PathLike)) or not str(value):
+            raise DrafterError(f"Drafter({name!r}) {key}={value!r}: expected a path or model name")
+        values[key] = str(value) if spec.kind is str else value
+    if name == "ngram" and values["min_match_window"] > values["max_match_window"]:
+        raise DrafterError(
+            f"Drafter('ngram') min_match_window={values['min_match_window']} exceeds "
+            f"max_match_window={values['max_match_window']}"
+        )
+    return values
+
+
+def _default_id(name: str, settings: Mapping[str, Any]) -> str:
+    schema = SCHEMAS[name]
+    parts = [name]
+    for key in sorted(settings):
+        value = settings[key]
+        if key == "draft_model":
+            base = os.path.basename(str(value).rstrip("/")) or str(value)
+            parts.append(re.sub(r"[^A-Za-z0-9_.+-]+", "-", base.split(":")[-1]))
+        elif value != schema[key].default:
+            parts.append(f"{_ID_ABBREV.get(key, key)}{value}")
+    return "-".join(parts)

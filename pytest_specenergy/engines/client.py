@@ -1,0 +1,101 @@
+"""The one client path: SGLang's HTTP protocol subset, spoken by every engine.
+
+``POST /generate``, ``GET /server_info``, ``POST /flush_cache``, ``GET /health``, plus the
+reference server's ``GET /work_trace`` cursor. Stdlib only, so the plugin needs no HTTP
+dependency; errors carry the server's own message.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+from typing import Sequence
+
+
+class EngineHTTPError(RuntimeError):
+    """An engine answered with an error, or did not answer."""
+
+
+class EngineClient:
+    """JSON over HTTP to one engine at ``base_url`` (``http://127.0.0.1:PORT``)."""
+
+    def __init__(self, base_url: str, timeout_s: float = 900.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def _request(self, method: str, path: str, body: Any = None, timeout_s: float | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base_url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s or self.timeout_s) as response:
+                payload = response.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")
+            try:
+                detail = json.loads(detail)["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                pass
+            raise EngineHTTPError(f"{method} {path} -> HTTP {exc.code}: {detail}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise EngineHTTPError(f"{method} {path} failed: {exc}") from None
+        text = payload.decode(errors="replace")
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+    def health(self, timeout_s: float = 5.0) -> bool:
+        """True when ``/health`` answers 200."""
+        try:
+            self._request("GET", "/health", timeout_s=timeout_s)
+        except EngineHTTPError:
+            return False
+        return True
+
+    def server_info(self) -> dict[str, Any]:
+        """``GET /server_info`` (falls back to the pre-0.5.23 ``/get_server_info``)."""
+        try:
+            return self._request("GET", "/server_info")
+        except EngineHTTPError:
+            return self._request("GET", "/get_server_info")
+
+    def flush_cache(self) -> None:
+        """Reset caches, the n-gram table and speculative metrics between arms and repeats."""
+        self._request("POST", "/flush_cache")
+
+    def generate(self, input_ids: Sequence[Sequence[int]] | None = None, *,
+                 text: Sequence[str] | None = None,
+                 sampling_params: dict[str, Any] | Sequence[dict[str, Any]],
+                 rids: Sequence[str] | None = None, return_logprob: bool = False,
+                 logprob_start_len: int | None = None,
+                 return_prompt_token_ids: bool = False) -> list[dict[str, Any]]:
+        """One batched ``/generate`` call; answers in input order."""
+        if (input_ids is None) == (text is None):
+            raise ValueError("generate() takes exactly one of input_ids= or text=")
+        body: dict[str, Any] = {"sampling_params": sampling_params}
+        if input_ids is not None:
+            body["input_ids"] = [list(ids) for ids in input_ids]
+        else:
+            body["text"] = list(text or ())
+        if rids is not None:
+            body["rid"] = list(rids)
+        if return_logprob:
+            body["return_logprob"] = True
+            if logprob_start_len is not None:
+                body["logprob_start_len"] = logprob_start_len
+        if return_prompt_token_ids:
+            body["return_prompt_token_ids"] = True
+        answer = self._request("POST", "/generate", body)
+        if isinstance(answer, dict):
+            answer = [answer]
+        if not isinstance(answer, list):
+            raise EngineHTTPError(f"POST /generate answered {type(answer).__name__}, expected a list")
+        return answer
+
+    def work_trace(self, start: int) -> tuple[int, list[dict[str, Any]]]:
+        """Reference-server steps recorded since cursor ``start``, and the next cursor."""
+        answer = self._request("GET", f"/work_trace?start={int(start)}")
+        return int(answer["next"]), list(answer["steps"])

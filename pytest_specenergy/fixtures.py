@@ -1,0 +1,50 @@
+"""Fixtures: ``spec_pair`` (this case's matched pair) and ``specenergy`` (the session)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from pytest_specenergy.cases import Case
+from pytest_specenergy.meters.base import MeterError
+from pytest_specenergy.results import PairResult
+from pytest_specenergy.session import SpecEnergySession
+
+SESSION_KEY = pytest.StashKey[SpecEnergySession]()
+
+
+@dataclass
+class SpecPair:
+    """The matched pair of one case; :meth:`measure` runs it (once per session) and returns
+    the :class:`PairResult`."""
+
+    case: Case
+    session: SpecEnergySession
+
+    def measure(self) -> PairResult:
+        """Measure both arms (the baseline arm is shared across drafters) and compare them."""
+        try:
+            return self.session.measure(self.case)
+        except MeterError as exc:
+            pytest.skip(f"specenergy: no energy meter for {self.case.id}: {exc}")
+
+
+@pytest.fixture(scope="session")
+def specenergy(pytestconfig: pytest.Config) -> SpecEnergySession:
+    """The session object: options, engine pool, meters and every measured pair."""
+    return pytestconfig.stash[SESSION_KEY]
+
+
+@pytest.fixture
+def specenergy_case(request: pytest.FixtureRequest) -> Case:
+    """This test's case; the plugin parametrizes it from the markers."""
+    raise pytest.UsageError(
+        f"{request.node.nodeid}: spec_pair needs @pytest.mark.model, drafter, batch and corpus "
+        f"markers to form its cases")
+
+
+@pytest.fixture
+def spec_pair(specenergy_case: Case, specenergy: SpecEnergySession) -> SpecPair:
+    """The matched pair (speculative engine + its non-speculative twin) for this case."""
+    return SpecPair(specenergy_case, specenergy)

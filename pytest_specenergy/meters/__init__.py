@@ -1,0 +1,32 @@
+"""Energy meters: ``nvml`` (measured) and ``modeled:<gpu>`` (roofline model of a work trace)."""
+
+from __future__ import annotations
+
+from pytest_specenergy.meters.base import EnergyWindow
+from pytest_specenergy.meters.base import Meter
+from pytest_specenergy.meters.base import MeterError
+
+
+def meter_kind_for(requested: str, engine: str, device: str) -> str:
+    """Resolve ``auto``: the board counter for engines on a GPU, else the H200 model."""
+    if requested != "auto":
+        return requested
+    if engine == "sglang" or device.startswith("cuda"):
+        return "nvml"
+    return "modeled:h200"
+
+
+def make_meter(kind: str) -> Meter:
+    """Build the meter for ``kind``; raises :class:`MeterError` when it cannot work here."""
+    if kind.startswith("modeled:"):
+        from pytest_specenergy.meters.modeled import ModeledMeter
+
+        return ModeledMeter(kind.split(":", 1)[1])
+    if kind == "nvml":
+        from pytest_specenergy.meters.nvml import NvmlMeter
+
+        return NvmlMeter.open()
+    raise MeterError(f"unknown meter {kind!r}; expected nvml or modeled:<gpu> (h100, h200)")
+
+
+__all__ = ["EnergyWindow", "Meter", "MeterError", "make_meter", "meter_kind_for"]

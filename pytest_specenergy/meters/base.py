@@ -1,0 +1,71 @@
+"""The meter protocol: how energy over one measurement window is obtained.
+
+Two kinds exist: ``nvml`` (the GPU board's energy counter, measured) and ``modeled:<gpu>``
+(a roofline model applied to the reference server's work trace). Every window carries a
+``source`` label - ``measured (nvml)`` or ``modeled (h200)`` - that follows the figure into
+tables, JSON and reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import Mapping
+from typing import Protocol
+
+from pytest_specenergy.engines.config import EngineConfig
+
+
+class MeterError(RuntimeError):
+    """A measurement could not be made (no NVML, window too short, counter reset...)."""
+
+
+@dataclass(frozen=True)
+class EnergyWindow:
+    """Energy and time over one window.
+
+    ``request_seconds`` maps a request id to the time that request was active inside the
+    window, when the meter knows it (the modeled meter does; a board counter does not, and
+    the engine's own ``e2e_latency`` is used instead).
+    """
+
+    joules: float
+    seconds: float
+    source: str
+    request_seconds: Mapping[str, float] | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+class EngineHandle(Protocol):
+    """The view of a running engine that a meter needs."""
+
+    config: EngineConfig
+    #: Environment the server process was started with (``CUDA_VISIBLE_DEVICES`` lives here).
+    env: Mapping[str, str]
+
+    def work_trace(self, start: int) -> tuple[int, list[dict[str, Any]]]:
+        """Steps recorded since cursor ``start`` and the next cursor (reference server only)."""
+
+
+class Meter(Protocol):
+    """Reads energy for windows of engine work."""
+
+    #: ``nvml`` or ``modeled:<gpu>``.
+    kind: str
+    #: ``measured (nvml)`` or ``modeled (<gpu>)``: shown next to every figure.
+    label: str
+    #: Shortest window the meter can resolve; shorter windows are repeated until this long.
+    min_window_s: float
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready facts about the meter (GPU name, UUID, driver, preset constants...)."""
+
+    def start(self, engine: EngineHandle) -> Any:
+        """Open a window on ``engine``; returns a token for :meth:`stop`."""
+
+    def stop(self, token: Any) -> EnergyWindow:
+        """Close the window opened by :meth:`start`."""
+
+    def close(self) -> None:
+        """Release resources (sampler threads, NVML)."""

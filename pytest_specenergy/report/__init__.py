@@ -1,0 +1,1 @@
+"""Renderings of measured pairs: the terminal table and the JSON document."""

@@ -1,0 +1,95 @@
+"""The session object behind the ``specenergy`` fixture: pool, meters and measured pairs.
+
+Each case is measured once and cached. The baseline arm of one (engine config, batch,
+corpus, generation) is measured once and shared by every drafter tested against it; when
+it is first needed, every planned case of that baseline engine is measured in one go, so the
+baseline engine starts once even when only one engine may run at a time (one GPU).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_specenergy.cases import Case
+from pytest_specenergy.config import SpecEnergyConfig
+from pytest_specenergy.engines.config import EngineConfig
+from pytest_specenergy.engines.launch import ServerProcess
+from pytest_specenergy.engines.pool import EnginePool
+from pytest_specenergy.measure import ArmMeasurer
+from pytest_specenergy.meters import make_meter
+from pytest_specenergy.meters import meter_kind_for
+from pytest_specenergy.meters.base import Meter
+from pytest_specenergy.results import PairResult
+from pytest_specenergy.results import RunResult
+
+
+class SpecEnergySession:
+    """Session-wide state: what the ``specenergy`` fixture returns."""
+
+    def __init__(self, config: SpecEnergyConfig, hook: Any = None) -> None:
+        self.config = config
+        self.hook = hook
+        self.planned: list[Case] = []
+        self.pool = EnginePool(config.log_dir, config.startup_timeout)
+        self._meters: dict[str, Meter] = {}
+        self._baselines: dict[tuple[Any, ...], RunResult] = {}
+        self._pairs: dict[Case, PairResult] = {}
+        #: Pairs in the order they were measured.
+        self.results: list[PairResult] = []
+
+    def plan(self, cases: list[Case]) -> None:
+        """Record the collected cases; one GPU runs one engine at a time."""
+        self.planned = cases
+        if any(c.engine == "sglang" or c.device.startswith("cuda") for c in cases):
+            self.pool.max_live = 1
+
+    def meter_for(self, server: ServerProcess) -> Meter:
+        """The meter for an engine, built once per kind (a conftest hook may supply it)."""
+        device = str(server.server_info.get("device") or server.config.device)
+        kind = meter_kind_for(self.config.meter, server.config.engine, device)
+        if kind not in self._meters:
+            meter = None
+            if self.hook is not None:
+                meter = self.hook.pytest_specenergy_make_meter(kind=kind, engine=server)
+            self._meters[kind] = meter or make_meter(kind)
+        return self._meters[kind]
+
+    def _measure_arm(self, config: EngineConfig, case: Case, arm: str) -> RunResult:
+        server = self.pool.get(config)
+        measurer = ArmMeasurer(server, self.meter_for(server), case,
+                               self.config.repeats, self.config.warmup)
+        return measurer.measure(arm)
+
+    def baseline(self, case: Case) -> RunResult:
+        """The shared baseline arm for ``case``."""
+        key = case.baseline_key()
+        if key not in self._baselines:
+            siblings = [c for c in self.planned if c.baseline_config() == case.baseline_config()]
+            for other in [case] + siblings:
+                other_key = other.baseline_key()
+                if other_key not in self._baselines:
+                    self._baselines[other_key] = self._measure_arm(
+                        other.baseline_config(), other, "baseline")
+        return self._baselines[key]
+
+    def measure(self, case: Case) -> PairResult:
+        """The pair for ``case``, measured once per session."""
+        if case not in self._pairs:
+            baseline = self.baseline(case)
+            speculative = self._measure_arm(case.spec_config(), case, "speculative")
+            pair = PairResult(case, case.id, baseline, speculative)
+            self._pairs[case] = pair
+            self.results.append(pair)
+            if self.hook is not None:
+                self.hook.pytest_specenergy_pair_measured(pair=pair)
+        return self._pairs[case]
+
+    def describe_meters(self) -> dict[str, dict[str, Any]]:
+        """Each meter used this session, described."""
+        return {kind: meter.describe() for kind, meter in self._meters.items()}
+
+    def close(self) -> None:
+        """Stop every engine and release meters."""
+        self.pool.close()
+        for meter in self._meters.values():
+            meter.close()

@@ -1,0 +1,112 @@
+"""The modeled meter on synthetic traces: the paper's first-order effects must emerge."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_specenergy.meters.base import MeterError
+from pytest_specenergy.meters.modeled import PRESETS
+from pytest_specenergy.meters.modeled import ModeledMeter
+from pytest_specenergy.meters.modeled import step_cost
+from pytest_specenergy.meters.modeled import window_from_steps
+
+# An 8B-parameter dense model at bf16, 36 layers, 8 KV heads of 128.
+PARAMS = 8e9
+KV_BYTES_PER_TOKEN = 2 * 36 * 8 * 128 * 2
+
+
+def step(rows: int, tokens_per_row: int, context: int = 260, phase: str = "verify") -> dict:
+    query = rows * tokens_per_row
+    return {
+        "phase": phase, "model": "target", "rids": [f"r{i}" for i in range(rows)],
+        "query_tokens": [tokens_per_row] * rows, "context_lens": [context] * rows,
+        "weight_bytes": int(2 * PARAMS),
+        "kv_bytes": int(rows * (context + tokens_per_row) * KV_BYTES_PER_TOKEN),
+        "flops": int(2 * PARAMS * query),
+    }
+
+
+def energy_per_token(rows: int, verified: int, accept_length: float, gpu: str = "h200") -> float:
+    """J per committed token of one step that commits accept_length tokens per row."""
+    cost = step_cost(step(rows, verified), PRESETS[gpu])
+    return cost.joules / (rows * accept_length)
+
+
+def test_memory_bound_verify_costs_about_a_decode_step():
+    decode = step_cost(step(1, 1, phase="decode"), PRESETS["h200"])
+    verify = step_cost(step(1, 5), PRESETS["h200"])
+    assert not verify.compute_bound
+    assert verify.seconds == pytest.approx(decode.seconds, rel=0.01)
+    assert verify.joules == pytest.approx(decode.joules, rel=0.05)
+
+
+def test_savings_follow_accepted_tokens():
+    baseline = energy_per_token(1, 1, 1.0)
+    low = 1 - energy_per_token(1, 5, 1.5) / baseline
+    high = 1 - energy_per_token(1, 5, 3.5) / baseline
+    assert 0.25 < low < high < 0.75
+
+
+def test_batching_amortises_weight_bytes():
+    assert energy_per_token(16, 1, 1.0) < energy_per_token(1, 1, 1.0) / 5
+
+
+def test_large_batch_block_drafter_turns_compute_bound_and_loses():
+    # DFlash-16-like: 16 verified tokens per row, under 3 accepted (paper s.9).
+    verify = step_cost(step(64, 16), PRESETS["h200"])
+    assert verify.compute_bound
+    saving = 1 - energy_per_token(64, 16, 2.8) / energy_per_token(64, 1, 1.0)
+    assert saving < 0
+    # ...while at single stream the same drafter still saves.
+    assert 1 - energy_per_token(1, 16, 2.8) / energy_per_token(1, 1, 1.0) > 0
+
+
+def test_balance_point_differs_between_gpus():
+    # 16 rows x 16 tokens = 256 FLOP/byte on weights: past H200's 163, short of H100's 316.
+    assert PRESETS["h200"].balance_point == pytest.approx(163)
+    assert PRESETS["h100"].balance_point == pytest.approx(316)
+    assert step_cost(step(16, 16), PRESETS["h200"]).compute_bound
+    assert not step_cost(step(16, 16), PRESETS["h100"]).compute_bound
+
+
+def test_window_sums_steps_and_attributes_time_per_request():
+    steps = [step(2, 1, phase="prefill"), step(2, 3), step(1, 3)]
+    steps[2]["rids"] = ["r0"]
+    window = window_from_steps(steps, PRESETS["h200"])
+    costs = [step_cost(s, PRESETS["h200"]) for s in steps]
+    assert window.joules == pytest.approx(sum(c.joules for c in costs))
+    assert window.request_seconds["r0"] == pytest.approx(sum(c.seconds for c in costs))
+    assert window.request_seconds["r1"] == pytest.approx(costs[0].seconds + costs[1].seconds)
+    assert window.source == "modeled (h200)"
+    assert window.details["steps"] == 3
+
+
+def test_malformed_step_is_an_error_not_zero():
+    with pytest.raises(MeterError, match="weight_bytes"):
+        step_cost({"phase": "decode"}, PRESETS["h200"])
+
+
+def test_unknown_preset_names_the_valid_ones():
+    with pytest.raises(MeterError, match="h100, h200"):
+        ModeledMeter("a100")
+
+
+class FakeTraceEngine:
+    """An engine handle whose trace grows as the test appends steps."""
+
+    def __init__(self):
+        self.steps: list[dict] = []
+
+    def work_trace(self, start):
+        return len(self.steps), self.steps[start:]
+
+
+def test_meter_window_covers_only_steps_since_start():
+    engine = FakeTraceEngine()
+    engine.steps.append(step(1, 1))  # warm-up: outside the window
+    meter = ModeledMeter("h100")
+    token = meter.start(engine)
+    engine.steps += [step(1, 1), step(1, 1)]
+    window = meter.stop(token)
+    assert window.details["steps"] == 2
+    assert window.source == "modeled (h100)"
