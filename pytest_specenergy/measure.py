@@ -20,7 +20,7 @@ from pytest_specenergy import metrics
 from pytest_specenergy.cases import Case
 from pytest_specenergy.engines.launch import ServerProcess
 from pytest_specenergy.engines.meta_info import RequestCounters
-from pytest_specenergy.engines.meta_info import parse_concurrency
+from pytest_specenergy.engines.meta_info import concurrency_between
 from pytest_specenergy.engines.meta_info import parse_meta_info
 from pytest_specenergy.meters.base import EnergyWindow
 from pytest_specenergy.meters.base import Meter
@@ -38,6 +38,7 @@ class _Window:
     loops: int
     counters: tuple[RequestCounters, ...]
     outputs: tuple[tuple[int, ...], ...]
+    concurrency: dict[str, Any]
 
     def request_seconds(self, index: int) -> float | None:
         """Active seconds of prompt ``index`` in the first loop (meter's clock if it has one)."""
@@ -74,7 +75,9 @@ class ArmMeasurer:
         return answers
 
     def _window(self, sampling: dict[str, Any]) -> _Window:
-        self.server.client.flush_cache()
+        client = self.server.client
+        client.flush_cache()
+        before = client.server_info()
         token = self.meter.start(self.server)
         first = self._run(sampling, self.prompts)
         loops = 1
@@ -85,9 +88,11 @@ class ArmMeasurer:
             self._run(sampling, self.prompts)
             loops += 1
         energy = self.meter.stop(token)
+        # Requested batch is not actual concurrency (paper s.10): read what really ran.
+        concurrency = concurrency_between(before, client.server_info())
         counters = tuple(parse_meta_info(a["meta_info"]) for a in first)
         outputs = tuple(tuple(int(t) for t in a["output_ids"]) for a in first)
-        return _Window(energy, loops, counters, outputs)
+        return _Window(energy, loops, counters, outputs, concurrency)
 
     def measure(self, arm: str) -> RunResult:
         """Warm up, then ``repeats`` flushed prefill/full window pairs."""
@@ -100,8 +105,7 @@ class ArmMeasurer:
         for _ in range(self.repeats):
             prefill = self._window(self.prefill)
             full = self._window(self.full)
-            info = self.server.client.server_info()
-            concurrency = parse_concurrency(info) or {}
+            concurrency = full.concurrency
             samples.append(_sample(prefill, full))
             outputs.append(full.outputs)
             finish = tuple(c.finish_type or "?" for c in full.counters)

@@ -14,7 +14,8 @@ MODEL = os.environ.get("SPECENERGY_MODEL", "Qwen/Qwen3-8B")
 EAGLE3 = os.environ.get("SPECENERGY_EAGLE3", "Tengyunw/qwen3_8b_eagle3")
 
 pytestmark = [
-    pytest.mark.model(MODEL, engine="sglang", attention_backend="flashinfer", dtype="bfloat16"),
+    pytest.mark.model(MODEL, engine="sglang", dtype="bfloat16", max_running_requests=64,
+                      attention_backend="flashinfer"),
     pytest.mark.corpus("code", "conversation"),
     pytest.mark.generation(max_new_tokens=512),
 ]

@@ -46,7 +46,7 @@ def pair_flags(pair: PairResult) -> list[str]:
     for run in (pair.baseline, pair.speculative):
         if not run.outputs_stable:
             flags.append(f"{run.arm} outputs changed between repeats")
-        top = run.concurrency.get("max")
+        top = run.concurrency.get("max_running")
         if top is not None and top < run.concurrency.get("requested", 0):
             flags.append(f"{run.arm} ran {top} of {run.concurrency['requested']} concurrent")
     return flags

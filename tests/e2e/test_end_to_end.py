@@ -1,0 +1,112 @@
+"""End to end against the real reference server: markers -> ids -> servers -> table and JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+FAST = ["--specenergy-repeats=2", "--specenergy-warmup=0", "-p", "no:cacheprovider"]
+
+MODULE_A = """
+import pytest
+from pytest_specenergy import Drafter
+
+pytestmark = [pytest.mark.model("tiny:dense"), pytest.mark.generation(max_new_tokens=24)]
+
+@pytest.mark.corpus("code")
+@pytest.mark.drafter("ngram")
+@pytest.mark.batch(1, 4)
+def test_ngram(spec_pair):
+    r = spec_pair.measure()
+    r.assert_equivalent()
+    assert r.accept_length is not None and r.accept_length >= 1.0
+"""
+
+MODULE_B = """
+import pytest
+from pytest_specenergy import Drafter
+
+pytestmark = [pytest.mark.model("tiny:dense"), pytest.mark.generation(max_new_tokens=24)]
+
+@pytest.mark.corpus("code")
+@pytest.mark.drafter(Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=3, id="draft"),
+                     "ngram")
+@pytest.mark.batch(4)
+def test_other_module(spec_pair):
+    r = spec_pair.measure()
+    r.assert_equivalent()
+"""
+
+
+def test_engines_start_once_across_modules_and_results_reach_table_and_json(pytester: pytest.Pytester):
+    pytester.makepyfile(test_a=MODULE_A, test_b=MODULE_B)
+    out = pytester.path / "run.json"
+    result = pytester.runpytest(*FAST, f"--specenergy-json={out}")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines([
+        "*= specenergy =*",
+        "case*source*base J/tok*spec J/tok*saving*accept len*",
+        "code-ngram-b1*modeled (h200)*",
+        "code-ngram-b4*modeled (h200)*",
+        "code-draft-b4*modeled (h200)*",
+        "3 pairs, 3 engine starts; energy figures: modeled (h200)",
+    ])
+    data = json.loads(out.read_text())
+    assert data["engine_starts"] == 3  # baseline twin, ngram, draft_model: once each
+    assert data["meters"]["modeled:h200"]["balance_point_flop_per_byte"] == 163.0
+    by_id = {r["case_id"]: r for r in data["results"]}
+    assert set(by_id) == {"code-ngram-b1", "code-ngram-b4", "code-draft-b4"}
+    ngram4, draft4 = by_id["code-ngram-b4"], by_id["code-draft-b4"]
+    # One baseline arm of (model, batch 4, code) serves both drafters.
+    assert ngram4["baseline"]["samples"] == draft4["baseline"]["samples"]
+    for record in data["results"]:
+        for arm in ("baseline", "speculative"):
+            assert len(record[arm]["samples"]) == 2
+            assert record[arm]["source"] == "modeled (h200)"
+            assert all(s["decode_joules"] > 0 and s["decode_tokens"] > 0 for s in record[arm]["samples"])
+        assert record["speculative"]["engine"]["config"]["drafter"] is not None
+        assert record["baseline"]["engine"]["config"]["drafter"] is None
+        assert record["equivalence"]["exact_fraction"] == 1.0
+    assert by_id["code-ngram-b4"]["speculative"]["concurrency"]["max_running"] == 4
+
+
+def test_failing_assertion_shows_the_numbers(pytester: pytest.Pytester):
+    pytester.makepyfile("""
+import pytest
+
+@pytest.mark.model("tiny:dense")
+@pytest.mark.corpus("code")
+@pytest.mark.drafter("ngram")
+@pytest.mark.batch(1)
+@pytest.mark.generation(max_new_tokens=16)
+def test_unreachable_acceptance(spec_pair):
+    spec_pair.measure().assert_acceptance(at_least=50)
+""")
+    result = pytester.runpytest(*FAST)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*SpecEnergyAssertionError: accept length * is below the required 50.000",
+        "*case code-ngram-b1 [[]modeled (h200)[]]",
+        "*baseline: * J/token, tbt * ms (2 repeats: *",
+        "*speculative: * J/token, tbt * ms (2 repeats: *",
+    ])
+
+
+def test_engine_that_cannot_start_fails_the_case_with_its_log(pytester: pytest.Pytester):
+    pytester.mkdir("not_a_checkpoint")
+    pytester.makepyfile("""
+import pytest
+
+@pytest.mark.model("not_a_checkpoint")
+@pytest.mark.corpus("code")
+@pytest.mark.drafter("ngram")
+@pytest.mark.batch(1, 2)
+def test_broken_model(spec_pair):
+    spec_pair.measure()
+""")
+    result = pytester.runpytest(*FAST)
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*EngineStartError: engine reference:not_a_checkpoint*exited with code*log *"])
+    # The failed config is started once; the second case fails fast with the same error.
+    assert result.stdout.str().count("$ ") <= 2
