@@ -73,6 +73,9 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("startup-timeout", 300.0, "seconds to wait for an engine to answer /health", float),
     _Option("log-dir", "", "folder for engine logs (default: .specenergy/logs under the rootdir)"),
     _Option("json", "", "write every sample, case, engine and meter description to this JSON file"),
+    _Option("checks", "fail", "what a tripped fail-closed validity check does after the test "
+            "body (no verify steps, inconsistent counters, incoherent text...): fail or warn",
+            _choice(("fail", "warn"))),
     _Option("dry-run", False, "collect the cases and print each matched pair's two server "
             "commands and what differs; start nothing", action="store_true"),
 )
@@ -106,6 +109,7 @@ class SpecEnergyConfig:
     startup_timeout: float
     log_dir: Path
     json: Path | None
+    checks: str
     dry_run: bool
     rootdir: Path
 
@@ -142,6 +146,7 @@ class SpecEnergyConfig:
             startup_timeout=values["specenergy_startup_timeout"],
             log_dir=Path(os.path.expanduser(str(log_dir))),
             json=Path(json_path) if json_path else None,
+            checks=values["specenergy_checks"],
             dry_run=values["specenergy_dry_run"],
             rootdir=rootdir,
         )

@@ -12,6 +12,8 @@ from pytest_specenergy.results import PairResult
 from pytest_specenergy.session import SpecEnergySession
 
 SESSION_KEY = pytest.StashKey[SpecEnergySession]()
+#: The pair a test measured, for the post-call validity checks.
+PAIR_KEY = pytest.StashKey[PairResult]()
 
 
 @dataclass
@@ -21,13 +23,16 @@ class SpecPair:
 
     case: Case
     session: SpecEnergySession
+    node: pytest.Item
 
     def measure(self) -> PairResult:
         """Measure both arms (the baseline arm is shared across drafters) and compare them."""
         try:
-            return self.session.measure(self.case)
+            pair = self.session.measure(self.case)
         except MeterError as exc:
             pytest.skip(f"specenergy: no energy meter for {self.case.id}: {exc}")
+        self.node.stash[PAIR_KEY] = pair
+        return pair
 
 
 @pytest.fixture(scope="session")
@@ -45,6 +50,7 @@ def specenergy_case(request: pytest.FixtureRequest) -> Case:
 
 
 @pytest.fixture
-def spec_pair(specenergy_case: Case, specenergy: SpecEnergySession) -> SpecPair:
+def spec_pair(specenergy_case: Case, specenergy: SpecEnergySession,
+              request: pytest.FixtureRequest) -> SpecPair:
     """The matched pair (speculative engine + its non-speculative twin) for this case."""
-    return SpecPair(specenergy_case, specenergy)
+    return SpecPair(specenergy_case, specenergy, request.node)

@@ -18,6 +18,7 @@ from typing import Sequence
 
 from pytest_specenergy import metrics
 from pytest_specenergy.cases import Case
+from pytest_specenergy.checks import counter_problems
 from pytest_specenergy.engines.launch import ServerProcess
 from pytest_specenergy.engines.meta_info import RequestCounters
 from pytest_specenergy.engines.meta_info import concurrency_between
@@ -102,6 +103,7 @@ class ArmMeasurer:
         outputs: list[tuple[tuple[int, ...], ...]] = []
         finish: tuple[str, ...] = ()
         concurrency: dict[str, Any] = {}
+        problems: list[str] = []
         for _ in range(self.repeats):
             prefill = self._window(self.prefill)
             full = self._window(self.full)
@@ -109,6 +111,8 @@ class ArmMeasurer:
             samples.append(_sample(prefill, full))
             outputs.append(full.outputs)
             finish = tuple(c.finish_type or "?" for c in full.counters)
+            if arm == "speculative":
+                problems += counter_problems(full.counters, self.case.drafter.num_draft_tokens)
         drafter = self.case.drafter if arm == "speculative" else None
         return RunResult(
             arm=arm,
@@ -120,6 +124,7 @@ class ArmMeasurer:
             verified_per_step=drafter.num_draft_tokens + 1 if drafter else 1,
             concurrency={"requested": self.case.batch, **concurrency},
             outputs_stable=all(o == outputs[0] for o in outputs),
+            counter_problems=tuple(dict.fromkeys(problems)),
         )
 
 

@@ -10,6 +10,7 @@ from pytest_specenergy import hookspec
 from pytest_specenergy.atomic import write_json_atomic
 from pytest_specenergy.config import SpecEnergyConfig
 from pytest_specenergy.config import add_options
+from pytest_specenergy.fixtures import PAIR_KEY
 from pytest_specenergy.fixtures import SESSION_KEY
 from pytest_specenergy.fixtures import spec_pair  # noqa: F401  (fixture registration)
 from pytest_specenergy.fixtures import specenergy  # noqa: F401
@@ -19,6 +20,7 @@ from pytest_specenergy.markers import MarkerError
 from pytest_specenergy.markers import build_cases
 from pytest_specenergy.report.json_out import build_document
 from pytest_specenergy.report.terminal import render_table
+from pytest_specenergy.results import SpecEnergyAssertionError
 from pytest_specenergy.session import SpecEnergySession
 
 
@@ -84,6 +86,19 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     if session.config.stash[SESSION_KEY].config.dry_run:
         return True  # cases were printed at collection; start nothing
     return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    result = yield
+    pair = item.stash.get(PAIR_KEY, None)
+    if pair is not None and pair.failed_checks:
+        message = "; ".join(str(c) for c in pair.failed_checks)
+        if item.config.stash[SESSION_KEY].config.checks == "fail":
+            # A normal-looking row can hide broken speculation (paper s.10): fail closed.
+            raise SpecEnergyAssertionError(f"validity checks failed: {message}\n{pair.describe()}")
+        item.warn(pytest.PytestWarning(f"specenergy validity checks failed: {message}"))
+    return result
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

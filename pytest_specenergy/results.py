@@ -15,6 +15,10 @@ from typing import Any
 
 from pytest_specenergy import metrics
 from pytest_specenergy.cases import Case
+from pytest_specenergy.checks import DEFAULT_MAX_LOGPROB_GAP
+from pytest_specenergy.checks import Check
+from pytest_specenergy.checks import pair_checks
+from pytest_specenergy.coherence import Coherence
 from pytest_specenergy.equivalence import Equivalence
 from pytest_specenergy.equivalence import compare_outputs
 
@@ -64,6 +68,8 @@ class RunResult:
     verified_per_step: int
     concurrency: dict[str, Any] = field(default_factory=dict)
     outputs_stable: bool = True
+    #: Speculative counters that contradict the committed tokens (see checks.counter_problems).
+    counter_problems: tuple[str, ...] = ()
 
     @property
     def energy_per_token(self) -> float | None:
@@ -101,6 +107,7 @@ class RunResult:
                 "accept_length": self.accept_length, "acceptance_rate": self.acceptance_rate,
                 "verified_per_step": self.verified_per_step, "concurrency": self.concurrency,
                 "outputs_stable": self.outputs_stable,
+                "counter_problems": list(self.counter_problems),
                 "finish_reasons": list(self.finish_reasons),
                 "samples": [s.as_dict() for s in self.samples]}
 
@@ -113,6 +120,7 @@ class PairResult:
     case_id: str
     baseline: RunResult
     speculative: RunResult
+    coherence: Coherence | None = None
 
     # Per-arm metrics are the speculative arm's.
     @property
@@ -155,6 +163,16 @@ class PairResult:
         """Per-prompt comparison of the two arms' output token ids."""
         return compare_outputs(self.baseline.outputs, self.speculative.outputs)
 
+    @cached_property
+    def checks(self) -> tuple[Check, ...]:
+        """Every validity check that trips on this pair (fail-closed controls and warnings)."""
+        return tuple(pair_checks(self))
+
+    @property
+    def failed_checks(self) -> tuple[Check, ...]:
+        """The checks of severity ``fail``."""
+        return tuple(c for c in self.checks if c.severity == "fail")
+
     @property
     def source(self) -> str:
         """Where the energy figures came from."""
@@ -175,6 +193,8 @@ class PairResult:
             f"{_fmt(self.acceptance_rate, '.3f')}, verified/step {self.verified_per_step}, "
             f"energy saving {_fmt(self.energy_saving, '+.1%')}, speedup {_fmt(self.speedup, '.2f')}x, "
             f"equivalence {self.equivalence.summary()}"
+            + (f", logprob gap {self.coherence.mean_gap:.3f} nats/token" if self.coherence else "")
+            + "".join(f"\n  check {c}" for c in self.checks)
         )
 
     def _fail(self, headline: str) -> None:
@@ -223,6 +243,35 @@ class PairResult:
                            f"{min_common_prefix} ({len(short)} of {len(eq.requests)} prompts short)")
         return self
 
+    def assert_coherent(self, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_GAP) -> PairResult:
+        """The speculative text is as likely under the target as the baseline's own text, and
+        shows no degeneracy (loops, distinct-n collapse, special-token leakage, length blow-up).
+
+        Use it where exact equality cannot hold (GPU numerics); on CPU it also names how badly
+        a diverging arm is broken: first divergence and log-probability gap.
+        """
+        coherence = self.coherence
+        if coherence is None:
+            self._fail("coherence was not measured for this pair")
+            return self
+        worst = self.equivalence.first_divergent
+        where = (f"first divergence at token {worst.first_divergence} of prompt {worst.prompt_index}"
+                 if worst else "no divergence")
+        if coherence.mean_gap > max_logprob_gap:
+            self._fail(f"speculative output is incoherent: {where}; log-probability gap "
+                       f"{coherence.mean_gap:.3f} nats/token (worst prompt {coherence.worst_gap:.3f}) "
+                       f"exceeds {max_logprob_gap:.3f}")
+        problems = coherence.degeneracy.problems()
+        if problems:
+            self._fail(f"speculative output is degenerate ({where}): " + "; ".join(problems))
+        return self
+
+    def assert_valid(self) -> PairResult:
+        """No fail-closed check tripped (the plugin also enforces this after each test)."""
+        if self.failed_checks:
+            self._fail("validity checks failed: " + "; ".join(str(c) for c in self.failed_checks))
+        return self
+
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record of the pair with every sample."""
         return {"case_id": self.case_id, "case": self.case.as_dict(), "source": self.source,
@@ -231,6 +280,9 @@ class PairResult:
                 "energy_per_token": self.energy_per_token, "tbt_ms": self.tbt_ms,
                 "verified_per_step": self.verified_per_step,
                 "equivalence": self.equivalence.as_dict(),
+                "coherence": self.coherence.as_dict() if self.coherence else None,
+                "checks": [{"name": c.name, "severity": c.severity, "message": c.message}
+                           for c in self.checks],
                 "baseline": self.baseline.as_dict(), "speculative": self.speculative.as_dict()}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_specenergy.cases import Case
+from pytest_specenergy.coherence import measure_coherence
 from pytest_specenergy.config import SpecEnergyConfig
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.launch import ServerProcess
@@ -54,11 +55,11 @@ class SpecEnergySession:
             self._meters[kind] = meter or make_meter(kind)
         return self._meters[kind]
 
-    def _measure_arm(self, config: EngineConfig, case: Case, arm: str) -> RunResult:
+    def _measure_arm(self, config: EngineConfig, case: Case, arm: str) -> tuple[RunResult, ServerProcess]:
         server = self.pool.get(config)
         measurer = ArmMeasurer(server, self.meter_for(server), case,
                                self.config.repeats, self.config.warmup)
-        return measurer.measure(arm)
+        return measurer.measure(arm), server
 
     def baseline(self, case: Case) -> RunResult:
         """The shared baseline arm for ``case``."""
@@ -69,15 +70,20 @@ class SpecEnergySession:
                 other_key = other.baseline_key()
                 if other_key not in self._baselines:
                     self._baselines[other_key] = self._measure_arm(
-                        other.baseline_config(), other, "baseline")
+                        other.baseline_config(), other, "baseline")[0]
         return self._baselines[key]
 
     def measure(self, case: Case) -> PairResult:
         """The pair for ``case``, measured once per session."""
         if case not in self._pairs:
             baseline = self.baseline(case)
-            speculative = self._measure_arm(case.spec_config(), case, "speculative")
-            pair = PairResult(case, case.id, baseline, speculative)
+            speculative, server = self._measure_arm(case.spec_config(), case, "speculative")
+            # Scoring is a prefill (max_new_tokens=0) on the engine already running; it never
+            # speculates, so the speculative engine scores as its twin would.
+            prompts = case.corpus.take(case.generation.prompt_count(case.batch))
+            coherence = measure_coherence(server.client, prompts, baseline.outputs, speculative.outputs,
+                                          server.server_info.get("special_token_ids", ()))
+            pair = PairResult(case, case.id, baseline, speculative, coherence)
             self._pairs[case] = pair
             self.results.append(pair)
             if self.hook is not None:

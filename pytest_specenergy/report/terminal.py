@@ -9,7 +9,8 @@ from tabulate import tabulate
 from pytest_specenergy.results import PairResult
 
 HEADERS = ("case", "source", "base J/tok", "spec J/tok", "saving", "accept len", "accept rate",
-           "verified/step", "base tbt ms", "spec tbt ms", "speedup", "equivalence", "flags")
+           "verified/step", "base tbt ms", "spec tbt ms", "speedup", "equivalence",
+           "logprob gap", "flags")
 
 
 def _num(value: float | None, spec: str) -> str:
@@ -36,20 +37,14 @@ def pair_row(pair: PairResult) -> tuple[str, ...]:
         _num(pair.speculative.tbt_ms, ".3f"),
         _num(pair.speedup, ".2f") + "x" if pair.speedup is not None else "n/a",
         equivalence,
+        _num(pair.coherence.mean_gap if pair.coherence else None, ".3f"),
         ", ".join(pair_flags(pair)) or "-",
     )
 
 
 def pair_flags(pair: PairResult) -> list[str]:
-    """Validity flags worth a reader's attention."""
-    flags = []
-    for run in (pair.baseline, pair.speculative):
-        if not run.outputs_stable:
-            flags.append(f"{run.arm} outputs changed between repeats")
-        top = run.concurrency.get("max_running")
-        if top is not None and top < run.concurrency.get("requested", 0):
-            flags.append(f"{run.arm} ran {top} of {run.concurrency['requested']} concurrent")
-    return flags
+    """The names of the validity checks that tripped (``!`` marks fail-closed ones)."""
+    return [("!" if c.severity == "fail" else "") + c.name for c in pair.checks]
 
 
 def render_table(pairs: Iterable[PairResult]) -> str:

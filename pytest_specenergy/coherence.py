@@ -1,0 +1,98 @@
+"""Coherence: score each arm's continuation under the target, for when exact equality cannot
+hold (GPU numerics, sampling) and to name *how* broken a diverging arm is.
+
+Scoring uses SGLang's input-logprob protocol on the non-speculative engine: send
+``prompt_ids + continuation_ids`` with ``max_new_tokens=0``, ``return_logprob=True`` and
+``logprob_start_len = len(prompt_ids) - 1``. ``input_token_logprobs[k]`` is the log-probability
+of ``input_ids[start + k]`` given everything before it, and entry 0 is always None, so the
+continuation's logprobs are entries 1 onwards.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+from typing import Sequence
+
+from pytest_specenergy.degeneracy import DegeneracyReport
+from pytest_specenergy.degeneracy import degeneracy
+from pytest_specenergy.engines.client import EngineClient
+
+
+class CoherenceError(RuntimeError):
+    """The engine's logprob answer does not have the documented shape."""
+
+
+@dataclass(frozen=True)
+class Coherence:
+    """Mean per-token log-probability of each arm's continuation under the target."""
+
+    baseline_logprob: tuple[float, ...]
+    speculative_logprob: tuple[float, ...]
+    degeneracy: DegeneracyReport
+
+    @property
+    def gaps(self) -> tuple[float, ...]:
+        """Per prompt: baseline mean logprob minus speculative (positive = speculative text is
+        less likely under the target than the target's own greedy text)."""
+        return tuple(b - s for b, s in zip(self.baseline_logprob, self.speculative_logprob))
+
+    @property
+    def mean_gap(self) -> float:
+        """Gap averaged over prompts."""
+        return statistics.fmean(self.gaps) if self.gaps else 0.0
+
+    @property
+    def worst_gap(self) -> float:
+        """The largest per-prompt gap."""
+        return max(self.gaps, default=0.0)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready record."""
+        return {"baseline_logprob": list(self.baseline_logprob),
+                "speculative_logprob": list(self.speculative_logprob),
+                "mean_gap": self.mean_gap, "worst_gap": self.worst_gap,
+                "degeneracy": self.degeneracy.as_dict()}
+
+
+def prompt_token_ids(client: EngineClient, prompts: Sequence[str]) -> list[list[int]]:
+    """The engine's own tokenisation of each prompt (never re-tokenised here)."""
+    answers = client.generate(text=list(prompts), sampling_params={"max_new_tokens": 0, "temperature": 0.0},
+                              return_prompt_token_ids=True)
+    try:
+        return [list(a["prompt_token_ids"]) for a in answers]
+    except KeyError:
+        raise CoherenceError("the engine did not return prompt_token_ids; it needs "
+                             "return_prompt_token_ids support (SGLang's HTTP /generate has it)") from None
+
+
+def continuation_logprob(client: EngineClient, prompt_ids: Sequence[int], continuation: Sequence[int]) -> float:
+    """Mean log-probability of ``continuation`` after ``prompt_ids`` under the engine's model."""
+    if not continuation:
+        return 0.0
+    start = len(prompt_ids) - 1
+    answer = client.generate([list(prompt_ids) + list(continuation)],
+                             sampling_params={"max_new_tokens": 0, "temperature": 0.0},
+                             return_logprob=True, logprob_start_len=start)[0]
+    entries = answer.get("meta_info", {}).get("input_token_logprobs")
+    # SGLang's entry 0 is (None, token_id, text); accept a bare None too.
+    first_is_none = bool(entries) and (entries[0] is None or entries[0][0] is None)
+    if entries is None or len(entries) != len(continuation) + 1 or not first_is_none:
+        raise CoherenceError(f"input_token_logprobs should have {len(continuation) + 1} entries with "
+                             f"entry 0 = None (logprob_start_len={start}); got {str(entries)[:200]}")
+    values = [float(e[0]) for e in entries[1:]]
+    return statistics.fmean(values)
+
+
+def measure_coherence(client: EngineClient, prompts: Sequence[str], baseline: Sequence[Sequence[int]],
+                      speculative: Sequence[Sequence[int]], special_ids: Sequence[int] = ()) -> Coherence:
+    """Score both arms' continuations on the (non-speculative) ``client`` engine."""
+    prompt_ids = prompt_token_ids(client, prompts)
+    base_scores, spec_scores = [], []
+    for ids, base, spec in zip(prompt_ids, baseline, speculative):
+        base_score = continuation_logprob(client, ids, base)
+        base_scores.append(base_score)
+        # Identical continuations score identically: skip the second forward pass.
+        spec_scores.append(base_score if list(spec) == list(base) else continuation_logprob(client, ids, spec))
+    return Coherence(tuple(base_scores), tuple(spec_scores), degeneracy(baseline, speculative, special_ids))
