@@ -76,6 +76,9 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("checks", "fail", "what a tripped fail-closed validity check does after the test "
             "body (no verify steps, inconsistent counters, incoherent text...): fail or warn",
             _choice(("fail", "warn"))),
+    _Option("fault", "", "comma-separated reference-server fault switches injected into every "
+            "reference engine (skip-state-rollback, wrong-accept-count, stale-draft-cache): they "
+            "exist so a suite can prove its checks catch each bug class"),
     _Option("dry-run", False, "collect the cases and print each matched pair's two server "
             "commands and what differs; start nothing", action="store_true"),
 )
@@ -110,6 +113,7 @@ class SpecEnergyConfig:
     log_dir: Path
     json: Path | None
     checks: str
+    faults: tuple[str, ...]
     dry_run: bool
     rootdir: Path
 
@@ -147,6 +151,7 @@ class SpecEnergyConfig:
             log_dir=Path(os.path.expanduser(str(log_dir))),
             json=Path(json_path) if json_path else None,
             checks=values["specenergy_checks"],
+            faults=tuple(f.strip() for f in str(values["specenergy_fault"]).split(",") if f.strip()),
             dry_run=values["specenergy_dry_run"],
             rootdir=rootdir,
         )

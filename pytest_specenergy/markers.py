@@ -118,6 +118,8 @@ def _models(test: str, mark: Any, config: SpecEnergyConfig, rootdir: str) -> lis
     faults = kwargs.get("faults", ())
     if isinstance(faults, str):
         faults = (faults,)
+    if engine == "reference":
+        faults = tuple(dict.fromkeys((*faults, *config.faults)))
     opts["faults"] = tuple(faults)
     extra = {k: v for k, v in kwargs.items() if k not in _MODEL_KWARGS}
     if extra and engine == "reference":

@@ -30,3 +30,15 @@ def test_draft_model_is_exact(spec_pair):
     r = spec_pair.measure()
     r.assert_equivalent()
     r.assert_acceptance(at_least=1.1)
+
+
+@pytest.mark.model("tiny:hybrid")
+@pytest.mark.corpus("code")
+@pytest.mark.drafter(Drafter("ngram", num_draft_tokens=8))
+@pytest.mark.batch(1, 8)
+def test_hybrid_ngram_stays_coherent(spec_pair):
+    # Linear-attention layers carry a recurrent state: n-gram speculation must roll it back
+    # on rejection, or the text turns incoherent while acceptance looks normal.
+    r = spec_pair.measure()
+    r.assert_coherent()
+    r.assert_equivalent()

@@ -1,0 +1,86 @@
+"""Each check catches the bug class it exists for: the reference server's fault switches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+FAST = ["--specenergy-repeats=1", "--specenergy-warmup=0", "-p", "no:cacheprovider"]
+QUICKSTART = Path(__file__).resolve().parents[2] / "example_suites" / "quickstart" / "test_quickstart.py"
+
+
+def test_quickstart_hybrid_check_passes_healthy_and_fails_without_state_rollback(pytester: pytest.Pytester):
+    pytester.makepyfile(test_quickstart=QUICKSTART.read_text())
+    healthy = pytester.runpytest("-k", "hybrid", *FAST)
+    healthy.assert_outcomes(passed=2)
+
+    faulted = pytester.runpytest("-k", "hybrid", "--specenergy-fault=skip-state-rollback", *FAST)
+    faulted.assert_outcomes(failed=2)
+    faulted.stdout.fnmatch_lines([
+        "*speculative output is incoherent: first divergence at token * of prompt *; "
+        "log-probability gap * nats/token*",
+    ])
+
+
+CORPORA_SUITE = """
+import pytest
+
+@pytest.mark.model("tiny:hybrid")
+@pytest.mark.corpus("code", "conversation", "long-document", "news", "rm-news")
+@pytest.mark.drafter("ngram")
+@pytest.mark.batch(4)
+@pytest.mark.generation(max_new_tokens=32)
+def test_coherent(spec_pair):
+    r = spec_pair.measure()
+    # Acceptance statistics alone never show the bug: they look normal in both runs.
+    assert r.accept_length is not None and r.accept_length > 1.0
+    r.assert_coherent()
+"""
+
+
+def test_coherence_defaults_hold_on_every_corpus(pytester: pytest.Pytester):
+    pytester.makepyfile(CORPORA_SUITE)
+    pytester.runpytest(*FAST).assert_outcomes(passed=5)
+    faulted = pytester.runpytest("--specenergy-fault=skip-state-rollback", *FAST)
+    faulted.assert_outcomes(failed=5)
+
+
+def test_inflated_accept_count_fails_closed_even_without_an_assertion(pytester: pytest.Pytester):
+    pytester.makepyfile("""
+import pytest
+
+@pytest.mark.model("tiny:dense")
+@pytest.mark.corpus("code")
+@pytest.mark.drafter("ngram")
+@pytest.mark.batch(2)
+@pytest.mark.generation(max_new_tokens=32)
+def test_no_assertions(spec_pair):
+    spec_pair.measure()
+""")
+    pytester.runpytest(*FAST).assert_outcomes(passed=1)
+    faulted = pytester.runpytest("--specenergy-fault=wrong-accept-count", *FAST)
+    faulted.assert_outcomes(failed=1)
+    faulted.stdout.fnmatch_lines(["*validity checks failed: counters-inconsistent: request *accepted drafts*"])
+    warned = pytester.runpytest("--specenergy-fault=wrong-accept-count", "--specenergy-checks=warn", *FAST)
+    warned.assert_outcomes(passed=1, warnings=1)
+
+
+def test_stale_draft_cache_lowers_acceptance_but_not_output(pytester: pytest.Pytester):
+    pytester.makepyfile("""
+import pytest
+from pytest_specenergy import Drafter
+
+@pytest.mark.model("tiny:dense")
+@pytest.mark.corpus("code")
+@pytest.mark.drafter(Drafter("draft_model", draft_model="tiny:dense", num_draft_tokens=4, id="self"))
+@pytest.mark.batch(2)
+@pytest.mark.generation(max_new_tokens=32)
+def test_self_draft(spec_pair):
+    r = spec_pair.measure()
+    r.assert_equivalent()
+""")
+    pytester.runpytest(*FAST).assert_outcomes(passed=1)
+    faulted = pytester.runpytest("--specenergy-fault=stale-draft-cache", *FAST)
+    faulted.assert_outcomes(failed=1)
+    faulted.stdout.fnmatch_lines(["*self-draft-not-exact: drafting with the target itself must accept every draft*"])
