@@ -1,0 +1,304 @@
+"""Machine description and the machine *key* that run history is stored under.
+
+The key is built from stable fields only - GPU model and count, power limit, driver, engine
+name and version, meter kind - so that a rerun on the same kind of machine lands in the same
+history directory, while volatile readings (clocks, temperature, host name, GPU UUID) stay in
+``machine_info`` for the record but never split the history (pytest-benchmark #255: a
+changing ``hz_actual`` made one machine look like many; #276: a key that is too fine leaves CI
+without a baseline). Modeled runs are keyed by the GPU preset and ``cpu``: the model's
+numbers do not depend on the host, so any CPU runner shares one history.
+
+The ``info`` dict that :func:`machine_key` reads (what :func:`machine_info` returns)::
+
+    {"system", "release", "machine", "python", "python_implementation", "cpu", "cpu_count",
+     "node",                                      # recorded, never keyed
+     "gpus": [{"name", "power_limit_w", "driver", "uuid", "clocks", ...}],
+     "driver": str | None,                        # used when the GPU entries lack one
+     "engine": {"name": "sglang", "version": "0.5.9"} | None,
+     "meter": {"kind": "nvml" | "modeled:h200", ...}  # a meter's describe() output}
+
+It also holds the comparability facts the gate checks (:func:`run_info`, :func:`comparable`):
+machine key, meter, engine name and version, CUDA-graph setting and the scenario.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import re
+from collections import Counter
+from typing import Any
+from typing import Callable
+from typing import Mapping
+from typing import Sequence
+
+#: Fields a key may be built from, in key order.
+KEY_FIELDS: tuple[str, ...] = ("gpu", "power_limit", "driver", "engine", "meter")
+
+_MAX_KEY = 120
+
+
+def slugify(text: str) -> str:
+    """Lower-case, runs of anything but ``[a-z0-9.+]`` become ``-``; stable and path-safe."""
+    slug = re.sub(r"[^a-z0-9.+]+", "-", str(text).lower()).strip("-.")
+    return slug or "unknown"
+
+
+def _meter(info: Mapping[str, Any]) -> Mapping[str, Any]:
+    meter = info.get("meter") or {}
+    return meter if isinstance(meter, Mapping) else {"kind": str(meter)}
+
+
+def _meter_kind(info: Mapping[str, Any]) -> str:
+    return str(_meter(info).get("kind") or "")
+
+
+def _is_modeled(info: Mapping[str, Any]) -> bool:
+    return _meter_kind(info).startswith("modeled")
+
+
+def _preset(info: Mapping[str, Any]) -> str:
+    meter = _meter(info)
+    preset = meter.get("preset")
+    if isinstance(preset, Mapping) and preset.get("name"):
+        return str(preset["name"])
+    kind = _meter_kind(info)
+    return kind.split(":", 1)[1] if ":" in kind else "unknown"
+
+
+def _gpus(info: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    gpus = info.get("gpus")
+    if gpus is None:
+        gpus = _meter(info).get("gpus")
+    return [g for g in (gpus or []) if isinstance(g, Mapping)]
+
+
+def _power_w(gpu: Mapping[str, Any]) -> int | None:
+    for key, scale in (("power_limit_w", 1.0), ("power_limit", 1.0),
+                       ("enforced_power_limit_mw", 1e-3), ("power_limit_mw", 1e-3)):
+        value = gpu.get(key)
+        if isinstance(value, (int, float)) and value > 0:
+            # Whole watts: NVML reports milliwatts, and a rounding difference must not split
+            # a history.
+            return int(round(value * scale))
+    return None
+
+
+def _gpu_part(info: Mapping[str, Any]) -> str | None:
+    if _is_modeled(info):
+        return f"modeled-{_preset(info)}-cpu"
+    gpus = _gpus(info)
+    if not gpus:
+        return "nogpu"
+    counts = Counter(str(g.get("name") or "unknown-gpu") for g in gpus)
+    return "+".join(f"{n}x{name}" for name, n in sorted(counts.items()))
+
+
+def _power_part(info: Mapping[str, Any]) -> str | None:
+    if _is_modeled(info):
+        return None
+    watts = sorted({w for w in (_power_w(g) for g in _gpus(info)) if w is not None})
+    return "+".join(f"{w}w" for w in watts) or None
+
+
+def _driver_part(info: Mapping[str, Any]) -> str | None:
+    if _is_modeled(info):
+        return None
+    drivers = sorted({str(g["driver"]) for g in _gpus(info) if g.get("driver")})
+    if not drivers and info.get("driver"):
+        drivers = [str(info["driver"])]
+    return "drv" + "+".join(drivers) if drivers else None
+
+
+def _engine_part(info: Mapping[str, Any]) -> str | None:
+    engine = info.get("engine")
+    if isinstance(engine, Mapping):
+        name, version = engine.get("name") or engine.get("engine"), engine.get("version")
+    elif engine:
+        name, version = engine, info.get("engine_version")
+    else:
+        return None
+    return "-".join(str(p) for p in (name, version) if p) or None
+
+
+def _meter_part(info: Mapping[str, Any]) -> str | None:
+    # The modeled preset is already in the GPU part; a second copy would only lengthen keys.
+    if _is_modeled(info):
+        return None
+    return _meter_kind(info) or None
+
+
+_PARTS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
+    "gpu": _gpu_part, "power_limit": _power_part, "driver": _driver_part,
+    "engine": _engine_part, "meter": _meter_part,
+}
+
+
+def machine_key(info: Mapping[str, Any], fields: Sequence[str] | None = None) -> str:
+    """A stable, path-safe key from the stable fields of ``info``.
+
+    ``fields`` picks a subset of :data:`KEY_FIELDS` (the ``specenergy_machine_key`` setting);
+    absent facts are left out rather than written as ``unknown``. E.g.
+    ``1xnvidia-h200-700w-drv550.54.15-sglang-0.5.9-nvml`` or ``modeled-h200-cpu-reference-0.1.0``.
+    """
+    chosen = KEY_FIELDS if fields is None else tuple(fields)
+    unknown = [f for f in chosen if f not in _PARTS]
+    if unknown:
+        raise ValueError(f"unknown machine-key field(s) {', '.join(map(repr, unknown))}; "
+                         f"expected some of {', '.join(KEY_FIELDS)}")
+    parts = [p for p in (_PARTS[f](info) for f in KEY_FIELDS if f in chosen) if p]
+    key = slugify("-".join(parts))
+    if len(key) > _MAX_KEY:
+        # Many GPU kinds could make a key too long for a directory name; keep it readable
+        # and unique with a digest of the full text.
+        digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+        key = f"{key[: _MAX_KEY - 11].rstrip('-.')}-{digest}"
+    return key
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def machine_info(meter: Mapping[str, Any] | None = None, *,
+                 engine: Mapping[str, Any] | None = None,
+                 gpus: Sequence[Mapping[str, Any]] | None = None,
+                 driver: str | None = None) -> dict[str, Any]:
+    """Describe this machine without NVML: platform, Python and CPU, plus what callers know.
+
+    ``meter`` is a meter's ``describe()`` dict; ``gpus`` (name, power limit, driver, UUID,
+    clocks...) come from whoever opened NVML - the nvml meter's description is used when
+    ``gpus`` is not given. ``engine`` is ``{"name": ..., "version": ...}``.
+    """
+    meter_desc = dict(meter) if meter else None
+    gpu_list = [dict(g) for g in gpus] if gpus is not None else None
+    if gpu_list is None and meter_desc and isinstance(meter_desc.get("gpus"), list):
+        gpu_list = [dict(g) for g in meter_desc["gpus"] if isinstance(g, Mapping)]
+    return {
+        "node": platform.node(),
+        "system": platform.system(),
+        "release": platform.release(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "cpu": _cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "gpus": gpu_list or [],
+        "driver": driver,
+        "engine": dict(engine) if engine else None,
+        "meter": meter_desc,
+    }
+
+
+# -- comparability --------------------------------------------------------------------------
+#: Facts that must match for two results to be compared, in report order.
+COMPARED_FIELDS: tuple[tuple[str, str], ...] = (
+    ("machine_key", "machine key"), ("meter", "meter"), ("engine", "engine"),
+    ("engine_version", "engine version"), ("cuda_graph", "CUDA-graph setting"),
+    ("model", "model"), ("batch", "batch"), ("corpus", "corpus"),
+    ("generation", "generation settings"),
+)
+
+
+def cuda_graph_setting(engine: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Every ``*cuda_graph*`` setting an engine description records, or None.
+
+    Read from the server's own ``/server_info`` and from the engine options the case asked
+    for: CUDA graphs change the result (paper), so any difference makes runs incomparable.
+    """
+    found: dict[str, Any] = {}
+    for source in (engine.get("server_info"), (engine.get("config") or {}).get("options")):
+        if isinstance(source, Mapping):
+            found.update({str(k): v for k, v in source.items() if "cuda_graph" in str(k)})
+    return dict(sorted(found.items())) or None
+
+
+def run_info(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The comparability facts a result record (``PairResult.as_dict()``) carries itself."""
+    spec = record.get("speculative") or {}
+    engine = spec.get("engine") or {}
+    case = record.get("case") or {}
+    corpus = case.get("corpus") or {}
+    return {
+        "meter": record.get("source") or spec.get("source"),
+        "engine": engine.get("engine") or (engine.get("config") or {}).get("engine")
+        or case.get("engine"),
+        "engine_version": engine.get("version"),
+        "cuda_graph": cuda_graph_setting(engine),
+        "model": case.get("model"),
+        "batch": case.get("batch"),
+        "corpus": f"{corpus.get('name')}@{corpus['digest']}" if corpus.get("digest") else None,
+        "generation": case.get("generation"),
+    }
+
+
+def document_run_info(document: Mapping[str, Any]) -> dict[str, Any]:
+    """Run-level comparability facts of a run document: its machine key.
+
+    The document's ``machine_key`` is used (``storage.save_run`` writes it); without one,
+    a key is computed only from a full :func:`machine_info` description (one that names its
+    meter), never guessed from a bare platform record.
+    """
+    key = document.get("machine_key")
+    info = document.get("machine_info")
+    if not key and isinstance(info, Mapping) and info.get("meter"):
+        key = machine_key(info)
+    return {"machine_key": key}
+
+
+def _meter_reason(baseline: Any, current: Any) -> str:
+    def split(label: Any) -> tuple[str, str]:
+        text = str(label)
+        kind, _, rest = text.partition(" (")
+        return kind, rest.rstrip(")")
+
+    (b_kind, b_what), (c_kind, c_what) = split(baseline), split(current)
+    if b_kind != c_kind:
+        return (f"meter differs: the baseline is {baseline}, the current run is {current}; "
+                "modeled and measured energy are never compared")
+    if b_kind == "modeled":
+        return (f"modeled GPU differs: the baseline is {baseline}, the current run is "
+                f"{current}; figures modeled for different GPUs are not comparable")
+    return f"meter differs: the baseline is {baseline}, the current run is {current}"
+
+
+def comparable(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """Reasons why two runs cannot be compared (empty when they can).
+
+    ``baseline`` and ``current`` are run-info dicts (:func:`run_info` merged with
+    :func:`document_run_info`). A fact recorded on one side only is a reason too: a match
+    that cannot be shown is not assumed.
+    """
+    reasons = []
+    known = [k for k, _ in COMPARED_FIELDS]
+    extra = sorted((set(baseline) | set(current)) - set(known))
+    labels = dict(COMPARED_FIELDS)
+    for key in [*known, *extra]:
+        b, c = baseline.get(key), current.get(key)
+        label = labels.get(key, key)
+        if b == c:
+            continue
+        if b is None:
+            reasons.append(f"the baseline does not record its {label} (current: {c}); a match "
+                           "cannot be shown")
+        elif c is None:
+            reasons.append(f"the current run does not record its {label} (baseline: {b}); a "
+                           "match cannot be shown")
+        elif key == "meter":
+            reasons.append(_meter_reason(b, c))
+        elif key == "cuda_graph" and isinstance(b, Mapping) and isinstance(c, Mapping):
+            diffs = [f"{k}={b.get(k)!r} (baseline) vs {c.get(k)!r} (current)"
+                     for k in sorted(set(b) | set(c)) if b.get(k) != c.get(k)]
+            reasons.append(f"CUDA-graph setting differs: {'; '.join(diffs)}; CUDA graphs change "
+                           "the result")
+        else:
+            reasons.append(f"{label} differs: baseline {b!r}, current {c!r}")
+    return reasons
