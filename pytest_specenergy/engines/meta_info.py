@@ -1,0 +1,211 @@
+"""Reading SGLang's per-request ``meta_info`` and ``/server_info`` across releases.
+
+Key names changed between releases (shared/reference/sglang-api.md s.2.3):
+
+- 0.5.9: ``spec_accept_token_num`` (accepted drafts), ``spec_draft_token_num`` (proposed),
+  ``spec_accept_histogram``, ``total_retractions``;
+- 0.5.12-0.5.14: canonical ``spec_num_correct_drafts``, ``spec_num_proposed_drafts``,
+  ``spec_correct_drafts_histogram``, ``num_retractions``, plus aliases ``spec_accepted_drafts``,
+  ``spec_proposed_drafts``, ``spec_accept_histogram``;
+- 0.5.23: canonical names only. The reference server answers with these.
+
+A speculative counter that is absent stays ``None``: SGLang omits them for a request that
+finished in its prefill and for non-speculative engines, and a silent 0 would read as "nothing
+accepted".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from typing import Mapping
+from typing import Sequence
+
+
+class MetaInfoError(ValueError):
+    """A ``meta_info`` or ``/server_info`` payload lacks what every SGLang release sends."""
+
+
+@dataclass(frozen=True)
+class RequestCounters:
+    """One request's counters, under canonical (0.5.23) names.
+
+    ``spec_num_correct_drafts`` excludes the bonus token; ``correct_drafts_histogram[k]`` is the
+    number of verify steps that accepted exactly ``k`` drafts.
+    """
+
+    rid: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    finish_type: str | None
+    finish_detail: Any
+    e2e_latency: float | None
+    spec_verify_ct: int | None = None
+    spec_num_correct_drafts: int | None = None
+    spec_num_proposed_drafts: int | None = None
+    correct_drafts_histogram: tuple[int, ...] | None = None
+    cached_tokens: int | None = None
+    retractions: int | None = None
+
+    def problems(self) -> list[str]:
+        """Internal inconsistencies (histogram vs totals); empty when the counters agree."""
+        out = []
+        hist = self.correct_drafts_histogram
+        if hist is not None and self.spec_verify_ct is not None and sum(hist) != self.spec_verify_ct:
+            out.append(f"request {self.rid}: histogram counts {sum(hist)} verify steps, "
+                       f"spec_verify_ct says {self.spec_verify_ct}")
+        if hist is not None and self.spec_num_correct_drafts is not None:
+            weighted = sum(k * n for k, n in enumerate(hist))
+            if weighted != self.spec_num_correct_drafts:
+                out.append(f"request {self.rid}: histogram sums to {weighted} accepted drafts, "
+                           f"spec_num_correct_drafts says {self.spec_num_correct_drafts}")
+        if (self.spec_num_correct_drafts is not None and self.spec_num_proposed_drafts is not None
+                and self.spec_num_correct_drafts > self.spec_num_proposed_drafts):
+            out.append(f"request {self.rid}: {self.spec_num_correct_drafts} accepted drafts "
+                       f"exceed {self.spec_num_proposed_drafts} proposed")
+        return out
+
+
+# Canonical field -> accepted key names, canonical first.
+_SPEC_KEYS: dict[str, tuple[str, ...]] = {
+    "spec_verify_ct": ("spec_verify_ct",),
+    "spec_num_correct_drafts": ("spec_num_correct_drafts", "spec_accepted_drafts",
+                                "spec_accept_token_num"),
+    "spec_num_proposed_drafts": ("spec_num_proposed_drafts", "spec_proposed_drafts",
+                                 "spec_draft_token_num"),
+    "correct_drafts_histogram": ("spec_correct_drafts_histogram", "spec_accept_histogram"),
+}
+_RETRACTION_KEYS = ("num_retractions", "total_retractions")
+
+
+def parse_meta_info(meta: Mapping[str, Any]) -> RequestCounters:
+    """Counters from one response's ``meta_info``, whichever release produced it."""
+    if not isinstance(meta, Mapping):
+        raise MetaInfoError(f"meta_info must be a JSON object, got {type(meta).__name__}")
+    missing = [k for k in ("prompt_tokens", "completion_tokens") if meta.get(k) is None]
+    if missing:
+        raise MetaInfoError(
+            f"meta_info lacks {', '.join(missing)} (every SGLang release sends them); "
+            f"keys present: {', '.join(sorted(meta)) or 'none'}")
+    finish = meta.get("finish_reason")
+    finish_type: str | None = None
+    finish_detail: Any = None
+    if isinstance(finish, Mapping):
+        finish_type = finish.get("type")
+        # length -> the cap, stop -> the matched token or string, abort -> the message
+        detail = {k: v for k, v in finish.items() if k != "type"}
+        finish_detail = next(iter(detail.values())) if len(detail) == 1 else (detail or None)
+    elif isinstance(finish, str):
+        finish_type = finish
+    spec = {field: _first(meta, keys, field) for field, keys in _SPEC_KEYS.items()}
+    hist = spec.pop("correct_drafts_histogram")
+    latency = meta.get("e2e_latency")
+    return RequestCounters(
+        rid=None if meta.get("id") is None else str(meta["id"]),
+        prompt_tokens=int(meta["prompt_tokens"]),
+        completion_tokens=int(meta["completion_tokens"]),
+        finish_type=finish_type,
+        finish_detail=finish_detail,
+        e2e_latency=None if latency is None else float(latency),
+        correct_drafts_histogram=None if hist is None else tuple(int(n) for n in hist),
+        cached_tokens=_int_or_none(meta.get("cached_tokens")),
+        retractions=_int_or_none(_first(meta, _RETRACTION_KEYS, "retractions")),
+        **{k: _int_or_none(v) for k, v in spec.items()},
+    )
+
+
+def _first(meta: Mapping[str, Any], keys: Sequence[str], field: str) -> Any:
+    """The value under the first key present; old and new spellings must agree."""
+    found = [(k, meta[k]) for k in keys if meta.get(k) is not None]
+    if not found:
+        return None
+    key, value = found[0]
+    for other, other_value in found[1:]:
+        if _normal(other_value) != _normal(value):
+            raise MetaInfoError(
+                f"meta_info has {key}={value!r} and its alias {other}={other_value!r}; they "
+                f"must be equal ({field})")
+    return value
+
+
+def _normal(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def parse_concurrency(server_info: Mapping[str, Any]) -> dict[str, Any]:
+    """How many requests actually ran per decode/verify step, from ``/server_info``.
+
+    SGLang records, with ``SGLANG_RECORD_STEP_TIME=1``, ``internal_states[*].step_time_dict``:
+    running batch size -> list of step times, one entry per ``decode_log_interval`` steps (the
+    backend sets 1). JSON turns the keys into strings. Data-parallel ranks are merged. The
+    totals accumulate over the engine's life; :func:`concurrency_between` differences them.
+    Values are None when the engine did not record steps.
+    """
+    states = server_info.get("internal_states") if isinstance(server_info, Mapping) else None
+    steps: dict[int, int] | None = None
+    cap = None
+    for state in states or []:
+        if not isinstance(state, Mapping):
+            continue
+        cap = state.get("effective_max_running_requests_per_dp", cap)
+        table = state.get("step_time_dict")
+        if not isinstance(table, Mapping):
+            continue
+        steps = {} if steps is None else steps
+        for rows, times in table.items():
+            count = len(times) if isinstance(times, (list, tuple)) else int(times)
+            steps[int(rows)] = steps.get(int(rows), 0) + count
+    return _summary(steps, cap)
+
+
+def concurrency_between(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`parse_concurrency` over only the steps recorded between two ``/server_info`` reads."""
+    first, second = parse_concurrency(before), parse_concurrency(after)
+    if second["steps_by_running"] is None:
+        return second
+    old = first["steps_by_running"] or {}
+    delta = {rows: n - old.get(rows, 0) for rows, n in second["steps_by_running"].items()}
+    if any(n < 0 for n in delta.values()):
+        raise MetaInfoError(
+            "step_time_dict shrank between the two /server_info reads: the engine restarted "
+            "or its step record was reset; measure both reads on one engine")
+    return _summary({r: n for r, n in delta.items() if n}, second["max_running_requests"])
+
+
+def _summary(steps: dict[int, int] | None, cap: Any) -> dict[str, Any]:
+    total = sum(steps.values()) if steps else 0
+    return {
+        "steps_by_running": None if steps is None else dict(sorted(steps.items())),
+        "steps": None if steps is None else total,
+        "max_running": max(steps) if steps else None,
+        "mean_running": sum(r * n for r, n in steps.items()) / total if steps else None,
+        "max_running_requests": cap,
+    }
+
+
+# ServerArgs that must resolve equal in both arms (sglang-api.md s.8, s.9).
+_PAIRED_ARGS = (
+    "attention_backend", "prefill_attention_backend", "decode_attention_backend",
+    "max_running_requests", "mem_fraction_static", "cuda_graph_max_bs", "cuda_graph_max_bs_decode",
+    "cuda_graph_bs", "cuda_graph_bs_decode", "cuda_graph_config", "disable_cuda_graph",
+    "disable_radix_cache", "random_seed", "dtype", "kv_cache_dtype", "tp_size", "page_size",
+    "disable_overlap_schedule", "chunked_prefill_size", "enable_deterministic_inference",
+    "sampling_backend", "model_path",
+)
+
+
+def server_args_difference(spec_info: Mapping[str, Any], base_info: Mapping[str, Any]) -> list[str]:
+    """Resolved settings that differ between the arms' ``/server_info`` (should be none).
+
+    The command lines pin these, but SGLang resolves some after parsing; this compares what
+    the servers report they run with. Keys missing on either side are skipped.
+    """
+    lines = []
+    for key in _PAIRED_ARGS:
+        if key in spec_info and key in base_info and spec_info[key] != base_info[key]:
+            lines.append(f"{key}: {spec_info[key]!r} (speculative) vs {base_info[key]!r} (baseline)")
+    return lines

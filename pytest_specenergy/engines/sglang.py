@@ -1,0 +1,416 @@
+"""The SGLang backend: ``python -m sglang.launch_server ...`` for one engine config.
+
+Both arms of a pair are built by the same function from the same config (the baseline is
+``config.twin()``), and everything SGLang would otherwise resolve differently for a
+speculative engine is pinned explicitly in both: attention backend (NGRAM's tree topk pushes
+the Hopper default from fa3 to flashinfer), ``max_running_requests`` (spec engines default to
+48), memory fraction, CUDA-graph batch cap, radix cache, seed, dtype, TP size, and on releases
+before 0.5.14 the overlap scheduler. See shared/reference/sglang-api.md s.1, s.7, s.8, s.9.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+from pytest_specenergy.drafters import Drafter
+from pytest_specenergy.engines import sglang_args as sa
+from pytest_specenergy.engines.base import EngineBackend
+from pytest_specenergy.engines.base import EngineConfigError
+from pytest_specenergy.engines.config import EngineConfig
+
+#: Our drafter name -> SGLang ``speculative_algorithm``.
+ALGORITHMS: dict[str, str] = {
+    "ngram": "NGRAM", "draft_model": "STANDALONE", "eagle": "EAGLE", "eagle3": "EAGLE3",
+    "nextn": "NEXTN", "dflash": "DFLASH", "dspark": "DSPARK",
+}
+# flashinfer runs chains and trees on Hopper and Blackwell alike, so one value fits both arms
+# whatever the drafter's topk; it is also what SGLang's own EAGLE3 parity test uses.
+DEFAULT_ATTENTION_BACKEND = "flashinfer"
+#: What a spec engine resolves to when unset; pinning it in the baseline too keeps them equal.
+DEFAULT_MAX_RUNNING_REQUESTS = 48
+DEFAULT_MEM_FRACTION_STATIC = 0.80
+DEFAULT_TP_SIZE = 1
+_DTYPES = {"auto": "auto", "half": "half", "float16": "float16", "fp16": "float16",
+           "bfloat16": "bfloat16", "bf16": "bfloat16", "float": "float", "float32": "float32",
+           "fp32": "float32"}
+_NEEDS_DRAFT_MODEL = frozenset({"draft_model", "eagle", "eagle3", "dflash", "dspark"})
+
+# Hybrid (linear-attention / state-space) checkpoints: SGLang's hybrid_arch.py config classes.
+HYBRID_MODEL_TYPES = frozenset({
+    "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "mamba",
+    "mamba2", "falcon_mamba", "falcon_h1", "nemotron_h", "nemotron_h_puzzle", "jamba",
+    "zamba2", "bamba", "granitemoehybrid", "kimi_linear", "bailing_hybrid", "minicpm_sala",
+    "lfm2", "lfm2_moe", "jet_nemotron", "intern_s2_preview", "zaya", "plamo2", "glm5_next",
+})
+_HYBRID_ARCH_PREFIXES = (
+    "Qwen3Next", "Qwen3_5", "Mamba", "FalconMamba", "FalconH1", "NemotronH", "Jamba", "Zamba",
+    "Bamba", "GraniteMoeHybrid", "KimiLinear", "BailingHybrid", "Lfm2", "JetNemotron", "Plamo2",
+)
+_HYBRID_NAME = re.compile(
+    r"qwen3[-_]?next|qwen3\.[56](?!\d)|mamba|nemotron[-_]h(?![a-z])|falcon[-_]h1|jamba|zamba"
+    r"|bamba|kimi[-_]linear|lfm2", re.IGNORECASE)
+
+
+class SGLangBackend:
+    """Launches real SGLang servers (GPU); see the module docstring for what is pinned."""
+
+    name = "sglang"
+    # Loading a large checkpoint and capturing CUDA graphs for both phases takes minutes.
+    startup_timeout_s = 1800.0
+
+    def drafters(self) -> tuple[str, ...]:
+        """Drafter names this backend maps onto SGLang algorithms."""
+        return tuple(ALGORITHMS)
+
+    def version(self, config: EngineConfig) -> tuple[sa.Version, str]:
+        """The SGLang version the command is built for, and where that came from."""
+        override = config.option("sglang_version")
+        if override is not None:
+            return sa.parse_version(str(override)), "engine option sglang_version"
+        installed = sa.installed_version()
+        if installed is None:
+            raise EngineConfigError(
+                "SGLang is not installed in this Python, so its command line cannot be built; "
+                "install sglang>=0.5.9,<0.6 on the GPU runner (pip install "
+                "'pytest-specenergy[sglang]'), or set the engine option "
+                "sglang_version='0.5.23' on pytest.mark.model(...) for a dry run")
+        return sa.parse_version(installed), "installed"
+
+    def check(self, config: EngineConfig) -> None:
+        """Refuse configs SGLang would reject, silently change, or run incorrectly."""
+        version, source = self.version(config)
+        if version < sa.MIN_VERSION:
+            raise EngineConfigError(
+                f"SGLang {sa.format_version(version)} ({source}) is older than "
+                f"{sa.format_version(sa.MIN_VERSION)}, the oldest release this plugin drives; "
+                "upgrade sglang")
+        facts = sa.facts_for(version)
+        user = self._user_args(config, facts)
+        sa.validate_fields(list(user), *self._field_list(version, source))
+        _check_model_path("model", config.model)
+        _dtype(config.dtype)
+        if ":" in config.device:
+            raise EngineConfigError(
+                f"device {config.device!r}: SGLang takes a device type (cuda), not an index; "
+                "choose GPUs with CUDA_VISIBLE_DEVICES (one pytest-xdist worker per GPU)")
+        if config.drafter is not None:
+            self._check_drafter(config, config.drafter, facts, user)
+            problems = [line for line in describe_pair_difference(
+                self.command(config, "127.0.0.1", 30000),
+                self.command(config.twin(), "127.0.0.1", 30000)) if line.startswith("MISMATCH")]
+            if problems:
+                raise EngineConfigError(
+                    "the speculative engine and its baseline twin would differ in more than "
+                    "the speculative flags: " + "; ".join(problems))
+
+    def _check_drafter(self, config: EngineConfig, drafter: Drafter, facts: sa.VersionFacts,
+                       user: dict[str, Any]) -> None:
+        version = sa.format_version(facts.version)
+        algorithm = ALGORITHMS.get(drafter.name)
+        if algorithm is None:
+            raise EngineConfigError(
+                f"drafter {drafter.name!r} has no SGLang algorithm; expected one of "
+                f"{', '.join(ALGORITHMS)}")
+        if algorithm not in facts.algorithms:
+            since = sa.format_version(sa.ALGORITHM_SINCE[algorithm])
+            raise EngineConfigError(
+                f"SGLang {version} has no {algorithm} speculative algorithm (drafter "
+                f"{drafter.name!r}); the first release known to have it is {since} - upgrade "
+                f"sglang, or use one of {', '.join(sorted(facts.algorithms))}")
+        if drafter.name in _NEEDS_DRAFT_MODEL and not drafter.draft_model:
+            raise EngineConfigError(
+                f"drafter {drafter.name!r} ({algorithm}) needs draft_model= (the draft "
+                "checkpoint path or hub id)")
+        if drafter.draft_model:
+            _check_model_path("draft model", drafter.draft_model)
+        clash = sorted(k for k in user if k in _speculative_args(drafter, facts))
+        if clash:
+            raise EngineConfigError(
+                f"engine option(s) {', '.join(clash)} would override the drafter's own "
+                f"setting; set it on Drafter({drafter.name!r}, ...) instead")
+        if drafter.name in ("eagle", "eagle3", "nextn") and drafter.get("topk") == 1 \
+                and drafter.num_draft_tokens != drafter.get("num_steps"):
+            raise EngineConfigError(
+                f"Drafter({drafter.name!r}) with topk=1 proposes one token per step, so "
+                f"num_draft_tokens must equal num_steps ({drafter.get('num_steps')}), not "
+                f"{drafter.num_draft_tokens}; SGLang would silently reset it")
+        if drafter.name == "ngram":
+            hybrid, why = detect_hybrid(config.model, config.option("hybrid"))
+            if hybrid and not facts.ngram_commits_hybrid_state:
+                raise EngineConfigError(
+                    f"NGRAM on the hybrid model {config.model} ({why}) needs SGLang >= 0.5.14; "
+                    f"{version} never commits the Mamba/GDN recurrent state after NGRAM verify "
+                    "(fixed by PR #26351), so outputs are corrupted while acceptance looks "
+                    "healthy. Upgrade sglang, or pass hybrid=False to pytest.mark.model if the "
+                    "model has no linear-attention or state-space layers")
+            backend = user.get("attention_backend", DEFAULT_ATTENTION_BACKEND)
+            page = user.get("page_size")
+            if drafter.get("max_bfs_breadth") > 1 and page not in (None, 1) \
+                    and backend != "flashinfer":
+                raise EngineConfigError(
+                    f"NGRAM with max_bfs_breadth={drafter.get('max_bfs_breadth')} (a draft tree) "
+                    f"and page_size={page} runs only on attention_backend='flashinfer', not "
+                    f"{backend!r}; SGLang rejects it (sglang-api.md s.1.2)")
+
+    def _user_args(self, config: EngineConfig, facts: sa.VersionFacts) -> dict[str, Any]:
+        return sa.translate_options(dict(config.options), facts)
+
+    def _field_list(self, version: sa.Version, source: str) -> tuple[frozenset[str], str]:
+        installed = sa.installed_server_args_fields() if source == "installed" else None
+        if installed is not None:
+            return installed, f"checked against the installed sglang {sa.format_version(version)}"
+        return sa.KNOWN_FIELDS, "checked against the fields of SGLang 0.5.9-0.5.23"
+
+    def server_args(self, config: EngineConfig) -> dict[str, Any]:
+        """ServerArgs field -> value for ``config``: pinned, then speculative, then user options."""
+        version, _ = self.version(config)
+        facts = sa.facts_for(version)
+        running = config.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
+        args: dict[str, Any] = {
+            "dtype": _dtype(config.dtype),
+            "tp_size": DEFAULT_TP_SIZE,
+            "random_seed": config.seed,
+            "attention_backend": DEFAULT_ATTENTION_BACKEND,
+            "max_running_requests": running,
+            "mem_fraction_static": DEFAULT_MEM_FRACTION_STATIC,
+            # Capture decode graphs for every batch the engine may run, in both arms.
+            facts.cuda_graph_max_bs_field: running,
+            "disable_radix_cache": True,
+            "decode_log_interval": 1,  # exact spec totals and one step_time entry per step
+        }
+        if facts.spec_disables_overlap:
+            args["disable_overlap_schedule"] = True
+        if config.device not in ("auto", ""):
+            args["device"] = config.device
+        if config.drafter is not None:
+            args.update(_speculative_args(config.drafter, facts))
+        user = self._user_args(config, facts)
+        if config.drafter is None:
+            # Spec-only tuning (e.g. speculative_ngram_max_trie_depth) means nothing to the twin.
+            user = {k: v for k, v in user.items() if not k.startswith("speculative_")}
+        args.update(user)
+        if args.get("disable_cuda_graph") or args.get("disable_decode_cuda_graph"):
+            args.pop(facts.cuda_graph_max_bs_field, None)
+        return args
+
+    def command(self, config: EngineConfig, host: str, port: int) -> list[str]:
+        """The server argv; the twin's differs only in ``--speculative-*`` flags."""
+        python = config.option("python")
+        if python is None:
+            from pytest_specenergy.engines.launch import python_executable
+
+            python = python_executable()
+        return [str(python), "-m", "sglang.launch_server", "--model-path", config.model,
+                "--host", host, "--port", str(port), *sa.render_flags(self.server_args(config))]
+
+    def environment(self, config: EngineConfig) -> dict[str, str]:
+        """Record per-step running batch sizes so actual concurrency can be read back."""
+        return {"SGLANG_RECORD_STEP_TIME": "1"}
+
+    def dry_run_notes(self, config: EngineConfig) -> list[str]:
+        """What a reader of the dry-run lines should know about this version and drafter."""
+        try:
+            version, source = self.version(config)
+        except EngineConfigError as exc:
+            return [f"sglang version unknown: {exc}"]
+        facts = sa.facts_for(version)
+        notes = [f"sglang {sa.format_version(version)} ({source}); CUDA-graph cap flag "
+                 f"{sa.flag_for(facts.cuda_graph_max_bs_field)}"]
+        if version > sa.NEWEST_READ:
+            notes.append(f"newer than {sa.format_version(sa.NEWEST_READ)}, the newest release "
+                         "read; its command-line facts are assumed")
+        if facts.spec_disables_overlap:
+            notes.append("overlap scheduler off in both arms: this release turns it off for "
+                         "speculative engines")
+        drafter = config.drafter
+        if drafter is not None and drafter.name == "ngram" and not facts.ngram_match_windows:
+            notes.append("ngram min/max_match_window apply to the reference server only; "
+                         "SGLang >= 0.5.12 matches against a trie (speculative_ngram_max_trie_depth)")
+        return notes
+
+
+def _speculative_args(drafter: Drafter, facts: sa.VersionFacts) -> dict[str, Any]:
+    """The ``speculative_*`` fields for ``drafter``; SGLang counts the verified root token."""
+    proposed = drafter.num_draft_tokens
+    algorithm = ALGORITHMS[drafter.name]
+    args: dict[str, Any] = {"speculative_algorithm": algorithm}
+    if drafter.draft_model:
+        args["speculative_draft_model_path"] = drafter.draft_model
+    if drafter.name == "ngram":
+        # SGLang forces topk := max_bfs_breadth for NGRAM, so breadth is the knob, not topk.
+        args["speculative_num_draft_tokens"] = proposed + 1
+        args["speculative_ngram_min_bfs_breadth"] = 1
+        args["speculative_ngram_max_bfs_breadth"] = drafter.get("max_bfs_breadth")
+        if facts.ngram_match_windows:
+            args["speculative_ngram_min_match_window_size"] = drafter.get("min_match_window")
+            args["speculative_ngram_max_match_window_size"] = drafter.get("max_match_window")
+    elif drafter.name in ("eagle", "eagle3", "nextn"):
+        # Steps, topk and draft tokens go together: SGLang auto-picks all three if one is unset.
+        args["speculative_num_steps"] = drafter.get("num_steps")
+        args["speculative_eagle_topk"] = drafter.get("topk")
+        args["speculative_num_draft_tokens"] = proposed + 1
+    elif drafter.name == "draft_model":
+        args["speculative_num_steps"] = proposed
+        args["speculative_eagle_topk"] = 1
+        args["speculative_num_draft_tokens"] = proposed + 1
+    elif drafter.name == "dflash":
+        args["speculative_num_draft_tokens"] = proposed + 1  # the verify block
+    elif drafter.name == "dspark":
+        # gamma = proposed; SGLang derives num_draft_tokens = gamma + 1 and checks the checkpoint.
+        args["speculative_dspark_block_size"] = proposed
+    return args
+
+
+def _dtype(dtype: str) -> str:
+    try:
+        return _DTYPES[dtype.lower()]
+    except KeyError:
+        raise EngineConfigError(
+            f"dtype {dtype!r} is not an SGLang dtype; expected one of "
+            f"{', '.join(sorted(set(_DTYPES)))}") from None
+
+
+def _check_model_path(what: str, model: str) -> None:
+    if model.startswith("tiny:"):
+        raise EngineConfigError(
+            f"{what} {model!r} is a built-in tiny model of the reference server; SGLang needs a "
+            "checkpoint directory or a Hugging Face hub id")
+    # "org/name" is a hub id; only explicit paths can be checked here.
+    looks_local = model.startswith(("/", "./", "../", "~"))
+    if looks_local and not Path(model).expanduser().exists():
+        raise EngineConfigError(f"{what} path {model} does not exist on this machine")
+
+
+def detect_hybrid(model: str, option: Any = None) -> tuple[bool, str]:
+    """Whether ``model`` has linear-attention / state-space layers, and how that was decided.
+
+    The engine option ``hybrid=`` wins; then the checkpoint's ``config.json`` (a local
+    directory or the Hugging Face cache); then the model name.
+    """
+    if option is not None:
+        return bool(option), f"engine option hybrid={bool(option)}"
+    config = _read_model_config(model)
+    if config is not None:
+        types = {str(config.get("model_type", ""))}
+        text = config.get("text_config")
+        if isinstance(text, dict):
+            types.add(str(text.get("model_type", "")))
+        archs = [str(a) for a in config.get("architectures") or []]
+        hit = sorted(types & HYBRID_MODEL_TYPES)
+        if hit:
+            return True, f"config.json model_type {hit[0]}"
+        for arch in archs:
+            if arch.startswith(_HYBRID_ARCH_PREFIXES):
+                return True, f"config.json architecture {arch}"
+        return False, "config.json names no hybrid architecture"
+    if _HYBRID_NAME.search(model):
+        return True, "its name matches a hybrid family (no config.json found to confirm)"
+    return False, "no config.json found and the name matches no hybrid family"
+
+
+def _read_model_config(model: str) -> dict[str, Any] | None:
+    candidates = [Path(model).expanduser() / "config.json"]
+    if "/" in model and not model.startswith(("/", ".", "~")):
+        hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
+            os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub")
+        snapshots = Path(hub) / ("models--" + model.replace("/", "--")) / "snapshots"
+        if snapshots.is_dir():
+            candidates += sorted(snapshots.glob("*/config.json"),
+                                 key=lambda p: p.stat().st_mtime, reverse=True)
+    for path in candidates:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return data
+    return None
+
+
+# Flags that may differ between the arms: SGLang's and the reference server's drafter flags.
+_SPECULATIVE_FLAGS = ("--speculative-", "--drafter", "--num-draft-tokens", "--ngram-",
+                      "--draft-model")
+_ADDRESS_FLAGS = frozenset({"--host", "--port"})
+
+
+def describe_pair_difference(spec_argv: list[str], base_argv: list[str]) -> list[str]:
+    """What differs between the speculative and the baseline command lines.
+
+    One line per difference: ``speculative: ...`` for drafter flags (expected) and
+    ``MISMATCH: ...`` for anything else (a broken pair). Host and port are ignored.
+    """
+    spec_prog, spec = _parse_argv(spec_argv)
+    base_prog, base = _parse_argv(base_argv)
+    lines = []
+    if spec_prog != base_prog:
+        lines.append(f"MISMATCH: program {shlex.join(spec_prog)} (speculative) vs "
+                     f"{shlex.join(base_prog)} (baseline)")
+    for flag in [*spec, *(f for f in base if f not in spec)]:
+        if flag in _ADDRESS_FLAGS or spec.get(flag) == base.get(flag):
+            continue
+        kind = "speculative" if flag.startswith(_SPECULATIVE_FLAGS) else "MISMATCH"
+        if flag not in base:
+            lines.append(f"{kind}: {flag} {spec[flag]}".rstrip() + " (speculative arm only)")
+        elif flag not in spec:
+            lines.append(f"{kind}: {flag} {base[flag]}".rstrip() + " (baseline only)")
+        else:
+            lines.append(f"{kind}: {flag} {spec[flag]} (speculative) vs {base[flag]} (baseline)")
+    return lines
+
+
+def _parse_argv(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    prog: list[str] = []
+    flags: dict[str, list[str]] = {}
+    current: str | None = None
+    for item in argv:
+        if item.startswith("--"):
+            current = item.split("=", 1)[0]
+            flags.setdefault(current, [])
+            if "=" in item:
+                flags[current].append(item.split("=", 1)[1])
+        elif current is None:
+            prog.append(item)
+        else:
+            flags[current].append(item)
+    return prog, {k: " ".join(v) for k, v in flags.items()}
+
+
+def dry_run_lines(config: EngineConfig, backend: EngineBackend | None = None,
+                  host: str = "127.0.0.1", port: int = 30000) -> list[str]:
+    """Human-readable launch lines for ``config`` and (if speculative) its baseline twin.
+
+    Works for any backend with ``command()``/``environment()``; refusals become lines too.
+    """
+    if backend is None:
+        from pytest_specenergy.engines.base import get_backend
+
+        backend = get_backend(config.engine)
+    lines = [f"# {config.label()} on the {backend.name} engine"]
+    notes = getattr(backend, "dry_run_notes", None)
+    lines += [f"# {note}" for note in (notes(config) if notes else [])]
+    try:
+        backend.check(config)
+    except EngineConfigError as exc:
+        lines.append(f"# REFUSED: {exc}")
+    arms = [("speculative", config), ("baseline", config.twin())] if config.is_speculative \
+        else [("baseline", config)]
+    argvs: dict[str, list[str]] = {}
+    for arm, arm_config in arms:
+        try:
+            argv = backend.command(arm_config, host, port)
+            env = backend.environment(arm_config)
+        except EngineConfigError as exc:
+            lines.append(f"{arm}: cannot build the command: {exc}")
+            continue
+        argvs[arm] = argv
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+        lines.append(f"{arm}: {prefix + ' ' if prefix else ''}{shlex.join(argv)}")
+    if len(argvs) == 2:
+        diff = describe_pair_difference(argvs["speculative"], argvs["baseline"])
+        lines += [f"# differs: {line}" for line in diff] or ["# differs: nothing"]
+    return lines

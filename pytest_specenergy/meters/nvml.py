@@ -1,0 +1,357 @@
+"""The ``nvml`` meter: GPU board energy counters, cross-checked by sampled power.
+
+Energy of a window is the sum, over every GPU the engine uses, of the difference of
+``nvmlDeviceGetTotalEnergyConsumption`` (mJ since driver load) between ``start`` and ``stop``.
+GPUs are resolved by UUID from the engine's ``CUDA_VISIBLE_DEVICES`` (indices or ``GPU-``
+UUIDs; ``MIG-`` slices are refused: NVML has no per-slice energy). A window shorter than
+``min_window_s`` is an error, never a zero: the counter ticks about every 100 ms and the
+board's power sensor is only trustworthy over >= 5 s (energy-measurement.md s.3.1, s.6).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import Callable
+from typing import Mapping
+
+from pytest_specenergy.meters import gpu_info
+from pytest_specenergy.meters.base import EnergyWindow
+from pytest_specenergy.meters.base import EngineHandle
+from pytest_specenergy.meters.base import MeterError
+from pytest_specenergy.meters.power_sampler import PowerSampler
+
+CONTAMINATION_POLICIES = ("warn", "fail", "ignore")
+
+
+class GpuContaminationWarning(UserWarning):
+    """Another process used a measured GPU during the window."""
+
+
+class PowerGapWarning(UserWarning):
+    """The energy counter and the integrated power samples disagree beyond the tolerance."""
+
+
+@dataclass(frozen=True)
+class Device:
+    """One GPU of the engine: NVML index, UUID and handle."""
+
+    index: int
+    uuid: str
+    name: str
+    handle: Any = field(compare=False, repr=False)
+
+
+def resolve_devices(nvml: Any, visible: str | None, device_order: str | None = None) -> list[Device]:
+    """The GPUs a process with this ``CUDA_VISIBLE_DEVICES`` uses (unset = all of them)."""
+    count = int(nvml.nvmlDeviceGetCount())
+    if count == 0:
+        raise MeterError("NVML sees no GPU on this machine; the nvml meter needs one")
+    devices = []
+    for i in range(count):
+        handle = nvml.nvmlDeviceGetHandleByIndex(i)
+        devices.append(Device(i, gpu_info.text(nvml.nvmlDeviceGetUUID(handle)),
+                              gpu_info.text(gpu_info.safe(nvml, "nvmlDeviceGetName", handle) or "?"),
+                              handle))
+    if visible is None:
+        return devices
+    entries = [e.strip() for e in visible.split(",")]
+    if not any(entries):
+        raise MeterError("CUDA_VISIBLE_DEVICES is empty, so the engine sees no GPU to measure")
+    chosen: list[Device] = []
+    by_index = False
+    for entry in entries:
+        if entry.upper().startswith("MIG"):
+            raise MeterError(
+                f"CUDA_VISIBLE_DEVICES names the MIG slice {entry}; NVML cannot measure the "
+                "energy of a MIG slice, only of a whole GPU. Give the engine whole GPUs "
+                "(indices or GPU- UUIDs)")
+        if entry.upper().startswith("GPU-"):
+            # CUDA accepts any unique UUID prefix.
+            matches = [d for d in devices if d.uuid.lower().startswith(entry.lower())]
+            if len(matches) != 1:
+                raise MeterError(
+                    f"CUDA_VISIBLE_DEVICES entry {entry} matches {len(matches)} GPUs; known "
+                    f"UUIDs: {', '.join(d.uuid for d in devices)}")
+            device = matches[0]
+        else:
+            try:
+                index = int(entry)
+            except ValueError:
+                raise MeterError(
+                    f"CUDA_VISIBLE_DEVICES entry {entry!r} is neither a GPU index nor a GPU- "
+                    "UUID") from None
+            if not 0 <= index < count:
+                raise MeterError(
+                    f"CUDA_VISIBLE_DEVICES entry {index} is out of range: NVML sees {count} "
+                    f"GPU(s), indices 0-{count - 1}")
+            device, by_index = devices[index], True
+        if device in chosen:
+            raise MeterError(f"CUDA_VISIBLE_DEVICES lists GPU {device.uuid} twice ({visible})")
+        chosen.append(device)
+    if by_index and device_order != "PCI_BUS_ID" and len({d.name for d in devices}) > 1:
+        # CUDA numbers fastest-first by default, NVML by PCI bus: on mixed boards they differ.
+        raise MeterError(
+            "CUDA_VISIBLE_DEVICES uses indices on a machine with different GPU models, where "
+            "CUDA's default order is not NVML's; set CUDA_DEVICE_ORDER=PCI_BUS_ID or name the "
+            "GPUs by UUID (GPU-...)")
+    return chosen
+
+
+def pid_tree(root: int) -> set[int]:
+    """``root`` and all its descendants, from ``/proc`` (just ``{root}`` elsewhere)."""
+    children: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return {root}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(name))
+    tree, todo = {root}, [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in tree:
+                tree.add(child)
+                todo.append(child)
+    return tree
+
+
+def pid_exists(pid: int) -> bool:
+    """Whether ``pid`` is a process in this PID namespace."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _engine_pid(engine: Any) -> int | None:
+    pid = getattr(engine, "pid", None)
+    if pid is None:
+        pid = getattr(getattr(engine, "process", None), "pid", None)
+    return int(pid) if isinstance(pid, int) else None
+
+
+@dataclass
+class _Window:
+    devices: list[Device]
+    visible: str | None
+    engine_pid: int | None
+    start_mj: list[int]
+    t0: float
+    sampler: PowerSampler
+    before: list[gpu_info.GpuFacts]
+    masks: list[int | None]
+    processes: dict[int, set[int]]
+    closed: bool = False
+
+
+class NvmlMeter:
+    """Measured energy of the GPUs an engine uses (the :class:`Meter` protocol)."""
+
+    kind = "nvml"
+    label = "measured (nvml)"
+
+    def __init__(self, *, nvml_module: Any = None, min_window_s: float = 5.0,
+                 sample_hz: float = 20.0, contamination: str = "warn",
+                 max_power_gap: float = 0.25, clock: Callable[[], float] = time.monotonic,
+                 process_tree: Callable[[int], set[int]] = pid_tree,
+                 process_exists: Callable[[int], bool] = pid_exists) -> None:
+        if contamination not in CONTAMINATION_POLICIES:
+            raise ValueError(f"contamination={contamination!r}; expected one of "
+                             f"{', '.join(CONTAMINATION_POLICIES)}")
+        if min_window_s <= 0:
+            raise ValueError(f"min_window_s={min_window_s} must be positive")
+        self.min_window_s = float(min_window_s)
+        self.sample_hz = float(sample_hz)
+        if self.sample_hz < 10.0:
+            raise ValueError(f"sample_hz={sample_hz}: the power cross-check needs >= 10 Hz")
+        self.contamination = contamination
+        self.max_power_gap = max_power_gap
+        self._clock = clock
+        self._process_tree = process_tree
+        self._process_exists = process_exists
+        self._nvml = gpu_info.load_nvml(nvml_module)
+        self._closed = False
+        try:
+            count = int(self._nvml.nvmlDeviceGetCount())
+        except Exception as exc:  # noqa: BLE001
+            self.close()
+            reason = gpu_info.nvml_reason(self._nvml, exc)
+            raise MeterError(f"NVML could not count GPUs: {reason}") from exc
+        if count == 0:
+            self.close()
+            raise MeterError("NVML started but sees no GPU; the nvml meter needs one")
+        self._driver = gpu_info.driver_version(self._nvml)
+
+    @classmethod
+    def open(cls, **kwargs: Any) -> NvmlMeter:
+        """The meter, or :class:`MeterError` saying why NVML cannot measure here."""
+        return cls(**kwargs)
+
+    def describe(self) -> dict[str, Any]:
+        """The machine: driver, NVML version, every GPU's facts, and the meter's settings."""
+        nvml = self._nvml
+        gpus = [gpu_info.read_facts(nvml, nvml.nvmlDeviceGetHandleByIndex(i), i, self._driver)
+                for i in range(int(nvml.nvmlDeviceGetCount()))]
+        version = gpu_info.safe(nvml, "nvmlSystemGetNVMLVersion")
+        return {"kind": self.kind, "label": self.label, "driver": self._driver,
+                "nvml_version": None if version is None else gpu_info.text(version),
+                "gpus": [g.as_dict() for g in gpus], "min_window_s": self.min_window_s,
+                "sample_hz": self.sample_hz, "contamination": self.contamination}
+
+    def _energy_mj(self, device: Device) -> int:
+        try:
+            return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(device.handle))
+        except Exception as exc:  # noqa: BLE001
+            raise MeterError(
+                f"GPU {device.index} {device.name} ({device.uuid}) has no readable total-energy "
+                f"counter: {gpu_info.nvml_reason(self._nvml, exc)}; it needs a Volta or newer "
+                "GPU with a driver that supports nvmlDeviceGetTotalEnergyConsumption") from exc
+
+    def _processes(self, devices: list[Device]) -> dict[int, set[int]]:
+        found: dict[int, set[int]] = {}
+        for device in devices:
+            procs = gpu_info.safe(self._nvml, "nvmlDeviceGetComputeRunningProcesses", device.handle)
+            found[device.index] = {int(p.pid) for p in procs or []}
+        return found
+
+    def start(self, engine: EngineHandle) -> _Window:
+        """Read every counter of the engine's GPUs and start the power sampler."""
+        if self._closed:
+            raise MeterError("the nvml meter was closed; open a new one")
+        env: Mapping[str, str] = getattr(engine, "env", None) or os.environ
+        visible = env.get("CUDA_VISIBLE_DEVICES")
+        devices = resolve_devices(self._nvml, visible, env.get("CUDA_DEVICE_ORDER"))
+        pid = _engine_pid(engine)
+        processes = self._processes(devices)
+        if self.contamination == "fail":
+            self._contamination(devices, pid, processes, at_start=True)
+        before = [gpu_info.read_facts(self._nvml, d.handle, d.index, self._driver) for d in devices]
+        masks = [gpu_info.clock_event_mask(self._nvml, d.handle) for d in devices]
+        sampler = PowerSampler(self._nvml, [d.handle for d in devices], self.sample_hz, self._clock)
+        start_mj = [self._energy_mj(d) for d in devices]
+        t0 = self._clock()
+        sampler.start()
+        return _Window(devices, visible, pid, start_mj, t0, sampler, before, masks, processes)
+
+    def stop(self, token: _Window) -> EnergyWindow:
+        """Close the window: counter deltas, checks, and the facts of every GPU."""
+        if token.closed:
+            raise MeterError("this nvml window was already stopped")
+        token.closed = True
+        sampled = token.sampler.stop()
+        end_mj = [self._energy_mj(d) for d in token.devices]
+        seconds = self._clock() - token.t0
+        deltas = [end - start for start, end in zip(token.start_mj, end_mj)]
+        for device, start, end in zip(token.devices, token.start_mj, end_mj):
+            if end < start:
+                raise MeterError(
+                    f"the energy counter of GPU {device.index} ({device.uuid}) went backwards "
+                    f"({start} -> {end} mJ): the driver was reloaded or the GPU reset during "
+                    "the window; the window is discarded, run it again")
+        if seconds < self.min_window_s:
+            raise MeterError(
+                f"energy window too short: {seconds:.2f} s < min_window_s {self.min_window_s:g} s; "
+                "the board counter updates about every 100 ms and its sensor is only accurate "
+                "over several seconds - repeat the workload until the window is long enough")
+        if not any(deltas):
+            raise MeterError(
+                f"the energy counters did not advance over {seconds:.1f} s on "
+                f"{', '.join(d.uuid for d in token.devices)}; the counter is stuck or unsupported")
+        joules = sum(deltas) / 1000.0
+        gap = (sampled.joules - joules) / joules
+        if abs(gap) > self.max_power_gap:
+            warnings.warn(PowerGapWarning(
+                f"sampled power integrates to {sampled.joules:.1f} J but the energy counter says "
+                f"{joules:.1f} J ({gap:+.1%}, tolerance {self.max_power_gap:.0%}); the window "
+                "is suspect"), stacklevel=2)
+        processes = self._processes(token.devices)
+        for index, pids in token.processes.items():
+            processes[index] = processes.get(index, set()) | pids
+        contamination = self._contamination(token.devices, token.engine_pid, processes)
+        gpus = []
+        for i, device in enumerate(token.devices):
+            after = gpu_info.read_facts(self._nvml, device.handle, device.index, self._driver)
+            mask = (token.masks[i] or 0) | (gpu_info.clock_event_mask(self._nvml, device.handle) or 0)
+            reasons = gpu_info.decode_clock_events(mask)
+            gpus.append({
+                **token.before[i].as_dict(),
+                "energy_j": deltas[i] / 1000.0,
+                "sampled_energy_j": sampled.joules_per_gpu[i],
+                "sm_clock_mhz": {"before": token.before[i].sm_clock_mhz, "after": after.sm_clock_mhz},
+                "mem_clock_mhz": {"before": token.before[i].mem_clock_mhz,
+                                  "after": after.mem_clock_mhz},
+                "temperature_c": {"before": token.before[i].temperature_c,
+                                  "after": after.temperature_c},
+                "throttle_reasons": reasons,
+                "slowed_down": bool(gpu_info.SLOWDOWN_REASONS & set(reasons)),
+            })
+        details = {
+            "gpus": gpus, "driver": self._driver, "cuda_visible_devices": token.visible,
+            "power_gap": gap,
+            "sampler": {"source": sampled.source, "hz_requested": sampled.hz_requested,
+                        "hz_achieved": sampled.hz_achieved, "samples": sampled.samples,
+                        "energy_j": sampled.joules, "errors": sampled.errors},
+            "contamination": contamination,
+        }
+        return EnergyWindow(joules=joules, seconds=seconds, source=self.label, details=details)
+
+    def _contamination(self, devices: list[Device], pid: int | None,
+                       processes: dict[int, set[int]], at_start: bool = False) -> dict[str, Any]:
+        """Other processes on the engine's GPUs, and what the policy does about them."""
+        listed = {p for pids in processes.values() for p in pids}
+        report: dict[str, Any] = {"policy": self.contamination, "engine_pid": pid,
+                                  "other_processes": [], "status": "clean"}
+        if pid is None:
+            report["status"] = "unchecked: the engine handle has no pid"
+            return report
+        ours = self._process_tree(pid)
+        if listed and not listed & ours and not any(map(self._process_exists, listed)):
+            # NVML reports host PIDs; inside a container's own PID namespace none of them
+            # exists here, so the engine's processes cannot be told from anyone else's.
+            report["status"] = "unattributable"
+            report["other_processes"] = sorted(listed)
+            if self.contamination != "ignore" and not at_start:
+                warnings.warn(GpuContaminationWarning(
+                    f"NVML lists processes {sorted(listed)} on the measured GPUs but none belongs "
+                    f"to the engine (pid {pid}); in a container without the host PID namespace "
+                    "they cannot be told apart - run with --pid=host to enable this check"),
+                    stacklevel=3)
+            return report
+        others = [{"pid": p, "gpu": d.uuid, "this_pytest": p == os.getpid()}
+                  for d in devices for p in sorted(processes.get(d.index, set()) - ours)]
+        if not others:
+            return report
+        report["status"] = "contaminated"
+        report["other_processes"] = others
+        listing = ", ".join(f"pid {o['pid']} on {o['gpu']}" for o in others)
+        message = (f"other processes use the measured GPU(s) during the window: {listing}; "
+                   "their energy is counted too. Free the GPU, or set the contamination policy "
+                   "to 'ignore' if this is expected")
+        if self.contamination == "fail":
+            raise MeterError(message)
+        if self.contamination == "warn" and not at_start:
+            warnings.warn(GpuContaminationWarning(message), stacklevel=3)
+        return report
+
+    def close(self) -> None:
+        """Shut NVML down (once)."""
+        if not self._closed:
+            self._closed = True
+            gpu_info.safe(self._nvml, "nvmlShutdown")

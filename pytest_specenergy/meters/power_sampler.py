@@ -1,0 +1,140 @@
+"""A power-sampling thread: the cross-check for the board energy counter.
+
+The counter is the measurement; integrating sampled power is an independent estimate whose
+disagreement flags a suspect window (Zeus #181 saw the two differ by tens of percent,
+shared/reference/energy-measurement.md s.1.8). Instantaneous power
+(``NVML_FI_DEV_POWER_INSTANT``) is preferred because ``nvmlDeviceGetPowerUsage`` is a 1-second
+average on Ampere and newer; the average is the fallback when the field is unsupported. A
+thread, never a subprocess: SGLang's shutdown kills sibling processes (sglang-api.md s.4).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+from typing import Callable
+from typing import Sequence
+
+MIN_HZ = 10.0
+SOURCE_INSTANT = "instant (NVML_FI_DEV_POWER_INSTANT)"
+SOURCE_AVERAGE = "average (nvmlDeviceGetPowerUsage)"
+_UNION_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
+                 6: "usVal"}
+
+
+def integrate_trapezoid(times: Sequence[float], watts: Sequence[float]) -> float:
+    """Joules under the piecewise-linear power curve through the samples."""
+    if len(times) != len(watts):
+        raise ValueError(f"{len(times)} times but {len(watts)} power values")
+    return sum((times[i + 1] - times[i]) * (watts[i + 1] + watts[i]) / 2.0
+               for i in range(len(times) - 1))
+
+
+@dataclass(frozen=True)
+class SamplerResult:
+    """What the sampler saw over one window."""
+
+    samples: int
+    seconds: float
+    hz_requested: float
+    hz_achieved: float | None
+    joules_per_gpu: tuple[float, ...]
+    source: str
+    errors: int
+
+    @property
+    def joules(self) -> float:
+        """Energy summed over the sampled GPUs."""
+        return sum(self.joules_per_gpu)
+
+
+def _instant_reader(nvml: Any, handle: Any) -> Callable[[], float] | None:
+    field = getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)
+    if field is None or not hasattr(nvml, "nvmlDeviceGetFieldValues"):
+        return None
+
+    def read() -> float:
+        value = nvml.nvmlDeviceGetFieldValues(handle, [field])[0]
+        if value.nvmlReturn != getattr(nvml, "NVML_SUCCESS", 0):
+            raise RuntimeError(f"NVML field {field} returned {value.nvmlReturn}")
+        member = _UNION_MEMBER.get(int(value.valueType), "uiVal")
+        return float(getattr(value.value, member)) / 1000.0  # mW
+
+    try:
+        read()
+    except Exception:  # noqa: BLE001 - unsupported on this board or driver
+        return None
+    return read
+
+
+def _average_reader(nvml: Any, handle: Any) -> Callable[[], float]:
+    return lambda: float(nvml.nvmlDeviceGetPowerUsage(handle)) / 1000.0  # mW
+
+
+class PowerSampler:
+    """Samples the power of ``handles`` at ``hz`` on a daemon thread between start and stop."""
+
+    def __init__(self, nvml: Any, handles: Sequence[Any], hz: float = 20.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if hz < MIN_HZ:
+            raise ValueError(f"power sampling at {hz} Hz is too coarse; use >= {MIN_HZ:g} Hz")
+        self.hz = hz
+        self._clock = clock
+        self._readers: list[Callable[[], float]] = []
+        sources = []
+        for handle in handles:
+            reader = _instant_reader(nvml, handle)
+            sources.append(SOURCE_INSTANT if reader else SOURCE_AVERAGE)
+            self._readers.append(reader or _average_reader(nvml, handle))
+        self.source = " + ".join(sorted(set(sources))) or SOURCE_AVERAGE
+        self._times: list[float] = []
+        self._watts: list[tuple[float, ...]] = []
+        self._errors = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        try:
+            watts = tuple(read() for read in self._readers)
+        except Exception:  # noqa: BLE001 - one failed read drops one sample, not the window
+            with self._lock:
+                self._errors += 1
+            return
+        now = self._clock()
+        with self._lock:
+            self._times.append(now)
+            self._watts.append(watts)
+
+    def _run(self) -> None:
+        interval = 1.0 / self.hz
+        while not self._stop.wait(interval):
+            self._sample()
+
+    def start(self) -> None:
+        """Take the first sample now (the window's left edge) and start the thread."""
+        self._sample()
+        self._thread = threading.Thread(target=self._run, name="specenergy-power-sampler",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> SamplerResult:
+        """Stop the thread, take the last sample now (the right edge), and integrate."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        self._sample()
+        with self._lock:
+            order = sorted(range(len(self._times)), key=self._times.__getitem__)
+            times = [self._times[i] for i in order]
+            watts = [self._watts[i] for i in order]
+            errors = self._errors
+        seconds = times[-1] - times[0] if len(times) > 1 else 0.0
+        per_gpu = tuple(integrate_trapezoid(times, [w[g] for w in watts])
+                        for g in range(len(self._readers)))
+        return SamplerResult(
+            samples=len(times), seconds=seconds, hz_requested=self.hz,
+            hz_achieved=(len(times) - 1) / seconds if seconds > 0 else None,
+            joules_per_gpu=per_gpu, source=self.source, errors=errors)

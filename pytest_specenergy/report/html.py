@@ -1,0 +1,297 @@
+"""A single self-contained HTML report of a run: inline CSS, inline SVG figures, no scripts.
+
+The file opens offline and from any path: nothing is fetched. Every string that comes from a
+run document (case ids, model names, corpus names, check messages, machine details, ...) goes
+through :func:`_e` (``html.escape`` with quotes) and every attribute is double-quoted, because
+a corpus or model name is user input and a report is something people open in a browser.
+Figures come from :mod:`pytest_specenergy.report.plots`; matplotlib escapes the text it writes
+into SVG, and the tests check that too.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+from typing import Callable
+from typing import Iterable
+from typing import Mapping
+from typing import Sequence
+
+from pytest_specenergy.report import plots as _plots
+from pytest_specenergy.report.model import DEFAULT_THRESHOLD
+from pytest_specenergy.report.model import CaseDelta
+from pytest_specenergy.report.model import ReportRow
+from pytest_specenergy.report.model import compare_documents
+from pytest_specenergy.report.model import detect_steps
+from pytest_specenergy.report.model import fmt
+from pytest_specenergy.report.model import fmt_change
+from pytest_specenergy.report.model import history_series
+from pytest_specenergy.report.model import latency_choices
+from pytest_specenergy.report.model import rows_from_document
+from pytest_specenergy.report.model import sources
+from pytest_specenergy.report.model import worse_direction
+
+DEFAULT_TITLE = "pytest-specenergy report"
+TABLES_ONLY_NOTE = ("Figures are not shown: matplotlib is not installed "
+                    "(pip install 'pytest-specenergy[report]'); tables only.")
+PLOTS_OFF_NOTE = "Figures are turned off for this report; tables only."
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#1b1b1b;background:#fff}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+.sub{color:#555;margin-bottom:16px}
+table{border-collapse:collapse;margin:8px 0;font-size:13px}
+th,td{border:1px solid #d6d6d6;padding:3px 7px;text-align:left;vertical-align:top}
+th{background:#f3f4f6;position:sticky;top:0}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+tr.fail td{background:#fdecec}tr.warn td{background:#fff7e0}
+tr.regressed td{background:#fff4f4}td.regressed,tr.regressed td.regressed{background:#f8c9c9}
+td.improved{background:#d9f0d9}td:first-child{white-space:nowrap}
+.badge{display:inline-block;border-radius:3px;padding:0 5px;margin:1px;font-size:12px;white-space:nowrap}
+.b-fail{background:#b3261e;color:#fff}.b-warn{background:#f0ad00;color:#000}
+.b-src{background:#e6eefc;color:#123}.b-ok{background:#1e7d34;color:#fff}
+.b-regressed{background:#b3261e;color:#fff}.b-improved{background:#1e7d34;color:#fff}
+.b-other{background:#ddd;color:#000}
+.note{background:#fff7e0;border:1px solid #f0d080;padding:6px 10px;margin:8px 0}
+figure{margin:12px 0 20px}figcaption{color:#555;font-size:13px}
+svg{max-width:100%;height:auto}
+code{font-size:12px}
+"""
+
+
+def _e(value: object) -> str:
+    """Escape any run string for HTML text and double-quoted attributes."""
+    return html.escape(str(value), quote=True)
+
+
+def _badge(text: object, kind: str, title: object = "") -> str:
+    tip = f' title="{_e(title)}"' if title else ""
+    return f'<span class="badge b-{_e(kind)}"{tip}>{_e(text)}</span>'
+
+
+def _table(headers: Sequence[str], rows: Iterable[tuple[str, Sequence[str]]]) -> str:
+    """``rows`` are (row class, already-escaped cells); numeric cells are marked by the caller."""
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join(f'<tr class="{_e(cls)}">' + "".join(cells) + "</tr>" for cls, cells in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _td(value: object) -> str:
+    return f"<td>{_e(value)}</td>"
+
+
+def _num(metric: str, value: float | int | None) -> str:
+    return f'<td class="num">{_e(fmt(metric, value))}</td>'
+
+
+def _checks_cell(row: ReportRow) -> str:
+    if not row.checks:
+        return "<td>" + _badge("ok", "ok") + "</td>"
+    return "<td>" + "".join(_badge(c.name, c.severity, c.message) for c in row.checks) + "</td>"
+
+
+def _row_class(row: ReportRow) -> str:
+    return "fail" if row.failed else "warn" if row.tripped else ""
+
+
+def _summary(run: Mapping[str, Any], rows: Sequence[ReportRow],
+             deltas: Sequence[CaseDelta] | None) -> str:
+    fails = sum(1 for r in rows if r.failed)
+    warns = sum(1 for r in rows if r.tripped and not r.failed)
+    facts = [
+        ("cases", str(len(rows))),
+        ("models", ", ".join(sorted({r.model for r in rows}))),
+        ("drafters", ", ".join(sorted({r.drafter_id for r in rows}))),
+        ("batches", ", ".join(str(b) for b in sorted({r.batch for r in rows
+                                                       if r.batch is not None}))),
+        ("corpora", ", ".join(sorted({r.corpus for r in rows}))),
+        ("cases with a failed check", str(fails)),
+        ("cases with a warning only", str(warns)),
+        ("engine starts", str(run.get("engine_starts", "n/a"))),
+        ("plugin version", str(run.get("plugin_version", "n/a"))),
+        ("run at", str(run.get("datetime", "n/a"))),
+    ]
+    if deltas is not None:
+        regressed = sum(1 for d in deltas if d.regressed)
+        facts.append(("regressions vs baseline", f"{regressed} of {len(deltas)} cases"))
+    out = [_table(["", ""], (("", [f"<th>{_e(k)}</th>", _td(v)]) for k, v in facts))]
+    out.append("<p>Sources: " + " ".join(_badge(s, "src") for s in sources(rows)) + "</p>")
+    machine = run.get("machine_info") or {}
+    if isinstance(machine, Mapping) and machine:
+        out.append("<h3>Machine</h3>" + _table(["key", "value"], (
+            ("", [_td(k), _td(_plain(v))]) for k, v in machine.items())))
+    meters = run.get("meters") or {}
+    if isinstance(meters, Mapping) and meters:
+        out.append("<h3>Meters</h3>" + _table(["meter", "description"], (
+            ("", [_td(k), _td(_plain(v))]) for k, v in meters.items())))
+    return "".join(out)
+
+
+def _plain(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
+def _figures(rows: Sequence[ReportRow], history: Sequence[Mapping[str, Any]],
+             targets: Sequence[float]) -> str:
+    figs: list[tuple[str, Callable[[], str]]] = [
+        ("Energy per token vs batch: one line per drafter, the dashed line is the "
+         "non-speculative baseline.", lambda: _plots.energy_vs_batch_svg(rows)),
+        ("Energy saving vs batch: above the break-even line speculation saves energy, below it "
+         "costs energy.", lambda: _plots.saving_vs_batch_svg(rows)),
+        ("Accept length by corpus per drafter.", lambda: _plots.accept_length_svg(rows)),
+        ("Time between tokens vs energy per token; vertical lines are latency targets, the "
+         "ringed point is the lowest-energy configuration meeting each.",
+         lambda: _plots.latency_svg(rows, targets)),
+    ]
+    if len(history) >= 2:
+        figs.append(("History of key metrics across stored runs; triangles mark detected steps.",
+                     lambda: _plots.history_svg(history)))
+    if not rows:
+        return '<p class="note">No results in this run: nothing to draw.</p>'
+    out = []
+    for caption, make in figs:
+        try:
+            svg = make()
+        except Exception as exc:  # a figure must never cost the user the tables
+            out.append(f'<p class="note">Figure not drawn ({_e(caption)}): '
+                       f"{_e(type(exc).__name__)}: {_e(exc)}</p>")
+            continue
+        out.append(f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>")
+    return "".join(out)
+
+
+def _latency_table(rows: Sequence[ReportRow], targets: Sequence[float]) -> str:
+    body = []
+    for c in latency_choices(rows, targets):
+        p = c.choice
+        cells = [_td(c.model), _td(c.corpus), _td(f"{c.target_ms:g} ms")]
+        if p is None:
+            cells += [_td("no configuration meets it"), _td(""), _td(""), _td("")]
+        else:
+            cells += [_td(p.label), _num("energy_per_token", p.energy_per_token),
+                      _num("tbt_ms", p.tbt_ms), "<td>" + _badge(p.source, "src") + "</td>"]
+        body.append(("", cells))
+    return _table(["model", "corpus", "TBT target", "lowest-energy configuration",
+                   "J/token", "TBT (ms)", "source"], body)
+
+
+_CASE_HEADERS = ["case", "model", "drafter", "batch", "corpus", "source", "baseline J/token",
+                 "spec J/token", "energy saving", "accept length", "acceptance rate",
+                 "verified/step", "baseline TBT (ms)", "spec TBT (ms)", "speedup",
+                 "exact match", "logprob gap", "checks"]
+
+
+def _case_table(rows: Sequence[ReportRow]) -> str:
+    body = []
+    for r in rows:
+        cells = [_td(r.case_id), _td(r.model),
+                 f'<td title="{_e(r.drafter_name)}">{_e(r.drafter_id)}</td>',
+                 _num("batch", r.batch), _td(r.corpus),
+                 "<td>" + _badge(r.source, "src") + "</td>",
+                 _num("energy_per_token", r.baseline_energy_per_token),
+                 _num("energy_per_token", r.energy_per_token),
+                 _num("energy_saving", r.energy_saving), _num("accept_length", r.accept_length),
+                 _num("acceptance_rate", r.acceptance_rate),
+                 _num("verified_per_step", r.verified_per_step),
+                 _num("tbt_ms", r.baseline_tbt_ms), _num("tbt_ms", r.tbt_ms),
+                 _num("speedup", r.speedup), _num("exact_fraction", r.exact_fraction),
+                 _num("logprob_gap", r.logprob_gap), _checks_cell(r)]
+        body.append((_row_class(r), cells))
+    return _table(_CASE_HEADERS, body)
+
+
+def _status_kind(status: str) -> str:
+    return status if status in ("regressed", "improved") else "other"
+
+
+_ARROW = {"up": "\u2191", "down": "\u2193", "-": ""}
+
+
+def _comparison_table(deltas: Sequence[CaseDelta]) -> str:
+    """One row per case; each metric cell is ``baseline -> current`` over the change, shaded
+    by its own status so the worse metric stands out in a regressed row."""
+    metrics = [c.metric for c in deltas[0].changes] if deltas else []
+    body = []
+    for d in deltas:
+        cells = [_td(d.case_id), f"<td>{_badge(d.status, _status_kind(d.status))}</td>",
+                 f"<td>{_badge(d.baseline_source or '-', 'src')} &rarr; "
+                 f"{_badge(d.source or '-', 'src')}</td>"]
+        for c in d.changes:
+            tip = f"{c.metric}: {c.status}{' (gate verdict)' if c.explicit else ''}"
+            cells.append(f'<td class="num {_e(c.status)}" title="{_e(tip)}">'
+                         f"{_e(fmt(c.metric, c.baseline))} &rarr; {_e(fmt(c.metric, c.current))}"
+                         f"<br><b>{_e(fmt_change(c))}</b>{' (gate)' if c.explicit else ''}</td>")
+        body.append((d.status if d.status in ("regressed", "improved") else "", cells))
+    headers = ["case", "status", "source (baseline \u2192 current)"] + [
+        f"{m} ({_ARROW[worse_direction(m)]} worse)" for m in metrics]
+    return _table(headers, body)
+
+
+def _history_steps(history: Sequence[Mapping[str, Any]], threshold: float) -> str:
+    body = []
+    for metric, _label, relative in _plots.HISTORY_METRICS:
+        for case_id, values in history_series(history, metric).items():
+            for s in detect_steps(values, threshold, relative=relative):
+                when = history[s.index].get("datetime", f"run {s.index}")
+                change = f"{s.change:+.1%}" if relative else f"{s.change * 100:+.1f} pts"
+                body.append(("", [_td(case_id), _td(metric), _td(when), _num(metric, s.before),
+                                  _num(metric, s.after), f'<td class="num">{_e(change)}</td>']))
+    if not body:
+        return f"<p>No step of {threshold:.0%} or more in {len(history)} runs.</p>"
+    return _table(["case", "metric", "first run at new level", "before (median)",
+                   "after (median)", "change"], body)
+
+
+def _checks_detail(rows: Sequence[ReportRow]) -> str:
+    body = [("fail" if c.severity == "fail" else "warn",
+             [_td(r.case_id), "<td>" + _badge(c.severity, c.severity) + "</td>", _td(c.name),
+              _td(c.message), "<td>" + _badge(r.source, "src") + "</td>"])
+            for r in rows for c in r.checks]
+    if not body:
+        return "<p>No validity check tripped.</p>"
+    return _table(["case", "severity", "check", "message", "source"], body)
+
+
+def render_html(run: Mapping[str, Any], baseline: Mapping[str, Any] | None = None,
+                history: Sequence[Mapping[str, Any]] = (),
+                latency_targets_ms: Sequence[float] = (25.0, 10.0),
+                title: str = DEFAULT_TITLE, plots: bool | None = None,
+                threshold: float = DEFAULT_THRESHOLD) -> str:
+    """One self-contained HTML page for ``run`` (a run document).
+
+    ``baseline``: a run document to compare against (regressions first). ``history``: stored
+    run documents, oldest first; ``run`` is appended as the latest unless it is already last.
+    ``plots``: None draws figures when matplotlib is installed, False never draws them.
+    ``threshold``: relative change (points for savings and rates) that counts as a regression
+    when a record carries no gate verdict.
+    """
+    rows = rows_from_document(run)
+    deltas = compare_documents(run, baseline, threshold) if baseline is not None else None
+    hist = list(history)
+    if hist and hist[-1] is not run and hist[-1] != run:
+        hist.append(run)
+    draw = _plots.plots_available() if plots is None else plots and _plots.plots_available()
+    parts = [f"<h1>{_e(title)}</h1>",
+             f'<div class="sub">{len(rows)} cases &middot; '
+             + " ".join(_badge(s, "src") for s in sources(rows)) + "</div>",
+             "<h2>Summary</h2>", _summary(run, rows, deltas), "<h2>Figures</h2>"]
+    if draw:
+        parts.append(_figures(rows, hist, latency_targets_ms))
+    else:
+        note = PLOTS_OFF_NOTE if plots is False else TABLES_ONLY_NOTE
+        parts.append(f'<p class="note">{_e(note)}</p>')
+    parts += ["<h2>Latency targets</h2>", _latency_table(rows, latency_targets_ms),
+              "<h2>Cases</h2>", _case_table(rows)]
+    if deltas is not None:
+        parts += [f"<h2>Baseline comparison</h2><p>Baseline run at "
+                  f"{_e(baseline.get('datetime', 'n/a'))}; threshold {threshold:.0%} "
+                  f"(percentage points for savings and rates) unless the gate gave a verdict; "
+                  f"regressions first.</p>", _comparison_table(deltas)]
+    if len(hist) >= 2:
+        parts += ["<h2>History</h2>", _history_steps(hist, threshold)]
+    parts += ["<h2>Checks</h2>", _checks_detail(rows)]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+            + "\n".join(parts) + "</body></html>\n")

@@ -1,0 +1,1 @@
+"""Test doubles for what cannot run on CI machines (NVML); imported explicitly by tests."""
