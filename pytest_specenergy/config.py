@@ -54,6 +54,21 @@ def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
+def _validated(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse ``type=`` that checks a value early but keeps the text for later parsing."""
+    def check(text: str) -> str:
+        parse(text)
+        return text
+
+    return check
+
+
+def _fail_expr(text: str) -> Any:
+    from pytest_specenergy.failexpr import parse_fail_expr
+
+    return parse_fail_expr(text)
+
+
 def _meter(text: str) -> str:
     if text in METER_CHOICES or text.startswith("modeled:"):
         return text
@@ -79,6 +94,33 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("fault", "", "comma-separated reference-server fault switches injected into every "
             "reference engine (skip-state-rollback, wrong-accept-count, stale-draft-cache): they "
             "exist so a suite can prove its checks catch each bug class"),
+    _Option("storage", ".specenergy", "folder of the run history (runs keyed by machine)"),
+    _Option("save", "", "save this run in the history under NAME (e.g. main)"),
+    _Option("autosave", False, "save this run in the history under the name 'auto'",
+            action="store_true"),
+    _Option("compare", "", "compare each case with a stored run: last, NAME, NNNN or PATH"),
+    _Option("compare-fail", "", "a regression limit METRIC[:STAT]:LIMIT, e.g. energy:5% or "
+            "accept_length:0.1 (repeatable; ini: one per line)", parse=_fail_expr, action="append"),
+    _Option("alpha", 0.01, "significance level for a regression (Mann-Whitney U / bootstrap)",
+            float),
+    _Option("max-repeats", 0, "repeat cap for an INCONCLUSIVE case (default: 3 x repeats)",
+            _non_negative_int),
+    _Option("inconclusive", "warn", "what a case still INCONCLUSIVE at the cap does: fail, "
+            "warn or xfail", _choice(("fail", "warn", "xfail"))),
+    _Option("incomparable", "warn", "what a case whose baseline ran on another machine key, "
+            "meter, engine version or CUDA-graph setting does: fail, warn or skip",
+            _choice(("fail", "warn", "skip"))),
+    _Option("missing-baseline", "warn", "what a case without a baseline does: fail, warn or skip",
+            _choice(("fail", "warn", "skip"))),
+    _Option("baselines", "specenergy_baselines", "folder of committed golden baselines, one "
+            "file per test, under a folder per machine key"),
+    _Option("golden", "", "use committed golden baselines: check (missing ones are created and "
+            "fail), update (also rewrite mismatching ones, failing them), regen-all (rewrite all, "
+            "pass), new-only (write missing ones only)",
+            _choice(("check", "update", "regen-all", "new-only"))),
+    _Option("xdist", "off", "under pytest-xdist: per-gpu (one GPU per worker, pinned by "
+            "CUDA_VISIBLE_DEVICES; on CPU each worker runs its own servers) or off (spec_pair "
+            "tests are skipped, with one warning)", _choice(("per-gpu", "off"))),
     _Option("dry-run", False, "collect the cases and print each matched pair's two server "
             "commands and what differs; start nothing", action="store_true"),
 )
@@ -89,7 +131,11 @@ def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("specenergy", "energy regression testing for speculative decoding")
     for opt in OPTIONS:
         dest = "specenergy_" + opt.name.replace("-", "_")
-        if opt.action:
+        if opt.action == "append":
+            group.addoption(f"--specenergy-{opt.name}", action="append", dest=dest, default=None,
+                            metavar="EXPR", type=_validated(opt.parse), help=opt.help)
+            parser.addini(dest, opt.help, type="linelist", default=[])
+        elif opt.action:
             group.addoption(f"--specenergy-{opt.name}", action=opt.action, dest=dest,
                             default=None, help=opt.help)
             parser.addini(dest, opt.help, type="bool", default=opt.default)
@@ -98,6 +144,11 @@ def add_options(parser: pytest.Parser) -> None:
                             metavar=opt.name.upper().replace("-", "_"),
                             help=f"{opt.help} (default: {opt.default!r})")
             parser.addini(dest, opt.help, default=None)
+
+
+def _under(root: Path, path: str) -> Path:
+    expanded = Path(os.path.expanduser(str(path)))
+    return expanded if expanded.is_absolute() else root / expanded
 
 
 @dataclass(frozen=True)
@@ -114,6 +165,19 @@ class SpecEnergyConfig:
     json: Path | None
     checks: str
     faults: tuple[str, ...]
+    storage: Path
+    save: str | None
+    autosave: bool
+    compare: str | None
+    compare_fail: tuple[Any, ...]
+    alpha: float
+    max_repeats: int
+    inconclusive: str
+    incomparable: str
+    missing_baseline: str
+    baselines: Path
+    golden: str | None
+    xdist: str
     dry_run: bool
     rootdir: Path
 
@@ -128,6 +192,13 @@ class SpecEnergyConfig:
             if raw is None:
                 raw = config.getini(dest)
                 where = f"ini option {dest}"
+            if opt.action == "append":
+                items = raw or []
+                try:
+                    values[dest] = tuple(opt.parse(str(item)) for item in items)
+                except ValueError as exc:
+                    raise pytest.UsageError(f"{where}: {exc}") from None
+                continue
             if raw is None or raw == "":
                 values[dest] = opt.default
                 continue
@@ -152,6 +223,19 @@ class SpecEnergyConfig:
             json=Path(json_path) if json_path else None,
             checks=values["specenergy_checks"],
             faults=tuple(f.strip() for f in str(values["specenergy_fault"]).split(",") if f.strip()),
+            storage=_under(rootdir, values["specenergy_storage"]),
+            save=values["specenergy_save"] or None,
+            autosave=values["specenergy_autosave"],
+            compare=values["specenergy_compare"] or None,
+            compare_fail=values["specenergy_compare_fail"],
+            alpha=values["specenergy_alpha"],
+            max_repeats=values["specenergy_max_repeats"] or 3 * values["specenergy_repeats"],
+            inconclusive=values["specenergy_inconclusive"],
+            incomparable=values["specenergy_incomparable"],
+            missing_baseline=values["specenergy_missing_baseline"],
+            baselines=_under(rootdir, values["specenergy_baselines"]),
+            golden=values["specenergy_golden"] or None,
+            xdist=values["specenergy_xdist"],
             dry_run=values["specenergy_dry_run"],
             rootdir=rootdir,
         )

@@ -6,14 +6,17 @@ from dataclasses import dataclass
 
 import pytest
 
+from pytest_specenergy import xdist_support
 from pytest_specenergy.cases import Case
+from pytest_specenergy.gating import Gatekeeper
 from pytest_specenergy.meters.base import MeterError
 from pytest_specenergy.results import PairResult
 from pytest_specenergy.session import SpecEnergySession
 
 SESSION_KEY = pytest.StashKey[SpecEnergySession]()
-#: The pair a test measured, for the post-call validity checks.
+#: The pair a test measured, for the post-call validity checks and the gate.
 PAIR_KEY = pytest.StashKey[PairResult]()
+GATE_KEY = pytest.StashKey[Gatekeeper]()
 
 
 @dataclass
@@ -53,4 +56,7 @@ def specenergy_case(request: pytest.FixtureRequest) -> Case:
 def spec_pair(specenergy_case: Case, specenergy: SpecEnergySession,
               request: pytest.FixtureRequest) -> SpecPair:
     """The matched pair (speculative engine + its non-speculative twin) for this case."""
+    if xdist_support.is_worker(request.config) and specenergy.config.xdist == "off":
+        pytest.skip("specenergy: energy is not measured under pytest-xdist without "
+                    "--specenergy-xdist=per-gpu (workers would share a GPU)")
     return SpecPair(specenergy_case, specenergy, request.node)

@@ -7,20 +7,25 @@ from typing import Any
 import pytest
 
 from pytest_specenergy import hookspec
+from pytest_specenergy import storage
+from pytest_specenergy import xdist_support
 from pytest_specenergy.atomic import write_json_atomic
 from pytest_specenergy.config import SpecEnergyConfig
 from pytest_specenergy.config import add_options
+from pytest_specenergy.fixtures import GATE_KEY
 from pytest_specenergy.fixtures import PAIR_KEY
 from pytest_specenergy.fixtures import SESSION_KEY
 from pytest_specenergy.fixtures import spec_pair  # noqa: F401  (fixture registration)
 from pytest_specenergy.fixtures import specenergy  # noqa: F401
 from pytest_specenergy.fixtures import specenergy_case  # noqa: F401
+from pytest_specenergy.gating import Gatekeeper
+from pytest_specenergy.item_outcome import settle
 from pytest_specenergy.markers import MARKERS
 from pytest_specenergy.markers import MarkerError
 from pytest_specenergy.markers import build_cases
 from pytest_specenergy.report.json_out import build_document
 from pytest_specenergy.report.terminal import render_table
-from pytest_specenergy.results import SpecEnergyAssertionError
+from pytest_specenergy.report.terminal import verdict_line
 from pytest_specenergy.session import SpecEnergySession
 
 
@@ -35,8 +40,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for help_line in MARKERS.values():
         config.addinivalue_line("markers", help_line)
-    config.stash[SESSION_KEY] = SpecEnergySession(SpecEnergyConfig.from_pytest_config(config),
-                                                  config.hook)
+    options = SpecEnergyConfig.from_pytest_config(config)
+    if xdist_support.is_worker(config) and options.xdist == "per-gpu":
+        xdist_support.pin_worker(config)
+    if xdist_support.is_controller(config) and options.xdist == "off":
+        config.issue_config_time_warning(pytest.PytestWarning(
+            "specenergy: energy is not measured under pytest-xdist, because workers would share "
+            "GPUs; spec_pair tests are skipped. Use --specenergy-xdist=per-gpu (one GPU per "
+            "worker) or run without -n."), stacklevel=2)
+    config.stash[SESSION_KEY] = SpecEnergySession(options, config.hook)
+    config.stash[GATE_KEY] = Gatekeeper(options)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -47,8 +60,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     options = config.stash[SESSION_KEY].config
+    gate = f" compare={options.compare}" if options.compare else ""
+    gate += f" golden={options.golden}" if options.golden else ""
     return (f"specenergy: engine={options.engine} meter={options.meter} repeats={options.repeats} "
-            f"warmup={options.warmup}")
+            f"warmup={options.warmup}{gate}")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -90,34 +105,66 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
-    result = yield
+    body_error: BaseException | None = None
+    try:
+        result = yield
+    except BaseException as exc:  # re-raised below, after the pair is recorded
+        body_error = exc
+        result = None
     pair = item.stash.get(PAIR_KEY, None)
-    if pair is not None and pair.failed_checks:
-        message = "; ".join(str(c) for c in pair.failed_checks)
-        if item.config.stash[SESSION_KEY].config.checks == "fail":
-            # A normal-looking row can hide broken speculation (paper s.10): fail closed.
-            raise SpecEnergyAssertionError(f"validity checks failed: {message}\n{pair.describe()}")
-        item.warn(pytest.PytestWarning(f"specenergy validity checks failed: {message}"))
+    if pair is not None:
+        body_failed = body_error is not None and not isinstance(body_error, pytest.skip.Exception)
+        settle(item, pair, item.config.stash[SESSION_KEY], item.config.stash[GATE_KEY], body_failed)
+    if body_error is not None:
+        raise body_error
     return result
 
 
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    node.config.stash[SESSION_KEY].records.extend(xdist_support.receive(node))
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    spec = session.config.stash[SESSION_KEY]
-    if spec.config.json and spec.results:
-        document = build_document(spec.results, spec.describe_meters(), len(spec.pool.starts))
-        session.config.hook.pytest_specenergy_update_json(data=document)
+    config = session.config
+    spec = config.stash[SESSION_KEY]
+    if xdist_support.is_worker(config):
+        xdist_support.ship(config, spec.records)
+        return
+    if not spec.records:
+        return
+    document = build_document(spec.records, spec.describe_meters(), len(spec.pool.starts),
+                              spec.machines)
+    config.hook.pytest_specenergy_update_json(data=document)
+    if spec.config.json:
         write_json_atomic(spec.config.json, document)
+    if spec.config.save or spec.config.autosave:
+        keys = sorted({r["machine_key"] for r in spec.records})
+        for key in keys:
+            part = {**document, "machine_key": key,
+                    "results": [r for r in spec.records if r["machine_key"] == key]}
+            spec.saved.append(storage.save_run(part, spec.config.storage, spec.config.save,
+                                               machine_key=key))
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     spec = config.stash[SESSION_KEY]
-    if not spec.results:
+    if not spec.records or xdist_support.is_worker(config):
         return
     terminalreporter.write_sep("=", "specenergy")
-    terminalreporter.write_line(render_table(spec.results))
-    sources = sorted({p.source for p in spec.results})
-    terminalreporter.write_line(
-        f"{len(spec.results)} pairs, {len(spec.pool.starts)} engine starts; energy figures: "
-        f"{', '.join(sources)}")
+    terminalreporter.write_line(render_table(spec.records))
+    sources = sorted({r["source"] for r in spec.records})
+    pairs = len({(r["case_id"], r["machine_key"]) for r in spec.records})
+    starts = f", {len(spec.pool.starts)} engine starts" if spec.pool.starts else ""
+    terminalreporter.write_line(f"{len(spec.records)} results of {pairs} distinct pairs{starts}; "
+                                f"energy figures: {', '.join(sources)}")
+    line = verdict_line(spec.records)
+    if line:
+        terminalreporter.write_line(line)
+    unused = config.stash[GATE_KEY].unused_goldens({r["machine_key"] for r in spec.records})
+    if unused:
+        terminalreporter.write_line(f"{len(unused)} golden baseline(s) no test used: "
+                                    + ", ".join(str(p) for p in unused))
+    for path in spec.saved:
+        terminalreporter.write_line(f"specenergy run saved: {path}")
     if spec.config.json:
         terminalreporter.write_line(f"specenergy JSON: {spec.config.json}")

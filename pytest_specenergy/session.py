@@ -1,4 +1,4 @@
-"""The session object behind the ``specenergy`` fixture: pool, meters and measured pairs.
+"""The session object behind the ``specenergy`` fixture: pool, meters, pairs and records.
 
 Each case is measured once and cached. The baseline arm of one (engine config, batch,
 corpus, generation) is measured once and shared by every drafter tested against it; when
@@ -8,6 +8,7 @@ baseline engine starts once even when only one engine may run at a time (one GPU
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from pytest_specenergy.cases import Case
@@ -16,6 +17,8 @@ from pytest_specenergy.config import SpecEnergyConfig
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.launch import ServerProcess
 from pytest_specenergy.engines.pool import EnginePool
+from pytest_specenergy.machine import machine_info
+from pytest_specenergy.machine import machine_key
 from pytest_specenergy.measure import ArmMeasurer
 from pytest_specenergy.meters import make_meter
 from pytest_specenergy.meters import meter_kind_for
@@ -35,8 +38,14 @@ class SpecEnergySession:
         self._meters: dict[str, Meter] = {}
         self._baselines: dict[tuple[Any, ...], RunResult] = {}
         self._pairs: dict[Case, PairResult] = {}
-        #: Pairs in the order they were measured.
-        self.results: list[PairResult] = []
+        #: One JSON-ready record per test that measured a pair (``PairResult.as_dict()`` plus
+        #: ``nodeid`` and the gate's verdict), in test order; under xdist the controller
+        #: receives the workers' records here.
+        self.records: list[dict[str, Any]] = []
+        #: machine key -> machine description, for every key this run measured on.
+        self.machines: dict[str, dict[str, Any]] = {}
+        #: Run files written to the history this session.
+        self.saved: list[Any] = []
 
     def plan(self, cases: list[Case]) -> None:
         """Record the collected cases; one GPU runs one engine at a time."""
@@ -55,10 +64,12 @@ class SpecEnergySession:
             self._meters[kind] = meter or make_meter(kind)
         return self._meters[kind]
 
-    def _measure_arm(self, config: EngineConfig, case: Case, arm: str) -> tuple[RunResult, ServerProcess]:
+    def _measure_arm(self, config: EngineConfig, case: Case, arm: str, repeats: int | None = None,
+                     warmup: int | None = None) -> tuple[RunResult, ServerProcess]:
         server = self.pool.get(config)
         measurer = ArmMeasurer(server, self.meter_for(server), case,
-                               self.config.repeats, self.config.warmup)
+                               repeats or self.config.repeats,
+                               self.config.warmup if warmup is None else warmup)
         return measurer.measure(arm), server
 
     def baseline(self, case: Case) -> RunResult:
@@ -85,10 +96,30 @@ class SpecEnergySession:
                                           server.server_info.get("special_token_ids", ()))
             pair = PairResult(case, case.id, baseline, speculative, coherence)
             self._pairs[case] = pair
-            self.results.append(pair)
             if self.hook is not None:
                 self.hook.pytest_specenergy_pair_measured(pair=pair)
         return self._pairs[case]
+
+    def add_repeats(self, case: Case, extra: int) -> PairResult:
+        """Measure ``extra`` more repeats of both arms (an INCONCLUSIVE verdict asks for them)."""
+        pair = self.measure(case)
+        more_base = self._measure_arm(case.baseline_config(), case, "baseline", extra, 0)[0]
+        more_spec = self._measure_arm(case.spec_config(), case, "speculative", extra, 0)[0]
+        baseline = _extend(pair.baseline, more_base)
+        self._baselines[case.baseline_key()] = baseline
+        pair = dataclasses.replace(pair, baseline=baseline, speculative=_extend(pair.speculative, more_spec))
+        self._pairs[case] = pair
+        return pair
+
+    def machine_key_for(self, pair: PairResult) -> str:
+        """The machine key of the run a pair was measured in (meter + engine + GPUs)."""
+        engine = pair.speculative.engine
+        meter = next((m.describe() for m in self._meters.values() if m.label == pair.source), None)
+        info = machine_info(meter or {"kind": pair.source, "label": pair.source},
+                            engine={"name": engine.get("engine"), "version": engine.get("version")})
+        key = machine_key(info)
+        self.machines.setdefault(key, info)
+        return key
 
     def describe_meters(self) -> dict[str, dict[str, Any]]:
         """Each meter used this session, described."""
@@ -99,3 +130,13 @@ class SpecEnergySession:
         self.pool.close()
         for meter in self._meters.values():
             meter.close()
+
+
+def _extend(run: RunResult, more: RunResult) -> RunResult:
+    """``run`` with the samples of ``more`` appended (same arm, same engine)."""
+    return dataclasses.replace(
+        run,
+        samples=run.samples + more.samples,
+        outputs_stable=run.outputs_stable and more.outputs_stable and run.outputs == more.outputs,
+        counter_problems=tuple(dict.fromkeys(run.counter_problems + more.counter_problems)),
+    )

@@ -1,53 +1,61 @@
-"""The terminal summary: one row per case, every energy figure labelled with its source."""
+"""The terminal summary: one row per test that measured a pair, every energy figure labelled
+with its source, and the gate's verdict line when a baseline was compared."""
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any
 from typing import Iterable
+from typing import Mapping
 
 from tabulate import tabulate
 
-from pytest_specenergy.results import PairResult
+from pytest_specenergy.gate import Verdict
+from pytest_specenergy.report.model import ReportRow
+from pytest_specenergy.report.model import row_from_result
 
-HEADERS = ("case", "source", "base J/tok", "spec J/tok", "saving", "accept len", "accept rate",
-           "verified/step", "base tbt ms", "spec tbt ms", "speedup", "equivalence",
-           "logprob gap", "flags")
-
-
-def _num(value: float | None, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
+HEADERS = ("test", "source", "base J/tok", "spec J/tok", "saving", "accept len", "accept rate",
+           "verified/step", "base tbt ms", "spec tbt ms", "speedup", "exact", "logprob gap", "flags")
 
 
-def pair_row(pair: PairResult) -> tuple[str, ...]:
-    """One table row."""
-    eq = pair.equivalence
-    exact = sum(r.exact for r in eq.requests)
-    equivalence = f"{exact}/{len(eq.requests)} exact"
-    if exact < len(eq.requests):
-        equivalence += f", min prefix {eq.min_common_prefix}"
-    return (
-        pair.case_id,
-        pair.source,
-        _num(pair.baseline.energy_per_token, ".4g"),
-        _num(pair.speculative.energy_per_token, ".4g"),
-        _num(pair.energy_saving, "+.1%"),
-        _num(pair.accept_length, ".2f"),
-        _num(pair.acceptance_rate, ".2f"),
-        str(pair.verified_per_step),
-        _num(pair.baseline.tbt_ms, ".3f"),
-        _num(pair.speculative.tbt_ms, ".3f"),
-        _num(pair.speedup, ".2f") + "x" if pair.speedup is not None else "n/a",
-        equivalence,
-        _num(pair.coherence.mean_gap if pair.coherence else None, ".3f"),
-        ", ".join(pair_flags(pair)) or "-",
-    )
+def _num(value: float | None, spec: str, suffix: str = "") -> str:
+    return "n/a" if value is None else format(value, spec) + suffix
 
 
-def pair_flags(pair: PairResult) -> list[str]:
-    """The names of the validity checks that tripped (``!`` marks fail-closed ones)."""
-    return [("!" if c.severity == "fail" else "") + c.name for c in pair.checks]
+def table_row(row: ReportRow, label: str | None = None) -> list[str]:
+    """One table row (``!`` marks a fail-closed check)."""
+    flags = ", ".join(("!" if c.severity == "fail" else "") + c.name for c in row.checks)
+    return [label or row.case_id, row.source, _num(row.baseline_energy_per_token, ".4g"),
+            _num(row.energy_per_token, ".4g"), _num(row.energy_saving, "+.1%"),
+            _num(row.accept_length, ".2f"), _num(row.acceptance_rate, ".2f"),
+            _num(row.verified_per_step, "d"), _num(row.baseline_tbt_ms, ".3f"),
+            _num(row.tbt_ms, ".3f"), _num(row.speedup, ".2f", "x"), _num(row.exact_fraction, ".0%"),
+            _num(row.logprob_gap, ".3f"), flags or "-"]
 
 
-def render_table(pairs: Iterable[PairResult]) -> str:
-    """The summary table (plain grid, fits a CI log)."""
-    rows = [pair_row(p) for p in pairs]
-    return tabulate(rows, headers=HEADERS, tablefmt="simple", disable_numparse=True)
+def render_table(records: Iterable[Mapping[str, Any]]) -> str:
+    """The summary table; a verdict column appears when the gate compared anything."""
+    records = list(records)
+    gated = any(r.get("verdict") for r in records)
+    rows = []
+    for record in records:
+        # The test's own name: one case may be measured once and used by several tests.
+        nodeid = str(record.get("nodeid") or "")
+        row = table_row(row_from_result(record), nodeid.split("::")[-1] or None)
+        if gated:
+            verdict = record.get("verdict")
+            row.append(f"{Verdict(verdict).mark} {verdict}" if verdict else "-")
+        rows.append(row)
+    headers = list(HEADERS) + (["verdict"] if gated else [])
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+
+
+def verdict_line(records: Iterable[Mapping[str, Any]]) -> str | None:
+    """``N regressed · M improved · K unchanged · I inconclusive ...`` or None."""
+    counts = Counter(r.get("verdict") for r in records if r.get("verdict"))
+    if not counts:
+        return None
+    order = [(Verdict.REGRESSED, "regressed"), (Verdict.IMPROVED, "improved"),
+             (Verdict.PASSED, "unchanged"), (Verdict.INCONCLUSIVE, "inconclusive"),
+             (Verdict.INCOMPARABLE, "incomparable"), (Verdict.NO_BASELINE, "without baseline")]
+    return " · ".join(f"{counts.get(v.value, 0)} {label}" for v, label in order)

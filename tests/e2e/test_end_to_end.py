@@ -46,15 +46,18 @@ def test_engines_start_once_across_modules_and_results_reach_table_and_json(pyte
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines([
         "*= specenergy =*",
-        "case*source*base J/tok*spec J/tok*saving*accept len*",
-        "code-ngram-b1*modeled (h200)*",
-        "code-ngram-b4*modeled (h200)*",
-        "code-draft-b4*modeled (h200)*",
-        "3 pairs, 3 engine starts; energy figures: modeled (h200)",
+        "test*source*base J/tok*spec J/tok*saving*accept len*",
+        "test_ngram[[]code-ngram-b1[]]*modeled (h200)*",
+        "test_ngram[[]code-ngram-b4[]]*modeled (h200)*",
+        "test_other_module[[]code-draft-b4[]]*modeled (h200)*",
+        "test_other_module[[]code-ngram-b4[]]*modeled (h200)*",
+        "4 results of 3 distinct pairs, 3 engine starts; energy figures: modeled (h200)",
     ])
     data = json.loads(out.read_text())
     assert data["engine_starts"] == 3  # baseline twin, ngram, draft_model: once each
     assert data["meters"]["modeled:h200"]["balance_point_flop_per_byte"] == 163.0
+    assert len(data["results"]) == 4
+    assert data["machine_key"] == data["results"][0]["machine_key"]
     by_id = {r["case_id"]: r for r in data["results"]}
     assert set(by_id) == {"code-ngram-b1", "code-ngram-b4", "code-draft-b4"}
     ngram4, draft4 = by_id["code-ngram-b4"], by_id["code-draft-b4"]

@@ -1,0 +1,194 @@
+"""A batched KV cache with holes, plus snapshot/restore of recurrent (linear attention) state.
+
+Rows of a batch accept different numbers of drafted tokens, but one batched forward needs one
+tensor layout. So every forward appends the same number of physical slots to every row, and a
+boolean ``valid`` matrix says which slots hold committed tokens. Rejected drafts and prompt padding
+stay in the cache as masked *holes*; every row keeps its own logical positions (RoPE positions are
+passed explicitly), and :meth:`BatchKV.compact` squeezes the holes out now and then.
+
+The attention mask is built here as an explicit 4-D additive mask (0 = visible, dtype minimum =
+hidden), which both the SDPA and eager attention paths of transformers 5.x accept as-is. Every
+query may also see its own slot, so a padding query never has an all-masked row (an all-masked
+row gives NaN in some kernels, and a NaN stored in a hole would poison later steps through
+``0 * NaN``).
+
+Linear attention layers have no positions to mask: their conv and recurrent state has already
+absorbed every token fed. For them this module offers :meth:`BatchKV.snapshot_linear` and
+:meth:`BatchKV.restore_linear_rows`; the runner and the drafters use them to put each row's state
+back to its last accepted token.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+SUPPORTED_LAYER_TYPES = ("full_attention", "linear_attention")
+
+
+def layer_types(config: object, num_layers: int) -> list[str]:
+    """The per-layer attention kinds of a model config (all full attention when unspecified)."""
+    kinds = list(getattr(config, "layer_types", None) or ["full_attention"] * num_layers)
+    bad = sorted(set(kinds) - set(SUPPORTED_LAYER_TYPES))
+    if bad:
+        raise ValueError(
+            f"the reference engine supports layer types {SUPPORTED_LAYER_TYPES}, but this model has {bad} "
+            "(sliding-window and other masks are not implemented)"
+        )
+    return kinds
+
+
+class BatchKV:
+    """One model's cache for one batch: a transformers ``DynamicCache`` plus slot bookkeeping."""
+
+    def __init__(self, model: torch.nn.Module, batch_size: int) -> None:
+        from transformers import DynamicCache
+
+        self.config = model.config
+        param = next(model.parameters())
+        self.device = param.device
+        self.dtype = param.dtype
+        self.kinds = layer_types(model.config, len(model.get_decoder().layers))
+        self.has_linear = "linear_attention" in self.kinds
+        self.cache = DynamicCache(config=model.config)
+        self.valid = torch.zeros((batch_size, 0), dtype=torch.bool, device=self.device)
+        self.n_valid: list[int] = [0] * batch_size  # committed tokens in the cache, per row
+
+    @property
+    def batch_size(self) -> int:
+        """Rows currently in the batch."""
+        return int(self.valid.shape[0])
+
+    @property
+    def num_slots(self) -> int:
+        """Physical slots per row (valid tokens + holes)."""
+        return int(self.valid.shape[1])
+
+    # ------------------------------------------------------------------ forward inputs / bookkeeping
+    def step_inputs(self, q_valid: torch.Tensor) -> tuple[object, torch.Tensor]:
+        """Attention mask (tensor or per-layer-type dict) and position ids for ``Q`` new slots per row.
+
+        ``q_valid[b, i]`` is False for padding inside the new slots; those get position 0 and are
+        never visible to other queries.
+        """
+        bsz, q = q_valid.shape
+        s0 = self.num_slots
+        start = torch.tensor(self.n_valid, dtype=torch.long, device=self.device)
+        positions = start[:, None] + torch.cumsum(q_valid.long(), dim=1) - 1
+        positions = torch.where(q_valid, positions, torch.zeros_like(positions))
+        causal = torch.ones((q, q), dtype=torch.bool, device=self.device).tril()
+        eye = torch.eye(q, dtype=torch.bool, device=self.device)
+        new = causal[None] & (q_valid[:, None, :] | eye[None])  # [B, Q(query), Q(key)]
+        past = self.valid[:, None, :].expand(bsz, q, s0)
+        visible = torch.cat([past, new], dim=2)[:, None]  # [B, 1, Q, S0 + Q]
+        mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(~visible, torch.finfo(self.dtype).min)
+        if not self.has_linear:
+            return mask, positions
+        # Hybrid models take one mask per layer type. Linear attention zeroes padded inputs, which
+        # keeps a fresh (all-zero) state exactly zero through left padding.
+        linear = None if bool(q_valid.all()) else q_valid.to(self.dtype)
+        return {"full_attention": mask, "linear_attention": linear}, positions
+
+    def append(self, q_valid: torch.Tensor) -> None:
+        """Record that the last forward appended ``q_valid.shape[1]`` slots per row."""
+        self.valid = torch.cat([self.valid, q_valid.to(self.device)], dim=1)
+        counts = q_valid.sum(dim=1).tolist()
+        self.n_valid = [n + int(c) for n, c in zip(self.n_valid, counts)]
+
+    def drop_last(self, counts: Sequence[int]) -> None:
+        """Turn the last ``counts[b]`` slots of row ``b`` into holes (rejected drafts)."""
+        if not any(counts):
+            return
+        c = torch.tensor(list(counts), dtype=torch.long, device=self.device)
+        idx = torch.arange(self.num_slots, device=self.device)
+        tail = idx[None, :] >= (self.num_slots - c)[:, None]
+        self.valid &= ~tail
+        self.n_valid = [n - int(k) for n, k in zip(self.n_valid, counts)]
+
+    # -------------------------------------------------------------------------- batch reshaping
+    def _layer_tensors(self) -> list[tuple[object, str]]:
+        out: list[tuple[object, str]] = []
+        for layer in self.cache.layers:
+            for name in ("keys", "values"):
+                t = getattr(layer, name, None)
+                if isinstance(t, torch.Tensor) and t.ndim == 4:
+                    out.append((layer, name))
+        return out
+
+    def select_rows(self, keep: Sequence[int]) -> None:
+        """Keep only rows ``keep`` (finished requests leave the batch)."""
+        if len(keep) == self.batch_size:
+            return
+        idx = torch.tensor(list(keep), dtype=torch.long, device=self.device)
+        for layer, name in self._layer_tensors():
+            setattr(layer, name, getattr(layer, name).index_select(0, idx))
+        for states in self._linear_dicts():
+            for key, t in list(states.items()):
+                if isinstance(t, torch.Tensor):
+                    states[key] = t.index_select(0, idx)
+        self.valid = self.valid.index_select(0, idx)
+        self.n_valid = [self.n_valid[i] for i in keep]
+
+    def compact(self) -> None:
+        """Squeeze out holes: each row's valid slots, right-aligned, in their original order."""
+        if self.batch_size == 0:
+            return
+        width = max(self.n_valid)
+        # Sort key puts holes first and keeps valid slots in order; then take the last `width`.
+        slots = torch.arange(self.num_slots, device=self.device)
+        key = torch.where(self.valid, slots[None, :] + self.num_slots, slots[None, :])
+        order = torch.argsort(key, dim=1, stable=True)[:, self.num_slots - width :]
+        new_valid = torch.gather(self.valid, 1, order)
+        for layer, name in self._layer_tensors():
+            t = getattr(layer, name)
+            index = order[:, None, :, None].expand(t.shape[0], t.shape[1], width, t.shape[3])
+            setattr(layer, name, torch.gather(t, 2, index))
+        self.valid = new_valid
+
+    def compact_if_needed(self, slack: int) -> bool:
+        """Compact when more than ``slack`` slots of every row are holes; returns whether it did."""
+        if self.batch_size and self.num_slots - max(self.n_valid) > slack:
+            self.compact()
+            return True
+        return False
+
+    # ------------------------------------------------------------------------ recurrent state
+    def _linear_dicts(self) -> list[dict]:
+        out = []
+        for layer in self.cache.layers:
+            for name in ("conv_states", "recurrent_states"):
+                d = getattr(layer, name, None)
+                if isinstance(d, dict):
+                    out.append(d)
+        return out
+
+    def linear_tensors(self, layer_idx: int | None = None) -> list[torch.Tensor]:
+        """The live conv/recurrent state tensors (all layers, or one layer), in a fixed order."""
+        layers = self.cache.layers if layer_idx is None else [self.cache.layers[layer_idx]]
+        out: list[torch.Tensor] = []
+        for layer in layers:
+            for name in ("conv_states", "recurrent_states"):
+                d = getattr(layer, name, None)
+                if isinstance(d, dict):
+                    out.extend(t for _, t in sorted(d.items()) if isinstance(t, torch.Tensor))
+        return out
+
+    def snapshot_linear(self, layer_idx: int | None = None) -> list[torch.Tensor]:
+        """Copies of the live recurrent state (empty list for a model without linear attention)."""
+        return [t.clone() for t in self.linear_tensors(layer_idx)]
+
+    def restore_linear_rows(
+        self, snapshot: Sequence[torch.Tensor], rows: torch.Tensor, layer_idx: int | None = None
+    ) -> None:
+        """Copy ``snapshot`` into the live state for the rows where ``rows`` (bool [B]) is True.
+
+        Copies in place: transformers keeps these tensors at static addresses.
+        """
+        live = self.linear_tensors(layer_idx)
+        if len(live) != len(snapshot):
+            raise RuntimeError("linear-attention snapshot does not match the cache layout")
+        for t, s in zip(live, snapshot):
+            sel = rows.view(-1, *([1] * (t.ndim - 1)))
+            t.copy_(torch.where(sel, s, t))

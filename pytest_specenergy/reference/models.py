@@ -1,0 +1,122 @@
+"""Load a model for the reference engine: a built-in ``tiny:*`` model or a local HF checkpoint.
+
+dtype ``auto`` means float64 for the tiny models (on any device) and bfloat16 on CUDA / float32 on
+CPU for checkpoints. Why float64 for tiny models: random weights leave near-ties between the top two
+logits (gaps of ~1e-5 in float32), and a (K+1)-token verify pass reduces in a different order than
+a one-token decode step, so in float32 an argmax can flip and speculative output would differ from
+the baseline for reasons that have nothing to do with speculation. In float64 the reduction noise
+(~1e-15) is far below any gap the tiny models produce, so equality is exact in practice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .tiny_models import TINY_MODELS, build_tiny_model, tiny_model_names
+from .tokenizer import TokenizerLike, load_tokenizer
+
+_DTYPES = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready for the engine, with what the engine needs to know about it."""
+
+    name: str
+    model: torch.nn.Module
+    tokenizer: TokenizerLike
+    dtype: torch.dtype
+    device: torch.device
+    eos_token_ids: tuple[int, ...]
+    max_context: int
+    vocab_size: int
+
+
+def resolve_device(spec: str) -> torch.device:
+    """``auto`` -> CUDA when available, else CPU; ``cuda`` without a GPU is a clear error."""
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(spec)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was requested but torch sees no CUDA device")
+    return device
+
+
+def resolve_dtype(spec: str, model: str, device: torch.device) -> torch.dtype:
+    """The compute dtype for ``model`` (see the module docstring for ``auto``)."""
+    if spec != "auto":
+        return _DTYPES[spec]
+    if model.startswith("tiny:"):
+        return torch.float64
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def _eos_ids(model: torch.nn.Module) -> list[int]:
+    ids: list[int] = []
+    for source in (getattr(model, "generation_config", None), model.config):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        for tid in value if isinstance(value, (list, tuple)) else [value]:
+            if tid is not None and int(tid) not in ids:
+                ids.append(int(tid))
+    return ids
+
+
+# Tiny models are shared within a process (tests build many engines over the same weights). Safe
+# because no engine writes to weights; the key includes dtype and device because .to() is in place.
+_TINY_CACHE: dict[tuple[str, int, torch.dtype, str], LoadedModel] = {}
+
+
+def load_model(name: str, dtype: str = "auto", device: str = "auto", seed: int = 0) -> LoadedModel:
+    """Load ``name`` (``tiny:*`` or a checkpoint directory) in eval mode on ``device``."""
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, name, dev)
+    key = (name, seed, torch_dtype, str(dev))
+    if key in _TINY_CACHE:
+        return _TINY_CACHE[key]
+    if name.startswith("tiny:"):
+        if name not in TINY_MODELS:
+            raise ValueError(f"unknown tiny model {name!r}; expected one of {', '.join(tiny_model_names())}")
+        model = build_tiny_model(name, seed)
+    else:
+        path = Path(name)
+        if not path.is_dir():
+            raise ValueError(
+                f"model {name!r} is neither a built-in tiny model ({', '.join(tiny_model_names())}) nor an "
+                "existing local checkpoint directory (the reference server never downloads weights)"
+            )
+        from transformers import AutoModelForCausalLM
+
+        # SDPA or eager honour the explicit 4-D masks the engine builds; flash-attention would not.
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype, attn_implementation="sdpa")
+        if torch_dtype == torch.float64 and getattr(model.config, "num_experts", 0):
+            model.set_experts_implementation("eager")
+        model.eval()
+        model.requires_grad_(False)
+    model = model.to(device=dev, dtype=torch_dtype)
+    eos = _eos_ids(model)
+    tokenizer = load_tokenizer(name, eos)
+    for tid in tokenizer.eos_token_ids:
+        if tid not in eos:
+            eos.append(tid)
+    config = model.config
+    loaded = LoadedModel(
+        name=name,
+        model=model,
+        tokenizer=tokenizer,
+        dtype=torch_dtype,
+        device=dev,
+        eos_token_ids=tuple(eos),
+        max_context=int(getattr(config, "max_position_embeddings", 0) or 1 << 20),
+        vocab_size=int(config.vocab_size),
+    )
+    if name.startswith("tiny:"):
+        _TINY_CACHE[key] = loaded
+    return loaded

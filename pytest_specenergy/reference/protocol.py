@@ -1,0 +1,217 @@
+"""SGLang's ``/generate`` protocol subset: parse request bodies, shape answers.
+
+Parsing is strict where a silent difference would corrupt a measurement (sampling that is not
+greedy, streaming, top-logprobs) and lenient where SGLang clients commonly send neutral values
+(``top_p: 1.0``, ``stream: false``, ``lora_path: null``). Every rejection is a
+:class:`ProtocolError` whose message names the field, what was given and what is expected; the
+server turns it into HTTP 400 ``{"error": {"message": ...}}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .records import GenerationRequest, GenerationResult, SamplingParams
+from .tokenizer import TokenizerLike
+
+SUPPORTED_SAMPLING = ("max_new_tokens", "temperature", "ignore_eos", "stop_token_ids")
+# Sampling keys accepted only with a value that cannot change greedy output.
+NEUTRAL_SAMPLING: dict[str, Callable[[Any], bool]] = {
+    "top_p": lambda v: v == 1,
+    "top_k": lambda v: v in (-1, 0, 1),
+    "min_p": lambda v: v == 0,
+    "n": lambda v: v == 1,
+    "frequency_penalty": lambda v: v == 0,
+    "presence_penalty": lambda v: v == 0,
+    "repetition_penalty": lambda v: v == 1,
+    "min_new_tokens": lambda v: v == 0,
+    "stop": lambda v: v in (None, "", []),
+    "sampling_seed": lambda v: True,  # irrelevant for greedy decoding
+    "skip_special_tokens": lambda v: True,
+    "spaces_between_special_tokens": lambda v: True,
+    "no_stop_trim": lambda v: True,
+}
+TOP_LEVEL = (
+    "input_ids",
+    "text",
+    "sampling_params",
+    "return_logprob",
+    "logprob_start_len",
+    "return_prompt_token_ids",
+    "return_text_in_logprobs",
+    "rid",
+    "stream",
+    "top_logprobs_num",
+)
+
+
+class ProtocolError(ValueError):
+    """A request the server must answer with HTTP 400."""
+
+
+@dataclass(frozen=True)
+class ParsedGenerate:
+    """A validated ``/generate`` body."""
+
+    requests: tuple[GenerationRequest, ...]
+    batched: bool  # answer with a list (batch input) or a single dict
+    return_prompt_token_ids: bool
+    return_text_in_logprobs: bool
+
+
+def _is_int_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+
+
+def _sampling(raw: Any, where: str) -> SamplingParams:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"{where} must be a JSON object, got {type(raw).__name__}")
+    for key, value in raw.items():
+        if key in SUPPORTED_SAMPLING:
+            continue
+        check = NEUTRAL_SAMPLING.get(key)
+        if check is None:
+            raise ProtocolError(
+                f"{where}.{key} is not supported by the reference server; supported: "
+                f"{', '.join(SUPPORTED_SAMPLING)} (plus neutral values of {', '.join(NEUTRAL_SAMPLING)})"
+            )
+        if not check(value):
+            raise ProtocolError(f"{where}.{key}={value!r} would change greedy decoding; only neutral values are accepted")
+    mnt = raw.get("max_new_tokens", 128)
+    if not isinstance(mnt, int) or isinstance(mnt, bool) or mnt < 0:
+        raise ProtocolError(f"{where}.max_new_tokens must be an integer >= 0, got {mnt!r}")
+    temp = raw.get("temperature", 0.0)
+    if not isinstance(temp, (int, float)) or isinstance(temp, bool) or temp != 0:
+        raise ProtocolError(
+            f"{where}.temperature must be 0: the reference server decodes greedily only, got {temp!r}"
+        )
+    ignore_eos = raw.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise ProtocolError(f"{where}.ignore_eos must be true or false, got {ignore_eos!r}")
+    stops = raw.get("stop_token_ids") or []
+    if not _is_int_list(stops):
+        raise ProtocolError(f"{where}.stop_token_ids must be a list of integer token ids, got {stops!r}")
+    return SamplingParams(max_new_tokens=mnt, temperature=0.0, ignore_eos=ignore_eos, stop_token_ids=tuple(stops))
+
+
+def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
+    """Validate a ``/generate`` JSON body and build the engine requests."""
+    if not isinstance(body, dict):
+        raise ProtocolError("the body must be a JSON object like {\"input_ids\": [[...]], \"sampling_params\": {...}}")
+    for key, value in body.items():
+        if key not in TOP_LEVEL and value not in (None, False, [], {}):
+            raise ProtocolError(f"field {key!r} is not supported by the reference server; supported: {', '.join(TOP_LEVEL)}")
+    if body.get("stream"):
+        raise ProtocolError("stream=true is not supported by the reference server; send stream=false")
+    if body.get("top_logprobs_num"):
+        raise ProtocolError("top_logprobs_num must be 0 or absent: top-k logprobs are not implemented")
+    has_ids, has_text = body.get("input_ids") is not None, body.get("text") is not None
+    if has_ids == has_text:
+        raise ProtocolError("give exactly one of 'input_ids' (list of ints, or list of lists) and 'text' (string or list)")
+    if has_ids:
+        ids = body["input_ids"]
+        if _is_int_list(ids) and ids:
+            prompts, batched = [ids], False
+        elif isinstance(ids, list) and ids and all(_is_int_list(p) for p in ids):
+            prompts, batched = [list(p) for p in ids], True
+        else:
+            raise ProtocolError("input_ids must be a non-empty list of token ids or a non-empty list of such lists")
+    else:
+        text = body["text"]
+        if isinstance(text, str):
+            prompts, batched = [tokenizer.encode(text)], False
+        elif isinstance(text, list) and text and all(isinstance(t, str) for t in text):
+            prompts, batched = [tokenizer.encode(t) for t in text], True
+        else:
+            raise ProtocolError("text must be a string or a non-empty list of strings")
+    for i, p in enumerate(prompts):
+        if not p:
+            raise ProtocolError(f"prompt {i} is empty; every request needs at least one input token")
+    raw_sp = body.get("sampling_params")
+    if isinstance(raw_sp, list):
+        if len(raw_sp) != len(prompts):
+            raise ProtocolError(f"sampling_params has {len(raw_sp)} entries for {len(prompts)} prompts; give one or one per prompt")
+        sps = [_sampling(sp, f"sampling_params[{i}]") for i, sp in enumerate(raw_sp)]
+    else:
+        sps = [_sampling(raw_sp, "sampling_params")] * len(prompts)
+    ret_lp = body.get("return_logprob", False)
+    if not isinstance(ret_lp, bool):
+        raise ProtocolError(f"return_logprob must be true or false, got {ret_lp!r}")
+    start = body.get("logprob_start_len", -1)
+    if start is None:
+        start = -1
+    if not isinstance(start, int) or isinstance(start, bool) or start < -1:
+        raise ProtocolError(f"logprob_start_len must be an integer >= -1, got {start!r}")
+    if ret_lp:
+        for i, p in enumerate(prompts):
+            if start > len(p):
+                raise ProtocolError(f"logprob_start_len={start} is larger than prompt {i} ({len(p)} tokens)")
+    rids = body.get("rid")
+    if rids is not None:
+        rids = [rids] if isinstance(rids, str) else rids
+        if not (isinstance(rids, list) and len(rids) == len(prompts) and all(isinstance(r, str) for r in rids)):
+            raise ProtocolError("rid must be a string (single input) or a list of strings, one per prompt")
+    requests = tuple(
+        GenerationRequest(
+            input_ids=tuple(p),
+            sampling=sps[i],
+            return_logprob=ret_lp,
+            logprob_start_len=start,
+            rid=rids[i] if rids else None,
+        )
+        for i, p in enumerate(prompts)
+    )
+    return ParsedGenerate(
+        requests=requests,
+        batched=batched,
+        return_prompt_token_ids=bool(body.get("return_prompt_token_ids", False)),
+        return_text_in_logprobs=bool(body.get("return_text_in_logprobs", False)),
+    )
+
+
+def _lp_entries(entries: Any, tokenizer: TokenizerLike, with_text: bool) -> list[list[Any]]:
+    return [[lp, tid, tokenizer.decode([tid], skip_special_tokens=False) if with_text else None] for lp, tid in entries]
+
+
+def result_json(
+    result: GenerationResult,
+    tokenizer: TokenizerLike,
+    return_prompt_token_ids: bool = False,
+    return_text_in_logprobs: bool = False,
+) -> dict[str, Any]:
+    """One ``/generate`` answer entry with SGLang's keys (``reference/sglang-api.md`` section 2)."""
+    meta: dict[str, Any] = {
+        "id": result.rid,
+        "finish_reason": result.finish_reason.to_json(),
+        "prompt_tokens": len(result.input_ids),
+        "completion_tokens": result.completion_tokens,
+        "cached_tokens": 0,
+        "weight_version": "default",
+        "num_retractions": 0,
+        "reasoning_tokens": 0,
+        "e2e_latency": result.e2e_latency,
+    }
+    spec = result.spec
+    if spec is not None and spec.verify_ct > 0:
+        meta["spec_verify_ct"] = spec.verify_ct
+        meta["spec_num_correct_drafts"] = spec.num_correct_drafts
+        meta["spec_num_proposed_drafts"] = spec.num_proposed_drafts
+        meta["spec_accept_rate"] = spec.num_correct_drafts / spec.num_proposed_drafts if spec.num_proposed_drafts else 0.0
+        meta["spec_accept_length"] = result.completion_tokens / spec.verify_ct
+        meta["spec_correct_drafts_histogram"] = list(spec.correct_drafts_histogram)
+    if result.input_token_logprobs is not None:
+        meta["input_token_logprobs"] = _lp_entries(result.input_token_logprobs, tokenizer, return_text_in_logprobs)
+    if result.output_token_logprobs is not None:
+        meta["output_token_logprobs"] = _lp_entries(result.output_token_logprobs, tokenizer, return_text_in_logprobs)
+        meta["output_token_logprobs_length"] = len(result.output_token_logprobs)
+    out: dict[str, Any] = {
+        "text": tokenizer.decode(result.output_ids),
+        "output_ids": list(result.output_ids),
+        "meta_info": meta,
+    }
+    if return_prompt_token_ids:
+        out["prompt_token_ids"] = list(result.input_ids)
+    return out

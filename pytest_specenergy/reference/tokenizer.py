@@ -1,0 +1,145 @@
+"""Tokenizers for the reference server.
+
+The built-in tiny models need a tokenizer that exists without any download, so this module defines
+one: byte-level (every UTF-8 byte is a token, so any text round-trips exactly, Romansh included) plus
+three special tokens at fixed ids and a small fixed list of multi-byte pieces ("merges") so that
+ordinary English text is not one token per character. A local Hugging Face checkpoint directory
+brings its own tokenizer; :func:`load_tokenizer` wraps it behind the same small interface.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, Sequence
+
+PAD_ID = 0
+BOS_ID = 1
+EOS_ID = 2
+BYTE_OFFSET = 3  # byte b has id BYTE_OFFSET + b
+SPECIAL_TOKENS: dict[int, str] = {PAD_ID: "<pad>", BOS_ID: "<bos>", EOS_ID: "<eos>"}
+
+# A fixed, hand-written list: the ids of the tokenizer must never depend on a training run, a file or
+# the machine, because the tiny models' embedding rows are tied to these ids by seed. Appending is
+# safe (new pieces get new ids at the end); reordering or removing would change every model.
+DEFAULT_MERGES: tuple[str, ...] = tuple(
+    """ the| of| and| to| in| a| is| that| for| it| as| with| was| on| be| by| this| are| at| from
+| or| an| not| which| have| has| but| were| can| def| return| if| else| self| import| class
+| None| True| False| print| for i| in range| value| data| test| assert| int| str| list| dict
+| code| energy| token| model| batch| draft| GPU| per| time| from the| of the| in the| to the
+|th|he|in|er|an|re|on|at|en|nd|ti|es|or|te|of|ed|is|it|al|ar|st|to|nt|ng|se|ha|as|ou|io|le|ve
+|co|me|de|hi|ri|ro|ic|ne|ea|ra|ce|li|ch|ll|be|ma|si|om|ur|ing|ion|tion|ent|and|the|ter|for
+|ate|her|his|ere|ers|con|res|ver|all|ons|nce|men|ith|ted|ess|ect|pro|ati|est|ive|int|per
+|ould|ment|ther|with|ight|ally|ation|  |    |        |\n\n|\n    |\n        |()|):|(self|, |. |: | = | == | + | - |->|\"\"\"|'s
+| ch| tsch| da| la| il| en| ei| dal| cun| per| ina| in| ils| las| sco| ha| èn| è| ü| ö| ä|ün|ai|au|ia|ie|ua""".replace(
+        "\n", ""
+    ).split("|")
+)
+
+
+class TokenizerLike(Protocol):
+    """What the engine and the server need from any tokenizer."""
+
+    vocab_size: int
+    eos_token_ids: tuple[int, ...]
+    pad_token_id: int
+
+    def encode(self, text: str) -> list[int]:
+        """Turn text into token ids (no special tokens added)."""
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Turn token ids back into text."""
+
+
+class ByteTokenizer:
+    """Byte-level tokenizer with fixed special tokens and optional fixed merges.
+
+    Ids: ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, byte ``b`` = ``3 + b``, then one id per merge in
+    the order given. Encoding is greedy longest match over the merge pieces (as UTF-8 bytes), falling
+    back to single bytes, so ``decode(encode(s)) == s`` for every string ``s``.
+    """
+
+    def __init__(self, merges: Sequence[str] = DEFAULT_MERGES) -> None:
+        pieces: list[bytes] = []
+        seen: set[bytes] = set()
+        for piece in merges:
+            raw = piece.encode("utf-8")
+            # Single bytes already have ids; duplicates would make encode() ambiguous.
+            if len(raw) < 2 or raw in seen:
+                continue
+            seen.add(raw)
+            pieces.append(raw)
+        self._piece_to_id: dict[bytes, int] = {p: BYTE_OFFSET + 256 + i for i, p in enumerate(pieces)}
+        self._id_to_bytes: list[bytes] = [b""] * BYTE_OFFSET + [bytes([b]) for b in range(256)] + pieces
+        self._max_piece = max((len(p) for p in pieces), default=1)
+        self.vocab_size: int = len(self._id_to_bytes)
+        self.eos_token_ids: tuple[int, ...] = (EOS_ID,)
+        self.pad_token_id: int = PAD_ID
+        self.bos_token_id: int = BOS_ID
+
+    def encode(self, text: str) -> list[int]:
+        """Encode ``text`` (greedy longest match; never adds special tokens)."""
+        data = text.encode("utf-8")
+        ids: list[int] = []
+        i, n = 0, len(data)
+        lookup = self._piece_to_id
+        while i < n:
+            for length in range(min(self._max_piece, n - i), 1, -1):
+                tid = lookup.get(data[i : i + length])
+                if tid is not None:
+                    ids.append(tid)
+                    i += length
+                    break
+            else:
+                ids.append(BYTE_OFFSET + data[i])
+                i += 1
+        return ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Decode ids to text; invalid UTF-8 (a model may emit half a character) becomes U+FFFD."""
+        out = bytearray()
+        for tid in ids:
+            tid = int(tid)
+            if not 0 <= tid < self.vocab_size:
+                raise ValueError(f"token id {tid} is outside the vocabulary [0, {self.vocab_size})")
+            if tid in SPECIAL_TOKENS:
+                if not skip_special_tokens:
+                    out += SPECIAL_TOKENS[tid].encode("ascii")
+                continue
+            out += self._id_to_bytes[tid]
+        return out.decode("utf-8", errors="replace")
+
+    def token_bytes(self, tid: int) -> bytes:
+        """The raw bytes of one non-special token (useful for tests and debugging)."""
+        return self._id_to_bytes[tid]
+
+
+class HFTokenizer:
+    """Adapter around ``transformers.AutoTokenizer`` for a local checkpoint directory."""
+
+    def __init__(self, path: str | Path, extra_eos_ids: Sequence[int] = ()) -> None:
+        from transformers import AutoTokenizer
+
+        self._tok = AutoTokenizer.from_pretrained(str(path))
+        eos = [] if self._tok.eos_token_id is None else [int(self._tok.eos_token_id)]
+        for tid in extra_eos_ids:
+            if int(tid) not in eos:
+                eos.append(int(tid))
+        self.eos_token_ids: tuple[int, ...] = tuple(eos)
+        pad = self._tok.pad_token_id
+        self.pad_token_id: int = int(pad) if pad is not None else (eos[0] if eos else 0)
+        self.vocab_size: int = len(self._tok)
+
+    def encode(self, text: str) -> list[int]:
+        """Encode like SGLang's tokenizer manager does (the tokenizer's default special tokens)."""
+        return list(self._tok.encode(text))
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Decode with the checkpoint's own tokenizer."""
+        return str(self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+
+def load_tokenizer(model: str, extra_eos_ids: Sequence[int] = ()) -> TokenizerLike:
+    """The tokenizer for a model name: built-in for ``tiny:*``, the checkpoint's own for a directory."""
+    if model.startswith("tiny:"):
+        return ByteTokenizer()
+    return HFTokenizer(model, extra_eos_ids)

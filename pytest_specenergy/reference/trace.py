@@ -1,0 +1,81 @@
+"""The work trace: one record per forward pass, read by the modeled energy meter.
+
+The trace is append-only and addressed by a global step index, so a meter can remember a cursor,
+run a workload, and read exactly the steps in between (``GET /work_trace?start=K``). ``flush_cache``
+does not reset it for that reason. Old steps are dropped past :data:`MAX_KEPT_STEPS` so a long-lived
+server does not grow without bound; the index keeps counting.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_KEPT_STEPS = 500_000
+PHASES = ("prefill", "decode", "verify", "draft")
+
+
+@dataclass(frozen=True)
+class TraceStep:
+    """One forward pass as a GPU would see it (bytes and FLOPs at bf16)."""
+
+    phase: str  # "prefill" | "decode" | "verify" | "draft"
+    model: str  # "target" | "draft"
+    rids: tuple[str, ...]
+    query_tokens: tuple[int, ...]  # per row: tokens fed in this step
+    context_lens: tuple[int, ...]  # per row: valid tokens already in context before this step
+    weight_bytes: int
+    kv_bytes: int
+    flops: int
+    wall_s: float
+    experts_touched: tuple[int, ...] | None = None  # per layer, MoE models only
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON record served by ``/work_trace``."""
+        out: dict[str, Any] = {
+            "phase": self.phase,
+            "model": self.model,
+            "rids": list(self.rids),
+            "query_tokens": list(self.query_tokens),
+            "context_lens": list(self.context_lens),
+            "weight_bytes": self.weight_bytes,
+            "kv_bytes": self.kv_bytes,
+            "flops": self.flops,
+            "wall_s": self.wall_s,
+        }
+        if self.experts_touched is not None:
+            out["experts_touched"] = list(self.experts_touched)
+        return out
+
+
+@dataclass
+class WorkTrace:
+    """Thread-safe, append-only list of :class:`TraceStep` with a global cursor."""
+
+    _steps: list[TraceStep] = field(default_factory=list)
+    _base: int = 0  # global index of _steps[0]
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def append(self, step: TraceStep) -> None:
+        """Record one step."""
+        if step.phase not in PHASES:
+            raise ValueError(f"unknown phase {step.phase!r}; expected one of {PHASES}")
+        with self._lock:
+            self._steps.append(step)
+            if len(self._steps) > MAX_KEPT_STEPS:
+                drop = len(self._steps) - MAX_KEPT_STEPS
+                del self._steps[:drop]
+                self._base += drop
+
+    def __len__(self) -> int:
+        """The global index of the next step (not the number kept)."""
+        with self._lock:
+            return self._base + len(self._steps)
+
+    def read(self, start: int = 0) -> tuple[int, list[TraceStep]]:
+        """Steps ``start..next-1`` and ``next``; steps already dropped are silently skipped."""
+        with self._lock:
+            nxt = self._base + len(self._steps)
+            lo = max(0, int(start) - self._base)
+            return nxt, list(self._steps[lo:])
