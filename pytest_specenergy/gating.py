@@ -93,7 +93,7 @@ class Gatekeeper:
     def _stored_baseline(self, machine_key: str, nodeid: str) -> tuple[Mapping[str, Any] | None, Path | None, str | None]:
         if self._run is None and self._run_error is None:
             try:
-                path = storage.find_run(self.config.storage, machine_key, str(self.config.compare))
+                path = self._find(machine_key)
                 self._run = (storage.load_run(path), path)
             except storage.StorageError as exc:
                 self._run_error = str(exc)
@@ -102,6 +102,22 @@ class Gatekeeper:
         document, path = self._run
         by_node = {r.get("nodeid"): r for r in document.get("results", [])}
         return by_node.get(nodeid), path, None
+
+    def _find(self, machine_key: str) -> Path:
+        """The compare run: this machine key's, else the same reference stored under another
+        key - which the comparison then reports as INCOMPARABLE instead of silently missing."""
+        ref = str(self.config.compare)
+        try:
+            return storage.find_run(self.config.storage, machine_key, ref)
+        except storage.RunNotFound:
+            for other in storage.machine_keys(self.config.storage):
+                if other == machine_key:
+                    continue
+                try:
+                    return storage.find_run(self.config.storage, other, ref)
+                except storage.RunNotFound:
+                    continue
+            raise
 
     def judge(self, item: pytest.Item, record: dict[str, Any], machine_key: str,
               repeat: Any = None) -> Judgement:

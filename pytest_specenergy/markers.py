@@ -46,6 +46,9 @@ MARKERS = {
               "news, rm-news, jsonl:PATH); several form a matrix axis",
     "generation": "generation(max_new_tokens=64, prompts=None, ignore_eos=False, "
                   "temperature=0): how each request is generated",
+    "tolerance": "tolerance(*exprs, **limits): regression limits for this test, e.g. "
+                 "tolerance(energy_per_token='5%', accept_length=0.1); overrides "
+                 "--specenergy-compare-fail metric by metric",
 }
 
 _MODEL_KWARGS = {"engine", "dtype", "device", "seed", "max_running_requests", "faults"}

@@ -1,0 +1,150 @@
+"""The regression gate bites: a costlier drafter fails, reruns pass, noise does not fail."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+FAST = ["--specenergy-repeats=3", "--specenergy-warmup=0", "-p", "no:cacheprovider"]
+
+SUITE = """
+import os
+import pytest
+from pytest_specenergy import Drafter
+
+K = int(os.environ.get("GATE_NGRAM_K", "8"))
+
+@pytest.mark.model("tiny:dense")
+@pytest.mark.corpus("code")
+@pytest.mark.drafter(Drafter("ngram", num_draft_tokens=K, id="ngram"))
+@pytest.mark.batch(1)
+@pytest.mark.generation(max_new_tokens=32)
+def test_drafter(spec_pair):
+    spec_pair.measure()
+"""
+
+# A meter supplied through the plugin's own hook: the modeled meter with multiplicative noise
+# of a realistic size (board counters scatter by a few percent between repeats) and an
+# optional real change, both from the environment.
+NOISY_CONFTEST = """
+import os
+import random
+from dataclasses import replace
+
+from pytest_specenergy.meters.modeled import ModeledMeter
+
+
+class NoisyMeter(ModeledMeter):
+    def __init__(self):
+        super().__init__("h200")
+        self.rng = random.Random(int(os.environ.get("NOISE_SEED", "0")))
+        self.noise = float(os.environ.get("NOISE_SD", "0"))
+        self.scale = float(os.environ.get("ENERGY_SCALE", "1"))
+
+    def stop(self, token):
+        window = super().stop(token)
+        factor = self.scale * (1 + self.rng.gauss(0, self.noise))
+        return replace(window, joules=window.joules * factor)
+
+
+def pytest_specenergy_make_meter(kind, engine):
+    return NoisyMeter() if kind == "modeled:h200" else None
+"""
+
+
+def run(pytester, *args, **env):
+    for key, value in env.items():
+        pytester._monkeypatch.setenv(key, str(value))
+    return pytester.runpytest(*FAST, *args)
+
+
+def test_costlier_drafter_fails_the_gate_and_unchanged_rerun_passes(pytester: pytest.Pytester):
+    pytester.makepyfile(SUITE)
+    saved = run(pytester, "--specenergy-save=main", GATE_NGRAM_K=8)
+    saved.assert_outcomes(passed=1)
+    saved.stdout.fnmatch_lines(["specenergy run saved: *0001_main_*.json"])
+
+    rerun = run(pytester, "--specenergy-compare=main", "--specenergy-compare-fail=energy:5%",
+                "--junitxml=rerun.xml", GATE_NGRAM_K=8)
+    rerun.assert_outcomes(passed=1)
+    rerun.stdout.fnmatch_lines(["*verdict*", "*test_drafter[[]code-ngram-b1[]]* passed",
+                                "0 regressed · 0 improved · 1 unchanged*"])
+    assert 'name="specenergy.verdict" value="passed"' in (pytester.path / "rerun.xml").read_text()
+
+    worse = run(pytester, "--specenergy-compare=main", "--specenergy-compare-fail=energy:5%",
+                "--specenergy-compare-fail=accept_length:5%", GATE_NGRAM_K=1)
+    worse.assert_outcomes(failed=1)
+    worse.stdout.fnmatch_lines([
+        "*specenergy: *test_drafter[[]code-ngram-b1[]] regressed against baseline *0001_main_*.json:",
+        "*energy_per_token (median): baseline * J/token -> current * J/token, change +*, limit 5% up*p=*REGRESSED",
+        "*1 regressed · 0 improved · 0 unchanged*",
+    ])
+
+
+def test_tolerance_marker_overrides_the_command_line(pytester: pytest.Pytester):
+    pytester.makepyfile(SUITE.replace("@pytest.mark.batch(1)",
+                                      "@pytest.mark.batch(1)\n@pytest.mark.tolerance(energy_per_token='1000%')"))
+    run(pytester, "--specenergy-save=main", GATE_NGRAM_K=8).assert_outcomes(passed=1)
+    loose = run(pytester, "--specenergy-compare=main", "--specenergy-compare-fail=energy:5%", GATE_NGRAM_K=1)
+    loose.assert_outcomes(passed=1)
+
+
+def test_realistic_noise_does_not_fail_an_unchanged_drafter(pytester: pytest.Pytester):
+    pytester.makepyfile(SUITE)
+    pytester.makeconftest(NOISY_CONFTEST)
+    run(pytester, "--specenergy-save=main", NOISE_SD=0.02, NOISE_SEED=1).assert_outcomes(passed=1)
+    for seed in range(2, 5):
+        rerun = run(pytester, "--specenergy-compare=main", "--specenergy-compare-fail=energy:0%",
+                    NOISE_SD=0.02, NOISE_SEED=seed)
+        rerun.assert_outcomes(passed=1)
+
+
+def test_small_change_under_noise_is_inconclusive_and_gets_more_repeats(pytester: pytest.Pytester):
+    pytester.makepyfile(SUITE)
+    pytester.makeconftest(NOISY_CONFTEST)
+    run(pytester, "--specenergy-save=main", NOISE_SD=0.03, NOISE_SEED=1).assert_outcomes(passed=1)
+    out = pytester.path / "run.json"
+    small = run(pytester, "--specenergy-compare=main", "--specenergy-compare-fail=energy:2%",
+                "--specenergy-max-repeats=6", "--specenergy-inconclusive=xfail", f"--specenergy-json={out}",
+                NOISE_SD=0.03, NOISE_SEED=7, ENERGY_SCALE=1.04)
+    small.assert_outcomes(xfailed=1)
+    record = json.loads(out.read_text())["results"][0]
+    assert record["verdict"] == "inconclusive"
+    assert len(record["speculative"]["samples"]) == 6  # 3 measured + 3 added for the verdict
+
+
+def test_incomparable_meter_is_never_compared(pytester: pytest.Pytester):
+    pytester.makepyfile(SUITE)
+    run(pytester, "--specenergy-save=main").assert_outcomes(passed=1)
+    other = run(pytester, "--specenergy-compare=main", "--specenergy-meter=modeled:h100",
+                "--specenergy-incomparable=fail")
+    other.assert_outcomes(failed=1)
+    other.stdout.fnmatch_lines([
+        "*cannot be compared with baseline *0001_main_*.json:",
+        "*modeled GPU differs: the baseline is modeled (h200), the current run is modeled (h100)*",
+    ])
+
+
+def test_golden_baselines_are_created_then_checked(pytester: pytest.Pytester):
+    pytester.makepyfile(SUITE)
+    created = run(pytester, "--specenergy-golden=check")
+    created.assert_outcomes(failed=1)
+    created.stdout.fnmatch_lines(["*no baseline for *test_drafter*: created *specenergy_baselines*"])
+    run(pytester, "--specenergy-golden=check").assert_outcomes(passed=1)
+    worse = run(pytester, "--specenergy-golden=check", "--specenergy-compare-fail=energy:5%", GATE_NGRAM_K=1)
+    worse.assert_outcomes(failed=1)
+    run(pytester, "--specenergy-golden=regen-all", GATE_NGRAM_K=1).assert_outcomes(passed=1)
+    run(pytester, "--specenergy-golden=check", GATE_NGRAM_K=1).assert_outcomes(passed=1)
+
+
+def test_corrupted_history_is_reported_and_left_alone(pytester: pytest.Pytester):
+    pytester.makepyfile(SUITE)
+    run(pytester, "--specenergy-save=main").assert_outcomes(passed=1)
+    stored = next((pytester.path / ".specenergy").rglob("0001_main_*.json"))
+    stored.write_text('{"schema_version": 1, "kind": "specenergy-run", "results": [')
+    broken = stored.read_bytes()
+    result = run(pytester, "--specenergy-compare=main", "--specenergy-missing-baseline=fail")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*{stored.name}*"])
+    assert stored.read_bytes() == broken
