@@ -1,26 +1,12 @@
-"""Skip the GPU suite, with the reason, where it cannot run: no GPU or no SGLang."""
-
-import importlib.util
+"""Skip this suite, with the reason, where it cannot run: no GPU or no SGLang."""
 
 import pytest
 
-
-def _gpu_missing_reason():
-    if importlib.util.find_spec("sglang") is None:
-        return "SGLang is not installed (pip install 'pytest-specenergy[sglang]')"
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        count = pynvml.nvmlDeviceGetCount()
-        pynvml.nvmlShutdown()
-    except Exception as exc:  # no driver, no library: NVML raises its own error types
-        return f"no NVIDIA GPU is usable here ({exc})"
-    return None if count else "NVML sees no GPU"
+from pytest_specenergy.availability import gpu_path_unavailable
 
 
 def pytest_collection_modifyitems(config, items):
-    reason = _gpu_missing_reason()
+    reason = gpu_path_unavailable()
     if reason is None or config.getoption("specenergy_dry_run"):
         return
     for item in items:
