@@ -1,0 +1,43 @@
+"""pytest-xdist: per-worker servers merged into one table and file, or no measurement."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+SUITE = """
+import pytest
+
+pytestmark = [pytest.mark.model("tiny:dense"), pytest.mark.drafter("ngram"), pytest.mark.batch(2),
+              pytest.mark.generation(max_new_tokens=16)]
+
+@pytest.mark.corpus("code")
+def test_code(spec_pair):
+    spec_pair.measure().assert_equivalent()
+
+@pytest.mark.corpus("news")
+def test_news(spec_pair):
+    spec_pair.measure().assert_equivalent()
+"""
+
+FAST = ["--specenergy-repeats=1", "--specenergy-warmup=0", "-p", "no:cacheprovider"]
+
+
+def test_per_gpu_mode_merges_worker_results(pytester: pytest.Pytester):
+    pytester.makepyfile(SUITE)
+    out = pytester.path / "run.json"
+    result = pytester.runpytest_subprocess("-n", "2", "--dist", "load", "--specenergy-xdist=per-gpu",
+                                           f"--specenergy-json={out}", *FAST)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*= specenergy =*", "*test_code[[]code-ngram-b2[]]*modeled (h200)*"])
+    result.stdout.fnmatch_lines(["*test_news[[]news-ngram-b2[]]*modeled (h200)*"])
+    data = json.loads(out.read_text())
+    assert sorted(r["case_id"] for r in data["results"]) == ["code-ngram-b2", "news-ngram-b2"]
+
+
+def test_without_per_gpu_mode_measurement_is_off_with_one_warning(pytester: pytest.Pytester):
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest_subprocess("-n", "2", *FAST)
+    result.assert_outcomes(skipped=2, warnings=1)
+    assert result.stdout.str().count("energy is not measured under pytest-xdist") == 1
