@@ -15,7 +15,7 @@ import logging
 import signal
 import sys
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 from .faults import FAULTS
 from .records import DEVICES, DRAFTERS, DTYPES, EngineConfig
@@ -27,7 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m pytest_specenergy.reference",
         description="Reference inference server (HF transformers) speaking SGLang's /generate protocol subset.",
     )
-    p.add_argument("--model", "--model-path", dest="model", default="tiny:dense", help="tiny:* name or local checkpoint dir")
+    p.add_argument(
+        "--model", "--model-path", dest="model", default="tiny:dense", help="tiny:* name or local checkpoint dir"
+    )
     p.add_argument("--drafter", choices=DRAFTERS, default="none")
     p.add_argument("--num-draft-tokens", type=int, default=4, help="K: drafted tokens per step (target verifies K+1)")
     p.add_argument("--ngram-min-match-window", type=int, default=1)
@@ -94,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         engine = ReferenceEngine(config)
         server = ReferenceHTTPServer(engine, args.host, args.port)
+        engine.warmup()
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2

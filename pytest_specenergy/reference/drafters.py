@@ -11,7 +11,8 @@ drafts each row accepted, and ``select_rows`` when finished rows leave the batch
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 

@@ -27,15 +27,16 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
 from .drafters import Drafter, DraftModelDrafter, NgramDrafter
 from .kv import BatchKV
 from .models import LoadedModel, load_model
-from .records import EngineConfig, FinishReason, GenerationRequest, GenerationResult, SpecStats
+from .records import EngineConfig, FinishReason, GenerationRequest, GenerationResult, SamplingParams, SpecStats
 from .runner import ModelRunner
 from .tiny_models import default_draft_for
 from .trace import WorkTrace
@@ -104,6 +105,18 @@ class ReferenceEngine:
     def draft_model_name(self) -> str | None:
         """Name of the draft model in use, if any."""
         return self.draft.name if self.draft is not None else None
+
+    def warmup(self) -> None:
+        """Run one small batch through every path (as SGLang does before it reports ready).
+
+        First calls pay one-time costs (lazy allocations, kernel selection); doing them here keeps
+        them out of the first measured request. Metrics are flushed afterwards; the steps stay in
+        the work trace, which meters read by cursor.
+        """
+        sampling = SamplingParams(max_new_tokens=8, ignore_eos=True)
+        prompts = [(3, 4, 5, 6, 7), (8, 9)]
+        self.generate([GenerationRequest(p, sampling) for p in prompts])
+        self.flush_cache()
 
     def flush_cache(self) -> None:
         """Reset per-engine metrics (``step_time_dict``, average accept length); the trace stays."""

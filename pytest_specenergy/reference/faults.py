@@ -7,7 +7,7 @@ leaves *some* metric looking healthy, which is the point: only the right check s
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 FAULTS: dict[str, str] = {
     "skip-state-rollback": (

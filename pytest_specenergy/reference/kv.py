@@ -20,7 +20,7 @@ back to its last accepted token.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

@@ -5,7 +5,10 @@ CPU for checkpoints. Why float64 for tiny models: random weights leave near-ties
 logits (gaps of ~1e-5 in float32), and a (K+1)-token verify pass reduces in a different order than
 a one-token decode step, so in float32 an argmax can flip and speculative output would differ from
 the baseline for reasons that have nothing to do with speculation. In float64 the reduction noise
-(~1e-15) is far below any gap the tiny models produce, so equality is exact in practice.
+(~1e-15) is far below any gap the tiny models produce, so equality is exact in practice. (Caveat:
+transformers computes RMSNorm statistics and RoPE angles in float32 internally. On the CPU these are
+the same whatever the step shape, so paths agree bit for bit; on CUDA their reductions depend on the
+shape and paths differ by ~1e-7, still far below the tiny models' top-2 gaps.)
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ incrementally as tokens are committed, so a proposal costs O(window) dictionary 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class NgramIndex:

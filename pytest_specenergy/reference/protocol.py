@@ -9,8 +9,9 @@ server turns it into HTTP 400 ``{"error": {"message": ...}}``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .records import GenerationRequest, GenerationResult, SamplingParams
 from .tokenizer import TokenizerLike
@@ -79,15 +80,15 @@ def _sampling(raw: Any, where: str) -> SamplingParams:
                 f"{', '.join(SUPPORTED_SAMPLING)} (plus neutral values of {', '.join(NEUTRAL_SAMPLING)})"
             )
         if not check(value):
-            raise ProtocolError(f"{where}.{key}={value!r} would change greedy decoding; only neutral values are accepted")
+            raise ProtocolError(
+                f"{where}.{key}={value!r} would change greedy decoding; only neutral values are accepted"
+            )
     mnt = raw.get("max_new_tokens", 128)
     if not isinstance(mnt, int) or isinstance(mnt, bool) or mnt < 0:
         raise ProtocolError(f"{where}.max_new_tokens must be an integer >= 0, got {mnt!r}")
     temp = raw.get("temperature", 0.0)
     if not isinstance(temp, (int, float)) or isinstance(temp, bool) or temp != 0:
-        raise ProtocolError(
-            f"{where}.temperature must be 0: the reference server decodes greedily only, got {temp!r}"
-        )
+        raise ProtocolError(f"{where}.temperature must be 0: the reference server decodes greedily only, got {temp!r}")
     ignore_eos = raw.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         raise ProtocolError(f"{where}.ignore_eos must be true or false, got {ignore_eos!r}")
@@ -100,17 +101,21 @@ def _sampling(raw: Any, where: str) -> SamplingParams:
 def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
     """Validate a ``/generate`` JSON body and build the engine requests."""
     if not isinstance(body, dict):
-        raise ProtocolError("the body must be a JSON object like {\"input_ids\": [[...]], \"sampling_params\": {...}}")
+        raise ProtocolError('the body must be a JSON object like {"input_ids": [[...]], "sampling_params": {...}}')
     for key, value in body.items():
         if key not in TOP_LEVEL and value not in (None, False, [], {}):
-            raise ProtocolError(f"field {key!r} is not supported by the reference server; supported: {', '.join(TOP_LEVEL)}")
+            raise ProtocolError(
+                f"field {key!r} is not supported by the reference server; supported: {', '.join(TOP_LEVEL)}"
+            )
     if body.get("stream"):
         raise ProtocolError("stream=true is not supported by the reference server; send stream=false")
     if body.get("top_logprobs_num"):
         raise ProtocolError("top_logprobs_num must be 0 or absent: top-k logprobs are not implemented")
     has_ids, has_text = body.get("input_ids") is not None, body.get("text") is not None
     if has_ids == has_text:
-        raise ProtocolError("give exactly one of 'input_ids' (list of ints, or list of lists) and 'text' (string or list)")
+        raise ProtocolError(
+            "give exactly one of 'input_ids' (list of ints, or list of lists) and 'text' (string or list)"
+        )
     if has_ids:
         ids = body["input_ids"]
         if _is_int_list(ids) and ids:
@@ -133,7 +138,9 @@ def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
     raw_sp = body.get("sampling_params")
     if isinstance(raw_sp, list):
         if len(raw_sp) != len(prompts):
-            raise ProtocolError(f"sampling_params has {len(raw_sp)} entries for {len(prompts)} prompts; give one or one per prompt")
+            raise ProtocolError(
+                f"sampling_params has {len(raw_sp)} entries for {len(prompts)} prompts; give one or one per prompt"
+            )
         sps = [_sampling(sp, f"sampling_params[{i}]") for i, sp in enumerate(raw_sp)]
     else:
         sps = [_sampling(raw_sp, "sampling_params")] * len(prompts)
@@ -199,7 +206,9 @@ def result_json(
         meta["spec_verify_ct"] = spec.verify_ct
         meta["spec_num_correct_drafts"] = spec.num_correct_drafts
         meta["spec_num_proposed_drafts"] = spec.num_proposed_drafts
-        meta["spec_accept_rate"] = spec.num_correct_drafts / spec.num_proposed_drafts if spec.num_proposed_drafts else 0.0
+        meta["spec_accept_rate"] = (
+            spec.num_correct_drafts / spec.num_proposed_drafts if spec.num_proposed_drafts else 0.0
+        )
         meta["spec_accept_length"] = result.completion_tokens / spec.verify_ct
         meta["spec_correct_drafts_histogram"] = list(spec.correct_drafts_histogram)
     if result.input_token_logprobs is not None:

@@ -74,9 +74,7 @@ class SamplingParams:
         if self.max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
         if self.temperature != 0:
-            raise ValueError(
-                f"temperature must be 0 (the reference engine decodes greedily), got {self.temperature}"
-            )
+            raise ValueError(f"temperature must be 0 (the reference engine decodes greedily), got {self.temperature}")
 
 
 @dataclass(frozen=True)
@@ -94,8 +92,7 @@ class GenerationRequest:
             raise ValueError("input_ids must not be empty")
         if self.return_logprob and self.logprob_start_len > len(self.input_ids):
             raise ValueError(
-                f"logprob_start_len ({self.logprob_start_len}) is larger than the prompt "
-                f"({len(self.input_ids)} tokens)"
+                f"logprob_start_len ({self.logprob_start_len}) is larger than the prompt ({len(self.input_ids)} tokens)"
             )
 
 

@@ -28,7 +28,7 @@ MAX_BODY_BYTES = 64 << 20
 class _Handler(BaseHTTPRequestHandler):
     """Routes one HTTP request to the engine."""
 
-    server: "ReferenceHTTPServer"
+    server: ReferenceHTTPServer
     protocol_version = "HTTP/1.1"
 
     # --------------------------------------------------------------------------- plumbing
@@ -74,7 +74,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif url.path in ("/server_info", "/get_server_info"):
             self._send(200, engine.server_info())
         elif url.path in ("/model_info", "/get_model_info"):
-            self._send(200, {"model_path": engine.config.model, "tokenizer_path": engine.config.model, "is_generation": True})
+            self._send(
+                200, {"model_path": engine.config.model, "tokenizer_path": engine.config.model, "is_generation": True}
+            )
         elif url.path == "/work_trace":
             self._guard(lambda: self._work_trace(url.query))
         elif url.path == "/flush_cache":
@@ -124,7 +126,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, answers if parsed.batched else answers[0])
 
     def _health_generate(self) -> None:
-        parsed = parse_generate({"input_ids": [1], "sampling_params": {"max_new_tokens": 1}}, self.server.engine.tokenizer)
+        parsed = parse_generate(
+            {"input_ids": [1], "sampling_params": {"max_new_tokens": 1}}, self.server.engine.tokenizer
+        )
         self.server.engine.generate(parsed.requests)
         self._send(200, "OK", "text/plain")
 
@@ -159,7 +163,9 @@ class ReferenceHTTPServer(ThreadingHTTPServer):
 
     def __init__(self, engine: ReferenceEngine, host: str = "127.0.0.1", port: int = 30000) -> None:
         if host not in LOOPBACK_HOSTS:
-            raise ValueError(f"the reference server binds loopback only; --host must be one of {LOOPBACK_HOSTS}, got {host!r}")
+            raise ValueError(
+                f"the reference server binds loopback only; --host must be one of {LOOPBACK_HOSTS}, got {host!r}"
+            )
         if host == "::1":
             import socket
 

@@ -9,8 +9,9 @@ brings its own tokenizer; :func:`load_tokenizer` wraps it behind the same small 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 PAD_ID = 0
 BOS_ID = 1
@@ -21,18 +22,22 @@ SPECIAL_TOKENS: dict[int, str] = {PAD_ID: "<pad>", BOS_ID: "<bos>", EOS_ID: "<eo
 # A fixed, hand-written list: the ids of the tokenizer must never depend on a training run, a file or
 # the machine, because the tiny models' embedding rows are tied to these ids by seed. Appending is
 # safe (new pieces get new ids at the end); reordering or removing would change every model.
-DEFAULT_MERGES: tuple[str, ...] = tuple(
-    """ the| of| and| to| in| a| is| that| for| it| as| with| was| on| be| by| this| are| at| from
-| or| an| not| which| have| has| but| were| can| def| return| if| else| self| import| class
-| None| True| False| print| for i| in range| value| data| test| assert| int| str| list| dict
-| code| energy| token| model| batch| draft| GPU| per| time| from the| of the| in the| to the
-|th|he|in|er|an|re|on|at|en|nd|ti|es|or|te|of|ed|is|it|al|ar|st|to|nt|ng|se|ha|as|ou|io|le|ve
-|co|me|de|hi|ri|ro|ic|ne|ea|ra|ce|li|ch|ll|be|ma|si|om|ur|ing|ion|tion|ent|and|the|ter|for
-|ate|her|his|ere|ers|con|res|ver|all|ons|nce|men|ith|ted|ess|ect|pro|ati|est|ive|int|per
-|ould|ment|ther|with|ight|ally|ation|  |    |        |\n\n|\n    |\n        |()|):|(self|, |. |: | = | == | + | - |->|\"\"\"|'s
-| ch| tsch| da| la| il| en| ei| dal| cun| per| ina| in| ils| las| sco| ha| èn| è| ü| ö| ä|ün|ai|au|ia|ie|ua""".replace(
-        "\n", ""
-    ).split("|")
+_MERGE_LINES = (
+    " the| of| and| to| in| a| is| that| for| it| as| with| was| on| be| by| this| are| at| from",
+    " or| an| not| which| have| has| but| were| can| def| return| if| else| self| import| class",
+    " None| True| False| print| for i| in range| value| data| test| assert| int| str| list| dict",
+    " code| energy| token| model| batch| draft| GPU| per| time| from the| of the| in the| to the",
+    "th|he|in|er|an|re|on|at|en|nd|ti|es|or|te|of|ed|is|it|al|ar|st|to|nt|ng|se|ha|as|ou|io|le|ve",
+    "co|me|de|hi|ri|ro|ic|ne|ea|ra|ce|li|ch|ll|be|ma|si|om|ur|ing|ion|tion|ent|and|the|ter|for",
+    "ate|her|his|ere|ers|con|res|ver|all|ons|nce|men|ith|ted|ess|ect|pro|ati|est|ive|int|per",
+    "ould|ment|ther|with|ight|ally|ation|  |    |        |()|):|(self|, |. |: | = | == | + | - |->|'s",
+    " ch| tsch| da| la| il| en| ei| dal| cun| per| ina| in| ils| las| sco| ha| èn| è| ü| ö| ä|ün|ai|au|ia|ie|ua",
+)
+DEFAULT_MERGES: tuple[str, ...] = tuple(piece for line in _MERGE_LINES for piece in line.split("|")) + (
+    "\n\n",
+    "\n    ",
+    "\n        ",
+    '"""',
 )
 
 
