@@ -28,6 +28,7 @@ from pytest_specenergy.corpora import load_corpus
 from pytest_specenergy.drafters import Drafter
 from pytest_specenergy.engines.pool import EnginePool
 from pytest_specenergy.measure import ArmMeasurer
+from pytest_specenergy.meters import make_meter
 from pytest_specenergy.meters.base import MeterError
 from pytest_specenergy.metrics import energy_saving
 
@@ -39,29 +40,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--min-window-s", type=float, default=3.0)
     parser.add_argument("--corpus", default="code")
+    parser.add_argument("--device", default="cuda", help="reference server device (cpu only to "
+                        "check this script without a GPU, with --meter modeled:h200)")
+    parser.add_argument("--meter", default="nvml", help="nvml (default) or modeled:<gpu>")
     args = parser.parse_args(argv)
 
     try:
         import torch
 
-        if not torch.cuda.is_available():
+        if args.device.startswith("cuda") and not torch.cuda.is_available():
             print("gpu_smoke: torch sees no CUDA device; nothing to measure", file=sys.stderr)
             return 2
-        from pytest_specenergy.meters.nvml import NvmlMeter
+        if args.meter == "nvml":
+            from pytest_specenergy.meters.nvml import NvmlMeter
 
-        meter = NvmlMeter.open(min_window_s=args.min_window_s)
+            meter = NvmlMeter.open(min_window_s=args.min_window_s)
+        else:
+            meter = make_meter(args.meter)
     except (ImportError, MeterError) as exc:
         print(f"gpu_smoke: cannot measure here: {exc}", file=sys.stderr)
         return 2
 
     facts = meter.describe()
-    gpu = facts["gpus"][0] if facts["gpus"] else {}
-    print(f"GPU: {gpu.get('name')} {gpu.get('uuid')} driver {facts.get('driver')} "
+    gpu = (facts.get("gpus") or [{}])[0]
+    print(f"meter {meter.label}; GPU: {gpu.get('name')} {gpu.get('uuid')} driver {facts.get('driver')} "
           f"power limit {gpu.get('power_limit_w')} W; torch {torch.__version__}")
     corpus = load_corpus(args.corpus)
     drafters = [Drafter("ngram", num_draft_tokens=8),
                 Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=4, id="draft")]
-    pool = EnginePool(Path(tempfile.mkdtemp(prefix="specenergy-smoke-")), startup_timeout_s=600)
+    # One engine at a time: an idle engine still holds a CUDA context on the measured GPU.
+    pool = EnginePool(Path(tempfile.mkdtemp(prefix="specenergy-smoke-")), startup_timeout_s=600,
+                      max_live=1)
     rows, records = [], []
     started = time.monotonic()
     try:
@@ -70,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             for drafter in drafters:
                 case = Case(engine="reference", model="tiny:dense", drafter=drafter, batch=batch,
                             corpus=corpus, generation=Generation(max_new_tokens=args.max_new_tokens),
-                            device="cuda")
+                            device=args.device)
                 if base_result is None:
                     server = pool.get(case.baseline_config())
                     base_result = ArmMeasurer(server, meter, case, args.repeats, 1).measure("baseline")

@@ -114,9 +114,11 @@ class SpecEnergySession:
     def machine_key_for(self, pair: PairResult) -> str:
         """The machine key of the run a pair was measured in (meter + engine + GPUs)."""
         engine = pair.speculative.engine
+        name, version = str(engine.get("engine")), str(engine.get("version"))
+        version = version.removeprefix(f"{name}-")  # the reference server says "reference-0.1.0"
         meter = next((m.describe() for m in self._meters.values() if m.label == pair.source), None)
         info = machine_info(meter or {"kind": pair.source, "label": pair.source},
-                            engine={"name": engine.get("engine"), "version": engine.get("version")})
+                            engine={"name": name, "version": version})
         key = machine_key(info)
         self.machines.setdefault(key, info)
         return key
