@@ -18,6 +18,7 @@ from typing import Sequence
 from pytest_specenergy.degeneracy import DegeneracyReport
 from pytest_specenergy.degeneracy import degeneracy
 from pytest_specenergy.engines.client import EngineClient
+from pytest_specenergy.equivalence import first_divergence
 
 
 class CoherenceError(RuntimeError):
@@ -26,11 +27,13 @@ class CoherenceError(RuntimeError):
 
 @dataclass(frozen=True)
 class Coherence:
-    """Mean per-token log-probability of each arm's continuation under the target."""
+    """Per prompt, the mean log-probability under the target of each arm's continuation from
+    the first divergence on (0.0 for both when the continuations are identical)."""
 
     baseline_logprob: tuple[float, ...]
     speculative_logprob: tuple[float, ...]
     degeneracy: DegeneracyReport
+    diverged: tuple[bool, ...] = ()
 
     @property
     def gaps(self) -> tuple[float, ...]:
@@ -40,8 +43,9 @@ class Coherence:
 
     @property
     def mean_gap(self) -> float:
-        """Gap averaged over prompts."""
-        return statistics.fmean(self.gaps) if self.gaps else 0.0
+        """Gap averaged over the prompts that diverged (0.0 when none did)."""
+        gaps = [g for g, d in zip(self.gaps, self.diverged) if d]
+        return statistics.fmean(gaps) if gaps else 0.0
 
     @property
     def worst_gap(self) -> float:
@@ -52,7 +56,7 @@ class Coherence:
         """A JSON-ready record."""
         return {"baseline_logprob": list(self.baseline_logprob),
                 "speculative_logprob": list(self.speculative_logprob),
-                "mean_gap": self.mean_gap, "worst_gap": self.worst_gap,
+                "diverged": list(self.diverged), "mean_gap": self.mean_gap, "worst_gap": self.worst_gap,
                 "degeneracy": self.degeneracy.as_dict()}
 
 
@@ -67,10 +71,11 @@ def prompt_token_ids(client: EngineClient, prompts: Sequence[str]) -> list[list[
                              "return_prompt_token_ids support (SGLang's HTTP /generate has it)") from None
 
 
-def continuation_logprob(client: EngineClient, prompt_ids: Sequence[int], continuation: Sequence[int]) -> float:
-    """Mean log-probability of ``continuation`` after ``prompt_ids`` under the engine's model."""
+def continuation_logprobs(client: EngineClient, prompt_ids: Sequence[int],
+                          continuation: Sequence[int]) -> list[float]:
+    """Per-token log-probabilities of ``continuation`` after ``prompt_ids`` under the engine's model."""
     if not continuation:
-        return 0.0
+        return []
     start = len(prompt_ids) - 1
     answer = client.generate([list(prompt_ids) + list(continuation)],
                              sampling_params={"max_new_tokens": 0, "temperature": 0.0},
@@ -81,18 +86,31 @@ def continuation_logprob(client: EngineClient, prompt_ids: Sequence[int], contin
     if entries is None or len(entries) != len(continuation) + 1 or not first_is_none:
         raise CoherenceError(f"input_token_logprobs should have {len(continuation) + 1} entries with "
                              f"entry 0 = None (logprob_start_len={start}); got {str(entries)[:200]}")
-    values = [float(e[0]) for e in entries[1:]]
-    return statistics.fmean(values)
+    return [float(e[0]) for e in entries[1:]]
+
+
+def _suffix_mean(values: Sequence[float], start: int) -> float:
+    tail = values[start:]
+    return statistics.fmean(tail) if tail else 0.0
 
 
 def measure_coherence(client: EngineClient, prompts: Sequence[str], baseline: Sequence[Sequence[int]],
                       speculative: Sequence[Sequence[int]], special_ids: Sequence[int] = ()) -> Coherence:
-    """Score both arms' continuations on the (non-speculative) ``client`` engine."""
+    """Score both arms' continuations on the (non-speculative) ``client`` engine.
+
+    Each prompt is scored from its first divergence on: the shared prefix is equally likely
+    in both arms and would only dilute the gap. Identical continuations are not rescored.
+    """
     prompt_ids = prompt_token_ids(client, prompts)
-    base_scores, spec_scores = [], []
+    base_scores, spec_scores, diverged = [], [], []
     for ids, base, spec in zip(prompt_ids, baseline, speculative):
-        base_score = continuation_logprob(client, ids, base)
-        base_scores.append(base_score)
-        # Identical continuations score identically: skip the second forward pass.
-        spec_scores.append(base_score if list(spec) == list(base) else continuation_logprob(client, ids, spec))
-    return Coherence(tuple(base_scores), tuple(spec_scores), degeneracy(baseline, speculative, special_ids))
+        diverged.append(list(spec) != list(base))
+        if not diverged[-1]:
+            base_scores.append(0.0)
+            spec_scores.append(0.0)
+            continue
+        start = first_divergence(base, spec) or 0
+        base_scores.append(_suffix_mean(continuation_logprobs(client, ids, base), start))
+        spec_scores.append(_suffix_mean(continuation_logprobs(client, ids, spec), start))
+    return Coherence(tuple(base_scores), tuple(spec_scores), degeneracy(baseline, speculative, special_ids),
+                     tuple(diverged))

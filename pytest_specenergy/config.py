@@ -92,7 +92,8 @@ OPTIONS: tuple[_Option, ...] = (
             "body (no verify steps, inconsistent counters, incoherent text...): fail or warn",
             _choice(("fail", "warn"))),
     _Option("fault", "", "comma-separated reference-server fault switches injected into every "
-            "reference engine (skip-state-rollback, wrong-accept-count, stale-draft-cache): they "
+            "reference engine (skip-state-rollback, wrong-accept-count, stale-draft-cache, "
+            "accept-off-by-one): they "
             "exist so a suite can prove its checks catch each bug class"),
     _Option("storage", ".specenergy", "folder of the run history (runs keyed by machine)"),
     _Option("save", "", "save this run in the history under NAME (e.g. main)"),

@@ -57,6 +57,6 @@ def spec_pair(specenergy_case: Case, specenergy: SpecEnergySession,
               request: pytest.FixtureRequest) -> SpecPair:
     """The matched pair (speculative engine + its non-speculative twin) for this case."""
     if xdist_support.is_worker(request.config) and specenergy.config.xdist == "off":
-        pytest.skip("specenergy: energy is not measured under pytest-xdist without "
-                    "--specenergy-xdist=per-gpu (workers would share a GPU)")
+        specenergy.xdist_skipped += 1
+        pytest.skip(xdist_support.SKIP_REASON)
     return SpecPair(specenergy_case, specenergy, request.node)

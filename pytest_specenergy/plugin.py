@@ -43,11 +43,6 @@ def pytest_configure(config: pytest.Config) -> None:
     options = SpecEnergyConfig.from_pytest_config(config)
     if xdist_support.is_worker(config) and options.xdist == "per-gpu":
         xdist_support.pin_worker(config)
-    if xdist_support.is_controller(config) and options.xdist == "off":
-        config.issue_config_time_warning(pytest.PytestWarning(
-            "specenergy: energy is not measured under pytest-xdist, because workers would share "
-            "GPUs; spec_pair tests are skipped. Use --specenergy-xdist=per-gpu (one GPU per "
-            "worker) or run without -n."), stacklevel=2)
     config.stash[SESSION_KEY] = SpecEnergySession(options, config.hook)
     config.stash[GATE_KEY] = Gatekeeper(options)
 
@@ -121,14 +116,17 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 
 
 def pytest_testnodedown(node: Any, error: Any) -> None:
-    node.config.stash[SESSION_KEY].records.extend(xdist_support.receive(node))
+    records, skipped = xdist_support.receive(node)
+    spec = node.config.stash[SESSION_KEY]
+    spec.records.extend(records)
+    spec.xdist_skipped += skipped
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     spec = config.stash[SESSION_KEY]
     if xdist_support.is_worker(config):
-        xdist_support.ship(config, spec.records)
+        xdist_support.ship(config, spec.records, spec.xdist_skipped)
         return
     if not spec.records:
         return
@@ -148,7 +146,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     spec = config.stash[SESSION_KEY]
-    if not spec.records or xdist_support.is_worker(config):
+    if xdist_support.is_worker(config):
+        return
+    if spec.xdist_skipped:
+        terminalreporter.write_sep("=", "specenergy warning", yellow=True)
+        terminalreporter.write_line(
+            f"{spec.xdist_skipped} spec_pair tests were skipped: energy is not measured under "
+            f"pytest-xdist, because workers would share GPUs. Use --specenergy-xdist=per-gpu "
+            f"(one GPU per worker) or run without -n.")
+    if not spec.records:
         return
     terminalreporter.write_sep("=", "specenergy")
     terminalreporter.write_line(render_table(spec.records))

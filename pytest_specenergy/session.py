@@ -46,6 +46,8 @@ class SpecEnergySession:
         self.machines: dict[str, dict[str, Any]] = {}
         #: Run files written to the history this session.
         self.saved: list[Any] = []
+        #: spec_pair tests skipped because xdist ran without --specenergy-xdist=per-gpu.
+        self.xdist_skipped = 0
 
     def plan(self, cases: list[Case]) -> None:
         """Record the collected cases; one GPU runs one engine at a time."""

@@ -4,7 +4,7 @@ Energy cannot be measured on a GPU that another worker is using. ``--specenergy-
 pins worker ``gwN`` to one GPU through ``CUDA_VISIBLE_DEVICES`` before any engine starts (on
 a CPU machine each worker simply runs its own reference servers); results travel to the
 controller as JSON in ``workeroutput`` and are merged into one table and one file. Without
-the flag, spec_pair tests are skipped under xdist, with one warning.
+the flag, spec_pair tests are skipped under xdist, and the summary says so once.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ from typing import Any
 import pytest
 
 WORKER_OUTPUT_KEY = "specenergy_records"
+SKIPPED_KEY = "specenergy_xdist_skipped"
+SKIP_REASON = ("specenergy: energy is not measured under pytest-xdist without "
+               "--specenergy-xdist=per-gpu (workers would share a GPU)")
 
 
 def is_worker(config: pytest.Config) -> bool:
@@ -62,12 +65,14 @@ def pin_worker(config: pytest.Config) -> str | None:
     return gpus[index]
 
 
-def ship(config: pytest.Config, records: list[dict[str, Any]]) -> None:
-    """Worker side: hand this worker's records to the controller."""
+def ship(config: pytest.Config, records: list[dict[str, Any]], skipped: int) -> None:
+    """Worker side: hand this worker's records (and its xdist-skipped count) to the controller."""
     config.workeroutput[WORKER_OUTPUT_KEY] = json.dumps(records, default=str)  # type: ignore[attr-defined]
+    config.workeroutput[SKIPPED_KEY] = skipped  # type: ignore[attr-defined]
 
 
-def receive(node: Any) -> list[dict[str, Any]]:
-    """Controller side: the records a finished worker shipped."""
-    payload = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
-    return json.loads(payload) if payload else []
+def receive(node: Any) -> tuple[list[dict[str, Any]], int]:
+    """Controller side: the records a finished worker shipped, and how many it skipped."""
+    output = getattr(node, "workeroutput", {})
+    payload = output.get(WORKER_OUTPUT_KEY)
+    return (json.loads(payload) if payload else []), int(output.get(SKIPPED_KEY, 0))

@@ -90,7 +90,7 @@ class ServerProcess:
                 self.server_info = self.client.server_info()
                 return self
             time.sleep(delay)
-            delay = min(delay * 1.5, 1.0)
+            delay = min(delay * 1.5, 0.2)
         self.stop()
         raise EngineStartError(
             f"engine {self.config.label()} did not answer /health within "
@@ -99,6 +99,14 @@ class ServerProcess:
     def alive(self) -> bool:
         """True while the process runs."""
         return self._proc is not None and self._proc.poll() is None
+
+    def terminate(self) -> None:
+        """Ask the process group to exit (SIGTERM) without waiting; :meth:`stop` finishes."""
+        if self._proc is not None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Terminate the whole process group and wait for it."""

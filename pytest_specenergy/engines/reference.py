@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 from pytest_specenergy.engines.base import EngineConfigError
 from pytest_specenergy.engines.config import EngineConfig
@@ -37,6 +38,11 @@ class ReferenceBackend:
         argv = [python_executable(), "-m", "pytest_specenergy.reference",
                 "--model", config.model, "--dtype", config.dtype, "--device", config.device,
                 "--seed", str(config.seed), "--host", host, "--port", str(port)]
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+        if workers > 1 and not config.device.startswith("cuda"):
+            # xdist workers each run their own CPU servers: split the cores between them, or
+            # OpenMP threads of different workers spin against each other.
+            argv += ["--threads", str(max(1, (os.cpu_count() or 1) // workers))]
         if config.max_running_requests is not None:
             argv += ["--max-running-requests", str(config.max_running_requests)]
         for fault in config.faults:

@@ -289,6 +289,10 @@ class ReferenceEngine:
         greedy = logits.argmax(dim=-1)  # [n, K+1]: the target's choice after each fed token
         match = (greedy[:, :k] == ids[:, 1:].to(greedy.device)).long()
         accepted = match.cumprod(dim=1).sum(dim=1).tolist()
+        if "accept-off-by-one" in faults:
+            # the off-by-one: the first mismatching draft is accepted too, so a token the
+            # target did not choose enters the output while acceptance looks better
+            accepted = [min(a + 1, k) for a in accepted]
         kv.drop_last([k - a for a in accepted])
         if kv.has_linear and "skip-state-rollback" not in faults:
             self.runner.rollback_linear(kv, snapshot, [a + 1 for a in accepted], k + 1)

@@ -91,17 +91,46 @@ def test_fail_closed_controls():
     assert "accept-length-1-on-repetition" in names(nothing)
     self_case = dataclasses.replace(CASE, drafter=Drafter("draft_model", draft_model="tiny:dense",
                                                           num_draft_tokens=4))
+    # 2 requests, 10 verify steps of 4: at least (10 - 2) * 4 = 32 accepted drafts.
     weak_self = PairResult(self_case, "x", base, run("speculative", [VARIED, LOOPING], verify=10, correct=30))
     assert "self-draft-not-exact" in names(weak_self)
-    exact_self = PairResult(self_case, "x", base, run("speculative", [VARIED, LOOPING], verify=10, correct=40))
-    assert "self-draft-not-exact" not in names(exact_self)
+    cut_short = PairResult(self_case, "x", base, run("speculative", [VARIED, LOOPING], verify=10, correct=32))
+    assert "self-draft-not-exact" not in names(cut_short)
 
 
 def test_incoherent_divergence_and_warnings():
     base = run("baseline", [VARIED, VARIED], max_running=1)
     spec = run("speculative", [LOOPING, VARIED], verify=10, correct=20)
-    coherence = Coherence((-0.2, -0.2), (-3.5, -0.2), degeneracy([VARIED, VARIED], [LOOPING, VARIED]))
+    coherence = Coherence((-0.2, 0.0), (-3.5, 0.0), degeneracy([VARIED, VARIED], [LOOPING, VARIED]),
+                          (True, False))
+    assert coherence.mean_gap == 3.3
     pair = PairResult(CASE, CASE.id, base, spec, coherence)
     found = names(pair)
     assert {"incoherent", "degenerate-output", "concurrency-below-batch"} <= found
     assert pair.failed_checks
+
+
+def windowed(arm, prefill_j, full_j, gpus=(), graph=None):
+    window = {"full": {"joules": full_j, "details": {"gpus": [{"uuid": g} for g in gpus]}},
+              "prefill": {"joules": prefill_j}}
+    sample = RepeatSample(full_j - prefill_j, 1.0, 10, 5.0, 10 if arm == "speculative" else None,
+                          20 if arm == "speculative" else None, 40 if arm == "speculative" else None,
+                          window=window)
+    engine = {"server_info": {"disable_cuda_graph": graph}} if graph is not None else {}
+    return RunResult(arm=arm, engine=engine, source="measured (nvml)", samples=(sample,),
+                     outputs=(tuple(VARIED), tuple(LOOPING)), finish_reasons=("length", "length"),
+                     verified_per_step=5, concurrency={})
+
+
+def test_pairing_and_window_checks():
+    good = PairResult(CASE, CASE.id, windowed("baseline", 1.0, 10.0, ["GPU-a"], False),
+                      windowed("speculative", 1.0, 8.0, ["GPU-a"], False))
+    assert not {"cuda-graph-differs", "gpu-differs", "prefill-in-window",
+                "prefill-dominates-window"} & names(good)
+    bad = PairResult(CASE, CASE.id, windowed("baseline", 1.0, 10.0, ["GPU-a"], False),
+                     windowed("speculative", 1.0, 8.0, ["GPU-b"], True))
+    assert {"cuda-graph-differs", "gpu-differs"} <= names(bad)
+    no_decode = PairResult(CASE, CASE.id, windowed("baseline", 5.0, 5.0), windowed("speculative", 1.0, 8.0))
+    assert "prefill-in-window" in names(no_decode)
+    heavy = PairResult(CASE, CASE.id, windowed("baseline", 6.0, 10.0), windowed("speculative", 1.0, 8.0))
+    assert "prefill-dominates-window" in names(heavy)
