@@ -101,6 +101,9 @@ def measure_coherence(client: EngineClient, prompts: Sequence[str], baseline: Se
     Each prompt is scored from its first divergence on: the shared prefix is equally likely
     in both arms and would only dilute the gap. Identical continuations are not rescored.
     """
+    if all(list(b) == list(s) for b, s in zip(baseline, speculative)):
+        n = len(baseline)  # nothing diverged: nothing to score
+        return Coherence((0.0,) * n, (0.0,) * n, degeneracy(baseline, speculative, special_ids), (False,) * n)
     prompt_ids = prompt_token_ids(client, prompts)
     base_scores, spec_scores, diverged = [], [], []
     for ids, base, spec in zip(prompt_ids, baseline, speculative):

@@ -45,6 +45,10 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _warmup(text: str) -> str | int:
+    return "auto" if text == "auto" else _non_negative_int(text)
+
+
 def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in choices:
@@ -82,7 +86,9 @@ OPTIONS: tuple[_Option, ...] = (
             "(roofline model of the reference server's work trace; presets h100, h200), or auto "
             "(nvml for engines on a GPU, else modeled:h200)", _meter),
     _Option("repeats", 3, "measured repeats per arm; every per-repeat sample is kept", _positive_int),
-    _Option("warmup", 1, "discarded warm-up runs per arm before measuring", _non_negative_int),
+    _Option("warmup", "auto", "discarded warm-up runs per arm before measuring; auto = 1 with a "
+            "measured meter, 0 with a modeled one (it charges the work trace, which a warm-up "
+            "does not change)", _warmup),
     _Option("device", "auto", "device for the reference server: auto, cpu or cuda",
             _choice(("auto", "cpu", "cuda"))),
     _Option("startup-timeout", 300.0, "seconds to wait for an engine to answer /health", float),
@@ -159,7 +165,7 @@ class SpecEnergyConfig:
     engine: str
     meter: str
     repeats: int
-    warmup: int
+    warmup: int | None  # None: auto
     device: str
     startup_timeout: float
     log_dir: Path
@@ -217,7 +223,7 @@ class SpecEnergyConfig:
             engine=values["specenergy_engine"],
             meter=values["specenergy_meter"],
             repeats=values["specenergy_repeats"],
-            warmup=values["specenergy_warmup"],
+            warmup=None if values["specenergy_warmup"] == "auto" else values["specenergy_warmup"],
             device=values["specenergy_device"],
             startup_timeout=values["specenergy_startup_timeout"],
             log_dir=Path(os.path.expanduser(str(log_dir))),

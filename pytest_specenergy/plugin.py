@@ -58,7 +58,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     gate = f" compare={options.compare}" if options.compare else ""
     gate += f" golden={options.golden}" if options.golden else ""
     return (f"specenergy: engine={options.engine} meter={options.meter} repeats={options.repeats} "
-            f"warmup={options.warmup}{gate}")
+            f"warmup={'auto' if options.warmup is None else options.warmup}{gate}")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -159,7 +159,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_sep("=", "specenergy")
     terminalreporter.write_line(render_table(spec.records))
     sources = sorted({r["source"] for r in spec.records})
-    pairs = len({(r["case_id"], r["machine_key"]) for r in spec.records})
+    pairs = len({(r["case"]["model"], r["case_id"], r["machine_key"]) for r in spec.records})
     starts = f", {len(spec.pool.starts)} engine starts" if spec.pool.starts else ""
     terminalreporter.write_line(f"{len(spec.records)} results of {pairs} distinct pairs{starts}; "
                                 f"energy figures: {', '.join(sources)}")

@@ -69,9 +69,12 @@ class SpecEnergySession:
     def _measure_arm(self, config: EngineConfig, case: Case, arm: str, repeats: int | None = None,
                      warmup: int | None = None) -> tuple[RunResult, ServerProcess]:
         server = self.pool.get(config)
-        measurer = ArmMeasurer(server, self.meter_for(server), case,
-                               repeats or self.config.repeats,
-                               self.config.warmup if warmup is None else warmup)
+        meter = self.meter_for(server)
+        if warmup is None:
+            warmup = self.config.warmup
+        if warmup is None:  # auto: only a measured window needs the engine warm
+            warmup = 0 if meter.kind.startswith("modeled:") else 1
+        measurer = ArmMeasurer(server, meter, case, repeats or self.config.repeats, warmup)
         return measurer.measure(arm), server
 
     def baseline(self, case: Case) -> RunResult:

