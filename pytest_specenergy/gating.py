@@ -49,6 +49,17 @@ class Judgement:
         return self.comparison.verdict.value if self.comparison else None
 
 
+def _apply(policy: str, message: str, judgement: Judgement) -> Judgement:
+    """A ``fail`` / ``skip`` / ``warn`` policy applied to ``message``."""
+    if policy == "fail":
+        judgement.fail.append(message)
+    elif policy == "skip":
+        judgement.skip = message
+    else:
+        judgement.warn.append(message)
+    return judgement
+
+
 def tolerance_limits(test: str, mark: Any) -> list[FailLimit]:
     """Limits of a ``tolerance(...)`` marker: ``tolerance(energy_per_token="5%")`` or
     ``tolerance("energy:median:5%")``."""
@@ -145,15 +156,7 @@ class Gatekeeper:
     def _missing(self, comparison: CaseComparison, path: Path | None, error: str | None) -> Judgement:
         why = error or f"no result for this test in {path}"
         message = f"specenergy: no baseline for {comparison.case_id}: {why}"
-        judgement = Judgement(comparison, path)
-        policy = self.config.missing_baseline
-        if policy == "fail":
-            judgement.fail.append(message)
-        elif policy == "skip":
-            judgement.skip = message
-        else:
-            judgement.warn.append(message)
-        return judgement
+        return _apply(self.config.missing_baseline, message, Judgement(comparison, path))
 
     def _outcome(self, comparison: CaseComparison, path: Path | None) -> Judgement:
         judgement = Judgement(comparison, path)
@@ -169,14 +172,7 @@ class Gatekeeper:
             else:
                 judgement.warn.append(resolution.message)
         elif verdict is Verdict.INCOMPARABLE:
-            message = comparison.failure_message(path)
-            policy = self.config.incomparable
-            if policy == "fail":
-                judgement.fail.append(message)
-            elif policy == "skip":
-                judgement.skip = message
-            else:
-                judgement.warn.append(message)
+            _apply(self.config.incomparable, comparison.failure_message(path), judgement)
         return judgement
 
     def _judge_golden(self, item: pytest.Item, record: dict[str, Any], machine_key: str,
