@@ -128,6 +128,8 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("xdist", "off", "under pytest-xdist: per-gpu (one GPU per worker, pinned by "
             "CUDA_VISIBLE_DEVICES; on CPU each worker runs its own servers) or off (spec_pair "
             "tests are skipped, with one warning)", _choice(("per-gpu", "off"))),
+    _Option("sglang-version", "", "build SGLang command lines for this version instead of the "
+            "installed one (for --specenergy-dry-run on a machine without SGLang)"),
     _Option("dry-run", False, "collect the cases and print each matched pair's two server "
             "commands and what differs; start nothing", action="store_true"),
 )
@@ -185,6 +187,7 @@ class SpecEnergyConfig:
     baselines: Path
     golden: str | None
     xdist: str
+    sglang_version: str | None
     dry_run: bool
     rootdir: Path
 
@@ -243,6 +246,7 @@ class SpecEnergyConfig:
             baselines=_under(rootdir, values["specenergy_baselines"]),
             golden=values["specenergy_golden"] or None,
             xdist=values["specenergy_xdist"],
+            sglang_version=values["specenergy_sglang_version"] or None,
             dry_run=values["specenergy_dry_run"],
             rootdir=rootdir,
         )

@@ -125,6 +125,8 @@ def _models(test: str, mark: Any, config: SpecEnergyConfig, rootdir: str) -> lis
         faults = tuple(dict.fromkeys((*faults, *config.faults)))
     opts["faults"] = tuple(faults)
     extra = {k: v for k, v in kwargs.items() if k not in _MODEL_KWARGS}
+    if engine == "sglang" and config.sglang_version and "sglang_version" not in extra:
+        extra["sglang_version"] = config.sglang_version
     if extra and engine == "reference":
         raise MarkerError(
             f"{test}: marker model got engine option(s) {', '.join(sorted(extra))} that the "

@@ -43,3 +43,12 @@ def test_dry_run_prints_pairs_and_differences(pytester: pytest.Pytester):
     assert "MISMATCH" not in out
     assert "a dry run must not run tests" not in out
     assert not (pytester.path / ".specenergy" / "logs").exists()
+
+
+def test_dry_run_can_assume_an_sglang_version(pytester: pytest.Pytester):
+    pytester.makepyfile(SUITE.replace(', sglang_version="0.5.23"', ""))
+    without = pytester.runpytest("--specenergy-dry-run", "-p", "no:cacheprovider")
+    without.stdout.fnmatch_lines(["*SGLang is not installed in this Python*"])
+    with_version = pytester.runpytest("--specenergy-dry-run", "--specenergy-sglang-version=0.5.13",
+                                      "-p", "no:cacheprovider")
+    with_version.stdout.fnmatch_lines(["speculative: *--cuda-graph-max-bs 48*--speculative-algorithm NGRAM*"])
