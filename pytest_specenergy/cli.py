@@ -174,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("baseline", help="baseline run (PATH, last, NAME or NNNN)")
     compare.add_argument("current", help="current run (PATH, last, NAME or NNNN)")
     compare.add_argument("--fail", action="append", metavar="EXPR", type=_checked_expr,
-                         help=f"METRIC[:STAT]:LIMIT, repeatable (default: {', '.join(DEFAULT_LIMITS)})")
+                         help="METRIC[:STAT]:LIMIT, repeatable (default: "
+                              + ", ".join(DEFAULT_LIMITS).replace("%", "%%") + ")")
     compare.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level")
     compare.add_argument("--strict", action="store_true", help="also exit 1 on incomparable cases")
     compare.set_defaults(func=cmd_compare)

@@ -127,7 +127,7 @@ OPTIONS: tuple[_Option, ...] = (
             _choice(("check", "update", "regen-all", "new-only"))),
     _Option("xdist", "off", "under pytest-xdist: per-gpu (one GPU per worker, pinned by "
             "CUDA_VISIBLE_DEVICES; on CPU each worker runs its own servers) or off (spec_pair "
-            "tests are skipped, with one warning)", _choice(("per-gpu", "off"))),
+            "tests are skipped and the summary says so once)", _choice(("per-gpu", "off"))),
     _Option("sglang-version", "", "build SGLang command lines for this version instead of the "
             "installed one (for --specenergy-dry-run on a machine without SGLang)"),
     _Option("dry-run", False, "collect the cases and print each matched pair's two server "
@@ -140,18 +140,20 @@ def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("specenergy", "energy regression testing for speculative decoding")
     for opt in OPTIONS:
         dest = "specenergy_" + opt.name.replace("-", "_")
+        cli_help = opt.help.replace("%", "%%")  # argparse %-formats help texts
         if opt.action == "append":
             group.addoption(f"--specenergy-{opt.name}", action="append", dest=dest, default=None,
-                            metavar="EXPR", type=_validated(opt.parse), help=opt.help)
+                            metavar="EXPR", type=_validated(opt.parse), help=cli_help)
             parser.addini(dest, opt.help, type="linelist", default=[])
         elif opt.action:
             group.addoption(f"--specenergy-{opt.name}", action=opt.action, dest=dest,
-                            default=None, help=opt.help)
+                            default=None, help=cli_help)
             parser.addini(dest, opt.help, type="bool", default=opt.default)
         else:
             group.addoption(f"--specenergy-{opt.name}", dest=dest, default=None,
                             metavar=opt.name.upper().replace("-", "_"),
-                            help=f"{opt.help} (default: {opt.default!r})")
+                            help=cli_help + ("" if opt.default in ("", 0) or "default" in opt.help
+                                             else f" (default: {opt.default!r})"))
             parser.addini(dest, opt.help, default=None)
 
 

@@ -130,3 +130,19 @@ def test_bad_option_is_a_usage_error(pytester: pytest.Pytester):
     result = pytester.runpytest("--specenergy-repeats=0")
     result.stderr.fnmatch_lines(["*--specenergy-repeats: expected a positive integer, got '0'*"])
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_help_texts_render(pytester: pytest.Pytester):
+    result = pytester.runpytest("--help")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*--specenergy-compare-fail=EXPR*", "*energy:5%*", "*--specenergy-dry-run*"])
+
+
+@pytest.mark.parametrize("command", ["report", "compare", "history", "merge"])
+def test_console_help_renders(command, capsys):
+    from pytest_specenergy.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert "usage: specenergy" in capsys.readouterr().out
