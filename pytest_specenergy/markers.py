@@ -13,11 +13,10 @@ import itertools
 import os
 from typing import Any
 from typing import Callable
-from typing import Iterable
 
 from pytest_specenergy.cases import Case
 from pytest_specenergy.cases import Generation
-from pytest_specenergy.cases import model_short_name
+from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.config import ENGINES
 from pytest_specenergy.config import SpecEnergyConfig
 from pytest_specenergy.corpora import Corpus
@@ -132,8 +131,6 @@ def _models(test: str, mark: Any, config: SpecEnergyConfig, rootdir: str) -> lis
             f"{test}: marker model got engine option(s) {', '.join(sorted(extra))} that the "
             f"reference engine does not take; expected only {', '.join(sorted(_MODEL_KWARGS))}"
         )
-    from pytest_specenergy.engines.config import EngineConfig
-
     opts["engine_options"] = EngineConfig.freeze_options(extra)
     models = []
     for name in names:
@@ -237,10 +234,3 @@ def _generation(test: str, mark: Any) -> Generation:
     return Generation(max_new_tokens=kwargs.get("max_new_tokens", 64), prompts=kwargs.get("prompts"),
                       ignore_eos=kwargs.get("ignore_eos", False), temperature=0.0)
 
-
-def marker_lines() -> Iterable[str]:
-    """``name(signature): help`` lines for ``config.addinivalue_line('markers', ...)``."""
-    return (f"{help}" for help in MARKERS.values())
-
-
-__all__ = ["MarkerError", "build_cases", "marker_lines", "model_short_name", "TINY_MODELS"]

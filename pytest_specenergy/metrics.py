@@ -95,12 +95,3 @@ def median(values: Sequence[float | None]) -> float | None:
     """Median of the defined values (per-repeat samples), or None."""
     defined = [v for v in values if v is not None]
     return float(statistics.median(defined)) if defined else None
-
-
-def relative_spread(values: Sequence[float | None]) -> float | None:
-    """Sample standard deviation over mean: the noise of per-repeat samples."""
-    defined = [v for v in values if v is not None]
-    if len(defined) < 2:
-        return None
-    mean = statistics.fmean(defined)
-    return statistics.stdev(defined) / abs(mean) if mean else None

@@ -95,11 +95,6 @@ class RunResult:
         """Accepted over proposed drafts over all repeats."""
         return metrics.acceptance_rate(self._pooled("correct_drafts"), self._pooled("proposed_drafts"))
 
-    @property
-    def energy_spread(self) -> float | None:
-        """Relative standard deviation of energy per token across repeats."""
-        return metrics.relative_spread([s.energy_per_token for s in self.samples])
-
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record with every sample."""
         return {"arm": self.arm, "engine": self.engine, "source": self.source,

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from pytest_specenergy.availability import nvml_gpu_count
+
 WORKER_OUTPUT_KEY = "specenergy_records"
 SKIPPED_KEY = "specenergy_xdist_skipped"
 SKIP_REASON = ("specenergy: energy is not measured under pytest-xdist without "
@@ -38,13 +40,7 @@ def visible_gpus() -> list[str]:
     if visible is not None:
         return [v.strip() for v in visible.split(",") if v.strip()]
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        finally:
-            pynvml.nvmlShutdown()
+        return [str(i) for i in range(nvml_gpu_count())]
     except Exception:  # no library, no driver: NVML raises its own error types
         return []
 
