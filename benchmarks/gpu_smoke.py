@@ -22,15 +22,15 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from pytest_specenergy.cases import Case
-from pytest_specenergy.cases import Generation
-from pytest_specenergy.corpora import load_corpus
-from pytest_specenergy.drafters import Drafter
+from pytest_specenergy.cases.case import Case
+from pytest_specenergy.cases.case import Generation
+from pytest_specenergy.cases.corpora import load_corpus
+from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.pool import EnginePool
-from pytest_specenergy.measure import ArmMeasurer
+from pytest_specenergy.measure.arm import ArmMeasurer
 from pytest_specenergy.meters import make_meter
 from pytest_specenergy.meters.base import MeterError
-from pytest_specenergy.metrics import energy_saving
+from pytest_specenergy.measure.metrics import energy_saving
 
 
 def main(argv: list[str] | None = None) -> int:

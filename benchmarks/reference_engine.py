@@ -28,7 +28,7 @@ PROMPTS = (
 
 
 def _requests(engine, batch: int, max_new: int):
-    from pytest_specenergy.reference.records import GenerationRequest, SamplingParams
+    from pytest_specenergy.refserver.records import GenerationRequest, SamplingParams
 
     tok = engine.tokenizer
     return [
@@ -96,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from pytest_specenergy.reference.engine import ReferenceEngine
-    from pytest_specenergy.reference.records import EngineConfig
+    from pytest_specenergy.refserver.engine import ReferenceEngine
+    from pytest_specenergy.refserver.records import EngineConfig
 
     if args.threads:
         torch.set_num_threads(args.threads)

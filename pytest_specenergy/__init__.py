@@ -3,17 +3,39 @@
 Markers declare model, drafter, batch and corpus; the ``spec_pair`` fixture measures the
 speculative engine against its non-speculative twin and returns a :class:`PairResult` whose
 ``assert_*`` helpers fail with the numbers in the message.
+
+The public names load lazily (PEP 562 module ``__getattr__``), so importing a subpackage - the
+reference server above all, which runs as its own program - loads none of the plugin.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
 
-from pytest_specenergy.cases import Case  # noqa: E402
-from pytest_specenergy.cases import Generation  # noqa: E402
-from pytest_specenergy.corpora import Corpus  # noqa: E402
-from pytest_specenergy.drafters import Drafter  # noqa: E402
-from pytest_specenergy.results import PairResult  # noqa: E402
-from pytest_specenergy.results import RunResult  # noqa: E402
+#: Public name -> the module that defines it.
+_PUBLIC = {
+    "Case": "pytest_specenergy.cases.case",
+    "Generation": "pytest_specenergy.cases.case",
+    "Corpus": "pytest_specenergy.cases.corpora",
+    "Drafter": "pytest_specenergy.engines.drafters",
+    "PairResult": "pytest_specenergy.measure.results",
+    "RunResult": "pytest_specenergy.measure.results",
+    "gpu_path_unavailable": "pytest_specenergy.meters.devices",
+}
 
-__all__ = ["Case", "Corpus", "Drafter", "Generation", "PairResult", "RunResult", "__version__"]
+__all__ = sorted(_PUBLIC) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use."""
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from pytest_specenergy import xdist_support
-from pytest_specenergy.cases import Case
-from pytest_specenergy.gating import Gatekeeper
+from pytest_specenergy import xdist as xdist_support
+from pytest_specenergy.cases.case import Case
+from pytest_specenergy.gate.gatekeeper import Gatekeeper
 from pytest_specenergy.meters.base import MeterError
-from pytest_specenergy.results import PairResult
+from pytest_specenergy.measure.results import PairResult
 from pytest_specenergy.session import SpecEnergySession
 
 SESSION_KEY = pytest.StashKey[SpecEnergySession]()

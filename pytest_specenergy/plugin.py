@@ -7,23 +7,23 @@ from typing import Any
 import pytest
 
 from pytest_specenergy import hookspec
-from pytest_specenergy import storage
-from pytest_specenergy import xdist_support
+from pytest_specenergy.gate import storage
+from pytest_specenergy import xdist as xdist_support
 from pytest_specenergy.atomic import write_json_atomic
-from pytest_specenergy.config import SpecEnergyConfig
-from pytest_specenergy.config import add_options
+from pytest_specenergy.options import SpecEnergyConfig
+from pytest_specenergy.options import add_options
 from pytest_specenergy.fixtures import GATE_KEY
 from pytest_specenergy.fixtures import PAIR_KEY
 from pytest_specenergy.fixtures import SESSION_KEY
 from pytest_specenergy.fixtures import spec_pair  # noqa: F401  (fixture registration)
 from pytest_specenergy.fixtures import specenergy  # noqa: F401
 from pytest_specenergy.fixtures import specenergy_case  # noqa: F401
-from pytest_specenergy.gating import Gatekeeper
-from pytest_specenergy.item_outcome import settle
-from pytest_specenergy.markers import MARKERS
-from pytest_specenergy.markers import MarkerError
-from pytest_specenergy.markers import build_cases
-from pytest_specenergy.report.json_out import build_document
+from pytest_specenergy.gate.gatekeeper import Gatekeeper
+from pytest_specenergy.outcome import settle
+from pytest_specenergy.cases.markers import MARKERS
+from pytest_specenergy.cases.markers import MarkerError
+from pytest_specenergy.cases.markers import build_cases
+from pytest_specenergy.document import build_document
 from pytest_specenergy.report.terminal import render_table
 from pytest_specenergy.report.terminal import verdict_line
 from pytest_specenergy.session import SpecEnergySession
@@ -81,7 +81,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
              if hasattr(item, "callspec") and "specenergy_case" in item.callspec.params]
     spec.plan(cases)
     if spec.config.dry_run:
-        from pytest_specenergy.dry_run import render_dry_run
+        from pytest_specenergy.engines.dry_run import render_dry_run
 
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         text = render_dry_run(cases)

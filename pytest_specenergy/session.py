@@ -11,20 +11,20 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from pytest_specenergy.cases import Case
-from pytest_specenergy.coherence import measure_coherence
-from pytest_specenergy.config import SpecEnergyConfig
+from pytest_specenergy.cases.case import Case
+from pytest_specenergy.measure.coherence import measure_coherence
+from pytest_specenergy.options import SpecEnergyConfig
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.launch import ServerProcess
 from pytest_specenergy.engines.pool import EnginePool
-from pytest_specenergy.machine import machine_info
-from pytest_specenergy.machine import machine_key
-from pytest_specenergy.measure import ArmMeasurer
+from pytest_specenergy.gate.machine import machine_info
+from pytest_specenergy.gate.machine import machine_key
+from pytest_specenergy.measure.arm import ArmMeasurer
 from pytest_specenergy.meters import make_meter
 from pytest_specenergy.meters import meter_kind_for
 from pytest_specenergy.meters.base import Meter
-from pytest_specenergy.results import PairResult
-from pytest_specenergy.results import RunResult
+from pytest_specenergy.measure.results import PairResult
+from pytest_specenergy.measure.results import RunResult
 
 
 class SpecEnergySession:

@@ -38,7 +38,7 @@ class EngineBackend(Protocol):
 def get_backend(name: str) -> EngineBackend:
     """The backend registered under ``name`` (``reference`` or ``sglang``)."""
     if name == "reference":
-        from pytest_specenergy.engines.reference import ReferenceBackend
+        from pytest_specenergy.engines.refserver import ReferenceBackend
 
         return ReferenceBackend()
     if name == "sglang":

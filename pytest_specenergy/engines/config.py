@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 from typing import Mapping
 
-from pytest_specenergy.drafters import Drafter
+from pytest_specenergy.engines.drafters import Drafter
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from pytest_specenergy.drafters import Drafter
+from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines import sglang_args as sa
 from pytest_specenergy.engines.base import EngineBackend
 from pytest_specenergy.engines.base import EngineConfigError

@@ -19,11 +19,11 @@ from typing import Any
 from typing import Callable
 from typing import Mapping
 
-from pytest_specenergy.meters import gpu_info
+from pytest_specenergy.meters import devices as gpu_info
 from pytest_specenergy.meters.base import EnergyWindow
 from pytest_specenergy.meters.base import EngineHandle
 from pytest_specenergy.meters.base import MeterError
-from pytest_specenergy.meters.power_sampler import PowerSampler
+from pytest_specenergy.meters.sampler import PowerSampler
 
 CONTAMINATION_POLICIES = ("warn", "fail", "ignore")
 

@@ -2,7 +2,7 @@
 reports and the plots.
 
 Everything here is pure: it reads the JSON-ready run document of
-:func:`pytest_specenergy.report.json_out.build_document` (or one loaded back from disk, possibly
+:func:`pytest_specenergy.document.build_document` (or one loaded back from disk, possibly
 written by an older plugin, hence the defensive ``.get`` everywhere) and returns frozen records.
 No formatting policy lives in the renderers beyond layout: :func:`fmt` and :func:`fmt_change`
 are the single place a number becomes text.
@@ -17,7 +17,7 @@ from typing import Iterable
 from typing import Mapping
 from typing import Sequence
 
-from pytest_specenergy.metrics import METRICS
+from pytest_specenergy.measure.metrics import METRICS
 
 #: Metrics compared against a baseline run, in report order.
 COMPARED_METRICS: tuple[str, ...] = ("energy_per_token", "energy_saving", "accept_length",

@@ -10,7 +10,7 @@ from typing import Mapping
 
 from tabulate import tabulate
 
-from pytest_specenergy.gate import Verdict
+from pytest_specenergy.gate.compare import Verdict
 from pytest_specenergy.report.model import ReportRow
 from pytest_specenergy.report.model import row_from_result
 

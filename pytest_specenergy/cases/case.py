@@ -1,0 +1,123 @@
+"""Cases: one fully resolved measurement per test item.
+
+A :class:`Case` is frozen and hashable. Its :meth:`Case.spec_config` is the speculative
+engine; the baseline engine is always that config's twin. :meth:`Case.baseline_key`
+identifies the baseline arm, which depends on everything but the drafter, so one baseline
+measurement serves every drafter tested against it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+from pytest_specenergy.cases.corpora import Corpus
+from pytest_specenergy.engines.drafters import Drafter
+from pytest_specenergy.engines.config import EngineConfig
+
+
+@dataclass(frozen=True)
+class Generation:
+    """How each request is generated.
+
+    ``prompts`` is the number of prompts measured per repeat; ``None`` means the batch size,
+    but at least 4, rounded up to a whole number of batches. ``ignore_eos`` defaults to
+    False: runs that outlast the answer inflate acceptance (paper section 10).
+    """
+
+    max_new_tokens: int = 64
+    prompts: int | None = None
+    ignore_eos: bool = False
+    temperature: float = 0.0
+
+    def prompt_count(self, batch: int) -> int:
+        """Prompts per repeat for ``batch``: always a whole number of full batches."""
+        wanted = self.prompts if self.prompts is not None else max(batch, 4)
+        return -(-wanted // batch) * batch
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready description."""
+        return {"max_new_tokens": self.max_new_tokens, "prompts": self.prompts,
+                "ignore_eos": self.ignore_eos, "temperature": self.temperature}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One point of the matrix: model x drafter x batch x corpus x generation."""
+
+    engine: str
+    model: str
+    drafter: Drafter
+    batch: int
+    corpus: Corpus = field(compare=False)
+    generation: Generation = Generation()
+    engine_options: tuple[tuple[str, Any], ...] = ()
+    dtype: str = "auto"
+    device: str = "auto"
+    seed: int = 0
+    max_running_requests: int | None = None
+    faults: tuple[str, ...] = ()
+    model_id: str = ""
+    #: Prefix ids with the model (set when a test's matrix has several models).
+    model_in_id: bool = field(default=False, compare=False)
+    # The corpus compares by name and digest: two loads of the same file are the same case.
+    corpus_key: tuple[str, str] = field(default=("", ""), repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "corpus_key", (self.corpus.name, self.corpus.digest))
+        if not self.model_id:
+            object.__setattr__(self, "model_id", model_short_name(self.model))
+
+    @property
+    def id(self) -> str:
+        """The readable id, e.g. ``code-ngram-b4`` (``dense-code-ngram-b4`` when the test's
+        matrix has several models)."""
+        base = f"{self.corpus.name}-{self.drafter.id}-b{self.batch}"
+        return f"{self.model_id}-{base}" if self.model_in_id else base
+
+    def spec_config(self) -> EngineConfig:
+        """The speculative engine."""
+        return EngineConfig(
+            engine=self.engine,
+            model=self.model,
+            drafter=self.drafter,
+            dtype=self.dtype,
+            device=self.device,
+            seed=self.seed,
+            max_running_requests=self.max_running_requests,
+            options=self.engine_options,
+            faults=self.faults,
+        )
+
+    def baseline_config(self) -> EngineConfig:
+        """The non-speculative twin, derived from the speculative config."""
+        return self.spec_config().twin()
+
+    def baseline_key(self) -> tuple[Any, ...]:
+        """What the baseline arm depends on: everything but the drafter."""
+        return (self.baseline_config(), self.batch, self.corpus_key, self.generation)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready description of the case."""
+        return {
+            "id": self.id,
+            "engine": self.engine,
+            "model": self.model,
+            "drafter": self.drafter.as_dict(),
+            "batch": self.batch,
+            "corpus": {"name": self.corpus.name, "source": self.corpus.source,
+                       "digest": self.corpus.digest, "size": len(self.corpus.prompts)},
+            "generation": self.generation.as_dict(),
+            "engine_options": {k: v for k, v in self.engine_options},
+            "dtype": self.dtype,
+            "seed": self.seed,
+            "faults": list(self.faults),
+        }
+
+
+def model_short_name(model: str) -> str:
+    """A short, id-safe model name: ``Qwen/Qwen3-8B`` -> ``Qwen3-8B``, ``tiny:dense`` -> ``dense``."""
+    base = model.rstrip("/").split("/")[-1].split(":")[-1]
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "-", base) or "model"

@@ -1,0 +1,253 @@
+"""Load prompt corpora: the five built-ins shipped with the package, or a user's JSONL file.
+
+A corpus is an ordered, immutable tuple of prompts plus a content digest. Order matters
+because a run takes the *first* ``n`` prompts, and the digest lets a stored baseline notice
+that the prompts it was measured on are no longer the prompts being served.
+
+Specs accepted by :func:`load_corpus`:
+
+* a built-in name from :data:`BUILTIN_CORPORA`;
+* ``jsonl:PATH`` - one JSON object per line with a string ``prompt`` (or ``text``) field;
+  blank lines are skipped, other fields (``id``, metadata) are ignored;
+* an existing :class:`Corpus`, returned unchanged.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Iterable
+from typing import Iterator
+
+__all__ = ["BUILTIN_CORPORA", "Corpus", "CorpusError", "JSONL_PREFIX", "load_corpus"]
+
+#: Names of the corpora shipped inside the package, in the order the paper reports them.
+BUILTIN_CORPORA: tuple[str, ...] = ("code", "conversation", "long-document", "news", "rm-news")
+
+#: Prefix that marks a spec as a path to a user-supplied JSONL file.
+JSONL_PREFIX = "jsonl:"
+
+# Field names tried, in order, for the prompt text of a JSONL line. ``text`` is accepted
+# because many exported prompt dumps use it instead of ``prompt``.
+_PROMPT_FIELDS: tuple[str, ...] = ("prompt", "text")
+
+
+class CorpusError(ValueError):
+    """A corpus spec, file or line is invalid; the message says what was wrong and what is expected."""
+
+
+def _digest(prompts: Iterable[str]) -> str:
+    """Return the sha256 hex digest of ``prompts``, order-sensitive and unambiguous.
+
+    Each prompt is length-prefixed rather than joined with a separator, so that
+    ``("ab", "c")`` and ``("a", "bc")`` cannot collide and no prompt character is reserved.
+    """
+    h = hashlib.sha256()
+    for prompt in prompts:
+        data = prompt.encode("utf-8")
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """An immutable, ordered set of prompts with a content digest.
+
+    Attributes:
+        name: Short label used in reports (a built-in name, or the JSONL file's stem).
+        prompts: The prompts, in file order. A list passed in is converted to a tuple.
+        source: ``"built-in"`` for packaged corpora, otherwise the resolved file path.
+        digest: sha256 hex digest over the prompts (not the name or source), so two files
+            with identical prompts compare equal for baseline purposes. Leave it empty to
+            have it computed; a non-empty value that does not match the prompts is rejected,
+            because a wrong digest would silently validate a stale baseline.
+    """
+
+    name: str
+    prompts: tuple[str, ...]
+    source: str = "built-in"
+    digest: str = ""
+
+    def __post_init__(self) -> None:
+        # object.__setattr__ is the documented way to normalise fields of a frozen dataclass.
+        prompts = tuple(self.prompts)
+        object.__setattr__(self, "prompts", prompts)
+        if not prompts:
+            raise CorpusError(
+                f"corpus {self.name!r} from {self.source} is empty; a corpus needs at least one prompt"
+            )
+        for index, prompt in enumerate(prompts):
+            if not isinstance(prompt, str) or not prompt.strip():
+                raise CorpusError(
+                    f"corpus {self.name!r}: prompt {index} is {prompt!r}; "
+                    "every prompt must be a non-empty string"
+                )
+        actual = _digest(prompts)
+        if not self.digest:
+            object.__setattr__(self, "digest", actual)
+        elif self.digest != actual:
+            raise CorpusError(
+                f"corpus {self.name!r}: digest {self.digest!r} does not match its prompts "
+                f"(expected {actual!r}); pass digest='' to have it computed"
+            )
+
+    def __len__(self) -> int:
+        """Number of distinct prompt slots (not counting cycling in :meth:`take`)."""
+        return len(self.prompts)
+
+    def take(self, n: int) -> tuple[str, ...]:
+        """Return exactly ``n`` prompts: the first ``n``, cycling from the start if needed.
+
+        If ``n`` exceeds ``len(self)``, the prompts are repeated in order
+        (``p0, p1, ..., pk, p0, p1, ...``) until ``n`` are returned. This keeps batch sizes
+        larger than the corpus measurable, but repeated prompts share KV-prefix and n-gram
+        history, so callers that care should compare ``n`` with ``len(corpus)`` and say so
+        in their report. ``take(0)`` returns an empty tuple.
+
+        Raises:
+            CorpusError: if ``n`` is negative or not an integer.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise CorpusError(f"take(n) needs a non-negative integer n, got {n!r}")
+        size = len(self.prompts)
+        if n <= size:
+            return self.prompts[:n]
+        return tuple(self.prompts[i % size] for i in range(n))
+
+
+def _iter_prompts(lines: Iterable[str], where: str) -> Iterator[str]:
+    """Yield the prompt of every non-blank JSONL line, raising CorpusError on the first bad one.
+
+    ``where`` names the file in messages, so a user can open it at the reported line.
+    """
+    for lineno, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CorpusError(
+                f"{where}, line {lineno}: not valid JSON ({exc.msg} at column {exc.colno}); "
+                'expected one object per line, e.g. {"prompt": "..."}'
+            ) from None
+        if not isinstance(record, dict):
+            raise CorpusError(
+                f"{where}, line {lineno}: expected a JSON object with a 'prompt' or 'text' "
+                f"field, got a JSON {type(record).__name__}"
+            )
+        for field_name in _PROMPT_FIELDS:
+            value = record.get(field_name)
+            if isinstance(value, str) and value.strip():
+                yield value
+                break
+        else:
+            found = ", ".join(sorted(map(str, record))) or "no fields"
+            raise CorpusError(
+                f"{where}, line {lineno}: no non-empty string 'prompt' or 'text' field "
+                f"(found: {found}); each line needs e.g. {{\"prompt\": \"...\"}}"
+            )
+
+
+def _read_lines(path: Path, where: str) -> list[str]:
+    """Read ``path`` as UTF-8 (a leading BOM is tolerated, since some editors add one)."""
+    try:
+        return path.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+@functools.lru_cache(maxsize=None)
+def _load_builtin(name: str) -> Corpus:
+    """Load a packaged corpus once per process; packaged data cannot change while running."""
+    resource = resources.files(__package__).joinpath("data", f"{name}.jsonl")
+    where = f"built-in corpus {name!r} (data/{name}.jsonl)"
+    try:
+        text = resource.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        # Only reachable from a broken install, e.g. a wheel built without package data.
+        raise CorpusError(
+            f"{where} is missing from the installed package; reinstall pytest_specenergy "
+            "with its package data (pytest_specenergy/cases/corpora/data/*.jsonl)"
+        ) from None
+    prompts = tuple(_iter_prompts(text.splitlines(), where))
+    return Corpus(name=name, prompts=prompts, source="built-in")
+
+
+@functools.lru_cache(maxsize=64)
+def _load_jsonl_cached(path: str, mtime_ns: int, size: int) -> Corpus:
+    """Parse a JSONL corpus; keyed on mtime and size so an edited file is re-read."""
+    where = f"corpus file {path}"
+    prompts = tuple(_iter_prompts(_read_lines(Path(path), where), where))
+    if not prompts:
+        raise CorpusError(
+            f"{where} contains no prompts (only blank lines or empty); "
+            'add one JSON object per line, e.g. {"prompt": "..."}'
+        )
+    return Corpus(name=Path(path).stem, prompts=prompts, source=path)
+
+
+def _load_jsonl(raw_path: str) -> Corpus:
+    """Resolve and stat ``raw_path``, then load it through the mtime-keyed cache."""
+    if not raw_path.strip():
+        raise CorpusError(f"empty path in {JSONL_PREFIX!r} spec; write {JSONL_PREFIX}PATH/TO/prompts.jsonl")
+    path = Path(os.path.expanduser(raw_path.strip())).resolve()
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        raise CorpusError(
+            f"corpus file {path} does not exist (from spec {JSONL_PREFIX}{raw_path}); "
+            "give a path to an existing JSONL file, relative to the current directory or absolute"
+        ) from None
+    if not path.is_file():
+        raise CorpusError(f"corpus path {path} is not a regular file; expected a JSONL file")
+    return _load_jsonl_cached(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+def _unknown_name_message(spec: str) -> str:
+    """Explain an unrecognised spec, suggesting the nearest built-in and the jsonl: form."""
+    valid = ", ".join(BUILTIN_CORPORA)
+    message = f"unknown corpus {spec!r}; valid built-in corpora are: {valid}, or {JSONL_PREFIX}PATH for a JSONL file"
+    close = difflib.get_close_matches(spec.lower(), BUILTIN_CORPORA, n=1)
+    if close:
+        message += f" (did you mean {close[0]!r}?)"
+    elif spec.endswith((".jsonl", ".json")) or os.sep in spec:
+        # The commonest mistake is passing a bare path; point at the prefix it lacks.
+        message += f" (to load the file, write {JSONL_PREFIX}{spec})"
+    return message
+
+
+def load_corpus(spec: str | Corpus) -> Corpus:
+    """Return the corpus named by ``spec``.
+
+    Args:
+        spec: A built-in name (see :data:`BUILTIN_CORPORA`), ``"jsonl:PATH"`` for a file of
+            one JSON object per line with a ``prompt`` or ``text`` string field, or a
+            :class:`Corpus`, which is returned as is.
+
+    Results are cached: built-ins per name, files per resolved path, modification time and
+    size, so repeated fixtures do not re-parse and an edited file is picked up.
+
+    Raises:
+        CorpusError: for an unknown name, a missing file, a line that is not a JSON object,
+            a line without a prompt, or a corpus with no prompts.
+    """
+    if isinstance(spec, Corpus):
+        return spec
+    if not isinstance(spec, str):
+        raise CorpusError(
+            f"corpus spec must be a str or Corpus, got {type(spec).__name__}; "
+            f"use one of {', '.join(BUILTIN_CORPORA)} or {JSONL_PREFIX}PATH"
+        )
+    if spec.startswith(JSONL_PREFIX):
+        return _load_jsonl(spec[len(JSONL_PREFIX) :])
+    if spec in BUILTIN_CORPORA:
+        return _load_builtin(spec)
+    raise CorpusError(_unknown_name_message(spec))

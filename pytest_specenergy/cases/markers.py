@@ -1,0 +1,236 @@
+"""Markers -> cases.
+
+The markers ``model``, ``drafter``, ``batch``, ``corpus`` and ``generation`` declare a test's
+matrix. The closest marker of each name wins (function over class over module), as for any
+pytest marker; several values in one marker form a matrix axis. Every bad value raises
+:class:`MarkerError` naming the test, the marker, the value and what was expected; the
+plugin turns it into a collection error without a traceback.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Any
+from typing import Callable
+
+from pytest_specenergy.cases.case import Case
+from pytest_specenergy.cases.case import Generation
+from pytest_specenergy.engines.config import EngineConfig
+from pytest_specenergy.options import ENGINES
+from pytest_specenergy.options import SpecEnergyConfig
+from pytest_specenergy.cases.corpora import Corpus
+from pytest_specenergy.cases.corpora import CorpusError
+from pytest_specenergy.cases.corpora import load_corpus
+from pytest_specenergy.engines.drafters import Drafter
+from pytest_specenergy.engines.drafters import DrafterError
+
+#: Built-in tiny models of the reference server (made from a seed, no files).
+TINY_MODELS = ("tiny:dense", "tiny:dense-draft", "tiny:moe", "tiny:moe-draft",
+               "tiny:hybrid", "tiny:hybrid-draft")
+#: Drafters each engine implements.
+ENGINE_DRAFTERS = {
+    "reference": ("ngram", "draft_model"),
+    "sglang": ("ngram", "draft_model", "eagle", "eagle3", "nextn", "dflash", "dspark"),
+}
+
+MARKERS = {
+    "model": "model(name_or_path, ..., engine=None, dtype=None, device=None, seed=None, "
+             "max_running_requests=None, faults=(), **engine_kwargs): target model(s) of a "
+             "spec_pair case; several names form a matrix axis",
+    "drafter": "drafter(*names_or_Drafter): speculative drafter(s) measured against the "
+               "non-speculative twin; several form a matrix axis",
+    "batch": "batch(*ints): concurrent requests per engine call; several form a matrix axis",
+    "corpus": "corpus(*names_or_Corpus): prompt corpora (code, conversation, long-document, "
+              "news, rm-news, jsonl:PATH); several form a matrix axis",
+    "generation": "generation(max_new_tokens=64, prompts=None, ignore_eos=False, "
+                  "temperature=0): how each request is generated",
+    "tolerance": "tolerance(*exprs, **limits): regression limits for this test, e.g. "
+                 "tolerance(energy_per_token='5%', accept_length=0.1); overrides "
+                 "--specenergy-compare-fail metric by metric",
+}
+
+_MODEL_KWARGS = {"engine", "dtype", "device", "seed", "max_running_requests", "faults"}
+
+
+class MarkerError(ValueError):
+    """A marker value that cannot form a case."""
+
+
+MarkerLookup = Callable[[str], Any]  # name -> closest pytest Mark or None
+
+
+def build_cases(test: str, closest: MarkerLookup, config: SpecEnergyConfig,
+                rootdir: str) -> list[Case]:
+    """Expand a test's markers into cases, in a stable order."""
+    models = _models(test, closest("model"), config, rootdir)
+    drafters = _drafters(test, closest("drafter"))
+    batches = _batches(test, closest("batch"))
+    corpora = _corpora(test, closest("corpus"))
+    generation = _generation(test, closest("generation"))
+    cases: list[Case] = []
+    for (model, opts), corpus, drafter, batch in itertools.product(models, corpora, drafters, batches):
+        engine = opts["engine"]
+        if drafter.name not in ENGINE_DRAFTERS[engine]:
+            raise MarkerError(
+                f"{test}: marker drafter value {drafter!r} is not implemented by the {engine} "
+                f"engine; expected one of {', '.join(ENGINE_DRAFTERS[engine])}"
+            )
+        if drafter.draft_model:
+            _check_model_path(test, "drafter", drafter.draft_model, engine, rootdir)
+        case = Case(engine=engine, model=model, drafter=drafter, batch=batch, corpus=corpus,
+                    generation=generation, model_in_id=len(models) > 1,
+                    **{k: v for k, v in opts.items() if k != "engine"})
+        cases.append(case)
+    ids = [c.id for c in cases]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise MarkerError(
+            f"{test}: the matrix has several cases with id {duplicates[0]!r}; give each "
+            f"Drafter a distinct id= (for example Drafter('ngram', num_draft_tokens=4, id='ngram-4'))"
+        )
+    return cases
+
+
+def _values(test: str, name: str, mark: Any, expected: str) -> tuple[Any, ...]:
+    if mark is None:
+        raise MarkerError(f"{test}: spec_pair needs a @pytest.mark.{name}(...) marker ({expected})")
+    if not mark.args:
+        raise MarkerError(f"{test}: marker {name}() has no values; expected {expected}")
+    return tuple(mark.args)
+
+
+def _models(test: str, mark: Any, config: SpecEnergyConfig, rootdir: str) -> list[tuple[str, dict[str, Any]]]:
+    names = _values(test, "model", mark, "a model name or checkpoint path")
+    kwargs = dict(mark.kwargs)
+    engine = kwargs.get("engine") or config.engine
+    if engine not in ENGINES:
+        raise MarkerError(f"{test}: marker model(engine={engine!r}): expected one of {', '.join(ENGINES)}")
+    opts: dict[str, Any] = {"engine": engine}
+    opts["dtype"] = _str_kw(test, kwargs, "dtype", "auto")
+    opts["device"] = _str_kw(test, kwargs, "device", config.device)
+    seed = kwargs.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise MarkerError(f"{test}: marker model(seed={seed!r}): expected an integer")
+    opts["seed"] = seed
+    mrr = kwargs.get("max_running_requests")
+    if mrr is not None and (isinstance(mrr, bool) or not isinstance(mrr, int) or mrr < 1):
+        raise MarkerError(f"{test}: marker model(max_running_requests={mrr!r}): expected a positive integer")
+    opts["max_running_requests"] = mrr
+    faults = kwargs.get("faults", ())
+    if isinstance(faults, str):
+        faults = (faults,)
+    if engine == "reference":
+        faults = tuple(dict.fromkeys((*faults, *config.faults)))
+    opts["faults"] = tuple(faults)
+    extra = {k: v for k, v in kwargs.items() if k not in _MODEL_KWARGS}
+    if engine == "sglang" and config.sglang_version and "sglang_version" not in extra:
+        extra["sglang_version"] = config.sglang_version
+    if extra and engine == "reference":
+        raise MarkerError(
+            f"{test}: marker model got engine option(s) {', '.join(sorted(extra))} that the "
+            f"reference engine does not take; expected only {', '.join(sorted(_MODEL_KWARGS))}"
+        )
+    opts["engine_options"] = EngineConfig.freeze_options(extra)
+    models = []
+    for name in names:
+        if not isinstance(name, (str, os.PathLike)) or not str(name):
+            raise MarkerError(f"{test}: marker model value {name!r}: expected a model name or path")
+        name = str(name)
+        _check_model_path(test, "model", name, engine, rootdir)
+        models.append((name, opts))
+    return models
+
+
+def _str_kw(test: str, kwargs: dict[str, Any], key: str, default: str) -> str:
+    value = kwargs.get(key, default)
+    if not isinstance(value, str):
+        raise MarkerError(f"{test}: marker model({key}={value!r}): expected a string")
+    return value
+
+
+def _check_model_path(test: str, marker: str, name: str, engine: str, rootdir: str) -> None:
+    if name.startswith("tiny:"):
+        if name not in TINY_MODELS:
+            raise MarkerError(f"{test}: marker {marker} value {name!r} is not a built-in tiny "
+                              f"model; expected one of {', '.join(TINY_MODELS)} or a checkpoint path")
+        if engine != "reference":
+            raise MarkerError(f"{test}: marker {marker} value {name!r}: tiny models run only on "
+                              f"the reference engine, not {engine}")
+        return
+    path = os.path.expanduser(name)
+    if not os.path.isabs(path):
+        path = os.path.join(rootdir, path)
+    if os.path.isdir(path):
+        return
+    hub_id = not name.startswith(("/", ".", "~")) and name.count("/") == 1
+    if engine == "sglang" and hub_id:
+        return  # a hub id: SGLang resolves it from its own cache on the runner
+    raise MarkerError(f"{test}: marker {marker} value {name!r}: no such model directory "
+                      f"({path}); expected an existing checkpoint directory"
+                      + (f" or one of {', '.join(TINY_MODELS)}" if engine == "reference"
+                         else " or a hub id such as Qwen/Qwen3-8B"))
+
+
+def _drafters(test: str, mark: Any) -> list[Drafter]:
+    values = _values(test, "drafter", mark, "drafter names or Drafter(...) objects")
+    drafters = []
+    for value in values:
+        if isinstance(value, Drafter):
+            drafters.append(value)
+            continue
+        if not isinstance(value, str):
+            raise MarkerError(f"{test}: marker drafter value {value!r}: expected a drafter "
+                              f"name or a Drafter(...) object")
+        try:
+            drafters.append(Drafter(value))
+        except DrafterError as exc:
+            raise MarkerError(f"{test}: marker drafter value {value!r}: {exc}") from None
+    return drafters
+
+
+def _batches(test: str, mark: Any) -> list[int]:
+    values = _values(test, "batch", mark, "positive integers such as batch(1, 4, 16)")
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise MarkerError(f"{test}: marker batch value {value!r}: expected a positive "
+                              f"integer such as batch(1, 4, 16)")
+    return list(values)
+
+
+def _corpora(test: str, mark: Any) -> list[Corpus]:
+    values = _values(test, "corpus", mark, "corpus names such as corpus('code') or jsonl:PATH")
+    corpora = []
+    for value in values:
+        try:
+            corpora.append(load_corpus(value))
+        except (CorpusError, TypeError) as exc:
+            raise MarkerError(f"{test}: marker corpus value {value!r}: {exc}") from None
+    return corpora
+
+
+def _generation(test: str, mark: Any) -> Generation:
+    if mark is None:
+        return Generation()
+    if mark.args:
+        raise MarkerError(f"{test}: marker generation takes keywords only "
+                          f"(max_new_tokens=, prompts=, ignore_eos=, temperature=), got {mark.args!r}")
+    kwargs = dict(mark.kwargs)
+    unknown = sorted(set(kwargs) - {"max_new_tokens", "prompts", "ignore_eos", "temperature"})
+    if unknown:
+        raise MarkerError(f"{test}: marker generation got unknown keyword(s) {', '.join(unknown)}; "
+                          f"expected max_new_tokens=, prompts=, ignore_eos=, temperature=")
+    for key in ("max_new_tokens", "prompts"):
+        value = kwargs.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise MarkerError(f"{test}: marker generation({key}={value!r}): expected a positive integer")
+    if not isinstance(kwargs.get("ignore_eos", False), bool):
+        raise MarkerError(f"{test}: marker generation(ignore_eos={kwargs['ignore_eos']!r}): expected True or False")
+    temperature = kwargs.get("temperature", 0)
+    if temperature != 0:
+        raise MarkerError(f"{test}: marker generation(temperature={temperature!r}): only greedy "
+                          f"decoding (temperature=0) is measured, because equivalence with the "
+                          f"baseline is checked token for token")
+    return Generation(max_new_tokens=kwargs.get("max_new_tokens", 64), prompts=kwargs.get("prompts"),
+                      ignore_eos=kwargs.get("ignore_eos", False), temperature=0.0)
+

@@ -1,0 +1,271 @@
+"""``specenergy doctor``: can this machine run the GPU path (SGLang + NVML)?
+
+One line per check, ``OK`` / ``WARN`` / ``FAIL``, each failure with what to do. The exit status
+is non-zero when a GPU run cannot work here (no NVML, no GPU, no readable energy counter, an
+unusable ``CUDA_VISIBLE_DEVICES``, an SGLang too old to drive). Everything else is a warning:
+CPU runs with the reference engine and the modeled meter need none of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+from dataclasses import dataclass
+from typing import Any
+from typing import Callable
+from typing import Mapping
+from typing import TextIO
+
+from pytest_specenergy.engines import sglang_args as sa
+from pytest_specenergy.meters import devices as gpu_info
+from pytest_specenergy.meters.base import MeterError
+from pytest_specenergy.meters.nvml import resolve_devices
+
+OK, WARN, FAIL = "OK", "WARN", "FAIL"
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of one check: status, what was found, and how to fix a problem."""
+
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+    def lines(self) -> list[str]:
+        """The printed form: ``[ OK ] name: detail`` plus a ``fix:`` line for problems."""
+        out = [f"[{self.status:^4}] {self.name}: {self.detail}"]
+        if self.fix and self.status != OK:
+            out.append(f"       fix: {self.fix}")
+        return out
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_nvml(nvml_module: Any = None) -> tuple[Check, Any]:
+    """NVML loads and starts; returns the started module (or None) for the other checks."""
+    try:
+        nvml = gpu_info.load_nvml(nvml_module)
+    except MeterError as exc:
+        return Check("nvml", FAIL, str(exc), "run on a machine with an NVIDIA GPU and driver, "
+                     "with nvidia-ml-py installed (pip install 'pytest-specenergy[nvml]')"), None
+    binding = "injected module" if nvml_module is not None else \
+        f"nvidia-ml-py {_dist_version('nvidia-ml-py') or '?'}"
+    return Check("nvml", OK, f"{binding}, driver {gpu_info.driver_version(nvml) or '?'}"), nvml
+
+
+def check_gpus(nvml: Any) -> list[Check]:
+    """One line per GPU: name, UUID, power limit, clocks, persistence, MIG."""
+    try:
+        count = int(nvml.nvmlDeviceGetCount())
+    except Exception as exc:  # noqa: BLE001
+        return [Check("gpus", FAIL, f"NVML could not count GPUs: {gpu_info.nvml_reason(nvml, exc)}")]
+    if count == 0:
+        return [Check("gpus", FAIL, "NVML sees no GPU", "check nvidia-smi and the container's "
+                      "GPU runtime")]
+    checks = []
+    driver = gpu_info.driver_version(nvml)
+    for index in range(count):
+        facts = gpu_info.read_facts(nvml, nvml.nvmlDeviceGetHandleByIndex(index), index, driver)
+        persistence = {True: "on", False: "off", None: "?"}[facts.persistence_mode]
+        detail = (f"{facts.name} {facts.uuid}, power limit {_num(facts.power_limit_w, 'W')} "
+                  f"(default {_num(facts.default_power_limit_w, 'W')}), "
+                  f"SM {_num(facts.sm_clock_mhz, 'MHz')} (max {_num(facts.max_sm_clock_mhz, 'MHz')}), "
+                  f"memory {_num(facts.mem_clock_mhz, 'MHz')}, {_num(facts.temperature_c, 'C')}, "
+                  f"persistence {persistence}")
+        status, fix = OK, ""
+        if facts.persistence_mode is False:
+            status, fix = WARN, ("enable persistence (nvidia-persistenced, or nvidia-smi -pm 1) so "
+                                 "the driver keeps state between engine starts")
+        if facts.mig_enabled:
+            status, fix = WARN, ("MIG is on: NVML measures the whole GPU, not a slice; disable MIG "
+                                 "for energy runs")
+        if facts.power_limit_w and facts.default_power_limit_w \
+                and facts.power_limit_w < facts.default_power_limit_w:
+            status, fix = WARN, "the power limit is below the default; results are not comparable"
+        checks.append(Check(f"gpu {index}", status, detail, fix))
+    return checks
+
+
+def _num(value: Any, unit: str) -> str:
+    return "?" if value is None else f"{value:g} {unit}"
+
+
+def check_energy_counter(nvml: Any, interval_s: float = 0.5,
+                         sleep: Callable[[float], None] = time.sleep) -> list[Check]:
+    """Read every GPU's total-energy counter twice, ``interval_s`` apart."""
+    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(int(nvml.nvmlDeviceGetCount()))]
+    first: list[int | Exception] = []
+    for handle in handles:
+        try:
+            first.append(int(nvml.nvmlDeviceGetTotalEnergyConsumption(handle)))
+        except Exception as exc:  # noqa: BLE001
+            first.append(exc)
+    sleep(interval_s)
+    checks = []
+    for index, (handle, before) in enumerate(zip(handles, first)):
+        name = f"energy counter {index}"
+        fix = "use a Volta or newer data-center GPU and a driver that supports it"
+        if isinstance(before, Exception):
+            checks.append(Check(name, FAIL, f"unreadable: {gpu_info.nvml_reason(nvml, before)}", fix))
+            continue
+        try:
+            after = int(nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+        except Exception as exc:  # noqa: BLE001
+            checks.append(Check(name, FAIL, f"second read failed: {gpu_info.nvml_reason(nvml, exc)}"))
+            continue
+        delta = after - before
+        if delta < 0:
+            checks.append(Check(name, FAIL, f"went backwards ({before} -> {after} mJ)",
+                                "the driver reloaded or the GPU reset; check dmesg"))
+        elif delta == 0:
+            checks.append(Check(name, WARN, f"did not advance in {interval_s:g} s (it ticks about "
+                                f"every 100 ms)", "if it stays flat the counter is stuck"))
+        else:
+            checks.append(Check(name, OK, f"{after} mJ, +{delta} mJ in {interval_s:g} s "
+                                f"(~{delta / 1000.0 / interval_s:.0f} W)"))
+    return checks
+
+
+def check_visible_devices(nvml: Any, env: Mapping[str, str]) -> Check:
+    """Which GPUs a server started from this environment would be measured on."""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    try:
+        devices = resolve_devices(nvml, visible, env.get("CUDA_DEVICE_ORDER"))
+    except MeterError as exc:
+        return Check("CUDA_VISIBLE_DEVICES", FAIL, str(exc))
+    shown = "unset (all GPUs)" if visible is None else repr(visible)
+    return Check("CUDA_VISIBLE_DEVICES", OK,
+                 f"{shown} -> measures {', '.join(f'{d.index}:{d.uuid}' for d in devices)}")
+
+
+def check_sglang(version_text: str | None) -> list[Check]:
+    """SGLang's version and the known problems of that release."""
+    if version_text is None:
+        return [Check("sglang", WARN, "not installed in this Python",
+                      "install sglang>=0.5.9,<0.6 where the servers run (pytest-specenergy[sglang]), "
+                      "or point the engine option python= at an interpreter that has it")]
+    try:
+        version = sa.parse_version(version_text)
+    except Exception as exc:  # noqa: BLE001 - EngineConfigError
+        return [Check("sglang", FAIL, str(exc))]
+    shown = sa.format_version(version)
+    if version < sa.MIN_VERSION:
+        return [Check("sglang", FAIL, f"{shown} is older than {sa.format_version(sa.MIN_VERSION)}",
+                      "upgrade sglang")]
+    facts = sa.facts_for(version)
+    checks = [Check("sglang", OK, f"{version_text}; algorithms {', '.join(sorted(facts.algorithms))}")]
+    if version > sa.NEWEST_READ:
+        checks.append(Check("sglang", WARN, f"newer than {sa.format_version(sa.NEWEST_READ)}, the "
+                            "newest release this plugin was checked against",
+                            "check the dry-run command lines (specenergy dry runs) before trusting it"))
+    if not facts.ngram_commits_hybrid_state:
+        checks.append(Check("sglang ngram", WARN, f"{shown} corrupts hybrid (Mamba/GDN) models under "
+                            "NGRAM: no state commit after verify (fixed by PR #26351 in 0.5.14); the "
+                            "plugin refuses that combination", "upgrade to sglang>=0.5.14"))
+    if not facts.shutdown_waits_for_gpu:
+        checks.append(Check("sglang shutdown", WARN, f"{shown} does not wait for GPU memory release "
+                            "on shutdown (PR #23213, in 0.5.12), so the next engine can run out of "
+                            "memory at start-up", "upgrade to sglang>=0.5.12"))
+    flag = sa.flag_for(facts.cuda_graph_max_bs_field)
+    if flag.endswith("bs"):
+        note = "--cuda-graph-max-bs (renamed --cuda-graph-max-bs-decode in 0.5.14)"
+    elif facts.legacy_cuda_graph_alias:
+        note = f"{flag}; --cuda-graph-max-bs is a deprecated alias"
+    else:
+        note = f"{flag}; --cuda-graph-max-bs is an argparse error since 0.5.23"
+    checks.append(Check("sglang cuda graphs", OK, f"batch cap flag {note}; the plugin translates "
+                        "either spelling in engine options"))
+    return checks
+
+
+def check_torch() -> Check:
+    """torch and CUDA as this Python sees them (the server's Python is what matters)."""
+    if importlib.util.find_spec("torch") is None:
+        return Check("torch", WARN, "not installed", "pip install torch (CUDA build) where the "
+                     "servers run")
+    import torch
+
+    if torch.cuda.is_available():
+        return Check("torch", OK, f"{torch.__version__}, CUDA {torch.version.cuda}, "
+                     f"{torch.cuda.device_count()} device(s)")
+    return Check("torch", WARN, f"{torch.__version__} sees no CUDA device"
+                 f"{' (CPU build)' if torch.version.cuda is None else ''}",
+                 "the GPU path needs a CUDA build of torch in the servers' Python")
+
+
+def check_transformers() -> Check:
+    """transformers, which the reference engine needs."""
+    version = _dist_version("transformers")
+    if version is None:
+        return Check("transformers", WARN, "not installed",
+                     "pip install 'pytest-specenergy[reference]'")
+    return Check("transformers", OK, version)
+
+
+def run_checks(nvml_module: Any = None, sglang_version: str | None = None,
+               env: Mapping[str, str] | None = None, interval_s: float = 0.5,
+               sleep: Callable[[float], None] = time.sleep) -> list[Check]:
+    """Every check, in the order printed."""
+    env = os.environ if env is None else env
+    nvml_check, nvml = check_nvml(nvml_module)
+    checks = [nvml_check]
+    if nvml is None:
+        checks.append(Check("gpus", FAIL, "not checked: NVML unavailable"))
+        checks.append(Check("energy counter", FAIL, "not checked: NVML unavailable"))
+    else:
+        try:
+            checks += check_gpus(nvml)
+            if not any(c.status == FAIL for c in checks):
+                checks += check_energy_counter(nvml, interval_s, sleep)
+                checks.append(check_visible_devices(nvml, env))
+        finally:
+            gpu_info.safe(nvml, "nvmlShutdown")
+    checks += check_sglang(sglang_version or sa.installed_version())
+    checks.append(check_torch())
+    checks.append(check_transformers())
+    return checks
+
+
+def main(argv: list[str] | None = None, *, nvml_module: Any = None, out: TextIO | None = None,
+         sleep: Callable[[float], None] = time.sleep) -> int:
+    """Run the checks and print them; 0 when a GPU run can work here, 1 otherwise."""
+    parser = argparse.ArgumentParser(prog="specenergy doctor", description=__doc__.splitlines()[0])
+    parser.add_argument("--sglang-version", help="check as if this SGLang version were installed")
+    parser.add_argument("--interval", type=float, default=0.5,
+                        help="seconds between the two energy-counter reads (default 0.5)")
+    parser.add_argument("--json", action="store_true", help="print the checks as JSON")
+    args = parser.parse_args(argv)
+    out = out or sys.stdout
+    checks = run_checks(nvml_module, args.sglang_version, interval_s=args.interval, sleep=sleep)
+    failed = [c for c in checks if c.status == FAIL]
+    if args.json:
+        json.dump({"ok": not failed, "checks": [asdict(c) for c in checks]}, out, indent=2)
+        out.write("\n")
+        return 1 if failed else 0
+    out.write("specenergy doctor: can this machine run the GPU path (SGLang + NVML)?\n")
+    for check in checks:
+        out.write("\n".join(check.lines()) + "\n")
+    warned = sum(c.status == WARN for c in checks)
+    if failed:
+        out.write(f"doctor: {len(failed)} FAIL, {warned} WARN - GPU runs cannot work here (exit 1). "
+                  "CPU runs (reference engine, modeled meter) need none of this.\n")
+        return 1
+    out.write(f"doctor: GPU runs can work here ({warned} WARN).\n")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,227 @@
+"""The ``specenergy`` command: report, compare, history, merge, doctor.
+
+Runs are named the way ``--specenergy-compare`` names them: a PATH to a run file (a saved
+run or a ``--specenergy-json`` document), or ``last`` / ``NAME`` / ``NNNN`` inside the
+history folder (``--storage``, default ``.specenergy``) of one machine key (``--machine-key``,
+needed only when the folder holds several).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+from typing import Sequence
+
+from tabulate import tabulate
+
+from pytest_specenergy.gate import storage
+from pytest_specenergy.atomic import write_json_atomic
+from pytest_specenergy.atomic import write_text_atomic
+from pytest_specenergy.gate.limits import parse_fail_expr
+from pytest_specenergy.gate.compare import DEFAULT_ALPHA
+from pytest_specenergy.gate.compare import Verdict
+from pytest_specenergy.gate.compare import compare_documents
+from pytest_specenergy.gate.gatekeeper import DEFAULT_LIMITS
+from pytest_specenergy.gate.history import detect_history_steps
+from pytest_specenergy.gate.merge import MergeError
+from pytest_specenergy.gate.merge import merge_documents
+
+
+class CliError(Exception):
+    """A user error: printed as one line, exit status 2."""
+
+
+def _machine_key(store: Path, wanted: str | None) -> str:
+    if wanted:
+        return wanted
+    keys = storage.machine_keys(store)
+    if len(keys) == 1:
+        return keys[0]
+    if not keys:
+        raise CliError(f"no runs stored in {store}; pass a run file PATH or --storage")
+    raise CliError(f"{store} holds runs of several machine keys ({', '.join(keys)}); "
+                   f"choose one with --machine-key")
+
+
+def resolve_run(ref: str, store: Path, machine_key: str | None) -> tuple[dict[str, Any], Path]:
+    """Load a run named by PATH or by last/NAME/NNNN in the history."""
+    path = Path(ref)
+    if not path.is_file():
+        path = storage.find_run(store, _machine_key(store, machine_key), ref)
+    return storage.load_run(path), path
+
+
+def _history(store: Path, machine_key: str | None, upto: Path | None = None) -> list[dict[str, Any]]:
+    try:
+        key = _machine_key(store, machine_key)
+    except CliError:
+        return []
+    documents = []
+    for run in storage.list_runs(store, key):
+        try:
+            documents.append(storage.load_run(run.path))
+        except storage.StorageError as exc:
+            print(f"specenergy: skipping {exc}", file=sys.stderr)
+        if upto is not None and run.path.resolve() == upto.resolve():
+            break
+    return documents
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Render a run (optionally against a baseline and with its history) as HTML / Markdown."""
+    if not args.html and not args.markdown:
+        raise CliError("report needs --html OUT.html and/or --markdown OUT.md")
+    run, path = resolve_run(args.run, args.storage, args.machine_key)
+    baseline = resolve_run(args.baseline, args.storage, args.machine_key)[0] if args.baseline else None
+    if args.html:
+        from pytest_specenergy.report.html import render_html
+
+        history = [d for d in _history(args.storage, run.get("machine_key") or args.machine_key, path)
+                   if d.get("datetime") != run.get("datetime")]
+        html = render_html(run, baseline, history=history, latency_targets_ms=tuple(args.latency_target),
+                           title=args.title or f"specenergy report: {path.name}",
+                           plots=False if args.no_plots else None)
+        write_text_atomic(Path(args.html), html)
+        print(f"specenergy: wrote {args.html}")
+    if args.markdown:
+        from pytest_specenergy.report.markdown import render_markdown
+
+        write_text_atomic(Path(args.markdown), render_markdown(run, baseline))
+        print(f"specenergy: wrote {args.markdown}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Compare run B (current) with run A (baseline); exit 1 on any regression."""
+    base, base_path = resolve_run(args.baseline, args.storage, args.machine_key)
+    current, _ = resolve_run(args.current, args.storage, args.machine_key)
+    limits = [parse_fail_expr(t) for t in (args.fail or DEFAULT_LIMITS)]
+    comparisons = compare_documents(base, current, limits, args.alpha)
+    rows = []
+    for comparison in comparisons:
+        deciding = [r for r in comparison.rows if r.verdict is comparison.verdict] or list(comparison.rows)
+        detail = "; ".join(r.describe() for r in deciding) or "; ".join(comparison.reasons)
+        rows.append((f"{comparison.verdict.mark} {comparison.verdict.value}", comparison.case_id, detail))
+    order = {v: i for i, v in enumerate((Verdict.REGRESSED, Verdict.INCOMPARABLE, Verdict.INCONCLUSIVE,
+                                         Verdict.NO_BASELINE, Verdict.IMPROVED, Verdict.PASSED))}
+    rows.sort(key=lambda r: order[Verdict(r[0][2:])])
+    print(f"baseline: {base_path}")
+    print(tabulate(rows, headers=("verdict", "case", "detail"), tablefmt="simple", disable_numparse=True))
+    regressed = sum(c.verdict is Verdict.REGRESSED for c in comparisons)
+    blocked = sum(c.verdict is Verdict.INCOMPARABLE for c in comparisons) if args.strict else 0
+    print(f"{regressed} regressed of {len(comparisons)} cases")
+    return 1 if regressed or blocked else 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """Step detection over the stored runs of one machine key."""
+    documents = _history(args.storage, args.machine_key)
+    if len(documents) < 2:
+        raise CliError(f"history needs at least two stored runs in {args.storage}")
+    steps = detect_history_steps(documents, args.metric, args.threshold)
+    print(f"{len(documents)} runs in {args.storage}")
+    if not steps:
+        print("no steps detected")
+        return 0
+    print(tabulate([(s.case_id, s.metric, s.run, f"{s.before:.4g}", f"{s.after:.4g}", f"{s.change:+.1%}")
+                    for s in steps], headers=("case", "metric", "from run", "before", "after", "change"),
+                   tablefmt="simple", disable_numparse=True))
+    return 1 if args.fail_on_step else 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    """Merge shards of one run (several CI machines) into one run file."""
+    shards = [resolve_run(ref, args.storage, args.machine_key) for ref in args.shards]
+    merged = merge_documents([doc for doc, _ in shards], [str(path) for _, path in shards])
+    write_json_atomic(Path(args.output), merged)
+    print(f"specenergy: merged {len(shards)} shards ({len(merged['results'])} results) into {args.output}")
+    if args.save:
+        print(f"specenergy: saved {storage.save_run(merged, args.storage, args.save)}")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Check a GPU runner (delegates to pytest_specenergy.cli.doctor)."""
+    from pytest_specenergy.cli.doctor import main as doctor_main
+
+    return doctor_main(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (also what ``--help`` prints)."""
+    parser = argparse.ArgumentParser(
+        prog="specenergy", description="Report, compare, merge and check pytest-specenergy runs.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--storage", type=Path, default=Path(".specenergy"),
+                        help="run history folder (default .specenergy)")
+    common.add_argument("--machine-key", help="machine key of the runs (default: the only one stored)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    report = sub.add_parser("report", parents=[common], help="render a run as HTML and/or Markdown")
+    report.add_argument("run", help="run file PATH, or last/NAME/NNNN in the history")
+    report.add_argument("--baseline", help="run to compare with (PATH, last, NAME or NNNN)")
+    report.add_argument("--html", help="write a self-contained HTML report here")
+    report.add_argument("--markdown", help="write a Markdown summary here (CI step summary, PR comment)")
+    report.add_argument("--latency-target", type=float, action="append", default=[],
+                        metavar="MS", help="time-between-tokens target in ms (repeatable), e.g. 25")
+    report.add_argument("--title", help="report title")
+    report.add_argument("--no-plots", action="store_true", help="tables only")
+    report.set_defaults(func=cmd_report)
+
+    compare = sub.add_parser("compare", parents=[common], help="compare two runs; exit 1 on regression")
+    compare.add_argument("baseline", help="baseline run (PATH, last, NAME or NNNN)")
+    compare.add_argument("current", help="current run (PATH, last, NAME or NNNN)")
+    compare.add_argument("--fail", action="append", metavar="EXPR", type=_checked_expr,
+                         help="METRIC[:STAT]:LIMIT, repeatable (default: "
+                              + ", ".join(DEFAULT_LIMITS).replace("%", "%%") + ")")
+    compare.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level")
+    compare.add_argument("--strict", action="store_true", help="also exit 1 on incomparable cases")
+    compare.set_defaults(func=cmd_compare)
+
+    history = sub.add_parser("history", parents=[common], help="detect steps across stored runs")
+    history.add_argument("storage_dir", nargs="?", type=Path, help="history folder (same as --storage)")
+    history.add_argument("--metric", action="append", default=[],
+                         help="metric to scan (repeatable; default energy_per_token, accept_length, "
+                              "energy_saving, tbt_ms)")
+    history.add_argument("--threshold", type=float, default=0.05,
+                         help="smallest step, relative (default 0.05 = 5%%)")
+    history.add_argument("--fail-on-step", action="store_true", help="exit 1 when a step is found")
+    history.set_defaults(func=cmd_history)
+
+    merge = sub.add_parser("merge", parents=[common], help="merge CI shards into one run")
+    merge.add_argument("shards", nargs="+", help="shard run files (PATH) or history references")
+    merge.add_argument("--output", required=True, help="merged run file to write")
+    merge.add_argument("--save", metavar="NAME", help="also save the merged run in the history")
+    merge.set_defaults(func=cmd_merge)
+
+    doctor = sub.add_parser("doctor", help="check a GPU runner: NVML, energy counter, GPUs, sglang, torch",
+                            add_help=False)
+    doctor.add_argument("rest", nargs=argparse.REMAINDER)
+    doctor.set_defaults(func=cmd_doctor)
+    return parser
+
+
+def _checked_expr(text: str) -> str:
+    parse_fail_expr(text)
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``specenergy`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "storage_dir", None):
+        args.storage = args.storage_dir
+    if getattr(args, "metric", None) == []:
+        args.metric = ["energy_per_token", "accept_length", "energy_saving", "tbt_ms"]
+    try:
+        return int(args.func(args))
+    except (CliError, storage.StorageError, MergeError) as exc:
+        print(f"specenergy {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

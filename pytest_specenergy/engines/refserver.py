@@ -1,0 +1,63 @@
+"""The reference backend: ``python -m pytest_specenergy.refserver`` for an engine config."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from pytest_specenergy.engines.base import EngineConfigError
+from pytest_specenergy.engines.config import EngineConfig
+from pytest_specenergy.engines.launch import python_executable
+
+
+class ReferenceBackend:
+    """Starts the project's HF transformers server (CPU, or CUDA when asked)."""
+
+    name = "reference"
+    # Importing torch and transformers dominates start-up; tiny models build in a second.
+    startup_timeout_s = 300.0
+
+    def drafters(self) -> tuple[str, ...]:
+        """Drafters the reference server implements."""
+        return ("ngram", "draft_model")
+
+    def check(self, config: EngineConfig) -> None:
+        """The reference server needs torch and transformers (the ``reference`` extra)."""
+        missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise EngineConfigError(
+                f"the reference engine needs {', '.join(missing)}; install them with "
+                f"pip install 'pytest-specenergy[reference]' torch==2.13.0")
+        if config.drafter and config.drafter.name not in self.drafters():
+            raise EngineConfigError(
+                f"the reference engine implements drafters {', '.join(self.drafters())}, "
+                f"not {config.drafter.name!r}")
+
+    def command(self, config: EngineConfig, host: str, port: int) -> list[str]:
+        """The server's argv; only the drafter flags differ between the two arms."""
+        argv = [python_executable(), "-m", "pytest_specenergy.refserver",
+                "--model", config.model, "--dtype", config.dtype, "--device", config.device,
+                "--seed", str(config.seed), "--host", host, "--port", str(port)]
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+        if workers > 1 and not config.device.startswith("cuda"):
+            # xdist workers each run their own CPU servers: split the cores between them, or
+            # OpenMP threads of different workers spin against each other.
+            argv += ["--threads", str(max(1, (os.cpu_count() or 1) // workers))]
+        if config.max_running_requests is not None:
+            argv += ["--max-running-requests", str(config.max_running_requests)]
+        for fault in config.faults:
+            argv += ["--fault", fault]
+        drafter = config.drafter
+        if drafter is None:
+            return argv + ["--drafter", "none"]
+        argv += ["--drafter", drafter.name, "--num-draft-tokens", str(drafter.num_draft_tokens)]
+        if drafter.name == "ngram":
+            argv += ["--ngram-min-match-window", str(drafter.get("min_match_window")),
+                     "--ngram-max-match-window", str(drafter.get("max_match_window"))]
+        if drafter.draft_model:
+            argv += ["--draft-model", drafter.draft_model]
+        return argv
+
+    def environment(self, config: EngineConfig) -> dict[str, str]:
+        """Keep torch to the cores pytest leaves free; nothing else differs between arms."""
+        return {"TOKENIZERS_PARALLELISM": "false"}

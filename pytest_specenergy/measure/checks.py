@@ -1,0 +1,167 @@
+"""Validity checks run on every pair: each is a named flag in the result and the table.
+
+``fail`` checks are controls that fail closed - a broken drafter or engine must never pass
+silently because a number looked normal (paper s.10); by default the plugin fails the test
+when one trips. ``warn`` checks mark a row the reader should not take at face value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Sequence
+
+from pytest_specenergy.measure.degeneracy import repeated_suffix_fraction
+from pytest_specenergy.engines.meta_info import RequestCounters
+from pytest_specenergy.gate.machine import cuda_graph_setting
+
+if TYPE_CHECKING:
+    from pytest_specenergy.measure.results import PairResult
+
+#: Mean log-probability gap (nats/token, from the first divergence on) beyond which diverging
+#: text counts as incoherent. A healthy divergence comes from a numerical near-tie: both
+#: continuations are then greedy paths of (almost) the same model and score within a few
+#: hundredths of a nat per token; the skip-state-rollback fault scores 0.69-0.80 below the
+#: baseline on tiny:hybrid (benchmarks/fault_figures.py).
+DEFAULT_MAX_LOGPROB_GAP = 0.25
+
+
+@dataclass(frozen=True)
+class Check:
+    """One tripped check."""
+
+    name: str
+    severity: str  # "fail" | "warn"
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.message}"
+
+
+def counter_problems(counters: Sequence[RequestCounters], drafted_per_step: int) -> list[str]:
+    """Speculative counters that contradict the tokens the engine committed.
+
+    Every verify step commits its accepted drafts plus one bonus token, and the first token
+    comes from prefill, so per request ``completion - 1 - verify_ct`` drafts were accepted;
+    only the final step may be cut by ``max_new_tokens`` or EOS, by at most ``drafted_per_step``.
+    """
+    problems = []
+    for index, c in enumerate(counters):
+        problems += c.problems()
+        if c.spec_verify_ct is None or c.spec_num_correct_drafts is None:
+            continue
+        implied = c.completion_tokens - 1 - c.spec_verify_ct
+        if not implied <= c.spec_num_correct_drafts <= implied + drafted_per_step:
+            problems.append(
+                f"request {index}: {c.spec_num_correct_drafts} accepted drafts reported, but "
+                f"{c.completion_tokens} tokens over {c.spec_verify_ct} verify steps allow "
+                f"{max(implied, 0)} to {implied + drafted_per_step}")
+        if c.spec_num_proposed_drafts is not None and \
+                c.spec_num_proposed_drafts != c.spec_verify_ct * drafted_per_step:
+            problems.append(f"request {index}: {c.spec_num_proposed_drafts} proposed drafts "
+                            f"reported for {c.spec_verify_ct} steps of {drafted_per_step}")
+    return problems
+
+
+def pair_checks(pair: PairResult, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_GAP) -> list[Check]:
+    """Every check that trips on ``pair``."""
+    found: list[Check] = []
+    spec, base, case = pair.speculative, pair.baseline, pair.case
+    k = case.drafter.num_draft_tokens
+    verify = spec._pooled("verify_steps")
+    if verify is None:
+        found.append(Check("missing-counters", "fail", "the speculative engine reported no "
+                           "spec_verify_ct / spec_num_correct_drafts for the measured requests"))
+    elif verify == 0:
+        found.append(Check("no-verify-steps", "fail", "the speculative arm ran zero verify steps: "
+                           "speculation never happened"))
+    for problem in spec.counter_problems:
+        found.append(Check("counters-inconsistent", "fail", problem))
+    accept = pair.accept_length
+    if accept is not None and case.drafter.name == "ngram" and accept == 1.0:
+        loops = [repeated_suffix_fraction(o) for o in base.outputs]
+        if loops and max(loops) >= 0.3:
+            found.append(Check("accept-length-1-on-repetition", "fail",
+                               f"n-gram accepted nothing although the baseline output repeats "
+                               f"itself ({max(loops):.0%} of a prompt's answer is a loop)"))
+    if case.drafter.draft_model == case.model:
+        # Every verify step accepts all k drafts, except a request's last step, which EOS or
+        # max_new_tokens may cut short: at most one short step per request and repeat.
+        for sample in spec.samples:
+            if sample.verify_steps is None or sample.correct_drafts is None:
+                continue
+            floor = (sample.verify_steps - len(spec.outputs)) * k
+            if sample.correct_drafts < floor:
+                found.append(Check("self-draft-not-exact", "fail",
+                                   f"drafting with the target itself must accept every draft: "
+                                   f"{sample.correct_drafts} accepted over {sample.verify_steps} "
+                                   f"steps of {k} for {len(spec.outputs)} requests (at least "
+                                   f"{floor}); accept length {accept:.3f}"))
+                break
+    coherence = pair.coherence
+    if coherence is not None and not pair.equivalence.exact_fraction == 1.0:
+        if coherence.mean_gap > max_logprob_gap:
+            found.append(Check("incoherent", "fail",
+                               f"speculative text scores {coherence.mean_gap:.2f} nats/token below the "
+                               f"baseline's under the target (limit {max_logprob_gap:.2f})"))
+        for problem in coherence.degeneracy.problems():
+            found.append(Check("degenerate-output", "fail", problem))
+    for run in (base, spec):
+        top = run.concurrency.get("max_running")
+        if top is not None and top < case.batch:
+            found.append(Check("concurrency-below-batch", "warn",
+                               f"{run.arm} arm ran at most {top} requests at once, not {case.batch}"))
+        if not run.outputs_stable:
+            found.append(Check("outputs-unstable", "warn",
+                               f"{run.arm} arm's outputs changed between repeats"))
+    found += _pairing_checks(base, spec) + _window_checks(base, spec)
+    short = sum(1 for o, f in zip(base.outputs, base.finish_reasons)
+                if f == "stop" and len(o) < case.generation.max_new_tokens // 2)
+    if short * 2 > len(base.outputs):
+        found.append(Check("answers-cut-short", "warn",
+                           f"{short} of {len(base.outputs)} baseline answers ended before half of "
+                           f"max_new_tokens: the window measures little decode"))
+    return found
+
+
+def _gpus(run: Any) -> list[str]:
+    """The GPU UUIDs an arm's first measured window saw (empty for a modeled meter)."""
+    if not run.samples:
+        return []
+    details = run.samples[0].window.get("full", {}).get("details", {})
+    return sorted(str(g.get("uuid")) for g in details.get("gpus", []) if isinstance(g, dict))
+
+
+def _pairing_checks(base: Any, spec: Any) -> list[Check]:
+    """The two arms must differ only by the drafter (paper s.3, s.10)."""
+    found = []
+    base_graph, spec_graph = cuda_graph_setting(base.engine), cuda_graph_setting(spec.engine)
+    if base_graph != spec_graph:
+        found.append(Check("cuda-graph-differs", "fail",
+                           f"CUDA-graph settings differ between the arms (baseline {base_graph}, "
+                           f"speculative {spec_graph}); CUDA graphs change the result"))
+    if _gpus(base) != _gpus(spec):
+        found.append(Check("gpu-differs", "fail",
+                           f"the arms ran on different GPUs (baseline {_gpus(base)}, speculative "
+                           f"{_gpus(spec)})"))
+    return found
+
+
+def _window_checks(base: Any, spec: Any) -> list[Check]:
+    """Decode energy is the full window minus the prefill-only window: it must stay positive,
+    and a prefill share above half leaves little decode to measure."""
+    found = []
+    for run in (base, spec):
+        if any(s.decode_joules <= 0 for s in run.samples):
+            found.append(Check("prefill-in-window", "fail",
+                               f"{run.arm} arm: a full-run window used no more energy than its "
+                               f"prefill-only window, so no decode energy was measured"))
+            continue
+        shares = [w["prefill"]["joules"] / w["full"]["joules"] for w in (s.window for s in run.samples)
+                  if w.get("full", {}).get("joules")]
+        if shares and max(shares) > 0.5:
+            found.append(Check("prefill-dominates-window", "warn",
+                               f"{run.arm} arm: prefill takes {max(shares):.0%} of a window's energy; "
+                               f"generate more tokens per request for a decode-only figure"))
+    return found

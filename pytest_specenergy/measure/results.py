@@ -1,0 +1,289 @@
+"""Measurement records: one :class:`RunResult` per arm, a :class:`PairResult` per case.
+
+Per-arm metrics read on the pair (``r.energy_per_token``, ``r.tbt_ms``, ``r.accept_length``)
+are the speculative arm's; pair metrics (``energy_saving``, ``speedup``, equivalence) compare
+the arms. Every ``assert_*`` helper fails with the value, the limit, both arms, the case and
+where the figures came from (``measured (nvml)`` or ``modeled (<gpu>)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import field
+from functools import cached_property
+from typing import Any
+
+from pytest_specenergy.measure import metrics
+from pytest_specenergy.cases.case import Case
+from pytest_specenergy.measure.checks import DEFAULT_MAX_LOGPROB_GAP
+from pytest_specenergy.measure.checks import Check
+from pytest_specenergy.measure.checks import pair_checks
+from pytest_specenergy.measure.coherence import Coherence
+from pytest_specenergy.measure.equivalence import Equivalence
+from pytest_specenergy.measure.equivalence import compare_outputs
+
+
+class SpecEnergyAssertionError(AssertionError):
+    """An ``assert_*`` helper failed; the message carries the numbers."""
+
+
+@dataclass(frozen=True)
+class RepeatSample:
+    """One measured repeat of one arm: decode-only figures over exactly its requests."""
+
+    decode_joules: float
+    decode_seconds: float
+    decode_tokens: int
+    tbt_ms: float | None
+    verify_steps: int | None
+    correct_drafts: int | None
+    proposed_drafts: int | None
+    loops: int = 1
+    window: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def energy_per_token(self) -> float | None:
+        """Joules per committed decode token in this repeat."""
+        return metrics.energy_per_token(self.decode_joules, self.decode_tokens)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready record, every field kept."""
+        return {"decode_joules": self.decode_joules, "decode_seconds": self.decode_seconds,
+                "decode_tokens": self.decode_tokens, "energy_per_token": self.energy_per_token,
+                "tbt_ms": self.tbt_ms, "verify_steps": self.verify_steps,
+                "correct_drafts": self.correct_drafts, "proposed_drafts": self.proposed_drafts,
+                "loops": self.loops, "window": self.window}
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One arm of a pair: every repeat's sample plus the outputs of the measured requests."""
+
+    arm: str  # "baseline" | "speculative"
+    engine: dict[str, Any]
+    source: str  # "measured (nvml)" | "modeled (h200)"
+    samples: tuple[RepeatSample, ...]
+    outputs: tuple[tuple[int, ...], ...]
+    finish_reasons: tuple[str, ...]
+    verified_per_step: int
+    concurrency: dict[str, Any] = field(default_factory=dict)
+    outputs_stable: bool = True
+    #: Speculative counters that contradict the committed tokens (see checks.counter_problems).
+    counter_problems: tuple[str, ...] = ()
+
+    @property
+    def energy_per_token(self) -> float | None:
+        """Median over repeats of decode J per committed token."""
+        return metrics.median([s.energy_per_token for s in self.samples])
+
+    @property
+    def tbt_ms(self) -> float | None:
+        """Median over repeats of the mean per-request time between tokens."""
+        return metrics.median([s.tbt_ms for s in self.samples])
+
+    def _pooled(self, attr: str) -> int | None:
+        values = [getattr(s, attr) for s in self.samples]
+        return None if not values or any(v is None for v in values) else sum(values)
+
+    @property
+    def accept_length(self) -> float | None:
+        """Tokens per verify step over all repeats (None without verify steps)."""
+        return metrics.accept_length(self._pooled("correct_drafts"), self._pooled("verify_steps"))
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted over proposed drafts over all repeats."""
+        return metrics.acceptance_rate(self._pooled("correct_drafts"), self._pooled("proposed_drafts"))
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready record with every sample."""
+        return {"arm": self.arm, "engine": self.engine, "source": self.source,
+                "energy_per_token": self.energy_per_token, "tbt_ms": self.tbt_ms,
+                "accept_length": self.accept_length, "acceptance_rate": self.acceptance_rate,
+                "verified_per_step": self.verified_per_step, "concurrency": self.concurrency,
+                "outputs_stable": self.outputs_stable,
+                "counter_problems": list(self.counter_problems),
+                "finish_reasons": list(self.finish_reasons),
+                "samples": [s.as_dict() for s in self.samples]}
+
+
+@dataclass(frozen=True)
+class PairResult:
+    """The speculative arm against its non-speculative twin, for one case."""
+
+    case: Case
+    case_id: str
+    baseline: RunResult
+    speculative: RunResult
+    coherence: Coherence | None = None
+
+    # Per-arm metrics are the speculative arm's.
+    @property
+    def energy_per_token(self) -> float | None:
+        """Speculative J per committed token (median over repeats)."""
+        return self.speculative.energy_per_token
+
+    @property
+    def tbt_ms(self) -> float | None:
+        """Speculative mean time between tokens, ms."""
+        return self.speculative.tbt_ms
+
+    @property
+    def accept_length(self) -> float | None:
+        """Speculative tokens committed per verify step."""
+        return self.speculative.accept_length
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Speculative accepted / proposed drafts."""
+        return self.speculative.acceptance_rate
+
+    @property
+    def verified_per_step(self) -> int:
+        """Tokens the target verifies per request per step."""
+        return self.speculative.verified_per_step
+
+    @property
+    def energy_saving(self) -> float | None:
+        """``1 - spec / baseline`` energy per token; negative = speculation costs energy."""
+        return metrics.energy_saving(self.speculative.energy_per_token, self.baseline.energy_per_token)
+
+    @property
+    def speedup(self) -> float | None:
+        """Baseline over speculative time between tokens."""
+        return metrics.speedup(self.baseline.tbt_ms, self.speculative.tbt_ms)
+
+    @cached_property
+    def equivalence(self) -> Equivalence:
+        """Per-prompt comparison of the two arms' output token ids."""
+        return compare_outputs(self.baseline.outputs, self.speculative.outputs)
+
+    @cached_property
+    def checks(self) -> tuple[Check, ...]:
+        """Every validity check that trips on this pair (fail-closed controls and warnings)."""
+        return tuple(pair_checks(self))
+
+    @property
+    def failed_checks(self) -> tuple[Check, ...]:
+        """The checks of severity ``fail``."""
+        return tuple(c for c in self.checks if c.severity == "fail")
+
+    @property
+    def source(self) -> str:
+        """Where the energy figures came from."""
+        return self.speculative.source
+
+    # -- assertions ---------------------------------------------------------------------
+    def describe(self) -> str:
+        """Both arms' numbers on a few lines, for failure messages."""
+        return (
+            f"case {self.case_id} [{self.source}]\n"
+            f"  baseline:    {_fmt(self.baseline.energy_per_token, '.4g')} J/token, "
+            f"tbt {_fmt(self.baseline.tbt_ms, '.3f')} ms "
+            f"({len(self.baseline.samples)} repeats: {_samples(self.baseline)})\n"
+            f"  speculative: {_fmt(self.speculative.energy_per_token, '.4g')} J/token, "
+            f"tbt {_fmt(self.speculative.tbt_ms, '.3f')} ms "
+            f"({len(self.speculative.samples)} repeats: {_samples(self.speculative)})\n"
+            f"  accept length {_fmt(self.accept_length, '.3f')}, acceptance rate "
+            f"{_fmt(self.acceptance_rate, '.3f')}, verified/step {self.verified_per_step}, "
+            f"energy saving {_fmt(self.energy_saving, '+.1%')}, speedup {_fmt(self.speedup, '.2f')}x, "
+            f"equivalence {self.equivalence.summary()}"
+            + (f", logprob gap {self.coherence.mean_gap:.3f} nats/token" if self.coherence else "")
+            + "".join(f"\n  check {c}" for c in self.checks)
+        )
+
+    def _fail(self, headline: str) -> None:
+        raise SpecEnergyAssertionError(f"{headline}\n{self.describe()}")
+
+    def assert_saves_energy(self, at_least: float = 0.0) -> PairResult:
+        """Speculation lowers J per token by at least ``at_least`` (0.1 = 10%); zero never passes."""
+        saving = self.energy_saving
+        if saving is None:
+            self._fail("energy saving could not be computed (no energy or no tokens in a window)")
+        elif saving < at_least or saving <= 0:
+            self._fail(f"energy saving {saving:+.2%} is below the required {at_least:+.2%}")
+        return self
+
+    def assert_acceptance(self, at_least: float) -> PairResult:
+        """Accept length (tokens per verify step) is at least ``at_least``."""
+        value = self.accept_length
+        if value is None:
+            self._fail("accept length could not be computed: the engine reported no verify steps "
+                       "or no speculative counters for the measured requests")
+        elif value < at_least:
+            self._fail(f"accept length {value:.3f} is below the required {at_least:.3f}")
+        return self
+
+    def assert_equivalent(self, min_common_prefix: int | None = None,
+                          min_exact_fraction: float | None = None) -> PairResult:
+        """Greedy outputs match the baseline's token ids.
+
+        With no arguments every prompt must match exactly. ``min_common_prefix=N`` asks each
+        prompt to agree on its first N tokens (or all of them, if the answer is shorter);
+        ``min_exact_fraction`` bounds the share of prompts that match exactly.
+        """
+        eq = self.equivalence
+        if min_common_prefix is None and min_exact_fraction is None:
+            min_exact_fraction = 1.0
+        if min_exact_fraction is not None and eq.exact_fraction < min_exact_fraction:
+            self._fail(f"outputs differ from the baseline: exact-match fraction "
+                       f"{eq.exact_fraction:.3f} is below the required {min_exact_fraction:.3f}")
+        if min_common_prefix is not None:
+            # An identical answer shorter than N (it ended at EOS) still agrees on all of it.
+            short = [r for r in eq.requests if not r.exact and r.common_prefix < min_common_prefix]
+            if short:
+                worst = min(short, key=lambda r: r.common_prefix)
+                self._fail(f"outputs diverge from the baseline at token {worst.common_prefix} of "
+                           f"prompt {worst.prompt_index}, before the required common prefix of "
+                           f"{min_common_prefix} ({len(short)} of {len(eq.requests)} prompts short)")
+        return self
+
+    def assert_coherent(self, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_GAP) -> PairResult:
+        """The speculative text is as likely under the target as the baseline's own text, and
+        shows no degeneracy (loops, distinct-n collapse, special-token leakage, length blow-up).
+
+        Use it where exact equality cannot hold (GPU numerics); on CPU it also names how badly
+        a diverging arm is broken: first divergence and log-probability gap.
+        """
+        coherence = self.coherence
+        if coherence is None:
+            self._fail("coherence was not measured for this pair")
+            return self
+        worst = self.equivalence.first_divergent
+        where = (f"first divergence at token {worst.first_divergence} of prompt {worst.prompt_index}"
+                 if worst else "no divergence")
+        if coherence.mean_gap > max_logprob_gap:
+            self._fail(f"speculative output is incoherent: {where}; log-probability gap "
+                       f"{coherence.mean_gap:.3f} nats/token (worst prompt {coherence.worst_gap:.3f}) "
+                       f"exceeds {max_logprob_gap:.3f}")
+        problems = coherence.degeneracy.problems()
+        if problems:
+            self._fail(f"speculative output is degenerate ({where}): " + "; ".join(problems))
+        return self
+
+    def assert_valid(self) -> PairResult:
+        """No fail-closed check tripped (the plugin also enforces this after each test)."""
+        if self.failed_checks:
+            self._fail("validity checks failed: " + "; ".join(str(c) for c in self.failed_checks))
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready record of the pair with every sample."""
+        return {"case_id": self.case_id, "case": self.case.as_dict(), "source": self.source,
+                "energy_saving": self.energy_saving, "speedup": self.speedup,
+                "accept_length": self.accept_length, "acceptance_rate": self.acceptance_rate,
+                "energy_per_token": self.energy_per_token, "tbt_ms": self.tbt_ms,
+                "verified_per_step": self.verified_per_step,
+                "equivalence": self.equivalence.as_dict(),
+                "coherence": self.coherence.as_dict() if self.coherence else None,
+                "checks": [{"name": c.name, "severity": c.severity, "message": c.message}
+                           for c in self.checks],
+                "baseline": self.baseline.as_dict(), "speculative": self.speculative.as_dict()}
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _samples(run: RunResult) -> str:
+    return ", ".join(_fmt(s.energy_per_token, ".4g") for s in run.samples)

@@ -1,0 +1,254 @@
+"""Options: ``--specenergy-*`` on the command line, ``specenergy_*`` in ini files.
+
+Precedence is marker > command line > ini > default. :class:`SpecEnergyConfig` is built
+once per session from the pytest config and is frozen, so nothing downstream reads pytest
+options directly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from typing import Callable
+
+import pytest
+
+ENGINES = ("reference", "sglang")
+METER_CHOICES = ("auto", "nvml", "modeled:h100", "modeled:h200")
+
+
+@dataclass(frozen=True)
+class _Option:
+    name: str
+    default: Any
+    help: str
+    parse: Callable[[str], Any] = str
+    action: str | None = None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise ValueError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _warmup(text: str) -> str | int:
+    return "auto" if text == "auto" else _non_negative_int(text)
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {text!r}")
+        return text
+
+    return parse
+
+
+def _validated(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse ``type=`` that checks a value early but keeps the text for later parsing."""
+    def check(text: str) -> str:
+        parse(text)
+        return text
+
+    return check
+
+
+def _fail_expr(text: str) -> Any:
+    from pytest_specenergy.gate.limits import parse_fail_expr
+
+    return parse_fail_expr(text)
+
+
+def _meter(text: str) -> str:
+    if text in METER_CHOICES or text.startswith("modeled:"):
+        return text
+    raise ValueError(f"expected one of {', '.join(METER_CHOICES)} (or modeled:<gpu>), got {text!r}")
+
+
+OPTIONS: tuple[_Option, ...] = (
+    _Option("engine", "reference", "engine for cases whose model marker names none: "
+            "reference (HF transformers server, CPU or GPU) or sglang", _choice(ENGINES)),
+    _Option("meter", "auto", "energy meter: nvml (GPU board counter, measured), modeled:<gpu> "
+            "(roofline model of the reference server's work trace; presets h100, h200), or auto "
+            "(nvml for engines on a GPU, else modeled:h200)", _meter),
+    _Option("repeats", 3, "measured repeats per arm; every per-repeat sample is kept", _positive_int),
+    _Option("warmup", "auto", "discarded warm-up runs per arm before measuring; auto = 1 with a "
+            "measured meter, 0 with a modeled one (it charges the work trace, which a warm-up "
+            "does not change)", _warmup),
+    _Option("device", "auto", "device for the reference server: auto, cpu or cuda",
+            _choice(("auto", "cpu", "cuda"))),
+    _Option("startup-timeout", 300.0, "seconds to wait for an engine to answer /health", float),
+    _Option("log-dir", "", "folder for engine logs (default: .specenergy/logs under the rootdir)"),
+    _Option("json", "", "write every sample, case, engine and meter description to this JSON file"),
+    _Option("checks", "fail", "what a tripped fail-closed validity check does after the test "
+            "body (no verify steps, inconsistent counters, incoherent text...): fail or warn",
+            _choice(("fail", "warn"))),
+    _Option("fault", "", "comma-separated reference-server fault switches injected into every "
+            "reference engine (skip-state-rollback, wrong-accept-count, stale-draft-cache, "
+            "accept-off-by-one): they "
+            "exist so a suite can prove its checks catch each bug class"),
+    _Option("storage", ".specenergy", "folder of the run history (runs keyed by machine)"),
+    _Option("save", "", "save this run in the history under NAME (e.g. main)"),
+    _Option("autosave", False, "save this run in the history under the name 'auto'",
+            action="store_true"),
+    _Option("compare", "", "compare each case with a stored run: last, NAME, NNNN or PATH"),
+    _Option("compare-fail", "", "a regression limit METRIC[:STAT]:LIMIT, e.g. energy:5% or "
+            "accept_length:0.1 (repeatable; ini: one per line)", parse=_fail_expr, action="append"),
+    _Option("alpha", 0.01, "significance level for a regression (Mann-Whitney U / bootstrap)",
+            float),
+    _Option("max-repeats", 0, "repeat cap for an INCONCLUSIVE case (default: 3 x repeats)",
+            _non_negative_int),
+    _Option("inconclusive", "warn", "what a case still INCONCLUSIVE at the cap does: fail, "
+            "warn or xfail", _choice(("fail", "warn", "xfail"))),
+    _Option("incomparable", "warn", "what a case whose baseline ran on another machine key, "
+            "meter, engine version or CUDA-graph setting does: fail, warn or skip",
+            _choice(("fail", "warn", "skip"))),
+    _Option("missing-baseline", "warn", "what a case without a baseline does: fail, warn or skip",
+            _choice(("fail", "warn", "skip"))),
+    _Option("baselines", "specenergy_baselines", "folder of committed golden baselines, one "
+            "file per test, under a folder per machine key"),
+    _Option("golden", "", "use committed golden baselines: check (missing ones are created and "
+            "fail), update (also rewrite mismatching ones, failing them), regen-all (rewrite all, "
+            "pass), new-only (write missing ones only)",
+            _choice(("check", "update", "regen-all", "new-only"))),
+    _Option("xdist", "off", "under pytest-xdist: per-gpu (one GPU per worker, pinned by "
+            "CUDA_VISIBLE_DEVICES; on CPU each worker runs its own servers) or off (spec_pair "
+            "tests are skipped and the summary says so once)", _choice(("per-gpu", "off"))),
+    _Option("sglang-version", "", "build SGLang command lines for this version instead of the "
+            "installed one (for --specenergy-dry-run on a machine without SGLang)"),
+    _Option("dry-run", False, "collect the cases and print each matched pair's two server "
+            "commands and what differs; start nothing", action="store_true"),
+)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register every option on the command line and in ini files."""
+    group = parser.getgroup("specenergy", "energy regression testing for speculative decoding")
+    for opt in OPTIONS:
+        dest = "specenergy_" + opt.name.replace("-", "_")
+        cli_help = opt.help.replace("%", "%%")  # argparse %-formats help texts
+        if opt.action == "append":
+            group.addoption(f"--specenergy-{opt.name}", action="append", dest=dest, default=None,
+                            metavar="EXPR", type=_validated(opt.parse), help=cli_help)
+            parser.addini(dest, opt.help, type="linelist", default=[])
+        elif opt.action:
+            group.addoption(f"--specenergy-{opt.name}", action=opt.action, dest=dest,
+                            default=None, help=cli_help)
+            parser.addini(dest, opt.help, type="bool", default=opt.default)
+        else:
+            group.addoption(f"--specenergy-{opt.name}", dest=dest, default=None,
+                            metavar=opt.name.upper().replace("-", "_"),
+                            help=cli_help + ("" if opt.default in ("", 0) or "default" in opt.help
+                                             else f" (default: {opt.default!r})"))
+            parser.addini(dest, opt.help, default=None)
+
+
+def _under(root: Path, path: str) -> Path:
+    expanded = Path(os.path.expanduser(str(path)))
+    return expanded if expanded.is_absolute() else root / expanded
+
+
+@dataclass(frozen=True)
+class SpecEnergyConfig:
+    """The resolved session options."""
+
+    engine: str
+    meter: str
+    repeats: int
+    warmup: int | None  # None: auto
+    device: str
+    startup_timeout: float
+    log_dir: Path
+    json: Path | None
+    checks: str
+    faults: tuple[str, ...]
+    storage: Path
+    save: str | None
+    autosave: bool
+    compare: str | None
+    compare_fail: tuple[Any, ...]
+    alpha: float
+    max_repeats: int
+    inconclusive: str
+    incomparable: str
+    missing_baseline: str
+    baselines: Path
+    golden: str | None
+    xdist: str
+    sglang_version: str | None
+    dry_run: bool
+    rootdir: Path
+
+    @classmethod
+    def from_pytest_config(cls, config: pytest.Config) -> SpecEnergyConfig:
+        """Resolve every option (command line > ini > default), with a clear usage error."""
+        values: dict[str, Any] = {}
+        for opt in OPTIONS:
+            dest = "specenergy_" + opt.name.replace("-", "_")
+            raw = config.getoption(dest)
+            where = f"--specenergy-{opt.name}"
+            if raw is None:
+                raw = config.getini(dest)
+                where = f"ini option {dest}"
+            if opt.action == "append":
+                items = raw or []
+                try:
+                    values[dest] = tuple(opt.parse(str(item)) for item in items)
+                except ValueError as exc:
+                    raise pytest.UsageError(f"{where}: {exc}") from None
+                continue
+            if raw is None or raw == "":
+                values[dest] = opt.default
+                continue
+            if opt.action:
+                values[dest] = bool(raw)
+                continue
+            try:
+                values[dest] = opt.parse(str(raw))
+            except ValueError as exc:
+                raise pytest.UsageError(f"{where}: {exc}") from None
+        rootdir = Path(config.rootpath)
+        log_dir = values["specenergy_log_dir"] or rootdir / ".specenergy" / "logs"
+        json_path = values["specenergy_json"]
+        return cls(
+            engine=values["specenergy_engine"],
+            meter=values["specenergy_meter"],
+            repeats=values["specenergy_repeats"],
+            warmup=None if values["specenergy_warmup"] == "auto" else values["specenergy_warmup"],
+            device=values["specenergy_device"],
+            startup_timeout=values["specenergy_startup_timeout"],
+            log_dir=Path(os.path.expanduser(str(log_dir))),
+            json=Path(json_path) if json_path else None,
+            checks=values["specenergy_checks"],
+            faults=tuple(f.strip() for f in str(values["specenergy_fault"]).split(",") if f.strip()),
+            storage=_under(rootdir, values["specenergy_storage"]),
+            save=values["specenergy_save"] or None,
+            autosave=values["specenergy_autosave"],
+            compare=values["specenergy_compare"] or None,
+            compare_fail=values["specenergy_compare_fail"],
+            alpha=values["specenergy_alpha"],
+            max_repeats=values["specenergy_max_repeats"] or 3 * values["specenergy_repeats"],
+            inconclusive=values["specenergy_inconclusive"],
+            incomparable=values["specenergy_incomparable"],
+            missing_baseline=values["specenergy_missing_baseline"],
+            baselines=_under(rootdir, values["specenergy_baselines"]),
+            golden=values["specenergy_golden"] or None,
+            xdist=values["specenergy_xdist"],
+            sglang_version=values["specenergy_sglang_version"] or None,
+            dry_run=values["specenergy_dry_run"],
+            rootdir=rootdir,
+        )

@@ -1,0 +1,190 @@
+"""A real HTTP round trip against a started server process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+READY = "reference server ready on "
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def _start(*args: str, timeout: float = 120.0) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-m", "pytest_specenergy.refserver", "--port", "0", "--threads", "1", *args]
+    proc = subprocess.Popen(cmd, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + timeout
+    assert proc.stderr is not None
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line and proc.poll() is not None:
+            raise AssertionError(f"server exited with {proc.returncode} before it was ready")
+        if READY in line:
+            url = line.split(READY, 1)[1].strip()
+            return proc, url
+    proc.kill()
+    raise AssertionError("server did not print its ready line in time")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _call(url: str, path: str, body: object | None = None, method: str | None = None) -> tuple[int, object]:
+    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    req = urllib.request.Request(url + path, data=data, method=method or ("POST" if data is not None else "GET"))
+    req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            raw, status, ctype = resp.read(), resp.status, resp.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as err:
+        raw, status, ctype = err.read(), err.code, err.headers.get("Content-Type", "")
+    return status, (json.loads(raw) if "json" in ctype else raw.decode())
+
+
+@pytest.fixture(scope="module")
+def server():
+    proc, url = _start("--model", "tiny:dense", "--drafter", "ngram", "--num-draft-tokens", "4")
+    try:
+        # poll /health like a launcher would
+        for _ in range(100):
+            if _call(url, "/health")[0] == 200:
+                break
+            time.sleep(0.1)
+        yield url
+    finally:
+        _stop(proc)
+
+
+def test_generate_batch_round_trip(server, engine_for, make_requests):
+    plain = engine_for(model="tiny:dense")
+    reqs = make_requests(plain, 3, 16)
+    body = {
+        "input_ids": [list(r.input_ids) for r in reqs],
+        "sampling_params": {"max_new_tokens": 16, "temperature": 0, "ignore_eos": True},
+    }
+    status, answer = _call(server, "/generate", body)
+    assert status == 200 and isinstance(answer, list) and len(answer) == 3
+    expected = plain.generate(reqs)  # in-process plain engine: same tokens across processes
+    for item, want in zip(answer, expected):
+        meta = item["meta_info"]
+        assert item["output_ids"] == list(want.output_ids)
+        assert isinstance(item["text"], str)
+        assert meta["completion_tokens"] == 16 and meta["cached_tokens"] == 0
+        assert meta["finish_reason"] == {"type": "length", "length": 16}
+        assert meta["prompt_tokens"] == len(body["input_ids"][answer.index(item)])
+        assert meta["spec_num_proposed_drafts"] == 4 * meta["spec_verify_ct"]
+        assert sum(meta["spec_correct_drafts_histogram"]) == meta["spec_verify_ct"]
+        assert meta["spec_accept_length"] == pytest.approx(16 / meta["spec_verify_ct"])
+        assert meta["spec_accept_rate"] == pytest.approx(
+            meta["spec_num_correct_drafts"] / meta["spec_num_proposed_drafts"]
+        )
+        assert meta["e2e_latency"] > 0
+
+
+def test_generate_single_text_with_logprobs(server):
+    body = {
+        "text": "Allegra, co vai?",
+        "sampling_params": {"max_new_tokens": 5, "temperature": 0.0},
+        "return_logprob": True,
+        "logprob_start_len": 2,
+        "return_prompt_token_ids": True,
+    }
+    status, item = _call(server, "/generate", body)
+    assert status == 200 and isinstance(item, dict)
+    meta = item["meta_info"]
+    ids = item["prompt_token_ids"]
+    assert len(meta["input_token_logprobs"]) == meta["prompt_tokens"] - 2 == len(ids) - 2
+    assert meta["input_token_logprobs"][0] == [None, ids[2], None]
+    assert all(lp is not None for lp, _, _ in meta["input_token_logprobs"][1:])
+    assert [t for _, t, _ in meta["output_token_logprobs"]] == item["output_ids"]
+
+
+def test_server_info_and_flush(server):
+    _call(
+        server, "/generate", {"input_ids": [5, 6, 7, 8], "sampling_params": {"max_new_tokens": 6, "ignore_eos": True}}
+    )
+    status, info = _call(server, "/server_info")
+    assert status == 200
+    assert info["engine"] == "reference" and info["version"].startswith("reference-")
+    assert info["speculative_algorithm"] == "NGRAM" and info["speculative_num_draft_tokens"] == 4
+    assert info["dtype"] == "float64" and info["device"].split(":")[0] in ("cpu", "cuda") and info["faults"] == []
+    assert info["model_shape"]["num_layers"] == 6
+    state = info["internal_states"][0]
+    assert state["effective_max_running_requests_per_dp"] == info["max_running_requests"]
+    assert state["avg_spec_accept_length"] >= 1.0 and state["step_time_dict"]
+    for method in ("POST", "GET"):
+        status, text = _call(server, "/flush_cache", b"" if method == "POST" else None, method)
+        assert status == 200 and text.startswith("Cache flushed.")
+    state = _call(server, "/server_info")[1]["internal_states"][0]
+    assert "avg_spec_accept_length" not in state and state["step_time_dict"] == {}
+
+
+def test_work_trace_cursor(server):
+    status, first = _call(server, "/work_trace?start=0")
+    assert status == 200
+    cursor = first["next"]
+    _call(
+        server,
+        "/generate",
+        {"input_ids": [[9, 10, 11], [12, 13]], "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}},
+    )
+    _call(server, "/flush_cache", b"")
+    status, window = _call(server, f"/work_trace?start={cursor}")
+    assert window["next"] > cursor and len(window["steps"]) == window["next"] - cursor
+    assert window["steps"][0]["phase"] == "prefill" and window["steps"][0]["query_tokens"] == [3, 2]
+    assert all(step["phase"] == "verify" for step in window["steps"][1:])
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"input_ids": [1, 2], "sampling_params": {"temperature": 0.7}}, "temperature must be 0"),
+        ({"sampling_params": {}}, "exactly one of 'input_ids'"),
+        ({"input_ids": [[1, 2], [3]], "sampling_params": [{}]}, "1 entries for 2 prompts"),
+        ({"input_ids": [1, 2], "stream": True}, "stream=true"),
+        ({"input_ids": [1, 2], "sampling_params": {"top_p": 0.5}}, "top_p=0.5"),
+        ({"input_ids": [1, 2], "return_logprob": True, "logprob_start_len": 5}, "larger than prompt"),
+        ({"input_ids": [1, 99999]}, "token ids in [0,"),
+        ({"input_ids": []}, "non-empty"),
+        (b"{not json", "not valid JSON"),
+    ],
+)
+def test_bad_input_is_400_with_a_message(server, body, fragment):
+    status, answer = _call(server, "/generate", body)
+    assert status == 400
+    assert fragment in answer["error"]["message"]
+
+
+def test_unknown_endpoint_and_bad_cursor(server):
+    assert _call(server, "/nope")[0] == 404
+    status, answer = _call(server, "/work_trace?start=x")
+    assert status == 400 and "start must be an integer" in answer["error"]["message"]
+
+
+def test_startup_errors_are_clear(tmp_path):
+    cmd = [sys.executable, "-m", "pytest_specenergy.refserver", "--port", "0", "--fault", "no-such-fault"]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "no-such-fault" in proc.stderr and "skip-state-rollback" in proc.stderr
+    cmd = [sys.executable, "-m", "pytest_specenergy.refserver", "--port", "0", "--model", str(tmp_path / "missing")]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "existing local checkpoint directory" in proc.stderr

@@ -1,0 +1,51 @@
+"""Drafter declarations: validation, defaults, stable ids."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_specenergy.engines.drafters import Drafter
+from pytest_specenergy.engines.drafters import DrafterError
+
+
+def test_defaults_and_equality():
+    a = Drafter("ngram")
+    assert a == Drafter("NGRAM", num_draft_tokens=8)
+    assert hash(a) == hash(Drafter("ngram"))
+    assert a.id == "ngram"
+    assert a.num_draft_tokens == 8
+
+
+def test_default_id_names_changed_settings_and_checkpoint():
+    assert Drafter("ngram", num_draft_tokens=4).id == "ngram-k4"
+    assert Drafter("draft_model", draft_model="tiny:dense-draft").id == "draft_model-dense-draft"
+    assert Drafter("eagle3", draft_model="/models/qwen3-8b-eagle3/").id == "eagle3-qwen3-8b-eagle3"
+
+
+def test_explicit_id_survives_a_settings_change():
+    old = Drafter("ngram", num_draft_tokens=8, id="ngram")
+    new = Drafter("ngram", num_draft_tokens=1, id="ngram")
+    assert old.id == new.id and old != new
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        (("medusa",), {}, "unknown drafter 'medusa'; expected one of ngram, draft_model"),
+        (("ngram",), {"num_draft_token": 4}, "unknown setting(s) num_draft_token"),
+        (("ngram",), {"num_draft_tokens": 0}, "num_draft_tokens=0: expected an integer >= 1"),
+        (("ngram",), {"num_draft_tokens": "8"}, "expected an integer"),
+        (("ngram",), {"min_match_window": 5, "max_match_window": 2}, "exceeds max_match_window"),
+        (("draft_model",), {}, "needs draft_model="),
+        (("ngram",), {"id": "a b"}, "must be a non-empty string"),
+    ],
+)
+def test_bad_declarations_say_what_is_wrong(args, kwargs, message):
+    with pytest.raises(DrafterError) as info:
+        Drafter(*args, **kwargs)
+    assert message in str(info.value)
+
+
+def test_round_trip_through_dict():
+    d = Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=3, id="dm")
+    assert Drafter.from_dict(d.as_dict()) == d

@@ -1,0 +1,298 @@
+"""Run history, golden baselines and machine keys.
+
+The storage checks are shown failing on bad files: a corrupted, truncated or foreign file is
+reported with its path and the problem, and left byte for byte as it was; a crash mid-write
+leaves the earlier history intact and no partial file behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+
+import pytest
+
+from pytest_specenergy import atomic
+from pytest_specenergy.gate.machine import machine_info
+from pytest_specenergy.gate.machine import machine_key
+from pytest_specenergy.gate.machine import slugify
+from pytest_specenergy.meters.modeled import ModeledMeter
+from pytest_specenergy.gate.storage import GOLDEN_KIND
+from pytest_specenergy.gate.storage import RUN_KIND
+from pytest_specenergy.gate.storage import InvalidRunName
+from pytest_specenergy.gate.storage import RunNotFound
+from pytest_specenergy.gate.storage import StorageError
+from pytest_specenergy.gate.storage import find_run
+from pytest_specenergy.gate.storage import golden_path
+from pytest_specenergy.gate.storage import list_runs
+from pytest_specenergy.gate.storage import load_golden
+from pytest_specenergy.gate.storage import load_run
+from pytest_specenergy.gate.storage import save_run
+from pytest_specenergy.gate.storage import storage_path
+from pytest_specenergy.gate.storage import unused_goldens
+from pytest_specenergy.gate.storage import update_golden
+from pytest_specenergy.gate.storage import validate_run_name
+from pytest_specenergy.gate.storage import write_golden
+
+KEY = "modeled-h200-cpu-reference-0.1.0"
+NOW = dt.datetime(2026, 5, 9, 14, 30, 0, tzinfo=dt.timezone.utc)
+GARBAGE = b"\x00{not json at all\xff\n"
+NODE = "tests/energy/test_drafters.py::test_drafter_pays_for_itself[code-eagle3-b16]"
+
+
+def document(value: float = 1.0) -> dict:
+    """A run document shaped like report/json_out.build_document's."""
+    return {"schema_version": 1, "plugin_version": "0.1.0", "datetime": "2026-05-09T14:30:00+00:00",
+            "machine_info": {"node": "ci-7", "python": "3.11.7", "platform": "Linux"},
+            "meters": {}, "engine_starts": 2,
+            "results": [{"case_id": "code-ngram-b4", "energy_per_token": value}]}
+
+
+def snapshot(folder):
+    """Every file under ``folder`` with its bytes."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# -- run history ----------------------------------------------------------------------------
+def test_save_layout_counter_and_gitignore(tmp_path):
+    storage = tmp_path / ".specenergy"
+    first = save_run(document(), storage, "main", machine_key=KEY, now=NOW)
+    second = save_run(document(), storage, machine_key=KEY, now=NOW)
+    assert first == storage / KEY / "0001_main_20260509_143000.json"
+    assert second.name == "0002_auto_20260509_143000.json"
+    assert (storage / ".gitignore").read_text().splitlines()[-1] == "*"
+    saved = load_run(first)
+    assert (saved["kind"], saved["schema_version"], saved["name"], saved["machine_key"]) == (
+        RUN_KIND, 1, "main", KEY)
+    assert saved["results"] == document()["results"]
+    assert [(r.counter, r.name) for r in list_runs(storage, KEY)] == [(1, "main"), (2, "auto")]
+
+
+def test_gitignore_is_not_overwritten(tmp_path):
+    (tmp_path / ".gitignore").write_text("mine\n")
+    save_run(document(), tmp_path, machine_key=KEY, now=NOW)
+    assert (tmp_path / ".gitignore").read_text() == "mine\n"
+
+
+def test_machine_key_from_document(tmp_path):
+    path = save_run({**document(), "machine_key": "1xnvidia-h200-700w-nvml"}, tmp_path, now=NOW)
+    assert path.parent.name == "1xnvidia-h200-700w-nvml"
+    with pytest.raises(StorageError, match="not path-safe"):
+        save_run(document(), tmp_path, machine_key="../escape", now=NOW)
+
+
+@pytest.mark.parametrize("name", ["", "  ", "a/b", "a\\b", "c:d", "x*", "what?", "<a>", "p|q",
+                                  'q"', "tab\tname", "last", "0003", ".hidden"])
+def test_bad_run_names_are_rejected(tmp_path, name):
+    with pytest.raises(InvalidRunName) as info:
+        save_run(document(), tmp_path, name, machine_key=KEY, now=NOW)
+    assert "run name" in str(info.value) and ("expected" in str(info.value)
+                                              or "pick another" in str(info.value)
+                                              or "may not contain" in str(info.value))
+    assert not (tmp_path / KEY).exists() or not any((tmp_path / KEY).iterdir())
+
+
+def test_run_name_as_argparse_type(capsys):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--specenergy-save", type=validate_run_name)
+    assert parser.parse_args(["--specenergy-save=main"]).specenergy_save == "main"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--specenergy-save=feat/x"])
+    assert "contains '/'" in capsys.readouterr().err
+
+
+def test_find_run_references(tmp_path):
+    a = save_run(document(1.0), tmp_path, "main", machine_key=KEY, now=NOW)
+    b = save_run(document(2.0), tmp_path, "pr-7", machine_key=KEY, now=NOW)
+    c = save_run(document(3.0), tmp_path, "main", machine_key=KEY, now=NOW)
+    assert find_run(tmp_path, KEY, "last") == c
+    assert find_run(tmp_path, KEY, "main") == c  # latest run saved under that name
+    assert find_run(tmp_path, KEY, "pr-7") == b
+    assert find_run(tmp_path, KEY, "0001") == a and find_run(tmp_path, KEY, "2") == b
+    assert find_run(tmp_path, "other-key", str(a)) == a  # a path works from anywhere
+    with pytest.raises(RunNotFound) as info:
+        find_run(tmp_path, KEY, "release")
+    assert "no run 'release'" in str(info.value) and "0001 (main)" in str(info.value)
+    with pytest.raises(RunNotFound, match=r"runs exist for: modeled-h200"):
+        find_run(tmp_path, "1xnvidia-h100-nvml", "last")
+    with pytest.raises(RunNotFound, match="looks like a path"):
+        find_run(tmp_path, KEY, str(tmp_path / "nope.json"))
+    with pytest.raises(RunNotFound, match="empty compare reference"):
+        find_run(tmp_path, KEY, " ")
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (GARBAGE, "not UTF-8 text"),
+    (b"", "is empty - truncated or corrupted"),
+    (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [1, 2]}).encode()[:30],
+     "is not valid JSON"),
+    (b"[1, 2, 3]", "top level is a JSON list"),
+    (json.dumps({"benchmarks": [], "version": "4.0"}).encode(), "foreign schema"),
+    (json.dumps({"schema_version": 99, "kind": RUN_KIND, "results": []}).encode(),
+     "schema_version 99 is not supported"),
+    (json.dumps({"schema_version": 1, "kind": GOLDEN_KIND, "results": []}).encode(),
+     "is a 'specenergy-golden' file, expected 'specenergy-run'"),
+    (json.dumps({"schema_version": 1, "kind": RUN_KIND}).encode(), "'results' is missing"),
+])
+def test_bad_run_files_are_reported_and_never_touched(tmp_path, content, fragment):
+    save_run(document(), tmp_path, "main", machine_key=KEY, now=NOW)
+    bad = tmp_path / KEY / "0002_main_20260509_143001.json"
+    bad.write_bytes(content)
+    with pytest.raises(StorageError) as info:
+        load_run(find_run(tmp_path, KEY, "last"))  # "last" is the bad one: no silent fallback
+    assert str(bad) in str(info.value) and fragment in str(info.value)
+    # Saving more runs takes a new number; the bad file stays byte for byte.
+    new = save_run(document(), tmp_path, "main", machine_key=KEY, now=NOW)
+    assert new.name.startswith("0003_")
+    assert bad.read_bytes() == content
+
+
+def test_crash_in_serialisation_leaves_history_intact(tmp_path, monkeypatch):
+    save_run(document(1.0), tmp_path, "main", machine_key=KEY, now=NOW)
+    save_run(document(2.0), tmp_path, "main", machine_key=KEY, now=NOW)
+    before = snapshot(tmp_path)
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("simulated crash mid-write")
+
+    monkeypatch.setattr(atomic.json, "dumps", crash)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        save_run(document(3.0), tmp_path, "main", machine_key=KEY, now=NOW)
+    monkeypatch.undo()
+    assert snapshot(tmp_path) == before  # old files intact, nothing partial left
+    assert load_run(find_run(tmp_path, KEY, "last"))["results"][0]["energy_per_token"] == 2.0
+
+
+def test_crash_after_partial_write_removes_the_temporary_file(tmp_path, monkeypatch):
+    save_run(document(1.0), tmp_path, "main", machine_key=KEY, now=NOW)
+    before = snapshot(tmp_path)
+
+    def crash(src, dst):
+        assert os.path.getsize(src) > 0  # the data was written, only the rename fails
+        raise OSError("simulated power loss before rename")
+
+    monkeypatch.setattr(atomic.os, "replace", crash)
+    with pytest.raises(OSError, match="power loss"):
+        save_run(document(2.0), tmp_path, "main", machine_key=KEY, now=NOW)
+    monkeypatch.undo()
+    assert snapshot(tmp_path) == before
+
+
+def test_storage_path_accepts_file_uri():
+    assert storage_path("file://./.specenergy").as_posix() == ".specenergy"
+    with pytest.raises(StorageError, match="only local directories"):
+        storage_path("elasticsearch+http://host/index")
+
+
+# -- golden baselines ------------------------------------------------------------------------
+RECORD = {"case_id": "code-eagle3-b16", "energy_per_token": 0.5}
+
+
+def test_golden_path_and_roundtrip(tmp_path):
+    path = golden_path(tmp_path, NODE)
+    assert path == (tmp_path / "tests/energy/test_drafters"
+                    / "test_drafter_pays_for_itself[code-eagle3-b16].json")
+    nested = golden_path(tmp_path, "t/test_a.py::TestX::test_y[a/b:c]")
+    assert nested.name == "TestX.test_y[a_b_c].json"
+    assert load_golden(tmp_path, NODE) is None
+    write_golden(tmp_path, NODE, RECORD, {"machine_key": KEY})
+    golden = load_golden(tmp_path, NODE)
+    assert (golden.record, golden.run_info, golden.path) == (RECORD, {"machine_key": KEY}, path)
+    data = json.loads(path.read_text())
+    assert (data["kind"], data["schema_version"], data["nodeid"]) == (GOLDEN_KIND, 1, NODE)
+
+
+def test_colliding_node_ids_are_refused(tmp_path):
+    write_golden(tmp_path, "t/test_a.py::test_y[a/b]", RECORD)
+    with pytest.raises(StorageError, match=r"holds the baseline of 't/test_a.py::test_y\[a/b\]'"):
+        load_golden(tmp_path, "t/test_a.py::test_y[a:b]")
+
+
+@pytest.mark.parametrize("mode", ["check", "update", "regen-all", "new-only"])
+def test_corrupt_golden_is_never_overwritten(tmp_path, mode):
+    path = golden_path(tmp_path, NODE)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(GARBAGE)
+    with pytest.raises(StorageError) as info:
+        update_golden(tmp_path, NODE, RECORD, mode=mode, mismatched=True)
+    assert str(path) in str(info.value)
+    with pytest.raises(StorageError):
+        write_golden(tmp_path, NODE, RECORD)
+    assert path.read_bytes() == GARBAGE
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left
+
+
+@pytest.mark.parametrize("mode, exists, mismatched, action, written, fails", [
+    ("check", False, False, "created", True, True),         # pytest-regressions: fail on create
+    ("update", False, False, "created", True, True),
+    ("new-only", False, False, "created", True, False),
+    ("regen-all", False, False, "created", True, False),
+    ("check", True, True, "kept", False, False),            # the gate verdict fails the test
+    ("new-only", True, True, "kept", False, False),
+    ("update", True, True, "updated", True, True),           # rewrite, fail for review
+    ("update", True, False, "unchanged", False, False),
+    ("regen-all", True, False, "regenerated", True, False),  # rewrite everything, pass
+    ("check", True, False, "unchanged", False, False),
+])
+def test_update_semantics(tmp_path, mode, exists, mismatched, action, written, fails):
+    if exists:
+        write_golden(tmp_path, NODE, {"old": True})
+    new = {"new": True}
+    result = update_golden(tmp_path, NODE, new, mode=mode, mismatched=mismatched)
+    assert (result.action, result.written, result.fails) == (action, written, fails)
+    assert load_golden(tmp_path, NODE).record == (new if written else {"old": True})
+    assert str(result.path) in result.message
+    with pytest.raises(ValueError, match="expected one of check, update, regen-all, new-only"):
+        update_golden(tmp_path, NODE, new, mode="force", mismatched=False)
+
+
+def test_unused_goldens(tmp_path):
+    used = "tests/test_a.py::test_x[b1]"
+    write_golden(tmp_path, used, RECORD)
+    write_golden(tmp_path, "tests/test_a.py::test_x[b2]", RECORD)
+    write_golden(tmp_path, "tests/test_gone.py::test_y", RECORD)
+    unused = unused_goldens(tmp_path, [used])
+    assert [p.relative_to(tmp_path).as_posix() for p in unused] == [
+        "tests/test_a/test_x[b2].json", "tests/test_gone/test_y.json"]
+    assert unused_goldens(tmp_path / "missing", [used]) == []
+
+
+# -- machine key ----------------------------------------------------------------------------
+def gpu_info(**gpu_changes):
+    gpu = {"name": "NVIDIA H200", "power_limit_w": 700, "driver": "550.54.15",
+           "uuid": "GPU-1234", "clocks": {"sm": 1980}, "temperature": 41, **gpu_changes}
+    return {"node": "ci-7", "cpu": "AMD EPYC", "gpus": [gpu], "meter": {"kind": "nvml"},
+            "engine": {"name": "sglang", "version": "0.5.9"}}
+
+
+def test_machine_key_uses_stable_fields_only():
+    key = machine_key(gpu_info())
+    assert key == "1xnvidia-h200-700w-drv550.54.15-sglang-0.5.9-nvml"
+    # Volatile readings and identities do not split the history.
+    hot = gpu_info(clocks={"sm": 1410}, temperature=83, uuid="GPU-9999")
+    assert machine_key({**hot, "node": "ci-12", "cpu": "Intel"}) == key
+    assert machine_key(gpu_info(power_limit_w=700.2)) == key
+    # Stable facts do.
+    assert machine_key(gpu_info(power_limit_w=500)) != key
+    assert machine_key(gpu_info(driver="560.1")) != key
+    assert machine_key({**gpu_info(), "engine": {"name": "sglang", "version": "0.5.10"}}) != key
+    two = {**gpu_info(), "gpus": gpu_info()["gpus"] * 2}
+    assert machine_key(two).startswith("2xnvidia-h200-700w")
+    assert machine_key(gpu_info(), fields=["gpu", "meter"]) == "1xnvidia-h200-nvml"
+    with pytest.raises(ValueError, match="unknown machine-key field"):
+        machine_key(gpu_info(), fields=["clocks"])
+
+
+def test_modeled_machine_key_and_machine_info():
+    info = machine_info(ModeledMeter("h200").describe(),
+                        engine={"name": "reference", "version": "0.1.0"})
+    assert {"system", "python", "cpu", "cpu_count", "meter", "engine"} <= set(info)
+    assert machine_key(info) == KEY
+    # Host facts never enter a modeled key: any CPU runner shares one history.
+    assert machine_key({**info, "cpu": "other", "node": "x"}) == KEY
+    assert machine_key({**info, "meter": ModeledMeter("h100").describe()}) != KEY
+    assert re.fullmatch(r"[a-z0-9.+-]+", slugify("NVIDIA H100 80GB HBM3 / PCIe"))

@@ -1,0 +1,136 @@
+"""Degeneracy detectors and fail-closed checks on synthetic data: each trips on its bad case."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pytest_specenergy.measure.checks import counter_problems
+from pytest_specenergy.measure.checks import pair_checks
+from pytest_specenergy.measure.coherence import Coherence
+from pytest_specenergy.measure.degeneracy import degeneracy
+from pytest_specenergy.measure.degeneracy import distinct_n
+from pytest_specenergy.measure.degeneracy import repeated_suffix_fraction
+from pytest_specenergy.engines.meta_info import RequestCounters
+from pytest_specenergy.cases.case import Case
+from pytest_specenergy.cases.corpora import load_corpus
+from pytest_specenergy.engines.drafters import Drafter
+from pytest_specenergy.measure.results import PairResult
+from pytest_specenergy.measure.results import RepeatSample
+from pytest_specenergy.measure.results import RunResult
+
+VARIED = [5, 17, 3, 99, 42, 8, 61, 23, 7, 70, 11, 36, 90, 2, 54, 28]
+LOOPING = [5, 17, 3] + [9, 4] * 20
+
+
+def test_repetition_and_distinct_n():
+    assert repeated_suffix_fraction(VARIED) == 0.0
+    assert repeated_suffix_fraction(LOOPING) > 0.9
+    assert distinct_n(VARIED) == 1.0
+    assert distinct_n(LOOPING) < 0.2
+
+
+def test_degeneracy_is_relative_to_the_baseline():
+    healthy = degeneracy([VARIED, LOOPING], [VARIED, LOOPING], special_ids=[0])
+    assert healthy.problems() == []
+    broken = degeneracy([VARIED, VARIED], [LOOPING, VARIED + [0, 1] + VARIED + VARIED], special_ids=[0])
+    found = " | ".join(broken.problems())
+    assert "repetition loop" in found
+    assert "distinct-2 collapse" in found
+    assert "special-token leakage: 1" in found
+    assert "length blow-up" in found
+
+
+def counters(completion, verify, correct, proposed=None, hist=None):
+    return RequestCounters(rid="r", prompt_tokens=5, completion_tokens=completion, finish_type="length",
+                           finish_detail=None, e2e_latency=0.1, spec_verify_ct=verify,
+                           spec_num_correct_drafts=correct, spec_num_proposed_drafts=proposed,
+                           correct_drafts_histogram=hist)
+
+
+def test_counter_consistency():
+    # 33 tokens: 1 from prefill + 8 steps committing 4 each (3 drafts + bonus).
+    assert counter_problems([counters(33, 8, 24, 32)], drafted_per_step=4) == []
+    # The last step cut by max_new_tokens: up to 4 more drafts accepted than committed.
+    assert counter_problems([counters(31, 8, 24, 32)], drafted_per_step=4) == []
+    inflated = counter_problems([counters(33, 8, 40, 32)], drafted_per_step=4)
+    assert any("40 accepted drafts reported, but 33 tokens over 8 verify steps allow 24 to 28" in p
+               for p in inflated)
+    assert counter_problems([counters(33, 8, 24, 16)], drafted_per_step=4)
+    assert counter_problems([counters(33, 8, 24, 32, hist=(0, 0, 0, 1))], drafted_per_step=4)
+
+
+CASE = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram", num_draft_tokens=4),
+            batch=2, corpus=load_corpus("code"), )
+
+
+def run(arm, outputs, verify=None, correct=None, max_running=2):
+    sample = RepeatSample(1.0, 1.0, 10, 5.0, verify, correct, None if verify is None else verify * 4)
+    return RunResult(arm=arm, engine={}, source="modeled (h200)", samples=(sample,),
+                     outputs=tuple(map(tuple, outputs)), finish_reasons=("length", "length"),
+                     verified_per_step=5 if arm == "speculative" else 1,
+                     concurrency={"requested": 2, "max_running": max_running})
+
+
+def names(pair):
+    return {c.name for c in pair_checks(pair)}
+
+
+def test_healthy_pair_trips_nothing():
+    pair = PairResult(CASE, CASE.id, run("baseline", [VARIED, LOOPING]),
+                      run("speculative", [VARIED, LOOPING], verify=10, correct=20))
+    assert pair_checks(pair) == []
+
+
+def test_fail_closed_controls():
+    base = run("baseline", [VARIED, LOOPING])
+    missing = PairResult(CASE, CASE.id, base, run("speculative", [VARIED, LOOPING]))
+    assert "missing-counters" in names(missing)
+    zero = PairResult(CASE, CASE.id, base, run("speculative", [VARIED, LOOPING], verify=0, correct=0))
+    assert "no-verify-steps" in names(zero)
+    nothing = PairResult(CASE, CASE.id, base, run("speculative", [VARIED, LOOPING], verify=10, correct=0))
+    assert "accept-length-1-on-repetition" in names(nothing)
+    self_case = dataclasses.replace(CASE, drafter=Drafter("draft_model", draft_model="tiny:dense",
+                                                          num_draft_tokens=4))
+    # 2 requests, 10 verify steps of 4: at least (10 - 2) * 4 = 32 accepted drafts.
+    weak_self = PairResult(self_case, "x", base, run("speculative", [VARIED, LOOPING], verify=10, correct=30))
+    assert "self-draft-not-exact" in names(weak_self)
+    cut_short = PairResult(self_case, "x", base, run("speculative", [VARIED, LOOPING], verify=10, correct=32))
+    assert "self-draft-not-exact" not in names(cut_short)
+
+
+def test_incoherent_divergence_and_warnings():
+    base = run("baseline", [VARIED, VARIED], max_running=1)
+    spec = run("speculative", [LOOPING, VARIED], verify=10, correct=20)
+    coherence = Coherence((-0.2, 0.0), (-3.5, 0.0), degeneracy([VARIED, VARIED], [LOOPING, VARIED]),
+                          (True, False))
+    assert coherence.mean_gap == 3.3
+    pair = PairResult(CASE, CASE.id, base, spec, coherence)
+    found = names(pair)
+    assert {"incoherent", "degenerate-output", "concurrency-below-batch"} <= found
+    assert pair.failed_checks
+
+
+def windowed(arm, prefill_j, full_j, gpus=(), graph=None):
+    window = {"full": {"joules": full_j, "details": {"gpus": [{"uuid": g} for g in gpus]}},
+              "prefill": {"joules": prefill_j}}
+    sample = RepeatSample(full_j - prefill_j, 1.0, 10, 5.0, 10 if arm == "speculative" else None,
+                          20 if arm == "speculative" else None, 40 if arm == "speculative" else None,
+                          window=window)
+    engine = {"server_info": {"disable_cuda_graph": graph}} if graph is not None else {}
+    return RunResult(arm=arm, engine=engine, source="measured (nvml)", samples=(sample,),
+                     outputs=(tuple(VARIED), tuple(LOOPING)), finish_reasons=("length", "length"),
+                     verified_per_step=5, concurrency={})
+
+
+def test_pairing_and_window_checks():
+    good = PairResult(CASE, CASE.id, windowed("baseline", 1.0, 10.0, ["GPU-a"], False),
+                      windowed("speculative", 1.0, 8.0, ["GPU-a"], False))
+    assert not {"cuda-graph-differs", "gpu-differs", "prefill-in-window",
+                "prefill-dominates-window"} & names(good)
+    bad = PairResult(CASE, CASE.id, windowed("baseline", 1.0, 10.0, ["GPU-a"], False),
+                     windowed("speculative", 1.0, 8.0, ["GPU-b"], True))
+    assert {"cuda-graph-differs", "gpu-differs"} <= names(bad)
+    no_decode = PairResult(CASE, CASE.id, windowed("baseline", 5.0, 5.0), windowed("speculative", 1.0, 8.0))
+    assert "prefill-in-window" in names(no_decode)
+    heavy = PairResult(CASE, CASE.id, windowed("baseline", 6.0, 10.0), windowed("speculative", 1.0, 8.0))
+    assert "prefill-dominates-window" in names(heavy)

@@ -1,0 +1,419 @@
+"""The HTML and Markdown reports on run documents built from the real result classes.
+
+Run this file as a script to regenerate the JSON fixtures in ``tests/data/report/`` that the
+browser check (``tests/unit/report/test_report_render.py``) renders:
+``/work/venv/bin/python tests/unit/test_report.py``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import random
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_specenergy.cases.case import Case
+from pytest_specenergy.cases.corpora import Corpus
+from pytest_specenergy.cases.corpora import load_corpus
+from pytest_specenergy.engines.drafters import Drafter
+from pytest_specenergy.report import model as rm
+from pytest_specenergy.report import plots
+from pytest_specenergy.report.html import PLOTS_OFF_NOTE
+from pytest_specenergy.report.html import TABLES_ONLY_NOTE
+from pytest_specenergy.report.html import render_html
+from pytest_specenergy.document import build_document
+from pytest_specenergy.report.markdown import md_escape
+from pytest_specenergy.report.markdown import render_markdown
+from pytest_specenergy.measure.results import PairResult
+from pytest_specenergy.measure.results import RepeatSample
+from pytest_specenergy.measure.results import RunResult
+
+FIXTURES = Path(__file__).resolve().parents[2] / "data" / "report"
+SCRIPT = "<script>alert(1)</script>"
+IMG = '"><img src=x onerror=alert(1)>'
+MODEL = "Qwen/Qwen3-8B"
+DRAFTERS = {"ngram": Drafter("ngram"),
+            "eagle3": Drafter("eagle3", draft_model="/models/qwen3-8b-eagle3", id="eagle3"),
+            "dflash": Drafter("dflash", draft_model="/models/qwen3-8b-dflash", id="dflash")}
+# Accepted drafts per verify step by (drafter, corpus): code accepts more than conversation.
+ACCEPTED = {("ngram", "code"): 1.6, ("ngram", "conversation"): 0.4,
+            ("eagle3", "code"): 2.4, ("eagle3", "conversation"): 1.5,
+            ("dflash", "code"): 4.5, ("dflash", "conversation"): 1.8}
+BATCHES = (1, 16, 64)
+TOKENS = 1000
+
+
+def _arm(name: str, ept: float, tbt: float, source: str, batch: int, k: int = 0,
+         accepted: float = 0.0, spread: float = 0.01, concurrency: int | None = None,
+         problems: tuple[str, ...] = ()) -> RunResult:
+    samples = []
+    for i, wobble in enumerate((1.0, 1.0 + spread, 1.0 - spread)):
+        verify = 400 if k else None
+        correct = int(round(accepted * 400)) if k else None
+        samples.append(RepeatSample(ept * wobble * TOKENS, tbt * TOKENS / 1000, TOKENS,
+                                    tbt * wobble, verify, correct, 400 * k if k else None))
+    outputs = tuple(tuple(range(p, p + 64)) for p in range(4))
+    return RunResult(arm=name, engine={"path": f"/engines/{name}"}, source=source,
+                     samples=tuple(samples), outputs=outputs, finish_reasons=("length",) * 4,
+                     verified_per_step=k + 1 if k else 1,
+                     concurrency={"max_running": concurrency or batch}, counter_problems=problems)
+
+
+def make_pair(corpus: Corpus, drafter: str, batch: int, model: str = MODEL,
+              source: str = "modeled (h200)", scale: float = 1.0, concurrency: int | None = None,
+              problems: tuple[str, ...] = ()) -> PairResult:
+    """A pair shaped like the paper's: baseline J/token falls with batch, the saving decays."""
+    d = DRAFTERS[drafter]
+    k = d.num_draft_tokens
+    accepted = ACCEPTED.get((drafter, corpus.name), 1.0)
+    base_ept = 0.02 + 0.5 / batch ** 0.7
+    base_tbt = 12.0 + 0.12 * batch
+    # Verifying k+1 tokens costs more as batch grows (toward compute-bound), accepted ones pay.
+    spec_ept = base_ept * (1.0 + 0.03 * k * batch ** 0.5) / (1.0 + accepted) * scale
+    spec_tbt = base_tbt * (1.0 + 0.02 * k * batch ** 0.3) / (1.0 + accepted)
+    case = Case(engine="reference", model=model, drafter=d, batch=batch, corpus=corpus)
+    base = _arm("baseline", base_ept, base_tbt, source, batch)
+    spec = _arm("speculative", spec_ept, spec_tbt, source, batch, k, accepted,
+                concurrency=concurrency, problems=problems)
+    return PairResult(case, case.id, base, spec)
+
+
+def make_document(scale: dict[str, float] | None = None, source: str = "modeled (h200)",
+                  corpora: tuple[str, ...] = ("code", "conversation"),
+                  drafters: tuple[str, ...] = ("ngram", "eagle3", "dflash"),
+                  datetime: str | None = None) -> dict[str, Any]:
+    """A run document over corpora x drafters x batches; ``scale`` multiplies a case's energy."""
+    scale = scale or {}
+    pairs = []
+    for name in corpora:
+        corpus = load_corpus(name)
+        for drafter in drafters:
+            for batch in BATCHES:
+                case_id = f"{name}-{DRAFTERS[drafter].id}-b{batch}"
+                # One warn row (concurrency below batch) so every report shows a tripped check.
+                low = batch // 2 if case_id == "conversation-ngram-b64" else None
+                pairs.append(make_pair(corpus, drafter, batch, source=source,
+                                       scale=scale.get(case_id, 1.0), concurrency=low))
+    doc = build_document(pairs, meters={"modeled:h200": {"gpu": "H200"}}, engine_starts=7)
+    if datetime:
+        doc["datetime"] = datetime
+    return json.loads(json.dumps(doc))  # exactly what a stored document reads back as
+
+
+def hostile_document() -> dict[str, Any]:
+    """Attack strings in the corpus name (hence case ids), model name, messages, machine info."""
+    corpus = Corpus(name=f"{SCRIPT}|x", prompts=(IMG, SCRIPT, "def f(): pass"),
+                    source=f"/tmp/{IMG}")
+    pairs = [make_pair(corpus, "ngram", b, model=IMG, problems=(f"bad {SCRIPT} {IMG}",))
+             for b in (1, 16)]
+    pairs.append(make_pair(corpus, "eagle3", 1, model=SCRIPT, source=f"modeled ({IMG})"))
+    doc = build_document(pairs, meters={SCRIPT: {"gpu": IMG}}, engine_starts=2)
+    doc["machine_info"]["node"] = IMG
+    doc["results"][0]["case"]["prompts"] = [IMG, SCRIPT]
+    return json.loads(json.dumps(doc))
+
+
+def history_documents(step_at: int = 5, runs: int = 8) -> list[dict[str, Any]]:
+    """Runs with ~1% noise and a 15% energy step for ``code-eagle3-b16`` from ``step_at`` on."""
+    rng = random.Random(7)
+    docs = []
+    for i in range(runs):
+        scale = {f"{c}-{d}-b{b}": 1.0 + rng.gauss(0, 0.005) for c in ("code", "conversation")
+                 for d in ("ngram", "eagle3") for b in BATCHES}
+        if i >= step_at:
+            scale["code-eagle3-b16"] *= 1.15
+        docs.append(make_document(scale, drafters=("ngram", "eagle3"),
+                                  datetime=f"2026-03-{i + 1:02d}T12:00:00+00:00"))
+    return docs
+
+
+@pytest.fixture(scope="module")
+def run_doc() -> dict[str, Any]:
+    return make_document()
+
+
+@pytest.fixture(scope="module")
+def baseline_doc() -> dict[str, Any]:
+    return make_document()
+
+
+# -- model ----------------------------------------------------------------------------------
+def test_rows_carry_every_column(run_doc):
+    rows = rm.rows_from_document(run_doc)
+    assert len(rows) == 2 * 3 * 3
+    r = next(r for r in rows if r.case_id == "code-eagle3-b16")
+    assert (r.model, r.drafter_id, r.drafter_name, r.batch, r.corpus) == \
+        (MODEL, "eagle3", "eagle3", 16, "code")
+    assert r.source == r.baseline_source == "modeled (h200)"
+    assert r.energy_saving == pytest.approx(1 - r.energy_per_token / r.baseline_energy_per_token)
+    assert r.accept_length == pytest.approx(3.4) and r.verified_per_step == 4
+    assert r.speedup == pytest.approx(r.baseline_tbt_ms / r.tbt_ms)
+    assert r.exact_fraction == 1.0 and r.logprob_gap is None and not r.tripped
+    warn = next(r for r in rows if r.case_id == "conversation-ngram-b64")
+    assert [(c.name, c.severity) for c in warn.checks] == [("concurrency-below-batch", "warn")]
+    assert warn.tripped and not warn.failed
+    assert rm.sources(rows) == ["modeled (h200)"]
+
+
+def test_worse_directions():
+    assert [rm.worse_direction(m) for m in rm.COMPARED_METRICS] == \
+        ["up", "down", "down", "down", "up"]
+
+
+def test_comparison_puts_regressions_first(run_doc, baseline_doc):
+    current = make_document({"conversation-eagle3-b16": 1.2, "code-ngram-b1": 0.8})
+    deltas = rm.compare_documents(current, baseline_doc)
+    assert deltas[0].case_id == "conversation-eagle3-b16" and deltas[0].regressed
+    ept = deltas[0].change("energy_per_token")
+    assert ept.status == "regressed" and ept.change == pytest.approx(0.2)
+    assert deltas[0].change("energy_saving").status == "regressed"  # saving fell by points
+    assert sum(d.regressed for d in deltas) == 1
+    improved = next(d for d in deltas if d.case_id == "code-ngram-b1")
+    assert improved.status == "improved"
+    assert all(d.status == "unchanged" for d in deltas[2:])
+
+
+def test_small_changes_do_not_regress(baseline_doc):
+    deltas = rm.compare_documents(make_document({"code-dflash-b64": 1.03}), baseline_doc)
+    assert not any(d.regressed for d in deltas)
+
+
+def test_gate_verdicts_override_the_threshold(baseline_doc):
+    current = make_document({"code-ngram-b16": 1.2})
+    # The gate found the 20% move not significant; it found accept_length worse elsewhere.
+    rec = {r["case_id"]: r for r in current["results"]}
+    rec["code-ngram-b16"]["verdicts"] = {"case_id": "code-ngram-b16", "verdict": "inconclusive",
+                                         "rows": [{"metric": "energy_per_token",
+                                                   "verdict": "inconclusive"},
+                                                  {"metric": "energy_saving",
+                                                   "verdict": "passed"}]}
+    rec["conversation-dflash-b1"]["verdicts"] = {"accept_length": "regressed"}
+    deltas = rm.compare_documents(current, baseline_doc)
+    assert [d.case_id for d in deltas[:2]] == ["conversation-dflash-b1", "code-ngram-b16"]
+    assert deltas[0].regressed and deltas[0].change("accept_length").explicit
+    assert deltas[1].status == "inconclusive"
+
+
+def test_new_and_missing_cases(baseline_doc):
+    current = make_document(corpora=("code",), drafters=("ngram",))
+    current["results"][0]["case_id"] = "code-ngram-b2"
+    deltas = rm.compare_documents(current, baseline_doc)
+    statuses = {d.case_id: d.status for d in deltas}
+    assert statuses["code-ngram-b2"] == "new" and statuses["conversation-dflash-b64"] == "missing"
+
+
+def _point(label, tbt, ept, failed=False):
+    return rm.ConfigPoint(label, "m", "c", label, 1, tbt, ept, "modeled (h200)", failed, failed)
+
+
+def test_latency_target_picks_lowest_energy_config_that_meets_it():
+    points = [_point("baseline b64", 30.0, 0.010), _point("ngram b16", 22.0, 0.030),
+              _point("eagle3 b16", 24.0, 0.020), _point("eagle3 b4", 9.0, 0.050),
+              _point("dflash b4", 8.0, 0.060), _point("broken b16", 5.0, 0.001, failed=True)]
+    assert rm.best_under_target(points, 25.0).label == "eagle3 b16"
+    assert rm.best_under_target(points, 10.0).label == "eagle3 b4"
+    assert rm.best_under_target(points, 100.0).label == "baseline b64"
+    assert rm.best_under_target(points, 4.0) is None
+
+
+def test_latency_choices_per_workload(run_doc):
+    rows = rm.rows_from_document(run_doc)
+    choices = rm.latency_choices(rows, (25.0, 10.0))
+    assert len(choices) == 4
+    for c in choices:
+        points = [p for p in rm.config_points(rows) if (p.model, p.corpus) == (c.model, c.corpus)
+                  and p.tbt_ms <= c.target_ms]
+        if c.choice is None:
+            assert not points
+        else:
+            assert c.choice.tbt_ms <= c.target_ms
+            assert c.choice.energy_per_token == min(p.energy_per_token for p in points)
+
+
+def test_latency_plot_rings_and_names_each_choice(run_doc):
+    pytest.importorskip("matplotlib")
+    rows = rm.rows_from_document(run_doc)
+    svg = plots.latency_svg(rows, (25.0, 10.0))
+    for c in rm.latency_choices(rows, (25.0, 10.0)):
+        assert c.choice is not None and f"ms: {c.choice.label}" in svg
+    assert "target 25 ms" in svg and "target 10 ms" in svg
+
+
+def test_step_detector_finds_an_injected_step():
+    rng = random.Random(1)
+    values = [1.0 + rng.gauss(0, 0.01) for _ in range(10)] + \
+             [1.2 + rng.gauss(0, 0.01) for _ in range(8)]
+    steps = rm.detect_steps(values)
+    assert [s.index for s in steps] == [10]
+    assert steps[0].change == pytest.approx(0.2, abs=0.03)
+    down = rm.detect_steps([5.0] * 6 + [4.0] * 6)
+    assert [(s.index, round(s.change, 2)) for s in down] == [(6, -0.2)]
+
+
+def test_step_detector_ignores_noise_spikes_and_gaps():
+    rng = random.Random(2)
+    assert rm.detect_steps([1.0 + rng.gauss(0, 0.01) for _ in range(40)]) == []
+    assert rm.detect_steps([1.0] * 5 + [1.5] + [1.0] * 5) == []  # a lone spike
+    assert rm.detect_steps([1.0] * 6 + [1.3]) == []  # not yet sustained
+    gappy = [1.0, None, 1.0, 1.0, None, 1.3, 1.3, None, 1.3]
+    assert [s.index for s in rm.detect_steps(gappy)] == [5]
+    assert [s.index for s in rm.detect_steps([0.1] * 4 + [-0.1] * 4, 0.05, relative=False)] == [4]
+
+
+def test_history_series():
+    docs = history_documents()
+    series = rm.history_series(docs, "energy_per_token")
+    assert [s.index for s in rm.detect_steps(series["code-eagle3-b16"])] == [5]
+    assert all(not rm.detect_steps(v) for c, v in series.items() if c != "code-eagle3-b16")
+
+
+# -- HTML -----------------------------------------------------------------------------------
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: set[str] = set()
+        self.attrs: list[tuple[str, str | None]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        self.attrs += attrs
+
+
+def _assert_self_contained(page: str) -> None:
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", page, re.I)
+    assert "<script" not in page.lower() and "<link" not in page.lower()
+    assert "@import" not in page and not re.search(r"url\(\s*['\"]?https?:", page)
+    parser = _Tags()
+    parser.feed(page)
+    assert not parser.tags & {"script", "img", "iframe", "link", "object", "embed"}
+    assert not [a for a, _ in parser.attrs if a.startswith("on")]
+
+
+def test_html_is_self_contained_with_every_section(run_doc, baseline_doc):
+    page = render_html(run_doc, baseline=make_document({"code-ngram-b16": 1.3}),
+                       history=history_documents(runs=4), plots=False)
+    _assert_self_contained(page)
+    for heading in ("Summary", "Latency targets", "Cases", "Baseline comparison", "History",
+                    "Checks"):
+        assert f"<h2>{heading}" in page
+    assert PLOTS_OFF_NOTE in page and "<svg" not in page
+    # The source label is on every case row (the comparison and summary add more).
+    assert page.count('b-src">modeled (h200)<') >= len(run_doc["results"])
+    assert "concurrency-below-batch" in page and "ran at most 32 requests" in page
+    comparison = page[page.index("<h2>Baseline comparison"):]
+    assert comparison.index("code-ngram-b16") < comparison.index("code-ngram-b1<")
+
+
+def test_html_draws_every_figure(run_doc, baseline_doc):
+    pytest.importorskip("matplotlib")
+    page = render_html(run_doc, baseline=baseline_doc, history=history_documents(runs=6))
+    _assert_self_contained(page)
+    assert page.count("<svg") == 5 and "Figure not drawn" not in page
+    ids = re.findall(r'\bid="([^"]+)"', page)
+    assert len(ids) == len(set(ids))  # figures share one page: no id may repeat
+    for svg in re.findall(r"<svg.*?</svg>", page, re.S):
+        assert "[modeled (h200)]" in svg  # every figure names its source
+    assert plots.TRIPPED_NOTE in page  # the warn row is drawn hollow and explained
+    assert "\u226425" in page and "\u226410" in page
+
+
+def test_svg_is_deterministic(run_doc):
+    pytest.importorskip("matplotlib")
+    rows = rm.rows_from_document(run_doc)
+    a, b = plots.latency_svg(rows), plots.latency_svg(rows)
+    assert a == b and "<metadata" not in a and "<!--" not in a
+    assert render_html(run_doc) == render_html(run_doc)
+
+
+def test_tables_only_without_matplotlib(run_doc, monkeypatch):
+    monkeypatch.setattr(plots, "plots_available", lambda: False)
+    page = render_html(run_doc)
+    assert html.escape(TABLES_ONLY_NOTE) in page and "<svg" not in page
+    assert "<h2>Cases" in page
+
+
+def test_html_escapes_every_run_string():
+    doc = hostile_document()
+    for draw in (False, True):
+        if draw:
+            pytest.importorskip("matplotlib")
+        page = render_html(doc, baseline=doc, history=[doc, doc], plots=draw, title=SCRIPT)
+        _assert_self_contained(page)
+        for attack in (SCRIPT, IMG, "<img", "<script"):
+            assert attack not in page
+        assert html.escape(SCRIPT) in page and html.escape(IMG, quote=True) in page
+        if draw:
+            svgs = re.findall(r"<svg.*?</svg>", page, re.S)
+            assert len(svgs) == 5
+            text = "".join(svgs)
+            assert "<script" not in text and "<img" not in text
+            assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text  # drawn, and escaped
+
+
+def test_empty_and_partial_documents_render():
+    empty = json.loads(json.dumps(build_document([], meters={}, engine_starts=0)))
+    assert "nothing to draw" in render_html(empty)
+    assert render_markdown(empty).startswith("**specenergy**: 0 cases")
+    doc = make_document(corpora=("code",), drafters=("ngram",))
+    del doc["results"][0]["baseline"], doc["results"][1]["equivalence"]
+    doc["results"][2]["energy_per_token"] = None
+    page = render_html(doc, baseline=doc, history=[doc])
+    assert "Figure not drawn" not in page and "n/a" in page
+    assert "n/a" in render_markdown(doc, doc)
+
+
+# -- Markdown ---------------------------------------------------------------------------------
+def test_markdown_lists_regressions_first(baseline_doc):
+    current = make_document({"conversation-dflash-b64": 1.25})
+    text = render_markdown(current, baseline_doc)
+    lines = text.splitlines()
+    assert lines[0].startswith("**specenergy**: 18 cases") and "**1 regressed** of 18" in lines[0]
+    assert "modeled (h200)" in lines[0]
+    table = [line for line in lines if line.startswith("| ")][1:]
+    assert len(table) == 18
+    assert table[0].startswith("| **REGRESSED** | conversation-dflash-b64 |")
+    assert "(+25.0%) **worse**" in table[0] and table[0].endswith("| modeled (h200) |")
+    assert all("| ok |" in line for line in table[1:])
+
+
+def test_markdown_without_baseline_and_escaping():
+    text = render_markdown(hostile_document())
+    assert SCRIPT not in text and "<img" not in text
+    assert "&lt;script&gt;alert\\(1\\)" not in text  # parentheses are left alone
+    assert md_escape("a|b") == "a\\|b" and md_escape("*x*_y_") == "\\*x\\*\\_y\\_"
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    # Header + 3 cases; every row keeps its column count despite '|' and newlines in strings.
+    assert len(rows) == 4 and len({len(re.findall(r"(?<!\\)\|", line)) for line in rows}) == 1
+    assert "\\|x" in text
+    assert "fail: counters-inconsistent" in text and "modeled (h200)" in text
+
+
+def test_fixture_documents_still_render():
+    """The stored fixtures (regenerate: run this file as a script) still fit the schema."""
+    run = json.loads((FIXTURES / "run.json").read_text())
+    baseline = json.loads((FIXTURES / "baseline.json").read_text())
+    assert len(rm.rows_from_document(run)) == 18
+    assert any(d.regressed for d in rm.compare_documents(run, baseline))
+    assert "<h2>Cases" in render_html(run, baseline, plots=False)
+
+
+def write_fixtures(folder: Path = FIXTURES) -> None:
+    """Write run.json, baseline.json and history-NN.json used by the browser check."""
+    folder.mkdir(parents=True, exist_ok=True)
+    docs = {"baseline.json": make_document(datetime="2026-03-01T12:00:00+00:00"),
+            "run.json": make_document({"conversation-eagle3-b16": 1.2, "code-ngram-b1": 0.85},
+                                      datetime="2026-03-09T12:00:00+00:00")}
+    for i, doc in enumerate(history_documents()):
+        docs[f"history-{i:02d}.json"] = doc
+    for name, doc in docs.items():
+        doc["machine_info"] = {"node": "ci-runner", "python": "3.12", "platform": "linux"}
+        (folder / name).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    write_fixtures()
