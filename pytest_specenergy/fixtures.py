@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_specenergy import xdist as xdist_support
-from pytest_specenergy.cases.case import Case
-from pytest_specenergy.gate.gatekeeper import Gatekeeper
-from pytest_specenergy.meters.base import MeterError
-from pytest_specenergy.measure.results import PairResult
-from pytest_specenergy.session import SpecEnergySession
-
-SESSION_KEY = pytest.StashKey[SpecEnergySession]()
-#: The pair a test measured, for the post-call validity checks and the gate.
-PAIR_KEY = pytest.StashKey[PairResult]()
-GATE_KEY = pytest.StashKey[Gatekeeper]()
+if TYPE_CHECKING:  # the session module loads the measurement stack; fixtures run after configure
+    from pytest_specenergy.cases.case import Case
+    from pytest_specenergy.measure.results import PairResult
+    from pytest_specenergy.session import SpecEnergySession
 
 
 @dataclass
@@ -30,6 +24,9 @@ class SpecPair:
 
     def measure(self) -> PairResult:
         """Measure both arms (the baseline arm is shared across drafters) and compare them."""
+        from pytest_specenergy.meters.base import MeterError
+        from pytest_specenergy.session import PAIR_KEY
+
         try:
             pair = self.session.measure(self.case)
         except MeterError as exc:
@@ -41,6 +38,8 @@ class SpecPair:
 @pytest.fixture(scope="session")
 def specenergy(pytestconfig: pytest.Config) -> SpecEnergySession:
     """The session object: options, engine pool, meters and every measured pair."""
+    from pytest_specenergy.session import SESSION_KEY
+
     return pytestconfig.stash[SESSION_KEY]
 
 
@@ -56,7 +55,9 @@ def specenergy_case(request: pytest.FixtureRequest) -> Case:
 def spec_pair(specenergy_case: Case, specenergy: SpecEnergySession,
               request: pytest.FixtureRequest) -> SpecPair:
     """The matched pair (speculative engine + its non-speculative twin) for this case."""
-    if xdist_support.is_worker(request.config) and specenergy.config.xdist == "off":
+    from pytest_specenergy import xdist
+
+    if xdist.is_worker(request.config) and specenergy.config.xdist == "off":
         specenergy.xdist_skipped += 1
-        pytest.skip(xdist_support.SKIP_REASON)
+        pytest.skip(xdist.SKIP_REASON)
     return SpecPair(specenergy_case, specenergy, request.node)

@@ -15,7 +15,11 @@ from typing import Callable
 
 import pytest
 
-ENGINES = ("reference", "sglang")
+from pytest_specenergy.engines.base import ENGINES
+from pytest_specenergy.gate.limits import DEFAULT_ALPHA
+from pytest_specenergy.gate.limits import DEFAULT_LIMITS
+from pytest_specenergy.gate.limits import parse_fail_expr
+
 METER_CHOICES = ("auto", "nvml", "modeled:h100", "modeled:h200")
 
 
@@ -68,8 +72,6 @@ def _validated(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 def _fail_expr(text: str) -> Any:
-    from pytest_specenergy.gate.limits import parse_fail_expr
-
     return parse_fail_expr(text)
 
 
@@ -78,6 +80,16 @@ def _meter(text: str) -> str:
         return text
     raise ValueError(f"expected one of {', '.join(METER_CHOICES)} (or modeled:<gpu>), got {text!r}")
 
+
+# Declared once, used by the plugin (``--specenergy-NAME``) and by the ``specenergy`` command
+# (``--NAME``, see :func:`add_cli_options`), as pytest-benchmark shares its option declarations.
+STORAGE = _Option("storage", ".specenergy", "folder of the run history (runs keyed by machine)")
+COMPARE_FAIL = _Option("compare-fail", "", "a regression limit METRIC[:STAT]:LIMIT, e.g. energy:5% "
+                       "or accept_length:0.1 (repeatable; ini: one per line; default: "
+                       + ", ".join(DEFAULT_LIMITS) + ")",
+                       parse=_fail_expr, action="append")
+ALPHA = _Option("alpha", DEFAULT_ALPHA, "significance level for a regression (Mann-Whitney U / bootstrap)",
+                float)
 
 OPTIONS: tuple[_Option, ...] = (
     _Option("engine", "reference", "engine for cases whose model marker names none: "
@@ -101,15 +113,13 @@ OPTIONS: tuple[_Option, ...] = (
             "reference engine (skip-state-rollback, wrong-accept-count, stale-draft-cache, "
             "accept-off-by-one): they "
             "exist so a suite can prove its checks catch each bug class"),
-    _Option("storage", ".specenergy", "folder of the run history (runs keyed by machine)"),
+    STORAGE,
     _Option("save", "", "save this run in the history under NAME (e.g. main)"),
     _Option("autosave", False, "save this run in the history under the name 'auto'",
             action="store_true"),
     _Option("compare", "", "compare each case with a stored run: last, NAME, NNNN or PATH"),
-    _Option("compare-fail", "", "a regression limit METRIC[:STAT]:LIMIT, e.g. energy:5% or "
-            "accept_length:0.1 (repeatable; ini: one per line)", parse=_fail_expr, action="append"),
-    _Option("alpha", 0.01, "significance level for a regression (Mann-Whitney U / bootstrap)",
-            float),
+    COMPARE_FAIL,
+    ALPHA,
     _Option("max-repeats", 0, "repeat cap for an INCONCLUSIVE case (default: 3 x repeats)",
             _non_negative_int),
     _Option("inconclusive", "warn", "what a case still INCONCLUSIVE at the cap does: fail, "
@@ -193,6 +203,13 @@ class SpecEnergyConfig:
     dry_run: bool
     rootdir: Path
 
+    def case_defaults(self) -> Any:
+        """What the markers take from the options (as plain values)."""
+        from pytest_specenergy.cases.markers import CaseDefaults
+
+        return CaseDefaults(engine=self.engine, device=self.device, faults=self.faults,
+                            sglang_version=self.sglang_version)
+
     @classmethod
     def from_pytest_config(cls, config: pytest.Config) -> SpecEnergyConfig:
         """Resolve every option (command line > ini > default), with a clear usage error."""
@@ -252,3 +269,18 @@ class SpecEnergyConfig:
             dry_run=values["specenergy_dry_run"],
             rootdir=rootdir,
         )
+
+
+def add_cli_options(parser: Any, *, storage: bool = True, gate: bool = False) -> None:
+    """The shared options on an argparse parser of the ``specenergy`` command: ``--storage``
+    and, with ``gate``, ``--fail`` (the plugin's ``--specenergy-compare-fail``) and ``--alpha``;
+    same defaults and help texts as the plugin's."""
+    if storage:
+        parser.add_argument("--storage", type=Path, default=Path(STORAGE.default),
+                            help=STORAGE.help + f" (default {STORAGE.default})")
+    if gate:
+        parser.add_argument("--fail", action="append", metavar="EXPR", type=_validated(COMPARE_FAIL.parse),
+                            help=COMPARE_FAIL.help.replace("%", "%%"))
+        parser.add_argument("--alpha", type=ALPHA.parse, default=ALPHA.default,
+                            help=ALPHA.help + f" (default {ALPHA.default})")
+

@@ -1,43 +1,49 @@
-"""The session object behind the ``specenergy`` fixture: pool, meters, pairs and records.
+"""The session object: the one registered plugin instance that carries the hook methods.
 
-Each case is measured once and cached. The baseline arm of one (engine config, batch,
-corpus, generation) is measured once and shared by every drafter tested against it; when
-it is first needed, every planned case of that baseline engine is measured in one go, so the
-baseline engine starts once even when only one engine may run at a time (one GPU).
+``plugin.pytest_configure`` builds :class:`SpecEnergySession` from the resolved options and
+registers it (as pytest's ``junitxml.LogXML`` is registered). Each hook method delegates in a
+few lines: cases from :mod:`.cases.markers`, pairs from :class:`.measure.pairs.PairMeasurer`,
+verdicts from :class:`.gate.gatekeeper.Gatekeeper`, outcomes by :mod:`.outcome`, the run
+document by :mod:`.document`. Lower layers never call back into this object.
 """
 
 from __future__ import annotations
 
-import dataclasses
+from typing import TYPE_CHECKING
 from typing import Any
 
-from pytest_specenergy.cases.case import Case
-from pytest_specenergy.measure.coherence import measure_coherence
-from pytest_specenergy.options import SpecEnergyConfig
-from pytest_specenergy.engines.config import EngineConfig
-from pytest_specenergy.engines.launch import ServerProcess
-from pytest_specenergy.engines.pool import EnginePool
-from pytest_specenergy.gate.machine import machine_info
-from pytest_specenergy.gate.machine import machine_key
-from pytest_specenergy.measure.arm import ArmMeasurer
-from pytest_specenergy.meters import make_meter
-from pytest_specenergy.meters import meter_kind_for
-from pytest_specenergy.meters.base import Meter
-from pytest_specenergy.measure.results import PairResult
-from pytest_specenergy.measure.results import RunResult
+import pytest
+
+from pytest_specenergy import xdist
+from pytest_specenergy.cases.markers import MarkerError
+from pytest_specenergy.cases.markers import build_cases
+
+if TYPE_CHECKING:
+    from pytest_specenergy.cases.case import Case
+    from pytest_specenergy.gate.gatekeeper import Gatekeeper
+    from pytest_specenergy.gate.limits import FailLimit
+    from pytest_specenergy.measure.pairs import PairMeasurer
+    from pytest_specenergy.measure.results import PairResult
+    from pytest_specenergy.options import SpecEnergyConfig
+
+# Collection needs only the markers: measurement, gate and report modules (numpy, HTTP,
+# subprocess supervision) are imported when first used, so a suite collects about as fast as
+# plain parametrize (benchmarks/plugin_overhead.py).
+
+SESSION_KEY = pytest.StashKey["SpecEnergySession"]()
+#: The pair a test measured, for the post-call validity checks and the gate.
+PAIR_KEY = pytest.StashKey["PairResult"]()
 
 
 class SpecEnergySession:
-    """Session-wide state: what the ``specenergy`` fixture returns."""
+    """Session-wide state and the hook methods: what the ``specenergy`` fixture returns."""
 
     def __init__(self, config: SpecEnergyConfig, hook: Any = None) -> None:
         self.config = config
         self.hook = hook
         self.planned: list[Case] = []
-        self.pool = EnginePool(config.log_dir, config.startup_timeout)
-        self._meters: dict[str, Meter] = {}
-        self._baselines: dict[tuple[Any, ...], RunResult] = {}
-        self._pairs: dict[Case, PairResult] = {}
+        self._measurer: PairMeasurer | None = None
+        self._gate: Gatekeeper | None = None
         #: One JSON-ready record per test that measured a pair (``PairResult.as_dict()`` plus
         #: ``nodeid`` and the gate's verdict), in test order; under xdist the controller
         #: receives the workers' records here.
@@ -49,101 +55,226 @@ class SpecEnergySession:
         #: spec_pair tests skipped because xdist ran without --specenergy-xdist=per-gpu.
         self.xdist_skipped = 0
 
-    def plan(self, cases: list[Case]) -> None:
-        """Record the collected cases; one GPU runs one engine at a time."""
-        self.planned = cases
-        if any(c.engine == "sglang" or c.device.startswith("cuda") for c in cases):
-            self.pool.max_live = 1
+    @property
+    def measurer(self) -> PairMeasurer:
+        """The pair measurer, built on first use with the planned cases."""
+        if self._measurer is None:
+            from pytest_specenergy.measure.pairs import PairMeasurer
 
-    def meter_for(self, server: ServerProcess) -> Meter:
-        """The meter for an engine, built once per kind (a conftest hook may supply it)."""
-        device = str(server.server_info.get("device") or server.config.device)
-        kind = meter_kind_for(self.config.meter, server.config.engine, device)
-        if kind not in self._meters:
-            meter = None
-            if self.hook is not None:
-                meter = self.hook.pytest_specenergy_make_meter(kind=kind, engine=server)
-            self._meters[kind] = meter or make_meter(kind)
-        return self._meters[kind]
+            config = self.config
+            self._measurer = PairMeasurer(
+                log_dir=config.log_dir, startup_timeout=config.startup_timeout, meter=config.meter,
+                repeats=config.repeats, warmup=config.warmup, meter_factory=self._hook_meter)
+            self._measurer.plan(self.planned)
+        return self._measurer
 
-    def _measure_arm(self, config: EngineConfig, case: Case, arm: str, repeats: int | None = None,
-                     warmup: int | None = None) -> tuple[RunResult, ServerProcess]:
-        server = self.pool.get(config)
-        meter = self.meter_for(server)
-        if warmup is None:
-            warmup = self.config.warmup
-        if warmup is None:  # auto: only a measured window needs the engine warm
-            warmup = 0 if meter.kind.startswith("modeled:") else 1
-        measurer = ArmMeasurer(server, meter, case, repeats or self.config.repeats, warmup)
-        return measurer.measure(arm), server
+    @property
+    def gate(self) -> Gatekeeper:
+        """The gatekeeper, built on first use from the options."""
+        if self._gate is None:
+            from pytest_specenergy.gate.gatekeeper import GatePolicies
+            from pytest_specenergy.gate.gatekeeper import Gatekeeper
 
-    def baseline(self, case: Case) -> RunResult:
-        """The shared baseline arm for ``case``."""
-        key = case.baseline_key()
-        if key not in self._baselines:
-            siblings = [c for c in self.planned if c.baseline_config() == case.baseline_config()]
-            for other in [case] + siblings:
-                other_key = other.baseline_key()
-                if other_key not in self._baselines:
-                    self._baselines[other_key] = self._measure_arm(
-                        other.baseline_config(), other, "baseline")[0]
-        return self._baselines[key]
+            config = self.config
+            self._gate = Gatekeeper(
+                storage_dir=config.storage, compare=config.compare, golden=config.golden,
+                baselines=config.baselines, alpha=config.alpha, repeats=config.repeats,
+                max_repeats=config.max_repeats,
+                policies=GatePolicies(config.inconclusive, config.incomparable, config.missing_baseline))
+        return self._gate
 
+    @property
+    def gate_active(self) -> bool:
+        """Whether any case is compared with a baseline this session."""
+        return bool(self.config.compare or self.config.golden)
+
+    @property
+    def engine_starts(self) -> int:
+        """How many engine processes this session started."""
+        return len(self._measurer.pool.starts) if self._measurer else 0
+
+    @property
+    def pool(self) -> Any:
+        """The engine pool (one server process per engine config)."""
+        return self.measurer.pool
+
+    def _hook_meter(self, kind: str, server: Any) -> Any:
+        if self.hook is None:
+            return None
+        return self.hook.pytest_specenergy_make_meter(kind=kind, engine=server)
+
+    # -- measuring ------------------------------------------------------------------------
     def measure(self, case: Case) -> PairResult:
         """The pair for ``case``, measured once per session."""
-        if case not in self._pairs:
-            baseline = self.baseline(case)
-            speculative, server = self._measure_arm(case.spec_config(), case, "speculative")
-            # Scoring is a prefill (max_new_tokens=0) on the engine already running; it never
-            # speculates, so the speculative engine scores as its twin would.
-            prompts = case.corpus.take(case.generation.prompt_count(case.batch))
-            coherence = measure_coherence(server.client, prompts, baseline.outputs, speculative.outputs,
-                                          server.server_info.get("special_token_ids", ()))
-            pair = PairResult(case, case.id, baseline, speculative, coherence)
-            self._pairs[case] = pair
-            if self.hook is not None:
-                self.hook.pytest_specenergy_pair_measured(pair=pair)
-        return self._pairs[case]
-
-    def add_repeats(self, case: Case, extra: int) -> PairResult:
-        """Measure ``extra`` more repeats of both arms (an INCONCLUSIVE verdict asks for them)."""
-        pair = self.measure(case)
-        more_base = self._measure_arm(case.baseline_config(), case, "baseline", extra, 0)[0]
-        more_spec = self._measure_arm(case.spec_config(), case, "speculative", extra, 0)[0]
-        baseline = _extend(pair.baseline, more_base)
-        self._baselines[case.baseline_key()] = baseline
-        pair = dataclasses.replace(pair, baseline=baseline, speculative=_extend(pair.speculative, more_spec))
-        self._pairs[case] = pair
+        fresh = not self.measurer.measured(case)
+        pair = self.measurer.measure(case)
+        if fresh and self.hook is not None:
+            self.hook.pytest_specenergy_pair_measured(pair=pair)
         return pair
 
     def machine_key_for(self, pair: PairResult) -> str:
         """The machine key of the run a pair was measured in (meter + engine + GPUs)."""
+        from pytest_specenergy.gate.machine import machine_info
+        from pytest_specenergy.gate.machine import machine_key
+
         engine = pair.speculative.engine
         name, version = str(engine.get("engine")), str(engine.get("version"))
         version = version.removeprefix(f"{name}-")  # the reference server says "reference-0.1.0"
-        meter = next((m.describe() for m in self._meters.values() if m.label == pair.source), None)
+        meter = self.measurer.meter_description(pair.source)
         info = machine_info(meter or {"kind": pair.source, "label": pair.source},
                             engine={"name": name, "version": version})
         key = machine_key(info)
         self.machines.setdefault(key, info)
         return key
 
-    def describe_meters(self) -> dict[str, dict[str, Any]]:
-        """Each meter used this session, described."""
-        return {kind: meter.describe() for kind, meter in self._meters.items()}
+    def limits_for(self, item: pytest.Item) -> list[FailLimit]:
+        """The regression limits of one test: marker > command line/ini > defaults."""
+        from pytest_specenergy.gate.limits import FailExprError
+        from pytest_specenergy.gate.limits import limits_for
+        from pytest_specenergy.gate.limits import tolerance_limits
+
+        mark = item.get_closest_marker("tolerance")
+        try:
+            marker = tolerance_limits(mark.args, mark.kwargs) if mark else []
+        except FailExprError as exc:
+            raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
+        return limits_for(self.config.compare_fail, marker)
+
+    def settle(self, item: pytest.Item, pair: PairResult, body_failed: bool) -> None:
+        """Record the pair, judge it (adding repeats while the gate asks), apply the outcome."""
+        from pytest_specenergy import outcome
+        from pytest_specenergy.document import record_of
+        from pytest_specenergy.gate.gatekeeper import NeedsRepeats
+
+        key = self.machine_key_for(pair)
+        record = record_of(item.nodeid, pair, key)
+        judgement = None
+        if self.gate_active:
+            limits = self.limits_for(item)
+            decision = self.gate.judge(item.nodeid, record, key, limits)
+            while isinstance(decision, NeedsRepeats):
+                pair = self.measurer.add_repeats(pair.case, decision.extra)
+                record = record_of(item.nodeid, pair, key)
+                decision = self.gate.judge(item.nodeid, record, key, limits)
+            judgement = decision
+            record["verdict"] = judgement.verdict
+            record["comparison"] = judgement.comparison.as_dict() if judgement.comparison else None
+            record["baseline_file"] = str(judgement.baseline_path) if judgement.baseline_path else None
+        self.records.append(record)
+        outcome.add_properties(item, record)
+        outcome.apply(item, pair.failed_checks, self.config.checks, judgement, pair.describe(),
+                      body_failed)
+
+    # -- hooks ----------------------------------------------------------------------------
+    def pytest_report_header(self, config: pytest.Config) -> str:
+        """One header line with the measurement options."""
+        options = self.config
+        gate = f" compare={options.compare}" if options.compare else ""
+        gate += f" golden={options.golden}" if options.golden else ""
+        return (f"specenergy: engine={options.engine} meter={options.meter} repeats={options.repeats} "
+                f"warmup={'auto' if options.warmup is None else options.warmup}{gate}")
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """Parametrize ``specenergy_case`` from the test's markers."""
+        if "spec_pair" not in metafunc.fixturenames:
+            return
+        definition = metafunc.definition
+        try:
+            cases = build_cases(definition.nodeid, definition.get_closest_marker, self.config.case_defaults(),
+                                str(metafunc.config.rootpath))
+        except MarkerError as exc:
+            # A collection error that shows the message, not a traceback from inside the plugin.
+            raise pytest.Collector.CollectError(f"specenergy: {exc}") from None
+        metafunc.parametrize("specenergy_case", cases, ids=[c.id for c in cases])
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Plan the collected cases; under ``--specenergy-dry-run`` print their command lines."""
+        cases = [item.callspec.params["specenergy_case"] for item in session.items
+                 if hasattr(item, "callspec") and "specenergy_case" in item.callspec.params]
+        self.planned = cases
+        if self._measurer is not None:
+            self._measurer.plan(cases)
+        if self.config.dry_run:
+            from pytest_specenergy.engines.dry_run import render_dry_run
+
+            reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+            text = render_dry_run(cases)
+            if reporter is not None:
+                reporter.write_sep("=", "specenergy dry run")
+                reporter.write_line(text)
+            else:
+                print(text)
+
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+        """Under a dry run, run nothing: the cases were printed at collection."""
+        return True if self.config.dry_run else None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        """After the body: record the pair it measured, run checks and gate, set the outcome."""
+        body_error: BaseException | None = None
+        try:
+            result = yield
+        except BaseException as exc:  # re-raised below, after the pair is recorded
+            body_error = exc
+            result = None
+        pair = item.stash.get(PAIR_KEY, None)
+        if pair is not None:
+            body_failed = body_error is not None and not isinstance(body_error, pytest.skip.Exception)
+            self.settle(item, pair, body_failed)
+        if body_error is not None:
+            raise body_error
+        return result
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """xdist controller: collect a finished worker's records."""
+        records, skipped = xdist.receive(node)
+        self.records.extend(records)
+        self.xdist_skipped += skipped
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Write the run document (JSON file and/or history); a worker ships its records."""
+        config = session.config
+        if xdist.is_worker(config):
+            xdist.ship(config, self.records, self.xdist_skipped)
+            return
+        if not self.records:
+            return
+        from pytest_specenergy.atomic import write_json_atomic
+        from pytest_specenergy.document import build_document
+        from pytest_specenergy.gate import storage
+        from pytest_specenergy.gate.machine import machine_info
+
+        meters = self._measurer.describe_meters() if self._measurer else {}
+        document = build_document(self.records, meters, self.engine_starts, self.machines,
+                                  host=machine_info())
+        config.hook.pytest_specenergy_update_json(data=document)
+        if self.config.json:
+            write_json_atomic(self.config.json, document)
+        if self.config.save or self.config.autosave:
+            for key in sorted({r["machine_key"] for r in self.records}):
+                part = {**document, "machine_key": key,
+                        "results": [r for r in self.records if r["machine_key"] == key]}
+                self.saved.append(storage.save_run(part, self.config.storage, self.config.save,
+                                                   machine_key=key))
+
+    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
+        """The specenergy table and summary lines (controller only)."""
+        if xdist.is_worker(config) or not (self.records or self.xdist_skipped):
+            return
+        from pytest_specenergy.report.terminal import summary_lines
+
+        unused = self.gate.unused_goldens({r["machine_key"] for r in self.records}) \
+            if self.config.golden else []
+        for sep, line in summary_lines(self.records, self.xdist_skipped, self.engine_starts,
+                                       unused, self.saved, self.config.json):
+            if sep:
+                terminalreporter.write_sep("=", line, yellow=sep == "warning")
+            else:
+                terminalreporter.write_line(line)
 
     def close(self) -> None:
         """Stop every engine and release meters."""
-        self.pool.close()
-        for meter in self._meters.values():
-            meter.close()
-
-
-def _extend(run: RunResult, more: RunResult) -> RunResult:
-    """``run`` with the samples of ``more`` appended (same arm, same engine)."""
-    return dataclasses.replace(
-        run,
-        samples=run.samples + more.samples,
-        outputs_stable=run.outputs_stable and more.outputs_stable and run.outputs == more.outputs,
-        counter_problems=tuple(dict.fromkeys(run.counter_problems + more.counter_problems)),
-    )
+        if self._measurer is not None:
+            self._measurer.close()

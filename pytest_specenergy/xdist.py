@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pytest_specenergy.meters.devices import nvml_gpu_count
+
 
 WORKER_OUTPUT_KEY = "specenergy_records"
 SKIPPED_KEY = "specenergy_xdist_skipped"
@@ -40,6 +40,8 @@ def visible_gpus() -> list[str]:
     if visible is not None:
         return [v.strip() for v in visible.split(",") if v.strip()]
     try:
+        from pytest_specenergy.meters.devices import nvml_gpu_count
+
         return [str(i) for i in range(nvml_gpu_count())]
     except Exception:  # no library, no driver: NVML raises its own error types
         return []

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pytest_specenergy.meters.devices import gpu_path_unavailable
+from pytest_specenergy import gpu_path_unavailable
 
 
 def pytest_collection_modifyitems(config, items):

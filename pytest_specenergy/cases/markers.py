@@ -10,6 +10,7 @@ plugin turns it into a collection error without a traceback.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 import os
 from typing import Any
 from typing import Callable
@@ -17,8 +18,7 @@ from typing import Callable
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.case import Generation
 from pytest_specenergy.engines.config import EngineConfig
-from pytest_specenergy.options import ENGINES
-from pytest_specenergy.options import SpecEnergyConfig
+from pytest_specenergy.engines.base import ENGINES
 from pytest_specenergy.cases.corpora import Corpus
 from pytest_specenergy.cases.corpora import CorpusError
 from pytest_specenergy.cases.corpora import load_corpus
@@ -60,7 +60,17 @@ class MarkerError(ValueError):
 MarkerLookup = Callable[[str], Any]  # name -> closest pytest Mark or None
 
 
-def build_cases(test: str, closest: MarkerLookup, config: SpecEnergyConfig,
+@dataclass(frozen=True)
+class CaseDefaults:
+    """What a case takes from the session's options when its markers say nothing."""
+
+    engine: str = "reference"
+    device: str = "auto"
+    faults: tuple[str, ...] = ()
+    sglang_version: str | None = None
+
+
+def build_cases(test: str, closest: MarkerLookup, config: CaseDefaults,
                 rootdir: str) -> list[Case]:
     """Expand a test's markers into cases, in a stable order."""
     models = _models(test, closest("model"), config, rootdir)
@@ -100,7 +110,7 @@ def _values(test: str, name: str, mark: Any, expected: str) -> tuple[Any, ...]:
     return tuple(mark.args)
 
 
-def _models(test: str, mark: Any, config: SpecEnergyConfig, rootdir: str) -> list[tuple[str, dict[str, Any]]]:
+def _models(test: str, mark: Any, config: CaseDefaults, rootdir: str) -> list[tuple[str, dict[str, Any]]]:
     names = _values(test, "model", mark, "a model name or checkpoint path")
     kwargs = dict(mark.kwargs)
     engine = kwargs.get("engine") or config.engine

@@ -31,7 +31,7 @@ OK, WARN, FAIL = "OK", "WARN", "FAIL"
 
 
 @dataclass(frozen=True)
-class Check:
+class Finding:
     """The outcome of one check: status, what was found, and how to fix a problem."""
 
     name: str
@@ -54,26 +54,26 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
-def check_nvml(nvml_module: Any = None) -> tuple[Check, Any]:
+def check_nvml(nvml_module: Any = None) -> tuple[Finding, Any]:
     """NVML loads and starts; returns the started module (or None) for the other checks."""
     try:
         nvml = gpu_info.load_nvml(nvml_module)
     except MeterError as exc:
-        return Check("nvml", FAIL, str(exc), "run on a machine with an NVIDIA GPU and driver, "
+        return Finding("nvml", FAIL, str(exc), "run on a machine with an NVIDIA GPU and driver, "
                      "with nvidia-ml-py installed (pip install 'pytest-specenergy[nvml]')"), None
     binding = "injected module" if nvml_module is not None else \
         f"nvidia-ml-py {_dist_version('nvidia-ml-py') or '?'}"
-    return Check("nvml", OK, f"{binding}, driver {gpu_info.driver_version(nvml) or '?'}"), nvml
+    return Finding("nvml", OK, f"{binding}, driver {gpu_info.driver_version(nvml) or '?'}"), nvml
 
 
-def check_gpus(nvml: Any) -> list[Check]:
+def check_gpus(nvml: Any) -> list[Finding]:
     """One line per GPU: name, UUID, power limit, clocks, persistence, MIG."""
     try:
         count = int(nvml.nvmlDeviceGetCount())
     except Exception as exc:  # noqa: BLE001
-        return [Check("gpus", FAIL, f"NVML could not count GPUs: {gpu_info.nvml_reason(nvml, exc)}")]
+        return [Finding("gpus", FAIL, f"NVML could not count GPUs: {gpu_info.nvml_reason(nvml, exc)}")]
     if count == 0:
-        return [Check("gpus", FAIL, "NVML sees no GPU", "check nvidia-smi and the container's "
+        return [Finding("gpus", FAIL, "NVML sees no GPU", "check nvidia-smi and the container's "
                       "GPU runtime")]
     checks = []
     driver = gpu_info.driver_version(nvml)
@@ -95,7 +95,7 @@ def check_gpus(nvml: Any) -> list[Check]:
         if facts.power_limit_w and facts.default_power_limit_w \
                 and facts.power_limit_w < facts.default_power_limit_w:
             status, fix = WARN, "the power limit is below the default; results are not comparable"
-        checks.append(Check(f"gpu {index}", status, detail, fix))
+        checks.append(Finding(f"gpu {index}", status, detail, fix))
     return checks
 
 
@@ -104,7 +104,7 @@ def _num(value: Any, unit: str) -> str:
 
 
 def check_energy_counter(nvml: Any, interval_s: float = 0.5,
-                         sleep: Callable[[float], None] = time.sleep) -> list[Check]:
+                         sleep: Callable[[float], None] = time.sleep) -> list[Finding]:
     """Read every GPU's total-energy counter twice, ``interval_s`` apart."""
     handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(int(nvml.nvmlDeviceGetCount()))]
     first: list[int | Exception] = []
@@ -119,64 +119,64 @@ def check_energy_counter(nvml: Any, interval_s: float = 0.5,
         name = f"energy counter {index}"
         fix = "use a Volta or newer data-center GPU and a driver that supports it"
         if isinstance(before, Exception):
-            checks.append(Check(name, FAIL, f"unreadable: {gpu_info.nvml_reason(nvml, before)}", fix))
+            checks.append(Finding(name, FAIL, f"unreadable: {gpu_info.nvml_reason(nvml, before)}", fix))
             continue
         try:
             after = int(nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
         except Exception as exc:  # noqa: BLE001
-            checks.append(Check(name, FAIL, f"second read failed: {gpu_info.nvml_reason(nvml, exc)}"))
+            checks.append(Finding(name, FAIL, f"second read failed: {gpu_info.nvml_reason(nvml, exc)}"))
             continue
         delta = after - before
         if delta < 0:
-            checks.append(Check(name, FAIL, f"went backwards ({before} -> {after} mJ)",
+            checks.append(Finding(name, FAIL, f"went backwards ({before} -> {after} mJ)",
                                 "the driver reloaded or the GPU reset; check dmesg"))
         elif delta == 0:
-            checks.append(Check(name, WARN, f"did not advance in {interval_s:g} s (it ticks about "
+            checks.append(Finding(name, WARN, f"did not advance in {interval_s:g} s (it ticks about "
                                 f"every 100 ms)", "if it stays flat the counter is stuck"))
         else:
-            checks.append(Check(name, OK, f"{after} mJ, +{delta} mJ in {interval_s:g} s "
+            checks.append(Finding(name, OK, f"{after} mJ, +{delta} mJ in {interval_s:g} s "
                                 f"(~{delta / 1000.0 / interval_s:.0f} W)"))
     return checks
 
 
-def check_visible_devices(nvml: Any, env: Mapping[str, str]) -> Check:
+def check_visible_devices(nvml: Any, env: Mapping[str, str]) -> Finding:
     """Which GPUs a server started from this environment would be measured on."""
     visible = env.get("CUDA_VISIBLE_DEVICES")
     try:
         devices = resolve_devices(nvml, visible, env.get("CUDA_DEVICE_ORDER"))
     except MeterError as exc:
-        return Check("CUDA_VISIBLE_DEVICES", FAIL, str(exc))
+        return Finding("CUDA_VISIBLE_DEVICES", FAIL, str(exc))
     shown = "unset (all GPUs)" if visible is None else repr(visible)
-    return Check("CUDA_VISIBLE_DEVICES", OK,
+    return Finding("CUDA_VISIBLE_DEVICES", OK,
                  f"{shown} -> measures {', '.join(f'{d.index}:{d.uuid}' for d in devices)}")
 
 
-def check_sglang(version_text: str | None) -> list[Check]:
+def check_sglang(version_text: str | None) -> list[Finding]:
     """SGLang's version and the known problems of that release."""
     if version_text is None:
-        return [Check("sglang", WARN, "not installed in this Python",
+        return [Finding("sglang", WARN, "not installed in this Python",
                       "install sglang>=0.5.9,<0.6 where the servers run (pytest-specenergy[sglang]), "
                       "or point the engine option python= at an interpreter that has it")]
     try:
         version = sa.parse_version(version_text)
     except Exception as exc:  # noqa: BLE001 - EngineConfigError
-        return [Check("sglang", FAIL, str(exc))]
+        return [Finding("sglang", FAIL, str(exc))]
     shown = sa.format_version(version)
     if version < sa.MIN_VERSION:
-        return [Check("sglang", FAIL, f"{shown} is older than {sa.format_version(sa.MIN_VERSION)}",
+        return [Finding("sglang", FAIL, f"{shown} is older than {sa.format_version(sa.MIN_VERSION)}",
                       "upgrade sglang")]
     facts = sa.facts_for(version)
-    checks = [Check("sglang", OK, f"{version_text}; algorithms {', '.join(sorted(facts.algorithms))}")]
+    checks = [Finding("sglang", OK, f"{version_text}; algorithms {', '.join(sorted(facts.algorithms))}")]
     if version > sa.NEWEST_READ:
-        checks.append(Check("sglang", WARN, f"newer than {sa.format_version(sa.NEWEST_READ)}, the "
+        checks.append(Finding("sglang", WARN, f"newer than {sa.format_version(sa.NEWEST_READ)}, the "
                             "newest release this plugin was checked against",
                             "check the dry-run command lines (specenergy dry runs) before trusting it"))
     if not facts.ngram_commits_hybrid_state:
-        checks.append(Check("sglang ngram", WARN, f"{shown} corrupts hybrid (Mamba/GDN) models under "
+        checks.append(Finding("sglang ngram", WARN, f"{shown} corrupts hybrid (Mamba/GDN) models under "
                             "NGRAM: no state commit after verify (fixed by PR #26351 in 0.5.14); the "
                             "plugin refuses that combination", "upgrade to sglang>=0.5.14"))
     if not facts.shutdown_waits_for_gpu:
-        checks.append(Check("sglang shutdown", WARN, f"{shown} does not wait for GPU memory release "
+        checks.append(Finding("sglang shutdown", WARN, f"{shown} does not wait for GPU memory release "
                             "on shutdown (PR #23213, in 0.5.12), so the next engine can run out of "
                             "memory at start-up", "upgrade to sglang>=0.5.12"))
     flag = sa.flag_for(facts.cuda_graph_max_bs_field)
@@ -186,45 +186,45 @@ def check_sglang(version_text: str | None) -> list[Check]:
         note = f"{flag}; --cuda-graph-max-bs is a deprecated alias"
     else:
         note = f"{flag}; --cuda-graph-max-bs is an argparse error since 0.5.23"
-    checks.append(Check("sglang cuda graphs", OK, f"batch cap flag {note}; the plugin translates "
+    checks.append(Finding("sglang cuda graphs", OK, f"batch cap flag {note}; the plugin translates "
                         "either spelling in engine options"))
     return checks
 
 
-def check_torch() -> Check:
+def check_torch() -> Finding:
     """torch and CUDA as this Python sees them (the server's Python is what matters)."""
     if importlib.util.find_spec("torch") is None:
-        return Check("torch", WARN, "not installed", "pip install torch (CUDA build) where the "
+        return Finding("torch", WARN, "not installed", "pip install torch (CUDA build) where the "
                      "servers run")
     import torch
 
     if torch.cuda.is_available():
-        return Check("torch", OK, f"{torch.__version__}, CUDA {torch.version.cuda}, "
+        return Finding("torch", OK, f"{torch.__version__}, CUDA {torch.version.cuda}, "
                      f"{torch.cuda.device_count()} device(s)")
-    return Check("torch", WARN, f"{torch.__version__} sees no CUDA device"
+    return Finding("torch", WARN, f"{torch.__version__} sees no CUDA device"
                  f"{' (CPU build)' if torch.version.cuda is None else ''}",
                  "the GPU path needs a CUDA build of torch in the servers' Python")
 
 
-def check_transformers() -> Check:
+def check_transformers() -> Finding:
     """transformers, which the reference engine needs."""
     version = _dist_version("transformers")
     if version is None:
-        return Check("transformers", WARN, "not installed",
+        return Finding("transformers", WARN, "not installed",
                      "pip install 'pytest-specenergy[reference]'")
-    return Check("transformers", OK, version)
+    return Finding("transformers", OK, version)
 
 
 def run_checks(nvml_module: Any = None, sglang_version: str | None = None,
                env: Mapping[str, str] | None = None, interval_s: float = 0.5,
-               sleep: Callable[[float], None] = time.sleep) -> list[Check]:
+               sleep: Callable[[float], None] = time.sleep) -> list[Finding]:
     """Every check, in the order printed."""
     env = os.environ if env is None else env
     nvml_check, nvml = check_nvml(nvml_module)
     checks = [nvml_check]
     if nvml is None:
-        checks.append(Check("gpus", FAIL, "not checked: NVML unavailable"))
-        checks.append(Check("energy counter", FAIL, "not checked: NVML unavailable"))
+        checks.append(Finding("gpus", FAIL, "not checked: NVML unavailable"))
+        checks.append(Finding("energy counter", FAIL, "not checked: NVML unavailable"))
     else:
         try:
             checks += check_gpus(nvml)

@@ -20,13 +20,13 @@ from pytest_specenergy.gate import storage
 from pytest_specenergy.atomic import write_json_atomic
 from pytest_specenergy.atomic import write_text_atomic
 from pytest_specenergy.gate.limits import parse_fail_expr
-from pytest_specenergy.gate.compare import DEFAULT_ALPHA
 from pytest_specenergy.gate.compare import Verdict
 from pytest_specenergy.gate.compare import compare_documents
-from pytest_specenergy.gate.gatekeeper import DEFAULT_LIMITS
+from pytest_specenergy.gate.limits import DEFAULT_LIMITS
 from pytest_specenergy.gate.history import detect_history_steps
 from pytest_specenergy.gate.merge import MergeError
 from pytest_specenergy.gate.merge import merge_documents
+from pytest_specenergy.options import add_cli_options
 
 
 class CliError(Exception):
@@ -74,31 +74,40 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not args.html and not args.markdown:
         raise CliError("report needs --html OUT.html and/or --markdown OUT.md")
     run, path = resolve_run(args.run, args.storage, args.machine_key)
-    baseline = resolve_run(args.baseline, args.storage, args.machine_key)[0] if args.baseline else None
+    comparisons, baseline_path = None, None
+    if args.baseline:
+        # The gate's own comparison, so a report shows exactly the verdicts a test would get.
+        baseline, baseline_path = resolve_run(args.baseline, args.storage, args.machine_key)
+        comparisons = compare_documents(baseline, run, _limits(args), args.alpha)
     if args.html:
         from pytest_specenergy.report.html import render_html
 
         history = [d for d in _history(args.storage, run.get("machine_key") or args.machine_key, path)
                    if d.get("datetime") != run.get("datetime")]
-        html = render_html(run, baseline, history=history, latency_targets_ms=tuple(args.latency_target),
+        html = render_html(run, comparisons, history=history,
+                           latency_targets_ms=tuple(args.latency_target),
                            title=args.title or f"specenergy report: {path.name}",
-                           plots=False if args.no_plots else None)
+                           plots=False if args.no_plots else None,
+                           baseline_label=str(baseline_path or ""))
         write_text_atomic(Path(args.html), html)
         print(f"specenergy: wrote {args.html}")
     if args.markdown:
         from pytest_specenergy.report.markdown import render_markdown
 
-        write_text_atomic(Path(args.markdown), render_markdown(run, baseline))
+        write_text_atomic(Path(args.markdown), render_markdown(run, comparisons))
         print(f"specenergy: wrote {args.markdown}")
     return 0
+
+
+def _limits(args: argparse.Namespace) -> list[Any]:
+    return [parse_fail_expr(t) for t in (args.fail or DEFAULT_LIMITS)]
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Compare run B (current) with run A (baseline); exit 1 on any regression."""
     base, base_path = resolve_run(args.baseline, args.storage, args.machine_key)
     current, _ = resolve_run(args.current, args.storage, args.machine_key)
-    limits = [parse_fail_expr(t) for t in (args.fail or DEFAULT_LIMITS)]
-    comparisons = compare_documents(base, current, limits, args.alpha)
+    comparisons = compare_documents(base, current, _limits(args), args.alpha)
     rows = []
     for comparison in comparisons:
         deciding = [r for r in comparison.rows if r.verdict is comparison.verdict] or list(comparison.rows)
@@ -154,8 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specenergy", description="Report, compare, merge and check pytest-specenergy runs.")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--storage", type=Path, default=Path(".specenergy"),
-                        help="run history folder (default .specenergy)")
+    add_cli_options(common)
     common.add_argument("--machine-key", help="machine key of the runs (default: the only one stored)")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -164,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--baseline", help="run to compare with (PATH, last, NAME or NNNN)")
     report.add_argument("--html", help="write a self-contained HTML report here")
     report.add_argument("--markdown", help="write a Markdown summary here (CI step summary, PR comment)")
+    add_cli_options(report, storage=False, gate=True)
     report.add_argument("--latency-target", type=float, action="append", default=[],
                         metavar="MS", help="time-between-tokens target in ms (repeatable), e.g. 25")
     report.add_argument("--title", help="report title")
@@ -173,10 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare = sub.add_parser("compare", parents=[common], help="compare two runs; exit 1 on regression")
     compare.add_argument("baseline", help="baseline run (PATH, last, NAME or NNNN)")
     compare.add_argument("current", help="current run (PATH, last, NAME or NNNN)")
-    compare.add_argument("--fail", action="append", metavar="EXPR", type=_checked_expr,
-                         help="METRIC[:STAT]:LIMIT, repeatable (default: "
-                              + ", ".join(DEFAULT_LIMITS).replace("%", "%%") + ")")
-    compare.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level")
+    add_cli_options(compare, storage=False, gate=True)
     compare.add_argument("--strict", action="store_true", help="also exit 1 on incomparable cases")
     compare.set_defaults(func=cmd_compare)
 
@@ -201,11 +207,6 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("rest", nargs=argparse.REMAINDER)
     doctor.set_defaults(func=cmd_doctor)
     return parser
-
-
-def _checked_expr(text: str) -> str:
-    parse_fail_expr(text)
-    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:

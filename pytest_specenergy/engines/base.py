@@ -35,6 +35,10 @@ class EngineBackend(Protocol):
         """Drafter names this backend implements."""
 
 
+#: Every engine backend's name: the only list of them (options and markers read it).
+ENGINES: tuple[str, ...] = ("reference", "sglang")
+
+
 def get_backend(name: str) -> EngineBackend:
     """The backend registered under ``name`` (``reference`` or ``sglang``)."""
     if name == "reference":
@@ -45,4 +49,4 @@ def get_backend(name: str) -> EngineBackend:
         from pytest_specenergy.engines.sglang import SGLangBackend
 
         return SGLangBackend()
-    raise EngineConfigError(f"unknown engine {name!r}; expected 'reference' or 'sglang'")
+    raise EngineConfigError(f"unknown engine {name!r}; expected one of {', '.join(ENGINES)}")

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
 from typing import Iterable
 
-from pytest_specenergy.cases.case import Case
 from pytest_specenergy.engines.sglang import dry_run_lines
 
 
-def render_dry_run(cases: Iterable[Case]) -> str:
-    """One block per distinct speculative engine, listing the cases it serves."""
+def render_dry_run(cases: Iterable[Any]) -> str:
+    """One block per distinct speculative engine, listing the cases it serves.
+
+    ``cases`` are :class:`pytest_specenergy.cases.case.Case` objects (anything with ``id``,
+    ``spec_config()`` and ``baseline_config()``); engines sit below cases, so this takes them
+    by their shape.
+    """
     cases = list(cases)
-    groups: dict[object, list[Case]] = {}
+    groups: dict[object, list[Any]] = {}
     for case in cases:
         groups.setdefault(case.spec_config(), []).append(case)
     blocks = []

@@ -1,6 +1,7 @@
 """Reading SGLang's per-request ``meta_info`` and ``/server_info`` across releases.
 
-Key names changed between releases (shared/reference/sglang-api.md s.2.3):
+Key names changed between releases (SGLang's ``python/sglang/srt/managers/tokenizer_manager.py``
+and ``scheduler_output_processor_mixin.py`` build ``meta_info``; read in the 0.5.9-0.5.23 wheels):
 
 - 0.5.9: ``spec_accept_token_num`` (accepted drafts), ``spec_draft_token_num`` (proposed),
   ``spec_accept_histogram``, ``total_retractions``;
@@ -209,3 +210,16 @@ def server_args_difference(spec_info: Mapping[str, Any], base_info: Mapping[str,
         if key in spec_info and key in base_info and spec_info[key] != base_info[key]:
             lines.append(f"{key}: {spec_info[key]!r} (speculative) vs {base_info[key]!r} (baseline)")
     return lines
+
+
+def cuda_graph_setting(engine: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Every ``*cuda_graph*`` setting an engine description records, or None.
+
+    Read from the server's own ``/server_info`` and from the engine options the case asked
+    for: CUDA graphs change the result (paper), so any difference makes runs incomparable.
+    """
+    found: dict[str, Any] = {}
+    for source in (engine.get("server_info"), (engine.get("config") or {}).get("options")):
+        if isinstance(source, Mapping):
+            found.update({str(k): v for k, v in source.items() if "cuda_graph" in str(k)})
+    return dict(sorted(found.items())) or None

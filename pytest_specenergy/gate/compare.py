@@ -38,13 +38,13 @@ from typing import Sequence
 import numpy as np
 
 from pytest_specenergy.gate import stats
+from pytest_specenergy.gate.limits import DEFAULT_ALPHA
 from pytest_specenergy.gate.limits import GATE_METRICS
 from pytest_specenergy.gate.limits import FailLimit
 from pytest_specenergy.gate.machine import comparable
 from pytest_specenergy.gate.machine import document_run_info
 from pytest_specenergy.gate.machine import run_info
 
-DEFAULT_ALPHA = 0.01
 #: Fewest samples a side for the U test (when the sizes can also reach alpha).
 MIN_MANN_WHITNEY = 4
 #: Fewest samples a side for any significance (the bootstrap fallback).

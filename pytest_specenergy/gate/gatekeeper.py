@@ -1,10 +1,12 @@
-"""The gate inside a test run: each measured case against its baseline, verdict on the test.
+"""The gate inside a test run: each measured case against its baseline, as a :class:`Judgement`.
 
 Where the baseline comes from: ``--specenergy-compare=last|NAME|NNNN|PATH`` (a stored run of
 this machine key) or ``--specenergy-golden=MODE`` (committed golden files, one per test).
 Limits come from ``--specenergy-compare-fail`` / ``specenergy_compare_fail`` and, per test,
-the ``tolerance(...)`` marker (marker > command line > ini). The regressed test itself fails,
-with the numbers, the p-value and the baseline file in its message.
+the ``tolerance(...)`` marker (marker > command line > ini). The gatekeeper decides; the
+session applies the decision to the test (:mod:`pytest_specenergy.outcome`). When more
+repeats could settle a case, :meth:`Gatekeeper.judge` says so with :class:`NeedsRepeats`
+and the caller measures them and asks again: the gate never calls back into the session.
 """
 
 from __future__ import annotations
@@ -14,22 +16,15 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any
 from typing import Mapping
-
-import pytest
+from typing import Sequence
 
 from pytest_specenergy.gate import storage
-from pytest_specenergy.options import SpecEnergyConfig
-from pytest_specenergy.gate.limits import FailExprError
-from pytest_specenergy.gate.limits import FailLimit
-from pytest_specenergy.gate.limits import parse_fail_expr
 from pytest_specenergy.gate.compare import CaseComparison
 from pytest_specenergy.gate.compare import Verdict
 from pytest_specenergy.gate.compare import compare_case
 from pytest_specenergy.gate.compare import needs_more_repeats
 from pytest_specenergy.gate.compare import resolve_inconclusive
-
-#: Limits when neither the command line, the ini file nor a marker names any.
-DEFAULT_LIMITS = ("energy_per_token:5%", "accept_length:5%", "equivalence:0")
+from pytest_specenergy.gate.limits import FailLimit
 
 
 @dataclass
@@ -48,58 +43,54 @@ class Judgement:
         """The verdict's name, or None when nothing was compared."""
         return self.comparison.verdict.value if self.comparison else None
 
-
-def _apply(policy: str, message: str, judgement: Judgement) -> Judgement:
-    """A ``fail`` / ``skip`` / ``warn`` policy applied to ``message``."""
-    if policy == "fail":
-        judgement.fail.append(message)
-    elif policy == "skip":
-        judgement.skip = message
-    else:
-        judgement.warn.append(message)
-    return judgement
-
-
-def tolerance_limits(test: str, mark: Any) -> list[FailLimit]:
-    """Limits of a ``tolerance(...)`` marker: ``tolerance(energy_per_token="5%")`` or
-    ``tolerance("energy:median:5%")``."""
-    if mark is None:
-        return []
-    texts = [str(a) for a in mark.args] + [f"{k}:{v}" for k, v in mark.kwargs.items()]
-    limits = []
-    for text in texts:
-        try:
-            limits.append(parse_fail_expr(text))
-        except FailExprError as exc:
-            raise pytest.UsageError(f"{test}: marker tolerance value {text!r}: {exc}") from None
-    return limits
+    def apply_policy(self, policy: str, message: str) -> Judgement:
+        """A ``fail`` / ``skip`` / ``warn`` policy applied to ``message``."""
+        if policy == "fail":
+            self.fail.append(message)
+        elif policy == "skip":
+            self.skip = message
+        else:
+            self.warn.append(message)
+        return self
 
 
-def merge_limits(*layers: list[FailLimit]) -> list[FailLimit]:
-    """Later layers override earlier ones metric by metric (ini < CLI < marker)."""
-    merged: dict[str, FailLimit] = {}
-    for layer in layers:
-        overridden = {limit.metric for limit in layer}
-        merged = {k: v for k, v in merged.items() if v.metric not in overridden}
-        for limit in layer:
-            merged[f"{limit.metric}:{limit.stat}"] = limit
-    return list(merged.values())
+@dataclass(frozen=True)
+class NeedsRepeats:
+    """The case is INCONCLUSIVE and ``extra`` more repeats of both arms could settle it."""
+
+    extra: int
+
+
+@dataclass(frozen=True)
+class GatePolicies:
+    """What a case does when it cannot be decided: ``fail``, ``warn``, ``skip`` or ``xfail``."""
+
+    inconclusive: str = "warn"
+    incomparable: str = "warn"
+    missing_baseline: str = "warn"
 
 
 class Gatekeeper:
-    """Finds each case's baseline, compares, and turns the verdict into a test outcome."""
+    """Finds each case's baseline, compares, and returns the verdict as a :class:`Judgement`.
 
-    def __init__(self, config: SpecEnergyConfig) -> None:
-        self.config = config
-        self.active = bool(config.compare or config.golden)
+    Built from plain values, so it is tested without pytest.
+    """
+
+    def __init__(self, *, storage_dir: Path, compare: str | None = None, golden: str | None = None,
+                 baselines: Path | None = None, alpha: float = 0.01, repeats: int = 3,
+                 max_repeats: int = 9, policies: GatePolicies = GatePolicies()) -> None:
+        self.storage_dir = storage_dir
+        self.compare = compare
+        self.golden = golden
+        self.baselines = baselines
+        self.alpha = alpha
+        self.repeats = repeats
+        self.max_repeats = max_repeats
+        self.policies = policies
+        self.active = bool(compare or golden)
         self._run: tuple[dict[str, Any], Path] | None = None
         self._run_error: str | None = None
         self.used_goldens: set[str] = set()
-
-    def limits_for(self, item: pytest.Item) -> list[FailLimit]:
-        """The limits of one test: marker > command line/ini > the defaults."""
-        configured = list(self.config.compare_fail) or [parse_fail_expr(t) for t in DEFAULT_LIMITS]
-        return merge_limits(configured, tolerance_limits(item.nodeid, item.get_closest_marker("tolerance")))
 
     def _stored_baseline(self, machine_key: str, nodeid: str) -> tuple[Mapping[str, Any] | None, Path | None, str | None]:
         if self._run is None and self._run_error is None:
@@ -117,46 +108,41 @@ class Gatekeeper:
     def _find(self, machine_key: str) -> Path:
         """The compare run: this machine key's, else the same reference stored under another
         key - which the comparison then reports as INCOMPARABLE instead of silently missing."""
-        ref = str(self.config.compare)
+        ref = str(self.compare)
         try:
-            return storage.find_run(self.config.storage, machine_key, ref)
+            return storage.find_run(self.storage_dir, machine_key, ref)
         except storage.RunNotFound:
-            for other in storage.machine_keys(self.config.storage):
+            for other in storage.machine_keys(self.storage_dir):
                 if other == machine_key:
                     continue
                 try:
-                    return storage.find_run(self.config.storage, other, ref)
+                    return storage.find_run(self.storage_dir, other, ref)
                 except storage.RunNotFound:
                     continue
             raise
 
-    def judge(self, item: pytest.Item, record: dict[str, Any], machine_key: str,
-              repeat: Any = None) -> Judgement:
-        """Compare ``record`` with its baseline; ``repeat(extra)`` re-measures with more
-        repeats and returns the new record (for INCONCLUSIVE cases)."""
-        limits = self.limits_for(item)
-        if self.config.golden:
-            return self._judge_golden(item, record, machine_key, limits)
-        baseline, path, error = self._stored_baseline(machine_key, item.nodeid)
-        info = {"machine_key": machine_key}
-        if baseline is None:
-            comparison = compare_case(None, record, limits, self.config.alpha)
-            return self._missing(comparison, path, error)
-        baseline_info = {"machine_key": self._run[0].get("machine_key")} if self._run else {}
-        comparison = compare_case(baseline, record, limits, self.config.alpha,
-                                  baseline_info=baseline_info, current_info=info)
-        while needs_more_repeats(comparison) and repeat is not None and \
-                len(record["speculative"]["samples"]) < self.config.max_repeats:
-            extra = min(self.config.repeats, self.config.max_repeats - len(record["speculative"]["samples"]))
-            record = repeat(extra)
-            comparison = compare_case(baseline, record, limits, self.config.alpha,
-                                      baseline_info=baseline_info, current_info=info)
-        return self._outcome(comparison, path)
+    def judge(self, nodeid: str, record: Mapping[str, Any], machine_key: str,
+              limits: Sequence[FailLimit]) -> Judgement | NeedsRepeats:
+        """Compare ``record`` with its baseline.
 
-    def _missing(self, comparison: CaseComparison, path: Path | None, error: str | None) -> Judgement:
-        why = error or f"no result for this test in {path}"
-        message = f"specenergy: no baseline for {comparison.case_id}: {why}"
-        return _apply(self.config.missing_baseline, message, Judgement(comparison, path))
+        Returns :class:`NeedsRepeats` while the case is INCONCLUSIVE on a per-repeat metric
+        and below the repeat cap; the caller adds the repeats and judges the new record.
+        """
+        if self.golden:
+            return self._judge_golden(nodeid, record, machine_key, limits)
+        baseline, path, error = self._stored_baseline(machine_key, nodeid)
+        if baseline is None:
+            comparison = compare_case(None, record, limits, self.alpha)
+            why = error or f"no result for this test in {path}"
+            message = f"specenergy: no baseline for {comparison.case_id}: {why}"
+            return Judgement(comparison, path).apply_policy(self.policies.missing_baseline, message)
+        baseline_info = {"machine_key": self._run[0].get("machine_key")} if self._run else {}
+        comparison = compare_case(baseline, record, limits, self.alpha,
+                                  baseline_info=baseline_info, current_info={"machine_key": machine_key})
+        have = len(record["speculative"]["samples"])
+        if needs_more_repeats(comparison) and have < self.max_repeats:
+            return NeedsRepeats(min(self.repeats, self.max_repeats - have))
+        return self._outcome(comparison, path)
 
     def _outcome(self, comparison: CaseComparison, path: Path | None) -> Judgement:
         judgement = Judgement(comparison, path)
@@ -164,7 +150,7 @@ class Gatekeeper:
         if verdict is Verdict.REGRESSED:
             judgement.fail.append(comparison.failure_message(path))
         elif verdict is Verdict.INCONCLUSIVE:
-            resolution = resolve_inconclusive(self.config.inconclusive, comparison, path)
+            resolution = resolve_inconclusive(self.policies.inconclusive, comparison, path)
             if resolution.action == "fail":
                 judgement.fail.append(resolution.message)
             elif resolution.action == "xfail":
@@ -172,24 +158,24 @@ class Gatekeeper:
             else:
                 judgement.warn.append(resolution.message)
         elif verdict is Verdict.INCOMPARABLE:
-            _apply(self.config.incomparable, comparison.failure_message(path), judgement)
+            judgement.apply_policy(self.policies.incomparable, comparison.failure_message(path))
         return judgement
 
-    def _judge_golden(self, item: pytest.Item, record: dict[str, Any], machine_key: str,
-                      limits: list[FailLimit]) -> Judgement:
-        folder = self.config.baselines / machine_key
-        self.used_goldens.add(item.nodeid)
-        golden = storage.load_golden(folder, item.nodeid)
+    def _judge_golden(self, nodeid: str, record: Mapping[str, Any], machine_key: str,
+                      limits: Sequence[FailLimit]) -> Judgement:
+        folder = Path(self.baselines or "specenergy_baselines") / machine_key
+        self.used_goldens.add(nodeid)
+        golden = storage.load_golden(folder, nodeid)
         info = {"machine_key": machine_key}
         comparison = None
         if golden is not None:
-            comparison = compare_case(golden.record, record, limits, self.config.alpha,
+            comparison = compare_case(golden.record, record, limits, self.alpha,
                                       baseline_info={"machine_key": machine_key}, current_info=info)
         mismatched = comparison is not None and comparison.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)
-        update = storage.update_golden(folder, item.nodeid, record, mode=str(self.config.golden),
+        update = storage.update_golden(folder, nodeid, record, mode=str(self.golden),
                                        mismatched=mismatched, run_info=info)
         if comparison is None:
-            judgement = Judgement(compare_case(None, record, limits, self.config.alpha), update.path)
+            judgement = Judgement(compare_case(None, record, limits, self.alpha), update.path)
         else:
             judgement = self._outcome(comparison, update.path)
         if update.written:
@@ -203,9 +189,10 @@ class Gatekeeper:
 
     def unused_goldens(self, machine_keys: set[str]) -> list[Path]:
         """Golden files of the machine keys used this run that no test used."""
-        if not self.config.golden:
+        if not self.golden:
             return []
         unused: list[Path] = []
         for key in sorted(machine_keys):
-            unused += storage.unused_goldens(self.config.baselines / key, self.used_goldens)
+            unused += storage.unused_goldens(Path(self.baselines or "specenergy_baselines") / key,
+                                             self.used_goldens)
         return unused

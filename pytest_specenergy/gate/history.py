@@ -1,19 +1,90 @@
-"""Step detection over the stored run history (what ``specenergy history`` prints).
+"""Step detection over the stored run history (what ``specenergy history`` prints and the
+report's history section draws).
 
 A nightly job saves one run per night; a drafter or engine change shows as a sustained
-level shift in a case's metric. The detector itself (``report.model.detect_steps``) ignores
-lone spikes, so one noisy night is not a step.
+level shift in a case's metric. :func:`detect_steps` ignores lone spikes, so one noisy night
+is not a step.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any
 from typing import Mapping
 from typing import Sequence
 
-from pytest_specenergy.report.model import detect_steps
-from pytest_specenergy.report.model import history_series
+#: Smallest relative change that counts as a step unless the caller says otherwise.
+DEFAULT_STEP = 0.05
+
+
+@dataclass(frozen=True)
+class Step:
+    """A sustained change in level at ``index`` (the first run at the new level)."""
+
+    index: int
+    before: float
+    after: float
+    change: float  # relative, or absolute when detected with relative=False
+
+
+def detect_steps(values: Sequence[float | None], threshold: float = DEFAULT_STEP,
+                 window: int = 3, min_sustain: int = 2, relative: bool = True) -> list[Step]:
+    """Find level shifts in a series of per-run values (None = the case did not run).
+
+    A step at ``i`` needs: the median of the (up to ``window``) runs from ``i`` on differs from
+    the median of the (up to ``window``) runs before ``i`` by at least ``threshold`` (relative
+    to the earlier median, or absolute with ``relative=False``); at least ``min_sustain`` runs
+    after it, all on the new side of the midpoint (a lone spike is not a step); and the run just
+    before ``i`` still on the old side, which pins the step to its first run. Candidates closer
+    than ``window`` keep the largest change.
+    """
+    present = [(i, float(v)) for i, v in enumerate(values) if v is not None]
+    vals = [v for _, v in present]
+    candidates: list[Step] = []
+    for j in range(1, len(vals)):
+        before, after = vals[max(0, j - window):j], vals[j:j + window]
+        if len(after) < min_sustain:
+            break
+        old, new = statistics.median(before), statistics.median(after)
+        if relative and old == 0:
+            continue
+        change = new / old - 1.0 if relative else new - old
+        if abs(change) < threshold:
+            continue
+        mid = (old + new) / 2
+        up = new > old
+        if all((v > mid) == up for v in after) and (vals[j - 1] > mid) != up:
+            candidates.append(Step(present[j][0], old, new, change))
+    steps: list[Step] = []
+    for step in candidates:
+        if not steps or step.index - steps[-1].index >= window:
+            steps.append(step)
+        elif abs(step.change) > abs(steps[-1].change):
+            steps[-1] = step
+    return steps
+
+
+def _case_id(record: Mapping[str, Any]) -> str:
+    case = record.get("case") if isinstance(record.get("case"), Mapping) else {}
+    return str(record.get("case_id") or case.get("id") or "?")
+
+
+def _value(record: Mapping[str, Any], metric: str) -> float | None:
+    value = record.get(metric)
+    try:
+        return None if isinstance(value, bool) or value is None else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def history_series(documents: Sequence[Mapping[str, Any]],
+                   metric: str) -> dict[str, list[float | None]]:
+    """Per case id, ``metric`` in each document (oldest first); None where the case is absent."""
+    per_doc = [{_case_id(r): _value(r, metric) for r in d.get("results") or () if isinstance(r, Mapping)}
+               for d in documents]
+    case_ids = sorted({c for values in per_doc for c in values})
+    return {c: [values.get(c) for values in per_doc] for c in case_ids}
 
 
 @dataclass(frozen=True)
@@ -29,7 +100,7 @@ class HistoryStep:
 
 
 def detect_history_steps(documents: Sequence[Mapping[str, Any]], metrics: Sequence[str],
-                         threshold: float = 0.05) -> list[HistoryStep]:
+                         threshold: float = DEFAULT_STEP) -> list[HistoryStep]:
     """Every step of every case and metric across ``documents`` (oldest first)."""
     labels = [str(d.get("name") or d.get("datetime") or i) for i, d in enumerate(documents)]
     found = []

@@ -22,46 +22,21 @@ import argparse
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 from typing import Iterable
+from typing import Mapping
+from typing import Sequence
+
+from pytest_specenergy.measure.metrics import METRICS
+from pytest_specenergy.measure.metrics import MetricInfo
 
 STATS: tuple[str, ...] = ("median", "mean", "min", "max")
 DEFAULT_STAT = "median"
 
 
-@dataclass(frozen=True)
-class GateMetric:
-    """A metric the gate can check: its unit, worse direction and where samples come from.
-
-    ``per_repeat`` metrics have one sample per measured repeat and are tested for
-    significance; the others are pooled counters (or an exact-match fraction) with no
-    per-repeat variance, compared deterministically. ``percent_is_points``: ``N%`` is an
-    absolute limit of N percentage points instead of a change relative to the baseline.
-    """
-
-    name: str
-    unit: str
-    worse: str  # "up" | "down"
-    per_repeat: bool
-    percent_is_points: bool
-    description: str
-
-
-GATE_METRICS: dict[str, GateMetric] = {m.name: m for m in (
-    GateMetric("energy_per_token", "J/token", "up", True, False,
-               "speculative arm's decode J per committed token, per repeat"),
-    GateMetric("tbt_ms", "ms", "up", True, False,
-               "speculative arm's mean time between tokens, per repeat"),
-    GateMetric("energy_saving", "fraction", "down", True, True,
-               "1 - spec/baseline energy per token, repeats paired by index"),
-    GateMetric("speedup", "x", "down", True, False,
-               "baseline/spec time between tokens, repeats paired by index"),
-    GateMetric("accept_length", "tokens/step", "down", False, False,
-               "tokens per verify step from pooled counters"),
-    GateMetric("acceptance_rate", "fraction", "down", False, False,
-               "accepted/proposed drafts from pooled counters"),
-    GateMetric("equivalence", "fraction", "down", False, True,
-               "fraction of prompts whose output matches the baseline exactly"),
-)}
+#: The metrics a limit may name: the registry's entries the gate can check.
+GATE_METRICS: dict[str, MetricInfo] = {name: info for name, info in METRICS.items()
+                                       if info.per_repeat is not None}
 
 ALIASES: dict[str, str] = {
     "energy": "energy_per_token",
@@ -99,7 +74,7 @@ class FailLimit:
     expr: str
 
     @property
-    def info(self) -> GateMetric:
+    def info(self) -> MetricInfo:
         """The metric's registry entry."""
         return GATE_METRICS[self.metric]
 
@@ -182,7 +157,7 @@ def parse_fail_exprs(texts: Iterable[str | FailLimit] | str) -> list[FailLimit]:
 _NUMBER = re.compile(r"^[+]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 
 
-def _parse_limit(raw: str, limit: str, info: GateMetric) -> tuple[float, bool]:
+def _parse_limit(raw: str, limit: str, info: MetricInfo) -> tuple[float, bool]:
     percent = limit.endswith("%")
     number = limit[:-1].strip() if percent else limit
     # A strict pattern rather than float(): float() accepts "nan", "inf" and "-5", none of
@@ -201,3 +176,38 @@ def _parse_limit(raw: str, limit: str, info: GateMetric) -> tuple[float, bool]:
 
 def _trim(value: float) -> str:
     return f"{value:.6g}"
+
+
+#: Significance level of a regression unless ``--specenergy-alpha`` says otherwise.
+DEFAULT_ALPHA = 0.01
+#: Limits when neither the command line, the ini file nor a marker names any.
+DEFAULT_LIMITS = ("energy_per_token:5%", "accept_length:5%", "equivalence:0")
+
+
+def tolerance_limits(args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[FailLimit]:
+    """Limits of a ``tolerance(...)`` marker: ``tolerance(energy_per_token="5%")`` or
+    ``tolerance("energy:median:5%")``; raises :class:`FailExprError` naming the bad value."""
+    limits = []
+    for text in [str(a) for a in args] + [f"{k}:{v}" for k, v in kwargs.items()]:
+        try:
+            limits.append(parse_fail_expr(text))
+        except FailExprError as exc:
+            raise FailExprError(f"marker tolerance value {text!r}: {exc}") from None
+    return limits
+
+
+def merge_limits(*layers: Sequence[FailLimit]) -> list[FailLimit]:
+    """Later layers override earlier ones metric by metric (defaults < ini/CLI < marker)."""
+    merged: dict[str, FailLimit] = {}
+    for layer in layers:
+        overridden = {limit.metric for limit in layer}
+        merged = {k: v for k, v in merged.items() if v.metric not in overridden}
+        for limit in layer:
+            merged[f"{limit.metric}:{limit.stat}"] = limit
+    return list(merged.values())
+
+
+def limits_for(configured: Sequence[FailLimit], marker: Sequence[FailLimit] = ()) -> list[FailLimit]:
+    """The limits of one test: marker > command line/ini > :data:`DEFAULT_LIMITS`."""
+    base = list(configured) or [parse_fail_expr(t) for t in DEFAULT_LIMITS]
+    return merge_limits(base, marker)

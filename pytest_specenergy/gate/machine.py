@@ -33,6 +33,8 @@ from typing import Callable
 from typing import Mapping
 from typing import Sequence
 
+from pytest_specenergy.engines.meta_info import cuda_graph_setting
+
 #: Fields a key may be built from, in key order.
 KEY_FIELDS: tuple[str, ...] = ("gpu", "power_limit", "driver", "engine", "meter")
 
@@ -206,19 +208,6 @@ COMPARED_FIELDS: tuple[tuple[str, str], ...] = (
     ("model", "model"), ("batch", "batch"), ("corpus", "corpus"),
     ("generation", "generation settings"),
 )
-
-
-def cuda_graph_setting(engine: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Every ``*cuda_graph*`` setting an engine description records, or None.
-
-    Read from the server's own ``/server_info`` and from the engine options the case asked
-    for: CUDA graphs change the result (paper), so any difference makes runs incomparable.
-    """
-    found: dict[str, Any] = {}
-    for source in (engine.get("server_info"), (engine.get("config") or {}).get("options")):
-        if isinstance(source, Mapping):
-            found.update({str(k): v for k, v in source.items() if "cuda_graph" in str(k)})
-    return dict(sorted(found.items())) or None
 
 
 def run_info(record: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from pytest_specenergy.measure.degeneracy import repeated_suffix_fraction
 from pytest_specenergy.engines.meta_info import RequestCounters
-from pytest_specenergy.gate.machine import cuda_graph_setting
+from pytest_specenergy.engines.meta_info import cuda_graph_setting
 
 if TYPE_CHECKING:
     from pytest_specenergy.measure.results import PairResult

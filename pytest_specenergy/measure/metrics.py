@@ -17,25 +17,63 @@ from typing import Sequence
 
 @dataclass(frozen=True)
 class MetricInfo:
-    """A metric's unit and which direction is better."""
+    """Everything the gate and the reports need to know about one metric.
+
+    ``better`` is the good direction (``lower``, ``higher`` or ``-``). ``percent_is_points``:
+    a fraction that sits at or crosses zero, so ``N%`` means N percentage points, never a
+    change relative to the baseline. ``per_repeat``: None when the gate cannot check the
+    metric; True when it has one sample per measured repeat (tested for significance); False
+    for pooled counters and exact-match fractions, compared deterministically.
+    ``samples`` says where the gate's samples come from. ``display`` formats one value.
+    """
 
     name: str
     unit: str
-    better: str  # "lower" | "higher" | "-"
+    better: str
     description: str
+    display: str = "{:.4g}"
+    percent_is_points: bool = False
+    per_repeat: bool | None = None
+    samples: str = ""
+
+    @property
+    def worse(self) -> str:
+        """``up`` when a rise is worse, ``down`` when a fall is, ``-`` when neither."""
+        return {"lower": "up", "higher": "down"}.get(self.better, "-")
 
 
+#: THE metric registry: the gate's limits, its comparison and every report read it.
 METRICS: dict[str, MetricInfo] = {m.name: m for m in (
     MetricInfo("energy_per_token", "J/token", "lower",
-               "decode-window energy / output tokens committed in that window"),
+               "decode-window energy / output tokens committed in that window",
+               per_repeat=True, samples="speculative arm's decode J per committed token, per repeat"),
     MetricInfo("energy_saving", "fraction", "higher",
-               "1 - speculative energy_per_token / baseline energy_per_token"),
+               "1 - speculative energy_per_token / baseline energy_per_token", display="{:+.1%}",
+               percent_is_points=True, per_repeat=True,
+               samples="1 - spec/baseline energy per token, repeats paired by index"),
     MetricInfo("accept_length", "tokens/step", "higher",
-               "tokens committed per verify step: 1 + accepted drafts / verify steps"),
-    MetricInfo("acceptance_rate", "fraction", "higher", "accepted drafts / proposed drafts"),
-    MetricInfo("verified_per_step", "tokens", "-", "tokens the target verifies per request per step"),
-    MetricInfo("tbt_ms", "ms", "lower", "mean time between tokens of the decode phase, per request"),
-    MetricInfo("speedup", "x", "higher", "baseline tbt_ms / speculative tbt_ms"),
+               "tokens committed per verify step: 1 + accepted drafts / verify steps",
+               display="{:.2f}", per_repeat=False, samples="tokens per verify step from pooled counters"),
+    MetricInfo("acceptance_rate", "fraction", "higher", "accepted drafts / proposed drafts",
+               display="{:.1%}", per_repeat=False,
+               samples="accepted/proposed drafts from pooled counters"),
+    MetricInfo("verified_per_step", "tokens", "-", "tokens the target verifies per request per step",
+               display="{:d}"),
+    MetricInfo("tbt_ms", "ms", "lower", "mean time between tokens of the decode phase, per request",
+               display="{:.2f}", per_repeat=True,
+               samples="speculative arm's mean time between tokens, per repeat"),
+    MetricInfo("baseline_tbt_ms", "ms", "lower", "the baseline arm's tbt_ms", display="{:.2f}"),
+    MetricInfo("speedup", "x", "higher", "baseline tbt_ms / speculative tbt_ms", display="{:.2f}x",
+               per_repeat=True, samples="baseline/spec time between tokens, repeats paired by index"),
+    MetricInfo("equivalence", "fraction", "higher",
+               "fraction of prompts whose output matches the baseline exactly", display="{:.0%}",
+               percent_is_points=True, per_repeat=False,
+               samples="fraction of prompts whose output matches the baseline exactly"),
+    MetricInfo("exact_fraction", "fraction", "higher", "the equivalence fraction, as a report column",
+               display="{:.0%}", percent_is_points=True),
+    MetricInfo("logprob_gap", "nats/token", "lower",
+               "mean log-probability gap of the speculative continuation after a divergence",
+               display="{:.3f}"),
 )}
 
 

@@ -1,8 +1,11 @@
-"""NVML access shared by the meter and ``specenergy doctor``: loading, device facts, errors.
+"""The one module that touches NVML: loading, device facts, GPU counts, errors.
+
+The meter (:mod:`.nvml`), ``specenergy doctor``, the xdist GPU pinning and
+:func:`gpu_path_unavailable` all go through it, as Zeus keeps ``pynvml`` in one file.
 
 ``nvidia-ml-py`` (module ``pynvml``) is imported lazily so the plugin works without it; every
 NVML call that can be missing on an older driver or unsupported on a board is feature-detected
-(shared/reference/energy-measurement.md s.3.3, closing list item 1).
+(NVIDIA's NVML API reference lists which queries each architecture supports).
 """
 
 from __future__ import annotations
@@ -195,14 +198,12 @@ def list_gpus(nvml_module: Any = None) -> list[GpuFacts]:
         safe(nvml, "nvmlShutdown")
 
 def nvml_gpu_count() -> int:
-    """How many GPUs NVML sees; raises whatever NVML raises when it cannot start."""
-    import pynvml
-
-    pynvml.nvmlInit()
+    """How many GPUs NVML sees; raises :class:`MeterError` when NVML cannot start."""
+    nvml = load_nvml()
     try:
-        return int(pynvml.nvmlDeviceGetCount())
+        return int(nvml.nvmlDeviceGetCount())
     finally:
-        pynvml.nvmlShutdown()
+        safe(nvml, "nvmlShutdown")
 
 
 def gpu_path_unavailable() -> str | None:

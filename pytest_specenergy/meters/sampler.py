@@ -1,11 +1,11 @@
 """A power-sampling thread: the cross-check for the board energy counter.
 
 The counter is the measurement; integrating sampled power is an independent estimate whose
-disagreement flags a suspect window (Zeus #181 saw the two differ by tens of percent,
-shared/reference/energy-measurement.md s.1.8). Instantaneous power
+disagreement flags a suspect window (Zeus issue #181 saw the two differ by tens of percent). Instantaneous power
 (``NVML_FI_DEV_POWER_INSTANT``) is preferred because ``nvmlDeviceGetPowerUsage`` is a 1-second
 average on Ampere and newer; the average is the fallback when the field is unsupported. A
-thread, never a subprocess: SGLang's shutdown kills sibling processes (sglang-api.md s.4).
+thread, never a subprocess: SGLang's in-process ``Engine.shutdown`` kills
+every child of its host process (``python/sglang/srt/utils.py``, ``kill_process_tree``).
 """
 
 from __future__ import annotations

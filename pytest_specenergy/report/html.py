@@ -19,18 +19,17 @@ from typing import Mapping
 from typing import Sequence
 
 from pytest_specenergy.report import plots as _plots
-from pytest_specenergy.report.model import DEFAULT_THRESHOLD
-from pytest_specenergy.report.model import CaseDelta
-from pytest_specenergy.report.model import ReportRow
-from pytest_specenergy.report.model import compare_documents
-from pytest_specenergy.report.model import detect_steps
-from pytest_specenergy.report.model import fmt
-from pytest_specenergy.report.model import fmt_change
-from pytest_specenergy.report.model import history_series
-from pytest_specenergy.report.model import latency_choices
-from pytest_specenergy.report.model import rows_from_document
-from pytest_specenergy.report.model import sources
-from pytest_specenergy.report.model import worse_direction
+from pytest_specenergy.gate.compare import CaseComparison
+from pytest_specenergy.gate.compare import Verdict
+from pytest_specenergy.gate.history import DEFAULT_STEP
+from pytest_specenergy.gate.history import detect_steps
+from pytest_specenergy.gate.history import history_series
+from pytest_specenergy.report.format import fmt
+from pytest_specenergy.report.format import worse_arrow
+from pytest_specenergy.report.latency import latency_choices
+from pytest_specenergy.report.rows import ReportRow
+from pytest_specenergy.report.rows import rows_from_document
+from pytest_specenergy.report.rows import sources
 
 DEFAULT_TITLE = "pytest-specenergy report"
 TABLES_ONLY_NOTE = ("Figures are not shown: matplotlib is not installed "
@@ -96,7 +95,7 @@ def _row_class(row: ReportRow) -> str:
 
 
 def _summary(run: Mapping[str, Any], rows: Sequence[ReportRow],
-             deltas: Sequence[CaseDelta] | None) -> str:
+             comparisons: Sequence[CaseComparison] | None) -> str:
     fails = sum(1 for r in rows if r.failed)
     warns = sum(1 for r in rows if r.tripped and not r.failed)
     facts = [
@@ -112,9 +111,9 @@ def _summary(run: Mapping[str, Any], rows: Sequence[ReportRow],
         ("plugin version", str(run.get("plugin_version", "n/a"))),
         ("run at", str(run.get("datetime", "n/a"))),
     ]
-    if deltas is not None:
-        regressed = sum(1 for d in deltas if d.regressed)
-        facts.append(("regressions vs baseline", f"{regressed} of {len(deltas)} cases"))
+    if comparisons is not None:
+        regressed = sum(1 for c in comparisons if c.verdict is Verdict.REGRESSED)
+        facts.append(("regressions vs baseline", f"{regressed} of {len(comparisons)} cases"))
     out = [_table(["", ""], (("", [f"<th>{_e(k)}</th>", _td(v)]) for k, v in facts))]
     out.append("<p>Sources: " + " ".join(_badge(s, "src") for s in sources(rows)) + "</p>")
     machine = run.get("machine_info") or {}
@@ -201,31 +200,39 @@ def _case_table(rows: Sequence[ReportRow]) -> str:
     return _table(_CASE_HEADERS, body)
 
 
-def _status_kind(status: str) -> str:
-    return status if status in ("regressed", "improved") else "other"
+def _status_kind(verdict: Verdict) -> str:
+    return verdict.value if verdict in (Verdict.REGRESSED, Verdict.IMPROVED) else "other"
 
 
-_ARROW = {"up": "\u2191", "down": "\u2193", "-": ""}
-
-
-def _comparison_table(deltas: Sequence[CaseDelta]) -> str:
-    """One row per case; each metric cell is ``baseline -> current`` over the change, shaded
-    by its own status so the worse metric stands out in a regressed row."""
-    metrics = [c.metric for c in deltas[0].changes] if deltas else []
+def _comparison_table(comparisons: Sequence[CaseComparison]) -> str:
+    """One row per case with the gate's own verdict; each metric cell is
+    ``baseline -> current`` over the change, shaded by that metric's verdict, with the
+    p-value and method in its tooltip."""
+    metrics = list(dict.fromkeys(r.metric for c in comparisons for r in c.rows))
+    ordered = sorted(comparisons, key=lambda c: (_SEVERITY_ORDER.index(c.verdict), c.case_id))
     body = []
-    for d in deltas:
-        cells = [_td(d.case_id), f"<td>{_badge(d.status, _status_kind(d.status))}</td>",
-                 f"<td>{_badge(d.baseline_source or '-', 'src')} &rarr; "
-                 f"{_badge(d.source or '-', 'src')}</td>"]
-        for c in d.changes:
-            tip = f"{c.metric}: {c.status}{' (gate verdict)' if c.explicit else ''}"
-            cells.append(f'<td class="num {_e(c.status)}" title="{_e(tip)}">'
-                         f"{_e(fmt(c.metric, c.baseline))} &rarr; {_e(fmt(c.metric, c.current))}"
-                         f"<br><b>{_e(fmt_change(c))}</b>{' (gate)' if c.explicit else ''}</td>")
-        body.append((d.status if d.status in ("regressed", "improved") else "", cells))
-    headers = ["case", "status", "source (baseline \u2192 current)"] + [
-        f"{m} ({_ARROW[worse_direction(m)]} worse)" for m in metrics]
+    for c in ordered:
+        cells = [_td(c.case_id), f"<td>{_badge(c.verdict.value, _status_kind(c.verdict))}</td>",
+                 _td("; ".join(c.reasons) or "-")]
+        by_metric = {r.metric: r for r in c.rows}
+        for metric in metrics:
+            row = by_metric.get(metric)
+            if row is None:
+                cells.append(_td("n/a"))
+                continue
+            cells.append(f'<td class="num {_e(row.verdict.value)}" title="{_e(row.describe())}">'
+                         f"{_e(fmt(metric, row.baseline))} &rarr; {_e(fmt(metric, row.current))}"
+                         f"<br><b>{_e(row.change_text())}</b></td>")
+        body.append((c.verdict.value if c.verdict in (Verdict.REGRESSED, Verdict.IMPROVED) else "",
+                     cells))
+    headers = ["case", "verdict", "why not compared"] + [
+        f"{m} ({worse_arrow(m)} worse)" for m in metrics]
     return _table(headers, body)
+
+
+# Worst first: the order of the comparison table.
+_SEVERITY_ORDER = (Verdict.REGRESSED, Verdict.INCOMPARABLE, Verdict.INCONCLUSIVE,
+                   Verdict.NO_BASELINE, Verdict.IMPROVED, Verdict.PASSED)
 
 
 def _history_steps(history: Sequence[Mapping[str, Any]], threshold: float) -> str:
@@ -253,21 +260,20 @@ def _checks_detail(rows: Sequence[ReportRow]) -> str:
     return _table(["case", "severity", "check", "message", "source"], body)
 
 
-def render_html(run: Mapping[str, Any], baseline: Mapping[str, Any] | None = None,
+def render_html(run: Mapping[str, Any], comparisons: Sequence[CaseComparison] | None = None,
                 history: Sequence[Mapping[str, Any]] = (),
                 latency_targets_ms: Sequence[float] = (25.0, 10.0),
                 title: str = DEFAULT_TITLE, plots: bool | None = None,
-                threshold: float = DEFAULT_THRESHOLD) -> str:
+                baseline_label: str = "", step: float = DEFAULT_STEP) -> str:
     """One self-contained HTML page for ``run`` (a run document).
 
-    ``baseline``: a run document to compare against (regressions first). ``history``: stored
-    run documents, oldest first; ``run`` is appended as the latest unless it is already last.
-    ``plots``: None draws figures when matplotlib is installed, False never draws them.
-    ``threshold``: relative change (points for savings and rates) that counts as a regression
-    when a record carries no gate verdict.
+    ``comparisons``: the gate's comparison of ``run`` against a baseline run
+    (:func:`pytest_specenergy.gate.compare.compare_documents`), shown regressions first;
+    the report never compares on its own. ``history``: stored run documents, oldest first;
+    ``run`` is appended as the latest unless it is already last. ``plots``: None draws figures
+    when matplotlib is installed, False never draws them. ``step``: smallest history step shown.
     """
     rows = rows_from_document(run)
-    deltas = compare_documents(run, baseline, threshold) if baseline is not None else None
     hist = list(history)
     if hist and hist[-1] is not run and hist[-1] != run:
         hist.append(run)
@@ -275,7 +281,7 @@ def render_html(run: Mapping[str, Any], baseline: Mapping[str, Any] | None = Non
     parts = [f"<h1>{_e(title)}</h1>",
              f'<div class="sub">{len(rows)} cases &middot; '
              + " ".join(_badge(s, "src") for s in sources(rows)) + "</div>",
-             "<h2>Summary</h2>", _summary(run, rows, deltas), "<h2>Figures</h2>"]
+             "<h2>Summary</h2>", _summary(run, rows, comparisons), "<h2>Figures</h2>"]
     if draw:
         parts.append(_figures(rows, hist, latency_targets_ms))
     else:
@@ -283,13 +289,14 @@ def render_html(run: Mapping[str, Any], baseline: Mapping[str, Any] | None = Non
         parts.append(f'<p class="note">{_e(note)}</p>')
     parts += ["<h2>Latency targets</h2>", _latency_table(rows, latency_targets_ms),
               "<h2>Cases</h2>", _case_table(rows)]
-    if deltas is not None:
-        parts += [f"<h2>Baseline comparison</h2><p>Baseline run at "
-                  f"{_e(baseline.get('datetime', 'n/a'))}; threshold {threshold:.0%} "
-                  f"(percentage points for savings and rates) unless the gate gave a verdict; "
-                  f"regressions first.</p>", _comparison_table(deltas)]
+    if comparisons is not None:
+        limits = sorted({r.limit.expr for c in comparisons for r in c.rows})
+        parts += [f"<h2>Baseline comparison</h2><p>The gate's verdicts against "
+                  f"{_e(baseline_label or 'the baseline run')}: limits {_e(', '.join(limits) or 'none')}; "
+                  f"a metric regresses only when it moved beyond its limit and the move is "
+                  f"significant. Regressions first.</p>", _comparison_table(comparisons)]
     if len(hist) >= 2:
-        parts += ["<h2>History</h2>", _history_steps(hist, threshold)]
+        parts += ["<h2>History</h2>", _history_steps(hist, step)]
     parts += ["<h2>Checks</h2>", _checks_detail(rows)]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

@@ -13,20 +13,21 @@ import re
 from typing import Any
 from typing import Mapping
 
-from pytest_specenergy.report.model import DEFAULT_THRESHOLD
-from pytest_specenergy.report.model import CaseDelta
-from pytest_specenergy.report.model import compare_documents
-from pytest_specenergy.report.model import fmt
-from pytest_specenergy.report.model import fmt_change
-from pytest_specenergy.report.model import rows_from_document
-from pytest_specenergy.report.model import sources
+from typing import Sequence
+
+from pytest_specenergy.gate.compare import CaseComparison
+from pytest_specenergy.gate.compare import Verdict
+from pytest_specenergy.report.format import fmt
+from pytest_specenergy.report.rows import rows_from_document
+from pytest_specenergy.report.rows import sources
 
 #: The metrics a Markdown comparison shows, with their column titles.
 MARKDOWN_METRICS: tuple[tuple[str, str], ...] = (
     ("energy_per_token", "J/token"), ("energy_saving", "energy saving"),
     ("accept_length", "accept length"), ("tbt_ms", "TBT (ms)"))
-_STATUS_TEXT = {"regressed": "**REGRESSED**", "improved": "improved", "unchanged": "ok",
-                "new": "new", "missing": "missing", "n/a": "n/a"}
+_STATUS_TEXT = {Verdict.REGRESSED: "**REGRESSED**", Verdict.PASSED: "ok"}
+_ORDER = (Verdict.REGRESSED, Verdict.INCOMPARABLE, Verdict.INCONCLUSIVE, Verdict.NO_BASELINE,
+          Verdict.IMPROVED, Verdict.PASSED)
 # Characters that Markdown (GitHub flavour) would treat as markup inside a table cell.
 _MARKUP = re.compile(r"([\\`*_\[\]|~])")
 
@@ -39,10 +40,16 @@ def md_escape(value: object) -> str:
     return _MARKUP.sub(r"\\\1", text)
 
 
-def _source(delta: CaseDelta) -> str:
-    if delta.baseline_source and delta.source and delta.baseline_source != delta.source:
-        return f"{md_escape(delta.baseline_source)} \u2192 {md_escape(delta.source)}"
-    return md_escape(delta.source or delta.baseline_source)
+def _source(run: Mapping[str, Any]) -> dict[str, str]:
+    """Per case id (and nodeid), the source label of its row in ``run``."""
+    labels = {}
+    for row, record in zip(rows_from_document(run), run.get("results") or ()):
+        label = md_escape(row.source) if row.source == row.baseline_source else \
+            f"{md_escape(row.baseline_source)} / {md_escape(row.source)}"
+        labels[row.case_id] = label
+        if isinstance(record, Mapping) and record.get("nodeid"):
+            labels[str(record["nodeid"])] = label
+    return labels
 
 
 def _header(run: Mapping[str, Any], extra: str = "") -> str:
@@ -54,29 +61,34 @@ def _header(run: Mapping[str, Any], extra: str = "") -> str:
             f"{warned} with warnings{extra} \u00b7 sources: {labels}")
 
 
-def _comparison(run: Mapping[str, Any], baseline: Mapping[str, Any], threshold: float) -> str:
-    deltas = compare_documents(run, baseline, threshold, [m for m, _ in MARKDOWN_METRICS])
-    regressed = sum(1 for d in deltas if d.regressed)
-    lines = [_header(run, f" \u00b7 **{regressed} regressed** of {len(deltas)} vs baseline"), "",
-             "| status | case | " + " | ".join(f"{t} (baseline \u2192 current, change)"
-                                                  for _, t in MARKDOWN_METRICS) + " | source |",
-             "|---|---|" + "---|" * len(MARKDOWN_METRICS) + "---|"]
-    for d in deltas:
+def _comparison(run: Mapping[str, Any], comparisons: Sequence[CaseComparison]) -> str:
+    regressed = sum(1 for c in comparisons if c.verdict is Verdict.REGRESSED)
+    metrics = [m for m, _ in MARKDOWN_METRICS
+               if any(r.metric == m for c in comparisons for r in c.rows)] or \
+        list(dict.fromkeys(r.metric for c in comparisons for r in c.rows))
+    titles = dict(MARKDOWN_METRICS)
+    labels = _source(run)
+    lines = [_header(run, f" \u00b7 **{regressed} regressed** of {len(comparisons)} vs baseline"), "",
+             "| verdict | case | " + " | ".join(f"{titles.get(m, m)} (baseline \u2192 current, change)"
+                                                   for m in metrics) + " | source |",
+             "|---|---|" + "---|" * len(metrics) + "---|"]
+    for c in sorted(comparisons, key=lambda c: (_ORDER.index(c.verdict), c.case_id)):
+        by_metric = {r.metric: r for r in c.rows}
         cells = []
-        for metric, _ in MARKDOWN_METRICS:
-            c = d.change(metric)
-            if c is None:
+        for metric in metrics:
+            row = by_metric.get(metric)
+            if row is None:
                 cells.append("n/a")
                 continue
-            mark = " **worse**" if c.status == "regressed" else ""
-            cells.append(f"{fmt(metric, c.baseline)} \u2192 {fmt(metric, c.current)} "
-                         f"({fmt_change(c)}){mark}")
-        status = _STATUS_TEXT.get(d.status, md_escape(d.status))
-        lines.append(f"| {status} | {md_escape(d.case_id)} | " + " | ".join(cells)
-                     + f" | {_source(d)} |")
-    lines += ["", f"Threshold {threshold:.0%} (percentage points for energy saving) unless the "
-              "gate stored a verdict; energy and TBT are worse up, saving and accept length "
-              "worse down."]
+            mark = " **worse**" if row.verdict is Verdict.REGRESSED else ""
+            cells.append(f"{fmt(metric, row.baseline)} \u2192 {fmt(metric, row.current)} "
+                         f"({row.change_text()}){mark}")
+        status = _STATUS_TEXT.get(c.verdict, md_escape(c.verdict.value))
+        lines.append(f"| {status} | {md_escape(c.case_id)} | " + " | ".join(cells)
+                     + f" | {labels.get(c.case_id, '-')} |")
+    limits = sorted({r.limit.expr for c in comparisons for r in c.rows})
+    lines += ["", f"The gate's verdicts (limits {md_escape(', '.join(limits) or 'none')}): a metric "
+              "regresses only when it moved beyond its limit and the move is significant."]
     return "\n".join(lines) + "\n"
 
 
@@ -99,10 +111,10 @@ def _current(run: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_markdown(run: Mapping[str, Any], baseline: Mapping[str, Any] | None = None,
-                    threshold: float = DEFAULT_THRESHOLD) -> str:
-    """Markdown for a CI summary or PR comment: the comparison table when ``baseline`` is a
-    run document (regressions first), else the current table."""
-    if baseline is None:
+def render_markdown(run: Mapping[str, Any],
+                    comparisons: Sequence[CaseComparison] | None = None) -> str:
+    """Markdown for a CI summary or PR comment: the gate's comparison table when
+    ``comparisons`` are given (regressions first), else the current table."""
+    if comparisons is None:
         return _current(run)
-    return _comparison(run, baseline, threshold)
+    return _comparison(run, comparisons)

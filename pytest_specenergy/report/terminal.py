@@ -11,8 +11,8 @@ from typing import Mapping
 from tabulate import tabulate
 
 from pytest_specenergy.gate.compare import Verdict
-from pytest_specenergy.report.model import ReportRow
-from pytest_specenergy.report.model import row_from_result
+from pytest_specenergy.report.rows import ReportRow
+from pytest_specenergy.report.rows import row_from_result
 
 HEADERS = ("test", "source", "base J/tok", "spec J/tok", "saving", "accept len", "accept rate",
            "verified/step", "base tbt ms", "spec tbt ms", "speedup", "exact", "logprob gap", "flags")
@@ -59,3 +59,35 @@ def verdict_line(records: Iterable[Mapping[str, Any]]) -> str | None:
              (Verdict.PASSED, "unchanged"), (Verdict.INCONCLUSIVE, "inconclusive"),
              (Verdict.INCOMPARABLE, "incomparable"), (Verdict.NO_BASELINE, "without baseline")]
     return " · ".join(f"{counts.get(v.value, 0)} {label}" for v, label in order)
+
+
+def summary_lines(records: list[Mapping[str, Any]], xdist_skipped: int, engine_starts: int,
+                  unused_goldens: Iterable[Any], saved: Iterable[Any],
+                  json_path: Any) -> list[tuple[str, str]]:
+    """The terminal summary as ``(separator, text)`` pairs: a separator title (``"specenergy"``
+    or ``"warning"``) opens a section, an empty one is a plain line."""
+    lines: list[tuple[str, str]] = []
+    if xdist_skipped:
+        lines.append(("warning", "specenergy warning"))
+        lines.append(("", f"{xdist_skipped} spec_pair tests were skipped: energy is not measured "
+                          f"under pytest-xdist, because workers would share GPUs. Use "
+                          f"--specenergy-xdist=per-gpu (one GPU per worker) or run without -n."))
+    if not records:
+        return lines
+    lines.append(("specenergy", "specenergy"))
+    lines.append(("", render_table(records)))
+    sources = sorted({r["source"] for r in records})
+    pairs = len({(r["case"]["model"], r["case_id"], r["machine_key"]) for r in records})
+    starts = f", {engine_starts} engine starts" if engine_starts else ""
+    lines.append(("", f"{len(records)} results of {pairs} distinct pairs{starts}; "
+                      f"energy figures: {', '.join(sources)}"))
+    verdicts = verdict_line(records)
+    if verdicts:
+        lines.append(("", verdicts))
+    unused = [str(p) for p in unused_goldens]
+    if unused:
+        lines.append(("", f"{len(unused)} golden baseline(s) no test used: " + ", ".join(unused)))
+    lines += [("", f"specenergy run saved: {path}") for path in saved]
+    if json_path:
+        lines.append(("", f"specenergy JSON: {json_path}"))
+    return lines

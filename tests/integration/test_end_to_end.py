@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-FAST = ["--specenergy-repeats=2", "--specenergy-warmup=0", "-p", "no:cacheprovider"]
 
 MODULE_A = """
 import pytest
@@ -39,10 +38,10 @@ def test_other_module(spec_pair):
 """
 
 
-def test_engines_start_once_across_modules_and_results_reach_table_and_json(pytester: pytest.Pytester):
+def test_engines_start_once_across_modules_and_results_reach_table_and_json(pytester: pytest.Pytester, run_suite):
     pytester.makepyfile(test_a=MODULE_A, test_b=MODULE_B)
     out = pytester.path / "run.json"
-    result = pytester.runpytest(*FAST, f"--specenergy-json={out}")
+    result = run_suite(f"--specenergy-json={out}", repeats=2)
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines([
         "*= specenergy =*",
@@ -74,7 +73,7 @@ def test_engines_start_once_across_modules_and_results_reach_table_and_json(pyte
     assert by_id["code-ngram-b4"]["speculative"]["concurrency"]["max_running"] == 4
 
 
-def test_failing_assertion_shows_the_numbers(pytester: pytest.Pytester):
+def test_failing_assertion_shows_the_numbers(pytester: pytest.Pytester, run_suite):
     pytester.makepyfile("""
 import pytest
 
@@ -86,7 +85,7 @@ import pytest
 def test_unreachable_acceptance(spec_pair):
     spec_pair.measure().assert_acceptance(at_least=50)
 """)
-    result = pytester.runpytest(*FAST)
+    result = run_suite(repeats=2)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*SpecEnergyAssertionError: accept length * is below the required 50.000",
@@ -96,7 +95,7 @@ def test_unreachable_acceptance(spec_pair):
     ])
 
 
-def test_engine_that_cannot_start_fails_the_case_with_its_log(pytester: pytest.Pytester):
+def test_engine_that_cannot_start_fails_the_case_with_its_log(pytester: pytest.Pytester, run_suite):
     pytester.mkdir("not_a_checkpoint")
     pytester.makepyfile("""
 import pytest
@@ -108,7 +107,7 @@ import pytest
 def test_broken_model(spec_pair):
     spec_pair.measure()
 """)
-    result = pytester.runpytest(*FAST)
+    result = run_suite(repeats=2)
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(["*EngineStartError: engine reference:not_a_checkpoint*exited with code*log *"])
     # The failed config is started once; the second case fails fast with the same error.

@@ -6,16 +6,15 @@ from pathlib import Path
 
 import pytest
 
-FAST = ["--specenergy-repeats=1", "--specenergy-warmup=0", "-p", "no:cacheprovider"]
 QUICKSTART = Path(__file__).resolve().parents[2] / "example_suites" / "quickstart" / "test_quickstart.py"
 
 
-def test_quickstart_hybrid_check_passes_healthy_and_fails_without_state_rollback(pytester: pytest.Pytester):
+def test_quickstart_hybrid_check_passes_healthy_and_fails_without_state_rollback(pytester: pytest.Pytester, run_suite):
     pytester.makepyfile(test_quickstart=QUICKSTART.read_text())
-    healthy = pytester.runpytest("-k", "hybrid", *FAST)
+    healthy = run_suite("-k", "hybrid", repeats=1)
     healthy.assert_outcomes(passed=2)
 
-    faulted = pytester.runpytest("-k", "hybrid", "--specenergy-fault=skip-state-rollback", *FAST)
+    faulted = run_suite("-k", "hybrid", "--specenergy-fault=skip-state-rollback", repeats=1)
     faulted.assert_outcomes(failed=2)
     faulted.stdout.fnmatch_lines([
         "*speculative output is incoherent: first divergence at token * of prompt *; "
@@ -39,14 +38,14 @@ def test_coherent(spec_pair):
 """
 
 
-def test_coherence_defaults_hold_on_every_corpus(pytester: pytest.Pytester):
+def test_coherence_defaults_hold_on_every_corpus(pytester: pytest.Pytester, run_suite):
     pytester.makepyfile(CORPORA_SUITE)
-    pytester.runpytest(*FAST).assert_outcomes(passed=5)
-    faulted = pytester.runpytest("--specenergy-fault=skip-state-rollback", *FAST)
+    run_suite(repeats=1).assert_outcomes(passed=5)
+    faulted = run_suite("--specenergy-fault=skip-state-rollback", repeats=1)
     faulted.assert_outcomes(failed=5)
 
 
-def test_inflated_accept_count_fails_closed_even_without_an_assertion(pytester: pytest.Pytester):
+def test_inflated_accept_count_fails_closed_even_without_an_assertion(pytester: pytest.Pytester, run_suite):
     pytester.makepyfile("""
 import pytest
 
@@ -58,10 +57,10 @@ import pytest
 def test_no_assertions(spec_pair):
     spec_pair.measure()
 """)
-    faulted = pytester.runpytest("--specenergy-fault=wrong-accept-count", *FAST)
+    faulted = run_suite("--specenergy-fault=wrong-accept-count", repeats=1)
     faulted.assert_outcomes(failed=1)
     faulted.stdout.fnmatch_lines(["*validity checks failed: counters-inconsistent: request *accepted drafts*"])
-    warned = pytester.runpytest("--specenergy-fault=wrong-accept-count", "--specenergy-checks=warn", *FAST)
+    warned = run_suite("--specenergy-fault=wrong-accept-count", "--specenergy-checks=warn", repeats=1)
     warned.assert_outcomes(passed=1, warnings=1)
 
 
@@ -79,18 +78,18 @@ def test_draft(spec_pair):
 """
 
 
-def test_off_by_one_acceptance_looks_better_but_equivalence_fails(pytester: pytest.Pytester):
+def test_off_by_one_acceptance_looks_better_but_equivalence_fails(pytester: pytest.Pytester, run_suite):
     pytester.makepyfile(DRAFT_SUITE)
     out = pytester.path / "run.json"
-    faulted = pytester.runpytest(*FAST, "--specenergy-fault=accept-off-by-one", f"--specenergy-json={out}")
+    faulted = run_suite("--specenergy-fault=accept-off-by-one", f"--specenergy-json={out}", repeats=1)
     faulted.assert_outcomes(failed=1)
     faulted.stdout.fnmatch_lines(["*outputs differ from the baseline: exact-match fraction * is below the required 1.000"])
 
 
-def test_stale_draft_cache_shifts_acceptance_the_gate_reports_it(pytester: pytest.Pytester):
+def test_stale_draft_cache_shifts_acceptance_the_gate_reports_it(pytester: pytest.Pytester, run_suite):
     # Output stays exact: only the acceptance comparison with main shows this bug.
     pytester.makepyfile(DRAFT_SUITE)
-    pytester.runpytest(*FAST, "--specenergy-save=main").assert_outcomes(passed=1)
-    faulted = pytester.runpytest(*FAST, "--specenergy-fault=stale-draft-cache", "--specenergy-compare=main",
-                                 "--specenergy-compare-fail=accept_length:5%")
+    run_suite("--specenergy-save=main", repeats=1).assert_outcomes(passed=1)
+    faulted = run_suite("--specenergy-fault=stale-draft-cache", "--specenergy-compare=main",
+                                 "--specenergy-compare-fail=accept_length:5%", repeats=1)
     faulted.stdout.fnmatch_lines(["*test_draft[[]code-draft-b2[]]*improved*"])

@@ -82,7 +82,7 @@ def test_exact_matches_brute_force_enumeration():
 
 
 def test_min_attainable_p_table():
-    # reference/energy-measurement.md section 7: two-sided p_min for n = m.
+    # Exact two-sided p_min = 2 / C(2n, n) for n = m (Mann and Whitney, 1947).
     assert [round(min_attainable_p(n, n), 4) for n in (3, 4, 5, 6)] == [0.1, 0.0286, 0.0079,
                                                                         0.0022]
     assert min_attainable_p(0, 5) == 1.0

@@ -2,7 +2,7 @@
 
 Run this file as a script to regenerate the JSON fixtures in ``tests/data/report/`` that the
 browser check (``tests/unit/report/test_report_render.py``) renders:
-``/work/venv/bin/python tests/unit/test_report.py``.
+``.venv/bin/python tests/unit/report/test_report.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,15 @@ from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import Corpus
 from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.engines.drafters import Drafter
-from pytest_specenergy.report import model as rm
+from pytest_specenergy.gate import history as gh
+from pytest_specenergy.gate.compare import Verdict
+from pytest_specenergy.gate.compare import compare_documents
+from pytest_specenergy.gate.limits import DEFAULT_LIMITS
+from pytest_specenergy.gate.limits import parse_fail_expr
+from pytest_specenergy.measure.metrics import METRICS
+from pytest_specenergy.report import latency as rl
+from pytest_specenergy.report import rows as rr
+from pytest_specenergy.report.format import fmt
 from pytest_specenergy.report import plots
 from pytest_specenergy.report.html import PLOTS_OFF_NOTE
 from pytest_specenergy.report.html import TABLES_ONLY_NOTE
@@ -144,7 +152,7 @@ def baseline_doc() -> dict[str, Any]:
 
 # -- model ----------------------------------------------------------------------------------
 def test_rows_carry_every_column(run_doc):
-    rows = rm.rows_from_document(run_doc)
+    rows = rr.rows_from_document(run_doc)
     assert len(rows) == 2 * 3 * 3
     r = next(r for r in rows if r.case_id == "code-eagle3-b16")
     assert (r.model, r.drafter_id, r.drafter_name, r.batch, r.corpus) == \
@@ -157,76 +165,83 @@ def test_rows_carry_every_column(run_doc):
     warn = next(r for r in rows if r.case_id == "conversation-ngram-b64")
     assert [(c.name, c.severity) for c in warn.checks] == [("concurrency-below-batch", "warn")]
     assert warn.tripped and not warn.failed
-    assert rm.sources(rows) == ["modeled (h200)"]
+    assert rr.sources(rows) == ["modeled (h200)"]
 
 
-def test_worse_directions():
-    assert [rm.worse_direction(m) for m in rm.COMPARED_METRICS] == \
-        ["up", "down", "down", "down", "up"]
+LIMITS = [parse_fail_expr(text) for text in DEFAULT_LIMITS]
 
 
-def test_comparison_puts_regressions_first(run_doc, baseline_doc):
+def compare(current, baseline, limits=LIMITS):
+    """The gate's comparison, as ``specenergy report --baseline`` renders it."""
+    return {c.case_id: c for c in compare_documents(baseline, current, limits)}
+
+
+def test_worse_directions_come_from_the_one_registry():
+    compared = ("energy_per_token", "energy_saving", "accept_length", "acceptance_rate", "tbt_ms")
+    assert [METRICS[m].worse for m in compared] == ["up", "down", "down", "down", "up"]
+    # acceptance_rate is a relative metric for the gate and so for the report (no points).
+    assert not METRICS["acceptance_rate"].percent_is_points
+    assert METRICS["energy_saving"].percent_is_points
+
+
+def test_comparison_finds_regressions_and_improvements(run_doc, baseline_doc):
     current = make_document({"conversation-eagle3-b16": 1.2, "code-ngram-b1": 0.8})
-    deltas = rm.compare_documents(current, baseline_doc)
-    assert deltas[0].case_id == "conversation-eagle3-b16" and deltas[0].regressed
-    ept = deltas[0].change("energy_per_token")
-    assert ept.status == "regressed" and ept.change == pytest.approx(0.2)
-    assert deltas[0].change("energy_saving").status == "regressed"  # saving fell by points
-    assert sum(d.regressed for d in deltas) == 1
-    improved = next(d for d in deltas if d.case_id == "code-ngram-b1")
-    assert improved.status == "improved"
-    assert all(d.status == "unchanged" for d in deltas[2:])
+    found = compare(current, baseline_doc)
+    regressed = found["conversation-eagle3-b16"]
+    assert regressed.verdict is Verdict.REGRESSED
+    ept = next(r for r in regressed.rows if r.metric == "energy_per_token")
+    assert ept.verdict is Verdict.REGRESSED and ept.change_rel == pytest.approx(0.2)
+    assert sum(c.verdict is Verdict.REGRESSED for c in found.values()) == 1
+    assert found["code-ngram-b1"].verdict is Verdict.IMPROVED
+    others = [c for k, c in found.items() if k not in ("conversation-eagle3-b16", "code-ngram-b1")]
+    assert all(c.verdict is Verdict.PASSED for c in others)
 
 
 def test_small_changes_do_not_regress(baseline_doc):
-    deltas = rm.compare_documents(make_document({"code-dflash-b64": 1.03}), baseline_doc)
-    assert not any(d.regressed for d in deltas)
+    found = compare(make_document({"code-dflash-b64": 1.03}), baseline_doc)
+    assert not any(c.verdict is Verdict.REGRESSED for c in found.values())
 
 
-def test_gate_verdicts_override_the_threshold(baseline_doc):
-    current = make_document({"code-ngram-b16": 1.2})
-    # The gate found the 20% move not significant; it found accept_length worse elsewhere.
-    rec = {r["case_id"]: r for r in current["results"]}
-    rec["code-ngram-b16"]["verdicts"] = {"case_id": "code-ngram-b16", "verdict": "inconclusive",
-                                         "rows": [{"metric": "energy_per_token",
-                                                   "verdict": "inconclusive"},
-                                                  {"metric": "energy_saving",
-                                                   "verdict": "passed"}]}
-    rec["conversation-dflash-b1"]["verdicts"] = {"accept_length": "regressed"}
-    deltas = rm.compare_documents(current, baseline_doc)
-    assert [d.case_id for d in deltas[:2]] == ["conversation-dflash-b1", "code-ngram-b16"]
-    assert deltas[0].regressed and deltas[0].change("accept_length").explicit
-    assert deltas[1].status == "inconclusive"
+def test_report_shows_the_gates_verdicts_and_nothing_else(baseline_doc):
+    """The rendered verdicts are the gate's: a tighter limit turns the same change into a
+    regression in both the gate and the report."""
+    current = make_document({"code-ngram-b16": 1.10})
+    loose = compare_documents(baseline_doc, current, [parse_fail_expr("energy:20%")])
+    tight = compare_documents(baseline_doc, current, [parse_fail_expr("energy:2%")])
+    assert "REGRESSED" not in render_markdown(current, loose)
+    text = render_markdown(current, tight)
+    gate_regressed = [c.case_id for c in tight if c.verdict is Verdict.REGRESSED]
+    assert gate_regressed == ["code-ngram-b16"]
+    assert [line.split("|")[2].strip() for line in text.splitlines()
+            if line.startswith("| **REGRESSED**")] == gate_regressed
 
 
-def test_new_and_missing_cases(baseline_doc):
+def test_new_cases_have_no_baseline(baseline_doc):
     current = make_document(corpora=("code",), drafters=("ngram",))
     current["results"][0]["case_id"] = "code-ngram-b2"
-    deltas = rm.compare_documents(current, baseline_doc)
-    statuses = {d.case_id: d.status for d in deltas}
-    assert statuses["code-ngram-b2"] == "new" and statuses["conversation-dflash-b64"] == "missing"
+    assert compare(current, baseline_doc)["code-ngram-b2"].verdict is Verdict.NO_BASELINE
 
 
 def _point(label, tbt, ept, failed=False):
-    return rm.ConfigPoint(label, "m", "c", label, 1, tbt, ept, "modeled (h200)", failed, failed)
+    return rl.ConfigPoint(label, "m", "c", label, 1, tbt, ept, "modeled (h200)", failed, failed)
 
 
 def test_latency_target_picks_lowest_energy_config_that_meets_it():
     points = [_point("baseline b64", 30.0, 0.010), _point("ngram b16", 22.0, 0.030),
               _point("eagle3 b16", 24.0, 0.020), _point("eagle3 b4", 9.0, 0.050),
               _point("dflash b4", 8.0, 0.060), _point("broken b16", 5.0, 0.001, failed=True)]
-    assert rm.best_under_target(points, 25.0).label == "eagle3 b16"
-    assert rm.best_under_target(points, 10.0).label == "eagle3 b4"
-    assert rm.best_under_target(points, 100.0).label == "baseline b64"
-    assert rm.best_under_target(points, 4.0) is None
+    assert rl.best_under_target(points, 25.0).label == "eagle3 b16"
+    assert rl.best_under_target(points, 10.0).label == "eagle3 b4"
+    assert rl.best_under_target(points, 100.0).label == "baseline b64"
+    assert rl.best_under_target(points, 4.0) is None
 
 
 def test_latency_choices_per_workload(run_doc):
-    rows = rm.rows_from_document(run_doc)
-    choices = rm.latency_choices(rows, (25.0, 10.0))
+    rows = rr.rows_from_document(run_doc)
+    choices = rl.latency_choices(rows, (25.0, 10.0))
     assert len(choices) == 4
     for c in choices:
-        points = [p for p in rm.config_points(rows) if (p.model, p.corpus) == (c.model, c.corpus)
+        points = [p for p in rl.config_points(rows) if (p.model, p.corpus) == (c.model, c.corpus)
                   and p.tbt_ms <= c.target_ms]
         if c.choice is None:
             assert not points
@@ -237,9 +252,9 @@ def test_latency_choices_per_workload(run_doc):
 
 def test_latency_plot_rings_and_names_each_choice(run_doc):
     pytest.importorskip("matplotlib")
-    rows = rm.rows_from_document(run_doc)
+    rows = rr.rows_from_document(run_doc)
     svg = plots.latency_svg(rows, (25.0, 10.0))
-    for c in rm.latency_choices(rows, (25.0, 10.0)):
+    for c in rl.latency_choices(rows, (25.0, 10.0)):
         assert c.choice is not None and f"ms: {c.choice.label}" in svg
     assert "target 25 ms" in svg and "target 10 ms" in svg
 
@@ -248,28 +263,28 @@ def test_step_detector_finds_an_injected_step():
     rng = random.Random(1)
     values = [1.0 + rng.gauss(0, 0.01) for _ in range(10)] + \
              [1.2 + rng.gauss(0, 0.01) for _ in range(8)]
-    steps = rm.detect_steps(values)
+    steps = gh.detect_steps(values)
     assert [s.index for s in steps] == [10]
     assert steps[0].change == pytest.approx(0.2, abs=0.03)
-    down = rm.detect_steps([5.0] * 6 + [4.0] * 6)
+    down = gh.detect_steps([5.0] * 6 + [4.0] * 6)
     assert [(s.index, round(s.change, 2)) for s in down] == [(6, -0.2)]
 
 
 def test_step_detector_ignores_noise_spikes_and_gaps():
     rng = random.Random(2)
-    assert rm.detect_steps([1.0 + rng.gauss(0, 0.01) for _ in range(40)]) == []
-    assert rm.detect_steps([1.0] * 5 + [1.5] + [1.0] * 5) == []  # a lone spike
-    assert rm.detect_steps([1.0] * 6 + [1.3]) == []  # not yet sustained
+    assert gh.detect_steps([1.0 + rng.gauss(0, 0.01) for _ in range(40)]) == []
+    assert gh.detect_steps([1.0] * 5 + [1.5] + [1.0] * 5) == []  # a lone spike
+    assert gh.detect_steps([1.0] * 6 + [1.3]) == []  # not yet sustained
     gappy = [1.0, None, 1.0, 1.0, None, 1.3, 1.3, None, 1.3]
-    assert [s.index for s in rm.detect_steps(gappy)] == [5]
-    assert [s.index for s in rm.detect_steps([0.1] * 4 + [-0.1] * 4, 0.05, relative=False)] == [4]
+    assert [s.index for s in gh.detect_steps(gappy)] == [5]
+    assert [s.index for s in gh.detect_steps([0.1] * 4 + [-0.1] * 4, 0.05, relative=False)] == [4]
 
 
 def test_history_series():
     docs = history_documents()
-    series = rm.history_series(docs, "energy_per_token")
-    assert [s.index for s in rm.detect_steps(series["code-eagle3-b16"])] == [5]
-    assert all(not rm.detect_steps(v) for c, v in series.items() if c != "code-eagle3-b16")
+    series = gh.history_series(docs, "energy_per_token")
+    assert [s.index for s in gh.detect_steps(series["code-eagle3-b16"])] == [5]
+    assert all(not gh.detect_steps(v) for c, v in series.items() if c != "code-eagle3-b16")
 
 
 # -- HTML -----------------------------------------------------------------------------------
@@ -295,7 +310,7 @@ def _assert_self_contained(page: str) -> None:
 
 
 def test_html_is_self_contained_with_every_section(run_doc, baseline_doc):
-    page = render_html(run_doc, baseline=make_document({"code-ngram-b16": 1.3}),
+    page = render_html(run_doc, compare(run_doc, make_document({"code-ngram-b16": 1.3})).values(),
                        history=history_documents(runs=4), plots=False)
     _assert_self_contained(page)
     for heading in ("Summary", "Latency targets", "Cases", "Baseline comparison", "History",
@@ -311,7 +326,7 @@ def test_html_is_self_contained_with_every_section(run_doc, baseline_doc):
 
 def test_html_draws_every_figure(run_doc, baseline_doc):
     pytest.importorskip("matplotlib")
-    page = render_html(run_doc, baseline=baseline_doc, history=history_documents(runs=6))
+    page = render_html(run_doc, list(compare(run_doc, baseline_doc).values()), history=history_documents(runs=6))
     _assert_self_contained(page)
     assert page.count("<svg") == 5 and "Figure not drawn" not in page
     ids = re.findall(r'\bid="([^"]+)"', page)
@@ -324,7 +339,7 @@ def test_html_draws_every_figure(run_doc, baseline_doc):
 
 def test_svg_is_deterministic(run_doc):
     pytest.importorskip("matplotlib")
-    rows = rm.rows_from_document(run_doc)
+    rows = rr.rows_from_document(run_doc)
     a, b = plots.latency_svg(rows), plots.latency_svg(rows)
     assert a == b and "<metadata" not in a and "<!--" not in a
     assert render_html(run_doc) == render_html(run_doc)
@@ -342,7 +357,8 @@ def test_html_escapes_every_run_string():
     for draw in (False, True):
         if draw:
             pytest.importorskip("matplotlib")
-        page = render_html(doc, baseline=doc, history=[doc, doc], plots=draw, title=SCRIPT)
+        page = render_html(doc, list(compare(doc, doc).values()), history=[doc, doc], plots=draw,
+                           title=SCRIPT, baseline_label=SCRIPT)
         _assert_self_contained(page)
         for attack in (SCRIPT, IMG, "<img", "<script"):
             assert attack not in page
@@ -362,22 +378,23 @@ def test_empty_and_partial_documents_render():
     doc = make_document(corpora=("code",), drafters=("ngram",))
     del doc["results"][0]["baseline"], doc["results"][1]["equivalence"]
     doc["results"][2]["energy_per_token"] = None
-    page = render_html(doc, baseline=doc, history=[doc])
+    page = render_html(doc, list(compare(doc, doc).values()), history=[doc])
     assert "Figure not drawn" not in page and "n/a" in page
-    assert "n/a" in render_markdown(doc, doc)
+    text = render_markdown(doc, list(compare(doc, doc).values()))
+    assert len([line for line in text.splitlines() if line.startswith("| ")]) == 1 + 3
 
 
 # -- Markdown ---------------------------------------------------------------------------------
 def test_markdown_lists_regressions_first(baseline_doc):
     current = make_document({"conversation-dflash-b64": 1.25})
-    text = render_markdown(current, baseline_doc)
+    text = render_markdown(current, list(compare(current, baseline_doc).values()))
     lines = text.splitlines()
     assert lines[0].startswith("**specenergy**: 18 cases") and "**1 regressed** of 18" in lines[0]
     assert "modeled (h200)" in lines[0]
     table = [line for line in lines if line.startswith("| ")][1:]
     assert len(table) == 18
     assert table[0].startswith("| **REGRESSED** | conversation-dflash-b64 |")
-    assert "(+25.0%) **worse**" in table[0] and table[0].endswith("| modeled (h200) |")
+    assert "(+25.00% (+0.01939 J/token)) **worse**" in table[0] and table[0].endswith("| modeled (h200) |")
     assert all("| ok |" in line for line in table[1:])
 
 
@@ -397,9 +414,10 @@ def test_fixture_documents_still_render():
     """The stored fixtures (regenerate: run this file as a script) still fit the schema."""
     run = json.loads((FIXTURES / "run.json").read_text())
     baseline = json.loads((FIXTURES / "baseline.json").read_text())
-    assert len(rm.rows_from_document(run)) == 18
-    assert any(d.regressed for d in rm.compare_documents(run, baseline))
-    assert "<h2>Cases" in render_html(run, baseline, plots=False)
+    assert len(rr.rows_from_document(run)) == 18
+    comparisons = compare_documents(baseline, run, LIMITS)
+    assert any(c.verdict is Verdict.REGRESSED for c in comparisons)
+    assert "<h2>Cases" in render_html(run, comparisons, plots=False)
 
 
 def write_fixtures(folder: Path = FIXTURES) -> None:

@@ -19,6 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pytest_specenergy.gate.compare import compare_documents
+from pytest_specenergy.gate.limits import DEFAULT_LIMITS
+from pytest_specenergy.gate.limits import parse_fail_expr
 from pytest_specenergy.report.html import render_html
 from pytest_specenergy.report.plots import BASELINE_COLOR
 from pytest_specenergy.report.plots import PALETTE
@@ -78,7 +81,9 @@ def _count(pixels: np.ndarray, hex_color: str, tolerance: int = 6) -> int:
 def documents():
     history = [json.loads(Path(p).read_text())
                for p in sorted(glob.glob(str(FIXTURES / "history-*.json")))]
-    return _load("run.json"), _load("baseline.json"), history
+    run, baseline = _load("run.json"), _load("baseline.json")
+    limits = [parse_fail_expr(text) for text in DEFAULT_LIMITS]
+    return run, compare_documents(baseline, run, limits), history
 
 
 def test_report_renders_with_figures_in_chromium(documents, tmp_path):

@@ -1,0 +1,74 @@
+"""Latency targets: per workload, the lowest-energy configuration whose time between tokens
+meets a target (speculation is a latency choice first; paper s.9)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+from typing import Sequence
+
+from pytest_specenergy.report.rows import ReportRow
+
+
+@dataclass(frozen=True)
+class ConfigPoint:
+    """A serving configuration: one arm at one batch (the baseline is a drafter-less config)."""
+
+    label: str
+    model: str
+    corpus: str
+    drafter_id: str | None  # None for the non-speculative baseline
+    batch: int | None
+    tbt_ms: float
+    energy_per_token: float
+    source: str
+    tripped: bool
+    failed: bool
+
+
+def config_points(rows: Iterable[ReportRow]) -> list[ConfigPoint]:
+    """Every speculative arm plus each distinct baseline arm (one per model, corpus, batch)."""
+    points: list[ConfigPoint] = []
+    seen: set[tuple[str, str, int | None]] = set()
+    for r in rows:
+        key, base_tbt, base_ept = ((r.model, r.corpus, r.batch), r.baseline_tbt_ms,
+                                   r.baseline_energy_per_token)
+        if key not in seen and base_tbt is not None and base_ept is not None:
+            seen.add(key)
+            points.append(ConfigPoint(f"baseline b{r.batch}", r.model, r.corpus, None, r.batch,
+                                      base_tbt, base_ept, r.baseline_source, False, False))
+        if r.tbt_ms is not None and r.energy_per_token is not None:
+            points.append(ConfigPoint(f"{r.drafter_id} b{r.batch}", r.model, r.corpus,
+                                      r.drafter_id, r.batch, r.tbt_ms, r.energy_per_token,
+                                      r.source, r.tripped, r.failed))
+    return points
+
+
+def best_under_target(points: Iterable[ConfigPoint], target_ms: float) -> ConfigPoint | None:
+    """The lowest-energy configuration whose time between tokens meets ``target_ms``.
+
+    Configurations with a failed check are never chosen: their numbers cannot be trusted.
+    Ties go to the lower time between tokens, then the label, so the choice is stable.
+    """
+    eligible = [p for p in points if p.tbt_ms <= target_ms and not p.failed]
+    return min(eligible, key=lambda p: (p.energy_per_token, p.tbt_ms, p.label), default=None)
+
+
+@dataclass(frozen=True)
+class TargetChoice:
+    """For one workload and latency target, the configuration to serve (None if none meets it)."""
+
+    model: str
+    corpus: str
+    target_ms: float
+    choice: ConfigPoint | None
+
+
+def latency_choices(rows: Iterable[ReportRow], targets_ms: Sequence[float]) -> list[TargetChoice]:
+    """Per workload (model, corpus) and target, the lowest-energy configuration meeting it;
+    workloads are kept apart because energy per token of different text is not comparable."""
+    by_workload: dict[tuple[str, str], list[ConfigPoint]] = {}
+    for p in config_points(rows):
+        by_workload.setdefault((p.model, p.corpus), []).append(p)
+    return [TargetChoice(model, corpus, t, best_under_target(points, t))
+            for (model, corpus), points in by_workload.items() for t in targets_ms]

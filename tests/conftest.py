@@ -1,0 +1,22 @@
+"""Helpers shared by the test folders."""
+
+from __future__ import annotations
+
+from typing import Any
+from typing import Callable
+
+import pytest
+
+
+def fast_options(repeats: int = 1) -> list[str]:
+    """The options of a quick pytester session: few repeats, no warm-up, no cache folder."""
+    return [f"--specenergy-repeats={repeats}", "--specenergy-warmup=0", "-p", "no:cacheprovider"]
+
+
+@pytest.fixture
+def run_suite(pytester: pytest.Pytester) -> Callable[..., Any]:
+    """``run_suite(*args, repeats=1)``: run the pytester suite quickly with extra options."""
+    def run(*args: str, repeats: int = 1) -> Any:
+        return pytester.runpytest(*fast_options(repeats), *args)
+
+    return run

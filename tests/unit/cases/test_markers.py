@@ -1,0 +1,50 @@
+"""Markers to cases, with a fake marker lookup (no pytest session)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from pytest_specenergy.cases.markers import CaseDefaults
+from pytest_specenergy.cases.markers import MarkerError
+from pytest_specenergy.cases.markers import build_cases
+
+
+def lookup(**marks):
+    """A ``get_closest_marker`` stand-in: name -> a mark with ``args`` and ``kwargs``."""
+    def closest(name):
+        value = marks.get(name)
+        if value is None:
+            return None
+        args, kwargs = value if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict) \
+            else (value, {})
+        return SimpleNamespace(args=tuple(args), kwargs=dict(kwargs))
+    return closest
+
+
+def test_the_matrix_expands_in_a_stable_order_with_readable_ids():
+    closest = lookup(model=["tiny:dense"], drafter=["ngram"], batch=[1, 4], corpus=["code", "conversation"])
+    cases = build_cases("t.py::test", closest, CaseDefaults(), "/tmp")
+    assert [c.id for c in cases] == ["code-ngram-b1", "code-ngram-b4",
+                                     "conversation-ngram-b1", "conversation-ngram-b4"]
+    assert all(c.engine == "reference" for c in cases)
+
+
+def test_option_defaults_reach_the_case():
+    closest = lookup(model=["tiny:dense"], drafter=["ngram"], batch=[2], corpus=["code"])
+    case, = build_cases("t.py::test", closest, CaseDefaults(faults=("accept-off-by-one",)), "/tmp")
+    assert "accept-off-by-one" in case.spec_config().faults
+
+
+@pytest.mark.parametrize("marks, expected", [
+    ({"model": ["tiny:dense"], "drafter": ["ngram"], "batch": [0], "corpus": ["code"]}, "batch"),
+    ({"model": ["tiny:dense"], "drafter": ["ngram"], "batch": [1], "corpus": ["nope"]}, "nope"),
+    ({"model": ["tiny:dense"], "drafter": ["eagle3"], "batch": [1], "corpus": ["code"]}, "eagle3"),
+    ({"model": (["tiny:dense"], {"engine": "vllm"}), "drafter": ["ngram"], "batch": [1],
+      "corpus": ["code"]}, "vllm"),
+])
+def test_bad_values_name_the_test_and_the_marker(marks, expected):
+    with pytest.raises(MarkerError) as info:
+        build_cases("t.py::test_bad", lookup(**marks), CaseDefaults(), "/tmp")
+    assert "t.py::test_bad" in str(info.value) and expected in str(info.value)

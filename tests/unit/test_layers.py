@@ -1,0 +1,118 @@
+"""The package's import contract: data flows one way and the reference server stands alone.
+
+Every ``import`` statement in the package (module level or inside a function) is read with
+``ast``; a rule names which top-level parts of ``pytest_specenergy`` a part may import. The
+rules are those of the layout note: lower layers never import upward, and the reference
+server imports nothing of the plugin.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "pytest_specenergy"
+WIRING = {"plugin", "session", "fixtures", "outcome", "options", "xdist", "hookspec"}
+
+#: part -> the parts it may import (besides itself). A part is a subpackage or a root module.
+ALLOWED: dict[str, set[str]] = {
+    "refserver": set(),
+    "document": set(),
+    "atomic": set(),
+    "engines": set(),
+    "meters": {"engines"},
+    "cases": {"engines"},
+    "measure": {"cases", "engines", "meters"},
+    "gate": {"atomic", "document", "engines", "measure"},
+    "report": {"gate", "document", "measure"},
+    "cli": {"atomic", "document", "engines", "gate", "meters", "options", "report"},
+}
+#: The only modules of ``measure`` that ``gate`` and ``report`` may import.
+MEASURE_FOR_GATE = {"pytest_specenergy.measure.metrics"}
+MEASURE_FOR_REPORT = {"pytest_specenergy.measure.metrics", "pytest_specenergy.measure.checks"}
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _imports(path: Path) -> list[str]:
+    module = "pytest_specenergy." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+    module = module.removesuffix(".__init__")
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this module's package
+                base = module.split(".")[: -node.level] if not path.name == "__init__.py" else \
+                    module.split(".")[: len(module.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found += [target] if node.module or node.level else []
+            if target == "pytest_specenergy":
+                found += [f"pytest_specenergy.{a.name}" for a in node.names]
+    return [f for f in found if f == "pytest_specenergy" or f.startswith("pytest_specenergy.")]
+
+
+def _violations() -> list[str]:
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        part = rel.parts[0].removesuffix(".py") if len(rel.parts) == 1 else rel.parts[0]
+        if part not in ALLOWED:
+            continue  # the root wiring may import anything
+        for target in _imports(path):
+            other = _part(target)
+            if other in ("", part):
+                if other == "" and target == "pytest_specenergy" and part == "refserver":
+                    bad.append(f"{rel}: imports the package root")
+                continue
+            if other not in ALLOWED[part]:
+                bad.append(f"{rel}: {part} imports {target} ({other} is not below {part})")
+            elif part == "gate" and other == "measure" and target not in MEASURE_FOR_GATE:
+                bad.append(f"{rel}: gate imports {target}; only measure.metrics is allowed")
+            elif part == "report" and other == "measure" and target not in MEASURE_FOR_REPORT:
+                bad.append(f"{rel}: report imports {target}; only measure.metrics/checks are allowed")
+    return bad
+
+
+def test_no_layer_imports_upward():
+    assert _violations() == []
+
+
+def test_the_contract_catches_an_upward_import(tmp_path, monkeypatch):
+    """A gate module that imports the session is reported (the rule can fail)."""
+    fake = tmp_path / "pytest_specenergy"
+    (fake / "gate").mkdir(parents=True)
+    (fake / "gate" / "bad.py").write_text("from pytest_specenergy.session import SESSION_KEY\n")
+    (fake / "refserver").mkdir()
+    (fake / "refserver" / "bad.py").write_text("import pytest_specenergy.measure.results\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
+    found = _violations()
+    assert any("gate/bad.py" in v and "session" in v for v in found)
+    assert any("refserver/bad.py" in v for v in found)
+
+
+@pytest.mark.parametrize("entry", ["pytest_specenergy.refserver", "pytest_specenergy.refserver.records",
+                                   "pytest_specenergy.refserver.faults"])
+def test_importing_the_reference_server_loads_no_plugin_module(entry):
+    code = (f"import sys, {entry}; "
+            "print(sorted(m for m in sys.modules if m.startswith('pytest_specenergy.') "
+            "and not m.startswith('pytest_specenergy.refserver')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_document_imports_only_the_standard_library():
+    code = ("import sys; before = set(sys.modules); import pytest_specenergy.document; "
+            "new = set(sys.modules) - before; "
+            "print(sorted(m for m in new if m.startswith(('pytest_specenergy.', 'numpy', '_pytest')) or m == 'pytest'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['pytest_specenergy.document']"
