@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import Any
 from typing import Callable
 
+import numpy  # noqa: F401
 import pytest
+
+# pytester's in-process runs drop every module a run imported; the plugin imports numpy only
+# when a case is compared, and numpy cannot be imported twice in one process. Importing it
+# here, before any pytester run, keeps it loaded across runs.
 
 
 def fast_options(repeats: int = 1) -> list[str]:
