@@ -9,6 +9,8 @@ false-positive rate of unchanged reruns under injected noise.
    the measured false-positive rate.
 
 Usage: .venv/bin/python benchmarks/gate_demo.py [--noise-runs 10]
+       .venv/bin/python benchmarks/gate_demo.py --simulate [--suites 50]   (figures of the
+       sequential rule vs pytest-benchmark and asv; last output in results/gate_simulation.txt)
 """
 
 from __future__ import annotations
@@ -74,7 +76,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--noise-runs", type=int, default=10)
     parser.add_argument("--noise-sd", type=float, default=0.02)
+    parser.add_argument("--simulate", action="store_true",
+                        help="instead: the sequential rule (pytest_specenergy.gate.sequential) against "
+                             "pytest-benchmark's and asv's rules on the same simulated 200-case suites")
+    parser.add_argument("--suites", type=int, default=50, help="simulated suites per cell (--simulate)")
     args = parser.parse_args()
+    if args.simulate:
+        from pytest_specenergy.gate import simulate
+
+        return simulate.main(["--suites", str(args.suites)])
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "test_gate.py").write_text(SUITE)
@@ -92,7 +102,8 @@ def main() -> int:
                                        NOISE_SD=str(args.noise_sd), NOISE_SEED=str(100 + seed))
             total += len(results)
             regressed += sum(r.get("verdict") == "regressed" for r in results)
-        print(f"\n### run 4: unchanged drafter, {args.noise_sd:.0%} noise per window (last of {args.noise_runs})\n{last}")
+        print(f"\n### run 4: unchanged drafter, {args.noise_sd:.0%} noise per window "
+              f"(last of {args.noise_runs})\n{last}")
         print(f"false positives: {regressed} of {total} case comparisons REGRESSED "
               f"({regressed / total:.1%}) over {args.noise_runs} noisy unchanged reruns")
     return 0

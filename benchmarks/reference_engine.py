@@ -28,7 +28,8 @@ PROMPTS = (
 
 
 def _requests(engine, batch: int, max_new: int):
-    from pytest_specenergy.refserver.records import GenerationRequest, SamplingParams
+    from pytest_specenergy.refserver.records import GenerationRequest
+    from pytest_specenergy.refserver.records import SamplingParams
 
     tok = engine.tokenizer
     return [

@@ -1,32 +1,159 @@
-"""Atomic file writes: a crash mid-write never leaves a half-written or truncated file."""
+"""Atomic file writes: a crash mid-write never leaves a half-written or truncated file.
+
+Files get the mode an ordinary ``open()`` would give them (0666 less the umask, or the mode
+of the file being replaced), not ``mkstemp``'s 0600: run history, JSON and reports are read
+by CI artifact collectors and teammates running as other users.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
+from typing import Iterable
+from typing import Iterator
+
+#: ``link()`` errors that mean "this file system has no hard links", not a failed write.
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, fsync it, then rename it over ``path``."""
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux allows (threads may be
+    creating files: the ``os.umask`` round trip would briefly affect them)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _file_mode(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o7777  # replacing a file keeps the mode it was given
+    except OSError:
+        return 0o666 & ~current_umask()
+
+
+def _write_temp(path: Path, text: str) -> str:
+    """A fully written, fsynced temporary file beside ``path`` with ``path``'s future mode."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, _file_mode(path))
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+    except BaseException:
+        _unlink(tmp)
+        raise
+    return tmp
+
+
+def _unlink(tmp: str) -> None:
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, fsync it, then rename it over ``path``."""
+    tmp = _write_temp(path, text)
+    try:
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink(tmp)
         raise
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Atomically write ``data`` as indented JSON."""
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    write_text_atomic(path, _json(data))
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+
+
+@contextlib.contextmanager
+def locked(path: Path | None) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if needed); no-op for None or
+    where ``fcntl`` is missing (exclusive creation still holds there)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        fcntl = None  # type: ignore[assignment]
+    if path is None or fcntl is None:
+        yield
+        return
+    with open(path, "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def create_text_exclusive(candidates: Iterable[Path], text: str,
+                          lock: Path | None = None) -> Path:
+    """Publish ``text`` under the first of ``candidates`` that does not exist yet; never
+    replaces a file, even against concurrent writers. Returns the path used.
+
+    The content is written to a temporary file first and then hard-linked into place:
+    ``link()`` fails when the name exists, so the check and the creation are one atomic
+    step (a check-then-rename lets two writers pick one name and the later one silently
+    replace the earlier). Readers never see a partial file. Where hard links are not
+    supported, ``O_CREAT | O_EXCL`` keeps the exclusivity (without the all-or-nothing).
+    ``candidates`` is iterated while ``lock`` is held, so it may compute names from what
+    exists (a next counter) without two writers computing the same one.
+    """
+    tmp: str | None = None
+    try:
+        with locked(lock):
+            for path in candidates:
+                if tmp is None:
+                    tmp = _write_temp(path, text)
+                if _publish(tmp, path, text):
+                    return path
+        raise FileExistsError("every candidate file name is taken")
+    finally:
+        if tmp is not None:
+            _unlink(tmp)
+
+
+def _publish(tmp: str, path: Path, text: str) -> bool:
+    """Give the complete file ``tmp`` the name ``path`` unless it exists (then False)."""
+    try:
+        os.link(tmp, path)
+        return True
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if exc.errno not in _NO_HARD_LINKS:
+            raise
+    # No hard links on this file system (some network, FUSE and FAT ones).
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return True
+
+
+def create_json_exclusive(candidates: Iterable[Path], data: Any,
+                          lock: Path | None = None) -> Path:
+    """:func:`create_text_exclusive` for indented JSON (serialised once, before any file)."""
+    return create_text_exclusive(candidates, _json(data), lock)

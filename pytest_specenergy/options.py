@@ -42,6 +42,45 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number of seconds > 0, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a significance level between 0 and 1 (e.g. 0.01), got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"expected a significance level between 0 and 1 (e.g. 0.01), got {text!r}")
+    return value
+
+
+def _faults(text: str) -> str:
+    from pytest_specenergy.refserver.faults import FAULTS  # torch-free: the names only
+
+    unknown = [f.strip() for f in text.split(",") if f.strip() and f.strip() not in FAULTS]
+    if unknown:
+        raise ValueError(f"unknown fault {', '.join(unknown)}; expected one of {', '.join(FAULTS)}")
+    return text
+
+
+def _run_name(text: str) -> str:
+    from pytest_specenergy.gate.storage import InvalidRunName
+    from pytest_specenergy.gate.storage import validate_run_name
+
+    try:
+        return validate_run_name(text)
+    except InvalidRunName as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -89,7 +128,7 @@ COMPARE_FAIL = _Option("compare-fail", "", "a regression limit METRIC[:STAT]:LIM
                        + ", ".join(DEFAULT_LIMITS) + ")",
                        parse=_fail_expr, action="append")
 ALPHA = _Option("alpha", DEFAULT_ALPHA, "significance level for a regression (Mann-Whitney U / bootstrap)",
-                float)
+                _probability)
 
 OPTIONS: tuple[_Option, ...] = (
     _Option("engine", "reference", "engine for cases whose model marker names none: "
@@ -103,7 +142,9 @@ OPTIONS: tuple[_Option, ...] = (
             "does not change)", _warmup),
     _Option("device", "auto", "device for the reference server: auto, cpu or cuda",
             _choice(("auto", "cpu", "cuda"))),
-    _Option("startup-timeout", 300.0, "seconds to wait for an engine to answer /health", float),
+    _Option("startup-timeout", 300.0, "seconds to wait for an engine to answer /health", _positive_float),
+    _Option("request-timeout", 300.0, "seconds one request may take before the case fails with the "
+            "engine's log tail (a hung engine no longer stalls the session)", _positive_float),
     _Option("log-dir", "", "folder for engine logs (default: .specenergy/logs under the rootdir)"),
     _Option("json", "", "write every sample, case, engine and meter description to this JSON file"),
     _Option("checks", "fail", "what a tripped fail-closed validity check does after the test "
@@ -112,9 +153,9 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("fault", "", "comma-separated reference-server fault switches injected into every "
             "reference engine (skip-state-rollback, wrong-accept-count, stale-draft-cache, "
             "accept-off-by-one): they "
-            "exist so a suite can prove its checks catch each bug class"),
+            "exist so a suite can prove its checks catch each bug class", _faults),
     STORAGE,
-    _Option("save", "", "save this run in the history under NAME (e.g. main)"),
+    _Option("save", "", "save this run in the history under NAME (e.g. main)", _run_name),
     _Option("autosave", False, "save this run in the history under the name 'auto'",
             action="store_true"),
     _Option("compare", "", "compare each case with a stored run: last, NAME, NNNN or PATH"),
@@ -182,6 +223,7 @@ class SpecEnergyConfig:
     warmup: int | None  # None: auto
     device: str
     startup_timeout: float
+    request_timeout: float
     log_dir: Path
     json: Path | None
     checks: str
@@ -248,6 +290,7 @@ class SpecEnergyConfig:
             warmup=None if values["specenergy_warmup"] == "auto" else values["specenergy_warmup"],
             device=values["specenergy_device"],
             startup_timeout=values["specenergy_startup_timeout"],
+            request_timeout=values["specenergy_request_timeout"],
             log_dir=Path(os.path.expanduser(str(log_dir))),
             json=Path(json_path) if json_path else None,
             checks=values["specenergy_checks"],

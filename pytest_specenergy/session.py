@@ -59,12 +59,16 @@ class SpecEnergySession:
     def measurer(self) -> PairMeasurer:
         """The pair measurer, built on first use with the planned cases."""
         if self._measurer is None:
+            from pytest_specenergy.engines.pool import EnginePool
             from pytest_specenergy.measure.pairs import PairMeasurer
 
             config = self.config
+            pool = EnginePool(config.log_dir, config.startup_timeout,
+                              request_timeout_s=config.request_timeout)
             self._measurer = PairMeasurer(
                 log_dir=config.log_dir, startup_timeout=config.startup_timeout, meter=config.meter,
-                repeats=config.repeats, warmup=config.warmup, meter_factory=self._hook_meter)
+                repeats=config.repeats, warmup=config.warmup, meter_factory=self._hook_meter,
+                pool=pool)
             self._measurer.plan(self.planned)
         return self._measurer
 
@@ -72,8 +76,8 @@ class SpecEnergySession:
     def gate(self) -> Gatekeeper:
         """The gatekeeper, built on first use from the options."""
         if self._gate is None:
-            from pytest_specenergy.gate.gatekeeper import GatePolicies
             from pytest_specenergy.gate.gatekeeper import Gatekeeper
+            from pytest_specenergy.gate.gatekeeper import GatePolicies
 
             config = self.config
             self._gate = Gatekeeper(
@@ -233,8 +237,12 @@ class SpecEnergySession:
         self.records.extend(records)
         self.xdist_skipped += skipped
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Write the run document (JSON file and/or history); a worker ships its records."""
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Write the run document (JSON file and/or history); a worker ships its records.
+
+        A session that did not run to its end (Ctrl-C, SIGTERM, ``-x``, a crashed worker) is
+        saved marked ``interrupted``: no reference (``last``, a name, a counter) selects it.
+        """
         config = session.config
         if xdist.is_worker(config):
             xdist.ship(config, self.records, self.xdist_skipped)
@@ -249,6 +257,10 @@ class SpecEnergySession:
         meters = self._measurer.describe_meters() if self._measurer else {}
         document = build_document(self.records, meters, self.engine_starts, self.machines,
                                   host=machine_info())
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop) \
+            or bool(session.shouldfail)
+        if interrupted:
+            document["interrupted"] = True
         config.hook.pytest_specenergy_update_json(data=document)
         if self.config.json:
             write_json_atomic(self.config.json, document)
@@ -257,7 +269,7 @@ class SpecEnergySession:
                 part = {**document, "machine_key": key,
                         "results": [r for r in self.records if r["machine_key"] == key]}
                 self.saved.append(storage.save_run(part, self.config.storage, self.config.save,
-                                                   machine_key=key))
+                                                   machine_key=key, interrupted=interrupted))
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         """The specenergy table and summary lines (controller only)."""

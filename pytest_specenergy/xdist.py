@@ -15,8 +15,6 @@ from typing import Any
 
 import pytest
 
-
-
 WORKER_OUTPUT_KEY = "specenergy_records"
 SKIPPED_KEY = "specenergy_xdist_skipped"
 SKIP_REASON = ("specenergy: energy is not measured under pytest-xdist without "

@@ -1,7 +1,8 @@
 """The quickstart: two drafters against the non-speculative twin on the built-in tiny model.
 
 Runs anywhere on CPU: the reference server (HF transformers, float64) serves ``tiny:dense``
-and the modeled meter (``modeled (h200)``) turns its work trace into joules.
+and the modeled meter (``modeled (h200, priced as Qwen3-8B)``) prices its work trace at the
+shapes the tiny models stand for.
 """
 
 import pytest
@@ -28,11 +29,15 @@ def test_ngram_pays_for_itself(spec_pair):
 
 
 @pytest.mark.drafter(Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=4, id="draft"))
-@pytest.mark.batch(1, 4, 16)
+@pytest.mark.batch(1, 4)
 def test_draft_model_is_exact(spec_pair):
     r = spec_pair.measure()
     r.assert_equivalent()
     r.assert_acceptance(at_least=1.1)
+    # Priced as a Qwen3-0.6B drafting for a Qwen3-8B, verification dominates and a draft
+    # model that commits ~2-3 tokens per step saves energy at single stream.
+    if r.case.batch == 1:
+        r.assert_saves_energy()
 
 
 @pytest.mark.model("tiny:hybrid")

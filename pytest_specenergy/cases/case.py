@@ -14,8 +14,8 @@ from dataclasses import field
 from typing import Any
 
 from pytest_specenergy.cases.corpora import Corpus
-from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.config import EngineConfig
+from pytest_specenergy.engines.drafters import Drafter
 
 
 @dataclass(frozen=True)

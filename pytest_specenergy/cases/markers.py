@@ -10,18 +10,18 @@ plugin turns it into a collection error without a traceback.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 import os
+from dataclasses import dataclass
 from typing import Any
 from typing import Callable
 
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.case import Generation
-from pytest_specenergy.engines.config import EngineConfig
-from pytest_specenergy.engines.base import ENGINES
 from pytest_specenergy.cases.corpora import Corpus
 from pytest_specenergy.cases.corpora import CorpusError
 from pytest_specenergy.cases.corpora import load_corpus
+from pytest_specenergy.engines.base import ENGINES
+from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.drafters import DrafterError
 

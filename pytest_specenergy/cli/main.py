@@ -16,14 +16,15 @@ from typing import Sequence
 
 from tabulate import tabulate
 
-from pytest_specenergy.gate import storage
 from pytest_specenergy.atomic import write_json_atomic
 from pytest_specenergy.atomic import write_text_atomic
-from pytest_specenergy.gate.limits import parse_fail_expr
+from pytest_specenergy.cli.predict import add_predict_parser
+from pytest_specenergy.gate import storage
 from pytest_specenergy.gate.compare import Verdict
 from pytest_specenergy.gate.compare import compare_documents
-from pytest_specenergy.gate.limits import DEFAULT_LIMITS
 from pytest_specenergy.gate.history import detect_history_steps
+from pytest_specenergy.gate.limits import DEFAULT_LIMITS
+from pytest_specenergy.gate.limits import parse_fail_expr
 from pytest_specenergy.gate.merge import MergeError
 from pytest_specenergy.gate.merge import merge_documents
 from pytest_specenergy.options import add_cli_options
@@ -201,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("--output", required=True, help="merged run file to write")
     merge.add_argument("--save", metavar="NAME", help="also save the merged run in the history")
     merge.set_defaults(func=cmd_merge)
+
+    add_predict_parser(sub)
 
     doctor = sub.add_parser("doctor", help="check a GPU runner: NVML, energy counter, GPUs, sglang, torch",
                             add_help=False)

@@ -7,30 +7,60 @@ dependency; errors carry the server's own message.
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
 import urllib.error
 import urllib.request
 from typing import Any
+from typing import Callable
 from typing import Sequence
+
+#: Seconds one request may take unless the caller sets another (``--specenergy-request-timeout``).
+#: Long enough for a 6000-token generation on a CPU reference server; far below the old 900 s.
+DEFAULT_REQUEST_TIMEOUT_S = 300.0
 
 
 class EngineHTTPError(RuntimeError):
     """An engine answered with an error, or did not answer."""
 
 
+class EngineError(EngineHTTPError):
+    """An engine died or hung mid-request; the message has its exit code or the timeout,
+    and the tail of its log."""
+
+
+#: ``diagnose(what, exc, timed_out)``: a fuller message for a request that got no answer
+#: (the launcher's: exit code, timeout, log tail), or None to keep the plain one.
+Diagnose = Callable[[str, BaseException, bool], "str | None"]
+
+
+def _timed_out(exc: BaseException) -> bool:
+    reason = getattr(exc, "reason", exc)
+    return isinstance(exc, (socket.timeout, TimeoutError)) or isinstance(
+        reason, (socket.timeout, TimeoutError))
+
+
 class EngineClient:
     """JSON over HTTP to one engine at ``base_url`` (``http://127.0.0.1:PORT``)."""
 
-    def __init__(self, base_url: str, timeout_s: float = 900.0) -> None:
+    def __init__(self, base_url: str, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+                 diagnose: Diagnose | None = None) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"request timeout must be a positive number of seconds, "
+                             f"got {timeout_s!r}")
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.diagnose = diagnose
 
-    def _request(self, method: str, path: str, body: Any = None, timeout_s: float | None = None) -> Any:
+    def _request(self, method: str, path: str, body: Any = None, timeout_s: float | None = None,
+                 diagnose: bool = True) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.base_url + path, data=data, method=method,
                                          headers={"Content-Type": "application/json"})
+        timeout = timeout_s or self.timeout_s
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s or self.timeout_s) as response:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
                 payload = response.read()
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")
@@ -39,8 +69,17 @@ class EngineClient:
             except (ValueError, KeyError, TypeError):
                 pass
             raise EngineHTTPError(f"{method} {path} -> HTTP {exc.code}: {detail}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise EngineHTTPError(f"{method} {path} failed: {exc}") from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            # No answer: the engine died, hung past the timeout, or closed mid-response.
+            # The launcher knows which (exit code, log); ask it before giving up.
+            timed_out = _timed_out(exc)
+            what = f"{method} {path}"
+            plain = (f"{what} got no answer within {timeout:g} s" if timed_out
+                     else f"{what} failed: {exc}")
+            fuller = self.diagnose(what, exc, timed_out) if diagnose and self.diagnose else None
+            if fuller:
+                raise EngineError(f"{fuller}\n({plain})") from None
+            raise EngineHTTPError(plain) from None
         text = payload.decode(errors="replace")
         try:
             return json.loads(text)
@@ -50,7 +89,8 @@ class EngineClient:
     def health(self, timeout_s: float = 5.0) -> bool:
         """True when ``/health`` answers 200."""
         try:
-            self._request("GET", "/health", timeout_s=timeout_s)
+            # Start-up polls this while the engine loads: no diagnosis wait per poll.
+            self._request("GET", "/health", timeout_s=timeout_s, diagnose=False)
         except EngineHTTPError:
             return False
         return True
@@ -59,6 +99,8 @@ class EngineClient:
         """``GET /server_info`` (falls back to the pre-0.5.23 ``/get_server_info``)."""
         try:
             return self._request("GET", "/server_info")
+        except EngineError:
+            raise  # the engine is gone: no point asking the old path
         except EngineHTTPError:
             return self._request("GET", "/get_server_info")
 

@@ -1,9 +1,15 @@
 """Supervised server processes.
 
-Each engine runs as a child in its own process group, logging to a file. Start-up waits for
-``/health`` with a timeout and notices an early exit; teardown terminates the whole group
-and waits, so GPU memory is released before the next engine starts. Never an in-process
-``sglang.Engine``: its shutdown kills every child of the host (reference/sglang-api.md s.4).
+Each engine runs in its own process group, logging to a file, under a parent-death watchdog
+(:mod:`pytest_specenergy.engines.watchdog`, the group leader): when pytest dies, even by
+``kill -9``, the watchdog stops the group, so no engine outlives the session holding GPU
+memory. Start-up refuses a port that something already listens on, waits for ``/health``
+with a timeout, notices an early exit, and checks that the server answering is the one it
+started (:mod:`pytest_specenergy.engines.identity`). Requests have a timeout; a request that
+gets no answer is reported with the engine's exit code or the timeout, and its log tail.
+Teardown terminates the whole group and waits, so GPU memory is released before the next
+engine starts. Never an in-process ``sglang.Engine``: its shutdown kills every child of the
+host (reference/sglang-api.md s.4).
 """
 
 from __future__ import annotations
@@ -18,12 +24,23 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specenergy.engines.base import EngineBackend
+from pytest_specenergy.engines.client import DEFAULT_REQUEST_TIMEOUT_S
 from pytest_specenergy.engines.client import EngineClient
+from pytest_specenergy.engines.client import EngineHTTPError
 from pytest_specenergy.engines.config import EngineConfig
+from pytest_specenergy.engines.identity import EngineIdentityError
+from pytest_specenergy.engines.identity import EngineStartError
+from pytest_specenergy.engines.identity import check_identity
+from pytest_specenergy.engines.identity import port_in_use
 
+__all__ = ["EngineIdentityError", "EngineStartError", "ServerProcess", "free_port", "log_tail",
+           "python_executable"]
 
-class EngineStartError(RuntimeError):
-    """An engine did not come up; the message quotes its log."""
+#: Fresh ports tried when the picked one turns out to be taken before the launch.
+PORT_TRIES = 5
+#: How long a request failure waits for the engine's exit to become visible: a killed
+#: engine closes its socket a moment before the watchdog reports its status.
+EXIT_WAIT_S = 3.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -42,52 +59,110 @@ def log_tail(path: Path, lines: int = 25) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def describe_exit(code: int) -> str:
+    """``3``, or ``-9 (SIGKILL)`` for a signal death."""
+    if code < 0:
+        try:
+            return f"{code} ({signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    return str(code)
+
+
 class ServerProcess:
     """One running engine server; also the meters' :class:`EngineHandle`."""
 
     def __init__(self, config: EngineConfig, backend: EngineBackend, log_dir: Path,
-                 startup_timeout_s: float | None = None, host: str = "127.0.0.1") -> None:
+                 startup_timeout_s: float | None = None, host: str = "127.0.0.1",
+                 request_timeout_s: float | None = None) -> None:
         self.config = config
         self.backend = backend
         self.host = host
-        self.port = free_port(host)
-        self.argv = backend.command(config, host, self.port)
         self.env: dict[str, str] = {**os.environ, **backend.environment(config)}
         # Child Python processes must see the plugin even when it is not installed.
         root = str(Path(__file__).resolve().parents[2])
         self.env["PYTHONPATH"] = os.pathsep.join(p for p in (root, self.env.get("PYTHONPATH")) if p)
         log_dir.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in config.label())
-        self.log_path = log_dir / f"{stamp}-{safe}-{self.port}.log"
+        self.log_dir = log_dir
         self.startup_timeout_s = startup_timeout_s or backend.startup_timeout_s
-        self.client = EngineClient(f"http://{host}:{self.port}")
+        self.request_timeout_s = request_timeout_s or DEFAULT_REQUEST_TIMEOUT_S
         self.server_info: dict[str, Any] = {}
+        #: How the identity check proved the answering server is ours (see identity.py).
+        self.identity: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        #: Write end of the watchdog's pipe: the kernel closes it when we die, whatever kills us.
+        self._lifeline: int | None = None
+        self._use_port(free_port(host))
+
+    def _use_port(self, port: int) -> None:
+        """Point argv, client and log name at ``port`` (re-picked if it was taken)."""
+        self.port = port
+        self.argv = self.backend.command(self.config, self.host, port)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.config.label())
+        self.log_path = self.log_dir / f"{stamp}-{safe}-{port}.log"
+        self.client = EngineClient(f"http://{self.host}:{port}", timeout_s=self.request_timeout_s,
+                                   diagnose=self._diagnose)
 
     @property
     def pid(self) -> int | None:
-        """The server's process id (its process group leader)."""
+        """The group leader's pid: the watchdog, whose child (and group) is the server."""
         return self._proc.pid if self._proc else None
+
+    def _pick_free_port(self) -> None:
+        """Another process may have taken our port since :func:`free_port`: pick again."""
+        taken = []
+        for _ in range(PORT_TRIES):
+            if not port_in_use(self.host, self.port):
+                return
+            taken.append(self.port)
+            self._use_port(free_port(self.host))
+        raise EngineStartError(
+            f"engine {self.config.label()} was not started: ports {', '.join(map(str, taken))} "
+            f"on {self.host} were already in use by another process "
+            f"({self._foreign(taken[-1])}); is another session's engine running there?")
+
+    def _foreign(self, port: int) -> str:
+        """What answers on ``port``, for the message."""
+        try:
+            info = EngineClient(f"http://{self.host}:{port}")._request(
+                "GET", "/server_info", timeout_s=2.0, diagnose=False)
+        except EngineHTTPError:
+            return "no /server_info: not an engine"
+        if not isinstance(info, dict):
+            return "not an engine"
+        return (f"an engine serving model {info.get('model_path')!r}, pid "
+                f"{info.get('pid', 'not reported')}")
 
     def start(self) -> ServerProcess:
         """Launch and wait until ``/health`` answers; raise :class:`EngineStartError` otherwise."""
-        with open(self.log_path, "ab") as log:
-            log.write(f"$ {' '.join(self.argv)}\n".encode())
-            log.flush()
-            self._proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, env=self.env,
-                                          start_new_session=True)
+        self._pick_free_port()
+        read_end, self._lifeline = os.pipe()  # both non-inheritable; the watchdog gets read_end
+        command = [python_executable(), "-m", "pytest_specenergy.engines.watchdog",
+                   "--parent", str(os.getpid()), "--fd", str(read_end), "--", *self.argv]
+        try:
+            with open(self.log_path, "ab") as log:
+                log.write(f"$ {' '.join(self.argv)}\n".encode())
+                log.flush()
+                self._proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, env=self.env,
+                                              start_new_session=True, pass_fds=(read_end,))
+        except BaseException:
+            self._close_lifeline()
+            raise
+        finally:
+            os.close(read_end)
         deadline = time.monotonic() + self.startup_timeout_s
         delay = 0.05
         while time.monotonic() < deadline:
             code = self._proc.poll()
             if code is not None:
+                self.stop()
                 raise EngineStartError(
-                    f"engine {self.config.label()} exited with code {code} during start-up; "
-                    f"log {self.log_path}:\n{log_tail(self.log_path)}")
+                    f"engine {self.config.label()} exited with code {describe_exit(code)} during "
+                    f"start-up; log {self.log_path}:\n{log_tail(self.log_path)}")
             if self.client.health(timeout_s=2.0):
-                self.server_info = self.client.server_info()
+                self._check_identity()
                 return self
             time.sleep(delay)
             delay = min(delay * 1.5, 0.2)
@@ -95,6 +170,48 @@ class ServerProcess:
         raise EngineStartError(
             f"engine {self.config.label()} did not answer /health within "
             f"{self.startup_timeout_s:.0f} s; log {self.log_path}:\n{log_tail(self.log_path)}")
+
+    def _check_identity(self) -> None:
+        """``/health`` answered: prove it was our engine, or stop ours and say what answered."""
+        proc = self._proc
+        assert proc is not None
+        try:
+            self.server_info = self.client.server_info()
+            if not isinstance(self.server_info, dict):
+                raise EngineIdentityError(
+                    f"/server_info on {self.host}:{self.port} answered "
+                    f"{type(self.server_info).__name__}, not an object")
+            self.identity = check_identity(self.config, self.server_info, proc.pid,
+                                           self.host, self.port)
+        except (EngineIdentityError, EngineHTTPError) as exc:
+            code = proc.poll()
+            ours = ("exited with code " + describe_exit(code)) if code is not None else "was stopped"
+            self.stop()
+            raise EngineIdentityError(f"{exc}; engine {self.config.label()} {ours}; log "
+                                      f"{self.log_path}:\n{log_tail(self.log_path)}") from None
+
+    def _diagnose(self, what: str, exc: BaseException, timed_out: bool) -> str | None:
+        """The client's hook for a request that got no answer: did the engine die or hang?"""
+        proc = self._proc
+        if proc is None:
+            return None
+        label, pid = self.config.label(), proc.pid
+        try:
+            code = proc.wait(timeout=0 if timed_out else EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        log = f"log {self.log_path}:\n{log_tail(self.log_path)}"
+        if code is not None:
+            self.stop()  # sweep what is left of its group, close the lifeline
+            return f"engine {label} (pid {pid}) exited with code {describe_exit(code)} during {what}; {log}"
+        if timed_out:
+            # A hung engine would stall every later case too: stop it, so that the pool
+            # starts a fresh one for the next case.
+            self.stop(grace_s=5.0)
+            return (f"engine {label} (pid {pid}) did not answer {what} within "
+                    f"{self.client.timeout_s:g} s (hung, or slower than the request timeout: "
+                    f"raise --specenergy-request-timeout); the engine was stopped; {log}")
+        return f"engine {label} (pid {pid}) is running but {what} got no answer ({exc}); {log}"
 
     def alive(self) -> bool:
         """True while the process runs."""
@@ -105,15 +222,34 @@ class ServerProcess:
         if self._proc is not None:
             try:
                 os.killpg(self._proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def kill(self) -> None:
+        """SIGKILL the whole group at once, without waiting (a second SIGTERM to pytest)."""
+        if self._proc is not None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
                 pass
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Terminate the whole process group and wait for it."""
         proc, self._proc = self._proc, None
         if proc is None:
+            self._close_lifeline()
             return
+        if getattr(self.backend, "stop_signal_leader_only", False):
+            # SGLang drains cleanly on SIGTERM to its leader; SIGTERM to the whole group makes
+            # its children log a crash and sleep before exiting.
+            try:
+                os.kill(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=grace_s)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
+            if proc.poll() is not None:
+                break
             try:
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:
@@ -128,6 +264,19 @@ class ServerProcess:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        try:
+            proc.wait(timeout=1.0)  # reap it, so no zombie stays behind
+        except subprocess.TimeoutExpired:
+            pass
+        self._close_lifeline()
+
+    def _close_lifeline(self) -> None:
+        lifeline, self._lifeline = self._lifeline, None
+        if lifeline is not None:
+            try:
+                os.close(lifeline)
+            except OSError:
+                pass
 
     def work_trace(self, start: int) -> tuple[int, list[dict[str, Any]]]:
         """Steps recorded since ``start`` (reference server only)."""
@@ -138,6 +287,7 @@ class ServerProcess:
         info = self.server_info
         return {"config": self.config.as_dict(), "argv": self.argv, "log": str(self.log_path),
                 "version": info.get("version"), "engine": info.get("engine", self.backend.name),
+                "identity": self.identity,
                 "server_info": {k: v for k, v in info.items() if k != "internal_states"}}
 
 

@@ -3,30 +3,50 @@
 A config starts once and is reused by every case that needs it, whichever module the case
 sits in. ``max_live`` bounds how many servers run at once (one GPU holds one SGLang engine
 at a time); the plugin orders items so that cases of one engine are adjacent.
+
+SIGTERM (a CI cancellation, a job timeout) would kill pytest without any teardown, leaving
+its engines running. While the pool holds engines it handles SIGTERM in the main thread: the
+engines are told to stop at once, and :class:`EngineTerminated` (a ``KeyboardInterrupt``) is
+raised, so pytest ends the session as for Ctrl-C and the normal teardown waits for them. A
+second SIGTERM kills the engines outright and lets the signal end pytest. The parent-death
+watchdog of each server (engines/watchdog.py) covers what no handler can: ``kill -9``.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections import OrderedDict
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from pytest_specenergy.engines.base import get_backend
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.launch import ServerProcess
 
 
+class EngineTerminated(KeyboardInterrupt):
+    """pytest got SIGTERM while engines ran: end the session like Ctrl-C, so teardown runs."""
+
+
 class EnginePool:
     """Starts engines on first use and keeps them until :meth:`close` (or eviction)."""
 
     def __init__(self, log_dir: Path, startup_timeout_s: float | None = None,
-                 max_live: int = 0) -> None:
+                 max_live: int = 0, request_timeout_s: float | None = None) -> None:
         self.log_dir = log_dir
         self.startup_timeout_s = startup_timeout_s
+        #: Seconds one request may take (None: the client's default); see EngineClient.
+        self.request_timeout_s = request_timeout_s
         self.max_live = max_live
         self._live: OrderedDict[EngineConfig, ServerProcess] = OrderedDict()
         #: Every start, in order: how the benchmarks and tests count engine starts.
         self.starts: list[EngineConfig] = []
         self.failed: dict[EngineConfig, Exception] = {}
+        self._previous_handler: Any = None
+        self._handling = False
+        self._terminations = 0
 
     def get(self, config: EngineConfig) -> ServerProcess:
         """The running server for ``config``, started now if needed."""
@@ -43,12 +63,20 @@ class EnginePool:
             while len(self._live) >= self.max_live:
                 _, oldest = self._live.popitem(last=False)
                 oldest.stop()
-        server = ServerProcess(config, backend, self.log_dir, self.startup_timeout_s)
+        if server is not None:  # it died (or was stopped after a hang): sweep what is left
+            self._live.pop(config, None)
+            server.stop()
+        self._install_sigterm_handler()
+        server = ServerProcess(config, backend, self.log_dir, self.startup_timeout_s,
+                               request_timeout_s=self.request_timeout_s)
         self.starts.append(config)
         try:
             server.start()
         except Exception as exc:
             self.failed[config] = exc
+            raise
+        except BaseException:  # Ctrl-C or SIGTERM mid-start: it is in no list close() sees
+            server.stop()
             raise
         self._live[config] = server
         return server
@@ -60,3 +88,45 @@ class EnginePool:
         while self._live:
             _, server = self._live.popitem()
             server.stop()
+        self._restore_sigterm_handler()
+
+    # -- SIGTERM ------------------------------------------------------------------------
+    def _install_sigterm_handler(self) -> None:
+        """Handle SIGTERM while engines may run; only the main thread can set handlers."""
+        if self._handling or threading.current_thread() is not threading.main_thread():
+            return
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous == signal.SIG_IGN:
+            return  # whoever started us asked for SIGTERM to be ignored: respect that
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._previous_handler = previous
+        self._handling = True
+
+    def _restore_sigterm_handler(self) -> None:
+        if not self._handling or threading.current_thread() is not threading.main_thread():
+            return
+        # Only undo our own handler: something installed later keeps its place.
+        if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+            previous = self._previous_handler
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        self._handling = False
+        self._previous_handler = None
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self._terminations += 1
+        servers = list(self._live.values())
+        if self._terminations > 1:
+            # Teardown is taking too long for whoever sent SIGTERM again: no more waiting.
+            for server in servers:
+                server.kill()
+            self._restore_sigterm_handler()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGTERM)
+            return
+        for server in servers:
+            server.terminate()  # they stop side by side while pytest unwinds
+        previous = self._previous_handler
+        if callable(previous):
+            previous(signum, frame)  # chain: a handler installed before ours still runs
+        raise EngineTerminated(f"SIGTERM received: stopping {len(servers)} engine(s) and "
+                               "ending the session")

@@ -4,24 +4,28 @@ Both arms of a pair are built by the same function from the same config (the bas
 ``config.twin()``), and everything SGLang would otherwise resolve differently for a
 speculative engine is pinned explicitly in both: attention backend (NGRAM's tree topk pushes
 the Hopper default from fa3 to flashinfer), ``max_running_requests`` (spec engines default to
-48), memory fraction, CUDA-graph batch cap, radix cache, seed, dtype, TP size, and on releases
-before 0.5.14 the overlap scheduler. See shared/reference/sglang-api.md s.1, s.7, s.8, s.9.
+48), memory fraction, CUDA-graph batch cap *and* decode capture list (SGLang gives a
+speculative engine a finer list than a plain one at the same cap), radix cache, seed, dtype,
+TP size, and on releases before 0.5.14 the overlap scheduler. See
+shared/reference/sglang-api.md s.1, s.7, s.8, s.9 and sglang-audit.md item 1.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
-from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines import sglang_args as sa
 from pytest_specenergy.engines.base import EngineBackend
 from pytest_specenergy.engines.base import EngineConfigError
 from pytest_specenergy.engines.config import EngineConfig
+from pytest_specenergy.engines.drafters import Drafter
 
 #: Our drafter name -> SGLang ``speculative_algorithm``.
 ALGORITHMS: dict[str, str] = {
@@ -35,6 +39,11 @@ DEFAULT_ATTENTION_BACKEND = "flashinfer"
 DEFAULT_MAX_RUNNING_REQUESTS = 48
 DEFAULT_MEM_FRACTION_STATIC = 0.80
 DEFAULT_TP_SIZE = 1
+#: ``--log-level`` in both arms: with ``decode_log_interval=1`` SGLang writes one INFO line per
+#: decode/verify step, and the baseline runs more steps than the speculative arm.
+DEFAULT_LOG_LEVEL = "warning"
+#: Seconds ``/flush_cache?timeout=`` waits for the scheduler to go idle (0.5.23+).
+FLUSH_CACHE_TIMEOUT_S = 30
 _DTYPES = {"auto": "auto", "half": "half", "float16": "float16", "fp16": "float16",
            "bfloat16": "bfloat16", "bf16": "bfloat16", "float": "float", "float32": "float32",
            "fp32": "float32"}
@@ -62,6 +71,10 @@ class SGLangBackend:
     name = "sglang"
     # Loading a large checkpoint and capturing CUDA graphs for both phases takes minutes.
     startup_timeout_s = 1800.0
+    #: Stop policy: SIGTERM to the group kills the scheduler first, so the SGLang parent logs a
+    #: crash and sleeps 5 s before cleaning up; SIGTERM to the leader alone takes the graceful
+    #: drain path. So: SIGTERM the leader, wait, then SIGTERM/SIGKILL the group.
+    stop_signal_leader_only = True
 
     def drafters(self) -> tuple[str, ...]:
         """Drafter names this backend maps onto SGLang algorithms."""
@@ -72,6 +85,17 @@ class SGLangBackend:
         override = config.option("sglang_version")
         if override is not None:
             return sa.parse_version(str(override)), "engine option sglang_version"
+        python = config.option("python")
+        if python is not None:
+            # The server runs under that interpreter, so its sglang is the one that counts.
+            found = python_sglang_version(str(python))
+            if found is None:
+                raise EngineConfigError(
+                    f"SGLang is not installed in the engine option python={python!s} (asking it "
+                    "for importlib.metadata.version('sglang') failed), so its command line "
+                    "cannot be built; install sglang>=0.5.9,<0.6 there, or set the engine "
+                    "option sglang_version='0.5.23' on pytest.mark.model(...)")
+            return sa.parse_version(found), f"installed in {python}"
         installed = sa.installed_version()
         if installed is None:
             raise EngineConfigError(
@@ -80,6 +104,29 @@ class SGLangBackend:
                 "'pytest-specenergy[sglang]'), or set the engine option "
                 "sglang_version='0.5.23' on pytest.mark.model(...) for a dry run")
         return sa.parse_version(installed), "installed"
+
+    def supports_prompt_token_ids(self, config: EngineConfig) -> bool:
+        """Whether the server's ``/generate`` takes ``return_prompt_token_ids`` (>= 0.5.13).
+
+        Pass it to :func:`pytest_specenergy.measure.coherence.measure_coherence` as
+        ``return_prompt_token_ids``; False (or unknown) makes coherence read the prompt ids
+        from ``input_token_logprobs`` instead.
+        """
+        try:
+            version, _ = self.version(config)
+        except EngineConfigError:
+            return False
+        return sa.facts_for(version).return_prompt_token_ids
+
+    def flush_cache_path(self, config: EngineConfig) -> str:
+        """The ``/flush_cache`` request path: 0.5.23 waits for idle with ``?timeout=S``."""
+        try:
+            version, _ = self.version(config)
+        except EngineConfigError:
+            return "/flush_cache"
+        if sa.facts_for(version).flush_cache_timeout:
+            return f"/flush_cache?timeout={FLUSH_CACHE_TIMEOUT_S}"
+        return "/flush_cache"
 
     def check(self, config: EngineConfig) -> None:
         """Refuse configs SGLang would reject, silently change, or run incorrectly."""
@@ -171,6 +218,7 @@ class SGLangBackend:
         version, _ = self.version(config)
         facts = sa.facts_for(version)
         running = config.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
+        cap_field, list_field = facts.cuda_graph_max_bs_field, facts.cuda_graph_bs_field
         args: dict[str, Any] = {
             "dtype": _dtype(config.dtype),
             "tp_size": DEFAULT_TP_SIZE,
@@ -178,10 +226,16 @@ class SGLangBackend:
             "attention_backend": DEFAULT_ATTENTION_BACKEND,
             "max_running_requests": running,
             "mem_fraction_static": DEFAULT_MEM_FRACTION_STATIC,
-            # Capture decode graphs for every batch the engine may run, in both arms.
-            facts.cuda_graph_max_bs_field: running,
+            # Capture decode graphs for every batch the engine may run, in both arms; the
+            # capture list itself is pinned below, once the cap is final.
+            cap_field: running,
+            list_field: None,  # placeholder, so the list renders next to the cap
             "disable_radix_cache": True,
-            "decode_log_interval": 1,  # exact spec totals and one step_time entry per step
+            # step_time_dict gets one entry per decode_log_interval steps (SGLang appends only
+            # at the logging tick, metrics_reporter.py:933-955), so 1 is needed for per-step
+            # concurrency; the per-step INFO line it would write is cut by the log level.
+            "decode_log_interval": 1,
+            "log_level": DEFAULT_LOG_LEVEL,
         }
         if facts.spec_disables_overlap:
             args["disable_overlap_schedule"] = True
@@ -195,18 +249,28 @@ class SGLangBackend:
             user = {k: v for k, v in user.items() if not k.startswith("speculative_")}
         args.update(user)
         if args.get("disable_cuda_graph") or args.get("disable_decode_cuda_graph"):
-            args.pop(facts.cuda_graph_max_bs_field, None)
+            args.pop(cap_field, None)
+            args.pop(list_field, None)
+        elif list_field in user:
+            # The user's list wins; SGLang (0.5.9) resets the cap to its largest entry anyway.
+            if cap_field not in user and user[list_field]:
+                args[cap_field] = max(int(b) for b in user[list_field])
+        else:
+            args[list_field] = decode_cuda_graph_batch_sizes(
+                int(args[cap_field]), padding=not args.get("disable_cuda_graph_padding"))
         return args
 
     def command(self, config: EngineConfig, host: str, port: int) -> list[str]:
         """The server argv; the twin's differs only in ``--speculative-*`` flags."""
+        facts = sa.facts_for(self.version(config)[0])
         python = config.option("python")
         if python is None:
             from pytest_specenergy.engines.launch import python_executable
 
             python = python_executable()
         return [str(python), "-m", "sglang.launch_server", "--model-path", config.model,
-                "--host", host, "--port", str(port), *sa.render_flags(self.server_args(config))]
+                "--host", host, "--port", str(port),
+                *sa.render_flags(self.server_args(config), facts.negatable_fields)]
 
     def environment(self, config: EngineConfig) -> dict[str, str]:
         """Record per-step running batch sizes so actual concurrency can be read back."""
@@ -232,6 +296,66 @@ class SGLangBackend:
             notes.append("ngram min/max_match_window apply to the reference server only; "
                          "SGLang >= 0.5.12 matches against a trie (speculative_ngram_max_trie_depth)")
         return notes
+
+
+def decode_cuda_graph_batch_sizes(cap: int, padding: bool = True) -> list[int]:
+    """The decode CUDA-graph capture list pinned in both arms, from the cap alone.
+
+    SGLang's own default depends on the arm: a speculative engine gets the finer "less padding"
+    list (0.5.23 ``cuda_graph_hook.py:500-532``, 0.5.9 ``server_args.py:1083-1104``), a plain
+    one ``[1, 2, 4, 8, 12, 16, 24, ...]``, so the baseline would pad odd batches more (3 -> 4,
+    9 -> 12, 17 -> 24). This is SGLang's speculative list, given to both; with
+    ``padding=False`` (``disable_cuda_graph_padding``) every size up to the cap.
+    """
+    if cap < 1:
+        raise EngineConfigError(f"CUDA-graph batch cap must be >= 1, got {cap}")
+    if not padding:
+        return list(range(1, cap + 1))
+    sizes = (list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4))
+             + list(range(72, 257, 8)) + list(range(272, cap + 1, 16)))
+    sizes = [b for b in sizes if b <= cap]
+    if cap not in sizes:
+        sizes.append(cap)
+    return sizes
+
+
+@functools.lru_cache(maxsize=16)
+def python_sglang_version(python: str) -> str | None:
+    """``importlib.metadata.version('sglang')`` as seen by the interpreter ``python``, or None."""
+    code = "import importlib.metadata as m; print(m.version('sglang'))"
+    try:
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60,
+                              check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.strip().splitlines()
+    return lines[-1].strip() if done.returncode == 0 and lines else None
+
+
+# /server_info keys that legitimately differ between two servers of one pair.
+_RESOLVED_IGNORED = frozenset({
+    "port", "nccl_port", "host", "internal_states", "dist_init_addr", "metrics_port",
+    "disaggregation_bootstrap_port", "engine_info_bootstrap_port", "grpc_port",
+    "encoder_bootstrap_port", "gated_launch_port", "smg_http_sidecar_port",
+    "grpc_http_sidecar_port", "forward_pass_metrics_ipc_name", "weight_version",
+})
+
+
+def resolved_args_difference(spec_info: Any, base_info: Any) -> list[str]:
+    """Resolved settings outside ``speculative_*`` that differ between two ``/server_info``.
+
+    Unlike ``meta_info.server_args_difference`` (a fixed list of keys), every key both servers
+    report is compared, except ``speculative_*``, ports/addresses and ``internal_states``.
+    One line per difference; empty for a matched pair.
+    """
+    lines = []
+    for key in sorted(set(spec_info) & set(base_info)):
+        if key.startswith("speculative_") or key in _RESOLVED_IGNORED:
+            continue
+        if spec_info[key] != base_info[key]:
+            lines.append(f"{key}: {spec_info[key]!r} (speculative) vs {base_info[key]!r} "
+                         "(baseline)")
+    return lines
 
 
 def _speculative_args(drafter: Drafter, facts: sa.VersionFacts) -> dict[str, Any]:

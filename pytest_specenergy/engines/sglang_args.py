@@ -213,12 +213,39 @@ KNOWN_FIELDS: frozenset[str] = frozenset(_KNOWN_FIELDS_TEXT.split())
 _CLI_NAME_OVERRIDES = {
     "fp8_gemm_runner_backend": "--fp8-gemm-backend",
     "fp4_gemm_runner_backend": "--fp4-gemm-backend",
+    # 0.5.23 fields/exec_.py:970-977, fields/parallel.py:303 (checked with the real parser).
+    "ep_join_mode": "--elastic-ep-join-mode",
+    "ep_join_rank_offset": "--elastic-ep-join-rank-offset",
 }
+
+# ServerArgs fields with no command-line flag at all (``Arg(no_cli=True)`` or plain dataclass
+# fields the parser never registers), per first read release; found by comparing the fields
+# with the real parser's actions. 0.5.15-0.5.22 were not read and get 0.5.14's list.
+_NO_CLI_0_5_14 = frozenset({"custom_sigquit_handler", "stat_loggers"})
+_NO_CLI_0_5_23 = frozenset({
+    "_radix_eviction_policy_explicitly_set", "_speculative_draft_quantization_explicitly_set",
+    "_swa_full_tokens_ratio_explicitly_set", "aux_hidden_state_capture",
+    "custom_sigquit_handler", "enable_cp_tp_group_sharing", "grpc_worker_threads",
+    "speculative_boundary_reduction", "stat_loggers", "uses_mamba_radix_cache",
+    "watermark_context_window", "watermark_default_enabled", "watermark_enforce_all",
+    "watermark_key", "watermark_key_b", "watermark_max_probability",
+    "watermark_mixing_probability",
+})
+
+# Three-state booleans (argparse.BooleanOptionalAction, default None = auto or True): False
+# is only reachable through ``--no-<flag>``. Same sources as above.
+_NEGATABLE_0_5_14 = frozenset({"experts_shared_outer_loras", "lora_strict_loading"})
+_NEGATABLE_0_5_23 = frozenset({
+    "dcp_replicate_q_proj", "dllm_fdfo", "enable_decoder_swa_bounded_replay",
+    "enable_dsa_fused_indexer", "enable_fused_qk_norm_rope", "enable_tf32_matmul",
+    "enable_tp_lm_head_all_to_all", "experts_shared_outer_loras", "lora_strict_loading",
+    "mm_enable_dp_encoder", "ple_offload_embedding", "speculative_enable_w4a4_mxfp4_megamoe",
+})
 
 # JSON-valued fields: a dict option (frozen by EngineConfig into sorted pairs) is sent as JSON.
 _JSON_FIELDS = frozenset({
     "cuda_graph_config", "json_model_override_args", "speculative_adaptive_config",
-    "hicache_storage_backend_extra_config", "decode_log_extra_config",
+    "hicache_storage_backend_extra_config",
 })
 
 
@@ -248,6 +275,14 @@ class VersionFacts:
     shutdown_waits_for_gpu: bool
     #: SGLang ``speculative_algorithm`` values this release accepts.
     algorithms: frozenset[str]
+    #: ServerArgs fields this release has no command-line flag for (refused as options).
+    no_cli_fields: frozenset[str] = frozenset()
+    #: Three-state bool fields: ``False`` is sent as ``--no-<flag>``.
+    negatable_fields: frozenset[str] = frozenset()
+    #: ``/generate`` accepts ``return_prompt_token_ids`` (first in 0.5.13; 0.5.12 lacks it).
+    return_prompt_token_ids: bool = False
+    #: ``/flush_cache?timeout=S`` waits for the scheduler to go idle (0.5.23; 0.5.14 not read).
+    flush_cache_timeout: bool = False
 
 
 #: First read release that accepts each algorithm (0.5.10/11 and 0.5.15-0.5.22 were not read).
@@ -296,6 +331,12 @@ def facts_for(version: Version) -> VersionFacts:
         ngram_commits_hybrid_state=version >= (0, 5, 14),
         shutdown_waits_for_gpu=version >= (0, 5, 12),
         algorithms=frozenset(a for a, since in ALGORITHM_SINCE.items() if version >= since),
+        no_cli_fields=(_NO_CLI_0_5_23 if version >= (0, 5, 23)
+                       else _NO_CLI_0_5_14 if renamed else frozenset()),
+        negatable_fields=(_NEGATABLE_0_5_23 if version >= (0, 5, 23)
+                          else _NEGATABLE_0_5_14 if renamed else frozenset()),
+        return_prompt_token_ids=version >= (0, 5, 13),
+        flush_cache_timeout=version >= (0, 5, 23),
     )
 
 
@@ -311,7 +352,7 @@ _NEW_ONLY: dict[str, Version] = {
     "cuda_graph_max_bs_prefill": (0, 5, 14), "cuda_graph_bs_prefill": (0, 5, 14),
     "disable_decode_cuda_graph": (0, 5, 14), "disable_prefill_cuda_graph": (0, 5, 14),
     "cuda_graph_backend_decode": (0, 5, 14), "cuda_graph_backend_prefill": (0, 5, 14),
-    "speculative_dflash_block_size": (0, 5, 23), "speculative_dspark_block_size": (0, 5, 23),
+    "speculative_dflash_block_size": (0, 5, 12), "speculative_dspark_block_size": (0, 5, 23),
 }
 _REMOVED: dict[str, tuple[Version, str]] = {
     "speculative_ngram_min_match_window_size": (
@@ -345,6 +386,12 @@ def translate_options(options: Mapping[str, Any], facts: VersionFacts) -> dict[s
             raise EngineConfigError(
                 f"engine option {name}= needs SGLang >= {format_version(_NEW_ONLY[name])}; "
                 f"this run uses {format_version(version)}")
+        if name in facts.no_cli_fields:
+            raise EngineConfigError(
+                f"engine option {name}= is a ServerArgs field with no command-line flag in "
+                f"SGLang {format_version(version)} (SGLang sets or resolves it itself; the "
+                "watermark_* ones come from watermark_config), so launch_server would reject "
+                f"--{name.replace('_', '-')}; remove it")
         if name in _REMOVED and version >= _REMOVED[name][0]:
             since, advice = _REMOVED[name]
             raise EngineConfigError(
@@ -407,14 +454,19 @@ def flag_for(field: str) -> str:
     return _CLI_NAME_OVERRIDES.get(field, "--" + field.replace("_", "-"))
 
 
-def render_flags(args: Mapping[str, Any]) -> list[str]:
+def render_flags(args: Mapping[str, Any], negatable: frozenset[str] = frozenset()) -> list[str]:
     """Turn field -> value into argv, in the mapping's order.
 
-    ``True`` is a bare store-true flag, ``False`` and ``None`` are omitted (every SGLang bool
-    flag is store-true with default False), sequences become several values, dicts become JSON.
+    ``True`` is a bare store-true flag; ``False`` is ``--no-<flag>`` for the three-state
+    fields in ``negatable`` (:attr:`VersionFacts.negatable_fields`) and omitted otherwise
+    (store-true flags default to False); ``None`` is omitted; sequences become several
+    values, dicts become JSON.
     """
     argv: list[str] = []
     for field, value in args.items():
+        if value is False and field in negatable:
+            argv.append("--no-" + flag_for(field)[2:])
+            continue
         if value is None or value is False:
             continue
         flag = flag_for(field)

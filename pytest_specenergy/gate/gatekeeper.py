@@ -90,15 +90,29 @@ class Gatekeeper:
         self.active = bool(compare or golden)
         self._run: tuple[dict[str, Any], Path] | None = None
         self._run_error: str | None = None
+        self._unreadable: str | None = None
         self.used_goldens: set[str] = set()
 
-    def _stored_baseline(self, machine_key: str, nodeid: str) -> tuple[Mapping[str, Any] | None, Path | None, str | None]:
+    def _stored_baseline(self, machine_key: str,
+                         nodeid: str) -> tuple[Mapping[str, Any] | None, Path | None, str | None]:
         if self._run is None and self._run_error is None:
             try:
                 path = self._find(machine_key)
-                self._run = (storage.load_run(path), path)
-            except storage.StorageError as exc:
+            except storage.RunNotFound as exc:
                 self._run_error = str(exc)
+            else:
+                # A file that exists but cannot be read, or that an interrupted session wrote,
+                # is not a missing baseline: it fails every case compared against it.
+                try:
+                    document = storage.load_run(path)
+                except storage.StorageError as exc:
+                    self._unreadable = f"specenergy: the baseline run cannot be read: {exc}"
+                else:
+                    if storage.is_interrupted(document):
+                        self._unreadable = (f"specenergy: the baseline run {path} was saved by an "
+                                            f"interrupted session; compare with a complete run")
+                    else:
+                        self._run = (document, path)
         if self._run is None:
             return None, None, self._run_error
         document, path = self._run
@@ -131,6 +145,9 @@ class Gatekeeper:
         if self.golden:
             return self._judge_golden(nodeid, record, machine_key, limits)
         baseline, path, error = self._stored_baseline(machine_key, nodeid)
+        if self._unreadable:
+            comparison = compare_case(None, record, limits, self.alpha)
+            return Judgement(comparison, None, fail=[self._unreadable])
         if baseline is None:
             comparison = compare_case(None, record, limits, self.alpha)
             why = error or f"no result for this test in {path}"

@@ -253,6 +253,9 @@ def _meter_reason(baseline: Any, current: Any) -> str:
     if b_kind != c_kind:
         return (f"meter differs: the baseline is {baseline}, the current run is {current}; "
                 "modeled and measured energy are never compared")
+    if b_kind == "modeled" and b_what.split(",")[0] == c_what.split(",")[0]:
+        return (f"modeled pricing differs: the baseline is {baseline}, the current run is "
+                f"{current}; figures priced as different models are not comparable")
     if b_kind == "modeled":
         return (f"modeled GPU differs: the baseline is {baseline}, the current run is "
                 f"{current}; figures modeled for different GPUs are not comparable")

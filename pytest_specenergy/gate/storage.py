@@ -25,16 +25,19 @@ import argparse
 import datetime as dt
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from typing import Iterable
+from typing import Iterator
 from typing import Mapping
 
-from pytest_specenergy.gate import machine
+from pytest_specenergy.atomic import create_json_exclusive
 from pytest_specenergy.atomic import write_json_atomic
 from pytest_specenergy.atomic import write_text_atomic
+from pytest_specenergy.gate import machine
 
 DEFAULT_STORAGE = ".specenergy"
 DEFAULT_GOLDEN_FOLDER = "specenergy_baselines"
@@ -183,12 +186,15 @@ def _next_counter(folder: Path) -> int:
 
 def save_run(document: Mapping[str, Any], storage: str | Path = DEFAULT_STORAGE,
              name: str | None = None, *, machine_key: str | None = None,
-             now: dt.datetime | None = None) -> Path:
+             now: dt.datetime | None = None, interrupted: bool = False) -> Path:
     """Save a run document as ``<storage>/<machine_key>/<NNNN>_<name>_<stamp>.json``.
 
     The key is ``machine_key``, else the document's ``machine_key``, else one computed from
-    its ``machine_info``. The file gets ``kind``, ``name`` and ``machine_key``; the write is
-    atomic and never replaces an existing file.
+    its ``machine_info``. The file gets ``kind``, ``name`` and ``machine_key``, and
+    ``interrupted: true`` for a session that did not finish (Ctrl-C, SIGTERM, ``-x``):
+    :func:`find_run` never picks such a run as a baseline. The file is created exclusively
+    and atomically: it never replaces an existing file, even when many processes save under
+    one name in the same second; each takes the next free counter.
     """
     run_name = AUTO_NAME if name is None else validate_run_name(name)
     if document.get("kind", RUN_KIND) != RUN_KIND:
@@ -202,25 +208,94 @@ def save_run(document: Mapping[str, Any], storage: str | Path = DEFAULT_STORAGE,
     folder = ensure_storage(storage) / key
     folder.mkdir(parents=True, exist_ok=True)
     stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y%m%d_%H%M%S")
-    counter = _next_counter(folder)
-    path = folder / f"{counter:04d}_{run_name}_{stamp}.json"
-    while path.exists():  # a concurrent save took the number: take the next one
-        counter += 1
-        path = folder / f"{counter:04d}_{run_name}_{stamp}.json"
     saved = {"schema_version": 1, **document, "kind": RUN_KIND, "name": run_name,
              "machine_key": key}
-    write_json_atomic(path, saved)
-    return path
+    if interrupted:
+        saved["interrupted"] = True
+
+    def candidates() -> Iterator[Path]:  # read under the lock: the counter is current
+        counter = _next_counter(folder)
+        while True:  # a name taken meanwhile (a saver without the lock): the next number
+            yield folder / f"{counter:04d}_{run_name}_{stamp}.json"
+            counter += 1
+
+    # The lock keeps counters unique across names too (0005_main vs 0005_auto).
+    return create_json_exclusive(candidates(), saved, lock=folder / ".lock")
 
 
 def load_run(path: str | Path) -> dict[str, Any]:
-    """Load and validate a saved run; raises :class:`StorageError` naming the file."""
+    """Load and validate a saved run; raises :class:`StorageError` naming the file.
+
+    Besides the kind and schema, every record must be an object, each arm an object, and
+    every figure the gate reads a number (or null): a hand-edited ``"NaN?"`` is named here,
+    with the file and the record, rather than crashing the comparison.
+    """
     file = Path(path)
     data = _read_json(file, RUN_KIND)
     if not isinstance(data.get("results"), list):
         raise StorageError(f"{file}: 'results' is missing or not a list; the run is "
                            "incomplete or corrupted; the file was left untouched")
+    for index, record in enumerate(data["results"]):
+        problem = _record_problem(record)
+        if problem:
+            case = record.get("case_id") if isinstance(record, dict) else None
+            where = f"results[{index}]" + (f" ({case})" if isinstance(case, str) else "")
+            raise StorageError(f"{file}: {where}: {problem}; the file is corrupted or not "
+                               "written by pytest-specenergy; the file was left untouched")
     return data
+
+
+#: Figures the gate reads as numbers: a record's, and each arm sample's.
+_RECORD_NUMBERS = ("energy_saving", "speedup", "accept_length", "acceptance_rate",
+                   "energy_per_token", "tbt_ms")
+_SAMPLE_NUMBERS = ("decode_joules", "decode_seconds", "decode_tokens", "energy_per_token",
+                   "tbt_ms", "verify_steps", "correct_drafts", "proposed_drafts", "loops")
+
+
+def _record_problem(record: Any) -> str | None:
+    """Why ``record`` cannot be compared (a part not an object, a figure not a number)."""
+    parts: list[tuple[str, Any, tuple[str, ...]]] = [
+        ("record", record, _RECORD_NUMBERS),
+        ("equivalence", (record.get("equivalence") if isinstance(record, dict) else None),
+         ("exact_fraction",))]
+    for arm in ("baseline", "speculative"):
+        part = record.get(arm) if isinstance(record, dict) else None
+        samples = part.get("samples") if isinstance(part, dict) else None
+        parts.append((arm, part, ()))
+        parts.append((f"{arm}.samples", samples, ()))
+        if isinstance(samples, list):
+            parts += [(f"{arm}.samples[{i}]", one, _SAMPLE_NUMBERS) for i, one in enumerate(samples)]
+    for where, value, numbers in parts:
+        kind = list if where.endswith(".samples") else dict
+        if value is None and where != "record":
+            continue
+        if not isinstance(value, kind):
+            return f"{where} is {value!r:.60}, expected a JSON {'array' if kind is list else 'object'}"
+        for key in numbers:
+            number = value.get(key)
+            if number is not None and (isinstance(number, bool) or not isinstance(
+                    number, (int, float)) or not math.isfinite(number)):
+                return f"{where}: {key!r} is {number!r:.60}, expected a finite number or null"
+    return None
+
+
+def is_interrupted(document: Mapping[str, Any]) -> bool:
+    """True for a run saved by a session that did not finish: never a baseline.
+
+    :func:`find_run` skips such runs for ``last``, ``NAME`` and ``NNNN``; one loaded by an
+    explicit PATH still reaches the caller, whose comparison must refuse it.
+    """
+    return document.get("interrupted") is True
+
+
+def _interrupted_file(path: Path) -> bool:
+    """Whether a run file says it was interrupted; an unreadable one says nothing (so that
+    :func:`load_run` reports it, instead of an older run silently standing in for it)."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and is_interrupted(data)
 
 
 def find_run(storage: str | Path, machine_key: str, ref: str) -> Path:
@@ -242,14 +317,24 @@ def find_run(storage: str | Path, machine_key: str, ref: str) -> Path:
         raise RunNotFound(f"no saved runs for machine key {machine_key!r} in {folder}{hint}; "
                           "save one first with --specenergy-save=NAME")
     if text == "last":
-        return runs[-1].path
-    if text.isdigit():
-        matches = [r for r in runs if r.counter == int(text)]
+        matches, what = runs, "run"
+    elif text.isdigit():
+        matches, what = [r for r in runs if r.counter == int(text)], f"run {text!r}"
     else:
-        matches = [r for r in runs if r.name == text]
-    if matches:
-        return matches[-1].path
+        matches, what = [r for r in runs if r.name == text], f"run {text!r}"
+    skipped = []
+    for run in reversed(matches):
+        if not _interrupted_file(run.path):
+            return run.path
+        skipped.append(run)
     available = ", ".join(f"{r.counter:04d} ({r.name})" for r in runs[-10:])
+    if skipped:
+        raise RunNotFound(
+            f"no finished {what} for machine key {machine_key!r} in {folder}: "
+            f"{', '.join(r.path.name for r in skipped[:5])} "
+            f"{'was' if len(skipped) == 1 else 'were'} saved by an interrupted session and "
+            "never serve as a baseline; available: "
+            f"{available}; expected last, NAME, NNNN or PATH")
     raise RunNotFound(f"no run {text!r} for machine key {machine_key!r} in {folder}; "
                       f"available: {available}; expected last, NAME, NNNN or PATH")
 

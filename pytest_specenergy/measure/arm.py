@@ -16,17 +16,17 @@ from dataclasses import dataclass
 from typing import Any
 from typing import Sequence
 
-from pytest_specenergy.measure import metrics
 from pytest_specenergy.cases.case import Case
-from pytest_specenergy.measure.checks import counter_problems
 from pytest_specenergy.engines.launch import ServerProcess
 from pytest_specenergy.engines.meta_info import RequestCounters
 from pytest_specenergy.engines.meta_info import concurrency_between
 from pytest_specenergy.engines.meta_info import parse_meta_info
-from pytest_specenergy.meters.base import EnergyWindow
-from pytest_specenergy.meters.base import Meter
+from pytest_specenergy.measure import metrics
+from pytest_specenergy.measure.checks import counter_problems
 from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
+from pytest_specenergy.meters.base import EnergyWindow
+from pytest_specenergy.meters.base import Meter
 
 _rid_counter = itertools.count()
 

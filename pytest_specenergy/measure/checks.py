@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 from typing import Any
 from typing import Sequence
 
-from pytest_specenergy.measure.degeneracy import repeated_suffix_fraction
 from pytest_specenergy.engines.meta_info import RequestCounters
 from pytest_specenergy.engines.meta_info import cuda_graph_setting
+from pytest_specenergy.measure.degeneracy import repeated_suffix_fraction
 
 if TYPE_CHECKING:
     from pytest_specenergy.measure.results import PairResult
@@ -141,6 +141,17 @@ def _pairing_checks(base: Any, spec: Any) -> list[Check]:
         found.append(Check("cuda-graph-differs", "fail",
                            f"CUDA-graph settings differ between the arms (baseline {base_graph}, "
                            f"speculative {spec_graph}); CUDA graphs change the result"))
+    if base.engine.get("engine") == "sglang" and spec.engine.get("engine") == "sglang":
+        from pytest_specenergy.engines.sglang import resolved_args_difference
+
+        # SGLang resolves many settings itself (CUDA-graph sizes, chunked prefill, memory
+        # fraction): the twin is only a twin if the resolved configurations match.
+        differences = resolved_args_difference(spec.engine.get("server_info") or {},
+                                               base.engine.get("server_info") or {})
+        if differences:
+            found.append(Check("twin-differs", "fail",
+                               "the arms' resolved SGLang settings differ outside the speculative "
+                               "fields: " + "; ".join(differences)))
     if _gpus(base) != _gpus(spec):
         found.append(Check("gpu-differs", "fail",
                            f"the arms ran on different GPUs (baseline {_gpus(base)}, speculative "

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 from typing import Sequence
 
+from pytest_specenergy.engines.client import EngineClient
 from pytest_specenergy.measure.degeneracy import DegeneracyReport
 from pytest_specenergy.measure.degeneracy import degeneracy
-from pytest_specenergy.engines.client import EngineClient
 from pytest_specenergy.measure.equivalence import first_divergence
 
 
@@ -60,15 +60,41 @@ class Coherence:
                 "degeneracy": self.degeneracy.as_dict()}
 
 
-def prompt_token_ids(client: EngineClient, prompts: Sequence[str]) -> list[list[int]]:
-    """The engine's own tokenisation of each prompt (never re-tokenised here)."""
-    answers = client.generate(text=list(prompts), sampling_params={"max_new_tokens": 0, "temperature": 0.0},
-                              return_prompt_token_ids=True)
-    try:
-        return [list(a["prompt_token_ids"]) for a in answers]
-    except KeyError:
-        raise CoherenceError("the engine did not return prompt_token_ids; it needs "
-                             "return_prompt_token_ids support (SGLang's HTTP /generate has it)") from None
+def prompt_token_ids(client: EngineClient, prompts: Sequence[str],
+                     return_prompt_token_ids: bool | None = None) -> list[list[int]]:
+    """The engine's own tokenisation of each prompt (never re-tokenised here).
+
+    ``return_prompt_token_ids=True`` asks ``/generate`` for ``prompt_token_ids`` (SGLang >=
+    0.5.13 and the reference server). Otherwise (False, or None = unknown) the field is not
+    sent, since older SGLang has no such field: the prompt is scored from its first token
+    (``return_logprob``, ``logprob_start_len=0``) and the ids are read from
+    ``input_token_logprobs``, whose entry k carries ``input_ids[k]`` on every release.
+    """
+    params = {"max_new_tokens": 0, "temperature": 0.0}
+    if return_prompt_token_ids:
+        answers = client.generate(text=list(prompts), sampling_params=params,
+                                  return_prompt_token_ids=True)
+        try:
+            return [list(a["prompt_token_ids"]) for a in answers]
+        except KeyError:
+            raise CoherenceError("the engine did not return prompt_token_ids; it needs "
+                                 "return_prompt_token_ids support (SGLang >= 0.5.13); pass "
+                                 "return_prompt_token_ids=False to read them from "
+                                 "input_token_logprobs") from None
+    answers = client.generate(text=list(prompts), sampling_params=params, return_logprob=True,
+                              logprob_start_len=0)
+    out = []
+    for i, answer in enumerate(answers):
+        entries = (answer.get("meta_info") or {}).get("input_token_logprobs")
+        try:
+            out.append([int(e[1]) for e in entries])
+        except (TypeError, IndexError, ValueError):
+            raise CoherenceError(
+                f"prompt {i}: input_token_logprobs should list (logprob, token_id, ...) for every "
+                f"prompt token (logprob_start_len=0); got {str(entries)[:200]}") from None
+        if not out[-1]:
+            raise CoherenceError(f"prompt {i}: the engine returned no input_token_logprobs")
+    return out
 
 
 def continuation_logprobs(client: EngineClient, prompt_ids: Sequence[int],
@@ -95,16 +121,20 @@ def _suffix_mean(values: Sequence[float], start: int) -> float:
 
 
 def measure_coherence(client: EngineClient, prompts: Sequence[str], baseline: Sequence[Sequence[int]],
-                      speculative: Sequence[Sequence[int]], special_ids: Sequence[int] = ()) -> Coherence:
+                      speculative: Sequence[Sequence[int]], special_ids: Sequence[int] = (),
+                      return_prompt_token_ids: bool | None = None) -> Coherence:
     """Score both arms' continuations on the (non-speculative) ``client`` engine.
 
     Each prompt is scored from its first divergence on: the shared prefix is equally likely
     in both arms and would only dilute the gap. Identical continuations are not rescored.
+    ``return_prompt_token_ids``: whether the engine supports that ``/generate`` field (set it
+    from the server's version, e.g. ``SGLangBackend.supports_prompt_token_ids``); None means
+    unknown and is treated as no (see :func:`prompt_token_ids`).
     """
     if all(list(b) == list(s) for b, s in zip(baseline, speculative)):
         n = len(baseline)  # nothing diverged: nothing to score
         return Coherence((0.0,) * n, (0.0,) * n, degeneracy(baseline, speculative, special_ids), (False,) * n)
-    prompt_ids = prompt_token_ids(client, prompts)
+    prompt_ids = prompt_token_ids(client, prompts, return_prompt_token_ids)
     base_scores, spec_scores, diverged = [], [], []
     for ids, base, spec in zip(prompt_ids, baseline, speculative):
         diverged.append(list(spec) != list(base))

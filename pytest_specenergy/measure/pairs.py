@@ -47,6 +47,8 @@ class PairMeasurer:
         self.meters: dict[str, Meter] = {}
         self._baselines: dict[tuple[Any, ...], RunResult] = {}
         self._pairs: dict[Case, PairResult] = {}
+        #: Baseline keys whose measurement failed while measuring a sibling's (retried once).
+        self._sibling_failed: set[tuple[Any, ...]] = set()
 
     def plan(self, cases: list[Case]) -> None:
         """Record the collected cases; one GPU runs one engine at a time."""
@@ -78,12 +80,20 @@ class PairMeasurer:
         """The shared baseline arm for ``case``."""
         key = case.baseline_key()
         if key not in self._baselines:
-            siblings = [c for c in self.planned if c.baseline_config() == case.baseline_config()]
-            for other in [case] + siblings:
+            self._baselines[key] = self._measure_arm(case.baseline_config(), case, "baseline")[0]
+            # While the baseline engine runs, measure its other planned workloads too, so it
+            # starts once on a one-engine GPU. A sibling that fails here is not this case's
+            # failure: it is left unmeasured and retried, once, by the case that needs it.
+            for other in self.planned:
                 other_key = other.baseline_key()
-                if other_key not in self._baselines:
+                if other.baseline_config() != case.baseline_config() or other_key in self._baselines \
+                        or other_key in self._sibling_failed:
+                    continue
+                try:
                     self._baselines[other_key] = self._measure_arm(
                         other.baseline_config(), other, "baseline")[0]
+                except Exception:  # noqa: BLE001 - reported when the sibling itself runs
+                    self._sibling_failed.add(other_key)
         return self._baselines[key]
 
     def measured(self, case: Case) -> bool:
@@ -116,7 +126,12 @@ class PairMeasurer:
 
     def meter_description(self, label: str) -> dict[str, Any] | None:
         """The description of the meter whose label is ``label``, if one was used."""
-        return next((m.describe() for m in self.meters.values() if m.label == label), None)
+        for meter in self.meters.values():
+            description = meter.describe()
+            # One modeled meter prices several engines, each under its own label.
+            if label == meter.label or label in description.get("labels", ()):
+                return {**description, "label": label}
+        return None
 
     def describe_meters(self) -> dict[str, dict[str, Any]]:
         """Each meter used this session, described."""

@@ -13,8 +13,8 @@ from dataclasses import field
 from functools import cached_property
 from typing import Any
 
-from pytest_specenergy.measure import metrics
 from pytest_specenergy.cases.case import Case
+from pytest_specenergy.measure import metrics
 from pytest_specenergy.measure.checks import DEFAULT_MAX_LOGPROB_GAP
 from pytest_specenergy.measure.checks import Check
 from pytest_specenergy.measure.checks import pair_checks

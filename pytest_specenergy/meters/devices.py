@@ -11,7 +11,6 @@ NVML call that can be missing on an older driver or unsupported on a board is fe
 from __future__ import annotations
 
 import importlib.util
-
 from dataclasses import asdict
 from dataclasses import dataclass
 from typing import Any

@@ -1,108 +1,241 @@
 """The modeled meter: a roofline model of a GPU applied to the reference server's work trace.
 
-Each forward pass the server records (phase, rows, query tokens, context lengths, weight and
-KV bytes, FLOPs - all at bf16, whatever the CPU dtype) becomes::
+Each forward pass the server records (phase, rows, query tokens, context lengths, experts touched)
+is priced at the real model shape the served tiny model stands for - the server names it in
+``/server_info`` as ``priced_as = {"target": "qwen3-8b", "draft": "qwen3-0.6b"}`` - and becomes::
 
     time   = max(bytes / bandwidth, flops / peak) + step overhead
     energy = static power x time + energy/byte x bytes + energy/FLOP x flops
 
+(:mod:`.shapes` counts the bytes and FLOPs, :mod:`.roofline` holds the GPU presets and the step
+overhead: a graph replay per forward with CUDA graphs, ~5 us per kernel launch without; the
+engine's ``cuda_graph`` / ``disable_cuda_graph`` setting decides). A server that declares no shape
+is priced from the trace's own bytes and FLOPs, at its own size, with the old fixed 12 us step
+overhead, and the label says so (``priced_as="self"`` asks for that explicitly).
+
 Nothing about speculation is special-cased. The paper's first-order effects emerge from the
 trace: a memory-bound verify step costs about what a one-token decode step costs, so savings
-follow accepted tokens; batching shares the weight bytes; and many verified tokens at a large
-batch push a step past the balance point (peak / bandwidth), where the arithmetic shows.
-Every figure is labelled ``modeled (<gpu>)``: it is a model, not a measurement.
+follow accepted tokens; verification, not drafting, dominates on dense models; batching shares
+the weight bytes, so savings shrink with batch; and many verified tokens at a large batch push a
+step past the balance point (peak / bandwidth), where the arithmetic shows. Every figure is
+labelled ``modeled (<gpu>, priced as <shape>)``: it is a model, not a measurement.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 from typing import Iterable
+from typing import Mapping
 
+from pytest_specenergy.meters import roofline as _roofline
 from pytest_specenergy.meters.base import EnergyWindow
 from pytest_specenergy.meters.base import EngineHandle
 from pytest_specenergy.meters.base import MeterError
+from pytest_specenergy.meters.prediction import overhead_s
+from pytest_specenergy.meters.roofline import PRESETS
+from pytest_specenergy.meters.roofline import GpuPreset
+from pytest_specenergy.meters.roofline import StepCost
+from pytest_specenergy.meters.roofline import roofline
+from pytest_specenergy.meters.shapes import ModelShape
+from pytest_specenergy.meters.shapes import effective_tokens
+from pytest_specenergy.meters.shapes import expected_experts
+from pytest_specenergy.meters.shapes import forward_cost
+from pytest_specenergy.meters.shapes import get_shape
+
+__all__ = ["PRESETS", "GpuPreset", "ModeledMeter", "Pricing", "StepCost", "pricing_for", "step_cost",
+           "window_from_steps"]
+
+SELF = "self"
+ROLES = ("target", "draft")
 
 
 @dataclass(frozen=True)
-class GpuPreset:
-    """Roofline and energy constants of one GPU.
+class TracedMoe:
+    """Routing facts of the model that actually ran (the tiny one): experts, top-k, layers."""
 
-    Bandwidth is an achievable copy rate, and peak is chosen so that ``peak / bandwidth``
-    equals the balance point the paper measured (316 FLOP/byte on H100, 163 on H200).
-    Static power covers idle and leakage; the per-byte and per-FLOP energies are set so that a
-    fully memory-bound step draws about 0.7 of board power and a compute-bound one about 1.0.
-    """
+    experts: int
+    per_token: int
+    layers: int
 
-    name: str
-    bandwidth_bytes_per_s: float
-    peak_flops_per_s: float
-    static_w: float
-    joules_per_byte: float
-    joules_per_flop: float
-    step_overhead_s: float
+
+@dataclass(frozen=True)
+class Pricing:
+    """How one engine's trace is priced: a shape per role (None = the trace's own numbers)."""
+
+    gpu: GpuPreset
+    shapes: Mapping[str, ModelShape | None] = field(default_factory=dict)
+    cuda_graph: bool = True
+    traced_moe: Mapping[str, TracedMoe] = field(default_factory=dict)
+    self_name: str = "tiny model"
+
+    def shape(self, role: str) -> ModelShape | None:
+        """The shape a step of ``role`` (``target`` / ``draft``) is priced at."""
+        return self.shapes.get(role)
 
     @property
-    def balance_point(self) -> float:
-        """FLOP per byte where a step turns compute-bound."""
-        return self.peak_flops_per_s / self.bandwidth_bytes_per_s
+    def label(self) -> str:
+        """``modeled (h200, priced as Qwen3-8B)``; the target's shape names the figures."""
+        target = self.shape("target")
+        parts = [self.gpu.name, f"priced as {target.name if target else self.self_name}"]
+        if not self.cuda_graph:
+            parts.append("no CUDA graphs")
+        return f"modeled ({', '.join(parts)})"
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready: the shape key of each role (``self`` = the trace's own size) and graphs."""
+        return {"priced_as": {role: (s.name if s else SELF) for role, s in self.shapes.items()} or SELF,
+                "cuda_graph": self.cuda_graph, "label": self.label}
 
 
-PRESETS: dict[str, GpuPreset] = {
-    # H100 SXM: ~2.6 TB/s achievable of 3.35 TB/s; balance point 316 FLOP/byte (paper s.2).
-    "h100": GpuPreset("h100", 2.6e12, 2.6e12 * 316, 120.0, 9.0e-11, 6.0e-13, 12e-6),
-    # H200: 4.3 TB/s device copy measured on an H200 of this workplace; balance point 163.
-    "h200": GpuPreset("h200", 4.3e12, 4.3e12 * 163, 130.0, 8.0e-11, 8.0e-13, 12e-6),
-}
+def _cuda_graph(info: Mapping[str, Any], engine: Any) -> bool:
+    """CUDA graphs are on unless the engine says otherwise (SGLang's default)."""
+    if isinstance(info.get("cuda_graph"), bool):
+        return bool(info["cuda_graph"])
+    config = getattr(engine, "config", None)
+    options = dict(getattr(config, "options", ()) or ())
+    for source in (info, options):
+        if source.get("disable_cuda_graph") or source.get("disable_decode_cuda_graph"):
+            return False
+        if isinstance(source.get("cuda_graph"), bool):
+            return bool(source["cuda_graph"])
+    return True
 
 
-@dataclass(frozen=True)
-class StepCost:
-    """Modeled time and energy of one recorded step."""
-
-    seconds: float
-    joules: float
-    bytes: int
-    flops: int
-    compute_bound: bool
+def _traced_moe(shape_json: Any) -> TracedMoe | None:
+    if not isinstance(shape_json, Mapping):
+        return None
+    experts, per_token = int(shape_json.get("num_experts") or 0), int(shape_json.get("num_experts_per_tok") or 0)
+    layers = int(shape_json.get("num_layers") or 0)
+    return TracedMoe(experts, per_token, layers) if experts and per_token and layers else None
 
 
-def step_cost(step: dict[str, Any], gpu: GpuPreset) -> StepCost:
-    """Roofline time and energy of one work-trace step."""
+def _resolve(name: Any) -> ModelShape | None:
+    if name is None or str(name).lower() == SELF:
+        return None
     try:
-        moved = int(step["weight_bytes"]) + int(step["kv_bytes"])
-        flops = int(step["flops"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise MeterError(f"work-trace step lacks weight_bytes/kv_bytes/flops: {step!r}") from exc
-    memory_s = moved / gpu.bandwidth_bytes_per_s
-    compute_s = flops / gpu.peak_flops_per_s
-    seconds = max(memory_s, compute_s) + gpu.step_overhead_s
-    joules = gpu.static_w * seconds + gpu.joules_per_byte * moved + gpu.joules_per_flop * flops
-    return StepCost(seconds, joules, moved, flops, compute_s > memory_s)
+        return get_shape(str(name))
+    except ValueError as exc:
+        raise MeterError(f"the engine asks to be priced as {name!r}, which the modeled meter does not "
+                         f"know: {exc}") from None
 
 
-def window_from_steps(steps: Iterable[dict[str, Any]], gpu: GpuPreset) -> EnergyWindow:
+def pricing_for(gpu: GpuPreset, info: Mapping[str, Any] | None, engine: Any = None,
+                override: str | None = None) -> Pricing:
+    """The pricing of an engine from its ``/server_info`` (``priced_as``, CUDA-graph setting).
+
+    ``override`` (``self`` or a shape name) replaces the server's declaration: ``self`` prices
+    every step at the trace's own size; a shape name prices the target at that shape.
+    """
+    info = info if isinstance(info, Mapping) else {}
+    declared = info.get("priced_as")
+    if isinstance(declared, str):
+        declared = {"target": declared}
+    declared = dict(declared) if isinstance(declared, Mapping) else {}
+    if override is not None:
+        declared = {} if override.lower() == SELF else {**declared, "target": override}
+    shapes = {role: _resolve(declared.get(role)) for role in ROLES if role in declared}
+    traced = {role: moe for role, key in (("target", "model_shape"), ("draft", "draft_model_shape"))
+              if (moe := _traced_moe(info.get(key))) is not None}
+    model = str(info.get("model_path") or "")
+    self_name = "tiny model" if not model or model.startswith("tiny:") else "served model"
+    return Pricing(gpu, shapes, _cuda_graph(info, engine), traced, self_name)
+
+
+def _field(step: Mapping[str, Any], key: str) -> Any:
+    try:
+        return step[key]
+    except (KeyError, TypeError) as exc:
+        raise MeterError(f"work-trace step lacks {key}: {step!r}") from exc
+
+
+def _scaled_experts(step: Mapping[str, Any], shape: ModelShape, traced: TracedMoe | None,
+                    tokens: int) -> list[float] | None:
+    """Experts the real shape would touch for this step, per real layer.
+
+    The tiny router's distinct-expert count says how much the step's tokens overlapped in their
+    routing: inverting the uniform-routing occupancy E(1 - (1 - k/E)^n) gives the number of
+    independent tokens n_eff (at most the step's tokens; a saturated tiny layer says nothing and
+    counts all of them). That many tokens touch E'(1 - (1 - k'/E')^n_eff) of the real model's
+    E' experts with top-k'. Real layer l reads tiny layer l x L_tiny / L_real.
+    """
+    touched = step.get("experts_touched")
+    if not shape.is_moe:
+        return None
+    if not touched or traced is None:
+        return None  # forward_cost uses the uniform expectation for all tokens
+    values = [float(t) for t in touched]
+    out = []
+    for layer in range(shape.layers):
+        tiny = values[min(layer * len(values) // shape.layers, len(values) - 1)]
+        n_eff = effective_tokens(tiny, traced.experts, traced.per_token, tokens)
+        out.append(expected_experts(shape.experts, shape.experts_per_token, n_eff))
+    return out
+
+
+def step_cost(step: Mapping[str, Any], gpu: GpuPreset, shape: ModelShape | None = None,
+              cuda_graph: bool = True, traced: TracedMoe | None = None) -> StepCost:
+    """Roofline time and energy of one work-trace step, at ``shape`` or (None) at the trace's own size."""
+    if shape is None:
+        try:
+            moved = int(step["weight_bytes"]) + int(step["kv_bytes"])
+            flops = int(step["flops"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MeterError(f"work-trace step lacks weight_bytes/kv_bytes/flops: {step!r}") from exc
+        return roofline(moved, flops, gpu.step_overhead_s, gpu)
+    query = [int(q) for q in _field(step, "query_tokens")]
+    context = [int(c) for c in _field(step, "context_lens")]
+    phase = str(step.get("phase", "decode"))
+    logits = None  # decode, verify, draft passes: every fed position needs logits
+    if phase == "prefill":
+        logits = len(query) if step.get("model", "target") == "target" else 0
+    cost = forward_cost(shape, len(query), query, context, _scaled_experts(step, shape, traced, sum(query)),
+                        logit_rows=logits, per_position_states=phase == "verify")
+    return roofline(cost.bytes, cost.flops, overhead_s(shape, cuda_graph), gpu)
+
+
+def _intensity(flops: float, moved: float) -> float | None:
+    return flops / moved if moved else None
+
+
+def window_from_steps(steps: Iterable[Mapping[str, Any]], gpu: GpuPreset,
+                      pricing: Pricing | None = None) -> EnergyWindow:
     """Sum modeled step costs; attribute each step's time to the requests in it."""
+    pricing = pricing or Pricing(gpu)
     joules = seconds = 0.0
     moved = flops = count = compute_bound = 0
     per_request: dict[str, float] = {}
     by_phase: dict[str, dict[str, float]] = {}
+    joules_by_phase = {"prefill": 0.0, "decode": 0.0, "verify": 0.0, "draft": 0.0}
+    joules_by_model = {"target": 0.0, "draft": 0.0}
+    work = {"verify": [0, 0], "decode": [0, 0]}  # target steps: [flops, bytes]
     for step in steps:
-        cost = step_cost(step, gpu)
+        model = str(step.get("model", "target"))
+        phase = str(step.get("phase", "?"))
+        cost = step_cost(step, gpu, pricing.shape(model), pricing.cuda_graph, pricing.traced_moe.get(model))
         count += 1
         joules += cost.joules
         seconds += cost.seconds
         moved += cost.bytes
         flops += cost.flops
         compute_bound += cost.compute_bound
-        phase = by_phase.setdefault(f"{step.get('model', 'target')}:{step.get('phase', '?')}",
-                                    {"steps": 0, "joules": 0.0, "seconds": 0.0})
-        phase["steps"] += 1
-        phase["joules"] += cost.joules
-        phase["seconds"] += cost.seconds
+        entry = by_phase.setdefault(f"{model}:{phase}", {"steps": 0, "joules": 0.0, "seconds": 0.0})
+        entry["steps"] += 1
+        entry["joules"] += cost.joules
+        entry["seconds"] += cost.seconds
+        joules_by_phase[phase] = joules_by_phase.get(phase, 0.0) + cost.joules
+        joules_by_model[model] = joules_by_model.get(model, 0.0) + cost.joules
+        if model == "target" and phase in work:
+            work[phase][0] += cost.flops
+            work[phase][1] += cost.bytes
         for rid in step.get("rids", ()):
             per_request[str(rid)] = per_request.get(str(rid), 0.0) + cost.seconds
+    # The verify step's intensity; a plain engine's "verify step" is its decode step (1 token).
+    phase = "verify" if work["verify"][1] else ("decode" if work["decode"][1] else None)
+    verify_intensity = _intensity(*work[phase]) if phase else None
+    decoding = joules_by_phase["decode"] + joules_by_phase["verify"] + joules_by_phase["draft"]
     details = {
         "steps": count,
         "bytes": moved,
@@ -110,29 +243,68 @@ def window_from_steps(steps: Iterable[dict[str, Any]], gpu: GpuPreset) -> Energy
         "arithmetic_intensity": flops / moved if moved else 0.0,
         "compute_bound_steps": compute_bound,
         "by_phase": by_phase,
+        **pricing.describe(),
+        "verify_intensity": verify_intensity,
+        "intensity_phase": phase,
+        "decode_intensity": _intensity(*work["decode"]),
+        "balance_point": gpu.balance_point,
+        "compute_bound": verify_intensity > gpu.balance_point if verify_intensity is not None else None,
+        "joules_by_phase": joules_by_phase,
+        "joules_by_model": joules_by_model,
+        "draft_share": joules_by_phase["draft"] / decoding if decoding else None,
     }
-    return EnergyWindow(joules, seconds, f"modeled ({gpu.name})", per_request, details)
+    return EnergyWindow(joules, seconds, pricing.label, per_request, details)
 
 
 class ModeledMeter:
-    """``modeled:<gpu>``: energy from the reference server's work trace."""
+    """``modeled:<gpu>``: energy from the reference server's work trace.
+
+    ``modeled:<gpu>:<shape>`` (or ``priced_as=``) overrides what the server declares:
+    ``self`` prices the trace at the tiny model's own size, a shape name prices the target there.
+    """
 
     # The trace is exact, so any window is long enough.
     min_window_s = 0.0
 
-    def __init__(self, gpu: str = "h200") -> None:
-        if gpu not in PRESETS:
-            raise MeterError(f"no GPU preset {gpu!r} for the modeled meter; expected one of "
+    def __init__(self, gpu: str = "h200", priced_as: str | None = None) -> None:
+        gpu_name, _, suffix = gpu.partition(":")
+        if gpu_name not in PRESETS:
+            raise MeterError(f"no GPU preset {gpu_name!r} for the modeled meter; expected one of "
                              f"{', '.join(sorted(PRESETS))}")
-        self.gpu = PRESETS[gpu]
+        self.gpu = PRESETS[gpu_name]
+        self.override = priced_as or suffix or None
+        if self.override:
+            _resolve(self.override)  # fail now, not at the first window
         self.kind = f"modeled:{gpu}"
-        self.label = f"modeled ({gpu})"
+        self._label = f"modeled ({gpu_name})"
         self._cursors: dict[int, int] = {}
+        self._pricing: dict[int, Pricing] = {}
+        self.labels: list[str] = []
+
+    @property
+    def label(self) -> str:
+        """The label of the engine measured last (``modeled (h200, priced as Qwen3-8B)``)."""
+        return self._label
 
     def describe(self) -> dict[str, Any]:
-        """The preset constants and the balance point."""
+        """The preset constants, the balance point, the step overhead and how engines were priced."""
         return {"kind": self.kind, "label": self.label, "preset": asdict(self.gpu),
-                "balance_point_flop_per_byte": round(self.gpu.balance_point, 1)}
+                "balance_point_flop_per_byte": round(self.gpu.balance_point, 1),
+                "step_overhead": {"cuda_graph_s": _roofline.GRAPH_STEP_S,
+                                  "eager_kernel_launch_s": _roofline.KERNEL_LAUNCH_S,
+                                  "eager_step_s": _roofline.EAGER_STEP_S,
+                                  "self_priced_s": self.gpu.step_overhead_s},
+                "priced_as_override": self.override, "labels": list(self.labels)}
+
+    def pricing(self, engine: Any) -> Pricing:
+        """How ``engine``'s steps are priced (read once from its ``/server_info``)."""
+        key = id(engine)
+        if key not in self._pricing:
+            info = getattr(engine, "server_info", None)
+            if callable(info):
+                info = None  # a client, not a record: fetching is the engine's job, not the meter's
+            self._pricing[key] = pricing_for(self.gpu, info, engine, self.override)
+        return self._pricing[key]
 
     def _advance(self, engine: EngineHandle) -> tuple[int, list[dict[str, Any]]]:
         start = self._cursors.get(id(engine), 0)
@@ -146,12 +318,18 @@ class ModeledMeter:
             raise MeterError(f"the modeled meter needs an engine with a work trace (the reference "
                              f"server), not {engine.config.engine}; use --specenergy-meter=nvml")
         self._advance(engine)
+        pricing = self.pricing(engine)
+        self._label = pricing.label
+        if pricing.label not in self.labels:
+            self.labels.append(pricing.label)
         return engine
 
     def stop(self, token: Any) -> EnergyWindow:
         """Model the steps recorded since :meth:`start`."""
         _, steps = self._advance(token)
-        return window_from_steps(steps, self.gpu)
+        pricing = self.pricing(token)
+        self._label = pricing.label
+        return window_from_steps(steps, self.gpu, pricing)
 
     def close(self) -> None:
         """Nothing to release."""

@@ -1,24 +1,33 @@
 """The reference inference server: a real HF-transformers engine speaking SGLang's protocol subset.
 
-Start it as a process (``python -m pytest_specenergy.refserver --model tiny:dense ...``) or use the
-engine in-process (:class:`ReferenceEngine` with an :class:`EngineConfig`). Importing this package
-is cheap: torch and transformers load only when an engine is built.
+Start it as a process (``python -m pytest_specenergy.refserver --model tiny:dense ...``; every flag
+is documented in :mod:`.__main__` and ``--help``) or use the engine in-process
+(:class:`ReferenceEngine` with an :class:`EngineConfig`: ``generate`` blocks, ``submit`` returns a
+ticket). The engine batches continuously (:mod:`.scheduler`): requests from any number of callers
+join one running batch and leave it when they finish. Importing this package is cheap: torch and
+transformers load only when an engine is built. It imports nothing from the rest of
+``pytest_specenergy``.
+
+Map: ``records`` (config, requests, results), ``protocol`` and ``server`` (HTTP), ``engine``
+(models, prefill, decode), ``scheduler`` (continuous batching), ``verify`` (one speculative
+step), ``drafters``/``draft_model``/``block``/``oracle`` (proposers), ``kv`` and ``runner``
+(batched forwards with holes and recurrent-state rollback), ``rows`` and ``stats`` (counters),
+``trace`` and ``accounting`` (work trace), ``faults``, ``models``/``tiny_models``/``tokenizer``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .faults import FAULTS, validate_faults
-from .records import (
-    DRAFTERS,
-    EngineConfig,
-    FinishReason,
-    GenerationRequest,
-    GenerationResult,
-    SamplingParams,
-    SpecStats,
-)
+from .faults import FAULTS
+from .faults import validate_faults
+from .records import DRAFTERS
+from .records import EngineConfig
+from .records import FinishReason
+from .records import GenerationRequest
+from .records import GenerationResult
+from .records import SamplingParams
+from .records import SpecStats
 
 __all__ = [
     "DRAFTERS",

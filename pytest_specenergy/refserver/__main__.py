@@ -6,6 +6,32 @@ Example::
 
 Prints ``reference server ready on http://HOST:PORT`` (to stderr) once it accepts requests.
 Bad arguments (unknown fault, missing model directory, ...) exit with status 2 and one clear line.
+
+Flags (``--help`` prints the same):
+
+* ``--model/--model-path NAME``: a ``tiny:*`` model (dense, moe, hybrid and their ``-draft``) or a
+  local HF checkpoint directory (never downloaded).
+* ``--drafter {none,ngram,draft_model,block,replay}``: no speculation; prompt lookup; a chain draft
+  model (K one-token forwards per step); a block draft model (one forward per step proposes
+  ``B - 1`` drafts, DFlash/DSpark shape); replay of drafts recorded by an earlier run
+  (``return_spec_drafts`` -> ``meta_info.spec_drafts`` -> ``sampling_params.spec_replay_drafts``):
+  the same verify steps with no draft passes (verify-only run, for draft-cost removal).
+* ``--num-draft-tokens K``: drafts per step; the target verifies ``K + 1`` per row.
+* ``--block-size B``: block (or replay) drafter; the target verifies ``B`` (sets K = B - 1).
+* ``--draft-model NAME``: the draft model of ``draft_model`` and ``block`` (default: the tiny
+  target's derived ``-draft``; the target's own name makes a self-draft).
+* ``--draft-accept-p P``: controlled acceptance for calibration (with ``draft_model`` or
+  ``block``): verified drafts are the target's own greedy continuation, each token kept with
+  probability P; the drafter's own passes still run and are charged (see :mod:`.oracle`).
+* ``--ngram-min-match-window N``, ``--ngram-max-match-window N``: prompt-lookup n-gram sizes.
+* ``--dtype {auto,float64,float32,bfloat16,float16}``: auto = float64 for tiny models.
+* ``--device {auto,cpu,cuda,cuda:N}``, ``--seed/--random-seed N``.
+* ``--max-running-requests N``: the continuous-batching cap (rows per step); more wait queued.
+* ``--fault NAME`` (repeatable): a named bug (:mod:`.faults`); ``--numerical-noise-scale REL``
+  sizes the ``numerical-noise`` fault (default 2^-8, a bf16 ulp).
+* ``--host`` (loopback only), ``--port`` (0 = a free port), ``--http-timeout SECONDS`` (per
+  connection socket timeout, default 30: short bodies get 408, idle keep-alives close).
+* ``--threads N``: torch intra-op threads (0 = torch's default), ``--log-level LEVEL``.
 """
 
 from __future__ import annotations
@@ -18,7 +44,10 @@ import threading
 from collections.abc import Sequence
 
 from .faults import FAULTS
-from .records import DEVICES, DRAFTERS, DTYPES, EngineConfig
+from .records import DEVICES
+from .records import DRAFTERS
+from .records import DTYPES
+from .records import EngineConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,16 +59,53 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--model", "--model-path", dest="model", default="tiny:dense", help="tiny:* name or local checkpoint dir"
     )
-    p.add_argument("--drafter", choices=DRAFTERS, default="none")
-    p.add_argument("--num-draft-tokens", type=int, default=4, help="K: drafted tokens per step (target verifies K+1)")
-    p.add_argument("--ngram-min-match-window", type=int, default=1)
-    p.add_argument("--ngram-max-match-window", type=int, default=12)
-    p.add_argument("--draft-model", default=None, help="draft model name or path (default: the tiny model's -draft)")
-    p.add_argument("--dtype", choices=DTYPES, default="auto")
+    p.add_argument(
+        "--drafter",
+        choices=DRAFTERS,
+        default="none",
+        help="none; ngram (prompt lookup); draft_model (chain: K one-token draft forwards per step); block "
+        "(one draft forward proposes B-1 drafts); replay (verify the drafts each request brings in "
+        "sampling_params.spec_replay_drafts, recorded with return_spec_drafts: no draft passes)",
+    )
+    p.add_argument(
+        "--num-draft-tokens", type=int, default=4, help="K: drafted tokens per step (the target verifies K+1)"
+    )
+    p.add_argument("--ngram-min-match-window", type=int, default=1, help="smallest n-gram prompt lookup matches")
+    p.add_argument("--ngram-max-match-window", type=int, default=12, help="largest n-gram prompt lookup tries")
+    p.add_argument(
+        "--draft-model",
+        default=None,
+        help="draft model name or path for draft_model and block (default: the tiny model's -draft)",
+    )
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        metavar="B",
+        help="block drafter: positions the target verifies per step (the last committed token + B-1 drafts "
+        "proposed in one draft forward); sets --num-draft-tokens to B-1 (default for --drafter block: "
+        "--num-draft-tokens + 1)",
+    )
+    p.add_argument(
+        "--draft-accept-p",
+        type=float,
+        default=None,
+        metavar="P",
+        help="controlled acceptance (calibration), for draft_model and block: verify the target's own greedy "
+        "continuation with each drafted token kept with probability P (else corrupted, seeded); the drafter's "
+        "own passes still run and are charged; mean accepted drafts per step = sum of P^j, j=1..K",
+    )
+    p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: float64 for tiny models")
     p.add_argument("--device", default="auto", help=f"one of {DEVICES} or cuda:N")
-    p.add_argument("--seed", "--random-seed", dest="seed", type=int, default=0)
-    p.add_argument("--max-running-requests", type=int, default=32)
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--seed", "--random-seed", dest="seed", type=int, default=0, help="tiny-model weights seed")
+    p.add_argument(
+        "--max-running-requests",
+        type=int,
+        default=32,
+        help="continuous batching: at most this many rows per step; further requests queue and join as rows "
+        "finish (default: %(default)s)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="loopback only: 127.0.0.1, localhost or ::1")
     p.add_argument("--port", type=int, default=30000, help="0 picks a free port")
     p.add_argument(
         "--fault",
@@ -49,11 +115,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="inject a named bug (repeatable): " + ", ".join(sorted(FAULTS)),
     )
     p.add_argument(
+        "--numerical-noise-scale",
+        type=float,
+        default=2.0**-8,
+        metavar="REL",
+        help="fault numerical-noise: relative size of the logit perturbation (default 2^-8, a bf16 ulp)",
+    )
+    p.add_argument(
         "--threads",
         type=int,
         default=0,
         help="torch intra-op threads (0 = torch's default); 1 avoids OpenMP spin contention when "
         "several engines share a few cores",
+    )
+    p.add_argument(
+        "--http-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="socket timeout per connection: a client that sends less body than its Content-Length gets "
+        "HTTP 408 after this long, and idle keep-alive connections are closed (default: %(default)s)",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
@@ -76,6 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ngram_min_match_window=args.ngram_min_match_window,
             ngram_max_match_window=args.ngram_max_match_window,
             draft_model=args.draft_model,
+            block_size=args.block_size,
+            draft_accept_p=args.draft_accept_p,
+            numerical_noise_scale=args.numerical_noise_scale,
             dtype=args.dtype,
             device=args.device,
             seed=args.seed,
@@ -95,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         engine = ReferenceEngine(config)
-        server = ReferenceHTTPServer(engine, args.host, args.port)
+        server = ReferenceHTTPServer(engine, args.host, args.port, http_timeout=args.http_timeout)
         engine.warmup()
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)

@@ -1,12 +1,17 @@
 """Drafters: propose exactly K tokens per running row per speculative step.
 
 * :class:`NgramDrafter` - prompt lookup in each request's own tokens (no forward pass).
-* :class:`DraftModelDrafter` - a second, smaller model run K sequential greedy batched steps, with
-  its own :class:`~.kv.BatchKV` kept in sync with what the target accepted.
+* :class:`ReplayDrafter` - the drafts a request brought with it (``spec_replay_drafts``), recorded
+  from an earlier speculative run: the same verify steps with no draft passes at all.
+* :class:`~.draft_model.DraftModelDrafter` - a second, smaller model, K sequential greedy steps.
+* :class:`~.block.BlockDrafter` - a draft model proposing a whole block in one forward.
+* :class:`~.oracle.ControlledAcceptance` - any draft-pass drafter whose proposals are replaced by
+  the target's own greedy continuation, corrupted with a seeded probability.
 
-The engine calls ``start`` once a batch has been prefilled (every row's token list then ends with
-the first generated token), ``propose`` before each verify step, ``after_verify`` with the number of
-drafts each row accepted, and ``select_rows`` when finished rows leave the batch.
+The scheduler keeps one drafter for the running batch, whose rows change every step: ``join``
+appends the rows admitted in this step (prefilled; ``row.tokens`` ends with the first output
+token), ``propose`` runs before each verify, ``after_verify`` reports what each row accepted and
+committed, and ``select_rows`` drops the rows that finished.
 """
 
 from __future__ import annotations
@@ -14,23 +19,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-import torch
-
-from .kv import BatchKV
 from .ngram import NgramIndex
-from .runner import ModelRunner
-
-COMPACT_SLACK = 32  # holes per row tolerated before the draft cache is compacted
+from .rows import Row
 
 
 class Drafter(Protocol):
-    """What the engine needs from a drafter."""
+    """What the scheduler needs from a drafter. Row order is the running batch's order."""
 
-    def start(self, rids: Sequence[str], tokens: Sequence[Sequence[int]]) -> None:
-        """A new batch: ``tokens[b]`` = prompt + first generated token of row ``b``."""
+    empty: list[bool]  # after propose: rows whose proposal is filler (nothing was really drafted)
 
-    def propose(self, tokens: Sequence[Sequence[int]]) -> list[list[int]]:
-        """``K`` drafts per row, continuing ``tokens[b]`` (all committed tokens)."""
+    def join(self, rows: Sequence[Row]) -> None:
+        """Append newly admitted rows (for a draft model: prefill it on their prompts)."""
+
+    def propose(self, rows: Sequence[Row]) -> list[list[int]]:
+        """``K`` drafts per row, continuing ``rows[b].tokens`` (all committed tokens)."""
 
     def after_verify(self, accepted: Sequence[int], committed: Sequence[Sequence[int]]) -> None:
         """Row ``b`` accepted ``accepted[b]`` drafts and committed ``committed[b]`` (drafts + bonus)."""
@@ -47,22 +49,25 @@ class NgramDrafter:
         self.min_window = min_window
         self.max_window = max_window
         self.indexes: list[NgramIndex] = []
+        self.empty: list[bool] = []
         self.matched_steps = 0  # proposals that came from a real match (the rest are filler)
         self.filler_steps = 0
 
-    def start(self, rids: Sequence[str], tokens: Sequence[Sequence[int]]) -> None:
-        """Index every row's tokens."""
-        self.indexes = [NgramIndex(t, self.min_window, self.max_window) for t in tokens]
+    def join(self, rows: Sequence[Row]) -> None:
+        """Index every new row's tokens."""
+        self.indexes.extend(NgramIndex(r.tokens, self.min_window, self.max_window) for r in rows)
 
-    def propose(self, tokens: Sequence[Sequence[int]]) -> list[list[int]]:
+    def propose(self, rows: Sequence[Row]) -> list[list[int]]:
         """Look every row up in its own index."""
         out = []
+        self.empty = []
         for index in self.indexes:
             drafts, matched = index.propose(self.k)
             if matched:
                 self.matched_steps += 1
             else:
                 self.filler_steps += 1
+            self.empty.append(not matched)
             out.append(drafts)
         return out
 
@@ -76,94 +81,49 @@ class NgramDrafter:
         self.indexes = [self.indexes[i] for i in keep]
 
 
-class DraftModelDrafter:
-    """A small model drafting greedily, K batched one-token steps per verify.
+class ReplayDrafter:
+    """Verify-only runs: step ``i`` of a request verifies the ``i``-th drafts it brought along.
 
-    Bookkeeping per row: ``cached[b]`` committed tokens are in the draft cache; the rest (1 token,
-    or 2 after a step that accepted all K drafts) are fed first. A round runs
-    ``F = max(pending) + K - 1`` one-token forwards; a row that has produced its K drafts before
-    the last forward feeds its own K-th draft, so the draft cache is as far ahead as possible and
-    no forward ever feeds padding (padding would corrupt a recurrent state). After the verify, the
-    row's rejected drafts become holes in the draft cache and, for a hybrid draft, its recurrent
-    state is taken from the per-forward snapshot after its last accepted token.
+    Given the same drafts over the same committed context, the target accepts the same number,
+    so the run repeats the recorded run's verify steps exactly, minus every draft pass (and the
+    draft model's prefill). Recorded drafts shorter than K are padded with their last token, and
+    a request that runs out (or brought none) gets filler (its last token); both are counted in
+    :attr:`misses` (``spec_replay_misses`` in ``/server_info``): a replay that misses is no longer
+    a like-for-like verify-only run. Record with the same K (or block size) as the replay.
     """
 
-    def __init__(self, runner: ModelRunner, k: int, pad_id: int, stale_cache: bool = False) -> None:
-        self.runner = runner
+    def __init__(self, k: int) -> None:
         self.k = k
-        self.pad_id = pad_id
-        self.stale_cache = stale_cache  # fault "stale-draft-cache"
-        self.kv: BatchKV | None = None
-        self.rids: list[str] = []
-        self.cached: list[int] = []
-        self._round: tuple[list[int], list[int], list[int], int, list[list[torch.Tensor]]] | None = None
+        self.recorded: list[tuple[tuple[int, ...], ...]] = []
+        self.cursor: list[int] = []
+        self.empty: list[bool] = []
+        self.misses = 0
 
-    def start(self, rids: Sequence[str], tokens: Sequence[Sequence[int]]) -> None:
-        """Prefill the draft model with every row's prompt (everything but the first output token)."""
-        self.rids = list(rids)
-        self.kv = BatchKV(self.runner.model, len(rids))
-        prompts = [list(t[:-1]) for t in tokens]
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        valid = torch.zeros((len(prompts), width), dtype=torch.bool)
-        for b, p in enumerate(prompts):
-            ids[b, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            valid[b, width - len(p) :] = True
-        empty = torch.zeros(0, dtype=torch.long)
-        self.runner.forward(self.kv, ids, valid, empty, empty, "prefill", self.rids)
-        self.cached = [len(p) for p in prompts]
+    def join(self, rows: Sequence[Row]) -> None:
+        """Take each new row's recorded drafts."""
+        for row in rows:
+            self.recorded.append(row.request.sampling.replay_drafts or ())
+            self.cursor.append(0)
 
-    def propose(self, tokens: Sequence[Sequence[int]]) -> list[list[int]]:
-        """Run the draft model; see the class docstring for the schedule."""
-        kv = self.kv
-        assert kv is not None
-        bsz = len(tokens)
-        lengths = [len(t) for t in tokens]
-        pending = [lengths[b] - self.cached[b] for b in range(bsz)]
-        forwards = max(pending) + self.k - 1
-        drafts: list[list[int]] = [[] for _ in range(bsz)]
-        snapshots: list[list[torch.Tensor]] = []
-        rows = torch.arange(bsz, dtype=torch.long)
-        cols = torch.zeros(bsz, dtype=torch.long)
-        for j in range(1, forwards + 1):
-            column = [
-                tokens[b][lengths[b] - pending[b] + j - 1] if j <= pending[b] else drafts[b][j - pending[b] - 1]
-                for b in range(bsz)
-            ]
-            ids = torch.tensor(column, dtype=torch.long)[:, None]
-            out = self.runner.forward(kv, ids, None, rows, cols, "draft", self.rids)
-            assert out.logits is not None
-            nxt = out.logits.argmax(dim=-1).tolist()
-            for b in range(bsz):
-                if j >= pending[b] and len(drafts[b]) < self.k:
-                    drafts[b].append(int(nxt[b]))
-            if kv.has_linear and j < forwards:
-                snapshots.append(kv.snapshot_linear())
-        fed = [forwards - p for p in pending]  # drafts each row fed into the draft cache
-        self._round = (lengths, pending, fed, forwards, snapshots)
-        return drafts
+    def propose(self, rows: Sequence[Row]) -> list[list[int]]:
+        """The next recorded drafts of every row."""
+        out: list[list[int]] = []
+        self.empty = []
+        for b, row in enumerate(rows):
+            step = self.cursor[b]
+            drafts = list(self.recorded[b][step][: self.k]) if step < len(self.recorded[b]) else []
+            self.empty.append(not drafts)
+            if len(drafts) != self.k:  # none left, or recorded with another K: not like for like
+                self.misses += 1
+            fill = drafts[-1] if drafts else row.tokens[-1]
+            out.append(drafts + [fill] * (self.k - len(drafts)))
+        return out
 
     def after_verify(self, accepted: Sequence[int], committed: Sequence[Sequence[int]]) -> None:
-        """Turn rejected drafts into holes and roll hybrid draft state back, row by row."""
-        kv = self.kv
-        assert kv is not None and self._round is not None
-        lengths, pending, fed, forwards, snapshots = self._round
-        self._round = None
-        keep = [min(int(a), f) for a, f in zip(accepted, fed)]
-        if not self.stale_cache:
-            kv.drop_last([f - v for f, v in zip(fed, keep)])
-            if kv.has_linear:
-                # state after forward number pending+keep; the last forward's state is the live one
-                for j in range(1, forwards):
-                    rows = torch.tensor([p + v == j for p, v in zip(pending, keep)], device=kv.device)
-                    if bool(rows.any()):
-                        kv.restore_linear_rows(snapshots[j - 1], rows)
-        self.cached = [n + v for n, v in zip(lengths, keep)]
-        kv.compact_if_needed(COMPACT_SLACK)
+        """Advance every row to its next recorded step."""
+        self.cursor = [c + 1 for c in self.cursor]
 
     def select_rows(self, keep: Sequence[int]) -> None:
-        """Drop finished rows from the draft cache."""
-        if self.kv is not None:
-            self.kv.select_rows(keep)
-        self.rids = [self.rids[i] for i in keep]
-        self.cached = [self.cached[i] for i in keep]
+        """Drop finished rows."""
+        self.recorded = [self.recorded[i] for i in keep]
+        self.cursor = [self.cursor[i] for i in keep]

@@ -8,6 +8,7 @@ leaves *some* metric looking healthy, which is the point: only the right check s
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 FAULTS: dict[str, str] = {
     "skip-state-rollback": (
@@ -26,6 +27,18 @@ FAULTS: dict[str, str] = {
     "accept-off-by-one": (
         "accept the first mismatching draft as well (an off-by-one in the verify comparison): tokens "
         "the target did not choose enter the output while acceptance looks better than it is"
+    ),
+    "numerical-noise": (
+        "perturb the target's logits in their last bits, differently for every step shape (as bf16 "
+        "kernels round differently at different batch and query sizes; relative size "
+        "--numerical-noise-scale, a bf16 ulp by default): greedy output diverges from the baseline "
+        "only where the top-2 logits nearly tie, a numerical tie and not a speculation bug"
+    ),
+    "stale-state-after-empty-draft": (
+        "hybrid models: a verify step whose drafter found nothing (n-gram miss, filler drafts) right "
+        "after a step that accepted drafts reads the recurrent state of the previous step's first "
+        "position, as if the accepted drafts never happened (vLLM #39273, fixed in vLLM PR #52942 and "
+        "SGLang PR #26351): output turns incoherent on hybrids only, counters stay consistent"
     ),
 }
 
@@ -46,3 +59,21 @@ def validate_faults(names: Iterable[str]) -> tuple[str, ...]:
         valid = ", ".join(sorted(FAULTS))
         raise ValueError(f"unknown fault name(s) {', '.join(map(repr, unknown))}; valid faults: {valid}")
     return tuple(out)
+
+
+def numerical_noise(logits: Any, scale: float, key: tuple[Any, ...]) -> Any:
+    """Fault ``numerical-noise``: ``logits * (1 + scale * u)``, ``u`` uniform in [-1/2, 1/2).
+
+    ``u`` is drawn from a generator seeded by ``key`` (seed, phase and the step's batch and query
+    shape), so the same step shape always rounds the same way and different shapes differ - the
+    batch-dependence of real low-precision kernels. Relative noise of ``scale / 2`` moves an argmax
+    only where the top two logits lie within about ``scale * |logit|`` of each other.
+    """
+    import hashlib
+
+    import torch
+
+    digest = hashlib.blake2b(repr(key).encode(), digest_size=8).digest()
+    gen = torch.Generator(device="cpu").manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
+    u = torch.rand(logits.shape, generator=gen, dtype=torch.float64) - 0.5
+    return logits * (1 + scale * u.to(device=logits.device, dtype=logits.dtype))

@@ -6,6 +6,12 @@ boolean ``valid`` matrix says which slots hold committed tokens. Rejected drafts
 stay in the cache as masked *holes*; every row keeps its own logical positions (RoPE positions are
 passed explicitly), and :meth:`BatchKV.compact` squeezes the holes out now and then.
 
+Continuous batching uses the same holes: requests that join a running batch are prefilled in a
+cache of their own, and :meth:`BatchKV.merge` appends those rows, left-padding the shorter of the
+two slot ranges with holes. Nothing already cached is recomputed (a rebuild would re-prefill every
+running row at every join, and put that work in the trace), and because masks and positions are
+per row, a joined row attends to exactly its own tokens at exactly its own positions.
+
 The attention mask is built here as an explicit 4-D additive mask (0 = visible, dtype minimum =
 hidden), which both the SDPA and eager attention paths of transformers 5.x accept as-is. Every
 query may also see its own slot, so a padding query never has an all-masked row (an all-masked
@@ -107,6 +113,19 @@ class BatchKV:
         self.valid &= ~tail
         self.n_valid = [n - int(k) for n, k in zip(self.n_valid, counts)]
 
+    def keep_first_of_last(self, width: int, keep: Sequence[int]) -> None:
+        """Of the last ``width`` slots (one forward's), row ``b`` keeps only its first ``keep[b]``.
+
+        For a right-padded forward (the block drafter's), where the slots to drop are not at the
+        tail of every row: the rest become holes, padding included.
+        """
+        start = torch.tensor([self.num_slots - width + k for k in keep], dtype=torch.long, device=self.device)
+        idx = torch.arange(self.num_slots, device=self.device)
+        tail = idx[None, :] >= start[:, None]
+        dropped = (self.valid & tail).sum(dim=1).tolist()
+        self.valid &= ~tail
+        self.n_valid = [n - int(d) for n, d in zip(self.n_valid, dropped)]
+
     # -------------------------------------------------------------------------- batch reshaping
     def _layer_tensors(self) -> list[tuple[object, str]]:
         out: list[tuple[object, str]] = []
@@ -130,6 +149,33 @@ class BatchKV:
                     states[key] = t.index_select(0, idx)
         self.valid = self.valid.index_select(0, idx)
         self.n_valid = [self.n_valid[i] for i in keep]
+
+    def merge(self, other: BatchKV) -> None:
+        """Append ``other``'s rows (requests joining the batch) after this batch's rows.
+
+        Both caches must belong to the same model. The shorter slot range is left-padded with
+        holes (zero K/V, never visible), so every row keeps its valid slots and positions.
+        """
+        if other.batch_size == 0:
+            return
+        if self.batch_size == 0:
+            self.cache, self.valid, self.n_valid = other.cache, other.valid, list(other.n_valid)
+            return
+        width = max(self.num_slots, other.num_slots)
+        mine, theirs = self._layer_tensors(), other._layer_tensors()
+        if len(mine) != len(theirs):
+            raise RuntimeError("cannot merge caches of different layouts")
+        for (layer, name), (o_layer, o_name) in zip(mine, theirs):
+            a = _left_pad(getattr(layer, name), width, dim=2)
+            b = _left_pad(getattr(o_layer, o_name), width, dim=2)
+            setattr(layer, name, torch.cat([a, b], dim=0))
+        for states, o_states in zip(self._linear_dicts(), other._linear_dicts()):
+            for key, t in list(states.items()):
+                o = o_states.get(key)
+                if isinstance(t, torch.Tensor) and isinstance(o, torch.Tensor):
+                    states[key] = torch.cat([t, o], dim=0)
+        self.valid = torch.cat([_left_pad(self.valid, width, dim=1), _left_pad(other.valid, width, dim=1)], dim=0)
+        self.n_valid = self.n_valid + list(other.n_valid)
 
     def compact(self) -> None:
         """Squeeze out holes: each row's valid slots, right-aligned, in their original order."""
@@ -175,6 +221,15 @@ class BatchKV:
                     out.extend(t for _, t in sorted(d.items()) if isinstance(t, torch.Tensor))
         return out
 
+    def row_state(self, row: int) -> list[torch.Tensor]:
+        """Copies of one row's live recurrent state (for the stale-state fault)."""
+        return [t[row].clone() for t in self.linear_tensors()]
+
+    def set_row_state(self, row: int, state: Sequence[torch.Tensor]) -> None:
+        """Overwrite one row's live recurrent state with :meth:`row_state` copies."""
+        for t, s in zip(self.linear_tensors(), state):
+            t[row].copy_(s)
+
     def snapshot_linear(self, layer_idx: int | None = None) -> list[torch.Tensor]:
         """Copies of the live recurrent state (empty list for a model without linear attention)."""
         return [t.clone() for t in self.linear_tensors(layer_idx)]
@@ -192,3 +247,13 @@ class BatchKV:
         for t, s in zip(live, snapshot):
             sel = rows.view(-1, *([1] * (t.ndim - 1)))
             t.copy_(torch.where(sel, s, t))
+
+
+def _left_pad(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
+    """``t`` with zeros (or False) prepended along ``dim`` up to ``width``."""
+    missing = width - t.shape[dim]
+    if missing <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = missing
+    return torch.cat([torch.zeros(shape, dtype=t.dtype, device=t.device), t], dim=dim)

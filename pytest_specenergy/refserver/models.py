@@ -18,8 +18,11 @@ from pathlib import Path
 
 import torch
 
-from .tiny_models import TINY_MODELS, build_tiny_model, tiny_model_names
-from .tokenizer import TokenizerLike, load_tokenizer
+from .tiny_models import TINY_MODELS
+from .tiny_models import build_tiny_model
+from .tiny_models import tiny_model_names
+from .tokenizer import TokenizerLike
+from .tokenizer import load_tokenizer
 
 _DTYPES = {
     "float64": torch.float64,

@@ -1,8 +1,8 @@
 """SGLang's ``/generate`` protocol subset: parse request bodies, shape answers.
 
 Parsing is strict where a silent difference would corrupt a measurement (sampling that is not
-greedy, streaming, top-logprobs) and lenient where SGLang clients commonly send neutral values
-(``top_p: 1.0``, ``stream: false``, ``lora_path: null``). Every rejection is a
+greedy, streaming, a flag that is not a boolean, unknown fields) and lenient where SGLang clients
+commonly send neutral values (``top_p: 1.0``, ``stream: false``, ``lora_path: null``). Every rejection is a
 :class:`ProtocolError` whose message names the field, what was given and what is expected; the
 server turns it into HTTP 400 ``{"error": {"message": ...}}``.
 """
@@ -13,10 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .records import GenerationRequest, GenerationResult, SamplingParams
+from .records import GenerationRequest
+from .records import GenerationResult
+from .records import SamplingParams
 from .tokenizer import TokenizerLike
 
-SUPPORTED_SAMPLING = ("max_new_tokens", "temperature", "ignore_eos", "stop_token_ids")
+SUPPORTED_SAMPLING = ("max_new_tokens", "temperature", "ignore_eos", "stop_token_ids", "spec_replay_drafts")
 # Sampling keys accepted only with a value that cannot change greedy output.
 NEUTRAL_SAMPLING: dict[str, Callable[[Any], bool]] = {
     "top_p": lambda v: v == 1,
@@ -44,6 +46,7 @@ TOP_LEVEL = (
     "rid",
     "stream",
     "top_logprobs_num",
+    "return_spec_drafts",
 )
 
 
@@ -95,7 +98,29 @@ def _sampling(raw: Any, where: str) -> SamplingParams:
     stops = raw.get("stop_token_ids") or []
     if not _is_int_list(stops):
         raise ProtocolError(f"{where}.stop_token_ids must be a list of integer token ids, got {stops!r}")
-    return SamplingParams(max_new_tokens=mnt, temperature=0.0, ignore_eos=ignore_eos, stop_token_ids=tuple(stops))
+    replay = raw.get("spec_replay_drafts")
+    if replay is not None and not (isinstance(replay, list) and all(_is_int_list(d) for d in replay)):
+        raise ProtocolError(
+            f"{where}.spec_replay_drafts must be a list (one per verify step) of lists of token ids, "
+            "as meta_info.spec_drafts returns them"
+        )
+    return SamplingParams(
+        max_new_tokens=mnt,
+        temperature=0.0,
+        ignore_eos=ignore_eos,
+        stop_token_ids=tuple(stops),
+        replay_drafts=tuple(tuple(d) for d in replay) if replay is not None else None,
+    )
+
+
+def _flag(body: dict[str, Any], key: str) -> bool:
+    """A boolean top-level field (absent or null = False)."""
+    value = body.get(key, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ProtocolError(f"{key} must be true or false, got {value!r}")
+    return value
 
 
 def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
@@ -107,10 +132,11 @@ def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
             raise ProtocolError(
                 f"field {key!r} is not supported by the reference server; supported: {', '.join(TOP_LEVEL)}"
             )
-    if body.get("stream"):
+    if _flag(body, "stream"):
         raise ProtocolError("stream=true is not supported by the reference server; send stream=false")
-    if body.get("top_logprobs_num"):
-        raise ProtocolError("top_logprobs_num must be 0 or absent: top-k logprobs are not implemented")
+    top_n = body.get("top_logprobs_num") or 0
+    if not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 0:
+        raise ProtocolError(f"top_logprobs_num must be an integer >= 0, got {top_n!r}")
     has_ids, has_text = body.get("input_ids") is not None, body.get("text") is not None
     if has_ids == has_text:
         raise ProtocolError(
@@ -144,9 +170,10 @@ def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
         sps = [_sampling(sp, f"sampling_params[{i}]") for i, sp in enumerate(raw_sp)]
     else:
         sps = [_sampling(raw_sp, "sampling_params")] * len(prompts)
-    ret_lp = body.get("return_logprob", False)
-    if not isinstance(ret_lp, bool):
-        raise ProtocolError(f"return_logprob must be true or false, got {ret_lp!r}")
+    ret_lp = _flag(body, "return_logprob")
+    if top_n and not ret_lp:
+        raise ProtocolError("top_logprobs_num needs return_logprob=true (SGLang returns top logprobs only then)")
+    return_drafts = _flag(body, "return_spec_drafts")
     start = body.get("logprob_start_len", -1)
     if start is None:
         start = -1
@@ -168,19 +195,26 @@ def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
             return_logprob=ret_lp,
             logprob_start_len=start,
             rid=rids[i] if rids else None,
+            top_logprobs_num=top_n,
+            return_spec_drafts=return_drafts,
         )
         for i, p in enumerate(prompts)
     )
     return ParsedGenerate(
         requests=requests,
         batched=batched,
-        return_prompt_token_ids=bool(body.get("return_prompt_token_ids", False)),
-        return_text_in_logprobs=bool(body.get("return_text_in_logprobs", False)),
+        return_prompt_token_ids=_flag(body, "return_prompt_token_ids"),
+        return_text_in_logprobs=_flag(body, "return_text_in_logprobs"),
     )
 
 
 def _lp_entries(entries: Any, tokenizer: TokenizerLike, with_text: bool) -> list[list[Any]]:
     return [[lp, tid, tokenizer.decode([tid], skip_special_tokens=False) if with_text else None] for lp, tid in entries]
+
+
+def _top_entries(positions: Any, tokenizer: TokenizerLike, with_text: bool) -> list[Any]:
+    # per position a list of [logprob, id, text-or-None], best first; a None position stays None
+    return [None if top is None else _lp_entries(top, tokenizer, with_text) for top in positions]
 
 
 def result_json(
@@ -216,6 +250,12 @@ def result_json(
     if result.output_token_logprobs is not None:
         meta["output_token_logprobs"] = _lp_entries(result.output_token_logprobs, tokenizer, return_text_in_logprobs)
         meta["output_token_logprobs_length"] = len(result.output_token_logprobs)
+    if result.input_top_logprobs is not None:
+        meta["input_top_logprobs"] = _top_entries(result.input_top_logprobs, tokenizer, return_text_in_logprobs)
+    if result.output_top_logprobs is not None:
+        meta["output_top_logprobs"] = _top_entries(result.output_top_logprobs, tokenizer, return_text_in_logprobs)
+    if result.spec_drafts is not None:
+        meta["spec_drafts"] = [list(d) for d in result.spec_drafts]
     out: dict[str, Any] = {
         "text": tokenizer.decode(result.output_ids),
         "output_ids": list(result.output_ids),

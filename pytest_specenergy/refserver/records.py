@@ -6,12 +6,13 @@ The result records carry SGLang's field names and semantics (``reference/sglang-
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 from .faults import validate_faults
 
-DRAFTERS = ("none", "ngram", "draft_model")
+DRAFTERS = ("none", "ngram", "draft_model", "block", "replay")
 DTYPES = ("auto", "float64", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -31,6 +32,9 @@ class EngineConfig:
     seed: int = 0
     max_running_requests: int = 32
     faults: tuple[str, ...] = ()
+    block_size: int | None = None  # block drafter: positions verified per step (drafts = block_size - 1)
+    draft_accept_p: float | None = None  # controlled acceptance: P(a drafted token is the target's own)
+    numerical_noise_scale: float = 2.0**-8  # fault "numerical-noise": relative logit noise (bf16 ulp)
 
     def __post_init__(self) -> None:
         if self.drafter not in DRAFTERS:
@@ -49,6 +53,26 @@ class EngineConfig:
         if self.max_running_requests < 1:
             raise ValueError(f"max_running_requests must be >= 1, got {self.max_running_requests}")
         object.__setattr__(self, "faults", validate_faults(self.faults))
+        if self.block_size is not None:
+            if self.drafter not in ("block", "replay"):
+                raise ValueError(f"block_size is for the block (or replay) drafter, not {self.drafter!r}")
+            if self.block_size < 2:
+                raise ValueError(
+                    f"block_size must be >= 2 (the last committed token + >= 1 draft), got {self.block_size}"
+                )
+            # a block of B positions verifies the last committed token and B - 1 drafts
+            object.__setattr__(self, "num_draft_tokens", self.block_size - 1)
+        elif self.drafter == "block":
+            object.__setattr__(self, "block_size", self.num_draft_tokens + 1)
+        if self.draft_accept_p is not None:
+            if self.drafter not in ("draft_model", "block"):
+                raise ValueError(
+                    f"draft_accept_p needs a drafter with draft passes (draft_model or block), not {self.drafter!r}"
+                )
+            if not 0.0 <= self.draft_accept_p <= 1.0:
+                raise ValueError(f"draft_accept_p must be in [0, 1], got {self.draft_accept_p}")
+        if not 0.0 < self.numerical_noise_scale < 1.0:
+            raise ValueError(f"numerical_noise_scale must be in (0, 1), got {self.numerical_noise_scale}")
 
     @property
     def speculative(self) -> bool:
@@ -58,7 +82,17 @@ class EngineConfig:
     @property
     def speculative_algorithm(self) -> str | None:
         """SGLang's name for the algorithm (``None`` for a plain engine)."""
-        return {"none": None, "ngram": "NGRAM", "draft_model": "DRAFT_MODEL"}[self.drafter]
+        return {"none": None, "ngram": "NGRAM", "draft_model": "DRAFT_MODEL", "block": "BLOCK", "replay": "REPLAY"}[
+            self.drafter
+        ]
+
+    @property
+    def verified_per_step(self) -> int | None:
+        """Tokens the target verifies per request per step: the last committed token + K drafts.
+
+        For a block drafter that is the block size (``block_size == K + 1``), for a chain ``K + 1``.
+        """
+        return self.num_draft_tokens + 1 if self.speculative else None
 
 
 @dataclass(frozen=True)
@@ -69,6 +103,8 @@ class SamplingParams:
     temperature: float = 0.0
     ignore_eos: bool = False
     stop_token_ids: tuple[int, ...] = ()
+    # drafts to verify, one tuple per verify step (the ``replay`` drafter; ``spec_replay_drafts``)
+    replay_drafts: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 0:
@@ -86,6 +122,8 @@ class GenerationRequest:
     return_logprob: bool = False
     logprob_start_len: int = -1  # -1: output logprobs only (SGLang's default)
     rid: str | None = None
+    top_logprobs_num: int = 0  # > 0: also the top-N logprobs per position (with return_logprob)
+    return_spec_drafts: bool = False  # report the drafts of every verify step (for a replay run)
 
     def __post_init__(self) -> None:
         if len(self.input_ids) == 0:
@@ -133,6 +171,10 @@ class GenerationResult:
     spec: SpecStats | None = None  # None for a plain engine or when no verify step ran
     input_token_logprobs: tuple[tuple[float | None, int], ...] | None = None
     output_token_logprobs: tuple[tuple[float, int], ...] | None = None
+    # per position: the top-N (logprob, token id) pairs, best first; input position 0 is None
+    input_top_logprobs: tuple[tuple[tuple[float, int], ...] | None, ...] | None = None
+    output_top_logprobs: tuple[tuple[tuple[float, int], ...], ...] | None = None
+    spec_drafts: tuple[tuple[int, ...], ...] | None = None  # drafts verified per step, if asked
 
     @property
     def completion_tokens(self) -> int:

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .accounting import ModelShape, model_shape
+from .accounting import ModelShape
+from .accounting import model_shape
 from .kv import BatchKV
-from .trace import TraceStep, WorkTrace
+from .trace import TraceStep
+from .trace import WorkTrace
 
 
 def _kwarg_name(fn: object, preferred: str, fallback: str) -> str:
@@ -83,7 +85,8 @@ class StepOutput:
 class ModelRunner:
     """Batched forward passes of one model in one role ("target" or "draft")."""
 
-    def __init__(self, model: torch.nn.Module, role: str, trace: WorkTrace) -> None:
+    def __init__(self, model: torch.nn.Module, role: str, trace: WorkTrace | None) -> None:
+        # trace None: an instrument that no GPU engine would run (the controlled-acceptance oracle)
         self.model = model
         self.role = role
         self.trace = trace
@@ -101,6 +104,8 @@ class ModelRunner:
         self.linear_cache_kw = (
             _kwarg_name(first_linear.forward, "cache", "cache_params") if first_linear is not None else "cache"
         )
+        self.noise_scale: float | None = None  # fault "numerical-noise" (target runner only)
+        self.seed = 0
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -148,12 +153,18 @@ class ModelRunner:
             if logit_rows.numel():
                 picked = hidden[logit_rows.to(self.device), logit_cols.to(self.device)]
                 logits = self.head(picked)
+                if self.noise_scale is not None:
+                    from .faults import numerical_noise
+
+                    logits = numerical_noise(logits, self.noise_scale, (self.seed, phase, *tokens.shape))
             self._sync()
         finally:
             probes.recording = False
             probes.capture_linear = False
         wall = time.perf_counter() - t0
         kv.append(q_valid)
+        if self.trace is None:
+            return StepOutput(logits=logits, wall_s=wall)
         self._record(phase, rids, tokens, q_valid, context, int(logit_rows.numel()), wall)
         return StepOutput(logits=logits, wall_s=wall)
 
@@ -179,6 +190,7 @@ class ModelRunner:
                     touched.append(0)
                     continue
                 touched.append(int(torch.unique(routed[flat_valid]).numel()))
+        assert self.trace is not None
         cost = self.shape.step_cost(
             query, context, logit_rows, distinct, touched, per_position_states=(phase == "verify")
         )
@@ -198,7 +210,14 @@ class ModelRunner:
         )
 
     @torch.inference_mode()
-    def rollback_linear(self, kv: BatchKV, snapshot: Sequence[torch.Tensor], keep: Sequence[int], width: int) -> None:
+    def rollback_linear(
+        self,
+        kv: BatchKV,
+        snapshot: Sequence[torch.Tensor],
+        keep: Sequence[int],
+        width: int,
+        keep_inputs: bool = False,
+    ) -> None:
         """Return each row's recurrent state to the state after its first ``keep[b]`` of ``width`` tokens.
 
         ``snapshot`` is :meth:`BatchKV.snapshot_linear` taken before the forward, and the forward
@@ -206,7 +225,10 @@ class ModelRunner:
         rows that rejected something are restored from the snapshot and their accepted tokens are
         replayed one at a time through each linear-attention layer (the captured layer inputs of
         accepted positions do not depend on the rejected ones, by causality). Rows that kept all
-        ``width`` tokens keep the state the forward left.
+        ``width`` tokens keep the state the forward left. Right padding (the block drafter's) is
+        rolled back like rejected drafts.
+
+        ``keep_inputs`` leaves the captured inputs for a second rollback of the same forward.
         """
         rows_fix = [b for b, k in enumerate(keep) if k < width]
         if not rows_fix or not self.probes.linear_modules:
@@ -230,4 +252,5 @@ class ModelRunner:
                 # rows whose accepted prefix is shorter than j+1 must not take this update
                 kv.restore_linear_rows(before, keep_t <= j, idx)
             kv.restore_linear_rows(after_verify, ~fix, idx)
-        self.probes.linear_inputs = {}
+        if not keep_inputs:
+            self.probes.linear_inputs = {}

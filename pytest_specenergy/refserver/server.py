@@ -3,8 +3,16 @@
 Endpoints: ``POST/PUT /generate``, ``GET /server_info`` (and the older ``/get_server_info``),
 ``GET/POST /flush_cache``, ``GET /health``, ``GET /health_generate``, ``GET /ready``,
 ``GET /model_info`` and our extension ``GET /work_trace?start=K``. Requests are handled on threads;
-engine work is serialized by the engine's lock, so a second ``/generate`` waits for the first, and
-``/flush_cache`` answers 400 while a batch is running (as SGLang does when it is not idle).
+every concurrent ``/generate`` call hands its requests to the engine's continuous-batching
+scheduler, so they join one running batch, and each call returns as soon as its own requests have
+finished. ``/flush_cache`` answers 400 while requests run (as SGLang does when it is not idle).
+
+Robustness: every error is an HTTP status with a JSON body ``{"error": {"message": ...}}``, never a
+dropped connection - a bad body on any endpoint (not JSON, wrong types, unknown fields, a body
+where none is taken) is 400, an unreadable ``Content-Length`` 400, a body over 64 MiB 413, a
+method the server does not have 405. Every connection has a socket timeout (``--http-timeout``,
+30 s by default): a client that announces more body than it sends gets 408 and is disconnected,
+so it cannot hold a server thread forever; an idle keep-alive connection is closed.
 """
 
 from __future__ import annotations
@@ -12,17 +20,30 @@ from __future__ import annotations
 import json
 import logging
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+from http.server import ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs
+from urllib.parse import urlparse
 
 from .engine import ReferenceEngine
-from .protocol import ProtocolError, parse_generate, result_json
+from .protocol import ProtocolError
+from .protocol import parse_generate
+from .protocol import result_json
 
 log = logging.getLogger("pytest_specenergy.refserver")
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 MAX_BODY_BYTES = 64 << 20
+DEFAULT_HTTP_TIMEOUT_S = 30.0
+
+
+class HTTPError(Exception):
+    """An answer other than 200, with its status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -32,8 +53,21 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     # --------------------------------------------------------------------------- plumbing
+    def setup(self) -> None:
+        """Apply the server's socket timeout to this connection (read by ``StreamRequestHandler``)."""
+        self.timeout = self.server.http_timeout
+        super().setup()
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         log.debug("%s - %s", self.address_string(), format % args)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The stdlib's own errors (bad request line, unknown method, ...) as JSON too."""
+        self.close_connection = True
+        try:
+            self._error(code, message or explain or "bad request")
+        except OSError:
+            pass
 
     def _send(self, status: int, payload: Any, content_type: str = "application/json") -> None:
         if content_type == "application/json":
@@ -43,6 +77,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
 
@@ -51,26 +87,89 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, {"error": {"message": message}})
 
     def _body(self) -> Any:
-        length = int(self.headers.get("Content-Length") or 0)
+        """The JSON body (``{}`` when there is none); :class:`HTTPError` for anything unreadable."""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            self.close_connection = True
+            raise HTTPError(411, "chunked request bodies are not supported; send a Content-Length")
+        raw_len = self.headers.get("Content-Length") or "0"
+        try:
+            length = int(raw_len)
+        except ValueError:
+            self.close_connection = True
+            raise HTTPError(400, f"Content-Length must be an integer, got {raw_len!r}") from None
+        if length < 0:
+            self.close_connection = True
+            raise HTTPError(400, f"Content-Length must be >= 0, got {length}")
         if length > MAX_BODY_BYTES:
-            raise ProtocolError(f"request body of {length} bytes is larger than {MAX_BODY_BYTES}")
-        raw = self.rfile.read(length) if length else b""
+            self.close_connection = True  # the unread body would be parsed as the next request
+            raise HTTPError(413, f"request body of {length} bytes is larger than {MAX_BODY_BYTES}")
+        chunks: list[bytes] = []
+        got = 0
+        try:  # read1 in a loop, so a timeout keeps what did arrive (for the message)
+            while got < length:
+                chunk = self.rfile.read1(min(1 << 16, length - got))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
+        except TimeoutError:
+            pass
+        raw = b"".join(chunks)
+        if len(raw) < length:
+            self.close_connection = True
+            raise HTTPError(
+                408,
+                f"the body ended after {len(raw)} of {length} bytes (Content-Length) within the "
+                f"{self.server.http_timeout:g} s timeout",
+            )
         if not raw.strip():
             return {}
         try:
-            return json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ProtocolError(f"the body is not valid JSON: {exc}") from None
+            return json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise HTTPError(400, f"the body is not valid JSON: {exc}") from None
+
+    def _guard(self, fn: Any) -> None:
+        try:
+            fn()
+        except HTTPError as exc:
+            self._error(exc.status, str(exc))
+        except (ProtocolError, ValueError) as exc:  # engine-side validation: vocabulary, context, ...
+            self._error(400, str(exc))
+        except OSError as exc:  # the client went away: nobody to answer
+            log.info("connection error: %s", exc)
+            self.close_connection = True
+        except Exception as exc:  # noqa: BLE001 - a server must answer, and log the traceback
+            log.exception("internal error")
+            self._error(500, f"{type(exc).__name__}: {exc}")
 
     # ----------------------------------------------------------------------------- routes
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
         """Read-only endpoints."""
+        self._guard(self._route_get)
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+        """Endpoints that take a body."""
+        self._guard(self._route_post)
+
+    do_PUT = do_POST
+
+    def _not_allowed(self) -> None:
+        self._guard(self._method_not_allowed)
+
+    do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
+
+    def _method_not_allowed(self) -> None:
+        self._body()  # consume it, so the connection stays usable
+        raise HTTPError(405, f"method {self.command} is not supported by the reference server")
+
+    def _route_get(self) -> None:
         url = urlparse(self.path)
         engine = self.server.engine
         if url.path in ("/health", "/ready"):
             self._send(200, "OK", "text/plain")
         elif url.path == "/health_generate":
-            self._guard(lambda: self._health_generate())
+            self._health_generate()
         elif url.path in ("/server_info", "/get_server_info"):
             self._send(200, engine.server_info())
         elif url.path in ("/model_info", "/get_model_info"):
@@ -78,35 +177,24 @@ class _Handler(BaseHTTPRequestHandler):
                 200, {"model_path": engine.config.model, "tokenizer_path": engine.config.model, "is_generation": True}
             )
         elif url.path == "/work_trace":
-            self._guard(lambda: self._work_trace(url.query))
+            self._work_trace(url.query)
         elif url.path == "/flush_cache":
             self._flush()
         else:
-            self._error(404, f"unknown endpoint GET {url.path}")
+            raise HTTPError(404, f"unknown endpoint GET {url.path}")
 
-    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
-        """Endpoints that take a body."""
+    def _route_post(self) -> None:
         path = urlparse(self.path).path
         if path == "/generate":
-            self._guard(self._generate)
+            self._generate()
         elif path == "/flush_cache":
-            self._body()
+            body = self._body()
+            if not isinstance(body, dict) or body:
+                raise HTTPError(400, f"/flush_cache takes no parameters; send an empty body or {{}}, got {body!r}")
             self._flush()
         else:
-            self._error(404, f"unknown endpoint POST {path}")
-
-    do_PUT = do_POST
-
-    def _guard(self, fn: Any) -> None:
-        try:
-            fn()
-        except ProtocolError as exc:
-            self._error(400, str(exc))
-        except ValueError as exc:  # engine-side validation (vocabulary, context length, ...)
-            self._error(400, str(exc))
-        except Exception as exc:  # noqa: BLE001 - a server must answer, and log the traceback
-            log.exception("internal error")
-            self._error(500, f"{type(exc).__name__}: {exc}")
+            self._body()
+            raise HTTPError(404, f"unknown endpoint POST {path}")
 
     def _generate(self) -> None:
         engine = self.server.engine
@@ -145,13 +233,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, {"next": nxt, "steps": [s.to_json() for s in steps]})
 
     def _flush(self) -> None:
-        engine = self.server.engine
-        # SGLang flushes only when idle; a running batch holds the engine lock.
-        if not engine.lock.acquire(timeout=0.5):
-            self._error(400, "Cache not flushed because there are running requests; retry when idle.")
-            return
-        engine.lock.release()
-        engine.flush_cache()
+        # SGLang flushes only when idle
+        if not self.server.engine.flush_cache():
+            raise HTTPError(400, "Cache not flushed because there are running requests; retry when idle.")
         self._send(200, "Cache flushed.", "text/plain")
 
 
@@ -161,16 +245,25 @@ class ReferenceHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, engine: ReferenceEngine, host: str = "127.0.0.1", port: int = 30000) -> None:
+    def __init__(
+        self,
+        engine: ReferenceEngine,
+        host: str = "127.0.0.1",
+        port: int = 30000,
+        http_timeout: float = DEFAULT_HTTP_TIMEOUT_S,
+    ) -> None:
         if host not in LOOPBACK_HOSTS:
             raise ValueError(
                 f"the reference server binds loopback only; --host must be one of {LOOPBACK_HOSTS}, got {host!r}"
             )
+        if not http_timeout > 0:
+            raise ValueError(f"--http-timeout must be > 0 seconds, got {http_timeout}")
         if host == "::1":
             import socket
 
             self.address_family = socket.AF_INET6
         self.engine = engine
+        self.http_timeout = float(http_timeout)
         super().__init__((host, port), _Handler)
 
     @property

@@ -18,6 +18,17 @@ A draft is *derived* from its target: the target's embeddings, first layers, fin
 truncated draft predicts the target's greedy token often enough for realistic acceptance, as a
 trained draft model would. The registry (:data:`TINY_MODELS`, :func:`register_tiny_model`) is
 open for more entries.
+
+Each entry also names the real model shape it stands for (``priced_as``, a key of the plugin's
+shape registry, served in ``/server_info``), so a roofline meter prices its work trace at that
+size instead of at the tiny one, where fixed per-step overheads would dominate:
+
+* ``tiny:dense`` as Qwen3-8B, its draft ``tiny:dense-draft`` as Qwen3-0.6B;
+* ``tiny:moe`` as Qwen3-30B-A3B, ``tiny:moe-draft`` as Qwen3-0.6B (its usual draft model);
+* ``tiny:hybrid`` as Qwen3.6-27B (3 Gated DeltaNet layers per full-attention layer),
+  ``tiny:hybrid-draft`` as Qwen3-0.6B (a ~0.6B draft; no small hybrid draft is published).
+
+The tiny models' own dimensions are unchanged: only the price tag is real-sized.
 """
 
 from __future__ import annotations
@@ -30,7 +41,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID, ByteTokenizer
+from .tokenizer import BOS_ID
+from .tokenizer import EOS_ID
+from .tokenizer import PAD_ID
+from .tokenizer import ByteTokenizer
 
 # Layers below this index are shared with the derived drafts and write to the residual stream at
 # full scale; deeper layers write at DEEP_RESIDUAL_SCALE. Chosen so that a 2-layer draft agrees with
@@ -53,6 +67,7 @@ class TinyModelSpec:
     build: ModelBuilder  # seed -> float64 CPU model in eval mode
     description: str
     draft_for: str | None = None  # the target this draft is derived from, if it is a draft
+    priced_as: str | None = None  # the real shape this model stands for (a shape registry key)
 
 
 TINY_MODELS: dict[str, TinyModelSpec] = {}
@@ -66,6 +81,22 @@ def register_tiny_model(spec: TinyModelSpec) -> None:
 def tiny_model_names() -> list[str]:
     """The registered names, sorted."""
     return sorted(TINY_MODELS)
+
+
+def priced_as_for(model: str, draft: str | None = None) -> dict[str, str] | None:
+    """``/server_info``'s ``priced_as``: the real shape of the target and of the draft model.
+
+    None when the target is not a built-in tiny model (a real checkpoint is priced at its own
+    size); the draft entry is left out when there is no draft model or it declares no shape.
+    """
+    spec = TINY_MODELS.get(model)
+    if spec is None or spec.priced_as is None:
+        return None
+    out = {"target": spec.priced_as}
+    draft_spec = TINY_MODELS.get(draft) if draft else None
+    if draft_spec is not None and draft_spec.priced_as is not None:
+        out["draft"] = draft_spec.priced_as
+    return out
 
 
 def build_tiny_model(name: str, seed: int = 0) -> torch.nn.Module:
@@ -249,7 +280,9 @@ _dense = _make_target(_dense_config, "Qwen3ForCausalLM", 6)
 _moe = _make_target(_moe_config, "Qwen3MoeForCausalLM", 4)
 _hybrid = _make_target(_hybrid_config, "Qwen3NextForCausalLM", 4)
 
-register_tiny_model(TinyModelSpec("tiny:dense", "dense", _dense, "Qwen3 dense, 6 layers, hidden 256"))
+register_tiny_model(
+    TinyModelSpec("tiny:dense", "dense", _dense, "Qwen3 dense, 6 layers, hidden 256", priced_as="qwen3-8b")
+)
 register_tiny_model(
     TinyModelSpec(
         "tiny:dense-draft",
@@ -257,9 +290,12 @@ register_tiny_model(
         _make_draft(_dense, _dense_config, "Qwen3ForCausalLM"),
         "first 2 layers + embeddings + lm_head of tiny:dense",
         draft_for="tiny:dense",
+        priced_as="qwen3-0.6b",
     )
 )
-register_tiny_model(TinyModelSpec("tiny:moe", "moe", _moe, "Qwen3-MoE, 4 layers, 16 experts top-2"))
+register_tiny_model(
+    TinyModelSpec("tiny:moe", "moe", _moe, "Qwen3-MoE, 4 layers, 16 experts top-2", priced_as="qwen3-30b-a3b")
+)
 register_tiny_model(
     TinyModelSpec(
         "tiny:moe-draft",
@@ -267,10 +303,17 @@ register_tiny_model(
         _make_draft(_moe, _moe_config, "Qwen3MoeForCausalLM"),
         "first 2 layers + embeddings + lm_head of tiny:moe",
         draft_for="tiny:moe",
+        priced_as="qwen3-0.6b",
     )
 )
 register_tiny_model(
-    TinyModelSpec("tiny:hybrid", "hybrid", _hybrid, "Qwen3-Next, 4 layers: linear/full attention alternating")
+    TinyModelSpec(
+        "tiny:hybrid",
+        "hybrid",
+        _hybrid,
+        "Qwen3-Next, 4 layers: linear/full attention alternating",
+        priced_as="qwen3.6-27b",
+    )
 )
 register_tiny_model(
     TinyModelSpec(
@@ -279,6 +322,7 @@ register_tiny_model(
         _make_draft(_hybrid, _hybrid_config, "Qwen3NextForCausalLM"),
         "first 2 layers (linear + full attention) + embeddings + lm_head of tiny:hybrid",
         draft_for="tiny:hybrid",
+        priced_as="qwen3-0.6b",
     )
 )
 

@@ -9,7 +9,8 @@ server does not grow without bound; the index keeps counting.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 MAX_KEPT_STEPS = 500_000

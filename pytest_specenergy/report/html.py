@@ -18,12 +18,12 @@ from typing import Iterable
 from typing import Mapping
 from typing import Sequence
 
-from pytest_specenergy.report import plots as _plots
 from pytest_specenergy.gate.compare import CaseComparison
 from pytest_specenergy.gate.compare import Verdict
 from pytest_specenergy.gate.history import DEFAULT_STEP
 from pytest_specenergy.gate.history import detect_steps
 from pytest_specenergy.gate.history import history_series
+from pytest_specenergy.report import plots as _plots
 from pytest_specenergy.report.format import fmt
 from pytest_specenergy.report.format import worse_arrow
 from pytest_specenergy.report.latency import latency_choices

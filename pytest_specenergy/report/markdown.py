@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from typing import Any
 from typing import Mapping
-
 from typing import Sequence
 
 from pytest_specenergy.gate.compare import CaseComparison

@@ -20,11 +20,11 @@ from typing import Callable
 from typing import Mapping
 from typing import Sequence
 
-from pytest_specenergy.report.rows import ReportRow
 from pytest_specenergy.gate.history import detect_steps
 from pytest_specenergy.gate.history import history_series
 from pytest_specenergy.report.latency import config_points
 from pytest_specenergy.report.latency import latency_choices
+from pytest_specenergy.report.rows import ReportRow
 from pytest_specenergy.report.rows import rows_from_document
 from pytest_specenergy.report.rows import sources
 

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-
 MODULE_A = """
 import pytest
 from pytest_specenergy import Drafter
@@ -46,11 +45,11 @@ def test_engines_start_once_across_modules_and_results_reach_table_and_json(pyte
     result.stdout.fnmatch_lines([
         "*= specenergy =*",
         "test*source*base J/tok*spec J/tok*saving*accept len*",
-        "test_ngram[[]code-ngram-b1[]]*modeled (h200)*",
-        "test_ngram[[]code-ngram-b4[]]*modeled (h200)*",
-        "test_other_module[[]code-draft-b4[]]*modeled (h200)*",
-        "test_other_module[[]code-ngram-b4[]]*modeled (h200)*",
-        "4 results of 3 distinct pairs, 3 engine starts; energy figures: modeled (h200)",
+        "test_ngram[[]code-ngram-b1[]]*modeled (h200, priced as *)*",
+        "test_ngram[[]code-ngram-b4[]]*modeled (h200, priced as *)*",
+        "test_other_module[[]code-draft-b4[]]*modeled (h200, priced as *)*",
+        "test_other_module[[]code-ngram-b4[]]*modeled (h200, priced as *)*",
+        "4 results of 3 distinct pairs, 3 engine starts; energy figures: modeled (h200, priced as Qwen3-8B)",
     ])
     data = json.loads(out.read_text())
     assert data["engine_starts"] == 3  # baseline twin, ngram, draft_model: once each
@@ -65,7 +64,7 @@ def test_engines_start_once_across_modules_and_results_reach_table_and_json(pyte
     for record in data["results"]:
         for arm in ("baseline", "speculative"):
             assert len(record[arm]["samples"]) == 2
-            assert record[arm]["source"] == "modeled (h200)"
+            assert record[arm]["source"].startswith("modeled (h200, priced as ")
             assert all(s["decode_joules"] > 0 and s["decode_tokens"] > 0 for s in record[arm]["samples"])
         assert record["speculative"]["engine"]["config"]["drafter"] is not None
         assert record["baseline"]["engine"]["config"]["drafter"] is None
@@ -89,7 +88,7 @@ def test_unreachable_acceptance(spec_pair):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*SpecEnergyAssertionError: accept length * is below the required 50.000",
-        "*case code-ngram-b1 [[]modeled (h200)[]]",
+        "*case code-ngram-b1 [[]modeled (h200, priced as Qwen3-8B)[]]",
         "*baseline: * J/token, tbt * ms (2 repeats: *",
         "*speculative: * J/token, tbt * ms (2 repeats: *",
     ])

@@ -83,7 +83,8 @@ def test_off_by_one_acceptance_looks_better_but_equivalence_fails(pytester: pyte
     out = pytester.path / "run.json"
     faulted = run_suite("--specenergy-fault=accept-off-by-one", f"--specenergy-json={out}", repeats=1)
     faulted.assert_outcomes(failed=1)
-    faulted.stdout.fnmatch_lines(["*outputs differ from the baseline: exact-match fraction * is below the required 1.000"])
+    faulted.stdout.fnmatch_lines(
+        ["*outputs differ from the baseline: exact-match fraction * is below the required 1.000"])
 
 
 def test_stale_draft_cache_shifts_acceptance_the_gate_reports_it(pytester: pytest.Pytester, run_suite):

@@ -104,7 +104,8 @@ def test_costlier_drafter_fails_the_gate_and_unchanged_rerun_passes(gated: pytes
 
 def test_tolerance_marker_overrides_the_command_line(gated: pytest.Pytester):
     gated.makepyfile(test_gate_suite=SUITE.replace(
-        "@pytest.mark.batch(1)", "@pytest.mark.batch(1)\n@pytest.mark.tolerance(energy_per_token='1000%', accept_length='1000%')"))
+        "@pytest.mark.batch(1)",
+        "@pytest.mark.batch(1)\n@pytest.mark.tolerance(energy_per_token='1000%', accept_length='1000%')"))
     loose = run(gated, "--specenergy-compare=main", "--specenergy-compare-fail=energy:5%", GATE_NGRAM_K=1)
     loose.assert_outcomes(passed=1)
 
@@ -139,7 +140,8 @@ def test_incomparable_meter_is_never_compared(gated: pytest.Pytester):
     other.assert_outcomes(failed=1)
     other.stdout.fnmatch_lines([
         "*cannot be compared with baseline *0001_main_*.json:",
-        "*modeled GPU differs: the baseline is modeled (h200), the current run is modeled (h100)*",
+        "*modeled GPU differs: the baseline is modeled (h200, priced as Qwen3-8B), the current run is "
+        "modeled (h100, priced as Qwen3-8B)*",
     ])
 
 

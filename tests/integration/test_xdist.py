@@ -30,8 +30,8 @@ def test_per_gpu_mode_merges_worker_results(pytester: pytest.Pytester):
     result = pytester.runpytest_subprocess("-n", "2", "--dist", "load", "--specenergy-xdist=per-gpu",
                                            f"--specenergy-json={out}", *FAST)
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*= specenergy =*", "*test_code[[]code-ngram-b2[]]*modeled (h200)*"])
-    result.stdout.fnmatch_lines(["*test_news[[]news-ngram-b2[]]*modeled (h200)*"])
+    result.stdout.fnmatch_lines(["*= specenergy =*", "*test_code[[]code-ngram-b2[]]*modeled (h200, priced as *)*"])
+    result.stdout.fnmatch_lines(["*test_news[[]news-ngram-b2[]]*modeled (h200, priced as *)*"])
     data = json.loads(out.read_text())
     assert sorted(r["case_id"] for r in data["results"]) == ["code-ngram-b2", "news-ngram-b2"]
 

@@ -7,7 +7,8 @@ the engine API is re-entrant between calls (every ``generate`` starts from empty
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from pytest_specenergy.refserver.engine import ReferenceEngine  # noqa: E402
-from pytest_specenergy.refserver.records import EngineConfig, GenerationRequest, SamplingParams  # noqa: E402
+from pytest_specenergy.refserver.records import EngineConfig  # noqa: E402
+from pytest_specenergy.refserver.records import GenerationRequest  # noqa: E402
+from pytest_specenergy.refserver.records import SamplingParams  # noqa: E402
 
 # Varied prompts: English, code, Romansh, a repetitive one (n-gram matches) and a tiny one.
 PROMPTS: tuple[str, ...] = (

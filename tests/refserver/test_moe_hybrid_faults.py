@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_specenergy.refserver.faults import FAULTS, validate_faults
+from pytest_specenergy.refserver.faults import FAULTS
+from pytest_specenergy.refserver.faults import validate_faults
 from pytest_specenergy.refserver.records import EngineConfig
 
 MAX_NEW = 24

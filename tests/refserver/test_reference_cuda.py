@@ -73,3 +73,19 @@ def test_cuda_server_round_trip():
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("model", ("tiny:dense", "tiny:hybrid"))
+def test_cuda_joins_and_block_drafter_are_exact(engine_for, make_requests, model):
+    from pytest_specenergy.refserver.records import GenerationRequest
+    from pytest_specenergy.refserver.records import SamplingParams
+
+    base = engine_for(model=model, device="cuda")
+    reqs = [
+        GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=6 + (5 * i) % 15, ignore_eos=True))
+        for i, r in enumerate(make_requests(base, 6, 1))
+    ]
+    want = [r.output_ids for r in base.generate(reqs)]
+    for kw in ({"drafter": "draft_model"}, {"drafter": "block", "block_size": 4}, {"drafter": "ngram"}):
+        engine = engine_for(model=model, device="cuda", max_running_requests=3, **kw)
+        assert [r.output_ids for r in engine.generate(reqs)] == want, (model, kw)

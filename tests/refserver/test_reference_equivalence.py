@@ -45,7 +45,8 @@ def test_speculative_equals_baseline(engine_for, make_requests, baseline, drafte
 
 def test_equivalence_with_eos_and_stop_tokens(engine_for, make_requests):
     """Rows finishing at different steps (EOS honoured, stop ids, ragged max_new_tokens)."""
-    from pytest_specenergy.refserver.records import GenerationRequest, SamplingParams
+    from pytest_specenergy.refserver.records import GenerationRequest
+    from pytest_specenergy.refserver.records import SamplingParams
 
     base = engine_for(model="tiny:dense")
     spec = engine_for(model="tiny:dense", drafter="draft_model", num_draft_tokens=4)
@@ -129,11 +130,11 @@ def test_max_running_requests_waves(engine_for, make_requests):
 
 def test_compaction_every_step_changes_nothing(engine_for, make_requests, baseline, monkeypatch):
     """Squeezing the holes out of both caches after every step gives the same tokens."""
-    import pytest_specenergy.refserver.drafters as drafters
-    import pytest_specenergy.refserver.engine as engine_mod
+    import pytest_specenergy.refserver.draft_model as draft_model
+    import pytest_specenergy.refserver.scheduler as scheduler
 
-    monkeypatch.setattr(engine_mod, "COMPACT_SLACK", 0)
-    monkeypatch.setattr(drafters, "COMPACT_SLACK", 0)
+    monkeypatch.setattr(scheduler, "COMPACT_SLACK", 0)
+    monkeypatch.setattr(draft_model, "COMPACT_SLACK", 0)
     engine = engine_for(model="tiny:dense", drafter="draft_model", num_draft_tokens=6)
     got = engine.generate(make_requests(engine, 8, MAX_NEW[8]))
     assert [r.output_ids for r in got] == [r.output_ids for r in baseline[8]]

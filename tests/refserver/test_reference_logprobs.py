@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from pytest_specenergy.refserver.records import GenerationRequest, SamplingParams
+from pytest_specenergy.refserver.records import GenerationRequest
+from pytest_specenergy.refserver.records import SamplingParams
 
 
 def _tol(engine) -> float:

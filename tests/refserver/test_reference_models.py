@@ -8,8 +8,13 @@ import pytest
 import torch
 
 from pytest_specenergy.refserver.models import load_model
-from pytest_specenergy.refserver.tiny_models import TINY_MODELS, build_tiny_model, default_draft_for
-from pytest_specenergy.refserver.tokenizer import BOS_ID, EOS_ID, PAD_ID, ByteTokenizer
+from pytest_specenergy.refserver.tiny_models import TINY_MODELS
+from pytest_specenergy.refserver.tiny_models import build_tiny_model
+from pytest_specenergy.refserver.tiny_models import default_draft_for
+from pytest_specenergy.refserver.tokenizer import BOS_ID
+from pytest_specenergy.refserver.tokenizer import EOS_ID
+from pytest_specenergy.refserver.tokenizer import PAD_ID
+from pytest_specenergy.refserver.tokenizer import ByteTokenizer
 
 # sha256 over sorted (name, float64 bytes) of the seed-0 weights. Same on every machine, torch and
 # transformers version (checked with transformers 5.17 and 5.24): a change here changes every
@@ -99,7 +104,9 @@ def test_load_errors_are_clear(tmp_path):
 
 def test_local_checkpoint_directory_loads(tmp_path):
     """Any HF checkpoint directory is a model; its own tokenizer is used."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import Tokenizer
+    from tokenizers import models
+    from tokenizers import pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     model = build_tiny_model("tiny:dense-draft", 0)

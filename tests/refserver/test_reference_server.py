@@ -62,7 +62,7 @@ def _call(url: str, path: str, body: object | None = None, method: str | None = 
 
 @pytest.fixture(scope="module")
 def server():
-    proc, url = _start("--model", "tiny:dense", "--drafter", "ngram", "--num-draft-tokens", "4")
+    proc, url = _start("--model", "tiny:dense", "--drafter", "ngram", "--num-draft-tokens", "4", "--http-timeout", "2")
     try:
         # poll /health like a launcher would
         for _ in range(100):
@@ -128,6 +128,7 @@ def test_server_info_and_flush(server):
     assert info["speculative_algorithm"] == "NGRAM" and info["speculative_num_draft_tokens"] == 4
     assert info["dtype"] == "float64" and info["device"].split(":")[0] in ("cpu", "cuda") and info["faults"] == []
     assert info["model_shape"]["num_layers"] == 6
+    assert isinstance(info["pid"], int) and info["pid"] != os.getpid()
     state = info["internal_states"][0]
     assert state["effective_max_running_requests_per_dp"] == info["max_running_requests"]
     assert state["avg_spec_accept_length"] >= 1.0 and state["step_time_dict"]
@@ -166,6 +167,16 @@ def test_work_trace_cursor(server):
         ({"input_ids": [1, 99999]}, "token ids in [0,"),
         ({"input_ids": []}, "non-empty"),
         (b"{not json", "not valid JSON"),
+        (b"\xff\xfe{}", "not valid JSON"),
+        ({"input_ids": "abc"}, "input_ids must be"),
+        ({"input_ids": [1, 2], "return_prompt_token_ids": "yes"}, "return_prompt_token_ids must be true or false"),
+        ({"input_ids": [1, 2], "stream": "no"}, "stream must be true or false"),
+        ({"input_ids": [1, 2], "top_logprobs_num": "2", "return_logprob": True}, "top_logprobs_num must be"),
+        ({"input_ids": [1, 2], "top_logprobs_num": 2}, "needs return_logprob"),
+        ({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2.5}}, "max_new_tokens must be"),
+        ({"input_ids": [1, 2], "sampling_params": {"spec_replay_drafts": [5]}}, "spec_replay_drafts must be"),
+        ({"input_ids": [1, 2], "lora_path": "x"}, "field 'lora_path' is not supported"),
+        ([1, 2], "must be a JSON object"),
     ],
 )
 def test_bad_input_is_400_with_a_message(server, body, fragment):
@@ -180,6 +191,24 @@ def test_unknown_endpoint_and_bad_cursor(server):
     assert status == 400 and "start must be an integer" in answer["error"]["message"]
 
 
+def test_help_documents_every_flag():
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_specenergy.refserver", "--help"], env=_env(), capture_output=True, text=True
+    )
+    assert proc.returncode == 0
+    for flag in (
+        "--drafter",
+        "--block-size",
+        "--draft-accept-p",
+        "--max-running-requests",
+        "--http-timeout",
+        "--numerical-noise-scale",
+        "stale-state-after-empty-draft",
+        "replay",
+    ):
+        assert flag in proc.stdout
+
+
 def test_startup_errors_are_clear(tmp_path):
     cmd = [sys.executable, "-m", "pytest_specenergy.refserver", "--port", "0", "--fault", "no-such-fault"]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=60)
@@ -188,3 +217,121 @@ def test_startup_errors_are_clear(tmp_path):
     cmd = [sys.executable, "-m", "pytest_specenergy.refserver", "--port", "0", "--model", str(tmp_path / "missing")]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "existing local checkpoint directory" in proc.stderr
+
+
+def test_concurrent_generate_calls_share_one_batch(server, engine_for, make_requests):
+    """Calls from 4 threads join one running batch (the old engine ran them one after another)."""
+    import threading
+
+    plain = engine_for(model="tiny:dense")
+    reqs = make_requests(plain, 4, 24)
+    want = [r.output_ids for r in plain.generate(reqs)]
+    before = _call(server, "/server_info")[1]["internal_states"][0]["decode_steps_by_running"]
+    answers: dict[int, list[int]] = {}
+
+    def one(i: int) -> None:
+        body = {"input_ids": list(reqs[i].input_ids), "sampling_params": {"max_new_tokens": 24, "ignore_eos": True}}
+        answers[i] = _call(server, "/generate", body)[1]["output_ids"]
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert [answers[i] for i in range(4)] == [list(w) for w in want]
+    info = _call(server, "/server_info")[1]
+    after = info["internal_states"][0]["decode_steps_by_running"]
+    grown = {int(k) for k, v in after.items() if v > before.get(k, 0)}
+    assert max(grown) >= 2, f"concurrent calls never shared a step: rows per step {sorted(grown)}"
+    assert info["pid"] > 0 and info["scheduler"] == "continuous"
+
+
+def _raw(url: str, data: bytes, wait: float = 10.0) -> bytes:
+    """Send raw bytes on a fresh connection; return everything the server answers until it closes."""
+    import socket
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    with socket.create_connection((parsed.hostname, parsed.port), timeout=wait) as sock:
+        sock.sendall(data)
+        out = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return out
+            out += chunk
+
+
+def _status_and_json(raw: bytes) -> tuple[int, object]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [(b"{not json", "not valid JSON"), (b'{"rid": "x"}', "takes no parameters"), (b"[]", "takes no parameters")],
+)
+def test_flush_cache_bad_body_is_400(server, body, fragment):
+    """The old server closed the connection without an answer."""
+    status, answer = _call(server, "/flush_cache", body, "POST")
+    assert status == 400 and fragment in answer["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "fragment"),
+    [
+        (b"Content-Length: abc\r\n", 400, "Content-Length must be an integer"),
+        (b"Content-Length: -5\r\n", 400, "Content-Length must be >= 0"),
+        (b"Content-Length: 999999999999\r\n", 413, "larger than"),
+        (b"Transfer-Encoding: chunked\r\n", 411, "chunked"),
+    ],
+)
+@pytest.mark.parametrize("path", ["/generate", "/flush_cache"])
+def test_unreadable_bodies_get_a_json_error(server, path, headers, status, fragment):
+    raw = _raw(server, b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
+    got, answer = _status_and_json(raw)
+    assert got == status and fragment in answer["error"]["message"]
+
+
+def test_slow_client_times_out_and_frees_the_thread(server):
+    """A body shorter than its Content-Length gets 408 after --http-timeout (2 s here), not a hang."""
+    t0 = time.monotonic()
+    raw = _raw(server, b'POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"input', wait=20)
+    status, answer = _status_and_json(raw)
+    assert status == 408 and "7 of 100 bytes" in answer["error"]["message"]
+    assert 1.5 <= time.monotonic() - t0 < 15
+    assert _call(server, "/health")[0] == 200
+
+
+def test_unknown_method_and_path_are_json(server):
+    status, answer = _call(server, "/generate", b"", "DELETE")
+    assert status == 405 and "DELETE" in answer["error"]["message"]
+    status, answer = _call(server, "/nope", {"a": 1}, "POST")
+    assert status == 404 and "unknown endpoint" in answer["error"]["message"]
+
+
+def test_top_logprobs_in_sglang_format(server):
+    body = {
+        "input_ids": [5, 6, 7, 8, 9],
+        "sampling_params": {"max_new_tokens": 4, "ignore_eos": True},
+        "return_logprob": True,
+        "logprob_start_len": 1,
+        "top_logprobs_num": 2,
+    }
+    status, item = _call(server, "/generate", body)
+    assert status == 200
+    meta = item["meta_info"]
+    tops = meta["output_top_logprobs"]
+    assert len(tops) == 4
+    for (lp, tid, text), top in zip(meta["output_token_logprobs"], tops):
+        assert [len(entry) for entry in top] == [3, 3] and top[0][:2] == [lp, tid] and top[0][2] is None
+        assert top[0][0] >= top[1][0]
+    assert meta["input_top_logprobs"][0] is None and len(meta["input_top_logprobs"]) == 4
+
+
+def test_spec_drafts_for_a_replay_run(server):
+    body = {"input_ids": [5, 6, 7, 5, 6], "sampling_params": {"max_new_tokens": 6}, "return_spec_drafts": True}
+    status, item = _call(server, "/generate", body)
+    meta = item["meta_info"]
+    assert status == 200 and len(meta["spec_drafts"]) == meta["spec_verify_ct"]
+    assert all(len(d) == 4 and all(isinstance(t, int) for t in d) for d in meta["spec_drafts"])

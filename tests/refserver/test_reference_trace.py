@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pytest_specenergy.refserver.records import GenerationRequest, SamplingParams
+from pytest_specenergy.refserver.records import GenerationRequest
+from pytest_specenergy.refserver.records import SamplingParams
 
 
 def _steps(engine, fn):

@@ -113,6 +113,7 @@ def test_importing_the_reference_server_loads_no_plugin_module(entry):
 def test_document_imports_only_the_standard_library():
     code = ("import sys; before = set(sys.modules); import pytest_specenergy.document; "
             "new = set(sys.modules) - before; "
-            "print(sorted(m for m in new if m.startswith(('pytest_specenergy.', 'numpy', '_pytest')) or m == 'pytest'))")
+            "print(sorted(m for m in new "
+            "if m.startswith(('pytest_specenergy.', 'numpy', '_pytest')) or m == 'pytest'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['pytest_specenergy.document']"

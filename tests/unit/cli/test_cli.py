@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from pytest_specenergy.gate import storage
 from pytest_specenergy.cases.case import Case
-from pytest_specenergy.cli.main import main
 from pytest_specenergy.cases.corpora import load_corpus
-from pytest_specenergy.engines.drafters import Drafter
+from pytest_specenergy.cli.main import main
 from pytest_specenergy.document import build_document
+from pytest_specenergy.engines.drafters import Drafter
+from pytest_specenergy.gate import storage
 from pytest_specenergy.measure.results import PairResult
 from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines import sglang_args as sa
 from pytest_specenergy.engines.base import EngineConfigError
 from pytest_specenergy.engines.config import EngineConfig
+from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.sglang import SGLangBackend
 from pytest_specenergy.engines.sglang import describe_pair_difference
 from pytest_specenergy.engines.sglang import detect_hybrid
@@ -35,10 +35,13 @@ PREFIX = ["/py", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-8B",
           "--host", "127.0.0.1", "--port", "30000"]
 COMMON_OLD = ("--dtype bfloat16 --tp-size 1 --random-seed 0 --attention-backend flashinfer "
               "--max-running-requests 16 --mem-fraction-static 0.8 --cuda-graph-max-bs 16 "
-              "--disable-radix-cache --decode-log-interval 1 --disable-overlap-schedule")
+              "--cuda-graph-bs 1 2 3 4 5 6 7 8 10 12 14 16 "
+              "--disable-radix-cache --decode-log-interval 1 --log-level warning "
+              "--disable-overlap-schedule")
 COMMON_NEW = ("--dtype bfloat16 --tp-size 1 --random-seed 0 --attention-backend flashinfer "
               "--max-running-requests 16 --mem-fraction-static 0.8 --cuda-graph-max-bs-decode 16 "
-              "--disable-radix-cache --decode-log-interval 1")
+              "--cuda-graph-bs-decode 1 2 3 4 5 6 7 8 10 12 14 16 "
+              "--disable-radix-cache --decode-log-interval 1 --log-level warning")
 COMMON = {"0.5.9": COMMON_OLD, "0.5.13": COMMON_OLD, "0.5.14": COMMON_NEW, "0.5.23": COMMON_NEW}
 NGRAM = ("--speculative-algorithm NGRAM --speculative-num-draft-tokens 9 "
          "--speculative-ngram-min-bfs-breadth 1 --speculative-ngram-max-bfs-breadth 1")

@@ -16,7 +16,6 @@ import pytest
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.engines.drafters import Drafter
-from pytest_specenergy.gate.limits import parse_fail_exprs
 from pytest_specenergy.gate.compare import Verdict
 from pytest_specenergy.gate.compare import comparable
 from pytest_specenergy.gate.compare import compare_case
@@ -25,6 +24,7 @@ from pytest_specenergy.gate.compare import metric_samples
 from pytest_specenergy.gate.compare import needs_more_repeats
 from pytest_specenergy.gate.compare import resolve_inconclusive
 from pytest_specenergy.gate.compare import run_info
+from pytest_specenergy.gate.limits import parse_fail_exprs
 from pytest_specenergy.measure.results import PairResult
 from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
@@ -264,6 +264,14 @@ def test_incomparable_records(change, fragment):
     assert result.rows == ()  # no numbers compared at all
     message = result.failure_message(BASELINE_PATH)
     assert fragment in message and BASELINE_PATH in message
+
+
+def test_runs_priced_as_different_models_are_incomparable():
+    base = record([1.0, 1.0, 1.0], source="modeled (h200, priced as Qwen3-8B)")
+    cur = record([1.0, 1.0, 1.0], source="modeled (h200, priced as tiny model)")
+    result = compare_case(base, cur, ENERGY)
+    assert result.verdict is Verdict.INCOMPARABLE
+    assert "modeled pricing differs" in result.failure_message(BASELINE_PATH)
 
 
 def test_cuda_graph_difference_is_named():

@@ -8,8 +8,8 @@ from test_compare import record
 
 from pytest_specenergy.document import build_document
 from pytest_specenergy.gate import storage
-from pytest_specenergy.gate.gatekeeper import GatePolicies
 from pytest_specenergy.gate.gatekeeper import Gatekeeper
+from pytest_specenergy.gate.gatekeeper import GatePolicies
 from pytest_specenergy.gate.gatekeeper import Judgement
 from pytest_specenergy.gate.gatekeeper import NeedsRepeats
 from pytest_specenergy.gate.limits import limits_for

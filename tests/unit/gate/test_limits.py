@@ -88,7 +88,7 @@ def test_argparse_type_shows_our_message(capsys):
     parser.add_argument("--specenergy-compare-fail", type=parse_fail_expr, action="append")
     args = parser.parse_args(["--specenergy-compare-fail=energy:5%",
                               "--specenergy-compare-fail", "accept_length:median:0.1"])
-    assert [l.metric for l in args.specenergy_compare_fail] == ["energy_per_token", "accept_length"]
+    assert [lim.metric for lim in args.specenergy_compare_fail] == ["energy_per_token", "accept_length"]
     with pytest.raises(SystemExit):
         parser.parse_args(["--specenergy-compare-fail=energy:lots"])
     err = capsys.readouterr().err
@@ -97,7 +97,7 @@ def test_argparse_type_shows_our_message(capsys):
 
 def test_repeatable_later_overrides_earlier():
     limits = parse_fail_exprs(["energy:5%", "accept:0.1", "energy_per_token:median:3%"])
-    assert [(l.metric, l.threshold) for l in limits] == [("energy_per_token", 0.03),
+    assert [(lim.metric, lim.threshold) for lim in limits] == [("energy_per_token", 0.03),
                                                          ("accept_length", 0.1)]
     # an ini value: whitespace or comma separated
     assert len(parse_fail_exprs("energy:5% tbt_ms:mean:10%,equivalence:0")) == 3

@@ -12,6 +12,9 @@ import datetime as dt
 import json
 import os
 import re
+import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -19,7 +22,6 @@ from pytest_specenergy import atomic
 from pytest_specenergy.gate.machine import machine_info
 from pytest_specenergy.gate.machine import machine_key
 from pytest_specenergy.gate.machine import slugify
-from pytest_specenergy.meters.modeled import ModeledMeter
 from pytest_specenergy.gate.storage import GOLDEN_KIND
 from pytest_specenergy.gate.storage import RUN_KIND
 from pytest_specenergy.gate.storage import InvalidRunName
@@ -27,6 +29,7 @@ from pytest_specenergy.gate.storage import RunNotFound
 from pytest_specenergy.gate.storage import StorageError
 from pytest_specenergy.gate.storage import find_run
 from pytest_specenergy.gate.storage import golden_path
+from pytest_specenergy.gate.storage import is_interrupted
 from pytest_specenergy.gate.storage import list_runs
 from pytest_specenergy.gate.storage import load_golden
 from pytest_specenergy.gate.storage import load_run
@@ -36,6 +39,7 @@ from pytest_specenergy.gate.storage import unused_goldens
 from pytest_specenergy.gate.storage import update_golden
 from pytest_specenergy.gate.storage import validate_run_name
 from pytest_specenergy.gate.storage import write_golden
+from pytest_specenergy.meters.modeled import ModeledMeter
 
 KEY = "modeled-h200-cpu-reference-0.1.0"
 NOW = dt.datetime(2026, 5, 9, 14, 30, 0, tzinfo=dt.timezone.utc)
@@ -137,6 +141,27 @@ def test_find_run_references(tmp_path):
     (json.dumps({"schema_version": 1, "kind": GOLDEN_KIND, "results": []}).encode(),
      "is a 'specenergy-golden' file, expected 'specenergy-run'"),
     (json.dumps({"schema_version": 1, "kind": RUN_KIND}).encode(), "'results' is missing"),
+    # Valid schema, bad records (fault-audit 3b, 3c): named, never a raw ValueError later.
+    (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [[1]]}).encode(),
+     "results[0]: record is [1], expected a JSON object"),
+    (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [
+        {"case_id": "c1", "speculative": "fast"}]}).encode(),
+     "results[0] (c1): speculative is 'fast', expected a JSON object"),
+    (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [
+        {"case_id": "c1", "speculative": {"samples": [{"energy_per_token": "NaN?"}]}}]}).encode(),
+     "results[0] (c1): speculative.samples[0]: 'energy_per_token' is 'NaN?', expected a "
+     "finite number or null"),
+    (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [
+        {"case_id": "c1", "baseline": {"samples": [{"tbt_ms": True}]}}]}).encode(),
+     "baseline.samples[0]: 'tbt_ms' is True"),
+    (b'{"schema_version": 1, "kind": "specenergy-run", "results": [{"speedup": NaN}]}',
+     "'speedup' is nan, expected a finite number"),
+    (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [
+        {"case_id": "c1", "speculative": {"samples": {"0": {}}}}]}).encode(),
+     "speculative.samples is {'0': {}}, expected a JSON array"),
+    (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [
+        {"case_id": "c1", "equivalence": {"exact_fraction": "all"}}]}).encode(),
+     "equivalence: 'exact_fraction' is 'all'"),
 ])
 def test_bad_run_files_are_reported_and_never_touched(tmp_path, content, fragment):
     save_run(document(), tmp_path, "main", machine_key=KEY, now=NOW)
@@ -172,14 +197,96 @@ def test_crash_after_partial_write_removes_the_temporary_file(tmp_path, monkeypa
     before = snapshot(tmp_path)
 
     def crash(src, dst):
-        assert os.path.getsize(src) > 0  # the data was written, only the rename fails
-        raise OSError("simulated power loss before rename")
+        assert os.path.getsize(src) > 0  # the data was written, only the publish fails
+        raise OSError("simulated power loss before the file got its name")
 
-    monkeypatch.setattr(atomic.os, "replace", crash)
+    monkeypatch.setattr(atomic.os, "link", crash)  # save_run publishes with link()
+    monkeypatch.setattr(atomic.os, "replace", crash)  # write_json_atomic with replace()
     with pytest.raises(OSError, match="power loss"):
         save_run(document(2.0), tmp_path, "main", machine_key=KEY, now=NOW)
+    with pytest.raises(OSError, match="power loss"):
+        atomic.write_json_atomic(tmp_path / "run.json", {"x": 1})
     monkeypatch.undo()
     assert snapshot(tmp_path) == before
+
+
+SAVER = r"""
+import datetime as dt, os, sys, time
+from pytest_specenergy.gate.storage import save_run
+storage, worker, go = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+print("ready", flush=True)
+while not os.path.exists(go):  # start together: the race needs the saves to overlap
+    time.sleep(0.001)
+now = dt.datetime(2026, 5, 9, 14, 30, 0, tzinfo=dt.timezone.utc)
+for i in range(20):
+    doc = {"schema_version": 1, "results": [{"case_id": "c", "energy_per_token": worker * 1000.0 + i}]}
+    print(save_run(doc, storage, "race", machine_key=sys.argv[4], now=now), flush=True)
+"""
+
+
+def test_concurrent_saves_with_one_name_in_one_second_all_survive(tmp_path):
+    # Fault-audit 3e: 4 processes x 20 saves, same name, same second -> 34 files of 80, and
+    # every caller told its save succeeded (check-then-replace).
+    go = tmp_path / "go"
+    savers = [subprocess.Popen([sys.executable, "-c", SAVER, str(tmp_path), str(w), str(go), KEY],
+                               stdout=subprocess.PIPE, text=True) for w in range(4)]
+    for saver in savers:
+        assert saver.stdout.readline().strip() == "ready"
+    go.touch()
+    returned = [line.strip() for saver in savers for line in saver.communicate(timeout=60)[0].splitlines()]
+    assert all(saver.returncode == 0 for saver in savers)
+    runs = list_runs(tmp_path, KEY)
+    assert len(returned) == len(set(returned)) == len(runs) == 80
+    assert sorted(r.counter for r in runs) == list(range(1, 81))  # no counter taken twice
+    values = {load_run(p)["results"][0]["energy_per_token"] for p in returned}
+    assert values == {float(w * 1000 + i) for w in range(4) for i in range(20)}
+    assert not [p for p in (tmp_path / KEY).iterdir() if p.suffix == ".tmp"]
+
+
+def test_an_existing_name_is_never_replaced(tmp_path, monkeypatch):
+    first = save_run(document(1.0), tmp_path, "main", machine_key=KEY, now=NOW)
+    # A saver that computed the same counter (no lock, e.g. another host) still cannot win.
+    monkeypatch.setattr("pytest_specenergy.gate.storage._next_counter", lambda folder: 1)
+    second = save_run(document(2.0), tmp_path, "main", machine_key=KEY, now=NOW)
+    assert second.name.startswith("0002_")
+    assert load_run(first)["results"][0]["energy_per_token"] == 1.0
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_written_files_follow_the_umask_not_mkstemp(tmp_path, umask, mode):
+    # Fault-audit 13: every file was 0600, unreadable to a CI artifact reader.
+    old = os.umask(umask)
+    try:
+        saved = save_run(document(), tmp_path, "main", machine_key=KEY, now=NOW)
+        report = tmp_path / "run.json"
+        atomic.write_json_atomic(report, {"x": 1})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(saved.stat().st_mode) == mode
+    assert stat.S_IMODE(report.stat().st_mode) == mode
+
+
+def test_replacing_a_file_keeps_its_mode(tmp_path):
+    report = tmp_path / "report.html"
+    report.write_text("old")
+    report.chmod(0o640)
+    atomic.write_text_atomic(report, "new")
+    assert report.read_text() == "new" and stat.S_IMODE(report.stat().st_mode) == 0o640
+
+
+def test_interrupted_runs_are_never_picked_as_baselines(tmp_path):
+    done = save_run(document(1.0), tmp_path, "main", machine_key=KEY, now=NOW)
+    cut = save_run(document(2.0), tmp_path, "main", machine_key=KEY, now=NOW, interrupted=True)
+    assert is_interrupted(load_run(cut)) and not is_interrupted(load_run(done))
+    assert "interrupted" not in load_run(done)
+    assert find_run(tmp_path, KEY, "last") == done
+    assert find_run(tmp_path, KEY, "main") == done
+    with pytest.raises(RunNotFound, match=r"no finished run '0002'.*interrupted session"):
+        find_run(tmp_path, KEY, "0002")
+    assert find_run(tmp_path, KEY, str(cut)) == cut  # a PATH loads it; compare must refuse
+    save_run(document(3.0), tmp_path, "pr-1", machine_key=KEY, now=NOW, interrupted=True)
+    with pytest.raises(RunNotFound, match=r"no finished run 'pr-1'.*0003_pr-1"):
+        find_run(tmp_path, KEY, "pr-1")
 
 
 def test_storage_path_accepts_file_uri():

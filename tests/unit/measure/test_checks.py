@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 
+from pytest_specenergy.cases.case import Case
+from pytest_specenergy.cases.corpora import load_corpus
+from pytest_specenergy.engines.drafters import Drafter
+from pytest_specenergy.engines.meta_info import RequestCounters
 from pytest_specenergy.measure.checks import counter_problems
 from pytest_specenergy.measure.checks import pair_checks
 from pytest_specenergy.measure.coherence import Coherence
 from pytest_specenergy.measure.degeneracy import degeneracy
 from pytest_specenergy.measure.degeneracy import distinct_n
 from pytest_specenergy.measure.degeneracy import repeated_suffix_fraction
-from pytest_specenergy.engines.meta_info import RequestCounters
-from pytest_specenergy.cases.case import Case
-from pytest_specenergy.cases.corpora import load_corpus
-from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.measure.results import PairResult
 from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
@@ -134,3 +134,22 @@ def test_pairing_and_window_checks():
     assert "prefill-in-window" in names(no_decode)
     heavy = PairResult(CASE, CASE.id, windowed("baseline", 6.0, 10.0), windowed("speculative", 1.0, 8.0))
     assert "prefill-dominates-window" in names(heavy)
+
+
+def test_sglang_twin_whose_resolved_settings_differ_fails():
+    """SGLang picks a finer CUDA-graph list for a speculative engine: the resolved
+    /server_info of the two arms then differs outside speculative_*, and the pair fails."""
+    import dataclasses
+
+    def sglang(run, **info):
+        engine = {"engine": "sglang", "version": "0.5.23", "server_info": {
+            "cuda_graph_bs": [1, 2, 4, 8], "port": 30000, "speculative_algorithm": None, **info}}
+        return dataclasses.replace(run, engine=engine)
+
+    base = windowed("baseline", 1.0, 10.0, ["GPU-a"], False)
+    spec = windowed("speculative", 1.0, 8.0, ["GPU-a"], False)
+    matched = PairResult(CASE, CASE.id, sglang(base), sglang(spec, port=30001, speculative_algorithm="NGRAM"))
+    assert "twin-differs" not in names(matched)
+    finer = PairResult(CASE, CASE.id, sglang(base), sglang(spec, cuda_graph_bs=[1, 2, 3, 4, 5, 6, 7, 8]))
+    assert "twin-differs" in names(finer)
+    assert "cuda_graph_bs" in next(c.message for c in finer.checks if c.name == "twin-differs")

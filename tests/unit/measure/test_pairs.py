@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.engines.drafters import Drafter
@@ -108,3 +110,60 @@ def test_added_repeats_extend_both_arms():
     pair = measurer.add_repeats(case, 3)
     assert len(pair.speculative.samples) == 5 and len(pair.baseline.samples) == 5
     assert measurer.measure(case) is pair
+
+
+class FailingDraftPool(FakePool):
+    """The draft model's engine dies on every request; every other engine is healthy."""
+
+    def get(self, config):
+        server = super().get(config)
+        if config.drafter is not None and config.drafter.name == "draft_model":
+            def broken(*args, **kwargs):
+                raise ConnectionError("engine exited with code -9")
+            server.client.generate = broken
+        return server
+
+
+def test_one_cases_failure_never_fails_its_sibling():
+    """The first case's speculative engine dies: its sibling still gets the shared baseline,
+    measured for it once (not once per sibling), and its own pair."""
+    pool, meter = FailingDraftPool(), TokenMeter(1.0)
+    measurer = _measurer(pool, meter)
+    draft, ngram = _case(Drafter("draft_model", draft_model="tiny:dense-draft")), _case(Drafter("ngram"))
+    measurer.plan([draft, ngram])
+    with pytest.raises(ConnectionError):
+        measurer.measure(draft)
+    pair = measurer.measure(ngram)
+    assert pair.accept_length is not None and len(pair.baseline.samples) == 2
+    with pytest.raises(ConnectionError):  # the failed case fails again on its own, alone
+        measurer.measure(draft)
+    assert measurer.measure(ngram) is pair
+
+
+class LongPromptPool(FakePool):
+    """A baseline engine that refuses the conversation corpus (a prompt beyond its context)."""
+
+    def get(self, config):
+        server = super().get(config)
+        generate = server.client.generate
+
+        def refuse_long(text, sampling_params, rids):
+            if any(prompt in CONVERSATION.prompts for prompt in text):
+                raise ValueError("prompt of 9000 tokens exceeds the context length 4096")
+            return generate(text, sampling_params, rids)
+        server.client.generate = refuse_long
+        return server
+
+
+CONVERSATION = load_corpus("conversation")
+
+
+def test_a_siblings_failing_baseline_is_not_this_cases_failure():
+    pool, meter = LongPromptPool(), TokenMeter(1.0)
+    measurer = _measurer(pool, meter)
+    code = _case(Drafter("ngram"))
+    chat = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=2, corpus=CONVERSATION)
+    measurer.plan([code, chat])
+    assert measurer.measure(code).baseline.samples  # the sibling's refusal does not leak here
+    with pytest.raises(ValueError, match="exceeds the context"):
+        measurer.measure(chat)  # the failing case fails with its own error, measured once more

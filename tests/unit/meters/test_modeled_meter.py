@@ -1,4 +1,8 @@
-"""The modeled meter on synthetic traces: the paper's first-order effects must emerge."""
+"""The modeled meter on synthetic traces priced at the trace's own size (``priced_as="self"``).
+
+These steps carry their own bytes and FLOPs (an 8B-like model), so the roofline itself is tested
+here; pricing at real shapes is in ``test_modeled_pricing.py``.
+"""
 
 from __future__ import annotations
 
@@ -77,8 +81,9 @@ def test_window_sums_steps_and_attributes_time_per_request():
     assert window.joules == pytest.approx(sum(c.joules for c in costs))
     assert window.request_seconds["r0"] == pytest.approx(sum(c.seconds for c in costs))
     assert window.request_seconds["r1"] == pytest.approx(costs[0].seconds + costs[1].seconds)
-    assert window.source == "modeled (h200)"
+    assert window.source == "modeled (h200, priced as tiny model)"
     assert window.details["steps"] == 3
+    assert window.details["priced_as"] == "self"
 
 
 def test_malformed_step_is_an_error_not_zero():
@@ -89,6 +94,12 @@ def test_malformed_step_is_an_error_not_zero():
 def test_unknown_preset_names_the_valid_ones():
     with pytest.raises(MeterError, match="h100, h200"):
         ModeledMeter("a100")
+
+
+def test_self_pricing_keeps_the_fixed_overhead_of_the_old_meter():
+    cost = step_cost(step(1, 1), PRESETS["h200"])
+    moved = 2 * PARAMS + 261 * KV_BYTES_PER_TOKEN
+    assert cost.seconds == pytest.approx(moved / 4.3e12 + 12e-6)
 
 
 class FakeTraceEngine:
@@ -109,4 +120,5 @@ def test_meter_window_covers_only_steps_since_start():
     engine.steps += [step(1, 1), step(1, 1)]
     window = meter.stop(token)
     assert window.details["steps"] == 2
-    assert window.source == "modeled (h100)"
+    # The fake engine declares no shape: priced at the trace's own size, and the label says so.
+    assert window.source == meter.label == "modeled (h100, priced as tiny model)"

@@ -20,6 +20,7 @@ import pytest
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import Corpus
 from pytest_specenergy.cases.corpora import load_corpus
+from pytest_specenergy.document import build_document
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.gate import history as gh
 from pytest_specenergy.gate.compare import Verdict
@@ -27,19 +28,17 @@ from pytest_specenergy.gate.compare import compare_documents
 from pytest_specenergy.gate.limits import DEFAULT_LIMITS
 from pytest_specenergy.gate.limits import parse_fail_expr
 from pytest_specenergy.measure.metrics import METRICS
-from pytest_specenergy.report import latency as rl
-from pytest_specenergy.report import rows as rr
-from pytest_specenergy.report.format import fmt
-from pytest_specenergy.report import plots
-from pytest_specenergy.report.html import PLOTS_OFF_NOTE
-from pytest_specenergy.report.html import TABLES_ONLY_NOTE
-from pytest_specenergy.report.html import render_html
-from pytest_specenergy.document import build_document
-from pytest_specenergy.report.markdown import md_escape
-from pytest_specenergy.report.markdown import render_markdown
 from pytest_specenergy.measure.results import PairResult
 from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
+from pytest_specenergy.report import latency as rl
+from pytest_specenergy.report import plots
+from pytest_specenergy.report import rows as rr
+from pytest_specenergy.report.html import PLOTS_OFF_NOTE
+from pytest_specenergy.report.html import TABLES_ONLY_NOTE
+from pytest_specenergy.report.html import render_html
+from pytest_specenergy.report.markdown import md_escape
+from pytest_specenergy.report.markdown import render_markdown
 
 FIXTURES = Path(__file__).resolve().parents[2] / "data" / "report"
 SCRIPT = "<script>alert(1)</script>"

@@ -1,0 +1,223 @@
+"""A parent-death watchdog for one engine server: no orphan engines, even after ``kill -9``.
+
+The launcher starts every server as ``python -m pytest_specenergy.engines.watchdog --parent
+PID --fd N -- CMD...``. The watchdog leads a new process group (the launcher starts it with
+``start_new_session``), runs ``CMD`` as its child in that group, and stops the whole group
+when the process that started it goes away, however that happens: ``kill -9`` of pytest, a
+crashed xdist worker, or a SIGTERM nobody handled. It works for any engine (SGLang cannot be
+changed) because it only needs a process group.
+
+Parent death is seen two ways:
+
+* ``--fd N`` is the read end of a pipe whose only write end lives in the parent. The kernel
+  closes it when the parent dies, so the read returns EOF at once (no polling delay).
+* ``os.getppid()`` is polled as a fallback, for a write end that leaked into a fork()ed
+  grandchild of the parent and keeps the pipe open.
+
+When the server exits by itself, the watchdog exits with the same status (re-raising the
+signal that killed it), so the launcher still reads the server's real exit code. A SIGTERM
+to the group (the launcher's normal stop) is forwarded and waited for, with SIGKILL after
+the grace period. Stdlib only, and nothing from the plugin: it must start in milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable
+from typing import Sequence
+
+#: Seconds between checks of the child and of the parent pid (the pipe needs no polling).
+POLL_S = 0.1
+DEFAULT_GRACE_S = 10.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _say(message: str) -> None:
+    # Goes to the server's log file (the launcher points our stderr there).
+    print(f"specenergy watchdog[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+
+
+def _pdeathsig_setter(signum: int = signal.SIGKILL) -> Callable[[], None] | None:
+    """A ``preexec_fn`` making the server die too if the watchdog itself is killed (Linux).
+
+    Without it a SIGKILL of the watchdog alone (the OOM killer) would orphan the server.
+    ctypes is loaded here, before the fork, so the child only makes one system call.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def set_pdeathsig() -> None:
+        prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+
+    return set_pdeathsig
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids in process group ``pgid`` (from ``/proc``; empty where there is none)."""
+    members = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # Fields after the command: state, ppid, pgrp, ...; a zombie needs no signal.
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            members.append(int(name))
+    return members
+
+
+def _kill_others(pgid: int) -> None:
+    """SIGKILL every member of the group but us: stragglers of a server that has exited."""
+    me = os.getpid()
+    for pid in group_members(pgid):
+        if pid != me:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _exit_like(code: int) -> None:
+    """Exit with the child's status; a signal death is re-raised so the parent sees -SIG."""
+    if code >= 0:
+        os._exit(code)
+    signum = -code
+    try:
+        signal.signal(signum, signal.SIG_DFL)  # our handler of SIGTERM would catch it
+    except (OSError, ValueError):
+        pass  # SIGKILL and SIGSTOP have no handler to reset
+    try:
+        os.kill(os.getpid(), signum)
+        time.sleep(1.0)  # the signal is delivered before this returns
+    except OSError:
+        pass
+    os._exit(128 + signum)
+
+
+class Watchdog:
+    """Runs one server command and ties its process group's life to a parent process."""
+
+    def __init__(self, command: Sequence[str], parent: int, fd: int | None,
+                 grace_s: float = DEFAULT_GRACE_S) -> None:
+        self.command = list(command)
+        self.parent = parent
+        self.fd = fd
+        self.grace_s = grace_s
+        self.stopping: str | None = None
+        if os.getpgrp() != os.getpid():
+            # Started without start_new_session: lead a group of our own, or stopping "our"
+            # group would signal whoever started us, and everything in their group.
+            os.setpgid(0, 0)
+        self.pgid = os.getpgrp()
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        # The launcher's stop sends SIGTERM to the whole group: the server got it too, so
+        # here we only remember to wait for it (and SIGKILL it after the grace period).
+        if self.stopping is None:
+            self.stopping = f"received {signal.Signals(signum).name}"
+
+    def _parent_gone(self) -> str | None:
+        if self.fd is not None:
+            readable, _, _ = select.select([self.fd], [], [], POLL_S)
+            if readable:
+                try:
+                    data = os.read(self.fd, 1)
+                except OSError:
+                    data = b""
+                if not data:
+                    return f"parent {self.parent} died (its pipe closed)"
+        else:
+            time.sleep(POLL_S)
+        if os.getppid() != self.parent:
+            return f"parent {self.parent} died (now a child of {os.getppid()})"
+        return None
+
+    def run(self) -> int:
+        """Supervise until the server exits (its status) or the parent dies (group stopped)."""
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, self._on_signal)
+        if os.getppid() != self.parent:  # the parent died before we got here
+            _say(f"parent {self.parent} is already gone; not starting the server")
+            return 1
+        try:
+            child = subprocess.Popen(self.command, preexec_fn=_pdeathsig_setter())
+        except OSError as exc:
+            _say(f"cannot start {self.command[0]!r}: {exc}")
+            return 127
+        while True:
+            code = child.poll()
+            if code is not None:
+                _kill_others(self.pgid)
+                return code
+            if self.stopping is not None:  # a signal: the group was sent SIGTERM already
+                self._stop_group(child, signal_first=False)
+            # (A signal during this check sets self.stopping: it is seen on the next turn.)
+            gone = self._parent_gone()
+            if gone is not None:
+                self.stopping = gone
+                _say(f"{gone}: stopping server group {self.pgid}")
+                self._stop_group(child, signal_first=True)
+
+    def _stop_group(self, child: subprocess.Popen[bytes], signal_first: bool) -> None:
+        """SIGTERM the group (unless the launcher already did), wait, then SIGKILL it all."""
+        if signal_first:
+            try:
+                os.killpg(self.pgid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            code = child.wait(timeout=self.grace_s)
+        except subprocess.TimeoutExpired:
+            _say(f"server {child.pid} ignored SIGTERM for {self.grace_s:.0f} s: SIGKILL")
+            # Kills us as well; a stop this forced has nobody waiting for our status.
+            os.killpg(self.pgid, signal.SIGKILL)
+            code = child.wait()
+        _kill_others(self.pgid)
+        _exit_like(code)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """``--parent PID [--fd N] [--grace S] -- CMD...``."""
+    parser = argparse.ArgumentParser(prog="python -m pytest_specenergy.engines.watchdog",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--parent", type=int, required=True, help="pid to watch")
+    parser.add_argument("--fd", type=int, default=None,
+                        help="read end of a pipe whose write end only the parent holds")
+    parser.add_argument("--grace", type=float, default=DEFAULT_GRACE_S,
+                        help="seconds between SIGTERM and SIGKILL")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the server argv")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; exits with the server's status."""
+    args = build_parser().parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        build_parser().error("no server command after --")
+    code = Watchdog(command, args.parent, args.fd, args.grace).run()
+    _exit_like(code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,526 @@
+"""Simulated suites for the gate's error rates: our sequential rule against pytest-benchmark's
+and asv's rules, all on the same samples (``benchmarks/gate_demo.py`` prints this).
+
+The model (log scale, every effect multiplicative)
+--------------------------------------------------
+* Per case, per repeat and per arm, an independent lognormal noise of sd ``noise`` (1, 3 or
+  5%) on that arm's decode J/token. A within-session ratio therefore carries sqrt(2) x
+  ``noise``: the ratio is *not* given less noise than the absolute.
+* A session offset per suite: the current session runs ``+-U(2%, 3%)`` (random sign) warmer
+  or cooler than the session that stored the baseline, on every arm of every case. A
+  fraction of it survives a ratio: each arm's offset is scaled by ``1 + kappa``, kappa ~
+  N(0, ``offset_leak``) per case and arm (default 0.1, so ~0.3% of a 3% offset survives).
+* The true change ``theta`` multiplies the speculative arm of the current run (stored mode)
+  or the candidate arm (in-job A/B mode).
+
+Modes: ``stored-5`` / ``stored-11`` (a stored run with 5 or 11 repeats; only the current
+side grows) and ``a/b`` (candidate and reference drafters interleaved in one session; both
+grow). Our gate compares session ratios (stored) or candidate/reference (A/B).
+pytest-benchmark and asv compare what they would be given, the speculative arm's absolute
+J/token per repeat, at a fixed repeat count (5, or 11 = our cap); in A/B mode the same two
+arms of one session.
+
+pytest-benchmark ``--benchmark-compare-fail=mean:5%``: fails when ``mean(current) /
+mean(reference) * 100 - 100 > 5`` (its ``PercentageRegressionCheck``), no statistics.
+asv (``asv continuous`` / ``asv compare``): worse when ``median(current) > factor x
+median(reference)`` *and* ``is_different``: a two-sided exact Mann-Whitney U at p < 0.002 when
+the sizes can reach it (``1 / C(n + m, min(n, m)) < 0.002``), else the per-side 99% intervals
+of the median must not overlap (order-statistic interval, widened by asv's Laplace-posterior
+interval when that is infinite). asv's default factor is 1.1 (``asv/commands/common_args.py``);
+1.05 is the factor matched to our 5% limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import dataclass
+from dataclasses import replace
+from functools import lru_cache
+from typing import Callable
+from typing import Sequence
+
+import numpy as np
+
+from pytest_specenergy.gate import fdr
+from pytest_specenergy.gate.sequential import INCONCLUSIVE
+from pytest_specenergy.gate.sequential import REGRESSED
+from pytest_specenergy.gate.sequential import SequentialPlan
+from pytest_specenergy.gate.sequential import sequential_arrays
+
+MODES = ("stored-5", "stored-11", "a/b")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One simulated condition; see the module docstring for the model."""
+
+    noise: float
+    mode: str = "a/b"
+    cases: int = 200
+    suites: int = 50
+    limit: float = 0.05
+    offset: tuple[float, float] = (0.02, 0.03)
+    offset_leak: float = 0.1
+    cap: int = 11
+
+    @property
+    def stored_repeats(self) -> int | None:
+        """Repeats of the stored run (None in A/B mode)."""
+        return None if self.mode == "a/b" else int(self.mode.split("-")[1])
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Per-repeat J/token of one batch of cases (rows), current up to the cap (columns)."""
+
+    current_spec: np.ndarray  # speculative (stored) / candidate (A/B) arm, current session
+    current_base: np.ndarray  # shared baseline arm, current session
+    reference_spec: np.ndarray  # stored run's speculative arm / A/B reference arm
+    reference_base: np.ndarray | None  # stored run's baseline arm (None in A/B)
+
+
+def make_samples(scenario: Scenario, theta: float, rng: np.random.Generator) -> Samples:
+    """Draw ``suites x cases`` cases with true log-change ``theta``."""
+    rows, cap, sd = scenario.suites * scenario.cases, scenario.cap, scenario.noise
+    size = rng.uniform(*scenario.offset, scenario.suites) * rng.choice([-1.0, 1.0], scenario.suites)
+    offset = np.repeat(np.log1p(size), scenario.cases)[:, None]  # one per suite
+
+    def arm_offset() -> np.ndarray:
+        return offset * (1.0 + scenario.offset_leak * rng.standard_normal((rows, 1)))
+
+    level = np.log(rng.uniform(0.3, 3.0, (rows, 1)))  # J/token differs by case; ratios do not care
+    ratio = np.log(rng.uniform(0.5, 0.9, (rows, 1)))  # the case's speculative/baseline ratio
+    base = level + arm_offset() + sd * rng.standard_normal((rows, cap))
+    spec = level + ratio + theta + arm_offset() + sd * rng.standard_normal((rows, cap))
+    if scenario.mode == "a/b":
+        ref = level + ratio + arm_offset() + sd * rng.standard_normal((rows, cap))
+        return Samples(np.exp(spec), np.exp(base), np.exp(ref), None)
+    m = scenario.stored_repeats
+    assert m is not None
+    ref_base = level + sd * rng.standard_normal((rows, m))
+    ref_spec = level + ratio + sd * rng.standard_normal((rows, m))
+    return Samples(np.exp(spec), np.exp(base), np.exp(ref_spec), np.exp(ref_base))
+
+
+# -- our rule ---------------------------------------------------------------------------------
+def ours(samples: Samples, scenario: Scenario, plan: SequentialPlan, n: int | None = None,
+         session_sd: float = 0.0):
+    """Our sequential rule on the first ``n`` current repeats (all when None)."""
+    n = samples.current_spec.shape[1] if n is None else n
+    if samples.reference_base is None:
+        d = np.log(samples.current_spec[:, :n]) - np.log(samples.reference_spec[:, :n])
+        return sequential_arrays(d, None, limit=scenario.limit, plan=plan, session_sd=session_sd)
+    x = np.log(samples.current_spec[:, :n]) - np.log(samples.current_base[:, :n])
+    y = np.log(samples.reference_spec) - np.log(samples.reference_base)
+    return sequential_arrays(x, y, limit=scenario.limit, plan=plan, session_sd=session_sd)
+
+
+def _absolute(samples: Samples, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(current, reference) absolute J/token at n current repeats, as the other tools see it."""
+    cur = samples.current_spec[:, :n]
+    ref = samples.reference_spec if samples.reference_base is not None else samples.reference_spec[:, :n]
+    return cur, ref
+
+
+# -- pytest-benchmark -------------------------------------------------------------------------
+def pytest_benchmark_fails(current: np.ndarray, reference: np.ndarray,
+                           percent: float = 5.0, field: str = "mean") -> np.ndarray:
+    """``--benchmark-compare-fail=FIELD:PERCENT%`` per row: the bare threshold on a statistic."""
+    stats: dict[str, Callable[..., np.ndarray]] = {"mean": np.mean, "median": np.median,
+                                                   "min": np.min, "max": np.max}
+    stat = stats[field]
+    return stat(current, axis=1) / stat(reference, axis=1) * 100.0 - 100.0 > percent
+
+
+# -- asv --------------------------------------------------------------------------------------
+@lru_cache(maxsize=None)
+def _u_cdf(n: int, m: int) -> np.ndarray:
+    """CDF of the Mann-Whitney U statistic (no ties) for sizes n, m, indexed by U."""
+    size = n * m + 1
+    prev = [np.zeros(size) for _ in range(m + 1)]
+    for j in range(m + 1):
+        prev[j][0] = 1.0
+    for _ in range(1, n + 1):
+        cur = [np.zeros(size) for _ in range(m + 1)]
+        cur[0][0] = 1.0
+        for j in range(1, m + 1):
+            shifted = np.zeros(size)
+            shifted[j:] = prev[j][: size - j]
+            cur[j] = shifted + cur[j - 1]
+        prev = cur
+    counts = prev[m]
+    return np.cumsum(counts) / counts.sum()
+
+
+def mann_whitney_p(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Exact two-sided Mann-Whitney p per row (continuous data: no ties), asv's convention."""
+    n, m = x.shape[1], y.shape[1]
+    u = np.sum(x[:, :, None] > y[:, None, :], axis=(1, 2))
+    ux = np.minimum(u, n * m - u)
+    cdf = _u_cdf(n, m)
+    upper = np.maximum(n * m // 2, n * m - ux - 1)
+    return np.minimum(1.0, cdf[ux] + 1.0 - cdf[upper])
+
+
+def _laplace_ppf(y: np.ndarray, p: float) -> np.ndarray:
+    """Quantile ``p`` of the posterior ``(sum_j |y_j - b|)^-(n)`` per row (asv's fallback).
+
+    On the interval with k points below b the sum is linear, ``c b + e`` (c = 2k - n), so the
+    mass of each interval and its inverse have closed forms.
+    """
+    rows, n = y.shape
+    nu = n - 1
+    s = np.sort(y, axis=1)
+    med = np.median(s, axis=1, keepdims=True)
+    scale = np.sum(np.abs(s - med), axis=1, keepdims=True)
+    flat = scale[:, 0] == 0
+    scale = np.where(scale == 0, 1.0, scale)
+    z = (s - med) / scale  # now the sum at the median is 1
+    k = np.arange(n + 1)
+    c = (2 * k - n).astype(float)[None, :]
+    prefix = np.concatenate([np.zeros((rows, 1)), np.cumsum(z, axis=1)], axis=1)
+    e = prefix[:, -1:] - 2.0 * prefix  # sum_{j>k} z - sum_{j<=k} z
+    left = np.concatenate([np.full((rows, 1), -np.inf), z], axis=1)
+    right = np.concatenate([z, np.full((rows, 1), np.inf)], axis=1)
+
+    def power(b: np.ndarray) -> np.ndarray:  # (c b + e)^-nu, 0 at +-inf
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            val = (c * b + e) ** (-nu)
+        return np.where(np.isinf(b), 0.0, val)
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mass = np.where(c != 0, (power(left) - power(right)) / (nu * np.where(c != 0, c, 1.0)),
+                        (right - left) * e ** (-(nu + 1)))
+    mass = np.maximum(np.nan_to_num(mass, nan=0.0, posinf=0.0), 0.0)
+    cum = np.cumsum(mass, axis=1)
+    target = p * cum[:, -1:]
+    idx = np.argmax(cum >= target, axis=1)
+    pick = lambda a: np.take_along_axis(a, idx[:, None], axis=1)[:, 0]  # noqa: E731
+    cc, ee, aa = pick(np.broadcast_to(c, (rows, n + 1))), pick(e), pick(left)
+    before = np.where(idx > 0, np.take_along_axis(cum, np.maximum(idx - 1, 0)[:, None], axis=1)[:, 0], 0.0)
+    rest = target[:, 0] - before
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        start = np.where(np.isinf(aa), 0.0, (cc * aa + ee) ** (-nu))
+        x = start - nu * cc * rest
+        beta = np.where(cc != 0, (x ** (-1.0 / nu) - ee) / np.where(cc != 0, cc, 1.0),
+                        aa + rest * ee ** (nu + 1))
+    beta = np.minimum(beta, pick(right))
+    out = med[:, 0] + beta * scale[:, 0]
+    return np.where(flat, med[:, 0], out)
+
+
+@lru_cache(maxsize=None)
+def _order_ci_index(n: int) -> tuple[int | None, int | None]:
+    """asv's order-statistic 99% interval of the median: indices (or None for infinite)."""
+    pa, pb = 0.005, 0.995
+    a = b = None
+    cdf = 0.0
+    for k in range(n):
+        cdf += math.comb(n, k) / 2.0 ** n
+        if cdf <= pa:
+            a = k
+        if cdf >= pb:
+            b = k
+            break
+    return a, b
+
+
+def asv_ci99(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """asv's ``ci_99_a``, ``ci_99_b`` of the median per row."""
+    s = np.sort(y, axis=1)
+    ia, ib = _order_ci_index(s.shape[1])
+    low = s[:, ia] if ia is not None else np.minimum(_laplace_ppf(s, 0.005), s[:, 0])
+    high = s[:, ib] if ib is not None else np.maximum(_laplace_ppf(s, 0.995), s[:, -1])
+    return low, high
+
+
+def asv_worsened(current: np.ndarray, reference: np.ndarray, factor: float = 1.1,
+                 p_threshold: float = 0.002) -> np.ndarray:
+    """asv's "+" (got worse) per row: median ratio beyond ``factor`` and ``is_different``."""
+    n, m = current.shape[1], reference.shape[1]
+    beyond = np.median(reference, axis=1) < np.median(current, axis=1) / factor
+    if 1.0 / math.comb(n + m, min(n, m)) < p_threshold:
+        different = mann_whitney_p(current, reference) < p_threshold
+    else:
+        ca, cb = asv_ci99(current)
+        ra, rb = asv_ci99(reference)
+        different = ~((rb >= ca) & (ra <= cb))
+    return beyond & different
+
+
+# -- the tables -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Cell:
+    """Rates of one rule in one scenario."""
+
+    rule: str
+    false_per_suite: float  # REGRESSED per 200 unchanged cases
+    inconclusive_per_suite: float  # INCONCLUSIVE at the cap per 200 unchanged cases (ours)
+    p_reg_4: float  # P(REGRESSED) at a true +4%
+    power_10: float  # P(REGRESSED) at a true +10%
+    inc_10: float  # P(INCONCLUSIVE at the cap) at +10% (ours)
+    repeats_0: float  # mean current repeats used, unchanged
+    repeats_10: float  # same at +10%
+
+
+def _per_suite(flags: np.ndarray, scenario: Scenario) -> float:
+    return float(np.mean(flags)) * scenario.cases
+
+
+def scenario_cells(scenario: Scenario, plan: SequentialPlan, seed: int) -> list[Cell]:
+    """Every rule on the same samples of one scenario (unchanged, +4% and +10% batches)."""
+    rng = np.random.default_rng(seed)
+    limit_log = math.log1p(scenario.limit)
+    batches = {}
+    half = max(10, scenario.suites // 2)
+    for name, theta, suites in (("0", 0.0, scenario.suites), ("4", math.log(1.04), half),
+                                ("10", math.log(1.10), max(10, scenario.suites // 2))):
+        batches[name] = make_samples(replace(scenario, suites=suites), theta, rng)
+    cells = []
+    results = {k: ours(s, scenario, plan) for k, s in batches.items()}
+
+    def ours_cell(label: str, regressed: dict[str, np.ndarray], inconclusive: dict[str, np.ndarray]) -> Cell:
+        return Cell(label, _per_suite(regressed["0"], scenario),
+                    _per_suite(inconclusive["0"], scenario), float(np.mean(regressed["4"])),
+                    float(np.mean(regressed["10"])), float(np.mean(inconclusive["10"])),
+                    float(np.mean(results["0"].n_used)), float(np.mean(results["10"].n_used)))
+
+    reg = {k: r.code == REGRESSED for k, r in results.items()}
+    inc = {k: r.code == INCONCLUSIVE for k, r in results.items()}
+    cells.append(ours_cell(f"ours: sequential {plan.looks[0]}..{plan.cap}", reg, inc))
+    # The rejected variant: decide an INCONCLUSIVE case at the cap by its point estimate.
+    est_reg = {k: reg[k] | (inc[k] & (r.estimate > limit_log)) for k, r in results.items()}
+    none = {k: np.zeros_like(v) for k, v in inc.items()}
+    cells.append(ours_cell("  variant: cap decides by estimate", est_reg, none))
+    for n in (5, scenario.cap):
+        for label, rule in ((f"pytest-benchmark mean:5%, n={n}", lambda c, r: pytest_benchmark_fails(c, r)),
+                            (f"asv factor 1.05, n={n}", lambda c, r: asv_worsened(c, r, 1.05)),
+                            (f"asv factor 1.1 (default), n={n}", lambda c, r: asv_worsened(c, r, 1.1))):
+            flags = {k: rule(*_absolute(s, n)) for k, s in batches.items()}
+            cells.append(Cell(label, _per_suite(flags["0"], scenario), math.nan,
+                              float(np.mean(flags["4"])), float(np.mean(flags["10"])), math.nan, n, n))
+    return cells
+
+
+def fixed_n_table(noise: float, plan: SequentialPlan, seed: int,
+                  trials: int = 20000) -> list[tuple[str, float, float, float, float, float, float]]:
+    """P(REGRESSED) at a true +4% (limit 5%) with exactly 3 and exactly 5 repeats per side,
+    stored mode with equal sizes (as audit item 5 measured main's gate)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for mode in ("stored", "a/b"):
+        out = []
+        for n in (3, 5):
+            single = SequentialPlan(start=n, step=1, cap=n, alpha=plan.alpha, beta=plan.beta)
+            scen = Scenario(noise=noise, mode="a/b" if mode == "a/b" else f"stored-{n}",
+                            cases=trials // 10, suites=10, cap=n)
+            s = make_samples(scen, math.log(1.04), rng)
+            out.append(float(np.mean(ours(s, scen, single).code == REGRESSED)))
+            out.append(float(np.mean(pytest_benchmark_fails(*_absolute(s, n)))))
+            out.append(float(np.mean(asv_worsened(*_absolute(s, n), factor=1.05))))
+        rows.append((mode, out[0], out[1], out[2], out[3], out[4], out[5]))
+    return rows
+
+
+def fdr_table(plan: SequentialPlan, seed: int, suites: int = 100, q: float = 0.05) -> list[tuple]:
+    """Suite-level control at 3% noise in A/B mode: the per-case rule vs BH at level ``q``.
+
+    Suites: limit 0% with every case unchanged (each sits on its null boundary); limit 5%
+    with 10 or 50 of 200 cases truly +10% worse. BH runs on ``p_sequential`` from the FDR
+    stopping plan (:func:`fdr.fdr_plan`), on the same samples as the per-case rule.
+    """
+    rng = np.random.default_rng(seed)
+    rows = []
+    for label, limit, n_bad in (("limit 0%, 200 unchanged", 0.0, 0),
+                                ("limit 5%, 190 unchanged + 10 at +10%", 0.05, 10),
+                                ("limit 5%, 150 unchanged + 50 at +10%", 0.05, 50)):
+        scen = Scenario(noise=0.03, mode="a/b", suites=suites, limit=limit)
+        n_tests = scen.cases
+        bh_plan = fdr.fdr_plan(plan, q, n_tests)
+        parts = [make_samples(replace(scen, cases=scen.cases - n_bad), 0.0, rng)]
+        if n_bad:
+            parts.append(make_samples(replace(scen, cases=n_bad), math.log(1.10), rng))
+        per_case = [ours(part, scen, plan) for part in parts]
+        under_bh = [ours(part, scen, bh_plan) for part in parts]
+        pc_false = (per_case[0].code == REGRESSED).reshape(suites, -1).sum(axis=1)
+        pc_true = ((per_case[1].code == REGRESSED).reshape(suites, -1).sum(axis=1) if n_bad
+                   else np.zeros(suites))
+        p = np.concatenate([r.p_sequential.reshape(suites, -1) for r in under_bh], axis=1)
+        rejected = np.array([fdr.bh_reject(row, q) for row in p])
+        good = scen.cases - n_bad
+        bh_false, bh_true = rejected[:, :good].sum(axis=1), rejected[:, good:].sum(axis=1)
+        pending = np.array([[fdr.immediate_decision(v, q, n_tests) == fdr.PENDING for v in row]
+                            for row in p]).sum(axis=1)
+        reps = np.mean(np.concatenate([r.n_used for r in under_bh]))
+        fdp = np.where(bh_false + bh_true > 0, bh_false / np.maximum(bh_false + bh_true, 1), 0.0)
+        rows.append((label, float(pc_false.mean()), float(np.mean(pc_false > 0)),
+                     float(pc_true.mean() / n_bad) if n_bad else math.nan,
+                     float(bh_false.mean()), float(np.mean(bh_false > 0)),
+                     float(bh_true.mean() / n_bad) if n_bad else math.nan, float(fdp.mean()),
+                     float(pending.mean()), float(reps)))
+    return rows
+
+
+def at_limit_table(noises: Sequence[float], modes: Sequence[str], plan: SequentialPlan, seed: int,
+                   suites: int = 20) -> list[tuple[float, str, float, float, float, float]]:
+    """P(REGRESSED) for a true change exactly at the limit (the bound is ``plan.alpha``): with
+    the model's offset leak, without it, and with the leak declared as ``session_sd``; and
+    P(UNCHANGED or IMPROVED) at a true +10% (stopping early the wrong way)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for noise in noises:
+        for mode in modes:
+            scen = Scenario(noise=noise, mode=mode, suites=suites, cap=plan.cap)
+            at_samples = make_samples(scen, math.log1p(scen.limit), rng)
+            at = ours(at_samples, scen, plan)
+            # The leak's sd on a ratio: two arms, each offset x kappa (sd offset_leak).
+            leak_sd = math.sqrt(2.0) * scen.offset_leak * float(np.mean(scen.offset))
+            declared = ours(at_samples, scen, plan, session_sd=leak_sd)
+            clean = replace(scen, offset_leak=0.0)
+            no_leak = ours(make_samples(clean, math.log1p(scen.limit), rng), clean, plan)
+            far = ours(make_samples(scen, math.log(1.10), rng), scen, plan)
+            rows.append((noise, mode, float(np.mean(at.code == REGRESSED)),
+                         float(np.mean(no_leak.code == REGRESSED)),
+                         float(np.mean(declared.code == REGRESSED)),
+                         float(np.mean((far.code == 1) | (far.code == 2)))))
+    return rows
+
+
+def plan_table(seed: int, suites: int = 20) -> list[tuple[str, float, float, float, float, float, float]]:
+    """A/B mode at 3% noise: the default plan against other schedules and spendings."""
+    plans = {"default: final spending, 3..11 by 2": SequentialPlan(),
+             "equal (Bonferroni) spending": SequentialPlan(spending="equal"),
+             "single look at 11": SequentialPlan(start=11, cap=11),
+             "looks 3..11 by 1": SequentialPlan(step=1),
+             "looks 5, 8, 11": SequentialPlan(start=5, step=3),
+             "alpha 0.10": SequentialPlan(alpha=0.10)}
+    rng = np.random.default_rng(seed)
+    scen = Scenario(noise=0.03, mode="a/b", suites=suites)
+    batches = [make_samples(scen, theta, rng) for theta in (0.0, math.log(1.04), math.log(1.10))]
+    rows = []
+    for name, plan in plans.items():
+        r0, r4, r10 = (ours(b, scen, plan) for b in batches)
+        rows.append((name, float(np.mean(r0.code == REGRESSED)) * scen.cases,
+                     float(np.mean(r0.code == INCONCLUSIVE)) * scen.cases,
+                     float(np.mean(r4.code == REGRESSED)), float(np.mean(r10.code == REGRESSED)),
+                     float(np.mean(r0.n_used)), float(np.mean(r10.n_used))))
+    return rows
+
+
+def stored_requirements_table(plan: SequentialPlan, seed: int, suites: int = 20
+                              ) -> list[tuple[int, int, float, float, float]]:
+    """Stored mode at 3% noise: what the stored run's size and the cap buy (power at +10%,
+    P(REGRESSED) at +4%, INCONCLUSIVE at the cap per 200 unchanged)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for stored, cap in ((5, 11), (11, 11), (15, 15), (21, 21)):
+        p = replace(plan, cap=cap)
+        scen = Scenario(noise=0.03, mode=f"stored-{stored}", suites=suites, cap=cap)
+        ten = ours(make_samples(scen, math.log(1.10), rng), scen, p)
+        four = ours(make_samples(scen, math.log(1.04), rng), scen, p)
+        zero = ours(make_samples(scen, 0.0, rng), scen, p)
+        rows.append((stored, cap, float(np.mean(ten.code == REGRESSED)),
+                     float(np.mean(four.code == REGRESSED)),
+                     float(np.mean(zero.code == INCONCLUSIVE)) * scen.cases))
+    return rows
+
+
+def _fmt(v: float, pct: bool = False) -> str:
+    if isinstance(v, float) and math.isnan(v):
+        return "-"
+    return f"{v:.1%}" if pct else f"{v:.2f}"
+
+
+def format_report(noises: Sequence[float], modes: Sequence[str], plan: SequentialPlan, suites: int,
+                  seed: int) -> str:
+    """Run every table and return the printed report."""
+    lines = [
+        "Gate statistics on simulated suites (pytest_specenergy/gate/simulate.py)",
+        f"plan: {plan.describe()}",
+        f"limit energy_per_token:5%; 200 cases per suite; {suites} unchanged suites and "
+        f"{max(10, suites // 2)} suites each at +4% and +10% per cell; session offset "
+        "+-U(2%,3%) per suite (10% of it leaks through a ratio); per-arm per-repeat noise as given.",
+        "columns: false = REGRESSED per 200 unchanged cases; inc@cap = INCONCLUSIVE at the cap per 200 "
+        "unchanged (passes under --specenergy-inconclusive=warn, fails under =fail); P(+4%) = "
+        "P(REGRESSED) at a true +4%; power = P(REGRESSED) at a true +10% within the cap; "
+        "inc10 = INCONCLUSIVE at the cap at +10%; reps = mean current repeats used (unchanged / +10%).",
+        "",
+    ]
+    header = (f"{'noise':>5} {'mode':<9} {'rule':<36} {'false':>6} {'inc@cap':>7} {'P(+4%)':>7} "
+              f"{'power':>6} {'inc10':>6} {'reps':>9}")
+    lines += [header, "-" * len(header)]
+    for i, noise in enumerate(noises):
+        for j, mode in enumerate(modes):
+            scen = Scenario(noise=noise, mode=mode, suites=suites, cap=plan.cap)
+            for cell in scenario_cells(scen, plan, seed=seed * 1000 + 10 * i + j):
+                reps = f"{cell.repeats_0:.1f}/{cell.repeats_10:.1f}"
+                lines.append(f"{noise:>5.0%} {mode:<9} {cell.rule:<36} {_fmt(cell.false_per_suite):>6} "
+                             f"{_fmt(cell.inconclusive_per_suite):>7} {_fmt(cell.p_reg_4, True):>7} "
+                             f"{_fmt(cell.power_10, True):>6} {_fmt(cell.inc_10, True):>6} {reps:>9}")
+        lines.append("")
+    lines += ["P(REGRESSED) at a true +4% under a 5% limit with exactly 3 and 5 repeats per side",
+              "(one look; audit item 5: main's gate gives 2.5% at 3 and 18.7% at 5, at 3% noise):",
+              f"{'noise':>5} {'mode':<7} {'ours n=3':>9} {'ours n=5':>9} {'pb n=3':>7} {'pb n=5':>7} "
+              f"{'asv1.05 n=3':>11} {'asv1.05 n=5':>11}"]
+    for noise in noises:
+        for mode, o3, b3, a3, o5, b5, a5 in fixed_n_table(noise, plan, seed + 1):
+            lines.append(f"{noise:>5.0%} {mode:<7} {o3:>9.1%} {o5:>9.1%} {b3:>7.1%} {b5:>7.1%} "
+                         f"{a3:>11.1%} {a5:>11.1%}")
+    lines += ["", f"Error rates at the boundaries (default plan). P(REGRESSED) at a true change exactly at "
+              f"the limit, bound alpha = {plan.alpha:g}: as modelled (10% offset leak), without the "
+              "leak, and "
+              "with the leak declared as session_sd; P(UNCHANGED or IMPROVED) at a true +10%:",
+              f"{'noise':>5} {'mode':<9} {'P(REG|+5%)':>10} {'no leak':>8} {'session_sd':>10} "
+              f"{'P(UNCH|+10%)':>12}"]
+    for noise, mode, reg, clean, declared, unch in at_limit_table(noises, modes, plan, seed + 3):
+        lines.append(f"{noise:>5.0%} {mode:<9} {reg:>10.2%} {clean:>8.2%} {declared:>10.2%} {unch:>12.2%}")
+    lines += ["", "Choice of plan, A/B mode at 3% noise (same samples for every plan):",
+              f"{'plan':<38} {'false':>6} {'inc@cap':>7} {'P(+4%)':>7} {'power':>6} {'reps':>9}"]
+    for name, false, inc, four, power, r0, r10 in plan_table(seed + 5):
+        lines.append(f"{name:<38} {false:>6.2f} {inc:>7.1f} {four:>7.1%} {power:>6.1%} "
+                     f"{r0:>4.1f}/{r10:<4.1f}")
+    lines += ["", "Stored mode at 3% noise: what the stored run's repeats and the cap buy:",
+              f"{'stored':>6} {'cap':>4} {'power +10%':>10} {'P(REG | +4%)':>12} "
+              f"{'inc@cap per 200 unchanged':>26}"]
+    for stored, cap, power, four, inc in stored_requirements_table(plan, seed + 4):
+        lines.append(f"{stored:>6} {cap:>4} {power:>10.1%} {four:>12.1%} {inc:>26.1f}")
+    lines += ["", "Suite-level error control at 3% noise, A/B mode: per-case rule vs --specenergy-fdr=0.05 "
+              "(BH on p_sequential, FDR stopping plan), same samples:",
+              f"{'suite':<38} {'per-case: false':>15} {'P(any)':>7} {'power':>6} | {'BH: false':>9} "
+              f"{'P(any)':>7} {'power':>6} {'FDP':>6} {'pending':>8} {'reps':>5}"]
+    fdr_rows = fdr_table(plan, seed + 2, suites=max(20, suites))
+    for label, pcf, pca, pcp, bhf, bha, bhp, fdp, pend, reps in fdr_rows:
+        lines.append(f"{label:<38} {pcf:>15.2f} {pca:>7.1%} {_fmt(pcp, True):>6} | {bhf:>9.2f} {bha:>7.1%} "
+                     f"{_fmt(bhp, True):>6} {fdp:>6.1%} {pend:>8.1f} {reps:>5.1f}")
+    lines.append("(false = false failures per suite; P(any) = share of suites with at least one; FDP = mean "
+                 "false-discovery proportion; pending = comparisons per suite decided only at session end, "
+                 "Q/N < p <= Q; reps = mean repeats per case under the FDR plan)")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: print the report (``--quick`` for a smaller run)."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suites", type=int, default=50, help="unchanged suites per cell (200 cases each)")
+    parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--quick", action="store_true", help="10 suites per cell")
+    parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--spending", choices=("final", "equal"), default="final")
+    parser.add_argument("--start", type=int, default=3)
+    parser.add_argument("--step", type=int, default=2)
+    parser.add_argument("--cap", type=int, default=11)
+    args = parser.parse_args(argv)
+    plan = SequentialPlan(start=args.start, step=args.step, cap=args.cap, alpha=args.alpha,
+                          spending=args.spending)
+    began = time.monotonic()
+    print(format_report((0.01, 0.03, 0.05), MODES, plan, 10 if args.quick else args.suites, args.seed))
+    print(f"\n({time.monotonic() - began:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

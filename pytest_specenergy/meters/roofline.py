@@ -1,0 +1,133 @@
+"""The roofline: GPU presets, step overhead, and the time and energy of moving bytes and doing FLOPs.
+
+One function, :func:`roofline`, turns (bytes moved, FLOPs, overhead) into a :class:`StepCost`::
+
+    time   = max(bytes / bandwidth, flops / peak) + step overhead
+    energy = static power x time + energy/byte x bytes + energy/FLOP x flops
+
+Both the modeled meter (pricing a work trace) and ``specenergy predict`` (pricing a step that has
+not run) call it, so a prediction is exactly what the meter would say for the same work.
+
+A step whose average power would exceed the board's power limit is stretched until it does not
+(the GPU lowers its clocks): compute-bound steps at large batch run at the limit, as real ones do.
+
+Calibration (re-checked at real shapes, see ``tests/unit/meters/test_shapes.py``): a batch-1 decode
+step of Qwen3-8B moves ~15.2 GB (bf16 layer weights + lm_head + a 260-token KV cache; the embedding
+table is read one row per token), so it takes ~3.6 ms on the H200 preset (4.3 TB/s) and ~5.9 ms on
+H100 (2.6 TB/s), and costs ~1.7 J and ~2.1 J per token: board power ~475 W (H200) and ~355 W (H100)
+of 700 W while memory-bound, and the 700 W limit when compute-bound. Qwen3-4B: ~0.9 J and ~1.1 J.
+That is the order of magnitude the paper reports at single stream on H100/H200 board counters
+(about a joule per token for 4B-8B dense models, falling by more than 10x by batch 64).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GpuPreset:
+    """Roofline and energy constants of one GPU.
+
+    Bandwidth is an achievable copy rate, and peak is chosen so that ``peak / bandwidth``
+    equals the balance point the paper measured (316 FLOP/byte on H100, 163 on H200).
+    Static power covers idle and leakage; the per-byte and per-FLOP energies put a fully
+    memory-bound step at about 0.5 (H100) to 0.7 (H200) of the 700 W board power, and a
+    compute-bound one at the power limit (``power_limit_w``), where the step is slowed rather
+    than drawing more. ``step_overhead_s`` is the fixed per-step overhead used only when a trace
+    is priced at the tiny model's own size (``priced_as="self"``, the behaviour before real
+    shapes); priced shapes use :func:`step_overhead_s`.
+    """
+
+    name: str
+    bandwidth_bytes_per_s: float
+    peak_flops_per_s: float
+    static_w: float
+    joules_per_byte: float
+    joules_per_flop: float
+    step_overhead_s: float
+    power_limit_w: float = 700.0
+
+    @property
+    def balance_point(self) -> float:
+        """FLOP per byte where a step turns compute-bound."""
+        return self.peak_flops_per_s / self.bandwidth_bytes_per_s
+
+
+PRESETS: dict[str, GpuPreset] = {
+    # H100 SXM: ~2.6 TB/s achievable of 3.35 TB/s; balance point 316 FLOP/byte (paper s.2).
+    "h100": GpuPreset("h100", 2.6e12, 2.6e12 * 316, 120.0, 9.0e-11, 6.0e-13, 12e-6),
+    # H200: 4.3 TB/s device copy measured on an H200 of this workplace; balance point 163.
+    "h200": GpuPreset("h200", 4.3e12, 4.3e12 * 163, 130.0, 8.0e-11, 8.0e-13, 12e-6),
+}
+
+# --- step overhead -------------------------------------------------------------------------
+# With CUDA graphs (SGLang's default for decode and verify) a whole forward is one graph replay:
+# one launch from the host plus the scheduler's per-step bookkeeping, a few tens of microseconds
+# whatever the depth of the model.
+GRAPH_STEP_S = 20e-6
+# Without graphs every kernel is launched from Python: ~5 us each (host launch latency that the
+# GPU does not hide at decode sizes), plus the same per-step bookkeeping.
+KERNEL_LAUNCH_S = 5e-6
+EAGER_STEP_S = 20e-6
+# Kernels per decoder layer in an eager forward (SGLang-like, with fused add+RMSNorm):
+# norm, QKV GEMM, q/k-norm+RoPE, KV store, attention, o_proj, norm, gate_up GEMM, SiLU*mul, down.
+KERNELS_DENSE_LAYER = 10
+# A routed-MoE MLP adds router GEMM, top-k, token sort/align, a second grouped GEMM and combine.
+KERNELS_MOE_EXTRA = 5
+# Gated DeltaNet instead of attention: two input GEMMs, conv1d, gating, the recurrent kernel and a
+# gated norm, against the attention block's five.
+KERNELS_LINEAR_EXTRA = 2
+# Outside the layers: embedding lookup, final norm, lm_head GEMM, argmax/sampling.
+KERNELS_PER_FORWARD = 4
+
+
+def eager_kernels(layers: int, moe: bool, linear_layers: int) -> int:
+    """Kernel launches of one eager forward of a model with this many (MoE, linear) layers."""
+    per_layer = KERNELS_DENSE_LAYER + (KERNELS_MOE_EXTRA if moe else 0)
+    return layers * per_layer + linear_layers * KERNELS_LINEAR_EXTRA + KERNELS_PER_FORWARD
+
+
+def step_overhead_s(layers: int, moe: bool = False, linear_layers: int = 0, cuda_graph: bool = True) -> float:
+    """Fixed time of one forward on top of its roofline time.
+
+    With CUDA graphs: :data:`GRAPH_STEP_S`. Without: :data:`EAGER_STEP_S` plus
+    :data:`KERNEL_LAUNCH_S` per kernel (layers x kernels per layer), e.g. Qwen3-8B (36 dense
+    layers) ~1.8 ms, Qwen3-30B-A3B (48 MoE layers) ~3.6 ms per forward.
+    """
+    if cuda_graph:
+        return GRAPH_STEP_S
+    return EAGER_STEP_S + KERNEL_LAUNCH_S * eager_kernels(layers, moe, linear_layers)
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Modeled time and energy of one step."""
+
+    seconds: float
+    joules: float
+    bytes: int
+    flops: int
+    compute_bound: bool
+
+
+def roofline(moved: float, flops: float, overhead_s: float, gpu: GpuPreset) -> StepCost:
+    """Time and energy of a step that moves ``moved`` bytes and does ``flops`` FLOPs."""
+    memory_s = moved / gpu.bandwidth_bytes_per_s
+    compute_s = flops / gpu.peak_flops_per_s
+    seconds = max(memory_s, compute_s) + overhead_s
+    dynamic = gpu.joules_per_byte * moved + gpu.joules_per_flop * flops
+    if gpu.power_limit_w > gpu.static_w and gpu.static_w * seconds + dynamic > gpu.power_limit_w * seconds:
+        seconds = dynamic / (gpu.power_limit_w - gpu.static_w)  # power-capped: clocks drop
+    joules = gpu.static_w * seconds + dynamic
+    return StepCost(seconds, joules, int(moved), int(flops), compute_s > memory_s)
+
+
+def gpu_preset(gpu: str | GpuPreset) -> GpuPreset:
+    """The preset named ``gpu`` (``h100``, ``h200``), or ``gpu`` itself; ValueError names the valid ones."""
+    if isinstance(gpu, GpuPreset):
+        return gpu
+    preset = PRESETS.get(str(gpu).lower())
+    if preset is None:
+        raise ValueError(f"no GPU preset {gpu!r}; expected one of {', '.join(sorted(PRESETS))}")
+    return preset

@@ -1,0 +1,394 @@
+"""Real model shapes, the work of one forward pass at a shape, and predictions before anything runs.
+
+The reference server runs tiny models; the modeled meter prices each forward of their work trace
+(rows, query tokens per row, context lengths, experts touched) at the shape of the model a tiny
+model stands for (:data:`SHAPES`). :func:`forward_cost` counts, at the shape's dtype:
+
+* FLOPs: 2 x matmul parameters used per token x tokens (dense layers, the ``experts_per_token``
+  routed experts and the shared experts of an MoE layer), attention scores and values
+  (4 x query heads x head_dim per query-key pair, causal inside the step), the Gated DeltaNet
+  state update and readout (6 x value heads x key dim x value dim per token) and its causal
+  conv, and ``lm_head`` for each row position that needs logits;
+* weight bytes: every weight read once per step (a GPU streams each matrix once for the whole
+  batch): all dense layer weights, the routed experts the step's tokens touch (expected count
+  under uniform routing, or as given), ``lm_head`` when logits are needed, one embedding row per
+  token; norm scales are negligible and not counted;
+* KV bytes: full attention reads K and V of every row's context and writes them for the new
+  tokens; linear attention reads each row's conv + recurrent state once and writes it once, or
+  once per query token in a verify step (the per-position states kept for rollback, as SGLang
+  does; this is why the paper's hybrid rollback buffers grow with drafted tokens x batch);
+* activation bytes: each GEMM reads its input and writes its output once per token, attention
+  reads its queries and writes its output, and the logits are written once; elementwise work
+  (norms, RoPE, SiLU*mul) is assumed fused into its neighbours and adds nothing.
+
+Arithmetic intensity = FLOPs / (weight + KV read + KV written + activation bytes). With the
+activations counted, DFlash-16 (16 verified) on Qwen3-4B at 260-token contexts crosses the
+balance point at batch 16 on H200 and 32 on H100, and DSpark-7 at 32 on H200 and not by 64 on
+H100, as the paper measured (s.9); without them DSpark-7 would cross on H100 at 64.
+
+Pricing that work on a GPU and predicting speculation's saving before anything runs is
+:mod:`.prediction` (``predict``, ``crossover_batch`` and ``Prediction`` are re-exported here).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+from typing import Sequence
+
+LINEAR = "linear"
+FULL = "full"
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes of a decoder-only model that decide the work of a forward pass.
+
+    ``mlp`` is the dense MLP width (0 when every layer is routed-MoE). ``layer_pattern`` repeats
+    over the layers (``("linear", "linear", "linear", "full")`` = 3 Gated DeltaNet layers per
+    full-attention layer); empty means all full attention. ``attn_output_gate`` doubles the query
+    projection (Qwen3-Next / Qwen3.5 gated attention). Linear-attention state is stored at
+    ``state_dtype_bytes`` (SGLang keeps the recurrent state in float32).
+    """
+
+    name: str
+    layers: int
+    hidden: int
+    mlp: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    dtype_bytes: int = 2
+    tied_embeddings: bool = False
+    attn_output_gate: bool = False
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_mlp: int = 0
+    shared_experts: int = 0
+    layer_pattern: tuple[str, ...] = ()
+    linear_key_heads: int = 0
+    linear_value_heads: int = 0
+    linear_key_dim: int = 0
+    linear_value_dim: int = 0
+    linear_conv_kernel: int = 4
+    state_dtype_bytes: int = 4
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if any(kind not in (LINEAR, FULL) for kind in self.layer_pattern):
+            raise ValueError(f"{self.name}: layer_pattern entries must be {LINEAR!r} or {FULL!r}")
+        if self.experts and not (0 < self.experts_per_token <= self.experts and self.expert_mlp):
+            raise ValueError(f"{self.name}: an MoE shape needs 0 < experts_per_token <= experts and expert_mlp")
+
+    # ------------------------------------------------------------------------------ layout
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """``linear`` or ``full`` for every layer."""
+        pattern = self.layer_pattern or (FULL,)
+        return tuple(pattern[i % len(pattern)] for i in range(self.layers))
+
+    @property
+    def linear_layers(self) -> int:
+        """Number of linear-attention (Gated DeltaNet) layers."""
+        return sum(kind == LINEAR for kind in self.layer_kinds)
+
+    @property
+    def full_layers(self) -> int:
+        """Number of full-attention layers."""
+        return self.layers - self.linear_layers
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether the MLPs are routed experts."""
+        return self.experts > 0
+
+    # ------------------------------------------------------------------- parameter counts
+    @property
+    def q_dim(self) -> int:
+        """Width of the attention output (query heads x head_dim)."""
+        return self.q_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of K (and of V)."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def attention_params(self) -> int:
+        """Q, K, V and output projections of one full-attention layer."""
+        q_out = self.q_dim * (2 if self.attn_output_gate else 1)
+        return self.hidden * (q_out + 2 * self.kv_dim) + self.q_dim * self.hidden
+
+    @property
+    def linear_conv_dim(self) -> int:
+        """Channels of the Gated DeltaNet causal conv (q, k and v)."""
+        return 2 * self.linear_key_heads * self.linear_key_dim + self.linear_value_heads * self.linear_value_dim
+
+    @property
+    def linear_in_width(self) -> int:
+        """Output width of the Gated DeltaNet input projections (q, k, v, z, and the b/a gates)."""
+        value = self.linear_value_heads * self.linear_value_dim
+        return self.linear_conv_dim + value + 2 * self.linear_value_heads
+
+    @property
+    def linear_params(self) -> int:
+        """Input projections, conv and output projection of one Gated DeltaNet layer."""
+        value = self.linear_value_heads * self.linear_value_dim
+        return (self.hidden * self.linear_in_width + self.linear_conv_dim * self.linear_conv_kernel
+                + value * self.hidden)
+
+    @property
+    def expert_params(self) -> int:
+        """One routed (or shared) expert: gate, up and down projections."""
+        return 3 * self.hidden * self.expert_mlp
+
+    @property
+    def mlp_dense_params(self) -> int:
+        """MLP weights every token uses: the dense MLP, or router + shared experts of an MoE layer."""
+        if self.is_moe:
+            shared_gate = self.hidden if self.shared_experts else 0
+            return self.hidden * self.experts + self.shared_experts * self.expert_params + shared_gate
+        return 3 * self.hidden * self.mlp
+
+    @property
+    def embed_params(self) -> int:
+        """The embedding matrix (also ``lm_head`` when tied)."""
+        return self.vocab * self.hidden
+
+    @property
+    def num_params(self) -> int:
+        """All parameters (norm scales left out)."""
+        layers = (self.full_layers * self.attention_params + self.linear_layers * self.linear_params
+                  + self.layers * (self.mlp_dense_params + self.experts * self.expert_params))
+        return layers + self.embed_params * (1 if self.tied_embeddings else 2)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses (``experts_per_token`` routed experts per layer)."""
+        return self.num_params - self.layers * (self.experts - self.experts_per_token) * self.expert_params
+
+    # ------------------------------------------------------------------- per-token sizes
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K + V bytes one cached token takes over all full-attention layers."""
+        return 2 * self.kv_dim * self.full_layers * self.dtype_bytes
+
+    @property
+    def state_bytes_per_row(self) -> int:
+        """Conv + recurrent state bytes of one request over all linear-attention layers."""
+        conv = self.linear_conv_dim * (self.linear_conv_kernel - 1) * self.dtype_bytes
+        recurrent = (self.linear_value_heads * self.linear_key_dim * self.linear_value_dim
+                     * self.state_dtype_bytes)
+        return self.linear_layers * (conv + recurrent)
+
+    def _activation_elems_per_token(self) -> int:
+        # Each GEMM reads its input and writes its output once; attention reads Q, writes its output.
+        h, q = self.hidden, self.q_dim
+        q_out = q * (2 if self.attn_output_gate else 1)
+        attention = (h + q_out + 2 * self.kv_dim) + (q + q) + (q + h)
+        value = self.linear_value_heads * self.linear_value_dim
+        linear = (h + self.linear_in_width) + (self.linear_conv_dim + value) + (value + h)
+        if self.is_moe:
+            copies = self.experts_per_token + self.shared_experts  # each token goes to this many experts
+            width = copies * self.expert_mlp
+            mlp = (h + self.experts) + (h * copies + 2 * width) + (width + h * copies)
+        else:
+            mlp = (h + 2 * self.mlp) + (self.mlp + h)
+        return self.full_layers * attention + self.linear_layers * linear + self.layers * mlp
+
+    def describe(self) -> dict[str, object]:
+        """JSON-ready facts: dimensions and derived sizes."""
+        return {
+            "name": self.name, "layers": self.layers, "hidden": self.hidden, "mlp": self.mlp,
+            "q_heads": self.q_heads, "kv_heads": self.kv_heads, "head_dim": self.head_dim,
+            "vocab": self.vocab, "dtype_bytes": self.dtype_bytes, "tied_embeddings": self.tied_embeddings,
+            "experts": self.experts, "experts_per_token": self.experts_per_token,
+            "expert_mlp": self.expert_mlp, "shared_experts": self.shared_experts,
+            "layer_pattern": list(self.layer_pattern), "num_params": self.num_params,
+            "active_params": self.active_params, "kv_bytes_per_token": self.kv_bytes_per_token,
+            "state_bytes_per_row": self.state_bytes_per_row,
+        }
+
+
+class ForwardCost(NamedTuple):
+    """FLOPs and bytes of one forward at a shape."""
+
+    flops: float
+    weight_bytes: float
+    kv_bytes: float
+    activation_bytes: float
+
+    @property
+    def bytes(self) -> float:
+        """Everything moved: weights + KV/state read and written + activations."""
+        return self.weight_bytes + self.kv_bytes + self.activation_bytes
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity in FLOP/byte."""
+        return self.flops / self.bytes if self.bytes else 0.0
+
+
+def expected_experts(experts: int, per_token: int, tokens: float) -> float:
+    """Distinct experts ``tokens`` independent uniformly routed tokens touch: E (1 - (1 - k/E)^n)."""
+    if experts <= 0 or tokens <= 0:
+        return 0.0
+    return experts * (1.0 - (1.0 - per_token / experts) ** tokens)
+
+
+def effective_tokens(touched: float, experts: int, per_token: int, tokens: int) -> float:
+    """Independent tokens that would touch ``touched`` of ``experts`` experts (the inverse of
+    :func:`expected_experts`), at most ``tokens``: how much a step's routing overlapped."""
+    if tokens <= 0:
+        return 0.0
+    if experts <= per_token or touched >= experts or touched < per_token:
+        return float(tokens)  # saturated (or not observed): no overlap information
+    n = math.log(1.0 - touched / experts) / math.log(1.0 - per_token / experts)
+    return min(max(n, 1.0), float(tokens))
+
+
+def forward_cost(
+    shape: ModelShape,
+    rows: int,
+    query_tokens_per_row: Sequence[int] | int,
+    context_lens_per_row: Sequence[int] | int,
+    experts_touched: Sequence[float] | None = None,
+    *,
+    logit_rows: int | None = None,
+    per_position_states: bool = False,
+) -> ForwardCost:
+    """FLOPs, weight, KV/state and activation bytes of one forward of ``rows`` requests.
+
+    ``query_tokens_per_row`` / ``context_lens_per_row`` are per-row lists (or one int for every
+    row). ``experts_touched[l]`` is the number of distinct routed experts layer ``l`` reads
+    (when missing: the uniform-routing expectation for the step's tokens). ``logit_rows`` is
+    the number of positions that need logits (default: every query token, as in decode and
+    verify). ``per_position_states`` marks a verify step, where linear attention writes one
+    state per query token.
+    """
+    query = [int(query_tokens_per_row)] * rows if isinstance(query_tokens_per_row, int) else \
+        [int(q) for q in query_tokens_per_row]
+    context = [int(context_lens_per_row)] * rows if isinstance(context_lens_per_row, int) else \
+        [int(c) for c in context_lens_per_row]
+    if len(query) != rows or len(context) != rows:
+        raise ValueError(f"{rows} rows but {len(query)} query lengths and {len(context)} context lengths")
+    tokens = sum(query)
+    logits = tokens if logit_rows is None else int(logit_rows)
+    pairs = sum(q * c + q * (q + 1) // 2 for q, c in zip(query, context))
+    kv_tokens = sum(q + c for q, c in zip(query, context))
+    state_touches = sum((1 if c > 0 else 0) + (q if per_position_states else 1)
+                        for q, c in zip(query, context) if q > 0)
+
+    # Routed experts read, summed over layers.
+    experts_read = 0.0
+    if shape.is_moe and tokens:
+        if experts_touched is not None and len(experts_touched) == shape.layers:
+            experts_read = float(sum(min(float(t), shape.experts) for t in experts_touched))
+        else:
+            experts_read = shape.layers * expected_experts(shape.experts, shape.experts_per_token, tokens)
+
+    layer_params = (shape.full_layers * shape.attention_params + shape.linear_layers * shape.linear_params
+                    + shape.layers * shape.mlp_dense_params)
+    weight = layer_params + experts_read * shape.expert_params + tokens * shape.hidden
+    flops = 2.0 * tokens * (layer_params + shape.layers * shape.experts_per_token * shape.expert_params)
+    flops += 4.0 * shape.q_dim * shape.full_layers * pairs
+    linear_state = shape.linear_value_heads * shape.linear_key_dim * shape.linear_value_dim
+    flops += 6.0 * linear_state * shape.linear_layers * tokens
+    if logits > 0:
+        weight += shape.embed_params  # lm_head (the embedding itself when tied)
+        flops += 2.0 * logits * shape.embed_params
+
+    kv = kv_tokens * shape.kv_bytes_per_token + state_touches * shape.state_bytes_per_row
+    activations = tokens * shape._activation_elems_per_token() + logits * (shape.hidden + shape.vocab)
+    return ForwardCost(flops, weight * shape.dtype_bytes, float(kv), activations * shape.dtype_bytes)
+
+
+def verify_cost(shape: ModelShape, batch: int, verified: int, context: int) -> ForwardCost:
+    """The verify forward: ``batch`` rows of ``verified`` tokens over ``context`` cached tokens each."""
+    return forward_cost(shape, batch, verified, context, per_position_states=verified > 1)
+
+
+def verify_intensity(shape: ModelShape, batch: int, verified: int, context: int) -> float:
+    """FLOP/byte of the verify step (``verified=1`` is a plain decode step)."""
+    return verify_cost(shape, batch, verified, context).intensity
+
+
+# ------------------------------------------------------------------------------------ registry
+_QWEN3_VOCAB = 151936
+_GDN_3_TO_1 = (LINEAR, LINEAR, LINEAR, FULL)
+
+SHAPES: dict[str, ModelShape] = {}
+
+
+def register_shape(key: str, shape: ModelShape) -> None:
+    """Add (or replace) a shape under ``key`` (lower case)."""
+    SHAPES[key.lower()] = shape
+
+
+def get_shape(name: str) -> ModelShape:
+    """The shape registered as ``name`` (case-insensitive); ValueError lists the valid names."""
+    shape = SHAPES.get(str(name).lower())
+    if shape is None:
+        raise ValueError(f"unknown model shape {name!r}; expected one of {', '.join(shape_names())}")
+    return shape
+
+
+def shape_names() -> list[str]:
+    """Registered shape names, sorted."""
+    return sorted(SHAPES)
+
+
+# Published configs (Hugging Face config.json of each model).
+register_shape("qwen3-0.6b", ModelShape(
+    "Qwen3-0.6B", layers=28, hidden=1024, mlp=3072, q_heads=16, kv_heads=8, head_dim=128,
+    vocab=_QWEN3_VOCAB, tied_embeddings=True, description="Qwen/Qwen3-0.6B"))
+register_shape("qwen3-4b", ModelShape(
+    "Qwen3-4B", layers=36, hidden=2560, mlp=9728, q_heads=32, kv_heads=8, head_dim=128,
+    vocab=_QWEN3_VOCAB, tied_embeddings=True, description="Qwen/Qwen3-4B"))
+register_shape("qwen3-8b", ModelShape(
+    "Qwen3-8B", layers=36, hidden=4096, mlp=12288, q_heads=32, kv_heads=8, head_dim=128,
+    vocab=_QWEN3_VOCAB, description="Qwen/Qwen3-8B"))
+register_shape("qwen3-30b-a3b", ModelShape(
+    "Qwen3-30B-A3B", layers=48, hidden=2048, mlp=0, q_heads=32, kv_heads=4, head_dim=128,
+    vocab=_QWEN3_VOCAB, experts=128, experts_per_token=8, expert_mlp=768,
+    description="Qwen/Qwen3-30B-A3B: 128 routed experts, 8 per token, no shared expert"))
+# Qwen3.6-27B as its config is reported (it shares the Qwen3.5 implementation): 64 layers in 16
+# blocks of 3 Gated DeltaNet + 1 gated full attention; hidden 5120, dense MLP 17408; attention
+# 24 query / 4 KV heads of 256; Gated DeltaNet 16 key / 48 value heads of 128, conv kernel 4,
+# float32 recurrent state; vocabulary 248320, untied. ~26.9B parameters without the vision tower.
+register_shape("qwen3.6-27b", ModelShape(
+    "Qwen3.6-27B", layers=64, hidden=5120, mlp=17408, q_heads=24, kv_heads=4, head_dim=256,
+    vocab=248320, attn_output_gate=True, layer_pattern=_GDN_3_TO_1, linear_key_heads=16,
+    linear_value_heads=48, linear_key_dim=128, linear_value_dim=128, linear_conv_kernel=4,
+    state_dtype_bytes=4, description="Qwen3.6-27B-like hybrid (Qwen3-Next style 3:1 Gated DeltaNet)"))
+
+# The built-in tiny models at their own size (the reference server's accounting charges bf16).
+_TINY_VOCAB = 453  # the reference server's byte tokenizer
+for _layers, _suffix in ((6, ""), (2, "-draft")):
+    register_shape(f"tiny:dense{_suffix}", ModelShape(
+        f"tiny:dense{_suffix}", layers=_layers, hidden=256, mlp=768, q_heads=4, kv_heads=2, head_dim=64,
+        vocab=_TINY_VOCAB, description="built-in tiny model at its own size"))
+for _layers, _suffix in ((4, ""), (2, "-draft")):
+    register_shape(f"tiny:moe{_suffix}", ModelShape(
+        f"tiny:moe{_suffix}", layers=_layers, hidden=256, mlp=0, q_heads=4, kv_heads=2, head_dim=64,
+        vocab=_TINY_VOCAB, experts=16, experts_per_token=2, expert_mlp=192,
+        description="built-in tiny model at its own size"))
+    register_shape(f"tiny:hybrid{_suffix}", ModelShape(
+        f"tiny:hybrid{_suffix}", layers=_layers, hidden=256, mlp=512, q_heads=4, kv_heads=2, head_dim=64,
+        vocab=_TINY_VOCAB, attn_output_gate=True, layer_pattern=(LINEAR, FULL), linear_key_heads=2,
+        linear_value_heads=4, linear_key_dim=32, linear_value_dim=32, linear_conv_kernel=4,
+        state_dtype_bytes=2, description="built-in tiny model at its own size"))
+
+
+_PREDICTION_NAMES = ("DEFAULT_BATCHES", "Prediction", "crossover_batch", "overhead_s", "predict", "price")
+
+
+def __getattr__(name: str) -> object:
+    # The predictions price shapes, so they live in .prediction (which imports this module).
+    if name in _PREDICTION_NAMES:
+        from pytest_specenergy.meters import prediction
+
+        return getattr(prediction, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

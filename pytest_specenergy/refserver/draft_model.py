@@ -1,0 +1,144 @@
+"""Drafters that run a draft model: the shared cache bookkeeping and the chain drafter.
+
+:class:`DraftCache` keeps the draft model's :class:`~.kv.BatchKV` in step with the running batch.
+Rows that join are prefilled on their prompts at once, in a forward of their own recorded as phase
+``prefill`` (model ``draft``) in the same scheduler step as the target's prefill, so a prefill-only
+window (``max_new_tokens=1``) holds every prefill a full run holds. ``cached[b]`` counts the
+committed tokens of row ``b`` already in the draft cache; the rest are fed before drafting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .kv import BatchKV
+from .rows import Row
+from .runner import ModelRunner
+
+COMPACT_SLACK = 32  # holes per row tolerated before the draft cache is compacted
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class DraftCache:
+    """A draft model's cache over the running batch (base of the draft-model drafters)."""
+
+    def __init__(self, runner: ModelRunner, k: int, pad_id: int) -> None:
+        self.runner = runner
+        self.k = k
+        self.pad_id = pad_id
+        self.kv = BatchKV(runner.model, 0)
+        self.rids: list[str] = []
+        self.cached: list[int] = []
+        self.empty: list[bool] = []
+
+    def join(self, rows: Sequence[Row]) -> None:
+        """Prefill the draft model on the new rows' prompts (one left-padded forward)."""
+        if not rows:
+            return
+        prompts = [list(r.request.input_ids) for r in rows]
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        valid = torch.zeros((len(rows), width), dtype=torch.bool)
+        for b, p in enumerate(prompts):
+            ids[b, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            valid[b, width - len(p) :] = True
+        fresh = BatchKV(self.runner.model, len(rows))
+        empty = torch.zeros(0, dtype=torch.long)
+        rids = [r.rid for r in rows]
+        self.runner.forward(fresh, ids, valid, empty, empty, "prefill", rids)
+        self.kv.merge(fresh)
+        self.rids.extend(rids)
+        self.cached.extend(len(p) for p in prompts)
+
+    def select_rows(self, keep: Sequence[int]) -> None:
+        """Drop finished rows from the draft cache."""
+        self.kv.select_rows(keep)
+        self.rids = [self.rids[i] for i in keep]
+        self.cached = [self.cached[i] for i in keep]
+
+
+class DraftModelDrafter(DraftCache):
+    """A small model drafting greedily, K batched one-token steps per verify.
+
+    A round runs ``F = max(pending) + K - 1`` one-token forwards, where ``pending[b]`` is the
+    number of committed tokens not yet in the draft cache (1, or 2 after a step that accepted all
+    K drafts; up to K + 1 under controlled acceptance, where the verified drafts are not this
+    drafter's). A row with fewer pending tokens than the longest reaches its K drafts before the
+    last forward and goes on feeding its own drafts (proposing only the first K), so the draft
+    cache is as far ahead as possible and no forward ever feeds padding (padding would corrupt a
+    recurrent state). After the verify, the row's drafts that were not
+    committed become holes in the draft cache and, for a hybrid draft, its recurrent state is taken
+    from the per-forward snapshot after its last kept token.
+    """
+
+    def __init__(self, runner: ModelRunner, k: int, pad_id: int, stale_cache: bool = False) -> None:
+        super().__init__(runner, k, pad_id)
+        self.stale_cache = stale_cache  # fault "stale-draft-cache"
+        self._round: tuple[list[int], list[int], list[int], int, list[list[torch.Tensor]], list[list[int]]] | None
+        self._round = None
+
+    def propose(self, rows: Sequence[Row]) -> list[list[int]]:
+        """Run the draft model; see the class docstring for the schedule."""
+        kv = self.kv
+        tokens = [r.tokens for r in rows]
+        bsz = len(tokens)
+        lengths = [len(t) for t in tokens]
+        pending = [lengths[b] - self.cached[b] for b in range(bsz)]
+        forwards = max(pending) + self.k - 1
+        drafts: list[list[int]] = [[] for _ in range(bsz)]
+        snapshots: list[list[torch.Tensor]] = []
+        b_idx = torch.arange(bsz, dtype=torch.long)
+        cols = torch.zeros(bsz, dtype=torch.long)
+        for j in range(1, forwards + 1):
+            column = [
+                tokens[b][lengths[b] - pending[b] + j - 1] if j <= pending[b] else drafts[b][j - pending[b] - 1]
+                for b in range(bsz)
+            ]
+            ids = torch.tensor(column, dtype=torch.long)[:, None]
+            out = self.runner.forward(kv, ids, None, b_idx, cols, "draft", self.rids)
+            assert out.logits is not None
+            nxt = out.logits.argmax(dim=-1).tolist()
+            for b in range(bsz):
+                if j >= pending[b]:  # a row past its K drafts keeps drafting: it has a token to feed
+                    drafts[b].append(int(nxt[b]))
+            if kv.has_linear and j < forwards:
+                snapshots.append(kv.snapshot_linear())
+        fed = [forwards - p for p in pending]  # drafts each row fed into the draft cache
+        self._round = (lengths, pending, fed, forwards, snapshots, drafts)
+        self.empty = [False] * bsz
+        return [d[: self.k] for d in drafts]
+
+    def after_verify(self, accepted: Sequence[int], committed: Sequence[Sequence[int]]) -> None:
+        """Turn drafts that were not committed into holes; roll hybrid draft state back, row by row.
+
+        A row keeps the leading fed drafts that were committed: normally its ``accepted`` drafts.
+        When the verified drafts were not this drafter's own (controlled acceptance), only the
+        prefix of its own drafts that matches the committed tokens is kept. It never keeps the
+        bonus token's slot, so at least one token is pending next round.
+        """
+        kv = self.kv
+        assert self._round is not None
+        lengths, pending, fed, forwards, snapshots, drafts = self._round
+        self._round = None
+        keep = [min(int(a), f, common_prefix(d, c)) for a, f, d, c in zip(accepted, fed, drafts, committed)]
+        if not self.stale_cache:
+            kv.drop_last([f - v for f, v in zip(fed, keep)])
+            if kv.has_linear:
+                # state after forward number pending+keep; the last forward's state is the live one
+                for j in range(1, forwards):
+                    sel = torch.tensor([p + v == j for p, v in zip(pending, keep)], device=kv.device)
+                    if bool(sel.any()):
+                        kv.restore_linear_rows(snapshots[j - 1], sel)
+        self.cached = [n + v for n, v in zip(lengths, keep)]
+        kv.compact_if_needed(COMPACT_SLACK)

@@ -1,0 +1,129 @@
+"""Drafters with draft passes, and controlled acceptance for calibration (``--draft-accept-p P``).
+
+:class:`ControlledAcceptance` wraps a chain (``draft_model``) or block drafter. The wrapped drafter
+runs exactly as it would - its draft passes are real forwards of the draft model, recorded in the
+work trace as phase ``draft``, so the step costs what that drafter costs - but the drafts sent to
+verification are the target's own greedy continuation, each token kept with probability ``P`` and
+otherwise replaced by a different token (seeded, see :meth:`ControlledAcceptance.corrupt`). Each
+step then accepts ``j`` drafts with probability ``P^j (1 - P)`` (all ``K`` with ``P^K``): the mean
+accepted drafts per step is ``sum(P^j, j = 1..K)``, a knob. The target still verifies every draft,
+so output stays exactly the baseline's.
+
+The continuation comes from an *oracle*: the target model run as a chain draft model (K one-token
+greedy forwards per step on a cache of its own) through an untraced runner, because no engine being
+modelled would run it. Two consequences, both deliberate:
+
+* the modeled meter, which prices the work trace, sees the wrapped drafter's passes only;
+* a board meter (NVML) and wall-clock timings do see the oracle. For those, use the chain shape
+  with the target as its own draft model (``--drafter draft_model --draft-model <the target>``):
+  then the drafter *is* the oracle and its traced passes are all that runs.
+
+Corruption is keyed by (seed, prompt, context length, draft index), not by batch position or
+time, so the same requests get the same acceptance in every run and batch composition.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from .block import BlockDrafter
+from .draft_model import DraftModelDrafter
+from .drafters import Drafter
+from .records import EngineConfig
+from .rows import Row
+from .runner import ModelRunner
+
+if TYPE_CHECKING:
+    from .engine import ReferenceEngine
+
+
+def build_draft_pass_drafter(engine: ReferenceEngine, cfg: EngineConfig, runner: ModelRunner, pad: int) -> Drafter:
+    """The chain or block drafter over ``runner``'s draft model, wrapped when acceptance is controlled."""
+    shape: DraftModelDrafter | BlockDrafter
+    if cfg.drafter == "block":
+        assert cfg.block_size is not None
+        shape = BlockDrafter(runner, cfg.block_size, pad)
+    else:
+        shape = DraftModelDrafter(runner, cfg.num_draft_tokens, pad, stale_cache="stale-draft-cache" in cfg.faults)
+    if cfg.draft_accept_p is None:
+        return shape
+    oracle = None
+    if not (cfg.drafter == "draft_model" and engine.draft is engine.target):
+        oracle_runner = getattr(engine, "_oracle_runner", None)
+        if oracle_runner is None:
+            oracle_runner = ModelRunner(engine.target.model, "oracle", None)
+            engine._oracle_runner = oracle_runner  # type: ignore[attr-defined]
+        oracle = DraftModelDrafter(oracle_runner, cfg.num_draft_tokens, pad)
+    return ControlledAcceptance(shape, oracle, cfg.draft_accept_p, cfg.seed, engine.target.vocab_size)
+
+
+class ControlledAcceptance:
+    """Proposals = the target's greedy continuation, each token kept with probability ``p``."""
+
+    def __init__(
+        self,
+        shape: DraftModelDrafter | BlockDrafter,
+        oracle: DraftModelDrafter | None,
+        p: float,
+        seed: int,
+        vocab_size: int,
+    ) -> None:
+        self.shape = shape
+        self.oracle = oracle  # None: the shape drafter is the target itself, its drafts are the oracle's
+        self.k = shape.k
+        self.p = p
+        self.seed = seed
+        self.vocab_size = vocab_size
+        self.keys: list[bytes] = []
+        self.empty: list[bool] = []
+        self.kept = 0  # drafted tokens left as the target's own
+        self.corrupted = 0
+
+    def join(self, rows: Sequence[Row]) -> None:
+        """New rows: the wrapped drafter prefills (traced); so does the oracle (untraced)."""
+        self.shape.join(rows)
+        if self.oracle is not None:
+            self.oracle.join(rows)
+        for row in rows:
+            prompt = b"".join(t.to_bytes(4, "little") for t in row.request.input_ids)
+            self.keys.append(hashlib.blake2b(prompt, digest_size=16, key=str(self.seed).encode()).digest())
+
+    def corrupt(self, row: int, context_len: int, tokens: Sequence[int]) -> list[int]:
+        """Keep each token with probability ``p``; otherwise swap in a different one (seeded)."""
+        out = []
+        for j, token in enumerate(tokens):
+            h = hashlib.blake2b(
+                self.keys[row] + context_len.to_bytes(8, "little") + j.to_bytes(4, "little"), digest_size=16
+            )
+            raw = h.digest()
+            u = int.from_bytes(raw[:8], "little") / 2.0**64
+            if u < self.p:
+                out.append(int(token))
+                self.kept += 1
+            else:
+                shift = 1 + int.from_bytes(raw[8:], "little") % (self.vocab_size - 1)
+                out.append((int(token) + shift) % self.vocab_size)
+                self.corrupted += 1
+        return out
+
+    def propose(self, rows: Sequence[Row]) -> list[list[int]]:
+        """Run the wrapped drafter (its cost), then propose the corrupted oracle continuation."""
+        own = self.shape.propose(rows)
+        truth = own if self.oracle is None else self.oracle.propose(rows)
+        self.empty = [False] * len(rows)
+        return [self.corrupt(b, len(r.tokens), truth[b]) for b, r in enumerate(rows)]
+
+    def after_verify(self, accepted: Sequence[int], committed: Sequence[Sequence[int]]) -> None:
+        """Both drafters keep the committed prefix of their own drafts."""
+        self.shape.after_verify(accepted, committed)
+        if self.oracle is not None:
+            self.oracle.after_verify(accepted, committed)
+
+    def select_rows(self, keep: Sequence[int]) -> None:
+        """Drop finished rows."""
+        self.shape.select_rows(keep)
+        if self.oracle is not None:
+            self.oracle.select_rows(keep)
+        self.keys = [self.keys[i] for i in keep]

@@ -1,0 +1,185 @@
+"""Continuous batching, as SGLang's scheduler does it: one running batch that requests join and leave.
+
+Requests arrive through :meth:`Scheduler.submit` from any thread (every concurrent HTTP
+``/generate`` call, or the rows of one batched call) and wait in a FIFO queue. One scheduler
+thread loops over iterations; each iteration
+
+1. admits queued requests while fewer than ``max_running_requests`` rows run, prefills them in a
+   forward of their own (phase ``prefill``; for a draft-model drafter the draft model is prefilled
+   on the same prompts right after, also phase ``prefill``), and appends them to the running
+   batch (:meth:`.kv.BatchKV.merge`);
+2. runs one decode step (plain engine) or one draft + verify step (speculative engine) over every
+   running row, and records it (``step_time_dict`` keyed by the rows that really ran);
+3. drops the rows that finished at once and wakes the callers whose requests are all done.
+
+So a finished row is replaced in the very next iteration, and the running batch stays full while
+requests are queued. A caller is blocked only until its own requests finish. If an iteration
+raises, every request in the batch fails with that error and the engine starts from empty caches
+(the failure is the caller's answer, not a dead server).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+
+from .drafters import Drafter
+from .kv import BatchKV
+from .rows import Row
+from .stats import EngineStats
+
+log = logging.getLogger("pytest_specenergy.refserver")
+
+COMPACT_SLACK = 32  # holes per row tolerated before the target cache is compacted
+
+
+class Stepper(Protocol):
+    """The forward passes the scheduler drives (implemented by :class:`.engine.ReferenceEngine`)."""
+
+    def new_kv(self) -> BatchKV:
+        """An empty target cache."""
+
+    def new_drafter(self) -> Drafter | None:
+        """A drafter with no rows (None for a plain engine)."""
+
+    def prefill(self, rows: Sequence[Row]) -> BatchKV:
+        """Prefill ``rows`` in a fresh cache and commit each row's first output token."""
+
+    def decode(self, rows: Sequence[Row], kv: BatchKV) -> None:
+        """One plain decode step over ``rows``."""
+
+    def verify(self, rows: Sequence[Row], kv: BatchKV, drafter: Drafter) -> None:
+        """One draft + verify step over ``rows``."""
+
+
+class Scheduler:
+    """The queue, the running batch and the thread that advances it."""
+
+    def __init__(self, stepper: Stepper, stats: EngineStats, max_running: int, lock: threading.Lock) -> None:
+        self.stepper = stepper
+        self.stats = stats
+        self.max_running = max_running
+        self.lock = lock  # held for a whole iteration; flush_cache takes it between iterations
+        self._cv = threading.Condition()
+        self._queue: deque[Row] = deque()
+        self.running: list[Row] = []
+        self.kv = stepper.new_kv()
+        self.drafter = stepper.new_drafter()
+        self._thread: threading.Thread | None = None
+        self._stop = False
+        self.iterations = 0
+
+    # ------------------------------------------------------------------------------ callers
+    def submit(self, rows: Sequence[Row]) -> None:
+        """Queue ``rows``; they join the running batch at the next iteration (FIFO)."""
+        with self._cv:
+            if self._stop:
+                raise RuntimeError("the engine is closed")
+            self._queue.extend(rows)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="refserver-scheduler", daemon=True)
+                self._thread.start()
+            self._cv.notify_all()
+
+    @property
+    def num_running(self) -> int:
+        """Rows in the running batch now."""
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests queued, not yet admitted."""
+        return len(self._queue)
+
+    @property
+    def busy(self) -> bool:
+        """Whether any request is queued or running."""
+        return bool(self._queue or self.running)
+
+    def close(self) -> None:
+        """Stop the thread after the current iteration; queued requests fail."""
+        with self._cv:
+            self._stop = True
+            waiting = list(self._queue)
+            self._queue.clear()
+            self._cv.notify_all()
+        self._fail(waiting, RuntimeError("the engine was closed"))
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)
+
+    # ------------------------------------------------------------------------------- thread
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stop and not self._queue and not self.running:
+                    self._cv.wait()
+                if self._stop:
+                    return
+                room = self.max_running - len(self.running)
+                admit = [self._queue.popleft() for _ in range(min(room, len(self._queue)))]
+            with self.lock:
+                try:
+                    self._iteration(admit)
+                except BaseException as exc:  # noqa: BLE001 - the callers get the error, the engine goes on
+                    log.exception("engine iteration failed; failing %d request(s)", len(self.running) + len(admit))
+                    self._reset(admit, exc)
+
+    @torch.inference_mode()
+    def _iteration(self, admit: list[Row]) -> None:
+        self.iterations += 1
+        if admit:
+            fresh = self.stepper.prefill(admit)
+            self.stats.prefill(len(admit))
+            if self.drafter is not None:
+                self.drafter.join(admit)
+            self.kv.merge(fresh)
+            self.running.extend(admit)
+            self._drop_finished()
+        if not self.running:
+            return
+        t0 = time.perf_counter()
+        rows = len(self.running)
+        if self.drafter is None:
+            self.stepper.decode(self.running, self.kv)
+        else:
+            self.stepper.verify(self.running, self.kv, self.drafter)
+        self.stats.decode_step(rows, time.perf_counter() - t0)
+        self._drop_finished()
+        self.kv.compact_if_needed(COMPACT_SLACK)
+
+    def _drop_finished(self) -> None:
+        keep = [i for i, r in enumerate(self.running) if r.finish is None]
+        if len(keep) == len(self.running):
+            return
+        done = [r for r in self.running if r.finish is not None]
+        self.kv.select_rows(keep)
+        if self.drafter is not None:
+            self.drafter.select_rows(keep)
+        self.running = [self.running[i] for i in keep]
+        if not self.running:
+            self.kv = self.stepper.new_kv()  # drop the emptied tensors (and any leftover slots)
+        self.stats.finished(len(done))
+        for row in done:
+            if row.ticket is not None:
+                row.ticket.row_finished()
+
+    def _reset(self, admit: list[Row], exc: BaseException) -> None:
+        failed = self.running + [r for r in admit if r not in self.running]
+        self.running = []
+        self.kv = self.stepper.new_kv()
+        self.drafter = self.stepper.new_drafter()
+        tickets = {id(r.ticket) for r in failed if r.ticket is not None}
+        with self._cv:  # queued rows of a failed call would run for nobody
+            self._queue = deque(r for r in self._queue if id(r.ticket) not in tickets)
+        self._fail(failed, exc)
+
+    @staticmethod
+    def _fail(rows: Sequence[Row], exc: BaseException) -> None:
+        for ticket in {id(r.ticket): r.ticket for r in rows if r.ticket is not None}.values():
+            ticket.fail(exc)

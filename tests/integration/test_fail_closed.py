@@ -1,0 +1,81 @@
+"""Fail closed (issue: a gate never passes when it could not measure, compare or trust)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+SUITE = """
+import pytest
+
+@pytest.mark.model("tiny:dense")
+@pytest.mark.corpus("code")
+@pytest.mark.drafter("ngram")
+@pytest.mark.batch(1)
+@pytest.mark.generation(max_new_tokens=16, prompts=2)
+def test_saves(spec_pair):
+    spec_pair.measure().assert_saves_energy(at_least=-100.0)
+"""
+
+# A meter whose every window fails as a board counter does after a reset.
+RESETTING_METER = """
+from pytest_specenergy.meters.base import MeterError
+from pytest_specenergy.meters.modeled import ModeledMeter
+
+
+class ResettingMeter(ModeledMeter):
+    def stop(self, token):
+        raise MeterError("energy counter went backwards (counter reset) during the window")
+
+
+def pytest_specenergy_make_meter(kind, engine):
+    return ResettingMeter("h200")
+"""
+
+
+@pytest.mark.parametrize("option, expected", [
+    ("--specenergy-alpha=2", "significance level between 0 and 1"),
+    ("--specenergy-startup-timeout=-5", "seconds > 0"),
+    ("--specenergy-request-timeout=0", "seconds > 0"),
+    ("--specenergy-fault=no-such-fault", "unknown fault no-such-fault"),
+    ("--specenergy-save=last", "reserved"),
+    ("--specenergy-save=a/b", "contains"),
+])
+def test_bad_option_values_are_usage_errors_at_start(pytester: pytest.Pytester, option, expected):
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest(option, "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{option.split('=')[0]}*{expected}*"])
+
+
+def test_an_unmeasurable_window_fails_the_case_never_skips(pytester: pytest.Pytester, run_suite):
+    pytester.makepyfile(test_suite=SUITE)
+    pytester.makeconftest(RESETTING_METER)
+    result = run_suite()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*could not be measured, twice*counter reset*"])
+
+
+def test_a_corrupt_baseline_fails_even_when_missing_baselines_only_warn(pytester: pytest.Pytester,
+                                                                          run_suite):
+    pytester.makepyfile(test_suite=SUITE)
+    assert run_suite("--specenergy-save=main").ret == 0
+    stored = next((pytester.path / ".specenergy").rglob("0001_main_*.json"))
+    stored.write_text('{"schema_version": 1, "kind": "specenergy-run", "results": [')
+    result = run_suite("--specenergy-compare=main")  # missing-baseline policy: warn
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*baseline run cannot be read*{stored.name}*"])
+
+
+def test_an_interrupted_session_is_never_a_reference(pytester: pytest.Pytester, run_suite):
+    pytester.makepyfile(test_suite=SUITE, test_zz_fails="def test_boom():\n    assert False\n")
+    assert run_suite("--specenergy-save=main", "test_suite.py").ret == 0  # complete: 0001
+    # -x stops the session at the failure: the run is saved, marked interrupted.
+    run_suite("--specenergy-save=main", "-x", "test_suite.py", "test_zz_fails.py")
+    files = sorted((pytester.path / ".specenergy").rglob("*_main_*.json"))
+    assert [json.loads(f.read_text()).get("interrupted", False) for f in files] == [False, True]
+    out = pytester.path / "run.json"
+    result = run_suite("--specenergy-compare=last", f"--specenergy-json={out}", "test_suite.py")
+    result.assert_outcomes(passed=1)
+    assert json.loads(out.read_text())["results"][0]["baseline_file"] == str(files[0])

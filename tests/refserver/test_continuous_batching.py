@@ -1,0 +1,151 @@
+"""Continuous batching: requests join the running batch at any step, finished rows leave at once.
+
+Exactness must survive joins (a joined row's KV is merged with holes, its recurrent state appended),
+and the running batch must stay full while requests are waiting.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pytest_specenergy.refserver.records import GenerationRequest
+from pytest_specenergy.refserver.records import SamplingParams
+
+N_REQ = 9
+
+
+def _ragged(engine, make_requests, n=N_REQ):
+    """Requests of different lengths, some honouring EOS: rows finish (and others join) at many steps."""
+    return [
+        GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=5 + (7 * i) % 19, ignore_eos=i % 3 != 0))
+        for i, r in enumerate(make_requests(engine, n, 1))
+    ]
+
+
+def _lifetime(engine):
+    state = engine.server_info()["internal_states"][0]
+    return state["decode_steps"], state["decode_row_steps"], dict(state["decode_steps_by_running"])
+
+
+@pytest.fixture(scope="module")
+def plain(engine_for, make_requests):
+    """Per model: plain outputs of the ragged requests, all in one batch."""
+    out = {}
+    for model in ("tiny:dense", "tiny:hybrid"):
+        engine = engine_for(model=model)
+        out[model] = engine.generate(_ragged(engine, make_requests))
+    return out
+
+
+@pytest.mark.parametrize(("drafter", "k"), [("ngram", 8), ("draft_model", 4)])
+@pytest.mark.parametrize("model", ("tiny:dense", "tiny:hybrid"))
+def test_rows_joining_at_arbitrary_steps_are_exact(engine_for, make_requests, plain, model, drafter, k):
+    """3 rows run at a time; the other 6 join whenever a row finishes, mid-way through the others."""
+    engine = engine_for(model=model, drafter=drafter, num_draft_tokens=k, max_running_requests=3)
+    reqs = _ragged(engine, make_requests)
+    start = len(engine.trace)
+    got = engine.generate(reqs)
+    want = plain[model]
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.output_ids == w.output_ids, f"{model} {drafter} row {i} diverged"
+        assert g.finish_reason == w.finish_reason
+    steps = engine.trace.read(start)[1]
+    phases = [s.phase for s in steps if s.model == "target"]
+    first_verify = phases.index("verify")
+    joins = [i for i, p in enumerate(phases) if p == "prefill" and i > first_verify]
+    assert len(joins) >= 3, "requests must have joined a running batch"
+    assert max(len(s.rids) for s in steps if s.phase == "verify") == 3
+    if model == "tiny:hybrid":
+        rejected = sum(r.spec.verify_ct * k - r.spec.num_correct_drafts for r in got)
+        assert rejected > 0  # the recurrent-state rollback ran on merged rows
+
+
+def test_queued_requests_keep_the_batch_full(engine_for, make_requests):
+    """A finished row is replaced in the next step: while requests wait, every step runs 4 rows."""
+    engine = engine_for(model="tiny:dense", drafter="ngram", num_draft_tokens=8, max_running_requests=4)
+    reqs = [
+        GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=6 + (5 * i) % 17, ignore_eos=True))
+        for i, r in enumerate(make_requests(engine, 16, 1))
+    ]
+    start = len(engine.trace)
+    engine.generate(reqs)
+    steps = engine.trace.read(start)[1]
+    target = [s for s in steps if s.model == "target"]
+    admitted = 0
+    for step in target:
+        if step.phase == "prefill":
+            admitted += len(step.rids)
+        elif admitted < len(reqs):  # someone is still queued: the batch must be full
+            assert len(step.rids) == 4, [(s.phase, len(s.rids)) for s in target]
+    assert admitted == len(reqs)
+
+
+def test_staggered_arrivals_from_threads(engine_for, make_requests):
+    """Clients keeping 4 requests in flight (one per call) see a full batch and alone-run outputs."""
+    batch = 4
+    engine = engine_for(model="tiny:dense", drafter="ngram", num_draft_tokens=8, max_running_requests=batch)
+    plain = engine_for(model="tiny:dense")
+    pool = [
+        GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=8 + (5 * i) % 13, ignore_eos=True))
+        for i, r in enumerate(make_requests(engine, 16, 1))
+    ]
+    want = {r.input_ids: w.output_ids for r, w in zip(pool, plain.generate(pool))}
+    got: dict[tuple[int, ...], tuple[int, ...]] = {}
+    lock = threading.Lock()
+    todo = list(pool)
+    window: dict[str, tuple] = {"start": _lifetime(engine)}
+
+    def client() -> None:
+        while True:
+            with lock:
+                if not todo:
+                    window.setdefault("end", _lifetime(engine))  # the first client to run dry ends it
+                    return
+                req = todo.pop(0)
+            (result,) = engine.generate([req])
+            with lock:
+                got[req.input_ids] = result.output_ids
+
+    threads = [threading.Thread(target=client) for _ in range(batch)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert got == want  # every request equals its own plain run
+    (s0, r0, _), (s1, r1, _) = window["start"], window["end"]
+    mean = (r1 - r0) / (s1 - s0)
+    assert mean >= 0.8 * batch, f"mean running rows per step {mean:.2f} while clients kept {batch} in flight"
+
+
+def test_prefill_only_run_holds_the_draft_prefill(engine_for, make_requests):
+    """max_new_tokens=1 finishes in prefill, and the draft model's prefill is in that window too."""
+    engine = engine_for(model="tiny:dense", drafter="draft_model", num_draft_tokens=4)
+    reqs = [GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=1)) for r in make_requests(engine, 3, 1)]
+    start = len(engine.trace)
+    engine.generate(reqs)
+    steps = engine.trace.read(start)[1]
+    assert [(s.phase, s.model) for s in steps] == [("prefill", "target"), ("prefill", "draft")]
+    assert steps[1].query_tokens == tuple(len(r.input_ids) for r in reqs)
+
+
+def test_concurrency_counters_difference_across_a_flush(engine_for, make_requests):
+    """Lifetime counters never reset, so a window's mean and minimum come from two reads."""
+    engine = engine_for(model="tiny:dense", max_running_requests=3)
+    s0, r0, h0 = _lifetime(engine)
+    reqs = [
+        GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=3 + 2 * i, ignore_eos=True))
+        for i, r in enumerate(make_requests(engine, 4, 1))
+    ]
+    engine.generate(reqs)
+    assert engine.flush_cache()
+    state = engine.server_info()["internal_states"][0]
+    assert state["step_time_dict"] == {} and state["min_running"] is None
+    s1, r1, h1 = _lifetime(engine)
+    grown = {int(k): v - h0.get(k, 0) for k, v in h1.items() if v - h0.get(k, 0) > 0}
+    assert sum(grown.values()) == s1 - s0
+    assert sum(k * v for k, v in grown.items()) == r1 - r0
+    assert max(grown) == 3 and min(grown) == 1
+    assert state["num_running_reqs"] == 0 and state["num_queue_reqs"] == 0
+    assert state["prefill_rows"] >= 4

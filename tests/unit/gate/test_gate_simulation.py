@@ -1,0 +1,66 @@
+"""Tests of the simulation's comparator rules (pytest-benchmark's, asv's) and a smoke run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pytest_specenergy.gate import simulate
+from pytest_specenergy.gate.sequential import SequentialPlan
+
+
+def test_pytest_benchmark_rule_is_a_bare_threshold() -> None:
+    ref = np.full((1, 5), 1.0)
+    assert simulate.pytest_benchmark_fails(np.full((1, 5), 1.051), ref).tolist() == [True]
+    assert simulate.pytest_benchmark_fails(np.full((1, 5), 1.049), ref).tolist() == [False]
+
+
+def test_mann_whitney_exact_p() -> None:
+    x = np.array([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]])
+    y = np.array([[7.0, 8.0, 9.0, 10.0, 11.0, 12.0]])
+    # Complete separation at 6 vs 6: two-sided p = 2 / C(12, 6).
+    assert simulate.mann_whitney_p(x, y)[0] == pytest.approx(2 / math.comb(12, 6))
+    assert simulate.mann_whitney_p(x, x + 0.5)[0] > 0.3
+
+
+def test_laplace_posterior_quantiles_match_numerical_integration() -> None:
+    y = np.array([[1.0, 1.3, 0.8, 1.1, 2.0]])
+    grid = np.linspace(-40, 40, 400_001)
+    density = np.sum(np.abs(y[0][:, None] - grid[None, :]), axis=0) ** -(y.shape[1])
+    cdf = np.cumsum(density)
+    cdf /= cdf[-1]
+    for p in (0.005, 0.3, 0.5, 0.995):
+        assert simulate._laplace_ppf(y, p)[0] == pytest.approx(np.interp(p, cdf, grid), abs=5e-3)
+
+
+def test_asv_rule_matches_asv_when_installed() -> None:
+    stats_mod = pytest.importorskip("asv_runner.statistics")
+    asv_stats = pytest.importorskip("asv._stats")
+    rng = np.random.default_rng(4)
+    for n, m in ((3, 3), (5, 5), (5, 11), (11, 11)):
+        cur = np.exp(rng.normal(0.08, 0.05, (60, n)))
+        ref = np.exp(rng.normal(0.0, 0.05, (60, m)))
+        mine = simulate.asv_worsened(cur, ref, 1.05)
+        for i in range(60):
+            r2, s2 = stats_mod.compute_stats(list(cur[i]), 1)
+            r1, s1 = stats_mod.compute_stats(list(ref[i]), 1)
+            theirs = r1 < r2 / 1.05 and asv_stats.is_different(list(ref[i]), list(cur[i]), s1, s2)
+            assert theirs == mine[i]
+
+
+def test_asv_needs_the_factor_and_significance() -> None:
+    ref = np.exp(np.linspace(-0.01, 0.01, 11))[None, :]
+    assert simulate.asv_worsened(ref * 1.2, ref, 1.1).tolist() == [True]
+    assert simulate.asv_worsened(ref * 1.05, ref, 1.1).tolist() == [False]  # below the factor
+
+
+def test_scenario_smoke() -> None:
+    scenario = simulate.Scenario(noise=0.03, mode="stored-5", cases=20, suites=20)
+    cells = simulate.scenario_cells(scenario, SequentialPlan(), seed=1)
+    assert cells[0].rule.startswith("ours") and len(cells) == 8
+    assert all(0.0 <= c.power_10 <= 1.0 for c in cells)
+    samples = simulate.make_samples(simulate.Scenario(noise=0.01, mode="a/b", cases=5, suites=2),
+                                    0.0, np.random.default_rng(0))
+    assert samples.reference_base is None and samples.current_spec.shape == (10, 11)
