@@ -32,34 +32,27 @@ class _Option:
     action: str | None = None
 
 
-def _positive_int(text: str) -> int:
+def _number(text: str, cast: Callable[[str], Any], ok: Callable[[Any], bool], expected: str) -> Any:
+    """``text`` as a number that satisfies ``ok``, else a ValueError saying what is expected."""
     try:
-        value = int(text)
+        value = cast(text)
     except ValueError:
-        raise ValueError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise ValueError(f"expected a positive integer, got {text!r}")
+        raise ValueError(f"expected {expected}, got {text!r}") from None
+    if not ok(value):
+        raise ValueError(f"expected {expected}, got {text!r}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    return _number(text, int, lambda v: v >= 1, "a positive integer")
 
 
 def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"expected a number of seconds > 0, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise ValueError(f"expected a number of seconds > 0, got {text!r}")
-    return value
+    return _number(text, float, lambda v: 0 < v < float("inf"), "a number of seconds > 0")
 
 
 def _probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"expected a significance level between 0 and 1 (e.g. 0.01), got {text!r}") from None
-    if not 0.0 < value < 1.0:
-        raise ValueError(f"expected a significance level between 0 and 1 (e.g. 0.01), got {text!r}")
-    return value
+    return _number(text, float, lambda v: 0.0 < v < 1.0, "a significance level between 0 and 1 (e.g. 0.01)")
 
 
 def _faults(text: str) -> str:
@@ -82,10 +75,7 @@ def _run_name(text: str) -> str:
 
 
 def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError(f"expected an integer >= 0, got {text!r}")
-    return value
+    return _number(text, int, lambda v: v >= 0, "an integer >= 0")
 
 
 def _warmup(text: str) -> str | int:

@@ -49,6 +49,7 @@ from pytest_specenergy.gate.sequential import INCONCLUSIVE
 from pytest_specenergy.gate.sequential import REGRESSED
 from pytest_specenergy.gate.sequential import SequentialPlan
 from pytest_specenergy.gate.sequential import sequential_arrays
+from pytest_specenergy.gate.stats import u_distribution
 
 MODES = ("stored-5", "stored-11", "a/b")
 
@@ -139,19 +140,7 @@ def pytest_benchmark_fails(current: np.ndarray, reference: np.ndarray,
 @lru_cache(maxsize=None)
 def _u_cdf(n: int, m: int) -> np.ndarray:
     """CDF of the Mann-Whitney U statistic (no ties) for sizes n, m, indexed by U."""
-    size = n * m + 1
-    prev = [np.zeros(size) for _ in range(m + 1)]
-    for j in range(m + 1):
-        prev[j][0] = 1.0
-    for _ in range(1, n + 1):
-        cur = [np.zeros(size) for _ in range(m + 1)]
-        cur[0][0] = 1.0
-        for j in range(1, m + 1):
-            shifted = np.zeros(size)
-            shifted[j:] = prev[j][: size - j]
-            cur[j] = shifted + cur[j - 1]
-        prev = cur
-    counts = prev[m]
+    counts = u_distribution(n, m)
     return np.cumsum(counts) / counts.sum()
 
 
