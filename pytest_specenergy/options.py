@@ -51,6 +51,10 @@ def _positive_float(text: str) -> float:
     return _number(text, float, lambda v: 0 < v < float("inf"), "a number of seconds > 0")
 
 
+def _seconds_or_zero(text: str) -> float:
+    return _number(text, float, lambda v: 0 <= v < float("inf"), "a number of seconds >= 0")
+
+
 def _probability(text: str) -> float:
     return _number(text, float, lambda v: 0.0 < v < 1.0, "a significance level between 0 and 1 (e.g. 0.01)")
 
@@ -130,6 +134,12 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("warmup", "auto", "discarded warm-up runs per arm before measuring; auto = 1 with a "
             "measured meter, 0 with a modeled one (it charges the work trace, which a warm-up "
             "does not change)", _warmup),
+    _Option("pool", "", "prompts per pool for cases whose generation marker names none "
+            "(default: the corpus's first 96, the paper's pool); every batch point and both arms "
+            "draw from it, and a pool needs a few times the batch to hold a steady state",
+            _positive_int),
+    _Option("cooldown", 0.0, "seconds to pause before every measured repeat; repeats alternate "
+            "the arms (baseline, speculative, ...) so drift falls on both", _seconds_or_zero),
     _Option("device", "auto", "device for the reference server: auto, cpu or cuda",
             _choice(("auto", "cpu", "cuda"))),
     _Option("startup-timeout", 300.0, "seconds to wait for an engine to answer /health", _positive_float),
@@ -211,6 +221,8 @@ class SpecEnergyConfig:
     meter: str
     repeats: int
     warmup: int | None  # None: auto
+    cooldown: float
+    pool: int | None
     device: str
     startup_timeout: float
     request_timeout: float
@@ -240,7 +252,7 @@ class SpecEnergyConfig:
         from pytest_specenergy.cases.markers import CaseDefaults
 
         return CaseDefaults(engine=self.engine, device=self.device, faults=self.faults,
-                            sglang_version=self.sglang_version)
+                            sglang_version=self.sglang_version, pool=self.pool)
 
     @classmethod
     def from_pytest_config(cls, config: pytest.Config) -> SpecEnergyConfig:
@@ -278,6 +290,8 @@ class SpecEnergyConfig:
             meter=values["specenergy_meter"],
             repeats=values["specenergy_repeats"],
             warmup=None if values["specenergy_warmup"] == "auto" else values["specenergy_warmup"],
+            cooldown=values["specenergy_cooldown"],
+            pool=values["specenergy_pool"] or None,
             device=values["specenergy_device"],
             startup_timeout=values["specenergy_startup_timeout"],
             request_timeout=values["specenergy_request_timeout"],

@@ -68,7 +68,7 @@ class SpecEnergySession:
             self._measurer = PairMeasurer(
                 log_dir=config.log_dir, startup_timeout=config.startup_timeout, meter=config.meter,
                 repeats=config.repeats, warmup=config.warmup, meter_factory=self._hook_meter,
-                pool=pool)
+                pool=pool, cooldown_s=config.cooldown)
             self._measurer.plan(self.planned)
         return self._measurer
 

@@ -14,8 +14,11 @@ import pytest
 
 
 def fast_options(repeats: int = 1) -> list[str]:
-    """The options of a quick pytester session: few repeats, no warm-up, no cache folder."""
-    return [f"--specenergy-repeats={repeats}", "--specenergy-warmup=0", "-p", "no:cacheprovider"]
+    """The options of a quick pytester session: few repeats, no warm-up, a pool of 4 prompts
+    where a suite names none (a batch above 2 needs more, its generation marker says so), no
+    cache folder."""
+    return [f"--specenergy-repeats={repeats}", "--specenergy-warmup=0", "--specenergy-pool=4",
+            "-p", "no:cacheprovider"]
 
 
 @pytest.fixture

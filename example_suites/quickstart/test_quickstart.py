@@ -12,12 +12,16 @@ from pytest_specenergy import Drafter
 pytestmark = [
     pytest.mark.model("tiny:dense"),
     pytest.mark.corpus("code", "conversation"),
-    pytest.mark.generation(max_new_tokens=48),
+    # A pool of 8 prompts (the paper's, and the default, is 96) keeps a 2-core CPU run short;
+    # every batch point and both arms draw from this one pool. A batch needs a pool a few times
+    # its size to reach a steady state (batch 16 wants about 48): larger batches belong to
+    # the full suites, and the concurrency-below-batch check fails a pool too small for its batch.
+    pytest.mark.generation(max_new_tokens=40, prompts=8),
 ]
 
 
 @pytest.mark.drafter(Drafter("ngram", num_draft_tokens=8))
-@pytest.mark.batch(1, 4, 16)
+@pytest.mark.batch(1, 4)
 def test_ngram_pays_for_itself(spec_pair):
     r = spec_pair.measure()
     r.assert_equivalent()  # greedy output matches the non-speculative twin token for token
@@ -42,6 +46,8 @@ def test_draft_model_is_exact(spec_pair):
 
 @pytest.mark.model("tiny:hybrid")
 @pytest.mark.corpus("code")
+# The hybrid's recurrent-state rollback is the slowest path on a CPU: shorter answers.
+@pytest.mark.generation(max_new_tokens=32, prompts=8)
 @pytest.mark.drafter(Drafter("ngram", num_draft_tokens=8))
 @pytest.mark.batch(1, 4)
 def test_hybrid_ngram_stays_coherent(spec_pair):

@@ -17,14 +17,21 @@ from pytest_specenergy.cases.corpora import Corpus
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.drafters import Drafter
 
+#: Prompts per pool when a case does not say (``generation(prompts=N)`` overrides).
+DEFAULT_PROMPT_POOL = 96
+
 
 @dataclass(frozen=True)
 class Generation:
     """How each request is generated.
 
-    ``prompts`` is the number of prompts measured per repeat; ``None`` means the batch size,
-    but at least 4, rounded up to a whole number of batches. ``ignore_eos`` defaults to
-    False: runs that outlast the answer inflate acceptance (paper section 10).
+    ``prompts`` is the size of the prompt pool measured per repeat; ``None`` means
+    :data:`DEFAULT_PROMPT_POOL` (96, the paper's pool), or the whole corpus if it holds fewer.
+    The pool is the corpus's first ``prompts`` prompts, the same at every batch point and in
+    both arms, so a batch sweep changes only the batch; the measurer keeps ``batch`` of them in
+    flight, refilling as each finishes. An explicit ``prompts`` above the corpus's size repeats
+    prompts (:meth:`Corpus.take`). ``ignore_eos`` defaults to False: runs that outlast the answer inflate
+    acceptance (paper section 10).
     """
 
     max_new_tokens: int = 64
@@ -32,10 +39,11 @@ class Generation:
     ignore_eos: bool = False
     temperature: float = 0.0
 
-    def prompt_count(self, batch: int) -> int:
-        """Prompts per repeat for ``batch``: always a whole number of full batches."""
-        wanted = self.prompts if self.prompts is not None else max(batch, 4)
-        return -(-wanted // batch) * batch
+    def pool_size(self, corpus_size: int) -> int:
+        """The prompt pool's size for a corpus of ``corpus_size`` prompts, the same at every
+        batch; a pool too small for its batch never reaches a steady state, and the
+        concurrency check says so."""
+        return self.prompts if self.prompts is not None else min(DEFAULT_PROMPT_POOL, corpus_size)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready description."""
@@ -76,6 +84,10 @@ class Case:
         matrix has several models)."""
         base = f"{self.corpus.name}-{self.drafter.id}-b{self.batch}"
         return f"{self.model_id}-{base}" if self.model_in_id else base
+
+    def pool(self) -> tuple[str, ...]:
+        """The prompt pool: the corpus's first :meth:`Generation.pool_size` prompts."""
+        return self.corpus.take(self.generation.pool_size(len(self.corpus.prompts)))
 
     def spec_config(self) -> EngineConfig:
         """The speculative engine."""

@@ -68,6 +68,8 @@ class CaseDefaults:
     device: str = "auto"
     faults: tuple[str, ...] = ()
     sglang_version: str | None = None
+    #: Prompts per pool when the generation marker does not say (None: the corpus's first 96).
+    pool: int | None = None
 
 
 def build_cases(test: str, closest: MarkerLookup, config: CaseDefaults,
@@ -77,7 +79,7 @@ def build_cases(test: str, closest: MarkerLookup, config: CaseDefaults,
     drafters = _drafters(test, closest("drafter"))
     batches = _batches(test, closest("batch"))
     corpora = _corpora(test, closest("corpus"))
-    generation = _generation(test, closest("generation"))
+    generation = _generation(test, closest("generation"), config.pool)
     cases: list[Case] = []
     for (model, opts), corpus, drafter, batch in itertools.product(models, corpora, drafters, batches):
         engine = opts["engine"]
@@ -219,9 +221,9 @@ def _corpora(test: str, mark: Any) -> list[Corpus]:
     return corpora
 
 
-def _generation(test: str, mark: Any) -> Generation:
+def _generation(test: str, mark: Any, pool: int | None = None) -> Generation:
     if mark is None:
-        return Generation()
+        return Generation(prompts=pool)
     if mark.args:
         raise MarkerError(f"{test}: marker generation takes keywords only "
                           f"(max_new_tokens=, prompts=, ignore_eos=, temperature=), got {mark.args!r}")
@@ -241,6 +243,6 @@ def _generation(test: str, mark: Any) -> Generation:
         raise MarkerError(f"{test}: marker generation(temperature={temperature!r}): only greedy "
                           f"decoding (temperature=0) is measured, because equivalence with the "
                           f"baseline is checked token for token")
-    return Generation(max_new_tokens=kwargs.get("max_new_tokens", 64), prompts=kwargs.get("prompts"),
+    return Generation(max_new_tokens=kwargs.get("max_new_tokens", 64), prompts=kwargs.get("prompts", pool),
                       ignore_eos=kwargs.get("ignore_eos", False), temperature=0.0)
 

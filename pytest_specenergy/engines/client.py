@@ -108,6 +108,14 @@ class EngineClient:
         """Reset caches, the n-gram table and speculative metrics between arms and repeats."""
         self._request("POST", "/flush_cache")
 
+    def abort(self, rid: str | None = None) -> None:
+        """SGLang's ``/abort_request``: cut request ``rid`` (None: every request on the engine).
+
+        An aborted ``/generate`` call still answers, with ``finish_reason`` ``{"type": "abort"}``
+        and the tokens generated so far counted in its ``meta_info``.
+        """
+        self._request("POST", "/abort_request", {"rid": rid} if rid is not None else {"abort_all": True})
+
     def generate(self, input_ids: Sequence[Sequence[int]] | None = None, *,
                  text: Sequence[str] | None = None,
                  sampling_params: dict[str, Any] | Sequence[dict[str, Any]],

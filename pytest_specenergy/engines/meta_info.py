@@ -177,11 +177,30 @@ def concurrency_between(before: Mapping[str, Any], after: Mapping[str, Any]) -> 
     return _summary({r: n for r, n in delta.items() if n}, second["max_running_requests"])
 
 
+def merge_concurrency(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One summary over several windows' (:func:`concurrency_between`) step records.
+
+    None when any window lacks a record: a mean over only the windows that recorded steps
+    would hide the ones that did not.
+    """
+    steps: dict[int, int] = {}
+    cap = None
+    for summary in summaries:
+        table = summary.get("steps_by_running")
+        if table is None:
+            return _summary(None, summary.get("max_running_requests", cap))
+        cap = summary.get("max_running_requests", cap)
+        for rows, n in table.items():
+            steps[int(rows)] = steps.get(int(rows), 0) + int(n)
+    return _summary(steps if summaries else None, cap)
+
+
 def _summary(steps: dict[int, int] | None, cap: Any) -> dict[str, Any]:
     total = sum(steps.values()) if steps else 0
     return {
         "steps_by_running": None if steps is None else dict(sorted(steps.items())),
         "steps": None if steps is None else total,
+        "min_running": min(steps) if steps else None,
         "max_running": max(steps) if steps else None,
         "mean_running": sum(r * n for r, n in steps.items()) / total if steps else None,
         "max_running_requests": cap,

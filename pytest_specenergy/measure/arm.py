@@ -1,18 +1,43 @@
 """The measurement protocol for one arm.
 
 Per arm: warm-up runs are discarded; then, per repeat, the cache (and the n-gram table) is
-flushed, a prefill-only run (``max_new_tokens=1``) and the full run are each measured in
-their own meter window, and decode energy is their difference - so prefill never sits in
-the energy window (paper s.10). A window shorter than the meter can resolve is filled by
-repeating the same requests (``loops``), never reported as zero. Token counts come from the
-engine's counters over exactly the measured requests.
+flushed and the full run is measured in one meter window, then, flushed again, a prefill-only
+run (``max_new_tokens=1``) of the same prompts in another; decode energy is their difference -
+so prefill never sits in the energy figure (paper s.10).
+
+**Constant concurrency.** A run draws from the case's prompt pool (one pool per corpus and
+generation, the same at every batch point and in both arms; :meth:`Case.pool`)
+through ``batch`` worker threads, each holding one single-request ``/generate`` call in flight
+and taking the next prompt the moment its request finishes. An engine that batches continuously
+(SGLang, the reference server) therefore runs ``batch`` requests at every step.
+
+**The window is the steady state:** it opens as the first ``batch`` requests are sent and closes
+the first time a request finishes and the pool can no longer refill it. At that moment the
+requests still in flight are aborted (SGLang's ``/abort_request``; each answers with the tokens
+it made so far, counted in its ``meta_info``), so no drain at falling concurrency is measured and
+every token made inside the window is counted, partial ones included. The aborted prompts are
+then generated again, outside any window, for their complete outputs (equivalence and coherence
+need whole answers). A prompt aborted while still queued was never prefilled; the prefill-only
+window holds exactly the prompts the full window prefilled. So the decode figure is the steady
+state at the declared batch; what that leaves out is the late positions of the last ``batch - 1``
+requests (their outputs are still checked). A pool no larger than the batch never reaches a
+steady state and the concurrency check fails it. The engine's own step record gives the
+concurrency that really ran (mean and minimum rows per decode step, per arm); the
+``concurrency-below-batch`` check fails a pair whose mean falls under 90% of the batch in either
+arm.
+
+A window shorter than the meter can resolve is filled by running the pool again (``loops``),
+never reported as zero; energy, seconds and tokens are all per-loop means, the tokens counted
+from every loop's engine counters (not the first loop's alone).
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 from typing import Sequence
 
@@ -20,6 +45,7 @@ from pytest_specenergy.cases.case import Case
 from pytest_specenergy.engines.launch import ServerProcess
 from pytest_specenergy.engines.meta_info import RequestCounters
 from pytest_specenergy.engines.meta_info import concurrency_between
+from pytest_specenergy.engines.meta_info import merge_concurrency
 from pytest_specenergy.engines.meta_info import parse_meta_info
 from pytest_specenergy.measure import metrics
 from pytest_specenergy.measure.checks import counter_problems
@@ -29,17 +55,62 @@ from pytest_specenergy.meters.base import EnergyWindow
 from pytest_specenergy.meters.base import Meter
 
 _rid_counter = itertools.count()
+_rid_lock = threading.Lock()
+
+
+def _next_rid() -> str:
+    with _rid_lock:
+        return f"se-{next(_rid_counter)}"
 
 
 @dataclass(frozen=True)
 class _Window:
-    """One metered window: the energy reading and the first loop's per-prompt counters."""
+    """One metered window: the energy reading and every loop's per-prompt counters."""
 
     energy: EnergyWindow
     loops: int
-    counters: tuple[RequestCounters, ...]
-    outputs: tuple[tuple[int, ...], ...]
+    #: Per loop, per prompt (pool order).
+    loop_counters: tuple[tuple[RequestCounters, ...], ...]
+    loop_outputs: tuple[tuple[tuple[int, ...], ...], ...]
     concurrency: dict[str, Any]
+    #: Pool indices of the requested prompts, in window order (the prefill window's subset).
+    indices: tuple[int, ...] = ()
+
+    @property
+    def counters(self) -> tuple[RequestCounters, ...]:
+        """The first loop's counters (request timing, finish reasons)."""
+        return self.loop_counters[0]
+
+    @property
+    def outputs(self) -> tuple[tuple[int, ...], ...]:
+        return self.loop_outputs[0]
+
+    @property
+    def tokens_per_loop(self) -> float:
+        """Completion tokens per loop, averaged over every loop like the energy is."""
+        return sum(sum(c.completion_tokens for c in loop) for loop in self.loop_counters) / self.loops
+
+    @property
+    def decode_tokens_per_loop(self) -> float:
+        """Tokens after each request's first (which prefill makes), per loop, over every loop."""
+        return sum(sum(max(c.completion_tokens - 1, 0) for c in loop)
+                   for loop in self.loop_counters) / self.loops
+
+    def prefilled(self, loop: int = 0) -> tuple[int, ...]:
+        """Positions whose request was prefilled in ``loop`` (a request aborted in the queue was not)."""
+        return tuple(i for i, c in enumerate(self.loop_counters[loop]) if c.completion_tokens >= 1)
+
+    def aborted(self, loop: int = 0) -> tuple[int, ...]:
+        """Positions whose request the window's end cut short in ``loop``."""
+        return tuple(i for i, c in enumerate(self.loop_counters[loop]) if c.finish_type == "abort")
+
+    @property
+    def loops_agree(self) -> bool:
+        """Whether every loop made the same output for every prompt it completed."""
+        first = self.loop_outputs[0]
+        cut = [set(self.aborted(n)) for n in range(self.loops)]
+        return all(out == first[i] for n, loop in enumerate(self.loop_outputs) for i, out in enumerate(loop)
+                   if i not in cut[n] and i not in cut[0])
 
     def request_seconds(self, index: int) -> float | None:
         """Active seconds of prompt ``index`` in the first loop (meter's clock if it has one)."""
@@ -47,6 +118,21 @@ class _Window:
         if known is not None:
             return known.get(self.counters[index].rid)
         return self.counters[index].e2e_latency
+
+
+@dataclass(frozen=True)
+class ArmRepeat:
+    """One measured repeat of one arm, with when it ran (wall clock, seconds since the epoch)."""
+
+    sample: RepeatSample
+    outputs: tuple[tuple[int, ...], ...]
+    finish: tuple[str, ...]
+    concurrency: dict[str, Any]
+    stable: bool
+    problems: tuple[str, ...] = ()
+    started: float = 0.0
+    finished: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class ArmMeasurer:
@@ -60,83 +146,188 @@ class ArmMeasurer:
         self.repeats = repeats
         self.warmup = warmup
         gen = case.generation
-        self.prompts = case.corpus.take(gen.prompt_count(case.batch))
+        self.prompts = case.pool()
         self.full = {"max_new_tokens": gen.max_new_tokens, "temperature": 0.0,
                      "ignore_eos": gen.ignore_eos}
         # One token: the prompt's prefill and the first token, nothing else.
         self.prefill = {"max_new_tokens": 1, "temperature": 0.0, "ignore_eos": True}
 
-    def _run(self, sampling: dict[str, Any], prompts: Sequence[str]) -> list[dict[str, Any]]:
-        answers: list[dict[str, Any]] = []
-        batch = self.case.batch
-        for start in range(0, len(prompts), batch):
-            chunk = prompts[start:start + batch]
-            rids = [f"se-{next(_rid_counter)}" for _ in chunk]
-            answers += self.server.client.generate(text=chunk, sampling_params=sampling, rids=rids)
-        return answers
+    def _run(self, sampling: dict[str, Any], prompts: Sequence[str], steady: bool = False,
+             width: int | None = None) -> list[dict[str, Any]]:
+        """Every prompt sent, ``batch`` requests in flight while the pool can refill them.
 
-    def _window(self, sampling: dict[str, Any]) -> _Window:
+        ``batch`` threads each send one single-request ``/generate`` at a time and take the
+        next prompt as soon as theirs returns. With ``steady``, the first thread to find the
+        pool empty while others are in flight aborts them (the window's end); otherwise every
+        request runs to its finish. The client opens a fresh connection per request and keeps
+        no state, so the threads share it. The first error stops the refill and is raised once
+        every thread has returned.
+        """
+        answers: list[dict[str, Any] | None] = [None] * len(prompts)
         client = self.server.client
+        lock = threading.Lock()
+        cursor = iter(range(len(prompts)))
+        errors: list[BaseException] = []
+        state = {"in_flight": 0, "ended": False}
+
+        def worker() -> None:
+            while True:
+                end_now = False
+                with lock:
+                    if errors:
+                        return
+                    index = next(cursor, None)
+                    if index is None:
+                        end_now = steady and state["in_flight"] > 0 and not state["ended"]
+                        state["ended"] = state["ended"] or end_now
+                    else:
+                        state["in_flight"] += 1
+                if index is None:
+                    if end_now:
+                        self._abort_rest(client, errors, lock)
+                    return
+                try:
+                    answer = client.generate(text=[prompts[index]], sampling_params=sampling,
+                                             rids=[_next_rid()])
+                except BaseException as exc:  # re-raised in the caller's thread
+                    with lock:
+                        errors.append(exc)
+                    return
+                finally:
+                    with lock:
+                        state["in_flight"] -= 1
+                answers[index] = answer[0]
+
+        width = max(1, min(width or self.case.batch, len(prompts)))
+        if width == 1:
+            worker()
+        else:
+            threads = [threading.Thread(target=worker, name=f"specenergy-req-{i}", daemon=True)
+                       for i in range(width)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        if errors:
+            raise errors[0]
+        missing = [i for i, a in enumerate(answers) if a is None]
+        if missing:
+            raise RuntimeError(f"{len(missing)} of {len(prompts)} requests got no answer")
+        return answers  # type: ignore[return-value]
+
+    @staticmethod
+    def _abort_rest(client: Any, errors: list[BaseException], lock: threading.Lock) -> None:
+        """End the steady state: abort every request still in flight (they answer, cut)."""
+        try:
+            client.abort()
+        except BaseException as exc:  # an engine without /abort_request cannot hold a steady state
+            with lock:
+                errors.append(RuntimeError(
+                    f"the engine refused /abort_request ({exc}); the steady-state window needs it to "
+                    f"end without a drain at falling concurrency"))
+
+    def _window(self, sampling: dict[str, Any], indices: Sequence[int], steady: bool) -> _Window:
+        client = self.server.client
+        prompts = [self.prompts[i] for i in indices]
         client.flush_cache()
         before = client.server_info()
         token = self.meter.start(self.server)
-        first = self._run(sampling, self.prompts)
-        loops = 1
+        answers = [self._run(sampling, prompts, steady)]
         # A board counter updates every few ms and is noisy: extend short windows with
         # identical work rather than report a number the meter cannot resolve.
         started = time.monotonic()
         while self.meter.min_window_s and time.monotonic() - started < self.meter.min_window_s:
-            self._run(sampling, self.prompts)
-            loops += 1
+            answers.append(self._run(sampling, prompts, steady))
         energy = self.meter.stop(token)
         # Requested batch is not actual concurrency (paper s.10): read what really ran.
         concurrency = concurrency_between(before, client.server_info())
-        counters = tuple(parse_meta_info(a["meta_info"]) for a in first)
-        outputs = tuple(tuple(int(t) for t in a["output_ids"]) for a in first)
-        return _Window(energy, loops, counters, outputs, concurrency)
+        counters = tuple(tuple(parse_meta_info(a["meta_info"]) for a in loop) for loop in answers)
+        outputs = tuple(tuple(tuple(int(t) for t in a["output_ids"]) for a in loop) for loop in answers)
+        return _Window(energy, len(answers), counters, outputs, concurrency, tuple(indices))
 
-    def measure(self, arm: str) -> RunResult:
-        """Warm up, then ``repeats`` flushed prefill/full window pairs."""
+    def _complete(self, full: _Window) -> tuple[tuple[tuple[int, ...], ...], tuple[str, ...]]:
+        """Whole outputs and finish reasons for the pool: the window's, with the prompts its end
+        cut short generated again, unmetered."""
+        outputs, finish = list(full.outputs), [c.finish_type or "?" for c in full.counters]
+        cut = full.aborted()
+        if cut:
+            again = self._run(self.full, [self.prompts[full.indices[i]] for i in cut])
+            for i, answer in zip(cut, again):
+                outputs[i] = tuple(int(t) for t in answer["output_ids"])
+                finish[i] = parse_meta_info(answer["meta_info"]).finish_type or "?"
+        return tuple(outputs), tuple(finish)
+
+    def warm_up(self) -> None:
+        """Discarded runs that bring the engine to its steady state."""
         for _ in range(self.warmup):
-            self._run(self.full, self.prompts[: self.case.batch])
-        samples: list[RepeatSample] = []
-        outputs: list[tuple[tuple[int, ...], ...]] = []
-        finish: tuple[str, ...] = ()
-        concurrency: dict[str, Any] = {}
+            self._run(self.full, self.prompts[: max(self.case.batch, 1)])
+
+    def measure_repeat(self, arm: str) -> ArmRepeat:
+        """One flushed steady-state window, then a flushed prefill-only window of what it prefilled."""
+        started = time.time()
+        full = self._window(self.full, range(len(self.prompts)), steady=True)
+        outputs, finish = self._complete(full)
+        prefill = self._window(self.prefill, full.prefilled(), steady=False)
         problems: list[str] = []
-        for _ in range(self.repeats):
-            prefill = self._window(self.prefill)
-            full = self._window(self.full)
-            concurrency = full.concurrency
-            samples.append(_sample(prefill, full))
-            outputs.append(full.outputs)
-            finish = tuple(c.finish_type or "?" for c in full.counters)
-            if arm == "speculative":
-                problems += counter_problems(full.counters, self.case.drafter.num_draft_tokens)
+        if arm == "speculative":
+            for loop in full.loop_counters:
+                problems += counter_problems(loop, self.case.drafter.num_draft_tokens)
+        return ArmRepeat(
+            sample=_sample(prefill, full),
+            outputs=outputs,
+            finish=finish,
+            concurrency=full.concurrency,
+            stable=full.loops_agree,
+            problems=tuple(problems),
+            started=started,
+            finished=time.time(),
+        )
+
+    def result(self, arm: str, repeats: Sequence[ArmRepeat]) -> RunResult:
+        """The arm's record over ``repeats``."""
         drafter = self.case.drafter if arm == "speculative" else None
+        first = repeats[0].outputs if repeats else ()
+        problems = [p for r in repeats for p in r.problems]
         return RunResult(
             arm=arm,
             engine=self.server.describe(),
             source=self.meter.label,
-            samples=tuple(samples),
-            outputs=outputs[0],
-            finish_reasons=finish,
+            samples=tuple(r.sample for r in repeats),
+            outputs=first,
+            finish_reasons=repeats[-1].finish if repeats else (),
             verified_per_step=drafter.num_draft_tokens + 1 if drafter else 1,
-            concurrency={"requested": self.case.batch, **concurrency},
-            outputs_stable=all(o == outputs[0] for o in outputs),
+            concurrency=arm_concurrency(self.case.batch, [r.concurrency for r in repeats],
+                                        len(self.prompts)),
+            outputs_stable=all(r.stable and r.outputs == first for r in repeats),
             counter_problems=tuple(dict.fromkeys(problems)),
         )
+
+    def measure(self, arm: str) -> RunResult:
+        """Warm up, then ``repeats`` flushed prefill/full window pairs back to back."""
+        self.warm_up()
+        return self.result(arm, [self.measure_repeat(arm) for _ in range(self.repeats)])
+
+
+def arm_concurrency(batch: int, windows: Sequence[dict[str, Any]], pool: int) -> dict[str, Any]:
+    """What ran, over every full window of an arm: the merged step record, plus each window's
+    mean (``window_means``) so the worst repeat is visible."""
+    merged = merge_concurrency(windows) if windows else {}
+    means = [w.get("mean_running") for w in windows]
+    return {"requested": batch, "pool": pool, **merged,
+            "window_means": None if any(m is None for m in means) else means}
 
 
 def _sample(prefill: _Window, full: _Window) -> RepeatSample:
     """Decode-only figures: the full window minus the prefill-only window, per loop."""
     joules = full.energy.joules / full.loops - prefill.energy.joules / prefill.loops
     seconds = full.energy.seconds / full.loops - prefill.energy.seconds / prefill.loops
-    tokens = sum(c.completion_tokens for c in full.counters) - sum(
-        c.completion_tokens for c in prefill.counters)
+    tokens = full.decode_tokens_per_loop
+    if tokens == int(tokens):
+        tokens = int(tokens)
     tbts = []
-    for index, counter in enumerate(full.counters):
-        full_s, prefill_s = full.request_seconds(index), prefill.request_seconds(index)
+    for at_prefill, index in enumerate(full.prefilled()):
+        counter = full.counters[index]
+        full_s, prefill_s = full.request_seconds(index), prefill.request_seconds(at_prefill)
         if full_s is None or prefill_s is None:
             tbts.append(None)
             continue
@@ -146,12 +337,21 @@ def _sample(prefill: _Window, full: _Window) -> RepeatSample:
         decode_seconds=seconds,
         decode_tokens=tokens,
         tbt_ms=metrics.mean_tbt_ms(tbts),
-        verify_steps=_total(full.counters, "spec_verify_ct"),
-        correct_drafts=_total(full.counters, "spec_num_correct_drafts"),
-        proposed_drafts=_total(full.counters, "spec_num_proposed_drafts"),
+        verify_steps=_per_loop_total(full, "spec_verify_ct"),
+        correct_drafts=_per_loop_total(full, "spec_num_correct_drafts"),
+        proposed_drafts=_per_loop_total(full, "spec_num_proposed_drafts"),
         loops=full.loops,
         window={"full": _window_facts(full), "prefill": _window_facts(prefill)},
     )
+
+
+def _per_loop_total(window: _Window, field_name: str) -> int | float | None:
+    """A speculative counter's total per loop (mean over loops, like the energy)."""
+    totals = [_total(loop, field_name) for loop in window.loop_counters]
+    if any(t is None for t in totals):
+        return None
+    mean = sum(totals) / len(totals)  # type: ignore[arg-type]
+    return int(mean) if mean == int(mean) else mean
 
 
 def _total(counters: Sequence[RequestCounters], field: str) -> int | None:
@@ -173,5 +373,8 @@ def _total(counters: Sequence[RequestCounters], field: str) -> int | None:
 
 def _window_facts(window: _Window) -> dict[str, Any]:
     return {"joules": window.energy.joules, "seconds": window.energy.seconds,
-            "loops": window.loops, "source": window.energy.source,
+            "loops": window.loops, "tokens_per_loop": window.tokens_per_loop,
+            "requests": len(window.indices), "prefilled": [len(window.prefilled(n)) for n in range(window.loops)],
+            "aborted": [len(window.aborted(n)) for n in range(window.loops)],
+            "concurrency": window.concurrency, "source": window.energy.source,
             "details": dict(window.energy.details)}

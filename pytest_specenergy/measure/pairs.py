@@ -1,9 +1,27 @@
 """From a :class:`Case` to a :class:`PairResult`: engines, meters, shared baselines, repeats.
 
-Each case is measured once and cached. The baseline arm of one (engine config, batch,
-corpus, generation) is measured once and shared by every drafter tested against it; when
-it is first needed, every planned case of that baseline engine is measured in one go, so the
-baseline engine starts once even when only one engine may run at a time (one GPU).
+Each case is measured once and cached. **Interleaved arms:** a pair's repeats alternate the
+arms - baseline repeat 0, speculative repeat 0, baseline repeat 1, ... (ABAB), with an
+optional ``cooldown_s`` pause before every repeat - so slow drift (the GPU warming, leakage
+power rising) falls on both arms alike and the paired statistics (repeat ``i`` of one arm
+against repeat ``i`` of the other) cancel it. The order ran, with wall-clock times, is
+recorded as ``PairResult.order``.
+
+**Shared baselines.** The baseline arm of one (engine config, batch, corpus, generation)
+does not depend on the drafter. The pair measured first for a baseline key interleaves its
+own baseline repeats and keeps them; a later drafter on the same key reuses those samples
+(``order`` lists only its speculative repeats and ``baseline_from`` names the pair they came
+from), so one baseline serves every drafter at the cost of one measurement. Only the first
+pairing is drift-paired; re-measuring the baseline per drafter would pair every drafter but
+double the baseline's cost and give one case several baselines, so it is not done.
+
+When only one engine may run at a time (one GPU: ``pool.max_live == 1``), alternating the
+arms would restart an engine per repeat; the arms then run blocked (every baseline repeat,
+then every speculative one) and ``order`` says so (``interleaved: false``). Nothing is paired
+against drift then anyway, so while the baseline engine runs, the baselines of every other
+planned case on the same engine are measured too, and the engine starts once. A sibling that
+fails there is not this case's failure: it is left unmeasured and measured again, once, by the
+case that needs it.
 
 The measurer takes plain values; it knows nothing of pytest, the gate or the session.
 """
@@ -11,6 +29,7 @@ The measurer takes plain values; it knows nothing of pytest, the gate or the ses
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 from typing import Callable
@@ -20,6 +39,7 @@ from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.launch import ServerProcess
 from pytest_specenergy.engines.pool import EnginePool
 from pytest_specenergy.measure.arm import ArmMeasurer
+from pytest_specenergy.measure.arm import ArmRepeat
 from pytest_specenergy.measure.coherence import measure_coherence
 from pytest_specenergy.measure.results import PairResult
 from pytest_specenergy.measure.results import RunResult
@@ -37,8 +57,11 @@ class PairMeasurer:
 
     def __init__(self, *, log_dir: Path, startup_timeout: float, meter: str, repeats: int,
                  warmup: int | None, meter_factory: MeterFactory | None = None,
-                 pool: EnginePool | None = None) -> None:
+                 pool: EnginePool | None = None, cooldown_s: float = 0.0) -> None:
+        if cooldown_s < 0:
+            raise ValueError(f"cooldown must be >= 0 seconds, got {cooldown_s!r}")
         self.pool = pool or EnginePool(log_dir, startup_timeout)
+        self.cooldown_s = cooldown_s
         self.meter_choice = meter
         self.repeats = repeats
         self.warmup = warmup  # None: auto
@@ -46,6 +69,7 @@ class PairMeasurer:
         self.planned: list[Case] = []
         self.meters: dict[str, Meter] = {}
         self._baselines: dict[tuple[Any, ...], RunResult] = {}
+        self._baseline_from: dict[tuple[Any, ...], str] = {}
         self._pairs: dict[Case, PairResult] = {}
         #: Baseline keys whose measurement failed while measuring a sibling's (retried once).
         self._sibling_failed: set[tuple[Any, ...]] = set()
@@ -65,35 +89,74 @@ class PairMeasurer:
             self.meters[kind] = meter or make_meter(kind)
         return self.meters[kind]
 
-    def _measure_arm(self, config: EngineConfig, case: Case, arm: str, repeats: int | None = None,
-                     warmup: int | None = None) -> tuple[RunResult, ServerProcess]:
+    def _arm(self, config: EngineConfig, case: Case, repeats: int,
+             warmup: int | None) -> ArmMeasurer:
         server = self.pool.get(config)
         meter = self.meter_for(server)
         if warmup is None:
             warmup = self.warmup
         if warmup is None:  # auto: only a measured window needs the engine warm
             warmup = 0 if meter.kind.startswith("modeled:") else 1
-        measurer = ArmMeasurer(server, meter, case, repeats or self.repeats, warmup)
-        return measurer.measure(arm), server
+        return ArmMeasurer(server, meter, case, repeats, warmup)
+
+    def _interleaved(self, case: Case, repeats: int, warmup: int | None, with_baseline: bool
+                     ) -> tuple[RunResult | None, RunResult, ServerProcess, dict[str, Any]]:
+        """``repeats`` of each arm, alternating baseline and speculative (ABAB...)."""
+        interleave = with_baseline and getattr(self.pool, "max_live", 0) != 1
+        base = self._arm(case.baseline_config(), case, repeats, warmup) if with_baseline else None
+        if base is not None and not interleave:
+            base.warm_up()
+            base_repeats = [self._timed(base, "baseline") for _ in range(repeats)]
+            self._measure_siblings(case)
+        spec = self._arm(case.spec_config(), case, repeats, warmup)
+        if base is not None and interleave:
+            base.warm_up()
+        spec.warm_up()
+        spec_repeats: list[ArmRepeat] = []
+        if interleave:
+            base_repeats = []
+            for _ in range(repeats):
+                # The pool keeps both engines; get() again in case one died and was restarted.
+                base.server = self.pool.get(case.baseline_config())  # type: ignore[union-attr]
+                base_repeats.append(self._timed(base, "baseline"))  # type: ignore[arg-type]
+                spec.server = self.pool.get(case.spec_config())
+                spec_repeats.append(self._timed(spec, "speculative"))
+        else:
+            spec_repeats = [self._timed(spec, "speculative") for _ in range(repeats)]
+        entries = [] if base is None else [_entry("baseline", i, r) for i, r in enumerate(base_repeats)]
+        entries += [_entry("speculative", i, r) for i, r in enumerate(spec_repeats)]
+        entries.sort(key=lambda e: e["started"])
+        order = {"interleaved": interleave, "cooldown_s": self.cooldown_s,
+                 "order": [e["arm"] for e in entries], "repeats": entries}
+        baseline = base.result("baseline", base_repeats) if base is not None else None
+        return baseline, spec.result("speculative", spec_repeats), spec.server, order
+
+    def _measure_siblings(self, case: Case) -> None:
+        """On a one-engine pool: every other planned baseline of this engine, while it runs."""
+        for other in self.planned:
+            key = other.baseline_key()
+            if other.baseline_config() != case.baseline_config() or key == case.baseline_key() \
+                    or key in self._baselines or key in self._sibling_failed:
+                continue
+            try:
+                measurer = self._arm(other.baseline_config(), other, self.repeats, None)
+                measurer.warm_up()
+                self._baselines[key] = measurer.result(
+                    "baseline", [self._timed(measurer, "baseline") for _ in range(self.repeats)])
+                self._baseline_from[key] = f"{other.id} (measured ahead, with {case.id})"
+            except Exception:  # noqa: BLE001 - reported when the sibling itself runs
+                self._sibling_failed.add(key)
+
+    def _timed(self, measurer: ArmMeasurer, arm: str) -> ArmRepeat:
+        if self.cooldown_s:
+            time.sleep(self.cooldown_s)
+        return measurer.measure_repeat(arm)
 
     def baseline(self, case: Case) -> RunResult:
-        """The shared baseline arm for ``case``."""
+        """The shared baseline arm for ``case`` (measured with the first pair that needs it)."""
         key = case.baseline_key()
         if key not in self._baselines:
-            self._baselines[key] = self._measure_arm(case.baseline_config(), case, "baseline")[0]
-            # While the baseline engine runs, measure its other planned workloads too, so it
-            # starts once on a one-engine GPU. A sibling that fails here is not this case's
-            # failure: it is left unmeasured and retried, once, by the case that needs it.
-            for other in self.planned:
-                other_key = other.baseline_key()
-                if other.baseline_config() != case.baseline_config() or other_key in self._baselines \
-                        or other_key in self._sibling_failed:
-                    continue
-                try:
-                    self._baselines[other_key] = self._measure_arm(
-                        other.baseline_config(), other, "baseline")[0]
-                except Exception:  # noqa: BLE001 - reported when the sibling itself runs
-                    self._sibling_failed.add(other_key)
+            self.measure(case)
         return self._baselines[key]
 
     def measured(self, case: Case) -> bool:
@@ -101,26 +164,45 @@ class PairMeasurer:
         return case in self._pairs
 
     def measure(self, case: Case) -> PairResult:
-        """The pair for ``case``, measured once per session."""
+        """The pair for ``case``, measured once per session, its arms interleaved."""
         if case not in self._pairs:
-            baseline = self.baseline(case)
-            speculative, server = self._measure_arm(case.spec_config(), case, "speculative")
+            key = case.baseline_key()
+            shared = key in self._baselines
+            fresh, speculative, server, order = self._interleaved(
+                case, self.repeats, None, with_baseline=not shared)
+            if fresh is not None:
+                self._baselines[key] = fresh
+                self._baseline_from[key] = case.id
+            baseline = self._baselines[key]
+            if shared:
+                order["baseline_from"] = self._baseline_from[key]
             # Scoring is a prefill (max_new_tokens=0) on the engine already running; it never
             # speculates, so the speculative engine scores as its twin would.
-            prompts = case.corpus.take(case.generation.prompt_count(case.batch))
+            prompts = case.pool()
             coherence = measure_coherence(server.client, prompts, baseline.outputs, speculative.outputs,
                                           server.server_info.get("special_token_ids", ()))
-            self._pairs[case] = PairResult(case, case.id, baseline, speculative, coherence)
+            self._pairs[case] = PairResult(case, case.id, baseline, speculative, coherence,
+                                           order=order)
         return self._pairs[case]
 
     def add_repeats(self, case: Case, extra: int) -> PairResult:
-        """Measure ``extra`` more repeats of both arms (an INCONCLUSIVE verdict asks for them)."""
+        """Measure ``extra`` more repeats of both arms, interleaved (an INCONCLUSIVE verdict
+        asks for them); the shared baseline grows with them."""
         pair = self.measure(case)
-        more_base = self._measure_arm(case.baseline_config(), case, "baseline", extra, 0)[0]
-        more_spec = self._measure_arm(case.spec_config(), case, "speculative", extra, 0)[0]
+        more_base, more_spec, _, order = self._interleaved(case, extra, 0, with_baseline=True)
+        assert more_base is not None
         baseline = _extend(pair.baseline, more_base)
         self._baselines[case.baseline_key()] = baseline
-        pair = dataclasses.replace(pair, baseline=baseline, speculative=_extend(pair.speculative, more_spec))
+        merged = dict(pair.order or {})
+        offset = {arm: sum(1 for a in merged.get("order", []) if a == arm)
+                  for arm in ("baseline", "speculative")}
+        merged["order"] = list(merged.get("order", [])) + order["order"]
+        merged["repeats"] = list(merged.get("repeats", [])) + [
+            {**e, "repeat": e["repeat"] + offset[e["arm"]], "added": True} for e in order["repeats"]]
+        merged["interleaved"] = bool(pair.order.get("interleaved", True)) and order["interleaved"] \
+            if pair.order else order["interleaved"]
+        pair = dataclasses.replace(pair, baseline=baseline, order=merged,
+                                   speculative=_extend(pair.speculative, more_spec))
         self._pairs[case] = pair
         return pair
 
@@ -152,3 +234,7 @@ def _extend(run: RunResult, more: RunResult) -> RunResult:
         outputs_stable=run.outputs_stable and more.outputs_stable and run.outputs == more.outputs,
         counter_problems=tuple(dict.fromkeys(run.counter_problems + more.counter_problems)),
     )
+
+
+def _entry(arm: str, index: int, repeat: ArmRepeat) -> dict[str, Any]:
+    return {"arm": arm, "repeat": index, "started": repeat.started, "finished": repeat.finished}

@@ -116,6 +116,10 @@ class PairResult:
     baseline: RunResult
     speculative: RunResult
     coherence: Coherence | None = None
+    #: How the repeats ran: ``order`` (arm per repeat, in run order), ``repeats`` (arm, index,
+    #: wall-clock start and finish), ``interleaved``, ``cooldown_s``, and ``baseline_from``
+    #: when the baseline's samples were measured with another drafter's pair.
+    order: dict[str, Any] = field(default_factory=dict, compare=False)
 
     # Per-arm metrics are the speculative arm's.
     @property
@@ -278,6 +282,7 @@ class PairResult:
                 "coherence": self.coherence.as_dict() if self.coherence else None,
                 "checks": [{"name": c.name, "severity": c.severity, "message": c.message}
                            for c in self.checks],
+                "order": self.order,
                 "baseline": self.baseline.as_dict(), "speculative": self.speculative.as_dict()}
 
 

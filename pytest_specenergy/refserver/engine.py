@@ -143,6 +143,10 @@ class ReferenceEngine:
             self.scheduler.submit(rows)
         return ticket
 
+    def abort(self, rid: str | None = None) -> None:
+        """Abort request ``rid``, or every request (None); each answers with what it has so far."""
+        self.scheduler.abort(rid)
+
     def generate(self, requests: Sequence[GenerationRequest], timeout: float | None = None) -> list[GenerationResult]:
         """Run ``requests`` (joining whatever else runs); results in input order."""
         return self.submit(requests).wait(timeout)

@@ -136,16 +136,21 @@ class GenerationRequest:
 
 @dataclass(frozen=True)
 class FinishReason:
-    """SGLang's ``finish_reason``: ``length`` (with the limit) or ``stop`` (with the matched id)."""
+    """SGLang's ``finish_reason``: ``length`` (with the limit), ``stop`` (with the matched id) or
+    ``abort`` (with a message: ``/abort_request`` cut the request; its output so far is returned)."""
 
-    type: str  # "length" | "stop"
+    type: str  # "length" | "stop" | "abort"
     length: int | None = None
     matched: int | None = None
+    message: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """``{"type": "length", "length": N}`` or ``{"type": "stop", "matched": id}``."""
+        """``{"type": "length", "length": N}``, ``{"type": "stop", "matched": id}`` or
+        ``{"type": "abort", "message": text}``."""
         if self.type == "length":
             return {"type": "length", "length": self.length}
+        if self.type == "abort":
+            return {"type": "abort", "message": self.message}
         return {"type": "stop", "matched": self.matched}
 
 

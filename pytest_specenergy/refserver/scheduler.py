@@ -12,6 +12,10 @@ thread loops over iterations; each iteration
    running row, and records it (``step_time_dict`` keyed by the rows that really ran);
 3. drops the rows that finished at once and wakes the callers whose requests are all done.
 
+:meth:`Scheduler.abort` (SGLang's ``/abort_request``) marks requests; at the start of the next
+iteration each marked row, running or queued, finishes with ``{"type": "abort"}`` and keeps the
+output it has (a queued one has none), as SGLang answers an aborted non-streaming request.
+
 So a finished row is replaced in the very next iteration, and the running batch stays full while
 requests are queued. A caller is blocked only until its own requests finish. If an iteration
 raises, every request in the batch fails with that error and the engine starts from empty caches
@@ -31,6 +35,7 @@ import torch
 
 from .drafters import Drafter
 from .kv import BatchKV
+from .records import FinishReason
 from .rows import Row
 from .stats import EngineStats
 
@@ -73,6 +78,8 @@ class Scheduler:
         self.drafter = stepper.new_drafter()
         self._thread: threading.Thread | None = None
         self._stop = False
+        self._abort_rids: set[str] = set()
+        self._abort_all = False
         self.iterations = 0
 
     # ------------------------------------------------------------------------------ callers
@@ -85,6 +92,22 @@ class Scheduler:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="refserver-scheduler", daemon=True)
                 self._thread.start()
+            self._cv.notify_all()
+
+    def abort(self, rid: str | None = None) -> None:
+        """Abort request ``rid`` (None: every request) at the start of the next iteration.
+
+        Only requests queued or running now are marked (SGLang ignores an unknown rid): a mark
+        left on an idle engine would abort the next caller's request.
+        """
+        with self._cv:
+            live = {r.rid for r in [*self.running, *self._queue]}
+            if not live or (rid is not None and rid not in live):
+                return
+            if rid is None:
+                self._abort_all = True
+            else:
+                self._abort_rids.add(rid)
             self._cv.notify_all()
 
     @property
@@ -121,14 +144,40 @@ class Scheduler:
                     self._cv.wait()
                 if self._stop:
                     return
+                aborted = self._take_aborted()
                 room = self.max_running - len(self.running)
                 admit = [self._queue.popleft() for _ in range(min(room, len(self._queue)))]
             with self.lock:
                 try:
+                    if aborted:
+                        self._drop_finished()
                     self._iteration(admit)
                 except BaseException as exc:  # noqa: BLE001 - the callers get the error, the engine goes on
                     log.exception("engine iteration failed; failing %d request(s)", len(self.running) + len(admit))
                     self._reset(admit, exc)
+
+    def _take_aborted(self) -> bool:
+        """Finish the marked rows (caller holds ``_cv``); queued ones go at once. True if any ran."""
+        everything, rids = self._abort_all, self._abort_rids
+        self._abort_all, self._abort_rids = False, set()
+        if not everything and not rids:
+            return False
+
+        def marked(row: Row) -> bool:
+            return everything or row.rid in rids
+
+        now = time.perf_counter()
+        for row in [*self.running, *self._queue]:
+            if marked(row) and row.finish is None:
+                row.finish = FinishReason("abort", message="Abort requested by /abort_request.")
+                row.finish_time = now
+        queued = [r for r in self._queue if marked(r)]
+        self._queue = deque(r for r in self._queue if not marked(r))
+        self.stats.finished(len(queued))
+        for row in queued:
+            if row.ticket is not None:
+                row.ticket.row_finished()
+        return any(marked(r) for r in self.running)
 
     @torch.inference_mode()
     def _iteration(self, admit: list[Row]) -> None:

@@ -1,7 +1,7 @@
 """Stdlib HTTP server speaking SGLang's protocol subset in front of a :class:`ReferenceEngine`.
 
 Endpoints: ``POST/PUT /generate``, ``GET /server_info`` (and the older ``/get_server_info``),
-``GET/POST /flush_cache``, ``GET /health``, ``GET /health_generate``, ``GET /ready``,
+``GET/POST /flush_cache``, ``POST /abort_request``, ``GET /health``, ``GET /health_generate``, ``GET /ready``,
 ``GET /model_info`` and our extension ``GET /work_trace?start=K``. Requests are handled on threads;
 every concurrent ``/generate`` call hands its requests to the engine's continuous-batching
 scheduler, so they join one running batch, and each call returns as soon as its own requests have
@@ -192,9 +192,26 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(body, dict) or body:
                 raise HTTPError(400, f"/flush_cache takes no parameters; send an empty body or {{}}, got {body!r}")
             self._flush()
+        elif path == "/abort_request":
+            self._abort(self._body())
         else:
             self._body()
             raise HTTPError(404, f"unknown endpoint POST {path}")
+
+    def _abort(self, body: Any) -> None:
+        # SGLang's AbortReq: {"rid": "...", "abort_all": false}; an unknown rid is not an error.
+        if not isinstance(body, dict) or set(body) - {"rid", "abort_all"}:
+            raise HTTPError(400, f'/abort_request takes {{"rid": str}} or {{"abort_all": true}}, got {body!r}')
+        rid, everything = body.get("rid"), body.get("abort_all", False)
+        if not isinstance(everything, bool) or (rid is not None and not isinstance(rid, str)):
+            raise HTTPError(400, f"/abort_request: rid must be a string and abort_all a boolean, got {body!r}")
+        if everything:
+            self.server.engine.abort(None)
+        elif rid:
+            self.server.engine.abort(rid)
+        else:
+            raise HTTPError(400, '/abort_request needs a "rid" or "abort_all": true')
+        self._send(200, "", "text/plain")
 
     def _generate(self) -> None:
         engine = self.server.engine

@@ -10,7 +10,8 @@ MODULE_A = """
 import pytest
 from pytest_specenergy import Drafter
 
-pytestmark = [pytest.mark.model("tiny:dense"), pytest.mark.generation(max_new_tokens=24)]
+# A pool of 8: twice batch 4, enough for a steady state.
+pytestmark = [pytest.mark.model("tiny:dense"), pytest.mark.generation(max_new_tokens=24, prompts=8)]
 
 @pytest.mark.corpus("code")
 @pytest.mark.drafter("ngram")
@@ -25,7 +26,8 @@ MODULE_B = """
 import pytest
 from pytest_specenergy import Drafter
 
-pytestmark = [pytest.mark.model("tiny:dense"), pytest.mark.generation(max_new_tokens=24)]
+# A pool of 8: twice batch 4, enough for a steady state.
+pytestmark = [pytest.mark.model("tiny:dense"), pytest.mark.generation(max_new_tokens=24, prompts=8)]
 
 @pytest.mark.corpus("code")
 @pytest.mark.drafter(Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=3, id="draft"),

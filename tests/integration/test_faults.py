@@ -28,8 +28,8 @@ import pytest
 @pytest.mark.model("tiny:hybrid")
 @pytest.mark.corpus("code", "conversation", "long-document", "news", "rm-news")
 @pytest.mark.drafter("ngram")
-@pytest.mark.batch(4)
-@pytest.mark.generation(max_new_tokens=32)
+@pytest.mark.batch(2)
+@pytest.mark.generation(max_new_tokens=32, prompts=4)
 def test_coherent(spec_pair):
     r = spec_pair.measure()
     # Acceptance statistics alone never show the bug: they look normal in both runs.
@@ -53,7 +53,7 @@ import pytest
 @pytest.mark.corpus("code")
 @pytest.mark.drafter("ngram")
 @pytest.mark.batch(2)
-@pytest.mark.generation(max_new_tokens=32)
+@pytest.mark.generation(max_new_tokens=32, prompts=4)
 def test_no_assertions(spec_pair):
     spec_pair.measure()
 """)
@@ -72,7 +72,7 @@ from pytest_specenergy import Drafter
 @pytest.mark.corpus("code")
 @pytest.mark.drafter(Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=4, id="draft"))
 @pytest.mark.batch(2)
-@pytest.mark.generation(max_new_tokens=32, prompts=2)
+@pytest.mark.generation(max_new_tokens=32, prompts=4)
 def test_draft(spec_pair):
     spec_pair.measure().assert_equivalent()
 """

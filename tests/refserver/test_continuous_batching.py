@@ -149,3 +149,24 @@ def test_concurrency_counters_difference_across_a_flush(engine_for, make_request
     assert max(grown) == 3 and min(grown) == 1
     assert state["num_running_reqs"] == 0 and state["num_queue_reqs"] == 0
     assert state["prefill_rows"] >= 4
+
+
+def test_abort_cuts_running_and_queued_requests_and_keeps_what_they_made(engine_for, make_requests):
+    """SGLang's /abort_request: a running row answers with its output so far and finish abort;
+    a queued one answers with nothing; the others run on, exact; no mark outlives the abort."""
+    engine = engine_for(model="tiny:dense", drafter="ngram", num_draft_tokens=4, max_running_requests=2)
+    reqs = [GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=400, ignore_eos=True), rid=f"ab-{i}")
+            for i, r in enumerate(make_requests(engine, 3, 1))]
+    ticket = engine.submit(reqs)
+    while not any(row.output for row in engine.scheduler.running):
+        threading.Event().wait(0.01)
+    engine.abort("ab-0")
+    engine.abort(None)  # ab-1 (running) and ab-2 (queued behind the cap of 2)
+    got = ticket.wait(60)
+    assert [g.finish_reason.type for g in got] == ["abort"] * 3
+    assert 0 < len(got[0].output_ids) < 400 and got[2].output_ids == ()
+    assert got[0].finish_reason.to_json() == {"type": "abort", "message": "Abort requested by /abort_request."}
+    # Nothing marked on an idle engine: the next request runs whole.
+    engine.abort(None)
+    whole = engine.generate([GenerationRequest(reqs[0].input_ids, SamplingParams(max_new_tokens=5))])
+    assert whole[0].finish_reason.type != "abort" and len(whole[0].output_ids) == 5

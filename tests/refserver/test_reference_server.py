@@ -335,3 +335,32 @@ def test_spec_drafts_for_a_replay_run(server):
     meta = item["meta_info"]
     assert status == 200 and len(meta["spec_drafts"]) == meta["spec_verify_ct"]
     assert all(len(d) == 4 and all(isinstance(t, int) for t in d) for d in meta["spec_drafts"])
+
+
+def test_abort_request_over_http_cuts_a_running_generate(server):
+    """SGLang's /abort_request: the running /generate answers at once, cut, with finish abort
+    and its partial tokens counted; bad bodies are 400 with what would be right."""
+    import threading
+
+    got: dict[str, object] = {}
+
+    def long_call() -> None:
+        body = {"input_ids": [5, 6, 7], "rid": "http-abort",
+                "sampling_params": {"max_new_tokens": 3000, "ignore_eos": True}}
+        got["answer"] = _call(server, "/generate", body)[1]
+
+    thread = threading.Thread(target=long_call)
+    thread.start()
+    for _ in range(200):
+        if _call(server, "/server_info")[1]["internal_states"][0]["num_running_reqs"]:
+            break
+        time.sleep(0.02)
+    assert _call(server, "/abort_request", {"rid": "http-abort"})[0] == 200
+    thread.join(timeout=60)
+    meta = got["answer"]["meta_info"]
+    assert meta["finish_reason"]["type"] == "abort"
+    assert 0 < meta["completion_tokens"] == len(got["answer"]["output_ids"]) < 3000
+    for bad, fragment in (({"rid": 3}, "rid must be a string"), ({}, 'needs a "rid"'),
+                          ({"rid": "x", "extra": 1}, "takes")):
+        status, answer = _call(server, "/abort_request", bad)
+        assert status == 400 and fragment in answer["error"]["message"]

@@ -123,3 +123,15 @@ def test_server_args_difference_names_what_resolved_differently():
     assert server_args_difference(spec, dict(spec)) == []
     assert server_args_difference(spec, base) == [
         "attention_backend: 'flashinfer' (speculative) vs 'fa3' (baseline)"]
+
+
+def test_concurrency_min_and_merge_over_windows():
+    from pytest_specenergy.engines.meta_info import merge_concurrency
+    one = concurrency_between({}, {"internal_states": [{"step_time_dict": {"4": [0.1] * 6, "1": [0.1] * 2}}]})
+    assert one["min_running"] == 1 and one["max_running"] == 4 and one["mean_running"] == 26 / 8
+    two = concurrency_between({}, {"internal_states": [{"step_time_dict": {"4": [0.1] * 8}}]})
+    merged = merge_concurrency([one, two])
+    assert merged["steps_by_running"] == {1: 2, 4: 14} and merged["min_running"] == 1
+    assert merged["mean_running"] == (2 + 56) / 16
+    # A window without a step record makes the whole unknown, not a mean over the rest.
+    assert merge_concurrency([one, concurrency_between({}, {})])["mean_running"] is None

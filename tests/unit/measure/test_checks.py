@@ -63,12 +63,13 @@ CASE = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram", num
             batch=2, corpus=load_corpus("code"), )
 
 
-def run(arm, outputs, verify=None, correct=None, max_running=2):
+def run(arm, outputs, verify=None, correct=None, mean_running=2.0, max_running=2, window_means=None):
     sample = RepeatSample(1.0, 1.0, 10, 5.0, verify, correct, None if verify is None else verify * 4)
     return RunResult(arm=arm, engine={}, source="modeled (h200)", samples=(sample,),
                      outputs=tuple(map(tuple, outputs)), finish_reasons=("length", "length"),
                      verified_per_step=5 if arm == "speculative" else 1,
-                     concurrency={"requested": 2, "max_running": max_running})
+                     concurrency={"requested": 2, "max_running": max_running, "min_running": 1,
+                                  "mean_running": mean_running, "window_means": window_means})
 
 
 def names(pair):
@@ -99,7 +100,7 @@ def test_fail_closed_controls():
 
 
 def test_incoherent_divergence_and_warnings():
-    base = run("baseline", [VARIED, VARIED], max_running=1)
+    base = run("baseline", [VARIED, VARIED], mean_running=1.0, max_running=1)
     spec = run("speculative", [LOOPING, VARIED], verify=10, correct=20)
     coherence = Coherence((-0.2, 0.0), (-3.5, 0.0), degeneracy([VARIED, VARIED], [LOOPING, VARIED]),
                           (True, False))
@@ -110,10 +111,12 @@ def test_incoherent_divergence_and_warnings():
     assert pair.failed_checks
 
 
-def windowed(arm, prefill_j, full_j, gpus=(), graph=None):
-    window = {"full": {"joules": full_j, "details": {"gpus": [{"uuid": g} for g in gpus]}},
-              "prefill": {"joules": prefill_j}}
-    sample = RepeatSample(full_j - prefill_j, 1.0, 10, 5.0, 10 if arm == "speculative" else None,
+def windowed(arm, prefill_j, full_j, gpus=(), graph=None, full_loops=1, prefill_loops=1):
+    window = {"full": {"joules": full_j, "loops": full_loops,
+                       "details": {"gpus": [{"uuid": g} for g in gpus]}},
+              "prefill": {"joules": prefill_j, "loops": prefill_loops}}
+    sample = RepeatSample(full_j / full_loops - prefill_j / prefill_loops, 1.0, 10, 5.0,
+                          10 if arm == "speculative" else None,
                           20 if arm == "speculative" else None, 40 if arm == "speculative" else None,
                           window=window)
     engine = {"server_info": {"disable_cuda_graph": graph}} if graph is not None else {}
@@ -133,6 +136,41 @@ def test_pairing_and_window_checks():
     no_decode = PairResult(CASE, CASE.id, windowed("baseline", 5.0, 5.0), windowed("speculative", 1.0, 8.0))
     assert "prefill-in-window" in names(no_decode)
     heavy = PairResult(CASE, CASE.id, windowed("baseline", 6.0, 10.0), windowed("speculative", 1.0, 8.0))
+    assert "prefill-dominates-window" in names(heavy)
+
+
+def test_concurrency_check_reads_the_mean_and_fails_closed():
+    # The speculative batch drained: it touched the batch (max 2 = batch) but averaged 1.2.
+    # The old check read the max and never fired.
+    drained = PairResult(CASE, CASE.id, run("baseline", [VARIED, LOOPING]),
+                         run("speculative", [VARIED, LOOPING], verify=10, correct=20,
+                             mean_running=1.2, max_running=2))
+    checks = [c for c in pair_checks(drained) if c.name == "concurrency-below-batch"]
+    assert checks and checks[0].severity == "fail" and "speculative" in checks[0].message
+    assert drained.failed_checks
+    # At 90% of the batch it passes; one repeat below it fails even when the merged mean is fine.
+    held = PairResult(CASE, CASE.id, run("baseline", [VARIED, LOOPING], mean_running=1.8),
+                      run("speculative", [VARIED, LOOPING], verify=10, correct=20, mean_running=1.85))
+    assert "concurrency-below-batch" not in names(held)
+    one_bad = PairResult(CASE, CASE.id, run("baseline", [VARIED, LOOPING], mean_running=1.9,
+                                            window_means=[2.0, 1.5]),
+                         run("speculative", [VARIED, LOOPING], verify=10, correct=20))
+    assert "concurrency-below-batch" in names(one_bad)
+
+
+def test_prefill_share_is_per_loop_not_per_window():
+    # Under nvml both windows are stretched to the same few seconds: a run whose prefill is 5%
+    # of its energy (1.0 J per full loop, 0.05 J per prefill loop) fills 5 s with 5 full loops
+    # (5 J) but 84 prefill-only loops (4.2 J). Window totals read 84%; per loop it is 5%.
+    light = PairResult(CASE, CASE.id,
+                       windowed("baseline", 4.2, 5.0, full_loops=5, prefill_loops=84),
+                       windowed("speculative", 4.2, 5.0, full_loops=5, prefill_loops=84))
+    assert "prefill-dominates-window" not in names(light)
+    assert "prefill-in-window" not in names(light)
+    # A real 60% share still warns, loops or not.
+    heavy = PairResult(CASE, CASE.id,
+                       windowed("baseline", 6.0 * 8, 10.0, full_loops=1, prefill_loops=8),
+                       windowed("speculative", 1.0, 8.0))
     assert "prefill-dominates-window" in names(heavy)
 
 

@@ -7,13 +7,19 @@ They exist only to drive :class:`PairMeasurer` and :class:`ArmMeasurer` without 
 
 from __future__ import annotations
 
+import threading
+import time
 from types import SimpleNamespace
 
 import pytest
 
+from pytest_specenergy.cases.case import DEFAULT_PROMPT_POOL
 from pytest_specenergy.cases.case import Case
+from pytest_specenergy.cases.case import Generation
 from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.engines.drafters import Drafter
+from pytest_specenergy.measure import arm as arm_module
+from pytest_specenergy.measure.arm import ArmMeasurer
 from pytest_specenergy.measure.pairs import PairMeasurer
 from pytest_specenergy.meters.base import EnergyWindow
 
@@ -29,6 +35,10 @@ class FakeClient:
 
     def server_info(self) -> dict:
         return {}
+
+    def abort(self, rid=None) -> None:
+        """SGLang's /abort_request: requests answered after it are cut (see BatchingClient)."""
+        self.log.append("abort")
 
     def generate(self, text, sampling_params, rids):
         n = sampling_params["max_new_tokens"]
@@ -112,6 +122,177 @@ def test_added_repeats_extend_both_arms():
     assert measurer.measure(case) is pair
 
 
+# -- issue #10: constant concurrency, one prompt pool, interleaved arms, per-loop tokens ------
+
+
+
+class BatchingClient(FakeClient):
+    """Counts requests in flight and records, per call, how many ran beside it (a stand-in
+    for SGLang's ``step_time_dict``, which flush resets)."""
+
+    def __init__(self, speculative: bool, log: list, delay: float = 0.01) -> None:
+        super().__init__(speculative, log)
+        self.delay, self.lock = delay, threading.Lock()
+        self.in_flight = self.peak = 0
+        self.steps: dict[str, list] = {}
+        self.texts: list = []
+
+    def flush_cache(self) -> None:
+        super().flush_cache()
+        self.steps = {}
+        self.aborts = 0
+
+    def abort(self, rid=None) -> None:
+        super().abort(rid)
+        with self.lock:
+            self.aborts += 1
+
+    def server_info(self) -> dict:
+        with self.lock:
+            return {"internal_states": [{"step_time_dict": {k: list(v) for k, v in self.steps.items()}}]}
+
+    def generate(self, text, sampling_params, rids):
+        with self.lock:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+            self.texts.append(list(text))
+            aborts = getattr(self, "aborts", 0)
+        time.sleep(self.delay)
+        with self.lock:
+            if sampling_params["max_new_tokens"] > 1:
+                self.steps.setdefault(str(self.in_flight), []).append(0.0)
+            self.in_flight -= 1
+            cut = getattr(self, "aborts", 0) > aborts
+        if not cut:
+            return super().generate(text, sampling_params, rids)
+        # Aborted mid-run: the tokens made so far, finish_reason abort (as SGLang answers).
+        made = max(1, sampling_params["max_new_tokens"] // 2)
+        answer = super().generate(text, {**sampling_params, "max_new_tokens": made}, rids)
+        for a in answer:
+            a["meta_info"]["finish_reason"] = {"type": "abort", "message": "Abort requested"}
+        return answer
+
+
+def _server(client):
+    return SimpleNamespace(client=client, server_info={"device": "cpu"},
+                           describe=lambda: {"engine": "fake"})
+
+
+def test_arm_keeps_the_batch_in_flight_one_request_per_call():
+    # Old: one /generate of 4 prompts per chunk, waited for whole: one call in flight.
+    client = BatchingClient(True, [])
+    case = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
+                corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
+    run = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=1, warmup=0).measure("speculative")
+    assert all(len(t) == 1 for t in client.texts)  # one request per call
+    assert client.peak == 4  # the batch, held by refilling
+    measured = [t[0] for t in client.texts[-12:]]
+    assert sorted(measured) == sorted(CORPUS.take(12))
+    assert len(run.outputs) == 12
+    c = run.concurrency
+    assert c["requested"] == 4 and c["pool"] == 12
+    assert c["mean_running"] is not None and c["min_running"] >= 1 and c["max_running"] <= 4
+
+
+def test_one_prompt_pool_at_every_batch_and_the_override():
+    assert DEFAULT_PROMPT_POOL == 96
+    # Old: max(batch, 4) rounded to whole batches -> 4 prompts at batch 1, 16 at batch 16.
+    assert Generation().pool_size(100) == 96 and Generation().pool_size(20) == 20  # never cycles by default
+    assert Generation(prompts=10).pool_size(100) == 10  # no rounding to whole batches
+    pools = {ArmMeasurer(_server(FakeClient(False, [])), TokenMeter(1.0),
+                         Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"),
+                              batch=b, corpus=CORPUS), 1, 0).prompts for b in (1, 4, 16)}
+    assert len(pools) == 1 and len(next(iter(pools))) == 96
+
+
+class InterleavePool(FakePool):
+    max_live = 0
+
+
+def _arm_order(log):
+    """The arm of each measured full run (max_new_tokens > 1), collapsed per window."""
+    arms = []
+    for entry in log:
+        if entry == "flush":
+            arms.append("flush")
+        elif entry[3] > 1 and arms and arms[-1] == "flush":
+            arms[-1] = "speculative" if entry[1] else "baseline"
+    return [a for a in arms if a != "flush"]
+
+
+def test_repeats_interleave_the_arms_and_the_order_is_recorded():
+    pool, meter = InterleavePool(), TokenMeter(1.0)
+    measurer = PairMeasurer(log_dir=None, startup_timeout=1.0, meter="auto", repeats=3, warmup=0,
+                            meter_factory=lambda kind, server: meter, pool=pool, cooldown_s=0.001)
+    ngram, draft = _case(Drafter("ngram")), _case(Drafter("draft_model", draft_model="tiny:dense-draft"))
+    measurer.plan([ngram, draft])
+    pair = measurer.measure(ngram)
+    # Old: every baseline repeat first, then every speculative repeat (BBBSSS).
+    assert _arm_order(pool.log) == ["baseline", "speculative"] * 3
+    assert pair.order["order"] == ["baseline", "speculative"] * 3
+    assert pair.order["interleaved"] is True and pair.order["cooldown_s"] == 0.001
+    starts = [e["started"] for e in pair.order["repeats"]]
+    assert starts == sorted(starts) and all(e["finished"] >= e["started"] for e in pair.order["repeats"])
+    assert pair.as_dict()["order"]["order"] == pair.order["order"]
+    # A sibling drafter reuses the first pairing's baseline and says so.
+    second = measurer.measure(draft)
+    assert second.baseline is pair.baseline
+    assert second.order["order"] == ["speculative"] * 3 and second.order["baseline_from"] == ngram.id
+    # Added repeats interleave too, and extend the numbering.
+    more = measurer.add_repeats(ngram, 2)
+    assert more.order["order"] == ["baseline", "speculative"] * 5
+    assert [e["repeat"] for e in more.order["repeats"] if e["arm"] == "baseline"] == [0, 1, 2, 3, 4]
+
+
+def test_one_engine_at_a_time_runs_blocked_and_says_so():
+    pool, meter = FakePool(), TokenMeter(1.0)
+    pool.max_live = 1
+    measurer = _measurer(pool, meter)
+    case = _case(Drafter("ngram"))
+    pair = measurer.measure(case)
+    assert pair.order["interleaved"] is False
+    assert pair.order["order"] == ["baseline", "baseline", "speculative", "speculative"]
+
+
+class ShrinkingClient(FakeClient):
+    """Each full run answers fewer tokens than the one before (GPU nondeterminism)."""
+
+    def __init__(self, speculative, log):
+        super().__init__(speculative, log)
+        self.full_runs = 0
+
+    def generate(self, text, sampling_params, rids):
+        if sampling_params["max_new_tokens"] == 1:
+            return super().generate(text, sampling_params, rids)
+        n = 9 - 2 * self.full_runs
+        self.full_runs += 1
+        return super().generate(text, {**sampling_params, "max_new_tokens": n}, rids)
+
+
+class LoopingMeter(TokenMeter):
+    min_window_s = 2.5
+
+    def stop(self, token):
+        self.calls += 1
+        return EnergyWindow(joules=30.0, seconds=3.0, source=self.label)
+
+
+def test_tokens_are_counted_over_every_loop_like_the_energy(monkeypatch):
+    clock = iter(range(1000))
+    monkeypatch.setattr(arm_module, "time", SimpleNamespace(monotonic=lambda: float(next(clock)),
+                                                            time=time.time, sleep=time.sleep))
+    case = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=1,
+                corpus=CORPUS, generation=Generation(max_new_tokens=9, prompts=1))
+    client = ShrinkingClient(False, [])
+    sample = ArmMeasurer(_server(client), LoopingMeter(1.0), case, 1, 0).measure("baseline").samples[0]
+    # Three loops per window (clock ticks 1, 2, 3 against 2.5 s): full runs answer 9, 7, 5 tokens.
+    assert sample.loops == 3 and client.full_runs == 3
+    # Per loop: (9 + 7 + 5) / 3 = 7 completion tokens, minus 1 from the prefill-only run.
+    # Old: the first loop's 9 - 1 = 8, against energy averaged over all three loops.
+    assert sample.decode_tokens == 6
+    assert sample.window["full"]["tokens_per_loop"] == 7
+
+
 class FailingDraftPool(FakePool):
     """The draft model's engine dies on every request; every other engine is healthy."""
 
@@ -160,6 +341,7 @@ CONVERSATION = load_corpus("conversation")
 
 def test_a_siblings_failing_baseline_is_not_this_cases_failure():
     pool, meter = LongPromptPool(), TokenMeter(1.0)
+    pool.max_live = 1  # one engine at a time: siblings' baselines are measured ahead
     measurer = _measurer(pool, meter)
     code = _case(Drafter("ngram"))
     chat = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=2, corpus=CONVERSATION)
@@ -167,3 +349,46 @@ def test_a_siblings_failing_baseline_is_not_this_cases_failure():
     assert measurer.measure(code).baseline.samples  # the sibling's refusal does not leak here
     with pytest.raises(ValueError, match="exceeds the context"):
         measurer.measure(chat)  # the failing case fails with its own error, measured once more
+    assert chat.baseline_key() in measurer._sibling_failed  # it was tried ahead, with code's engine
+
+
+def test_one_engine_pool_measures_sibling_baselines_while_the_engine_runs():
+    pool, meter = FakePool(), TokenMeter(1.0)
+    pool.max_live = 1
+    measurer = _measurer(pool, meter)
+    b2, b4 = _case(Drafter("ngram")), Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"),
+                                           batch=4, corpus=CORPUS)
+    measurer.plan([b2, b4])
+    measurer.measure(b2)
+    starts = len([c for c in pool.starts if c.drafter is None])
+    second = measurer.measure(b4)
+    assert "measured ahead" in second.order["baseline_from"]
+    # b4's baseline came from the engine b2 started: no baseline engine was asked for again.
+    assert len([c for c in pool.starts if c.drafter is None]) == starts
+
+
+def test_the_window_is_the_steady_state_and_ends_by_aborting_what_is_in_flight():
+    """Pool of 12 at batch 4: when the first request finds the pool empty, the 3 others in
+    flight are aborted (their partial tokens counted), generated again unmetered for whole
+    outputs, and the prefill-only window holds exactly the prompts the full window prefilled."""
+    client = BatchingClient(True, [], delay=0.02)
+    case = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
+                corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
+    measurer = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=1, warmup=0)
+    repeat = measurer.measure_repeat("speculative")
+    full = repeat.sample.window["full"]
+    assert client.log.count("abort") == 1
+    assert full["requests"] == 12 and full["aborted"] == [3] and full["prefilled"] == [12]
+    # 9 whole requests of 8 tokens and 3 cut at 4: decode tokens are those after each first.
+    assert repeat.sample.decode_tokens == 9 * 7 + 3 * 3
+    # Outputs are whole: the 3 cut prompts ran again outside the window.
+    assert all(len(o) == 8 for o in repeat.outputs) and "abort" not in repeat.finish
+    assert repeat.sample.window["prefill"]["requests"] == 12
+
+
+def test_a_batch_of_one_has_nothing_to_abort():
+    client = BatchingClient(False, [], delay=0.0)
+    case = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=1,
+                corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=3))
+    repeat = ArmMeasurer(_server(client), TokenMeter(1.0), case, 1, 0).measure_repeat("baseline")
+    assert "abort" not in client.log and repeat.sample.window["full"]["aborted"] == [0]

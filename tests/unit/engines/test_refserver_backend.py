@@ -1,0 +1,21 @@
+"""The reference backend's command line: CPU threads per server."""
+
+from __future__ import annotations
+
+from pytest_specenergy.engines.config import EngineConfig
+from pytest_specenergy.engines.refserver import ReferenceBackend
+
+
+def _threads(model: str, device: str) -> str | None:
+    argv = ReferenceBackend().command(EngineConfig(engine="reference", model=model, device=device), "127.0.0.1", 1)
+    return argv[argv.index("--threads") + 1] if "--threads" in argv else None
+
+
+def test_tiny_models_on_cpu_run_one_thread_and_checkpoints_split_the_cores(monkeypatch):
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+    assert _threads("tiny:hybrid", "cpu") == "1"
+    assert _threads("/ckpt", "cpu") is None
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert _threads("/ckpt", "cpu") == "4"
+    assert _threads("tiny:dense", "cuda") is None
