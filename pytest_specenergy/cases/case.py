@@ -67,6 +67,9 @@ class Case:
     seed: int = 0
     max_running_requests: int | None = None
     faults: tuple[str, ...] = ()
+    #: In-job A/B: a reference drafter measured in the same session and repeat cycles as
+    #: ``drafter`` (the candidate), interleaved with the shared baseline.
+    reference: Drafter | None = None
     model_id: str = ""
     #: Prefix ids with the model (set when a test's matrix has several models).
     model_in_id: bool = field(default=False, compare=False)
@@ -81,8 +84,9 @@ class Case:
     @property
     def id(self) -> str:
         """The readable id, e.g. ``code-ngram-b4`` (``dense-code-ngram-b4`` when the test's
-        matrix has several models)."""
-        base = f"{self.corpus.name}-{self.drafter.id}-b{self.batch}"
+        matrix has several models; ``code-draft-vs-draft-old-b4`` for an in-job A/B)."""
+        versus = f"-vs-{self.reference.id}" if self.reference is not None else ""
+        base = f"{self.corpus.name}-{self.drafter.id}{versus}-b{self.batch}"
         return f"{self.model_id}-{base}" if self.model_in_id else base
 
     def pool(self) -> tuple[str, ...]:
@@ -118,6 +122,7 @@ class Case:
             "engine": self.engine,
             "model": self.model,
             "drafter": self.drafter.as_dict(),
+            "reference": self.reference.as_dict() if self.reference is not None else None,
             "batch": self.batch,
             "corpus": {"name": self.corpus.name, "source": self.corpus.source,
                        "digest": self.corpus.digest, "size": len(self.corpus.prompts)},

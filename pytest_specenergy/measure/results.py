@@ -120,6 +120,9 @@ class PairResult:
     #: wall-clock start and finish), ``interleaved``, ``cooldown_s``, and ``baseline_from``
     #: when the baseline's samples were measured with another drafter's pair.
     order: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: In-job A/B: the reference drafter's arm (``case.reference``), measured in the same
+    #: repeat cycles as both other arms, so sample i of each comes from one cycle.
+    reference: RunResult | None = None
 
     # Per-arm metrics are the speculative arm's.
     @property
@@ -283,7 +286,10 @@ class PairResult:
                 "checks": [{"name": c.name, "severity": c.severity, "message": c.message}
                            for c in self.checks],
                 "order": self.order,
-                "baseline": self.baseline.as_dict(), "speculative": self.speculative.as_dict()}
+                "baseline": self.baseline.as_dict(), "speculative": self.speculative.as_dict(),
+                **({"reference": self.reference.as_dict(),
+                    "reference_drafter": self.case.reference.as_dict()}
+                   if self.reference is not None and self.case.reference is not None else {})}
 
 
 def _fmt(value: float | None, spec: str) -> str:
