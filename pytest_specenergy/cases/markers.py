@@ -40,7 +40,11 @@ MARKERS = {
              "spec_pair case; several names form a matrix axis",
     "drafter": "drafter(*names_or_Drafter): speculative drafter(s) measured against the "
                "non-speculative twin; several form a matrix axis",
-    "batch": "batch(*ints): concurrent requests per engine call; several form a matrix axis",
+    "reference_drafter": "reference_drafter(name_or_Drafter): in-job A/B - also measure this "
+                         "drafter in the same repeat cycles as each candidate drafter, and gate "
+                         "the candidate against it (no stored baseline needed)",
+    "batch": "batch(*ints): requests kept in flight (the engine's running batch); several form "
+             "a matrix axis",
     "corpus": "corpus(*names_or_Corpus): prompt corpora (code, conversation, long-document, "
               "news, rm-news, jsonl:PATH); several form a matrix axis",
     "generation": "generation(max_new_tokens=64, prompts=None, ignore_eos=False, "
@@ -80,6 +84,7 @@ def build_cases(test: str, closest: MarkerLookup, config: CaseDefaults,
     batches = _batches(test, closest("batch"))
     corpora = _corpora(test, closest("corpus"))
     generation = _generation(test, closest("generation"), config.pool)
+    reference = _reference(test, closest("reference_drafter"))
     cases: list[Case] = []
     for (model, opts), corpus, drafter, batch in itertools.product(models, corpora, drafters, batches):
         engine = opts["engine"]
@@ -90,8 +95,19 @@ def build_cases(test: str, closest: MarkerLookup, config: CaseDefaults,
             )
         if drafter.draft_model:
             _check_model_path(test, "drafter", drafter.draft_model, engine, rootdir)
+        if reference is not None:
+            if reference.name not in ENGINE_DRAFTERS[engine]:
+                raise MarkerError(
+                    f"{test}: marker reference_drafter value {reference!r} is not implemented by the "
+                    f"{engine} engine; expected one of {', '.join(ENGINE_DRAFTERS[engine])}")
+            if reference.draft_model:
+                _check_model_path(test, "reference_drafter", reference.draft_model, engine, rootdir)
+            if reference == drafter:
+                raise MarkerError(
+                    f"{test}: marker reference_drafter {reference!r} is the candidate drafter itself; "
+                    f"name the drafter the candidate replaces (e.g. the old draft checkpoint)")
         case = Case(engine=engine, model=model, drafter=drafter, batch=batch, corpus=corpus,
-                    generation=generation, model_in_id=len(models) > 1,
+                    generation=generation, model_in_id=len(models) > 1, reference=reference,
                     **{k: v for k, v in opts.items() if k != "engine"})
         cases.append(case)
     ids = [c.id for c in cases]
@@ -199,6 +215,25 @@ def _drafters(test: str, mark: Any) -> list[Drafter]:
         except DrafterError as exc:
             raise MarkerError(f"{test}: marker drafter value {value!r}: {exc}") from None
     return drafters
+
+
+def _reference(test: str, mark: Any) -> Drafter | None:
+    """The in-job A/B reference drafter: one value, like a drafter marker's."""
+    if mark is None:
+        return None
+    if len(mark.args) != 1 or mark.kwargs:
+        raise MarkerError(f"{test}: marker reference_drafter takes exactly one drafter name or "
+                          f"Drafter(...) object, got args={mark.args!r} kwargs={mark.kwargs!r}")
+    value = mark.args[0]
+    if isinstance(value, Drafter):
+        return value
+    if not isinstance(value, str):
+        raise MarkerError(f"{test}: marker reference_drafter value {value!r}: expected a drafter "
+                          f"name or a Drafter(...) object")
+    try:
+        return Drafter(value)
+    except DrafterError as exc:
+        raise MarkerError(f"{test}: marker reference_drafter value {value!r}: {exc}") from None
 
 
 def _batches(test: str, mark: Any) -> list[int]:

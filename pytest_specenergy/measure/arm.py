@@ -269,7 +269,7 @@ class ArmMeasurer:
         outputs, finish = self._complete(full)
         prefill = self._window(self.prefill, full.prefilled(), steady=False)
         problems: list[str] = []
-        if arm == "speculative":
+        if arm != "baseline":  # the speculative arm, or an A/B reference
             for loop in full.loop_counters:
                 problems += counter_problems(loop, self.case.drafter.num_draft_tokens)
         return ArmRepeat(
@@ -285,7 +285,7 @@ class ArmMeasurer:
 
     def result(self, arm: str, repeats: Sequence[ArmRepeat]) -> RunResult:
         """The arm's record over ``repeats``."""
-        drafter = self.case.drafter if arm == "speculative" else None
+        drafter = self.case.drafter if arm != "baseline" else None
         first = repeats[0].outputs if repeats else ()
         problems = [p for r in repeats for p in r.problems]
         return RunResult(

@@ -100,36 +100,45 @@ class PairMeasurer:
         return ArmMeasurer(server, meter, case, repeats, warmup)
 
     def _interleaved(self, case: Case, repeats: int, warmup: int | None, with_baseline: bool
-                     ) -> tuple[RunResult | None, RunResult, ServerProcess, dict[str, Any]]:
-        """``repeats`` of each arm, alternating baseline and speculative (ABAB...)."""
-        interleave = with_baseline and getattr(self.pool, "max_live", 0) != 1
-        base = self._arm(case.baseline_config(), case, repeats, warmup) if with_baseline else None
-        if base is not None and not interleave:
-            base.warm_up()
-            base_repeats = [self._timed(base, "baseline") for _ in range(repeats)]
-            self._measure_siblings(case)
-        spec = self._arm(case.spec_config(), case, repeats, warmup)
-        if base is not None and interleave:
-            base.warm_up()
-        spec.warm_up()
-        spec_repeats: list[ArmRepeat] = []
+                     ) -> tuple[dict[str, RunResult], ServerProcess, dict[str, Any]]:
+        """``repeats`` of each arm, interleaved: per cycle the baseline, then the speculative
+        arm and (in-job A/B) the reference, whose order alternates between cycles so neither
+        always runs right after the baseline. Returns each arm's result by name."""
+        arms: list[tuple[str, Case]] = [("baseline", case)] if with_baseline else []
+        arms.append(("speculative", case))
+        if case.reference is not None:
+            arms.append(("reference", dataclasses.replace(case, drafter=case.reference, reference=None)))
+        interleave = len(arms) > 1 and getattr(self.pool, "max_live", 0) != 1
+
+        def config(name: str, arm_case: Case) -> EngineConfig:
+            return arm_case.baseline_config() if name == "baseline" else arm_case.spec_config()
+
+        done: dict[str, list[ArmRepeat]] = {name: [] for name, _ in arms}
+        measurers: dict[str, ArmMeasurer] = {}
         if interleave:
-            base_repeats = []
-            for _ in range(repeats):
-                # The pool keeps both engines; get() again in case one died and was restarted.
-                base.server = self.pool.get(case.baseline_config())  # type: ignore[union-attr]
-                base_repeats.append(self._timed(base, "baseline"))  # type: ignore[arg-type]
-                spec.server = self.pool.get(case.spec_config())
-                spec_repeats.append(self._timed(spec, "speculative"))
+            for name, arm_case in arms:
+                measurers[name] = self._arm(config(name, arm_case), arm_case, repeats, warmup)
+            for measurer in measurers.values():
+                measurer.warm_up()
+            for cycle in range(repeats):
+                cycle_arms = arms if cycle % 2 == 0 or len(arms) < 3 else [arms[0], arms[2], arms[1]]
+                for name, arm_case in cycle_arms:
+                    # The pool keeps every engine; get() again in case one died and was restarted.
+                    measurers[name].server = self.pool.get(config(name, arm_case))
+                    done[name].append(self._timed(measurers[name], name))
         else:
-            spec_repeats = [self._timed(spec, "speculative") for _ in range(repeats)]
-        entries = [] if base is None else [_entry("baseline", i, r) for i, r in enumerate(base_repeats)]
-        entries += [_entry("speculative", i, r) for i, r in enumerate(spec_repeats)]
-        entries.sort(key=lambda e: e["started"])
+            for name, arm_case in arms:  # one engine at a time: each arm's repeats together
+                measurers[name] = self._arm(config(name, arm_case), arm_case, repeats, warmup)
+                measurers[name].warm_up()
+                done[name] = [self._timed(measurers[name], name) for _ in range(repeats)]
+                if name == "baseline":
+                    self._measure_siblings(case)
+        entries = sorted((_entry(name, i, r) for name, rs in done.items() for i, r in enumerate(rs)),
+                         key=lambda e: e["started"])
         order = {"interleaved": interleave, "cooldown_s": self.cooldown_s,
                  "order": [e["arm"] for e in entries], "repeats": entries}
-        baseline = base.result("baseline", base_repeats) if base is not None else None
-        return baseline, spec.result("speculative", spec_repeats), spec.server, order
+        results = {name: measurers[name].result(name, rs) for name, rs in done.items()}
+        return results, measurers["speculative"].server, order
 
     def _measure_siblings(self, case: Case) -> None:
         """On a one-engine pool: every other planned baseline of this engine, while it runs."""
@@ -168,41 +177,40 @@ class PairMeasurer:
         if case not in self._pairs:
             key = case.baseline_key()
             shared = key in self._baselines
-            fresh, speculative, server, order = self._interleaved(
-                case, self.repeats, None, with_baseline=not shared)
-            if fresh is not None:
-                self._baselines[key] = fresh
+            arms, server, order = self._interleaved(case, self.repeats, None, with_baseline=not shared)
+            if "baseline" in arms:
+                self._baselines[key] = arms["baseline"]
                 self._baseline_from[key] = case.id
             baseline = self._baselines[key]
             if shared:
                 order["baseline_from"] = self._baseline_from[key]
             # Scoring is a prefill (max_new_tokens=0) on the engine already running; it never
             # speculates, so the speculative engine scores as its twin would.
-            prompts = case.pool()
-            coherence = measure_coherence(server.client, prompts, baseline.outputs, speculative.outputs,
+            speculative = arms["speculative"]
+            coherence = measure_coherence(server.client, case.pool(), baseline.outputs, speculative.outputs,
                                           server.server_info.get("special_token_ids", ()))
             self._pairs[case] = PairResult(case, case.id, baseline, speculative, coherence,
-                                           order=order)
+                                           order=order, reference=arms.get("reference"))
         return self._pairs[case]
 
     def add_repeats(self, case: Case, extra: int) -> PairResult:
-        """Measure ``extra`` more repeats of both arms, interleaved (an INCONCLUSIVE verdict
+        """Measure ``extra`` more repeats of every arm, interleaved (an INCONCLUSIVE verdict
         asks for them); the shared baseline grows with them."""
         pair = self.measure(case)
-        more_base, more_spec, _, order = self._interleaved(case, extra, 0, with_baseline=True)
-        assert more_base is not None
-        baseline = _extend(pair.baseline, more_base)
+        more, _, order = self._interleaved(case, extra, 0, with_baseline=True)
+        baseline = _extend(pair.baseline, more["baseline"])
         self._baselines[case.baseline_key()] = baseline
         merged = dict(pair.order or {})
-        offset = {arm: sum(1 for a in merged.get("order", []) if a == arm)
-                  for arm in ("baseline", "speculative")}
+        offset = {arm: sum(1 for a in merged.get("order", []) if a == arm) for arm in more}
         merged["order"] = list(merged.get("order", [])) + order["order"]
         merged["repeats"] = list(merged.get("repeats", [])) + [
             {**e, "repeat": e["repeat"] + offset[e["arm"]], "added": True} for e in order["repeats"]]
-        merged["interleaved"] = bool(pair.order.get("interleaved", True)) and order["interleaved"] \
-            if pair.order else order["interleaved"]
-        pair = dataclasses.replace(pair, baseline=baseline, order=merged,
-                                   speculative=_extend(pair.speculative, more_spec))
+        merged["interleaved"] = bool(merged.get("interleaved", True)) and order["interleaved"]
+        reference = pair.reference
+        if reference is not None and "reference" in more:
+            reference = _extend(reference, more["reference"])
+        pair = dataclasses.replace(pair, baseline=baseline, order=merged, reference=reference,
+                                   speculative=_extend(pair.speculative, more["speculative"]))
         self._pairs[case] = pair
         return pair
 

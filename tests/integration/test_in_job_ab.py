@@ -1,0 +1,55 @@
+"""In-job A/B: a candidate drafter and a reference drafter in the same session and repeat cycles."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+AB_SUITE = """
+import pytest
+from pytest_specenergy import Drafter
+
+@pytest.mark.model("tiny:dense")
+@pytest.mark.corpus("code")
+@pytest.mark.drafter(Drafter("ngram", num_draft_tokens=8, id="ngram-k8"))
+@pytest.mark.reference_drafter(Drafter("ngram", num_draft_tokens=2, id="ngram-k2"))
+@pytest.mark.batch(1)
+@pytest.mark.generation(max_new_tokens=24, prompts=3)
+def test_candidate(spec_pair):
+    r = spec_pair.measure()
+    assert r.reference is not None
+    r.assert_equivalent()
+"""
+
+
+def test_reference_arm_runs_in_the_same_cycles_and_reaches_the_json(pytester: pytest.Pytester, run_suite):
+    pytester.makepyfile(AB_SUITE)
+    out = pytester.path / "run.json"
+    result = run_suite(f"--specenergy-json={out}", repeats=2)
+    result.assert_outcomes(passed=1)
+    record = json.loads(out.read_text())["results"][0]
+    assert record["case_id"] == "code-ngram-k8-vs-ngram-k2-b1"
+    assert record["reference_drafter"]["settings"]["num_draft_tokens"] == 2
+    assert record["reference"]["engine"]["config"]["drafter"]["settings"]["num_draft_tokens"] == 2
+    assert len(record["reference"]["samples"]) == len(record["speculative"]["samples"]) == 2
+    # One cycle per repeat: baseline first, then candidate and reference, alternating order.
+    assert record["order"]["order"] == ["baseline", "speculative", "reference",
+                                        "baseline", "reference", "speculative"]
+    assert record["order"]["interleaved"] is True
+
+
+def test_a_reference_equal_to_the_candidate_is_a_collection_error(pytester: pytest.Pytester):
+    pytester.makepyfile("""
+import pytest
+
+@pytest.mark.model("tiny:dense")
+@pytest.mark.corpus("code")
+@pytest.mark.drafter("ngram")
+@pytest.mark.reference_drafter("ngram")
+@pytest.mark.batch(1)
+def test_same(spec_pair):
+    pass
+""")
+    result = pytester.runpytest("--collect-only", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*marker reference_drafter*is the candidate drafter itself*"])
