@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,33 @@ def test_coherence_defaults_hold_on_every_corpus(pytester: pytest.Pytester, run_
     run_suite(repeats=1).assert_outcomes(passed=5)
     faulted = run_suite("--specenergy-fault=skip-state-rollback", repeats=1)
     faulted.assert_outcomes(failed=5)
+
+
+def test_stale_state_after_an_empty_draft_is_caught_on_every_corpus(pytester: pytest.Pytester, run_suite):
+    """The hybrid bug as it was really found (vLLM #39273; fixed in vLLM PR #52942, SGLang PR
+    #26351): a verify step with no drafts, right after one that accepted some, reads stale
+    recurrent state. Counters stay consistent and acceptance looks normal; the quickstart's
+    hybrid test (coherence, then equivalence) fails on every corpus, and the JSON says at
+    which token each corpus first diverges.
+
+    On a tiny random model the log-probability gap alone flags only some corpora: the stale
+    state's text is about as likely as the right one's where the model's text is near-random
+    (measured: code, long-document, rm-news flagged, conversation and news not), so the
+    divergence itself is what fails there."""
+    # Longer answers, run past EOS: the bug needs a step that accepted drafts followed by one
+    # with none, and the tiny hybrid's n-gram drafts are accepted mostly once its text repeats.
+    suite = CORPORA_SUITE.replace("max_new_tokens=32, prompts=4", "max_new_tokens=64, prompts=4, ignore_eos=True")
+    pytester.makepyfile(suite.replace("r.assert_coherent()", "r.assert_coherent()\n    r.assert_equivalent()"))
+    out = pytester.path / "run.json"
+    faulted = run_suite("--specenergy-fault=stale-state-after-empty-draft", f"--specenergy-json={out}", repeats=1)
+    faulted.assert_outcomes(failed=5)
+    records = {r["case"]["corpus"]["name"]: r for r in json.loads(out.read_text())["results"]}
+    first = {corpus: min(d for d in r["equivalence"]["first_divergence"] if d is not None)
+             for corpus, r in records.items() if any(d is not None for d in r["equivalence"]["first_divergence"])}
+    assert set(first) == {"code", "conversation", "long-document", "news", "rm-news"}
+    for record in records.values():  # the counters never show it
+        assert not [c for c in record["checks"] if c["name"] == "counters-inconsistent"]
+    print({corpus: (token, round(records[corpus]["coherence"]["mean_gap"], 3)) for corpus, token in first.items()})
 
 
 def test_inflated_accept_count_fails_closed_even_without_an_assertion(pytester: pytest.Pytester, run_suite):
