@@ -30,7 +30,7 @@ TINY_MODELS = ("tiny:dense", "tiny:dense-draft", "tiny:moe", "tiny:moe-draft",
                "tiny:hybrid", "tiny:hybrid-draft")
 #: Drafters each engine implements.
 ENGINE_DRAFTERS = {
-    "reference": ("ngram", "draft_model"),
+    "reference": ("ngram", "draft_model", "block"),
     "sglang": ("ngram", "draft_model", "eagle", "eagle3", "nextn", "dflash", "dspark"),
 }
 
@@ -95,6 +95,11 @@ def build_cases(test: str, closest: MarkerLookup, config: CaseDefaults,
             )
         if drafter.draft_model:
             _check_model_path(test, "drafter", drafter.draft_model, engine, rootdir)
+        for marker, declared in (("drafter", drafter), ("reference_drafter", reference)):
+            if declared is not None and engine != "reference" and dict(declared.settings).get("accept_p") is not None:
+                raise MarkerError(
+                    f"{test}: marker {marker} value {declared!r}: accept_p (controlled acceptance) is a "
+                    f"reference-server calibration knob; the {engine} engine has no such setting")
         if reference is not None:
             if reference.name not in ENGINE_DRAFTERS[engine]:
                 raise MarkerError(

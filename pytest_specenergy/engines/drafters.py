@@ -38,6 +38,14 @@ def _path(required: bool, help: str) -> _Setting:
     return _Setting(str, None, required, None, help)
 
 
+def _probability(help: str) -> _Setting:
+    return _Setting(float, None, False, None, help)
+
+
+_ACCEPT_P = _probability("controlled acceptance (reference server, calibration): verify the target's own "
+                         "greedy continuation with each drafted token kept with this probability")
+
+
 # One schema per scheme. The reference server implements `ngram` and `draft_model`; SGLang
 # implements the rest (engines/sglang.py maps each to its algorithm and flags).
 SCHEMAS: dict[str, dict[str, _Setting]] = {
@@ -50,6 +58,13 @@ SCHEMAS: dict[str, dict[str, _Setting]] = {
     "draft_model": {
         "draft_model": _path(True, "path or tiny:* name of the smaller draft model"),
         "num_draft_tokens": _int(4, help="tokens proposed per step"),
+        "accept_p": _ACCEPT_P,
+    },
+    # The DFlash/DSpark shape on the reference server: one draft forward proposes a whole block.
+    "block": {
+        "draft_model": _path(True, "path or tiny:* name of the block draft model"),
+        "block_size": _int(16, minimum=2, help="positions verified per step: the last token + block_size - 1 drafts"),
+        "accept_p": _ACCEPT_P,
     },
     "eagle": {
         "draft_model": _path(True, "EAGLE head checkpoint"),
@@ -82,7 +97,7 @@ DRAFTER_NAMES: tuple[str, ...] = tuple(SCHEMAS)
 
 _ID_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
 _ID_ABBREV = {"num_draft_tokens": "k", "num_steps": "s", "topk": "t", "min_match_window": "min",
-              "max_match_window": "w", "max_bfs_breadth": "bfs"}
+              "max_match_window": "w", "max_bfs_breadth": "bfs", "block_size": "b", "accept_p": "p"}
 
 
 @dataclass(frozen=True, init=False)
@@ -124,6 +139,8 @@ class Drafter:
     @property
     def num_draft_tokens(self) -> int:
         """Tokens proposed per verify step (the target verifies one more)."""
+        if self.name == "block":
+            return int(self.get("block_size")) - 1
         return int(self.get("num_draft_tokens"))
 
     @property
@@ -169,6 +186,10 @@ def _validate(name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
                 raise DrafterError(
                     f"Drafter({name!r}) {key}={value!r}: expected an integer >= {spec.minimum}"
                 )
+        elif spec.kind is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise DrafterError(f"Drafter({name!r}) {key}={value!r}: expected a probability in [0, 1]")
+            value = float(value)
         elif not isinstance(value, (str, os.PathLike)) or not str(value):
             raise DrafterError(f"Drafter({name!r}) {key}={value!r}: expected a path or model name")
         values[key] = str(value) if spec.kind is str else value

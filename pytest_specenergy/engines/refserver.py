@@ -19,7 +19,7 @@ class ReferenceBackend:
 
     def drafters(self) -> tuple[str, ...]:
         """Drafters the reference server implements."""
-        return ("ngram", "draft_model")
+        return ("ngram", "draft_model", "block")
 
     def check(self, config: EngineConfig) -> None:
         """The reference server needs torch and transformers (the ``reference`` extra)."""
@@ -55,6 +55,10 @@ class ReferenceBackend:
         if drafter is None:
             return argv + ["--drafter", "none"]
         argv += ["--drafter", drafter.name, "--num-draft-tokens", str(drafter.num_draft_tokens)]
+        if drafter.name == "block":
+            argv += ["--block-size", str(drafter.get("block_size"))]
+        if dict(drafter.settings).get("accept_p") is not None:
+            argv += ["--draft-accept-p", repr(drafter.get("accept_p"))]
         if drafter.name == "ngram":
             argv += ["--ngram-min-match-window", str(drafter.get("min_match_window")),
                      "--ngram-max-match-window", str(drafter.get("max_match_window"))]

@@ -160,6 +160,38 @@ class PairResult:
         """Baseline over speculative time between tokens."""
         return metrics.speedup(self.baseline.tbt_ms, self.speculative.tbt_ms)
 
+    def _meter_detail(self, key: str) -> list[Any]:
+        """``key`` from the speculative arm's full-window meter details, per repeat (None-free)."""
+        values = [(s.window.get("full") or {}).get("details", {}).get(key) for s in self.speculative.samples]
+        return [v for v in values if v is not None]
+
+    @property
+    def verify_intensity(self) -> float | None:
+        """The verify step's arithmetic intensity, FLOP/byte, under the meter's GPU and shape
+        (mean over repeats; None where the meter does not model steps, e.g. nvml)."""
+        values = self._meter_detail("verify_intensity")
+        return sum(values) / len(values) if values else None
+
+    @property
+    def balance_point(self) -> float | None:
+        """The meter's GPU balance point, FLOP/byte (peak FLOP/s over bandwidth)."""
+        values = self._meter_detail("balance_point")
+        return values[0] if values else None
+
+    @property
+    def compute_bound(self) -> bool | None:
+        """Whether the verify step lies past the balance point (the saving turns into a loss there)."""
+        if self.verify_intensity is None or self.balance_point is None:
+            return None
+        return self.verify_intensity > self.balance_point
+
+    @property
+    def draft_share(self) -> float | None:
+        """The drafter's share of speculative decode energy (mean over repeats), from the meter
+        that priced the draft passes apart from verification; labelled by :attr:`source`."""
+        values = self._meter_detail("draft_share")
+        return sum(values) / len(values) if values else None
+
     @cached_property
     def equivalence(self) -> Equivalence:
         """Per-prompt comparison of the two arms' output token ids."""
@@ -281,6 +313,8 @@ class PairResult:
                 "accept_length": self.accept_length, "acceptance_rate": self.acceptance_rate,
                 "energy_per_token": self.energy_per_token, "tbt_ms": self.tbt_ms,
                 "verified_per_step": self.verified_per_step,
+                "verify_intensity": self.verify_intensity, "balance_point": self.balance_point,
+                "compute_bound": self.compute_bound, "draft_share": self.draft_share,
                 "equivalence": self.equivalence.as_dict(),
                 "coherence": self.coherence.as_dict() if self.coherence else None,
                 "checks": [{"name": c.name, "severity": c.severity, "message": c.message}

@@ -84,6 +84,13 @@ def _num(metric: str, value: float | int | None) -> str:
     return f'<td class="num">{_e(fmt(metric, value))}</td>'
 
 
+def _intensity(row: ReportRow) -> str:
+    if row.verify_intensity is None:
+        return "n/a"
+    balance = f" ({row.balance_point:.0f})" if row.balance_point is not None else ""
+    return f"{row.verify_intensity:.0f}{balance}{', compute-bound' if row.compute_bound else ''}"
+
+
 def _checks_cell(row: ReportRow) -> str:
     if not row.checks:
         return "<td>" + _badge("ok", "ok") + "</td>"
@@ -177,8 +184,8 @@ def _latency_table(rows: Sequence[ReportRow], targets: Sequence[float]) -> str:
 
 _CASE_HEADERS = ["case", "model", "drafter", "batch", "corpus", "source", "baseline J/token",
                  "spec J/token", "energy saving", "accept length", "acceptance rate",
-                 "verified/step", "baseline TBT (ms)", "spec TBT (ms)", "speedup",
-                 "exact match", "logprob gap", "checks"]
+                 "verified/step", "verify FLOP/byte (balance point)", "draft share",
+                 "baseline TBT (ms)", "spec TBT (ms)", "speedup", "exact match", "logprob gap", "checks"]
 
 
 def _case_table(rows: Sequence[ReportRow]) -> str:
@@ -193,6 +200,8 @@ def _case_table(rows: Sequence[ReportRow]) -> str:
                  _num("energy_saving", r.energy_saving), _num("accept_length", r.accept_length),
                  _num("acceptance_rate", r.acceptance_rate),
                  _num("verified_per_step", r.verified_per_step),
+                 '<td class="num">' + _e(_intensity(r)) + "</td>",
+                 '<td class="num">' + _e("n/a" if r.draft_share is None else f"{r.draft_share:.0%}") + "</td>",
                  _num("tbt_ms", r.baseline_tbt_ms), _num("tbt_ms", r.tbt_ms),
                  _num("speedup", r.speedup), _num("exact_fraction", r.exact_fraction),
                  _num("logprob_gap", r.logprob_gap), _checks_cell(r)]

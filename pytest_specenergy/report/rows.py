@@ -40,6 +40,16 @@ class ReportRow:
     exact_fraction: float | None
     logprob_gap: float | None
     checks: tuple[Check, ...] = ()
+    verify_intensity: float | None = None
+    balance_point: float | None = None
+    draft_share: float | None = None
+
+    @property
+    def compute_bound(self) -> bool | None:
+        """Whether the verify step lies past the GPU's balance point."""
+        if self.verify_intensity is None or self.balance_point is None:
+            return None
+        return self.verify_intensity > self.balance_point
 
     @property
     def workload(self) -> tuple[str, str]:
@@ -106,6 +116,9 @@ def row_from_result(result: Mapping[str, Any]) -> ReportRow:
         exact_fraction=_num(_get(result, "equivalence", "exact_fraction")),
         logprob_gap=_num(_get(result, "coherence", "mean_gap")),
         checks=checks,
+        verify_intensity=_num(result.get("verify_intensity")),
+        balance_point=_num(result.get("balance_point")),
+        draft_share=_num(result.get("draft_share")),
     )
 
 

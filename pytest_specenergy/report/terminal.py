@@ -15,11 +15,20 @@ from pytest_specenergy.report.rows import ReportRow
 from pytest_specenergy.report.rows import row_from_result
 
 HEADERS = ("test", "source", "base J/tok", "spec J/tok", "saving", "accept len", "accept rate",
-           "verified/step", "base tbt ms", "spec tbt ms", "speedup", "exact", "logprob gap", "flags")
+           "verified/step", "verify FLOP/B", "draft share", "base tbt ms", "spec tbt ms", "speedup", "exact",
+           "logprob gap", "flags")
 
 
 def _num(value: float | None, spec: str, suffix: str = "") -> str:
     return "n/a" if value is None else format(value, spec) + suffix
+
+
+def _intensity(row: ReportRow) -> str:
+    """``142/163`` (verify step's FLOP/byte over the GPU's balance point), ``!`` past it."""
+    if row.verify_intensity is None:
+        return "n/a"
+    balance = f"/{row.balance_point:.0f}" if row.balance_point is not None else ""
+    return f"{'!' if row.compute_bound else ''}{row.verify_intensity:.0f}{balance}"
 
 
 def table_row(row: ReportRow, label: str | None = None) -> list[str]:
@@ -28,7 +37,8 @@ def table_row(row: ReportRow, label: str | None = None) -> list[str]:
     return [label or row.case_id, row.source, _num(row.baseline_energy_per_token, ".4g"),
             _num(row.energy_per_token, ".4g"), _num(row.energy_saving, "+.1%"),
             _num(row.accept_length, ".2f"), _num(row.acceptance_rate, ".2f"),
-            _num(row.verified_per_step, "d"), _num(row.baseline_tbt_ms, ".3f"),
+            _num(row.verified_per_step, "d"), _intensity(row), _num(row.draft_share, ".0%"),
+            _num(row.baseline_tbt_ms, ".3f"),
             _num(row.tbt_ms, ".3f"), _num(row.speedup, ".2f", "x"), _num(row.exact_fraction, ".0%"),
             _num(row.logprob_gap, ".3f"), flags or "-"]
 

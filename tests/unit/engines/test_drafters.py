@@ -49,3 +49,17 @@ def test_bad_declarations_say_what_is_wrong(args, kwargs, message):
 def test_round_trip_through_dict():
     d = Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=3, id="dm")
     assert Drafter.from_dict(d.as_dict()) == d
+
+
+def test_block_drafter_and_controlled_acceptance_settings():
+    block = Drafter("block", draft_model="tiny:dense-draft", block_size=16)
+    assert block.num_draft_tokens == 15  # the target verifies the whole block of 16
+    assert block.id == "block-dense-draft"
+    assert Drafter("block", draft_model="tiny:dense-draft", block_size=8, accept_p=0.5).id == "block-p0.5-b8-dense-draft"
+    with pytest.raises(DrafterError, match="needs draft_model="):
+        Drafter("block")
+    with pytest.raises(DrafterError, match="block_size=1: expected an integer >= 2"):
+        Drafter("block", draft_model="tiny:dense-draft", block_size=1)
+    for bad in (1.5, -0.1, True, "0.5"):
+        with pytest.raises(DrafterError, match="expected a probability in"):
+            Drafter("draft_model", draft_model="tiny:dense-draft", accept_p=bad)
