@@ -55,7 +55,8 @@ def test_block_drafter_and_controlled_acceptance_settings():
     block = Drafter("block", draft_model="tiny:dense-draft", block_size=16)
     assert block.num_draft_tokens == 15  # the target verifies the whole block of 16
     assert block.id == "block-dense-draft"
-    assert Drafter("block", draft_model="tiny:dense-draft", block_size=8, accept_p=0.5).id == "block-p0.5-b8-dense-draft"
+    controlled = Drafter("block", draft_model="tiny:dense-draft", block_size=8, accept_p=0.5)
+    assert controlled.id == "block-p0.5-b8-dense-draft"
     with pytest.raises(DrafterError, match="needs draft_model="):
         Drafter("block")
     with pytest.raises(DrafterError, match="block_size=1: expected an integer >= 2"):
