@@ -72,3 +72,59 @@ def latency_choices(rows: Iterable[ReportRow], targets_ms: Sequence[float]) -> l
         by_workload.setdefault((p.model, p.corpus), []).append(p)
     return [TargetChoice(model, corpus, t, best_under_target(points, t))
             for (model, corpus), points in by_workload.items() for t in targets_ms]
+
+
+@dataclass(frozen=True)
+class TargetRegression:
+    """A latency target whose best configuration now costs more energy than in the reference run."""
+
+    model: str
+    corpus: str
+    target_ms: float
+    reference: ConfigPoint | None  # None: nothing met the target in the reference run
+    current: ConfigPoint | None  # None: nothing meets the target now
+    change: float | None  # current / reference energy per token - 1 (None when either is missing)
+
+    def message(self) -> str:
+        """``TBT <= 20 ms on model/code: ...``, naming both configurations."""
+        where = f"TBT <= {self.target_ms:g} ms on {self.model} / {self.corpus}"
+        if self.current is None:
+            was = f" (the reference met it with {self.reference.label})" if self.reference else ""
+            return f"{where}: no tested configuration meets the target any more{was}"
+        assert self.reference is not None and self.change is not None
+        return (f"{where}: the lowest-energy configuration is now {self.current.label} at "
+                f"{self.current.energy_per_token:.4g} J/token, {self.change:+.1%} against the "
+                f"reference's {self.reference.label} at {self.reference.energy_per_token:.4g} J/token "
+                f"[{self.current.source}]")
+
+
+def latency_regressions(current: Iterable[ReportRow], reference: Iterable[ReportRow],
+                        targets_ms: Sequence[float], tolerance: float) -> list[TargetRegression]:
+    """Targets whose best configuration got more expensive than ``tolerance`` (a fraction,
+    0.05 = 5%) against the reference run, or that no configuration meets any more.
+
+    Workloads and targets absent from the reference run are not judged (nothing to compare);
+    a target the reference could not meet either is not a regression. Figures from different
+    meters are never compared: the reference's choice must carry the current choice's source.
+    """
+    if tolerance < 0:
+        raise ValueError(f"tolerance must be >= 0 (a fraction such as 0.05), got {tolerance!r}")
+    before = {(c.model, c.corpus, c.target_ms): c.choice for c in latency_choices(reference, targets_ms)}
+    found = []
+    for now in latency_choices(current, targets_ms):
+        key = (now.model, now.corpus, now.target_ms)
+        if key not in before or before[key] is None:
+            continue
+        ref = before[key]
+        assert ref is not None
+        if now.choice is None:
+            found.append(TargetRegression(now.model, now.corpus, now.target_ms, ref, None, None))
+            continue
+        if now.choice.source != ref.source:
+            raise ValueError(
+                f"latency target {now.target_ms:g} ms on {now.model} / {now.corpus}: the reference's "
+                f"figures are {ref.source}, this run's {now.choice.source}; they cannot be compared")
+        change = now.choice.energy_per_token / ref.energy_per_token - 1
+        if change > tolerance:
+            found.append(TargetRegression(now.model, now.corpus, now.target_ms, ref, now.choice, change))
+    return found
