@@ -121,10 +121,19 @@ class EngineClient:
                  sampling_params: dict[str, Any] | Sequence[dict[str, Any]],
                  rids: Sequence[str] | None = None, return_logprob: bool = False,
                  logprob_start_len: int | None = None,
-                 return_prompt_token_ids: bool = False) -> list[dict[str, Any]]:
-        """One batched ``/generate`` call; answers in input order."""
+                 return_prompt_token_ids: bool = False,
+                 top_logprobs_num: int = 0) -> list[dict[str, Any]]:
+        """One batched ``/generate`` call; answers in input order.
+
+        ``top_logprobs_num=N`` (with ``return_logprob``) also asks for the N best tokens per
+        position (SGLang's ``input_top_logprobs`` / ``output_top_logprobs``).
+        """
         if (input_ids is None) == (text is None):
             raise ValueError("generate() takes exactly one of input_ids= or text=")
+        if top_logprobs_num and (not return_logprob or isinstance(top_logprobs_num, bool)
+                                 or not isinstance(top_logprobs_num, int) or top_logprobs_num < 0):
+            raise ValueError(f"top_logprobs_num must be an integer >= 0 and needs return_logprob=True, "
+                             f"got top_logprobs_num={top_logprobs_num!r}, return_logprob={return_logprob!r}")
         body: dict[str, Any] = {"sampling_params": sampling_params}
         if input_ids is not None:
             body["input_ids"] = [list(ids) for ids in input_ids]
@@ -136,6 +145,8 @@ class EngineClient:
             body["return_logprob"] = True
             if logprob_start_len is not None:
                 body["logprob_start_len"] = logprob_start_len
+            if top_logprobs_num:
+                body["top_logprobs_num"] = top_logprobs_num
         if return_prompt_token_ids:
             body["return_prompt_token_ids"] = True
         answer = self._request("POST", "/generate", body)

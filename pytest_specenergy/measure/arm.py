@@ -342,7 +342,21 @@ def _sample(prefill: _Window, full: _Window) -> RepeatSample:
         proposed_drafts=_per_loop_total(full, "spec_num_proposed_drafts"),
         loops=full.loops,
         window={"full": _window_facts(full), "prefill": _window_facts(prefill)},
+        accept_lengths=request_accept_lengths(full.counters),
     )
+
+
+def request_accept_lengths(counters: Sequence[RequestCounters]) -> tuple[float, ...] | None:
+    """Per request that verified, committed decode tokens per verify step (its first token is
+    the prefill's); None when no request carries speculative counters (a baseline arm).
+
+    The first loop only: later loops run the same prompts again, so their requests would
+    repeat these samples rather than add independent ones.
+    """
+    if all(c.spec_verify_ct is None for c in counters):
+        return None
+    return tuple((c.completion_tokens - 1) / c.spec_verify_ct for c in counters
+                 if c.spec_verify_ct is not None and c.spec_verify_ct > 0)
 
 
 def _per_loop_total(window: _Window, field_name: str) -> int | float | None:

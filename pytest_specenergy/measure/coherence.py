@@ -6,6 +6,12 @@ Scoring uses SGLang's input-logprob protocol on the non-speculative engine: send
 ``logprob_start_len = len(prompt_ids) - 1``. ``input_token_logprobs[k]`` is the log-probability
 of ``input_ids[start + k]`` given everything before it, and entry 0 is always None, so the
 continuation's logprobs are entries 1 onwards.
+
+The same scoring of the baseline's continuation, with ``top_logprobs_num=2``, gives the
+baseline model's two best tokens at each prompt's first divergence (``input_top_logprobs``,
+aligned with ``input_token_logprobs``): the margin that tells a numerical tie from a real
+divergence (:class:`~pytest_specenergy.measure.equivalence.DivergenceMargin`). It costs no
+extra request except where the baseline's answer ends at the divergence.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Sequence
 from pytest_specenergy.engines.client import EngineClient
 from pytest_specenergy.measure.degeneracy import DegeneracyReport
 from pytest_specenergy.measure.degeneracy import degeneracy
+from pytest_specenergy.measure.equivalence import DivergenceMargin
 from pytest_specenergy.measure.equivalence import first_divergence
 
 
@@ -34,6 +41,8 @@ class Coherence:
     speculative_logprob: tuple[float, ...]
     degeneracy: DegeneracyReport
     diverged: tuple[bool, ...] = ()
+    #: Per prompt, the baseline's top-2 at the first divergence (None where the arms agree).
+    margins: tuple[DivergenceMargin | None, ...] = ()
 
     @property
     def gaps(self) -> tuple[float, ...]:
@@ -57,6 +66,7 @@ class Coherence:
         return {"baseline_logprob": list(self.baseline_logprob),
                 "speculative_logprob": list(self.speculative_logprob),
                 "diverged": list(self.diverged), "mean_gap": self.mean_gap, "worst_gap": self.worst_gap,
+                "margins": [None if m is None else m.as_dict() for m in self.margins],
                 "degeneracy": self.degeneracy.as_dict()}
 
 
@@ -100,19 +110,87 @@ def prompt_token_ids(client: EngineClient, prompts: Sequence[str],
 def continuation_logprobs(client: EngineClient, prompt_ids: Sequence[int],
                           continuation: Sequence[int]) -> list[float]:
     """Per-token log-probabilities of ``continuation`` after ``prompt_ids`` under the engine's model."""
+    return score_continuation(client, prompt_ids, continuation)[0]
+
+
+#: One position's top-N under the engine's model: (logprob, token id) pairs, best first.
+TopEntries = tuple[tuple[float, int], ...]
+
+
+def score_continuation(client: EngineClient, prompt_ids: Sequence[int], continuation: Sequence[int],
+                       top_logprobs_num: int = 0) -> tuple[list[float], list[TopEntries]]:
+    """Per-token log-probabilities of ``continuation`` after ``prompt_ids`` and, with
+    ``top_logprobs_num=N``, the model's N best tokens at each of those positions (``tops[k]``
+    is the distribution ``continuation[k]`` was drawn from, given everything before it)."""
     if not continuation:
-        return []
+        return [], []
     start = len(prompt_ids) - 1
+    # The field is sent only when asked for: a client or engine without it still scores.
+    top = {"top_logprobs_num": top_logprobs_num} if top_logprobs_num else {}
     answer = client.generate([list(prompt_ids) + list(continuation)],
                              sampling_params={"max_new_tokens": 0, "temperature": 0.0},
-                             return_logprob=True, logprob_start_len=start)[0]
-    entries = answer.get("meta_info", {}).get("input_token_logprobs")
+                             return_logprob=True, logprob_start_len=start, **top)[0]
+    meta = answer.get("meta_info", {})
+    entries = meta.get("input_token_logprobs")
     # SGLang's entry 0 is (None, token_id, text); accept a bare None too.
     first_is_none = bool(entries) and (entries[0] is None or entries[0][0] is None)
     if entries is None or len(entries) != len(continuation) + 1 or not first_is_none:
         raise CoherenceError(f"input_token_logprobs should have {len(continuation) + 1} entries with "
                              f"entry 0 = None (logprob_start_len={start}); got {str(entries)[:200]}")
-    return [float(e[0]) for e in entries[1:]]
+    logprobs = [float(e[0]) for e in entries[1:]]
+    if not top_logprobs_num:
+        return logprobs, []
+    return logprobs, _top_entries(meta.get("input_top_logprobs"), len(continuation), top_logprobs_num, start)
+
+
+def _top_entries(positions: Any, n: int, top_n: int, start: int) -> list[TopEntries]:
+    """``input_top_logprobs`` (entry 0 None, then per position [[logprob, id, text], ...] best
+    first) as (logprob, id) tuples for the ``n`` continuation positions."""
+    shape = (f"input_top_logprobs should have {n + 1} entries, entry 0 None and each other a list of "
+             f"{top_n} [logprob, token_id, text] best first (top_logprobs_num={top_n}, "
+             f"logprob_start_len={start})")
+    if not isinstance(positions, list) or len(positions) != n + 1:
+        raise CoherenceError(f"{shape}; got {str(positions)[:200]}")
+    out = []
+    for k, top in enumerate(positions[1:], start=1):
+        try:
+            entries = tuple((float(e[0]), int(e[1])) for e in top)
+        except (TypeError, IndexError, ValueError):
+            raise CoherenceError(f"{shape}; entry {k} is {str(top)[:200]}") from None
+        if len(entries) < min(top_n, 2) or any(a[0] < b[0] for a, b in zip(entries, entries[1:])):
+            raise CoherenceError(f"{shape}; entry {k} is {str(top)[:200]}")
+        out.append(entries)
+    return out
+
+
+def later_gap(spec_logprobs: Sequence[float], spec_best: Sequence[TopEntries], start: int
+              ) -> tuple[float, int | None]:
+    """Largest shortfall of a speculative token below the target's best at its position, from
+    ``start`` on (scored on the speculative text), and where; (0.0, None) when none follow."""
+    gaps = [(best[0][0] - lp, k) for k, (lp, best) in enumerate(zip(spec_logprobs, spec_best)) if k >= start]
+    if not gaps:
+        return 0.0, None
+    gap, index = max(gaps)
+    return max(gap, 0.0), index
+
+
+def divergence_margin(top: TopEntries, baseline_token: int | None, speculative_token: int | None,
+                      stop_ids: Sequence[int] = (), later: tuple[float, int | None] = (0.0, None)
+                      ) -> DivergenceMargin:
+    """The baseline's top-2 margin at a divergence and whether the arms' tokens are those two.
+
+    ``None`` for a token: that arm's answer ended there; its "token" was a stop, so the other
+    top-2 entry must be one of ``stop_ids`` (without them, the divergence cannot be shown to
+    be a tie). ``later``: :func:`later_gap` of the speculative text.
+    """
+    (best_lp, best), (second_lp, second) = top[0], top[1]
+    pair = {best, second}
+    if baseline_token is not None and speculative_token is not None:
+        between = {baseline_token, speculative_token} == pair
+    else:
+        other = baseline_token if baseline_token is not None else speculative_token
+        between = other in pair and bool((pair - {other}) & set(stop_ids))
+    return DivergenceMargin(best_lp - second_lp, (best, second), between, *later)
 
 
 def _suffix_mean(values: Sequence[float], start: int) -> float:
@@ -122,28 +200,51 @@ def _suffix_mean(values: Sequence[float], start: int) -> float:
 
 def measure_coherence(client: EngineClient, prompts: Sequence[str], baseline: Sequence[Sequence[int]],
                       speculative: Sequence[Sequence[int]], special_ids: Sequence[int] = (),
-                      return_prompt_token_ids: bool | None = None) -> Coherence:
+                      return_prompt_token_ids: bool | None = None, tie_margins: bool = False) -> Coherence:
     """Score both arms' continuations on the (non-speculative) ``client`` engine.
 
     Each prompt is scored from its first divergence on: the shared prefix is equally likely
     in both arms and would only dilute the gap. Identical continuations are not rescored.
     ``return_prompt_token_ids``: whether the engine supports that ``/generate`` field (set it
     from the server's version, e.g. ``SGLangBackend.supports_prompt_token_ids``); None means
-    unknown and is treated as no (see :func:`prompt_token_ids`).
+    unknown and is treated as no (see :func:`prompt_token_ids`). ``tie_margins``: the baseline
+    continuation's scoring also asks for the top-2 logprobs (``top_logprobs_num=2``), for each
+    divergence's margin (``margins``); without it every divergence stays unclassified, which
+    equivalence judges as real (exact equality).
     """
     if all(list(b) == list(s) for b, s in zip(baseline, speculative)):
         n = len(baseline)  # nothing diverged: nothing to score
-        return Coherence((0.0,) * n, (0.0,) * n, degeneracy(baseline, speculative, special_ids), (False,) * n)
+        return Coherence((0.0,) * n, (0.0,) * n, degeneracy(baseline, speculative, special_ids), (False,) * n,
+                         (None,) * n)
     prompt_ids = prompt_token_ids(client, prompts, return_prompt_token_ids)
     base_scores, spec_scores, diverged = [], [], []
+    margins: list[DivergenceMargin | None] = []
     for ids, base, spec in zip(prompt_ids, baseline, speculative):
         diverged.append(list(spec) != list(base))
         if not diverged[-1]:
             base_scores.append(0.0)
             spec_scores.append(0.0)
+            margins.append(None)
             continue
         start = first_divergence(base, spec) or 0
-        base_scores.append(_suffix_mean(continuation_logprobs(client, ids, base), start))
-        spec_scores.append(_suffix_mean(continuation_logprobs(client, ids, spec), start))
+        base_lp, base_top = score_continuation(client, ids, base, top_logprobs_num=2 if tie_margins else 0)
+        base_scores.append(_suffix_mean(base_lp, start))
+        spec_lp, spec_best = score_continuation(client, ids, spec, top_logprobs_num=1 if tie_margins else 0)
+        spec_scores.append(_suffix_mean(spec_lp, start))
+        margins.append(_margin_at(client, ids, list(base), list(spec), start, base_top, special_ids,
+                                  later_gap(spec_lp, spec_best, start)) if tie_margins else None)
     return Coherence(tuple(base_scores), tuple(spec_scores), degeneracy(baseline, speculative, special_ids),
-                     tuple(diverged))
+                     tuple(diverged), tuple(margins))
+
+
+def _margin_at(client: EngineClient, prompt_ids: Sequence[int], base: list[int], spec: list[int],
+               at: int, base_top: list[TopEntries], stop_ids: Sequence[int],
+               later: tuple[float, int | None]) -> DivergenceMargin:
+    """The baseline model's top-2 at position ``at`` given the common prefix ``base[:at]``."""
+    if at < len(base):  # the baseline's own scoring already holds that position
+        return divergence_margin(base_top[at], base[at], spec[at] if at < len(spec) else None, stop_ids,
+                                 later)
+    # The baseline's answer ended here (its stop token not in output_ids): score the common
+    # prefix plus the speculative arm's next token, which puts the position in the input.
+    top = score_continuation(client, prompt_ids, base + [spec[at]], top_logprobs_num=2)[1]
+    return divergence_margin(top[at], None, spec[at], stop_ids, later)

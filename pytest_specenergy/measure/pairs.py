@@ -188,7 +188,7 @@ class PairMeasurer:
             # speculates, so the speculative engine scores as its twin would.
             speculative = arms["speculative"]
             coherence = measure_coherence(server.client, case.pool(), baseline.outputs, speculative.outputs,
-                                          server.server_info.get("special_token_ids", ()))
+                                          server.server_info.get("special_token_ids", ()), tie_margins=True)
             self._pairs[case] = PairResult(case, case.id, baseline, speculative, coherence,
                                            order=order, reference=arms.get("reference"))
         return self._pairs[case]

@@ -8,6 +8,7 @@ where the figures came from (``measured (nvml)`` or ``modeled (<gpu>)``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from dataclasses import field
 from functools import cached_property
@@ -19,6 +20,7 @@ from pytest_specenergy.measure.checks import DEFAULT_MAX_LOGPROB_GAP
 from pytest_specenergy.measure.checks import Check
 from pytest_specenergy.measure.checks import pair_checks
 from pytest_specenergy.measure.coherence import Coherence
+from pytest_specenergy.measure.equivalence import DEFAULT_TIE_MARGIN
 from pytest_specenergy.measure.equivalence import Equivalence
 from pytest_specenergy.measure.equivalence import compare_outputs
 
@@ -40,6 +42,11 @@ class RepeatSample:
     proposed_drafts: int | None
     loops: int = 1
     window: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: Per request of the full window that verified (first loop, pool order): committed
+    #: decode tokens per verify step, ``(completion_tokens - 1) / spec_verify_ct`` - samples
+    #: for judging accept length with its spread. None: no speculative counters (a baseline
+    #: arm, or a record written before the field existed).
+    accept_lengths: tuple[float, ...] | None = None
 
     @property
     def energy_per_token(self) -> float | None:
@@ -52,7 +59,35 @@ class RepeatSample:
                 "decode_tokens": self.decode_tokens, "energy_per_token": self.energy_per_token,
                 "tbt_ms": self.tbt_ms, "verify_steps": self.verify_steps,
                 "correct_drafts": self.correct_drafts, "proposed_drafts": self.proposed_drafts,
-                "loops": self.loops, "window": self.window}
+                "loops": self.loops, "window": self.window,
+                "accept_lengths": None if self.accept_lengths is None else list(self.accept_lengths)}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> RepeatSample:
+        """A sample read back from :meth:`as_dict`'s record (``energy_per_token`` is derived).
+
+        ``accept_lengths`` is optional (files written before it existed load with None); a
+        present one must be a list of finite numbers >= 0 or the record is refused with the reason.
+        """
+        raw = record.get("accept_lengths")
+        lengths = None
+        if raw is not None:
+            ok = isinstance(raw, list) and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                for v in raw)
+            if not ok:
+                raise ValueError(f"sample accept_lengths is {raw!r:.80}; expected a list of finite numbers "
+                                 f">= 0 (committed tokens per verify step, one per request) or null")
+            lengths = tuple(float(v) for v in raw)
+        try:
+            return cls(decode_joules=record["decode_joules"], decode_seconds=record["decode_seconds"],
+                       decode_tokens=record["decode_tokens"], tbt_ms=record.get("tbt_ms"),
+                       verify_steps=record.get("verify_steps"), correct_drafts=record.get("correct_drafts"),
+                       proposed_drafts=record.get("proposed_drafts"), loops=record.get("loops", 1),
+                       window=dict(record.get("window") or {}), accept_lengths=lengths)
+        except KeyError as exc:
+            raise ValueError(f"sample record lacks {exc.args[0]!r}; a sample needs decode_joules, "
+                             f"decode_seconds and decode_tokens") from None
 
 
 @dataclass(frozen=True)
@@ -195,7 +230,9 @@ class PairResult:
     @cached_property
     def equivalence(self) -> Equivalence:
         """Per-prompt comparison of the two arms' output token ids."""
-        return compare_outputs(self.baseline.outputs, self.speculative.outputs)
+        # The baseline's top-2 margins at each divergence come from coherence's scoring.
+        margins = self.coherence.margins if self.coherence is not None else ()
+        return compare_outputs(self.baseline.outputs, self.speculative.outputs, margins)
 
     @cached_property
     def checks(self) -> tuple[Check, ...]:
@@ -254,27 +291,41 @@ class PairResult:
         return self
 
     def assert_equivalent(self, min_common_prefix: int | None = None,
-                          min_exact_fraction: float | None = None) -> PairResult:
-        """Greedy outputs match the baseline's token ids.
+                          min_exact_fraction: float | None = None,
+                          tie_margin: float = DEFAULT_TIE_MARGIN) -> PairResult:
+        """Greedy outputs match the baseline's token ids, up to numerical ties.
 
-        With no arguments every prompt must match exactly. ``min_common_prefix=N`` asks each
-        prompt to agree on its first N tokens (or all of them, if the answer is shorter);
-        ``min_exact_fraction`` bounds the share of prompts that match exactly.
+        A prompt whose first divergence is a numerical tie (the baseline's two best tokens there
+        are the arms' two tokens, less than ``tie_margin`` nats apart: see
+        :mod:`~pytest_specenergy.measure.equivalence`) counts as matching, here and towards both
+        bounds: its text after the tie is judged by :meth:`assert_coherent`, not here. Any other
+        divergence is real, and so is one whose margin was not measured. With no arguments
+        every prompt must match exactly or at a tie, so any real divergence fails;
+        ``min_common_prefix=N`` asks each prompt to agree on its first N tokens (or all of them,
+        if the answer is shorter) unless it diverged at a tie; ``min_exact_fraction`` bounds the
+        share of prompts that match (exactly or at a tie). ``tie_margin=0`` is exact equality.
+        Ties are counted in the JSON (``equivalence.ties``) and in :meth:`describe`.
         """
-        eq = self.equivalence
+        eq = self.equivalence.classified(tie_margin)
         if min_common_prefix is None and min_exact_fraction is None:
             min_exact_fraction = 1.0
-        if min_exact_fraction is not None and eq.exact_fraction < min_exact_fraction:
+        real = eq.real_divergences
+        if not eq.requests:
+            self._fail("equivalence cannot be judged: the arms answered no prompts")
+        if min_exact_fraction is not None and eq.matched_fraction < min_exact_fraction:
             self._fail(f"outputs differ from the baseline: exact-match fraction "
-                       f"{eq.exact_fraction:.3f} is below the required {min_exact_fraction:.3f}")
+                       f"{eq.matched_fraction:.3f} (counting {len(eq.ties)} numerical tie(s) as "
+                       f"matches) is below the required {min_exact_fraction:.3f}\n  {len(real)} real "
+                       f"divergence(s), the first at {real[0].describe(tie_margin)}")
         if min_common_prefix is not None:
             # An identical answer shorter than N (it ended at EOS) still agrees on all of it.
-            short = [r for r in eq.requests if not r.exact and r.common_prefix < min_common_prefix]
+            short = [r for r in real if r.common_prefix < min_common_prefix]
             if short:
-                worst = min(short, key=lambda r: r.common_prefix)
+                worst = short[0]
                 self._fail(f"outputs diverge from the baseline at token {worst.common_prefix} of "
                            f"prompt {worst.prompt_index}, before the required common prefix of "
-                           f"{min_common_prefix} ({len(short)} of {len(eq.requests)} prompts short)")
+                           f"{min_common_prefix} ({len(short)} of {len(eq.requests)} prompts short; "
+                           f"a real divergence: {worst.describe(tie_margin)})")
         return self
 
     def assert_coherent(self, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_GAP) -> PairResult:

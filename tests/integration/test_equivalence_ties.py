@@ -1,0 +1,77 @@
+"""Numerical ties pass assert_equivalent, real divergences fail it: the reference server's faults.
+
+``numerical-noise`` perturbs the target's logits in their last bits (a bf16 ulp, relative),
+differently per step shape, as batch-dependent GPU kernels do. It moves a greedy token only
+where the target's two best nearly tie, so it needs enough near-ties to show: at batch 4, 96
+new tokens and 8 prompts of the conversation and news corpora it diverges on 5 of the 16
+prompts, every one a tie (4 prompts of 32 tokens on the code corpus show none).
+``accept-off-by-one`` and ``skip-state-rollback`` are real bugs and must still fail; they
+diverge within a few tokens, so a short run shows them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_specenergy.measure.equivalence import DEFAULT_TIE_MARGIN
+
+SUITE = """
+import pytest
+from pytest_specenergy import Drafter
+
+@pytest.mark.model("{model}")
+@pytest.mark.corpus({corpora})
+@pytest.mark.drafter({drafter})
+@pytest.mark.batch(4)
+@pytest.mark.generation(max_new_tokens={tokens}, prompts=8)
+def test_equivalent(spec_pair):
+    spec_pair.measure().assert_equivalent()
+"""
+DRAFT = 'Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=4, id="draft")'
+NOISE = SUITE.format(model="tiny:dense", drafter=DRAFT, corpora='"conversation", "news"', tokens=96)
+DENSE = SUITE.format(model="tiny:dense", drafter=DRAFT, corpora='"conversation"', tokens=24)
+HYBRID = SUITE.format(model="tiny:hybrid", drafter='"ngram"', corpora='"conversation"', tokens=24)
+
+
+def counts(path: Path) -> tuple[int, int, list[dict]]:
+    """Ties, real divergences and every divergence record over the run's pairs."""
+    results = json.loads(path.read_text())["results"]
+    divergences = [d for r in results for d in r["equivalence"]["divergences"]]
+    return (sum(r["equivalence"]["ties"] for r in results),
+            sum(r["equivalence"]["real_divergences"] for r in results), divergences)
+
+
+def test_numerical_noise_makes_ties_that_pass(pytester: pytest.Pytester, run_suite):
+    pytester.makepyfile(test_ties=NOISE)
+    out = pytester.path / "run.json"
+    noisy = run_suite("--specenergy-fault=numerical-noise", f"--specenergy-json={out}", "--specenergy-pool=8")
+    noisy.assert_outcomes(passed=2)
+    ties, real, divergences = counts(out)
+    assert ties >= 1 and real == 0, divergences  # ties really occur, and pass
+    assert all(d["class"] == "tie" and d["margin"] < DEFAULT_TIE_MARGIN and d["top2"]["between_top2"]
+               for d in divergences)
+
+
+def test_off_by_one_acceptance_is_a_real_divergence(pytester: pytest.Pytester, run_suite):
+    pytester.makepyfile(test_ties=DENSE)
+    out = pytester.path / "run.json"
+    faulted = run_suite("--specenergy-fault=accept-off-by-one", f"--specenergy-json={out}", "--specenergy-pool=8")
+    faulted.assert_outcomes(failed=1)
+    faulted.stdout.fnmatch_lines(["*outputs differ from the baseline: exact-match fraction * (counting * "
+                                  "numerical tie(s) as matches) is below the required 1.000",
+                                  "* real divergence(s), the first at token * of prompt * (baseline top-2 margin *"])
+    ties, real, _ = counts(out)
+    assert real > ties
+
+
+def test_skipped_state_rollback_is_a_real_divergence(pytester: pytest.Pytester, run_suite):
+    pytester.makepyfile(test_ties=HYBRID)
+    out = pytester.path / "run.json"
+    faulted = run_suite("--specenergy-fault=skip-state-rollback", f"--specenergy-json={out}", "--specenergy-pool=8")
+    faulted.assert_outcomes(failed=1)
+    faulted.stdout.fnmatch_lines(["*real divergence(s), the first at token * of prompt *"])
+    ties, real, _ = counts(out)
+    assert real > ties
