@@ -46,6 +46,12 @@ write_pth() {
     echo "$STANDINS" > "$site/zz_specenergy_standins.pth"
 }
 
+# One build of DEST at a time: xdist workers and dev/setup.sh may ask for the same one; the
+# second waits for the first and then finds its stamp.
+mkdir -p "$(dirname "$DEST")"
+exec 9>"$DEST.lock"
+flock 9
+
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$STAMP_TEXT" ] && [ -x "$DEST/bin/python" ]; then
     write_pth
     echo "sglang_env: $DEST is up to date ($STAMP_TEXT)"

@@ -237,7 +237,10 @@ class SGLangBackend:
             "decode_log_interval": 1,
             "log_level": DEFAULT_LOG_LEVEL,
         }
-        if facts.spec_disables_overlap:
+        if facts.spec_disables_overlap or config.device == "cpu":
+            # SGLang turns the overlap scheduler off for a speculative engine below 0.5.14, and
+            # on CPU in 0.5.23 (speculative_hook.py:66-75, _disable_overlap_schedule_for_cpu;
+            # seen live): off in both arms, so that the baseline stays the spec engine's twin.
             args["disable_overlap_schedule"] = True
         if config.device not in ("auto", ""):
             args["device"] = config.device
@@ -288,9 +291,9 @@ class SGLangBackend:
         if version > sa.NEWEST_READ:
             notes.append(f"newer than {sa.format_version(sa.NEWEST_READ)}, the newest release "
                          "read; its command-line facts are assumed")
-        if facts.spec_disables_overlap:
-            notes.append("overlap scheduler off in both arms: this release turns it off for "
-                         "speculative engines")
+        if facts.spec_disables_overlap or config.device == "cpu":
+            notes.append("overlap scheduler off in both arms: this release (or the CPU device) "
+                         "turns it off for speculative engines")
         drafter = config.drafter
         if drafter is not None and drafter.name == "ngram" and not facts.ngram_match_windows:
             notes.append("ngram min/max_match_window apply to the reference server only; "
@@ -341,18 +344,44 @@ _RESOLVED_IGNORED = frozenset({
 })
 
 
+# Decode CUDA-graph capture lists: SGLang resolves a finer one for a speculative engine even
+# when decode graphs are off (nothing is captured then), and the plugin pins none in that case.
+_DECODE_CAPTURE_LISTS = frozenset({"cuda_graph_bs", "cuda_graph_bs_decode"})
+
+
+def _decode_graphs_off(info: Any) -> bool:
+    """Whether ``/server_info`` says decode CUDA graphs are disabled (any release's spelling)."""
+    config = info.get("cuda_graph_config")
+    decode = config.get("decode") if isinstance(config, dict) else None
+    return bool(info.get("disable_cuda_graph") or info.get("disable_decode_cuda_graph")
+                or (isinstance(decode, dict) and decode.get("backend") == "disabled"))
+
+
+def _without_decode_list(config: Any) -> Any:
+    if not isinstance(config, dict) or not isinstance(config.get("decode"), dict):
+        return config
+    return {**config, "decode": {k: v for k, v in config["decode"].items() if k != "bs"}}
+
+
 def resolved_args_difference(spec_info: Any, base_info: Any) -> list[str]:
     """Resolved settings outside ``speculative_*`` that differ between two ``/server_info``.
 
     Unlike ``meta_info.server_args_difference`` (a fixed list of keys), every key both servers
-    report is compared, except ``speculative_*``, ports/addresses and ``internal_states``.
+    report is compared, except ``speculative_*``, ports/addresses and ``internal_states``,
+    and, when both arms have decode CUDA graphs off, the decode capture list (never captured).
     One line per difference; empty for a matched pair.
     """
     lines = []
+    graphless = _decode_graphs_off(spec_info) and _decode_graphs_off(base_info)
     for key in sorted(set(spec_info) & set(base_info)):
         if key.startswith("speculative_") or key in _RESOLVED_IGNORED:
             continue
-        if spec_info[key] != base_info[key]:
+        spec_value, base_value = spec_info[key], base_info[key]
+        if graphless and key in _DECODE_CAPTURE_LISTS:
+            continue
+        if graphless and key == "cuda_graph_config":
+            spec_value, base_value = _without_decode_list(spec_value), _without_decode_list(base_value)
+        if spec_value != base_value:
             lines.append(f"{key}: {spec_info[key]!r} (speculative) vs {base_info[key]!r} "
                          "(baseline)")
     return lines

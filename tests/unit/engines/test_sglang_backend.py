@@ -373,3 +373,104 @@ def test_dry_run_lines_take_any_backend():
            "--num-draft-tokens 4" in lines
     assert "# differs: speculative: --drafter ngram (speculative) vs none (baseline)" in lines
     assert dry_run_lines(cfg.twin(), _StubBackend())[-1].startswith("baseline: python -m stub")
+
+
+def test_twin_check_ignores_the_decode_capture_list_when_decode_graphs_are_off():
+    # SGLang 0.5.23 resolves a finer decode list for a spec engine even with decode graphs
+    # disabled (tests/sglang conformance, simulated H200); nothing is captured, so a graphs-off
+    # pair is still a twin. With graphs on, the same difference is a real one.
+    from pytest_specenergy.engines.sglang import resolved_args_difference
+
+    def info(bs, backend):
+        return {"cuda_graph_config": {"decode": {"backend": backend, "max_bs": 48, "bs": bs},
+                                      "prefill": {"backend": backend}}}
+
+    spec_list, base_list = [1, 2, 3, 4, 6, 8], [1, 2, 4, 8]
+    assert resolved_args_difference(info(spec_list, "disabled"), info(base_list, "disabled")) == []
+    [line] = resolved_args_difference(info(spec_list, "full"), info(base_list, "full"))
+    assert line.startswith("cuda_graph_config:")
+    old = {"disable_cuda_graph": True, "cuda_graph_bs": spec_list}
+    assert resolved_args_difference(old, dict(old, cuda_graph_bs=base_list)) == []
+    assert resolved_args_difference(dict(old, disable_cuda_graph=False),
+                                    dict(old, disable_cuda_graph=False, cuda_graph_bs=base_list))
+    # One arm with graphs off is not excused (the CUDA-graph check names that case too).
+    assert resolved_args_difference(info(spec_list, "disabled"), info(base_list, "full"))
+
+
+# --- payloads captured from a live SGLang 0.5.23 CPU server (tests/data/sglang/live-0.5.23) ---
+
+def _live(name: str) -> Any:
+    from pathlib import Path
+
+    return json.loads((Path(__file__).resolve().parents[2] / "data" / "sglang" / "live-0.5.23"
+                       / name).read_text())
+
+
+def test_captured_generate_batch_parses_as_a_baseline_window():
+    from pytest_specenergy.engines.meta_info import parse_meta_info
+
+    request = _live("generate_text_batch.request.json")
+    answers = _live("generate_text_batch.json")
+    assert len(answers) == len(request["text"])  # a list, in input order
+    for rid, answer in zip(request["rid"], answers):
+        counters = parse_meta_info(answer["meta_info"])
+        assert counters.rid == rid and counters.completion_tokens == 32 == len(answer["output_ids"])
+        assert (counters.finish_type, counters.finish_detail) == ("length", 32)
+        assert counters.spec_verify_ct is None and counters.correct_drafts_histogram is None
+        assert counters.retractions == 0 and counters.problems() == []
+    prefill = [parse_meta_info(a["meta_info"]) for a in _live("generate_prefill_batch.json")]
+    assert [c.completion_tokens for c in prefill] == [1, 1, 1, 1]
+
+
+def test_captured_server_info_step_records_and_resolved_args():
+    from pytest_specenergy.engines.meta_info import concurrency_between
+    from pytest_specenergy.engines.meta_info import parse_concurrency
+    from pytest_specenergy.engines.sglang import resolved_args_difference
+
+    before, after = _live("server_info_before.json"), _live("server_info_after.json")
+    # 4 prompts x 32 tokens at batch 4: the first token comes from prefill, 31 decode steps.
+    assert concurrency_between(before, after)["steps_by_running"] == {4: 31}
+    assert parse_concurrency(after)["max_running_requests"] == 8
+    assert parse_concurrency(_live("no_step_time/server_info_after.json"))["steps"] is None
+    # The twin check on a real payload: itself is a twin; another port is still one; a real
+    # resolved difference (the decode capture list, graphs on) is named.
+    assert after["version"] == "0.5.23" and after["device"] == "cpu"
+    assert resolved_args_difference(after, dict(after, port=1, nccl_port=2)) == []
+    config = after["cuda_graph_config"]
+    finer = dict(after, cuda_graph_config={**config, "decode": {**config["decode"], "bs": [1, 2, 3]}})
+    graphs_on = config["decode"]["backend"] != "disabled" and not after.get("disable_decode_cuda_graph")
+    assert bool(resolved_args_difference(finer, after)) == graphs_on
+
+
+def test_hand_made_fixtures_use_only_keys_real_sglang_sends():
+    # The constructed fixtures (speculative counters cannot be captured on CPU) must not rely
+    # on keys the real 0.5.23 server does not send; spec-only keys are the exception.
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[2] / "data" / "sglang"
+    real_meta = set(_live("generate_text_batch.json")[0]["meta_info"])
+    spec_only = {"spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts",
+                 "spec_correct_drafts_histogram", "spec_accept_length", "spec_accept_rate",
+                 "spec_accept_token_num", "spec_draft_token_num"}
+    hand = json.loads((data / "generate_spec_0.5.23.json").read_text())
+    extra = {k for r in hand for k in r["meta_info"]} - real_meta - spec_only
+    assert not extra, f"hand-made generate_spec_0.5.23.json has keys real SGLang lacks: {extra}"
+    real_info = _live("server_info_after.json")
+    hand_info = json.loads((data / "server_info_0.5.23.json").read_text())
+    assert set(hand_info) - set(real_info) == set()
+    assert set(hand_info["internal_states"][0]) - set(real_info["internal_states"][0]) - set(real_info) \
+        <= {"avg_spec_accept_length"}
+
+
+def test_overlap_scheduler_off_in_both_arms_on_cpu():
+    import dataclasses
+
+    # SGLang 0.5.23 disables the overlap scheduler for a speculative engine on CPU
+    # (_disable_overlap_schedule_for_cpu) but not for its baseline: the live CPU twin check
+    # (tests/sglang/test_sglang_live.py) found disable_overlap_schedule True vs False.
+    for drafter in (None, Drafter("ngram")):
+        cpu_config = dataclasses.replace(config(drafter, "0.5.23"), device="cpu")
+        cpu = SGLangBackend().command(cpu_config, "h", 1)
+        assert "--disable-overlap-schedule" in cpu
+    gpu = SGLangBackend().command(config(Drafter("ngram"), "0.5.23"), "h", 1)
+    assert "--disable-overlap-schedule" not in gpu

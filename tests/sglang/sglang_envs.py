@@ -1,0 +1,105 @@
+"""Real SGLang for tests/sglang/: environments, tiny checkpoints, the conformance worker.
+
+Every environment comes from ``dev/sglang_env.sh`` (the real ``sglang`` wheel without its
+dependencies, CPU torch, the import-only stand-ins), cached under ``.sglang-envs/`` in the
+repository root and rebuilt only when its stamp differs; ``dev/setup.sh`` builds them ahead of
+the test run so that the run itself finds them ready. Set ``SPECENERGY_SGLANG_ENVS`` to use
+environments elsewhere. ``SPECENERGY_SKIP_SGLANG=1`` skips this folder, saying so on every test
+(for a machine that cannot install SGLang); otherwise a failed build fails the tests.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ENV_ROOT = Path(os.environ.get("SPECENERGY_SGLANG_ENVS", REPO / ".sglang-envs"))
+WORKER = Path(__file__).resolve().parent / "sglang_worker.py"
+#: The newest and the oldest release the plugin supports (engines/sglang_args.py MIN_VERSION).
+NEWEST, OLDEST = "0.5.23", "0.5.9"
+SKIP_REASON = ("SPECENERGY_SKIP_SGLANG=1: the real-SGLang tests (conformance against SGLang's "
+               "own parser, the live CPU baseline arm) did not run")
+
+
+@functools.lru_cache(maxsize=None)
+def _build(version: str) -> tuple[Path, str | None]:
+    dest = ENV_ROOT / version
+    done = subprocess.run(["bash", str(REPO / "dev" / "sglang_env.sh"), version, str(dest)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:  # kept, so that one failed build is not retried by every test
+        return dest, (f"dev/sglang_env.sh {version} {dest} failed (exit {done.returncode}):\n"
+                      f"{(done.stdout + done.stderr)[-4000:]}")
+    return dest / "bin" / "python", None
+
+
+def sglang_python(version: str) -> Path:
+    """The Python of ``version``'s environment, built by ``dev/sglang_env.sh`` if its stamp is
+    missing or stale (the script holds a lock, so xdist workers wait for one build). Checked
+    once per process; a failed build fails every test that needs it, with the script's output."""
+    python, error = _build(version)
+    if error:
+        pytest.fail(error, pytrace=False)
+    return python
+
+
+def tiny_models() -> tuple[str, str]:
+    """A 2-layer random Llama target and a 1-layer draft (local paths: SGLang's resolution reads
+    their ``config.json``), made once from a seed and kept beside the environments."""
+    out = ENV_ROOT / "tiny-models"
+    paths = (out / "target", out / "draft")
+    with _locked(ENV_ROOT / "tiny-models.lock"):
+        if not all((p / "config.json").exists() for p in paths):
+            py = sglang_python(NEWEST)
+            for path, layers in zip(paths, (2, 1)):
+                subprocess.run([str(py), str(REPO / "dev" / "sglang_tiny_model.py"), str(path),
+                                "--layers", str(layers)], check=True, capture_output=True)
+    return str(paths[0]), str(paths[1])
+
+
+class _locked:
+    """An exclusive ``flock`` on ``path`` for the ``with`` block (xdist workers share files)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fh = open(self.path, "w")
+        fcntl.flock(self.fh, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: Any) -> None:
+        fcntl.flock(self.fh, fcntl.LOCK_UN)
+        self.fh.close()
+
+
+def run_worker(version: str, mode: str, items: list[dict[str, Any]],
+               timeout: float = 600) -> dict[str, dict[str, Any]]:
+    """``items`` through SGLang ``version``'s own code (``sglang_worker.py`` MODE); id -> result.
+
+    The answer is cached on disk, keyed by the worker's source, the release and the items, so
+    that two xdist workers (and reruns) do not repeat a 10-20 s SGLang import and resolution.
+    """
+    py = sglang_python(version)
+    key = hashlib.sha256(json.dumps([WORKER.read_text(), version, mode, items],
+                                    sort_keys=True).encode()).hexdigest()[:20]
+    cache = ENV_ROOT / "worker-cache" / f"{version}-{mode}-{key}.json"
+    with _locked(cache.with_suffix(".lock")):
+        if not cache.exists():
+            done = subprocess.run([str(py), str(WORKER), "--worker", mode], input=json.dumps(items),
+                                  capture_output=True, text=True, timeout=timeout)
+            if done.returncode != 0:
+                pytest.fail(f"SGLang {version} worker ({mode}) failed with exit "
+                            f"{done.returncode}:\n{done.stderr[-4000:]}", pytrace=False)
+            json.loads(done.stdout)  # a truncated answer must not be cached
+            cache.write_text(done.stdout)
+        results = json.loads(cache.read_text())
+    return {r["id"]: r for r in results}

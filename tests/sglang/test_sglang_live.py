@@ -1,0 +1,282 @@
+"""The plugin against a real SGLang 0.5.23 CPU server: the baseline arm, live.
+
+A pytester suite with ``--specenergy-engine=sglang`` and one NGRAM case. What it verifies, on
+the real server (``--device cpu --attention-backend torch_native --dtype float32``, the import-
+only stand-ins for torchvision and sgl_kernel):
+
+* baseline half (asserted): the plugin's launcher (``EnginePool``/``ServerProcess``: argv,
+  ``SGLANG_RECORD_STEP_TIME``, health wait, identity), client, a measured baseline repeat
+  (``ArmMeasurer``: ``/flush_cache`` before each window, batched ``/generate``, the steady-state
+  window that ends with ``/abort_request``, ``meta_info`` counters, ``step_time_dict`` step
+  records), the twin check (``resolved_args_difference``) between the live baseline's
+  ``/server_info`` and SGLang's own CPU resolution of the speculative arm's argv, an aborted
+  non-streaming ``/generate`` (by rid and ``abort_all``), and shutdown (no process left);
+* speculative half (xfail, strict, with SGLang's own reason): the NGRAM engine is started for
+  real and is expected to die at start-up; SGLang has no CPU speculative path without a CPU
+  build of sgl-kernel (shared/reference/sglang-audit.md part (c)). If it ever starts, the xfail
+  turns into a failure saying so.
+
+Energy is not measured here (no GPU, and SGLang has no work trace for the modeled meter): the
+suite's meter is a wall-clock stand-in, labelled as such. The stand-ins log every import and
+call; the baseline server's log must show imports and no call.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from sglang_envs import NEWEST
+from sglang_envs import REPO
+from sglang_envs import run_worker
+from sglang_envs import sglang_python
+
+from pytest_specenergy.engines.sglang import resolved_args_difference
+
+MAX_NEW_TOKENS = 16
+
+CONFTEST = '''
+from pytest_specenergy.meters.base import EnergyWindow
+import time
+
+
+class WallClockStandInMeter:
+    """Hand-written stand-in for NVML, which cannot exist on this CPU-only machine: it times
+    each window and reports 1 J per second, labelled so nobody reads it as energy."""
+
+    kind = "nvml"
+    label = "wall-clock stand-in (not energy: no GPU)"
+    min_window_s = 0.0
+
+    def describe(self):
+        return {"kind": self.kind, "label": self.label}
+
+    def start(self, engine):
+        return time.perf_counter()
+
+    def stop(self, token):
+        seconds = time.perf_counter() - token
+        return EnergyWindow(joules=seconds, seconds=seconds, source=self.label)
+
+    def close(self):
+        pass
+
+
+def pytest_specenergy_make_meter(kind, engine):
+    return WallClockStandInMeter()
+'''
+
+SUITE = '''
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from pytest_specenergy import Drafter
+from pytest_specenergy.measure.arm import ArmMeasurer
+
+FACTS = os.environ["SPECENERGY_LIVE_FACTS"]
+pytestmark = [
+    pytest.mark.model(MODEL, dtype="float32", device="cpu", python=PYTHON, sglang_version="0.5.23",
+                      attention_backend="torch_native", sleep_on_idle=True,
+                      max_total_tokens=16384, max_running_requests=4),
+    pytest.mark.corpus("code"),
+    pytest.mark.generation(max_new_tokens=MAX_NEW_TOKENS, prompts=8),
+    pytest.mark.drafter(Drafter("ngram", num_draft_tokens=4)),
+    pytest.mark.batch(4),
+]
+
+
+def save(name, value):
+    facts = json.load(open(FACTS)) if os.path.exists(FACTS) else {}
+    facts[name] = value
+    json.dump(facts, open(FACTS, "w"), indent=1, default=repr)
+
+
+def aborted_generate(client, rid, abort_all):
+    """A long non-streaming /generate, cut after 2 s by /abort_request; returns its answer."""
+    box = {}
+
+    def call():
+        try:
+            box["answer"] = client.generate(
+                text=["def fibonacci(n):"], rids=[rid],
+                sampling_params={"max_new_tokens": 3000, "temperature": 0.0, "ignore_eos": True})
+        except Exception as exc:
+            box["error"] = f"{type(exc).__name__}: {exc}"
+
+    thread = threading.Thread(target=call)
+    start = time.perf_counter()
+    thread.start()
+    time.sleep(2.0)
+    client.abort(None if abort_all else rid)
+    thread.join(60)
+    return {"seconds": time.perf_counter() - start, "alive": thread.is_alive(), **box}
+
+
+def test_baseline_half(spec_pair):
+    # spec_pair gives the case and the session; .measure() (both arms) cannot run on CPU.
+    case, pairs = spec_pair.case, spec_pair.session.measurer
+    os.environ["SPECENERGY_STANDIN_LOG"] = STANDIN_BASE
+    t0 = time.perf_counter()
+    server = pairs.pool.get(case.baseline_config())
+    save("startup_s", time.perf_counter() - t0)
+    save("argv", server.argv)
+    save("env_record_step_time", server.env.get("SGLANG_RECORD_STEP_TIME"))
+    save("identity", server.identity)
+    save("spec_argv", server.backend.command(case.spec_config(), "127.0.0.1", 30000))
+    before = server.client.server_info()
+    t0 = time.perf_counter()
+    run = ArmMeasurer(server, pairs.meter_for(server), case, 1, 0).measure("baseline")
+    save("measure_s", time.perf_counter() - t0)
+    after = server.client.server_info()
+    save("server_info", {k: v for k, v in after.items() if k != "internal_states"})
+    save("step_time_keys_after", sorted(after["internal_states"][0].get("step_time_dict", {})))
+    save("run", {"concurrency": run.concurrency, "counter_problems": list(run.counter_problems),
+                 "outputs": [len(o) for o in run.outputs], "finish": list(run.finish_reasons),
+                 "stable": run.outputs_stable, "source": run.source,
+                 "samples": [s.as_dict() for s in run.samples]})
+    t0 = time.perf_counter()
+    save("abort_rid", aborted_generate(server.client, "specenergy-abort-1", abort_all=False))
+    save("abort_all", aborted_generate(server.client, "specenergy-abort-2", abort_all=True))
+    save("abort_s", time.perf_counter() - t0)
+    server.client.flush_cache()  # idle again after the aborts
+    pgid = server.pid
+    t0 = time.perf_counter()
+    server.stop()
+    save("stop_s", time.perf_counter() - t0)
+    save("group_left", group_members(pgid, settle_s=10.0))
+
+
+def group_members(pgid, settle_s):
+    """Processes of group ``pgid`` still running (zombies waiting for init are not running),
+    as "pid state name"; polled for up to ``settle_s``."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        left = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+            if int(rest[2]) == pgid and rest[0] != "Z":
+                left.append(f"{entry} {rest[0]} {name}")
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def test_speculative_half(spec_pair):
+    os.environ["SPECENERGY_STANDIN_LOG"] = STANDIN_SPEC
+    t0 = time.perf_counter()
+    try:
+        spec_pair.session.measurer.pool.get(spec_pair.case.spec_config())
+    except Exception as exc:
+        save("spec_start", {"seconds": time.perf_counter() - t0, "error": f"{type(exc).__name__}: {exc}"})
+        pytest.xfail("speculative arm not runnable on CPU: real SGLang 0.5.23 NGRAM died at start-up "
+                     "(no CPU speculative path without a CPU build of sgl-kernel; the import-only "
+                     f"stand-in refused the first kernel call): {str(exc).splitlines()[0][:300]}")
+    save("spec_start", {"seconds": time.perf_counter() - t0, "error": None})
+    pytest.fail("SGLang started NGRAM on CPU: make this a full spec_pair case and drop the xfail")
+'''
+
+
+def _events(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_plugin_against_a_live_sglang_cpu_server(pytester: pytest.Pytester, tiny_models,
+                                                 monkeypatch, tmp_path):
+    python = sglang_python(NEWEST)
+    model = tiny_models[0]
+    facts = tmp_path / "facts.json"
+    base_log, spec_log = tmp_path / "standin-baseline.jsonl", tmp_path / "standin-spec.jsonl"
+    monkeypatch.setenv("SPECENERGY_LIVE_FACTS", str(facts))
+    monkeypatch.setenv("SGLANG_USE_CPU_ENGINE", "1")  # SGLang's CPU engine (audit part (c))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("SPECENERGY_STANDIN_LOG", str(base_log))  # the suite switches it per arm
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_live_suite=SUITE.replace("MODEL", repr(model))
+                        .replace("PYTHON", repr(str(python)))
+                        .replace("MAX_NEW_TOKENS", str(MAX_NEW_TOKENS))
+                        .replace("STANDIN_BASE", repr(str(base_log)))
+                        .replace("STANDIN_SPEC", repr(str(spec_log))))
+    t0 = time.perf_counter()
+    result = pytester.runpytest("--specenergy-engine=sglang", "--specenergy-startup-timeout=240",
+                                "--specenergy-pool=8", "-p", "no:cacheprovider", "-rxX",
+                                f"--specenergy-log-dir={tmp_path / 'logs'}")
+    total_s = time.perf_counter() - t0
+    got = json.loads(facts.read_text()) if facts.exists() else {}
+    report = json.dumps({"total_s": round(total_s, 1), **got}, indent=1, default=repr)
+    (REPO / ".sglang-envs").mkdir(exist_ok=True)
+    (REPO / ".sglang-envs" / "live-facts.json").write_text(report)  # for the CI log / report
+    assert result.ret == 0, result.stdout.str()[-6000:] + report[:4000]
+    result.assert_outcomes(passed=1, xfailed=1)
+    result.stdout.fnmatch_lines(["*XFAIL*speculative arm not runnable on CPU*"])
+
+    # Launcher: the plugin's argv, on CPU, with step records on.
+    argv = got["argv"]
+    assert argv[:3] == [str(python), "-m", "sglang.launch_server"]
+    assert "--device" in argv and argv[argv.index("--device") + 1] == "cpu"
+    assert got["env_record_step_time"] == "1" and got["identity"]
+    info = got["server_info"]
+    assert info["version"] == NEWEST and info["device"] == "cpu"
+    assert info["attention_backend"] == "torch_native" and info["speculative_algorithm"] is None
+
+    # Counters and step records of a measured baseline repeat.
+    run = got["run"]
+    assert run["counter_problems"] == [] and run["stable"]
+    assert run["outputs"] == [MAX_NEW_TOKENS] * len(run["outputs"]) and len(run["outputs"]) == 8
+    [sample] = run["samples"]
+    assert sample["verify_steps"] is None and sample["proposed_drafts"] is None  # baseline
+    assert sample["decode_tokens"] > 0 and sample["decode_seconds"] > 0
+    concurrency = run["concurrency"]
+    assert concurrency["steps"] and concurrency["mean_running"] is not None, concurrency
+    assert 1 <= concurrency["mean_running"] <= 4
+    assert got["step_time_keys_after"], "step_time_dict stayed empty with SGLANG_RECORD_STEP_TIME=1"
+
+    # Abort: a non-streaming /generate answers (no HTTP error) as aborted, with partial tokens.
+    for key in ("abort_rid", "abort_all"):
+        aborted = got[key]
+        assert not aborted["alive"] and "error" not in aborted, aborted
+        [answer] = aborted["answer"]
+        meta = answer["meta_info"]
+        assert meta["finish_reason"]["type"] == "abort", meta
+        assert 0 < meta["completion_tokens"] < 3000, meta
+
+    # Shutdown: nothing of the server's process group is still running.
+    assert got["group_left"] == [], got["group_left"]
+
+    # Twin check: the live baseline's resolved settings against SGLang's own CPU resolution
+    # of the speculative arm's argv. The live server wrote its resolved args to /server_info;
+    # the worker resolves the speculative argv with the same SGLang code, on the same device.
+    # /server_info redacts secrets ("<redacted>"); those keys are left out of both sides.
+    live = {k: v for k, v in info.items() if v != "<redacted>"}
+    resolved = run_worker(NEWEST, "cpu", [{"id": "spec", "argv": got["spec_argv"][3:]},
+                                          {"id": "baseline", "argv": argv[3:]}])
+    assert resolved["spec"]["ok"] and resolved["baseline"]["ok"], resolved
+    # The worker's resolution is what the live server resolved (so the conformance worker
+    # speaks for real servers), and the speculative arm resolves as the baseline's twin
+    # (this found the CPU overlap-scheduler difference, now pinned in both arms).
+    assert resolved_args_difference(resolved["baseline"]["resolved"], live) == []
+    assert resolved_args_difference(resolved["spec"]["resolved"], live) == [], report[:3000]
+
+    # Stand-ins: imported by the baseline server, never called; the speculative start is what
+    # called one (its first kernel), which is why that half cannot run here.
+    base_events = _events(base_log)
+    assert [e for e in base_events if e["event"] == "import"], "the stand-ins were not on the path"
+    assert [e for e in base_events if e["event"] == "call"] == []
+    spec_calls = [e["name"] for e in _events(spec_log) if e["event"] == "call"]
+    assert spec_calls, f"the speculative start failed without calling a stand-in: {got['spec_start']}"
+    got["spec_standin_calls"] = spec_calls[:3]
+    (REPO / ".sglang-envs" / "live-facts.json").write_text(
+        json.dumps({"total_s": round(total_s, 1), **got}, indent=1, default=repr))
