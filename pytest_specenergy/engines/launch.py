@@ -241,9 +241,10 @@ class ServerProcess:
             return
         if getattr(self.backend, "stop_signal_leader_only", False):
             # SGLang drains cleanly on SIGTERM to its leader; SIGTERM to the whole group makes
-            # its children log a crash and sleep before exiting.
+            # its children log a crash and sleep before exiting. The group's leader is the
+            # watchdog, which on SIGUSR1 sends SIGTERM to the server alone.
             try:
-                os.kill(proc.pid, signal.SIGTERM)
+                os.kill(proc.pid, signal.SIGUSR1)
                 proc.wait(timeout=grace_s)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass

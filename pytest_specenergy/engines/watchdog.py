@@ -17,7 +17,9 @@ Parent death is seen two ways:
 When the server exits by itself, the watchdog exits with the same status (re-raising the
 signal that killed it), so the launcher still reads the server's real exit code. A SIGTERM
 to the group (the launcher's normal stop) is forwarded and waited for, with SIGKILL after
-the grace period. Stdlib only, and nothing from the plugin: it must start in milliseconds.
+the grace period. ``SIGUSR1`` asks the watchdog to send SIGTERM to the server alone (its
+leader; SGLang drains cleanly that way, while SIGTERM to its whole group takes its crash path).
+Stdlib only, and nothing from the plugin: it must start in milliseconds.
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ class Watchdog:
         self.fd = fd
         self.grace_s = grace_s
         self.stopping: str | None = None
+        self.child: subprocess.Popen[bytes] | None = None
         if os.getpgrp() != os.getpid():
             # Started without start_new_session: lead a group of our own, or stopping "our"
             # group would signal whoever started us, and everything in their group.
@@ -132,6 +135,12 @@ class Watchdog:
     def _on_signal(self, signum: int, frame: object) -> None:
         # The launcher's stop sends SIGTERM to the whole group: the server got it too, so
         # here we only remember to wait for it (and SIGKILL it after the grace period).
+        # SIGUSR1 is the leader-only stop: the server has not been signalled, so we do it.
+        if signum == signal.SIGUSR1 and self.child is not None:
+            try:
+                self.child.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
         if self.stopping is None:
             self.stopping = f"received {signal.Signals(signum).name}"
 
@@ -153,13 +162,13 @@ class Watchdog:
 
     def run(self) -> int:
         """Supervise until the server exits (its status) or the parent dies (group stopped)."""
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
             signal.signal(signum, self._on_signal)
         if os.getppid() != self.parent:  # the parent died before we got here
             _say(f"parent {self.parent} is already gone; not starting the server")
             return 1
         try:
-            child = subprocess.Popen(self.command, preexec_fn=_pdeathsig_setter())
+            child = self.child = subprocess.Popen(self.command, preexec_fn=_pdeathsig_setter())
         except OSError as exc:
             _say(f"cannot start {self.command[0]!r}: {exc}")
             return 127

@@ -10,8 +10,19 @@ import pytest
 QUICKSTART = Path(__file__).resolve().parents[2] / "example_suites" / "quickstart" / "test_quickstart.py"
 
 
+def _small_quickstart() -> str:
+    """The quickstart with its hybrid test's pool and batches halved (the suite's time budget)."""
+    text = QUICKSTART.read_text()
+    small = text.replace("@pytest.mark.generation(max_new_tokens=32, prompts=8)\n@pytest.mark.drafter(Drafter(\"ngram\", "
+                         "num_draft_tokens=8))\n@pytest.mark.batch(1, 4)",
+                         "@pytest.mark.generation(max_new_tokens=32, prompts=4)\n@pytest.mark.drafter(Drafter(\"ngram\", "
+                         "num_draft_tokens=8))\n@pytest.mark.batch(1, 2)")
+    assert small != text, "the quickstart's hybrid markers changed: update _small_quickstart"
+    return small
+
+
 def test_quickstart_hybrid_check_passes_healthy_and_fails_without_state_rollback(pytester: pytest.Pytester, run_suite):
-    pytester.makepyfile(test_quickstart=QUICKSTART.read_text())
+    pytester.makepyfile(test_quickstart=_small_quickstart())
     healthy = run_suite("-k", "hybrid", repeats=1)
     healthy.assert_outcomes(passed=2)
 

@@ -364,3 +364,11 @@ def test_abort_request_over_http_cuts_a_running_generate(server):
                           ({"rid": "x", "extra": 1}, "takes")):
         status, answer = _call(server, "/abort_request", bad)
         assert status == 400 and fragment in answer["error"]["message"]
+
+
+def test_listen_backlog_holds_a_batch_of_connections():
+    """The client opens one connection per request, a batch of them at once; the stdlib's
+    backlog of 5 reset them under load (seen at batch 16-64 on a busy 2-core machine)."""
+    from pytest_specenergy.refserver.server import ReferenceHTTPServer
+
+    assert ReferenceHTTPServer.request_queue_size >= 64

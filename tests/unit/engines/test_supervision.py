@@ -272,3 +272,26 @@ def test_watchdog_without_pipe_sees_the_parent_die_and_kills_a_server_ignoring_s
     log.seek(0)
     text = log.read()
     assert "died (now a child of" in text and "ignored SIGTERM for 1 s: SIGKILL" in text
+
+
+def test_sigusr1_to_the_watchdog_stops_the_server_alone_and_gracefully(tmp_path):
+    """The leader-only stop (SGLang's clean path): the launcher signals the watchdog, which
+    sends SIGTERM to the server only; the server drains and exits 0 well inside the grace."""
+    marker = tmp_path / "got-sigterm"
+    server = ("import signal, sys, time, pathlib\n"
+              f"def on_term(*_):\n    pathlib.Path({str(marker)!r}).write_text('yes'); sys.exit(0)\n"
+              "signal.signal(signal.SIGTERM, on_term)\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    watchdog = subprocess.Popen(
+        [sys.executable, "-m", "pytest_specenergy.engines.watchdog", "--parent", str(os.getpid()),
+         "--grace", "30", "--", sys.executable, "-c", server],
+        stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert watchdog.stdout.readline().strip() == "ready"
+        started = time.monotonic()
+        os.kill(watchdog.pid, signal.SIGUSR1)
+        assert watchdog.wait(timeout=20) == 0
+        assert time.monotonic() - started < 10  # not the 30 s grace: the server was told
+        assert marker.read_text() == "yes"
+    finally:
+        if watchdog.poll() is None:
+            os.killpg(watchdog.pid, signal.SIGKILL)
