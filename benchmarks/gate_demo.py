@@ -11,6 +11,15 @@ false-positive rate of unchanged reruns under injected noise.
 Usage: .venv/bin/python benchmarks/gate_demo.py [--noise-runs 10]
        .venv/bin/python benchmarks/gate_demo.py --simulate [--suites 50]   (figures of the
        sequential rule vs pytest-benchmark and asv; last output in results/gate_simulation.txt)
+
+``--simulate``: simulated suites of 200 cases at 1, 3 and 5% per-repeat noise plus a 2-3%
+session offset; false failures per suite and power at a true +10% within the repeat cap, for
+our gate against a stored run (energy_ratio, Welch) and in-job A/B (paired), and on the same
+samples pytest-benchmark's ``--benchmark-compare-fail=mean:5%`` and asv's rule (factor plus
+Mann-Whitney p < 0.002). The figures are the wired gate's: the tables use the vectorized form
+of the sequential rule, and the report's last section runs the same samples through the
+plugin's own path (run records -> ``Gatekeeper.judge`` / ``compare_case``, repeats added per
+``NeedsRepeats``) and counts the agreement (all of them, or the run says otherwise).
 """
 
 from __future__ import annotations
@@ -60,6 +69,7 @@ def pytest_specenergy_make_meter(kind, engine):
     return NoisyMeter() if kind == "modeled:h200" else None
 """
 
+# energy = energy_ratio, the session-robust default (speculative / baseline per repeat).
 LIMITS = ["--specenergy-compare-fail=energy:5%", "--specenergy-compare-fail=accept_length:5%"]
 
 

@@ -30,6 +30,7 @@ class _Option:
     help: str
     parse: Callable[[str], Any] = str
     action: str | None = None
+    metavar: str = "EXPR"  # for repeatable options
 
 
 def _number(text: str, cast: Callable[[str], Any], ok: Callable[[Any], bool], expected: str) -> Any:
@@ -49,6 +50,10 @@ def _positive_int(text: str) -> int:
 
 def _positive_float(text: str) -> float:
     return _number(text, float, lambda v: 0 < v < float("inf"), "a number of seconds > 0")
+
+
+def _milliseconds(text: str) -> float:
+    return _number(text, float, lambda v: 0 < v < float("inf"), "a time between tokens in ms > 0, e.g. 25")
 
 
 def _seconds_or_zero(text: str) -> float:
@@ -121,8 +126,28 @@ COMPARE_FAIL = _Option("compare-fail", "", "a regression limit METRIC[:STAT]:LIM
                        "or accept_length:0.1 (repeatable; ini: one per line; default: "
                        + ", ".join(DEFAULT_LIMITS) + ")",
                        parse=_fail_expr, action="append")
-ALPHA = _Option("alpha", DEFAULT_ALPHA, "significance level for a regression (Mann-Whitney U / bootstrap)",
-                _probability)
+ALPHA = _Option("alpha", DEFAULT_ALPHA, "total level of the sequential gate: P(REGRESSED) is at most "
+                "ALPHA for a true change exactly at the limit, over all looks (0.1% at each interim "
+                "look, the rest at the cap), and lower for any change inside it", _probability)
+MAX_REPEATS = _Option("max-repeats", 0, "repeat cap of the sequential gate (default 11). Stopping "
+                      "rule: the gate looks after --specenergy-repeats repeats and every 2 more "
+                      "up to the cap; it stops at the first look where the change's confidence "
+                      "interval lies beyond the limit (REGRESSED), inside it (unchanged) or beyond "
+                      "it on the better side (IMPROVED); otherwise it re-measures every arm up to "
+                      "the next look. Still INCONCLUSIVE at the cap: --specenergy-inconclusive "
+                      "decides", _non_negative_int)
+
+
+def _fdr_level(text: str) -> float:
+    return _number(text, float, lambda v: 0.0 < v < 1.0, "a false-discovery rate between 0 and 1 "
+                   "(e.g. 0.05)")
+
+
+FDR = _Option("fdr", "", "control the false-discovery rate across the suite's gated comparisons "
+              "at level Q (Benjamini-Hochberg on each comparison's sequential p-value; off by "
+              "default): p <= Q/N fails at once, p > Q passes, anything between passes with a "
+              "'pending FDR' warning and is decided at session end (exit status 1 when it fails)",
+              _fdr_level)
 
 OPTIONS: tuple[_Option, ...] = (
     _Option("engine", "reference", "engine for cases whose model marker names none: "
@@ -138,6 +163,11 @@ OPTIONS: tuple[_Option, ...] = (
             "(default: the corpus's first 96, the paper's pool); every batch point and both arms "
             "draw from it, and a pool needs a few times the batch to hold a steady state",
             _positive_int),
+    _Option("latency-target", "", "a time-between-tokens target in ms (repeatable): per model and "
+            "corpus, the lowest-energy tested configuration (batch x drafter, baseline included) whose "
+            "mean TBT meets it is reported; with --specenergy-compare, a target whose best "
+            "configuration got more than 5% costlier (or that nothing meets any more) fails the "
+            "session, naming both configurations", _milliseconds, action="append", metavar="MS"),
     _Option("cooldown", 0.0, "seconds to pause before every measured repeat; repeats alternate "
             "the arms (baseline, speculative, ...) so drift falls on both", _seconds_or_zero),
     _Option("device", "auto", "device for the reference server: auto, cpu or cuda",
@@ -161,8 +191,8 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("compare", "", "compare each case with a stored run: last, NAME, NNNN or PATH"),
     COMPARE_FAIL,
     ALPHA,
-    _Option("max-repeats", 0, "repeat cap for an INCONCLUSIVE case (default: 3 x repeats)",
-            _non_negative_int),
+    MAX_REPEATS,
+    FDR,
     _Option("inconclusive", "warn", "what a case still INCONCLUSIVE at the cap does: fail, "
             "warn or xfail", _choice(("fail", "warn", "xfail"))),
     _Option("incomparable", "warn", "what a case whose baseline ran on another machine key, "
@@ -194,7 +224,7 @@ def add_options(parser: pytest.Parser) -> None:
         cli_help = opt.help.replace("%", "%%")  # argparse %-formats help texts
         if opt.action == "append":
             group.addoption(f"--specenergy-{opt.name}", action="append", dest=dest, default=None,
-                            metavar="EXPR", type=_validated(opt.parse), help=cli_help)
+                            metavar=opt.metavar, type=_validated(opt.parse), help=cli_help)
             parser.addini(dest, opt.help, type="linelist", default=[])
         elif opt.action:
             group.addoption(f"--specenergy-{opt.name}", action=opt.action, dest=dest,
@@ -223,6 +253,7 @@ class SpecEnergyConfig:
     warmup: int | None  # None: auto
     cooldown: float
     pool: int | None
+    latency_targets: tuple[float, ...]
     device: str
     startup_timeout: float
     request_timeout: float
@@ -237,6 +268,7 @@ class SpecEnergyConfig:
     compare_fail: tuple[Any, ...]
     alpha: float
     max_repeats: int
+    fdr: float | None
     inconclusive: str
     incomparable: str
     missing_baseline: str
@@ -291,6 +323,7 @@ class SpecEnergyConfig:
             repeats=values["specenergy_repeats"],
             warmup=None if values["specenergy_warmup"] == "auto" else values["specenergy_warmup"],
             cooldown=values["specenergy_cooldown"],
+            latency_targets=tuple(values["specenergy_latency_target"]),
             pool=values["specenergy_pool"] or None,
             device=values["specenergy_device"],
             startup_timeout=values["specenergy_startup_timeout"],
@@ -305,7 +338,8 @@ class SpecEnergyConfig:
             compare=values["specenergy_compare"] or None,
             compare_fail=values["specenergy_compare_fail"],
             alpha=values["specenergy_alpha"],
-            max_repeats=values["specenergy_max_repeats"] or 3 * values["specenergy_repeats"],
+            max_repeats=_cap(values["specenergy_max_repeats"], values["specenergy_repeats"]),
+            fdr=values["specenergy_fdr"] or None,
             inconclusive=values["specenergy_inconclusive"],
             incomparable=values["specenergy_incomparable"],
             missing_baseline=values["specenergy_missing_baseline"],
@@ -318,9 +352,32 @@ class SpecEnergyConfig:
         )
 
 
+#: The sequential plan's default cap (``gate.compare.DEFAULT_CAP``; not imported from there
+#: because that module pulls numpy into every pytest start).
+DEFAULT_CAP = 11
+
+
+def _cap(max_repeats: int, repeats: int) -> int:
+    """The sequential plan's repeat cap (default 11), checked: the plan must be buildable."""
+    cap = max_repeats or max(DEFAULT_CAP, repeats)
+    if cap < repeats:
+        raise pytest.UsageError(f"--specenergy-max-repeats: the cap ({cap}) must be at least "
+                                f"--specenergy-repeats ({repeats})")
+    if not max_repeats:
+        return cap  # the default plan is valid
+    from pytest_specenergy.gate.compare import gate_plan
+
+    try:
+        gate_plan(DEFAULT_ALPHA, repeats, cap)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--specenergy-max-repeats={cap}: {exc}") from None
+    return cap
+
+
 def add_cli_options(parser: Any, *, storage: bool = True, gate: bool = False) -> None:
     """The shared options on an argparse parser of the ``specenergy`` command: ``--storage``
-    and, with ``gate``, ``--fail`` (the plugin's ``--specenergy-compare-fail``) and ``--alpha``;
+    and, with ``gate``, ``--fail`` (the plugin's ``--specenergy-compare-fail``), ``--alpha`` and
+    ``--max-repeats`` (the sequential plan's cap);
     same defaults and help texts as the plugin's."""
     if storage:
         parser.add_argument("--storage", type=Path, default=Path(STORAGE.default),
@@ -329,5 +386,8 @@ def add_cli_options(parser: Any, *, storage: bool = True, gate: bool = False) ->
         parser.add_argument("--fail", action="append", metavar="EXPR", type=_validated(COMPARE_FAIL.parse),
                             help=COMPARE_FAIL.help.replace("%", "%%"))
         parser.add_argument("--alpha", type=ALPHA.parse, default=ALPHA.default,
-                            help=ALPHA.help + f" (default {ALPHA.default})")
+                            help=(ALPHA.help + f" (default {ALPHA.default})").replace("%", "%%"))
+        parser.add_argument("--max-repeats", type=_non_negative_int, default=0,
+                            help=MAX_REPEATS.help.replace("--specenergy-repeats repeats",
+                                                          "3 repeats").replace("%", "%%"))
 

@@ -54,6 +54,12 @@ class SpecEnergySession:
         self.saved: list[Any] = []
         #: spec_pair tests skipped because xdist ran without --specenergy-xdist=per-gpu.
         self.xdist_skipped = 0
+        #: ``--specenergy-fdr``: gated per-repeat comparisons collected (BH's N), and the
+        #: suite's BH result once the session finished.
+        self.fdr_tests = 0
+        self.fdr_result: Any = None
+        self.latency_lines: list[str] = []
+        self.latency_failed = False
 
     @property
     def measurer(self) -> PairMeasurer:
@@ -76,14 +82,20 @@ class SpecEnergySession:
     def gate(self) -> Gatekeeper:
         """The gatekeeper, built on first use from the options."""
         if self._gate is None:
+            from pytest_specenergy.gate.compare import gate_plan
+            from pytest_specenergy.gate.fdr import fdr_plan
             from pytest_specenergy.gate.gatekeeper import Gatekeeper
             from pytest_specenergy.gate.gatekeeper import GatePolicies
 
             config = self.config
+            plan = gate_plan(config.alpha, config.repeats, config.max_repeats)
+            if config.fdr:
+                # REGRESSED early only where BH fails the case whatever the others show.
+                plan = fdr_plan(plan, config.fdr, max(1, self.fdr_tests))
             self._gate = Gatekeeper(
                 storage_dir=config.storage, compare=config.compare, golden=config.golden,
                 baselines=config.baselines, alpha=config.alpha, repeats=config.repeats,
-                max_repeats=config.max_repeats,
+                max_repeats=config.max_repeats, plan=plan,
                 policies=GatePolicies(config.inconclusive, config.incomparable, config.missing_baseline))
         return self._gate
 
@@ -153,7 +165,8 @@ class SpecEnergySession:
         key = self.machine_key_for(pair)
         record = record_of(item.nodeid, pair, key)
         judgement = None
-        if self.gate_active:
+        # A reference drafter's arm is judged in-job, with or without a stored baseline.
+        if self.gate_active or record.get("reference") is not None:
             limits = self.limits_for(item)
             decision = self.gate.judge(item.nodeid, record, key, limits)
             while isinstance(decision, NeedsRepeats):
@@ -164,10 +177,90 @@ class SpecEnergySession:
             record["verdict"] = judgement.verdict
             record["comparison"] = judgement.comparison.as_dict() if judgement.comparison else None
             record["baseline_file"] = str(judgement.baseline_path) if judgement.baseline_path else None
+            if self.config.fdr:
+                self._fdr_immediate(item.nodeid, record, judgement)
         self.records.append(record)
         outcome.add_properties(item, record)
         outcome.apply(item, pair.failed_checks, self.config.checks, judgement, pair.describe(),
                       body_failed)
+
+    def _fdr_immediate(self, nodeid: str, record: dict[str, Any], judgement: Any) -> None:
+        """``--specenergy-fdr``: what each comparison can be told now. REGRESSED rows are
+        BH's "fail now" (the FDR plan stops there only at p <= Q/N); a p-value in (Q/N, Q]
+        passes for now with a warning and is decided when the session finishes."""
+        from pytest_specenergy.gate.fdr import PENDING
+        from pytest_specenergy.gate.fdr import immediate_decision
+
+        q, n = float(self.config.fdr or 0), max(1, self.fdr_tests)
+        pending = []
+        for row in _fdr_rows(record):
+            key = f"{nodeid}::{row['metric']}"
+            if immediate_decision(float(row["p_sequential"]), q, n) == PENDING:
+                pending.append(key)
+                judgement.warn.append(f"specenergy: pending FDR: {key} p_sequential="
+                                      f"{row['p_sequential']:.3g} lies in (Q/N, Q] = ({q / n:.3g}, "
+                                      f"{q:g}]; Benjamini-Hochberg decides it at session end")
+        record["fdr_pending"] = pending
+
+    def _finish_fdr(self, session: pytest.Session) -> dict[str, Any] | None:
+        """BH over every gated comparison of the suite; a pending one it rejects fails the
+        session (exit status 1), since its test already passed."""
+        if not self.config.fdr:
+            return None
+        from pytest_specenergy.gate.fdr import suite_fdr
+
+        pvalues, pending = {}, set()
+        for record in self.records:
+            for row in _fdr_rows(record):
+                pvalues[f"{record['nodeid']}::{row['metric']}"] = float(row["p_sequential"])
+            pending.update(record.get("fdr_pending") or ())
+        result = suite_fdr(pvalues, float(self.config.fdr), pending=tuple(pending))
+        self.fdr_result = result
+        if result.pending_rejected and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return {"q": result.q, "method": result.method, "n_collected": self.fdr_tests,
+                "n_tests": result.n_tests, "rejected": list(result.rejected),
+                "pending_rejected": list(result.pending_rejected),
+                "adjusted": dict(result.adjusted)}
+
+    def _finish_latency(self, session: pytest.Session, document: dict[str, Any]) -> dict[str, Any]:
+        """Per latency target, the lowest-energy configuration meeting it; with a compare
+        reference, a target whose choice got costlier than LATENCY_TOLERANCE (or that nothing
+        meets any more) fails the session (exit status 1), naming both configurations."""
+        from pytest_specenergy.report.latency import LATENCY_TOLERANCE
+        from pytest_specenergy.report.latency import latency_choices
+        from pytest_specenergy.report.latency import latency_regressions
+        from pytest_specenergy.report.rows import rows_from_document
+
+        targets = self.config.latency_targets
+        rows = rows_from_document(document)
+        choices = latency_choices(rows, targets)
+        lines = [choice.line() for choice in choices]
+        failures: list[str] = []
+        if self.config.compare:
+            for key in sorted({r["machine_key"] for r in self.records}):
+                reference, _path, error = self.gate.reference_run(key)
+                if reference is None:
+                    message = f"latency targets not compared on {key}: {error}"
+                    # A reference that exists but cannot be used fails, as it does for every case.
+                    fatal = self.config.missing_baseline == "fail" or self.gate.reference_unreadable
+                    (failures if fatal else lines).append(message)
+                    continue
+                current = [r for r in rows if r.case_id in {x["case_id"] for x in self.records
+                                                             if x["machine_key"] == key}]
+                try:
+                    found = latency_regressions(current, rows_from_document(reference), targets,
+                                                LATENCY_TOLERANCE)
+                except ValueError as exc:  # different meters: never compared, never passed quietly
+                    failures.append(f"latency targets on {key}: {exc}")
+                    continue
+                failures += [f.message() for f in found]
+        self.latency_lines = lines + failures
+        self.latency_failed = bool(failures)
+        if failures and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return {"targets_ms": list(targets), "tolerance": LATENCY_TOLERANCE,
+                "choices": [c.as_dict() for c in choices], "failures": failures}
 
     # -- hooks ----------------------------------------------------------------------------
     def pytest_report_header(self, config: pytest.Config) -> str:
@@ -196,6 +289,8 @@ class SpecEnergySession:
         cases = [item.callspec.params["specenergy_case"] for item in session.items
                  if hasattr(item, "callspec") and "specenergy_case" in item.callspec.params]
         self.planned = cases
+        if self.config.fdr:
+            self.fdr_tests = self._count_gated(session.items)
         if self._measurer is not None:
             self._measurer.plan(cases)
         if self.config.dry_run:
@@ -208,6 +303,21 @@ class SpecEnergySession:
                 reporter.write_line(text)
             else:
                 print(text)
+
+    def _count_gated(self, items: list[pytest.Item]) -> int:
+        """BH's N: the gated per-repeat comparisons (case x limit) of the collected tests."""
+        from pytest_specenergy.gate.limits import GATE_METRICS
+
+        count = 0
+        for item in items:
+            if not (hasattr(item, "callspec") and "specenergy_case" in item.callspec.params):
+                continue
+            try:
+                limits = self.limits_for(item)
+            except pytest.UsageError:
+                continue  # the test itself reports its bad marker
+            count += sum(1 for limit in limits if GATE_METRICS[limit.metric].per_repeat)
+        return count
 
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
         """Under a dry run, run nothing: the cases were printed at collection."""
@@ -249,6 +359,7 @@ class SpecEnergySession:
             return
         if not self.records:
             return
+        fdr = self._finish_fdr(session)
         from pytest_specenergy.atomic import write_json_atomic
         from pytest_specenergy.document import build_document
         from pytest_specenergy.gate import storage
@@ -261,6 +372,10 @@ class SpecEnergySession:
             or bool(session.shouldfail)
         if interrupted:
             document["interrupted"] = True
+        if fdr is not None:
+            document["fdr"] = fdr
+        if self.config.latency_targets:
+            document["latency_targets"] = self._finish_latency(session, document)
         config.hook.pytest_specenergy_update_json(data=document)
         if self.config.json:
             write_json_atomic(self.config.json, document)
@@ -285,8 +400,28 @@ class SpecEnergySession:
                 terminalreporter.write_sep("=", line, yellow=sep == "warning")
             else:
                 terminalreporter.write_line(line)
+        if self.latency_lines:
+            terminalreporter.write_sep("=", "specenergy latency targets", red=self.latency_failed)
+            for line in self.latency_lines:
+                terminalreporter.write_line(line)
+        if self.fdr_result is not None:
+            failed = bool(self.fdr_result.pending_rejected)
+            terminalreporter.write_sep("=", "specenergy false-discovery rate", red=failed)
+            for line in self.fdr_result.summary().splitlines():
+                terminalreporter.write_line(line)
+            if failed:
+                terminalreporter.write_line(
+                    f"{len(self.fdr_result.pending_rejected)} comparison(s) that passed pending "
+                    "FDR regressed at session end: exit status 1")
 
     def close(self) -> None:
         """Stop every engine and release meters."""
         if self._measurer is not None:
             self._measurer.close()
+
+
+def _fdr_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The comparison rows of a record that enter the FDR family (those with a sequential
+    p-value: the per-repeat metrics)."""
+    rows = (record.get("comparison") or {}).get("rows") or []
+    return [r for r in rows if r.get("p_sequential") is not None]

@@ -79,7 +79,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.baseline:
         # The gate's own comparison, so a report shows exactly the verdicts a test would get.
         baseline, baseline_path = resolve_run(args.baseline, args.storage, args.machine_key)
-        comparisons = compare_documents(baseline, run, _limits(args), args.alpha)
+        comparisons = compare_documents(baseline, run, _limits(args), args.alpha, plan=_plan(args))
     if args.html:
         from pytest_specenergy.report.html import render_html
 
@@ -104,11 +104,23 @@ def _limits(args: argparse.Namespace) -> list[Any]:
     return [parse_fail_expr(t) for t in (args.fail or DEFAULT_LIMITS)]
 
 
+def _plan(args: argparse.Namespace) -> Any:
+    """The gate's sequential plan (looks at 3, 5, ... up to ``--max-repeats``, default 11),
+    so a report shows the verdicts the plugin's default plan gives on the same records."""
+    from pytest_specenergy.gate.compare import DEFAULT_CAP
+    from pytest_specenergy.gate.compare import gate_plan
+
+    try:
+        return gate_plan(args.alpha, 3, args.max_repeats or DEFAULT_CAP)
+    except ValueError as exc:
+        raise CliError(f"--max-repeats={args.max_repeats}: {exc}") from None
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """Compare run B (current) with run A (baseline); exit 1 on any regression."""
     base, base_path = resolve_run(args.baseline, args.storage, args.machine_key)
     current, _ = resolve_run(args.current, args.storage, args.machine_key)
-    comparisons = compare_documents(base, current, _limits(args), args.alpha)
+    comparisons = compare_documents(base, current, _limits(args), args.alpha, plan=_plan(args))
     rows = []
     for comparison in comparisons:
         deciding = [r for r in comparison.rows if r.verdict is comparison.verdict] or list(comparison.rows)

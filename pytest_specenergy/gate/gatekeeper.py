@@ -7,6 +7,11 @@ the ``tolerance(...)`` marker (marker > command line > ini). The gatekeeper deci
 session applies the decision to the test (:mod:`pytest_specenergy.outcome`). When more
 repeats could settle a case, :meth:`Gatekeeper.judge` says so with :class:`NeedsRepeats`
 and the caller measures them and asks again: the gate never calls back into the session.
+
+A record with a reference drafter's arm (``record["reference"]``, in-job A/B) is judged
+against that arm with the paired sequential rule and needs no stored baseline. Every
+verdict follows the sequential plan (:func:`~pytest_specenergy.gate.compare.gate_plan`):
+looks at ``repeats, repeats + 2, ...`` up to ``max_repeats``; the policies apply at the cap.
 """
 
 from __future__ import annotations
@@ -19,12 +24,17 @@ from typing import Mapping
 from typing import Sequence
 
 from pytest_specenergy.gate import storage
+from pytest_specenergy.gate.compare import DEFAULT_CAP
 from pytest_specenergy.gate.compare import CaseComparison
 from pytest_specenergy.gate.compare import Verdict
 from pytest_specenergy.gate.compare import compare_case
-from pytest_specenergy.gate.compare import needs_more_repeats
+from pytest_specenergy.gate.compare import compare_in_job
+from pytest_specenergy.gate.compare import gate_plan
+from pytest_specenergy.gate.compare import repeats_needed
 from pytest_specenergy.gate.compare import resolve_inconclusive
+from pytest_specenergy.gate.limits import DEFAULT_ALPHA
 from pytest_specenergy.gate.limits import FailLimit
+from pytest_specenergy.gate.sequential import SequentialPlan
 
 
 @dataclass
@@ -56,7 +66,8 @@ class Judgement:
 
 @dataclass(frozen=True)
 class NeedsRepeats:
-    """The case is INCONCLUSIVE and ``extra`` more repeats of both arms could settle it."""
+    """The case is INCONCLUSIVE and ``extra`` more repeats of every arm (the plan's next
+    look) could settle it."""
 
     extra: int
 
@@ -73,12 +84,14 @@ class GatePolicies:
 class Gatekeeper:
     """Finds each case's baseline, compares, and returns the verdict as a :class:`Judgement`.
 
-    Built from plain values, so it is tested without pytest.
+    Built from plain values, so it is tested without pytest. ``plan`` overrides the
+    sequential plan built from ``alpha``, ``repeats`` and ``max_repeats`` (the FDR mode's).
     """
 
     def __init__(self, *, storage_dir: Path, compare: str | None = None, golden: str | None = None,
-                 baselines: Path | None = None, alpha: float = 0.01, repeats: int = 3,
-                 max_repeats: int = 9, policies: GatePolicies = GatePolicies()) -> None:
+                 baselines: Path | None = None, alpha: float = DEFAULT_ALPHA, repeats: int = 3,
+                 max_repeats: int = DEFAULT_CAP, policies: GatePolicies = GatePolicies(),
+                 plan: SequentialPlan | None = None) -> None:
         self.storage_dir = storage_dir
         self.compare = compare
         self.golden = golden
@@ -87,6 +100,7 @@ class Gatekeeper:
         self.repeats = repeats
         self.max_repeats = max_repeats
         self.policies = policies
+        self.plan = plan or gate_plan(alpha, repeats, max_repeats)
         self.active = bool(compare or golden)
         self._run: tuple[dict[str, Any], Path] | None = None
         self._run_error: str | None = None
@@ -95,6 +109,19 @@ class Gatekeeper:
 
     def _stored_baseline(self, machine_key: str,
                          nodeid: str) -> tuple[Mapping[str, Any] | None, Path | None, str | None]:
+        document, path, error = self.reference_run(machine_key)
+        if document is None:
+            return None, None, error
+        by_node = {r.get("nodeid"): r for r in document.get("results", [])}
+        return by_node.get(nodeid), path, None
+
+    @property
+    def reference_unreadable(self) -> str | None:
+        """Why the compare run exists but cannot be used (unreadable, interrupted), if so."""
+        return self._unreadable
+
+    def reference_run(self, machine_key: str) -> tuple[Mapping[str, Any] | None, Path | None, str | None]:
+        """The whole compare run (document, path), or why there is none (read once per session)."""
         if self._run is None and self._run_error is None:
             try:
                 path = self._find(machine_key)
@@ -114,10 +141,9 @@ class Gatekeeper:
                     else:
                         self._run = (document, path)
         if self._run is None:
-            return None, None, self._run_error
+            return None, None, self._run_error or self._unreadable
         document, path = self._run
-        by_node = {r.get("nodeid"): r for r in document.get("results", [])}
-        return by_node.get(nodeid), path, None
+        return document, path, None
 
     def _find(self, machine_key: str) -> Path:
         """The compare run: this machine key's, else the same reference stored under another
@@ -140,8 +166,12 @@ class Gatekeeper:
         """Compare ``record`` with its baseline.
 
         Returns :class:`NeedsRepeats` while the case is INCONCLUSIVE on a per-repeat metric
-        and below the repeat cap; the caller adds the repeats and judges the new record.
+        and below the repeat cap; the caller adds the repeats and judges the new record. A
+        record with a reference arm is judged in-job against it (no baseline needed).
         """
+        if isinstance(record.get("reference"), Mapping):
+            comparison = compare_in_job(record, limits, self.alpha, plan=self.plan)
+            return self._more_or_outcome(comparison, record, None)
         if self.golden:
             return self._judge_golden(nodeid, record, machine_key, limits)
         baseline, path, error = self._stored_baseline(machine_key, nodeid)
@@ -154,11 +184,17 @@ class Gatekeeper:
             message = f"specenergy: no baseline for {comparison.case_id}: {why}"
             return Judgement(comparison, path).apply_policy(self.policies.missing_baseline, message)
         baseline_info = {"machine_key": self._run[0].get("machine_key")} if self._run else {}
-        comparison = compare_case(baseline, record, limits, self.alpha,
+        comparison = compare_case(baseline, record, limits, self.alpha, plan=self.plan,
                                   baseline_info=baseline_info, current_info={"machine_key": machine_key})
+        return self._more_or_outcome(comparison, record, path)
+
+    def _more_or_outcome(self, comparison: CaseComparison, record: Mapping[str, Any],
+                         path: Path | None) -> Judgement | NeedsRepeats:
+        """More repeats up to the plan's next look while INCONCLUSIVE, else the outcome."""
         have = len(record["speculative"]["samples"])
-        if needs_more_repeats(comparison) and have < self.max_repeats:
-            return NeedsRepeats(min(self.repeats, self.max_repeats - have))
+        extra = min(repeats_needed(comparison), self.plan.cap - have)
+        if extra > 0:
+            return NeedsRepeats(extra)
         return self._outcome(comparison, path)
 
     def _outcome(self, comparison: CaseComparison, path: Path | None) -> Judgement:
@@ -186,7 +222,7 @@ class Gatekeeper:
         info = {"machine_key": machine_key}
         comparison = None
         if golden is not None:
-            comparison = compare_case(golden.record, record, limits, self.alpha,
+            comparison = compare_case(golden.record, record, limits, self.alpha, plan=self.plan,
                                       baseline_info={"machine_key": machine_key}, current_info=info)
         mismatched = comparison is not None and comparison.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)
         update = storage.update_golden(folder, nodeid, record, mode=str(self.golden),

@@ -237,12 +237,15 @@ class SequentialResult:
 
 
 # -- bounds on the log scale ----------------------------------------------------------------
-def _bounds(limit: float, worse: str) -> tuple[float, float]:
-    """(regression bound, improvement bound) on the log-ratio scale for a relative limit."""
+def _bounds(limit: float, worse: str, absolute: bool = False) -> tuple[float, float]:
+    """(regression bound, improvement bound) on the log-ratio scale for a relative limit, or
+    on the value scale for an ``absolute`` one (a difference in the metric's unit)."""
     if worse not in WORSE_DIRECTIONS:
         raise ValueError(f"worse must be 'up' or 'down', got {worse!r}")
     if not limit >= 0 or not math.isfinite(limit):
         raise ValueError(f"limit must be a non-negative fraction, got {limit!r}")
+    if absolute:
+        return (limit, -limit) if worse == "up" else (-limit, limit)
     up, down = math.log1p(limit), (math.log1p(-limit) if limit < 1 else -math.inf)
     if worse == "down" and limit >= 1:
         raise ValueError("a metric that regresses going down needs a limit below 100%")
@@ -301,7 +304,7 @@ def _tail_p(z_num: np.ndarray, se: np.ndarray, df: np.ndarray, upper: bool) -> n
 
 def sequential_arrays(current: ArrayLike, reference: ArrayLike | None = None, *, limit: float,
                       worse: str = "up", plan: SequentialPlan = DEFAULT_PLAN,
-                      session_sd: float = 0.0) -> SequentialArrays:
+                      session_sd: float = 0.0, absolute: bool = False) -> SequentialArrays:
     """Run the sequential rule on many cases at once.
 
     ``current`` is an (N, n) array of log values: per-repeat log differences for a paired
@@ -314,6 +317,10 @@ def sequential_arrays(current: ArrayLike, reference: ArrayLike | None = None, *,
     ``session_sd`` (log scale, default 0) is a variance component that repeats cannot average
     away - the part of a session offset that does not cancel in the ratio - added in
     quadrature to every look's standard error.
+
+    ``absolute``: the values are plain values (not logs) and ``limit`` is an amount in their
+    unit: the same rule on the difference scale (for limits such as ``energy_saving:2%``,
+    which means 2 points, or ``accept_length:0.1``).
     """
     if not session_sd >= 0:
         raise ValueError(f"session_sd must be non-negative, got {session_sd!r}")
@@ -324,7 +331,7 @@ def sequential_arrays(current: ArrayLike, reference: ArrayLike | None = None, *,
         raise ValueError("reference must have one row per case and at least 2 repeats")
     if not (np.all(np.isfinite(x)) and (y is None or np.all(np.isfinite(y)))):
         raise ValueError("samples must be finite (log of positive values)")
-    reg_bound, imp_bound = _bounds(limit, worse)
+    reg_bound, imp_bound = _bounds(limit, worse, absolute)
     up = worse == "up"
     last = plan.look_for(n)
     code = np.zeros(rows, dtype=int)
@@ -404,11 +411,11 @@ def _projection(est: float, se_per_unit: float, ref_var_term: float, bound: floa
 
 def _result(arrays: SequentialArrays, *, limit: float, worse: str, plan: SequentialPlan,
             n_current: int, n_reference: int, method: str, var_c: float,
-            ref_var_term: float) -> SequentialResult:
+            ref_var_term: float, absolute: bool = False) -> SequentialResult:
     code = int(arrays.code[0])
     look = int(arrays.look[0])
     est, se, df = float(arrays.estimate[0]), float(arrays.se[0]), float(arrays.df[0])
-    reg_bound, _ = _bounds(limit, worse)
+    reg_bound, _ = _bounds(limit, worse, absolute)
     alpha_look = plan.alpha_at(max(look, 1))
     notes = []
     if look == 0:
@@ -441,7 +448,7 @@ def _result(arrays: SequentialArrays, *, limit: float, worse: str, plan: Sequent
             notes.append("more current repeats alone cannot decide: the stored baseline's "
                          "repeats (or the session component) limit the precision; re-save the "
                          "baseline with more repeats, or compare in-job")
-    rel = lambda v: math.expm1(v) if math.isfinite(v) else v  # noqa: E731
+    rel = lambda v: v if absolute or not math.isfinite(v) else math.expm1(v)  # noqa: E731
     return SequentialResult(
         verdict=verdict, estimate=rel(est), interval=(rel(low), rel(high)),
         p_value=float(arrays.p_value[0]), p_sequential=float(arrays.p_sequential[0]),
@@ -450,60 +457,75 @@ def _result(arrays: SequentialArrays, *, limit: float, worse: str, plan: Sequent
         projected_repeats=projected, method=method, note="; ".join(notes))
 
 
+def _finite(values: ArrayLike, what: str) -> np.ndarray:
+    array = np.asarray(values, dtype=float).ravel()
+    if array.size and not np.all(np.isfinite(array)):
+        raise ValueError(f"{what} must be finite, got {array.tolist()}")
+    return array
+
+
 def compare_stored(current: ArrayLike, reference: ArrayLike, *, limit: float, worse: str = "up",
-                   plan: SequentialPlan = DEFAULT_PLAN, session_sd: float = 0.0) -> SequentialResult:
+                   plan: SequentialPlan = DEFAULT_PLAN, session_sd: float = 0.0,
+                   absolute: bool = False) -> SequentialResult:
     """Current run's per-repeat values (e.g. session ratios) against a stored run's.
 
     Welch's t on log values; the stored side is fixed, the current side grows with the plan.
     Both need at least 2 positive values. Returns the sequential verdict at the look the
     current repeat count reaches. ``session_sd``: see :func:`sequential_arrays` (the spread of
-    an unchanged case's ratio across stored sessions estimates it).
+    an unchanged case's ratio across stored sessions estimates it). ``absolute``: Welch's t on
+    the values themselves, ``limit`` an amount in their unit (values may be zero or negative).
     """
-    cur, ref = _positive(current, "current samples"), _positive(reference, "reference samples")
+    check = _finite if absolute else _positive
+    cur, ref = check(current, "current samples"), check(reference, "reference samples")
     if ref.size < 2:
         raise ValueError(f"the stored reference needs at least 2 repeats, got {ref.size}")
     if cur.size < 1:
         raise ValueError("no current samples")
-    x, y = np.log(cur), np.log(ref)
+    x, y = (cur, ref) if absolute else (np.log(cur), np.log(ref))
     if cur.size < 2:
         arrays = SequentialArrays(np.zeros(1, int), np.zeros(1, int), np.array([1]),
                                   np.array([x.mean() - y.mean()]), np.array([np.nan]),
                                   np.array([np.nan]), np.ones(1), np.ones(1))
     else:
         arrays = sequential_arrays(x[None, :], y[None, :], limit=limit, worse=worse, plan=plan,
-                                   session_sd=session_sd)
+                                   session_sd=session_sd, absolute=absolute)
     used = int(arrays.n_used[0])
     var_c = float(np.var(x[:used], ddof=1)) if used > 1 else math.nan
     var_r = float(np.var(y, ddof=1))
     return _result(arrays, limit=limit, worse=worse, plan=plan, n_current=used,
-                   n_reference=int(ref.size), method="welch-t on log ratios", var_c=var_c,
-                   ref_var_term=var_r / ref.size + session_sd ** 2)
+                   n_reference=int(ref.size),
+                   method="welch-t on differences" if absolute else "welch-t on log ratios",
+                   var_c=var_c, ref_var_term=var_r / ref.size + session_sd ** 2, absolute=absolute)
 
 
 def compare_paired(candidate: ArrayLike, reference: ArrayLike, *, limit: float, worse: str = "up",
-                   plan: SequentialPlan = DEFAULT_PLAN, session_sd: float = 0.0) -> SequentialResult:
+                   plan: SequentialPlan = DEFAULT_PLAN, session_sd: float = 0.0,
+                   absolute: bool = False) -> SequentialResult:
     """Candidate against reference measured in the same repeats (in-job A/B).
 
     Per-repeat ``log(candidate_r / reference_r)``, one-sample t; both sides grow together.
     Passing session ratios (each over the shared baseline of its repeat) gives the same
-    answer as passing raw J/token: the baseline cancels.
+    answer as passing raw J/token: the baseline cancels. ``absolute``: per-repeat differences
+    ``candidate_r - reference_r``, ``limit`` an amount in their unit.
     """
-    cand, ref = _positive(candidate, "candidate samples"), _positive(reference, "reference samples")
+    check = _finite if absolute else _positive
+    cand, ref = check(candidate, "candidate samples"), check(reference, "reference samples")
     if cand.size != ref.size:
         raise ValueError(f"paired samples need equal lengths, got {cand.size} and {ref.size}")
-    d = np.log(cand) - np.log(ref)
+    d = (cand - ref) if absolute else (np.log(cand) - np.log(ref))
     if d.size < 2:
         arrays = SequentialArrays(np.zeros(1, int), np.zeros(1, int), np.array([d.size]),
                                   np.array([d.mean() if d.size else np.nan]), np.array([np.nan]),
                                   np.array([np.nan]), np.ones(1), np.ones(1))
     else:
         arrays = sequential_arrays(d[None, :], None, limit=limit, worse=worse, plan=plan,
-                                   session_sd=session_sd)
+                                   session_sd=session_sd, absolute=absolute)
     used = int(arrays.n_used[0])
     var_c = float(np.var(d[:used], ddof=1)) if used > 1 else math.nan
     return _result(arrays, limit=limit, worse=worse, plan=plan, n_current=used,
-                   n_reference=used, method="paired t on log ratios", var_c=var_c,
-                   ref_var_term=session_sd ** 2)
+                   n_reference=used,
+                   method="paired t on differences" if absolute else "paired t on log ratios",
+                   var_c=var_c, ref_var_term=session_sd ** 2, absolute=absolute)
 
 
 # -- energy: gate on the ratio, report the absolute ---------------------------------------------

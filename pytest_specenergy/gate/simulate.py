@@ -39,14 +39,19 @@ import time
 from dataclasses import dataclass
 from dataclasses import replace
 from functools import lru_cache
+from pathlib import Path
 from typing import Callable
 from typing import Sequence
 
 import numpy as np
 
 from pytest_specenergy.gate import fdr
+from pytest_specenergy.gate.compare import compare_case
+from pytest_specenergy.gate.compare import repeats_needed
+from pytest_specenergy.gate.sequential import IMPROVED
 from pytest_specenergy.gate.sequential import INCONCLUSIVE
 from pytest_specenergy.gate.sequential import REGRESSED
+from pytest_specenergy.gate.sequential import UNCHANGED
 from pytest_specenergy.gate.sequential import SequentialPlan
 from pytest_specenergy.gate.sequential import sequential_arrays
 from pytest_specenergy.gate.stats import u_distribution
@@ -240,6 +245,78 @@ def asv_worsened(current: np.ndarray, reference: np.ndarray, factor: float = 1.1
     return beyond & different
 
 
+# -- the wired gate on the same samples -------------------------------------------------------
+def _arm(values: np.ndarray) -> dict:
+    return {"source": "simulated", "samples": [{"energy_per_token": float(v)} for v in values]}
+
+
+def _record(spec: np.ndarray, base: np.ndarray, reference: np.ndarray | None = None) -> dict:
+    """A run record as ``PairResult.as_dict()`` shapes it, with only what the gate reads."""
+    record = {"case_id": "simulated", "source": "simulated", "baseline": _arm(base),
+              "speculative": _arm(spec)}
+    if reference is not None:
+        record["reference"] = _arm(reference)
+        record["reference_drafter"] = {"id": "reference"}
+    return record
+
+
+def wired_verdicts(samples: Samples, scenario: Scenario, plan: SequentialPlan,
+                   rows: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The plugin's own path on rows of ``samples``: run records judged by the gatekeeper
+    (``Gatekeeper.judge``: in-job A/B for a record with a reference arm, else
+    ``compare_case`` against the stored record), growing the current repeats by each
+    ``NeedsRepeats`` as the session's settle loop does. Returns (verdict codes, repeats used)."""
+    from pytest_specenergy.gate.compare import Verdict as GateVerdict
+    from pytest_specenergy.gate.gatekeeper import Gatekeeper
+    from pytest_specenergy.gate.gatekeeper import NeedsRepeats
+    from pytest_specenergy.gate.limits import parse_fail_expr
+
+    codes = {GateVerdict.PASSED: UNCHANGED, GateVerdict.IMPROVED: IMPROVED,
+             GateVerdict.REGRESSED: REGRESSED, GateVerdict.INCONCLUSIVE: INCONCLUSIVE}
+    limits = [parse_fail_expr(f"energy_ratio:{scenario.limit * 100:g}%")]
+    gate = Gatekeeper(storage_dir=Path("."), plan=plan)
+    out, used = [], []
+    for i in rows:
+        n = plan.start
+        while True:
+            spec, base = samples.current_spec[i, :n], samples.current_base[i, :n]
+            if samples.reference_base is None:  # A/B: the Gatekeeper itself judges it
+                decision = gate.judge("sim", _record(spec, base, samples.reference_spec[i, :n]),
+                                      "simulated", limits)
+                if isinstance(decision, NeedsRepeats):
+                    n += decision.extra
+                    continue
+                comparison = decision.comparison
+            else:  # stored: what judge runs once it has the stored record
+                comparison = compare_case(_record(samples.reference_spec[i], samples.reference_base[i]),
+                                          _record(spec, base), limits, plan=plan)
+                extra = min(repeats_needed(comparison), plan.cap - n)
+                if extra > 0:
+                    n += extra
+                    continue
+            assert comparison is not None
+            out.append(codes[comparison.verdict])
+            used.append(n)
+            break
+    return out, used
+
+
+def wired_agreement(scenario: Scenario, plan: SequentialPlan, seed: int, cases: int = 200
+                    ) -> tuple[int, int, int]:
+    """(agreeing verdicts, agreeing repeat counts, cases) between the tables' vectorized engine
+    and the wired gate (:func:`wired_verdicts`), on the same unchanged and +10% samples."""
+    rng = np.random.default_rng(seed)
+    agree = same_n = total = 0
+    for theta in (0.0, math.log(1.10), math.log(1.05)):
+        s = make_samples(replace(scenario, suites=1, cases=cases), theta, rng)
+        table = ours(s, scenario, plan)
+        codes, used = wired_verdicts(s, scenario, plan, range(cases))
+        agree += int(np.sum(np.asarray(codes) == table.code))
+        same_n += int(np.sum(np.asarray(used) == table.n_used))
+        total += cases
+    return agree, same_n, total
+
+
 # -- the tables -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Cell:
@@ -429,7 +506,8 @@ def format_report(noises: Sequence[float], modes: Sequence[str], plan: Sequentia
     lines = [
         "Gate statistics on simulated suites (pytest_specenergy/gate/simulate.py)",
         f"plan: {plan.describe()}",
-        f"limit energy_per_token:5%; 200 cases per suite; {suites} unchanged suites and "
+        "limit energy_ratio:5% (stored: session ratios; A/B: candidate/reference); "
+        f"200 cases per suite; {suites} unchanged suites and "
         f"{max(10, suites // 2)} suites each at +4% and +10% per cell; session offset "
         "+-U(2%,3%) per suite (10% of it leaks through a ratio); per-arm per-repeat noise as given.",
         "columns: false = REGRESSED per 200 unchanged cases; inc@cap = INCONCLUSIVE at the cap per 200 "
@@ -487,6 +565,16 @@ def format_report(noises: Sequence[float], modes: Sequence[str], plan: Sequentia
     lines.append("(false = false failures per suite; P(any) = share of suites with at least one; FDP = mean "
                  "false-discovery proportion; pending = comparisons per suite decided only at session end, "
                  "Q/N < p <= Q; reps = mean repeats per case under the FDR plan)")
+    lines += ["", "The figures are the wired gate's: the same samples run through the plugin's own path "
+              "(run records -> Gatekeeper.judge / compare_case, repeats added per NeedsRepeats as the "
+              "settle loop does) give the same verdicts and repeat counts as the tables' engine "
+              "(unchanged, +10% and +5% cases):",
+              f"{'noise':>5} {'mode':<9} {'verdicts agree':>15} {'repeats agree':>14}"]
+    for i, noise in enumerate(noises):
+        for j, mode in enumerate(modes):
+            scen = Scenario(noise=noise, mode=mode, cap=plan.cap)
+            agree, same_n, total = wired_agreement(scen, plan, seed + 100 + 10 * i + j, cases=60)
+            lines.append(f"{noise:>5.0%} {mode:<9} {agree:>8}/{total:<6} {same_n:>7}/{total:<6}")
     return "\n".join(lines)
 
 

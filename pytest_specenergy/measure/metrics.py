@@ -22,8 +22,8 @@ class MetricInfo:
     ``better`` is the good direction (``lower``, ``higher`` or ``-``). ``percent_is_points``:
     a fraction that sits at or crosses zero, so ``N%`` means N percentage points, never a
     change relative to the baseline. ``per_repeat``: None when the gate cannot check the
-    metric; True when it has one sample per measured repeat (tested for significance); False
-    for pooled counters and exact-match fractions, compared deterministically.
+    metric; True when it has one sample per measured repeat (judged by the sequential rule,
+    ``gate/sequential.py``); False for the exact-match fraction, compared deterministically.
     ``samples`` says where the gate's samples come from. ``display`` formats one value.
     """
 
@@ -47,16 +47,26 @@ METRICS: dict[str, MetricInfo] = {m.name: m for m in (
     MetricInfo("energy_per_token", "J/token", "lower",
                "decode-window energy / output tokens committed in that window",
                per_repeat=True, samples="speculative arm's decode J per committed token, per repeat"),
+    # The gate's default energy metric: a GPU that runs 3% warmer today moves both arms of a
+    # repeat cycle, so their ratio keeps only the drafter's effect (absolute J/token above
+    # stays reported and can still be gated by naming it).
+    MetricInfo("energy_ratio", "x", "lower",
+               "speculative energy_per_token / its matched baseline's, per repeat cycle "
+               "(within-session ratio)", display="{:.4f}", per_repeat=True,
+               samples="speculative/baseline J per committed token, repeat i of each arm paired "
+                       "(interleaved in one session, so a session offset cancels)"),
     MetricInfo("energy_saving", "fraction", "higher",
                "1 - speculative energy_per_token / baseline energy_per_token", display="{:+.1%}",
                percent_is_points=True, per_repeat=True,
                samples="1 - spec/baseline energy per token, repeats paired by index"),
     MetricInfo("accept_length", "tokens/step", "higher",
                "tokens committed per verify step: 1 + accepted drafts / verify steps",
-               display="{:.2f}", per_repeat=False, samples="tokens per verify step from pooled counters"),
+               display="{:.2f}", per_repeat=True,
+               samples="1 + accepted drafts / verify steps of each repeat (per-request accept "
+                       "lengths when the samples carry them)"),
     MetricInfo("acceptance_rate", "fraction", "higher", "accepted drafts / proposed drafts",
-               display="{:.1%}", per_repeat=False,
-               samples="accepted/proposed drafts from pooled counters"),
+               display="{:.1%}", per_repeat=True,
+               samples="accepted/proposed drafts of each repeat"),
     MetricInfo("verified_per_step", "tokens", "-", "tokens the target verifies per request per step",
                display="{:d}"),
     MetricInfo("tbt_ms", "ms", "lower", "mean time between tokens of the decode phase, per request",

@@ -373,7 +373,10 @@ class PairResult:
                 "order": self.order,
                 "baseline": self.baseline.as_dict(), "speculative": self.speculative.as_dict(),
                 **({"reference": self.reference.as_dict(),
-                    "reference_drafter": self.case.reference.as_dict()}
+                    "reference_drafter": self.case.reference.as_dict(),
+                    # The reference arm's own match with the baseline: an A/B compares equivalence too.
+                    "reference_equivalence": compare_outputs(self.baseline.outputs,
+                                                             self.reference.outputs).as_dict()}
                    if self.reference is not None and self.case.reference is not None else {})}
 
 

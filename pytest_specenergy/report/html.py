@@ -302,8 +302,9 @@ def render_html(run: Mapping[str, Any], comparisons: Sequence[CaseComparison] | 
         limits = sorted({r.limit.expr for c in comparisons for r in c.rows})
         parts += [f"<h2>Baseline comparison</h2><p>The gate's verdicts against "
                   f"{_e(baseline_label or 'the baseline run')}: limits {_e(', '.join(limits) or 'none')}; "
-                  f"a metric regresses only when it moved beyond its limit and the move is "
-                  f"significant. Regressions first.</p>", _comparison_table(comparisons)]
+                  "a metric regresses only when its change's confidence interval lies beyond "
+                  "its limit (the sequential rule; energy on the within-session ratio). "
+                  "Regressions first.</p>", _comparison_table(comparisons)]
     if len(hist) >= 2:
         parts += ["<h2>History</h2>", _history_steps(hist, step)]
     parts += ["<h2>Checks</h2>", _checks_detail(rows)]

@@ -54,6 +54,11 @@ def best_under_target(points: Iterable[ConfigPoint], target_ms: float) -> Config
     return min(eligible, key=lambda p: (p.energy_per_token, p.tbt_ms, p.label), default=None)
 
 
+#: How much costlier a target's best configuration may get before the session fails (5%, the
+#: default energy limit of the gate).
+LATENCY_TOLERANCE = 0.05
+
+
 @dataclass(frozen=True)
 class TargetChoice:
     """For one workload and latency target, the configuration to serve (None if none meets it)."""
@@ -62,6 +67,22 @@ class TargetChoice:
     corpus: str
     target_ms: float
     choice: ConfigPoint | None
+
+    def line(self) -> str:
+        """``TBT <= 25 ms on tiny:dense / code: ngram b4, 0.27 J/token, 2.1 ms [source]``."""
+        where = f"TBT <= {self.target_ms:g} ms on {self.model} / {self.corpus}"
+        if self.choice is None:
+            return f"{where}: no tested configuration meets it"
+        c = self.choice
+        return f"{where}: {c.label}, {c.energy_per_token:.4g} J/token, TBT {c.tbt_ms:.3g} ms [{c.source}]"
+
+    def as_dict(self) -> dict[str, object]:
+        """A JSON-ready record."""
+        c = self.choice
+        return {"model": self.model, "corpus": self.corpus, "target_ms": self.target_ms,
+                "choice": None if c is None else {"label": c.label, "drafter": c.drafter_id, "batch": c.batch,
+                                                  "energy_per_token": c.energy_per_token, "tbt_ms": c.tbt_ms,
+                                                  "source": c.source}}
 
 
 def latency_choices(rows: Iterable[ReportRow], targets_ms: Sequence[float]) -> list[TargetChoice]:

@@ -22,7 +22,8 @@ from pytest_specenergy.report.rows import sources
 
 #: The metrics a Markdown comparison shows, with their column titles.
 MARKDOWN_METRICS: tuple[tuple[str, str], ...] = (
-    ("energy_per_token", "J/token"), ("energy_saving", "energy saving"),
+    ("energy_ratio", "energy ratio (spec/baseline)"), ("energy_per_token", "J/token"),
+    ("energy_saving", "energy saving"),
     ("accept_length", "accept length"), ("tbt_ms", "TBT (ms)"))
 _STATUS_TEXT = {Verdict.REGRESSED: "**REGRESSED**", Verdict.PASSED: "ok"}
 _ORDER = (Verdict.REGRESSED, Verdict.INCOMPARABLE, Verdict.INCONCLUSIVE, Verdict.NO_BASELINE,
@@ -87,7 +88,8 @@ def _comparison(run: Mapping[str, Any], comparisons: Sequence[CaseComparison]) -
                      + f" | {labels.get(c.case_id, '-')} |")
     limits = sorted({r.limit.expr for c in comparisons for r in c.rows})
     lines += ["", f"The gate's verdicts (limits {md_escape(', '.join(limits) or 'none')}): a metric "
-              "regresses only when it moved beyond its limit and the move is significant."]
+              "regresses only when its change's confidence interval lies beyond its limit "
+              "(the sequential rule; energy on the within-session ratio)."]
     return "\n".join(lines) + "\n"
 
 

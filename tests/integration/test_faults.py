@@ -13,10 +13,9 @@ QUICKSTART = Path(__file__).resolve().parents[2] / "example_suites" / "quickstar
 def _small_quickstart() -> str:
     """The quickstart with its hybrid test's pool and batches halved (the suite's time budget)."""
     text = QUICKSTART.read_text()
-    small = text.replace("@pytest.mark.generation(max_new_tokens=32, prompts=8)\n@pytest.mark.drafter(Drafter(\"ngram\", "
-                         "num_draft_tokens=8))\n@pytest.mark.batch(1, 4)",
-                         "@pytest.mark.generation(max_new_tokens=32, prompts=4)\n@pytest.mark.drafter(Drafter(\"ngram\", "
-                         "num_draft_tokens=8))\n@pytest.mark.batch(1, 2)")
+    hybrid = '@pytest.mark.drafter(Drafter("ngram", num_draft_tokens=8))'
+    small = text.replace(f"@pytest.mark.generation(max_new_tokens=32, prompts=8)\n{hybrid}\n@pytest.mark.batch(1, 4)",
+                         f"@pytest.mark.generation(max_new_tokens=32, prompts=4)\n{hybrid}\n@pytest.mark.batch(1, 2)")
     assert small != text, "the quickstart's hybrid markers changed: update _small_quickstart"
     return small
 

@@ -53,3 +53,15 @@ def test_same(spec_pair):
 """)
     result = pytester.runpytest("--collect-only", "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*marker reference_drafter*is the candidate drafter itself*"])
+
+
+def test_a_costlier_candidate_fails_in_job_against_its_reference(pytester: pytest.Pytester, run_suite):
+    """The A/B gate on the real server: a candidate drafting 1 token where the reference drafts
+    8 costs more energy per token on code; judged against the reference in the same session."""
+    pytester.makepyfile(AB_SUITE.replace('Drafter("ngram", num_draft_tokens=8, id="ngram-k8")',
+                                         'Drafter("ngram", num_draft_tokens=1, id="ngram-k1")')
+                                .replace('Drafter("ngram", num_draft_tokens=2, id="ngram-k2")',
+                                         'Drafter("ngram", num_draft_tokens=8, id="ngram-k8")'))
+    worse = run_suite("--specenergy-compare-fail=energy:5%", repeats=3)
+    worse.assert_outcomes(failed=1)
+    worse.stdout.fnmatch_lines(["*energy_ratio*REGRESSED*"])

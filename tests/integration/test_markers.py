@@ -86,7 +86,7 @@ def test_two_models(spec_pair):
         ('@pytest.mark.drafter("eagle3")',
          "*marker drafter value 'eagle3': Drafter('eagle3') needs draft_model=*"),
         ('@pytest.mark.drafter(Drafter("eagle3", draft_model="/tmp"))',
-         "*is not implemented by the reference engine; expected one of ngram, draft_model"),
+         "*is not implemented by the reference engine; expected one of ngram, draft_model, block"),
         ('@pytest.mark.drafter("ngram")\n@pytest.mark.generation(max_new_token=5)',
          "*marker generation got unknown keyword(s) max_new_token*"),
         ('@pytest.mark.drafter("ngram")\n@pytest.mark.generation(temperature=0.7)',

@@ -64,3 +64,22 @@ def test_scenario_smoke() -> None:
     samples = simulate.make_samples(simulate.Scenario(noise=0.01, mode="a/b", cases=5, suites=2),
                                     0.0, np.random.default_rng(0))
     assert samples.reference_base is None and samples.current_spec.shape == (10, 11)
+
+
+@pytest.mark.parametrize("mode", ["stored-5", "a/b"])
+def test_the_figures_are_the_wired_gates_verdicts(mode: str) -> None:
+    """The tables' vectorized engine and the plugin's own path (records -> Gatekeeper.judge /
+    compare_case, repeats added per NeedsRepeats) agree on every case and repeat count."""
+    scenario = simulate.Scenario(noise=0.03, mode=mode)
+    agree, same_n, total = simulate.wired_agreement(scenario, SequentialPlan(), seed=5, cases=15)
+    assert (agree, same_n) == (total, total) == (45, 45)
+
+
+def test_wired_verdicts_tell_a_regression_from_noise() -> None:
+    scenario = simulate.Scenario(noise=0.01, mode="a/b")
+    rng = np.random.default_rng(3)
+    plan = SequentialPlan()
+    same = simulate.make_samples(simulate.replace(scenario, suites=1, cases=5), 0.0, rng)
+    worse = simulate.make_samples(simulate.replace(scenario, suites=1, cases=5), math.log(1.2), rng)
+    assert simulate.REGRESSED not in simulate.wired_verdicts(same, scenario, plan, range(5))[0]
+    assert simulate.wired_verdicts(worse, scenario, plan, range(5))[0] == [simulate.REGRESSED] * 5

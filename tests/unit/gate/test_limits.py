@@ -14,7 +14,8 @@ from pytest_specenergy.gate.limits import parse_fail_exprs
 
 @pytest.mark.parametrize("text, metric, stat, threshold, relative", [
     ("energy_per_token:5%", "energy_per_token", "median", 0.05, True),
-    ("energy:5%", "energy_per_token", "median", 0.05, True),
+    ("energy:5%", "energy_ratio", "median", 0.05, True),  # the session-robust default
+    ("ratio:5%", "energy_ratio", "median", 0.05, True),
     ("epat:median:2.5%", "energy_per_token", "median", 0.025, True),
     ("accept_length:median:0.1", "accept_length", "median", 0.1, False),
     ("acceptance:0.2", "accept_length", "median", 0.2, False),
@@ -27,7 +28,7 @@ from pytest_specenergy.gate.limits import parse_fail_exprs
     # Fractions that can sit at or cross zero: N% means N percentage points.
     ("energy_saving:2%", "energy_saving", "median", 0.02, False),
     ("energy_saving:0.02", "energy_saving", "median", 0.02, False),
-    ("  Energy : 5% ", "energy_per_token", "median", 0.05, True),
+    ("  Energy : 5% ", "energy_ratio", "median", 0.05, True),
 ])
 def test_valid_expressions(text, metric, stat, threshold, relative):
     limit = parse_fail_expr(text)
@@ -39,7 +40,7 @@ def test_valid_expressions(text, metric, stat, threshold, relative):
 def test_worse_directions():
     up = {m for m, info in GATE_METRICS.items() if info.worse == "up"}
     down = {m for m, info in GATE_METRICS.items() if info.worse == "down"}
-    assert up == {"energy_per_token", "tbt_ms"}
+    assert up == {"energy_ratio", "energy_per_token", "tbt_ms"}
     assert down == {"accept_length", "acceptance_rate", "energy_saving", "equivalence", "speedup"}
 
 
@@ -88,7 +89,7 @@ def test_argparse_type_shows_our_message(capsys):
     parser.add_argument("--specenergy-compare-fail", type=parse_fail_expr, action="append")
     args = parser.parse_args(["--specenergy-compare-fail=energy:5%",
                               "--specenergy-compare-fail", "accept_length:median:0.1"])
-    assert [lim.metric for lim in args.specenergy_compare_fail] == ["energy_per_token", "accept_length"]
+    assert [lim.metric for lim in args.specenergy_compare_fail] == ["energy_ratio", "accept_length"]
     with pytest.raises(SystemExit):
         parser.parse_args(["--specenergy-compare-fail=energy:lots"])
     err = capsys.readouterr().err
@@ -96,8 +97,8 @@ def test_argparse_type_shows_our_message(capsys):
 
 
 def test_repeatable_later_overrides_earlier():
-    limits = parse_fail_exprs(["energy:5%", "accept:0.1", "energy_per_token:median:3%"])
-    assert [(lim.metric, lim.threshold) for lim in limits] == [("energy_per_token", 0.03),
+    limits = parse_fail_exprs(["ratio:5%", "accept:0.1", "energy:median:3%"])
+    assert [(lim.metric, lim.threshold) for lim in limits] == [("energy_ratio", 0.03),
                                                          ("accept_length", 0.1)]
     # an ini value: whitespace or comma separated
     assert len(parse_fail_exprs("energy:5% tbt_ms:mean:10%,equivalence:0")) == 3

@@ -188,7 +188,7 @@ def test_comparison_finds_regressions_and_improvements(run_doc, baseline_doc):
     found = compare(current, baseline_doc)
     regressed = found["conversation-eagle3-b16"]
     assert regressed.verdict is Verdict.REGRESSED
-    ept = next(r for r in regressed.rows if r.metric == "energy_per_token")
+    ept = next(r for r in regressed.rows if r.metric == "energy_ratio")
     assert ept.verdict is Verdict.REGRESSED and ept.change_rel == pytest.approx(0.2)
     assert sum(c.verdict is Verdict.REGRESSED for c in found.values()) == 1
     assert found["code-ngram-b1"].verdict is Verdict.IMPROVED
@@ -393,7 +393,7 @@ def test_markdown_lists_regressions_first(baseline_doc):
     table = [line for line in lines if line.startswith("| ")][1:]
     assert len(table) == 18
     assert table[0].startswith("| **REGRESSED** | conversation-dflash-b64 |")
-    assert "(+25.00% (+0.01939 J/token)) **worse**" in table[0] and table[0].endswith("| modeled (h200) |")
+    assert "(+25.00% (+0.4107 x)) **worse**" in table[0] and table[0].endswith("| modeled (h200) |")
     assert all("| ok |" in line for line in table[1:])
 
 

@@ -1,0 +1,55 @@
+"""The paper's block-drafter result, end to end on CPU (section 9): where verification turns
+compute-bound.
+
+A block drafter of 16 (the DFlash-16 shape: one draft forward proposes 15 tokens, the target
+verifies all 16) on ``tiny:dense``, priced by the modeled meter as Qwen3-4B, on the ``news``
+corpus (prompts of about 260 tokens, as the paper's contexts), at batches 1 to 64. Controlled
+acceptance (``accept_p``) fixes the accept length, so the curve reflects the verify step's
+shape, not the tiny model's random weights. Run it once per GPU::
+
+    .venv/bin/python -m pytest example_suites/block_crossover -p no:cacheprovider -s \\
+        --specenergy-repeats=1 --specenergy-meter=modeled:h200:qwen3-4b
+    .venv/bin/python -m pytest example_suites/block_crossover -p no:cacheprovider -s \\
+        --specenergy-repeats=1 --specenergy-meter=modeled:h100:qwen3-4b
+
+The paper: DFlash-16 on Qwen3-4B at 260-token contexts reaches the H200's balance point
+(163 FLOP/byte) at batch 16 and the H100's (316) at batch 32. The last test prints the
+crossover this run found next to the paper's and fails if they differ.
+"""
+
+import pytest
+
+from pytest_specenergy import Drafter
+
+PAPER_CROSSOVER = {"h200": 16, "h100": 32}  # first batch whose verify step is compute-bound
+BATCHES = (1, 4, 8, 16, 32, 64)
+seen: dict[int, tuple[bool, float, float, float]] = {}
+
+pytestmark = [
+    pytest.mark.model("tiny:dense"),
+    pytest.mark.corpus("news"),
+    # 96 prompts hold batch 64 in a steady state; 48 tokens (about 10 block steps per request) keep
+    # the refill gaps small against a request's life, and contexts near the prompts' 260-310.
+    pytest.mark.generation(max_new_tokens=48, prompts=96, ignore_eos=True),
+]
+
+
+@pytest.mark.drafter(Drafter("block", draft_model="tiny:dense-draft", block_size=16, accept_p=0.8, id="dflash16"))
+@pytest.mark.batch(*BATCHES)
+def test_block_drafter_curve(spec_pair):
+    r = spec_pair.measure()
+    r.assert_equivalent()
+    assert r.verify_intensity is not None and r.balance_point is not None, r.source
+    seen[r.case.batch] = (bool(r.compute_bound), r.verify_intensity, r.balance_point, r.energy_saving)
+
+
+def test_crossover_matches_the_paper(request):
+    meter = request.config.getoption("specenergy_meter") or ""
+    gpu = "h100" if "h100" in meter else "h200"
+    assert set(seen) == set(BATCHES), "run the whole module: every batch point is needed"
+    lines = [f"batch {b:>2}: verify {i:6.1f} FLOP/byte vs balance {bp:.0f} -> "
+             f"{'compute-bound' if cb else 'memory-bound '}  saving {s:+.1%}"
+             for b, (cb, i, bp, s) in sorted(seen.items())]
+    found = min((b for b, (cb, *_rest) in seen.items() if cb), default=None)
+    print("\n" + "\n".join(lines) + f"\ncrossover on {gpu}: batch {found} (paper: {PAPER_CROSSOVER[gpu]})")
+    assert found == PAPER_CROSSOVER[gpu], "\n".join(lines)
