@@ -41,6 +41,7 @@ from typing import Sequence
 
 import numpy as np
 
+import pytest_specenergy.measure.metrics as metrics
 from pytest_specenergy.gate import sequential
 from pytest_specenergy.gate import stats
 from pytest_specenergy.gate.limits import DEFAULT_ALPHA
@@ -50,7 +51,6 @@ from pytest_specenergy.gate.machine import comparable
 from pytest_specenergy.gate.machine import document_run_info
 from pytest_specenergy.gate.machine import run_info
 from pytest_specenergy.gate.sequential import SequentialPlan
-from pytest_specenergy.measure import metrics
 
 #: Repeat cap of the sequential plan unless ``--specenergy-max-repeats`` says otherwise.
 DEFAULT_CAP = 11

@@ -10,7 +10,7 @@ SUITE = """
 import pytest
 
 pytestmark = [pytest.mark.model("tiny:dense"), pytest.mark.drafter("ngram"), pytest.mark.batch(2),
-              pytest.mark.generation(max_new_tokens=16, prompts=4)]
+              pytest.mark.generation(max_new_tokens=16, prompts=8)]
 
 @pytest.mark.corpus("code")
 def test_code(spec_pair):
