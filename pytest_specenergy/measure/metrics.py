@@ -143,3 +143,11 @@ def median(values: Sequence[float | None]) -> float | None:
     """Median of the defined values (per-repeat samples), or None."""
     defined = [v for v in values if v is not None]
     return float(statistics.median(defined)) if defined else None
+
+
+def compute_bound(verify_intensity: float | None, balance_point: float | None) -> bool | None:
+    """Whether a verify step of ``verify_intensity`` FLOP/byte lies past the GPU's balance
+    point (where speculation's saving turns into a loss); None when either is unknown."""
+    if verify_intensity is None or balance_point is None:
+        return None
+    return verify_intensity > balance_point

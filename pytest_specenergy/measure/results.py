@@ -216,9 +216,7 @@ class PairResult:
     @property
     def compute_bound(self) -> bool | None:
         """Whether the verify step lies past the balance point (the saving turns into a loss there)."""
-        if self.verify_intensity is None or self.balance_point is None:
-            return None
-        return self.verify_intensity > self.balance_point
+        return metrics.compute_bound(self.verify_intensity, self.balance_point)
 
     @property
     def draft_share(self) -> float | None:

@@ -13,6 +13,7 @@ from typing import Any
 from typing import Iterable
 from typing import Mapping
 
+import pytest_specenergy.measure.metrics as metrics
 from pytest_specenergy.measure.checks import Check
 
 
@@ -47,9 +48,7 @@ class ReportRow:
     @property
     def compute_bound(self) -> bool | None:
         """Whether the verify step lies past the GPU's balance point."""
-        if self.verify_intensity is None or self.balance_point is None:
-            return None
-        return self.verify_intensity > self.balance_point
+        return metrics.compute_bound(self.verify_intensity, self.balance_point)
 
     @property
     def workload(self) -> tuple[str, str]:
