@@ -12,7 +12,8 @@ Map: ``records`` (config, requests, results), ``protocol`` and ``server`` (HTTP)
 (models, prefill, decode), ``scheduler`` (continuous batching), ``verify`` (one speculative
 step), ``drafters``/``draft_model``/``block``/``oracle`` (proposers), ``kv`` and ``runner``
 (batched forwards with holes and recurrent-state rollback), ``rows`` and ``stats`` (counters),
-``trace`` and ``accounting`` (work trace), ``faults``, ``models``/``tiny_models``/``tokenizer``.
+``trace`` and ``accounting`` (work trace), ``faults``, ``models``/``tiny_models``/``random_models``/
+``tokenizer``.
 """
 
 from __future__ import annotations

@@ -9,8 +9,15 @@ Bad arguments (unknown fault, missing model directory, ...) exit with status 2 a
 
 Flags (``--help`` prints the same):
 
-* ``--model/--model-path NAME``: a ``tiny:*`` model (dense, moe, hybrid and their ``-draft``) or a
-  local HF checkpoint directory (never downloaded).
+* ``--model/--model-path NAME``: a ``tiny:*`` model (dense, moe, hybrid and their ``-draft``), a
+  ``random:SHAPE`` model or a local HF checkpoint directory (never downloaded).
+  ``random:SHAPE`` is a Qwen3 model with seeded random weights (``--seed``) and the dimensions of a
+  dense Qwen3 shape of the plugin's shape registry (``random:qwen3-0.6b``, ``random:qwen3-4b``,
+  ``random:qwen3-8b``), for energy calibration on a GPU: it is built directly on the device in the
+  compute dtype (auto: bfloat16 on CUDA, float32 on CPU) and priced as SHAPE by the modeled meter.
+  ``random:SHAPE:layers=N,hidden=N,mlp=N,vocab=N`` overrides dimensions for cheap CPU checks. It
+  uses the built-in byte tokenizer; generated ids that have no text decode to ``<|unused_ID|>``.
+  A random draft model (``--draft-model random:...``) needs the target's vocabulary.
 * ``--drafter {none,ngram,draft_model,block,replay}``: no speculation; prompt lookup; a chain draft
   model (K one-token forwards per step); a block draft model (one forward per step proposes
   ``B - 1`` drafts, DFlash/DSpark shape); replay of drafts recorded by an earlier run
@@ -22,7 +29,13 @@ Flags (``--help`` prints the same):
   target's derived ``-draft``; the target's own name makes a self-draft).
 * ``--draft-accept-p P``: controlled acceptance for calibration (with ``draft_model`` or
   ``block``): verified drafts are the target's own greedy continuation, each token kept with
-  probability P; the drafter's own passes still run and are charged (see :mod:`.oracle`).
+  probability P; the drafter's own passes still run and are charged (see :mod:`.oracle`). An
+  untraced oracle (the target) computes that continuation: a board meter sees its forwards.
+* ``--replay-proposals`` (with ``draft_model`` or ``block``; not with ``--draft-accept-p``): the
+  drafter's passes run as without it, but step ``i`` of a request verifies the ``i``-th drafts it
+  brought in ``sampling_params.spec_replay_drafts`` (short ones padded, filler when none are left,
+  both counted in ``spec_replay_misses``). Replaying the drafts of a ``--draft-accept-p`` run
+  repeats its verify steps, accept counts and draft passes with no oracle running.
 * ``--ngram-min-match-window N``, ``--ngram-max-match-window N``: prompt-lookup n-gram sizes.
 * ``--dtype {auto,float64,float32,bfloat16,float16}``: auto = float64 for tiny models.
 * ``--device {auto,cpu,cuda,cuda:N}``, ``--seed/--random-seed N``.
@@ -38,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -57,7 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Reference inference server (HF transformers) speaking SGLang's /generate protocol subset.",
     )
     p.add_argument(
-        "--model", "--model-path", dest="model", default="tiny:dense", help="tiny:* name or local checkpoint dir"
+        "--model",
+        "--model-path",
+        dest="model",
+        default="tiny:dense",
+        help="tiny:* name, random:SHAPE (seeded random weights of a dense Qwen3 shape: random:qwen3-0.6b, "
+        "random:qwen3-4b, random:qwen3-8b; random:SHAPE:layers=N,hidden=N,mlp=N,vocab=N overrides dimensions) "
+        "or a local checkpoint dir",
     )
     p.add_argument(
         "--drafter",
@@ -75,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--draft-model",
         default=None,
-        help="draft model name or path for draft_model and block (default: the tiny model's -draft)",
+        help="draft model name or path for draft_model and block (default: the tiny model's -draft); "
+        "a random:SHAPE draft needs the target's vocabulary",
     )
     p.add_argument(
         "--block-size",
@@ -95,9 +116,21 @@ def build_parser() -> argparse.ArgumentParser:
         "continuation with each drafted token kept with probability P (else corrupted, seeded); the drafter's "
         "own passes still run and are charged; mean accepted drafts per step = sum of P^j, j=1..K",
     )
-    p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: float64 for tiny models")
+    p.add_argument(
+        "--replay-proposals",
+        action="store_true",
+        help="for draft_model and block (not with --draft-accept-p): the drafter's passes run as without it, "
+        "but step i of a request verifies the i-th drafts it brought in sampling_params.spec_replay_drafts "
+        "(recorded with return_spec_drafts; misses counted in spec_replay_misses); no oracle runs",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="auto",
+        help="auto: float64 for tiny models, bfloat16 on CUDA / float32 on CPU otherwise",
+    )
     p.add_argument("--device", default="auto", help=f"one of {DEVICES} or cuda:N")
-    p.add_argument("--seed", "--random-seed", dest="seed", type=int, default=0, help="tiny-model weights seed")
+    p.add_argument("--seed", "--random-seed", dest="seed", type=int, default=0, help="tiny/random-model weights seed")
     p.add_argument(
         "--max-running-requests",
         type=int,
@@ -159,6 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             draft_model=args.draft_model,
             block_size=args.block_size,
             draft_accept_p=args.draft_accept_p,
+            replay_proposals=args.replay_proposals,
             numerical_noise_scale=args.numerical_noise_scale,
             dtype=args.dtype,
             device=args.device,
@@ -210,4 +244,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # Skip the interpreter's teardown of torch and transformers (over a second of module and
+    # tensor finalisation for nothing: the engine already stopped serving and nothing is left
+    # to write but the log, flushed here). Stopping fast matters to whoever waits for the exit.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -7,6 +7,8 @@
 * :class:`~.block.BlockDrafter` - a draft model proposing a whole block in one forward.
 * :class:`~.oracle.ControlledAcceptance` - any draft-pass drafter whose proposals are replaced by
   the target's own greedy continuation, corrupted with a seeded probability.
+* :class:`~.oracle.ReplayedProposals` - any draft-pass drafter whose proposals are replaced by the
+  recorded drafts a :class:`ReplayDrafter` would verify (the draft passes still run).
 
 The scheduler keeps one drafter for the running batch, whose rows change every step: ``join``
 appends the rows admitted in this step (prefilled; ``row.tokens`` ends with the first output

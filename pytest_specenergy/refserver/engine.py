@@ -80,9 +80,10 @@ class ReferenceEngine:
         # a self-draft shares the target's weights, not its cache
         draft = self.target if name == config.model else load_model(name, config.dtype, config.device, config.seed)
         if draft.vocab_size != self.target.vocab_size:
+            hint = " (a random:* model's vocabulary is set with :vocab=N)" if "random:" in name + config.model else ""
             raise ValueError(
                 f"draft model {name!r} has vocabulary {draft.vocab_size}, "
-                f"the target {self.target.vocab_size}: they must share a tokenizer"
+                f"the target {self.target.vocab_size}: they must share a tokenizer{hint}"
             )
         return draft
 
@@ -275,7 +276,7 @@ class ReferenceEngine:
             **self.stats.to_json(),
         }
         misses = getattr(self.scheduler.drafter, "misses", None)
-        if cfg.drafter == "replay" and misses is not None:
+        if (cfg.drafter == "replay" or cfg.replay_proposals) and misses is not None:
             state["spec_replay_misses"] = misses  # verify steps that had no (or a wrong-size) recorded draft
         return {
             "version": VERSION,
@@ -291,6 +292,7 @@ class ReferenceEngine:
             "speculative_draft_model_path": self.draft_model_name,
             "speculative_block_size": cfg.block_size,
             "speculative_draft_accept_p": cfg.draft_accept_p,
+            "speculative_replay_proposals": cfg.replay_proposals,
             "verified_per_step": cfg.verified_per_step,
             "speculative_ngram_min_match_window_size": cfg.ngram_min_match_window,
             "speculative_ngram_max_match_window_size": cfg.ngram_max_match_window,

@@ -1,10 +1,12 @@
-"""Load a model for the reference engine: a built-in ``tiny:*`` model or a local HF checkpoint.
+"""Load a model for the reference engine: a built-in ``tiny:*`` model, a ``random:*`` model of a
+real model's shape (:mod:`.random_models`) or a local HF checkpoint.
 
 dtype ``auto`` means float64 for the tiny models (on any device) and bfloat16 on CUDA / float32 on
-CPU for checkpoints. Why float64 for tiny models: random weights leave near-ties between the top two
-logits (gaps of ~1e-5 in float32), and a (K+1)-token verify pass reduces in a different order than
-a one-token decode step, so in float32 an argmax can flip and speculative output would differ from
-the baseline for reasons that have nothing to do with speculation. In float64 the reduction noise
+CPU for ``random:*`` models and checkpoints (a random model is built in that dtype on that device).
+Why float64 for tiny models: random weights leave near-ties between the top two logits (gaps of
+~1e-5 in float32), and a (K+1)-token verify pass reduces in a different order than a one-token
+decode step, so in float32 an argmax can flip and speculative output would differ from the
+baseline for reasons that have nothing to do with speculation. In float64 the reduction noise
 (~1e-15) is far below any gap the tiny models produce, so equality is exact in practice. (Caveat:
 transformers computes RMSNorm statistics and RoPE angles in float32 internally. On the CPU these are
 the same whatever the step shape, so paths agree bit for bit; on CUDA their reductions depend on the
@@ -18,6 +20,9 @@ from pathlib import Path
 
 import torch
 
+from .random_models import build_random_model
+from .random_models import is_random_model
+from .random_models import parse_random_model
 from .tiny_models import TINY_MODELS
 from .tiny_models import build_tiny_model
 from .tiny_models import tiny_model_names
@@ -75,44 +80,52 @@ def _eos_ids(model: torch.nn.Module) -> list[int]:
     return ids
 
 
-# Tiny models are shared within a process (tests build many engines over the same weights). Safe
-# because no engine writes to weights; the key includes dtype and device because .to() is in place.
+# Built-in (tiny and random) models are shared within a process (tests build many engines over the
+# same weights). Safe because no engine writes to weights; the key includes dtype and device
+# because .to() is in place.
 _TINY_CACHE: dict[tuple[str, int, torch.dtype, str], LoadedModel] = {}
 
 
+def _build(name: str, seed: int, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
+    """The model behind ``name`` in eval mode (the caller moves and casts it where still needed)."""
+    if name.startswith("tiny:"):
+        if name not in TINY_MODELS:
+            raise ValueError(f"unknown tiny model {name!r}; expected one of {', '.join(tiny_model_names())}")
+        return build_tiny_model(name, seed)
+    if is_random_model(name):
+        # built in place: a 4B random model never exists in float32 on the CPU
+        return build_random_model(parse_random_model(name), seed, dtype, device)
+    path = Path(name)
+    if not path.is_dir():
+        raise ValueError(
+            f"model {name!r} is neither a built-in tiny model ({', '.join(tiny_model_names())}), a random:NAME "
+            "model nor an existing local checkpoint directory (the reference server never downloads weights)"
+        )
+    from transformers import AutoModelForCausalLM
+
+    # SDPA or eager honour the explicit 4-D masks the engine builds; flash-attention would not.
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation="sdpa")
+    if dtype == torch.float64 and getattr(model.config, "num_experts", 0):
+        model.set_experts_implementation("eager")
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
 def load_model(name: str, dtype: str = "auto", device: str = "auto", seed: int = 0) -> LoadedModel:
-    """Load ``name`` (``tiny:*`` or a checkpoint directory) in eval mode on ``device``."""
+    """Load ``name`` (``tiny:*``, ``random:*`` or a checkpoint directory) in eval mode on ``device``."""
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, name, dev)
     key = (name, seed, torch_dtype, str(dev))
     if key in _TINY_CACHE:
         return _TINY_CACHE[key]
-    if name.startswith("tiny:"):
-        if name not in TINY_MODELS:
-            raise ValueError(f"unknown tiny model {name!r}; expected one of {', '.join(tiny_model_names())}")
-        model = build_tiny_model(name, seed)
-    else:
-        path = Path(name)
-        if not path.is_dir():
-            raise ValueError(
-                f"model {name!r} is neither a built-in tiny model ({', '.join(tiny_model_names())}) nor an "
-                "existing local checkpoint directory (the reference server never downloads weights)"
-            )
-        from transformers import AutoModelForCausalLM
-
-        # SDPA or eager honour the explicit 4-D masks the engine builds; flash-attention would not.
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype, attn_implementation="sdpa")
-        if torch_dtype == torch.float64 and getattr(model.config, "num_experts", 0):
-            model.set_experts_implementation("eager")
-        model.eval()
-        model.requires_grad_(False)
-    model = model.to(device=dev, dtype=torch_dtype)
+    model = _build(name, seed, torch_dtype, dev).to(device=dev, dtype=torch_dtype)
+    config = model.config
     eos = _eos_ids(model)
-    tokenizer = load_tokenizer(name, eos)
+    tokenizer = load_tokenizer(name, eos, vocab_size=int(config.vocab_size))
     for tid in tokenizer.eos_token_ids:
         if tid not in eos:
             eos.append(tid)
-    config = model.config
     loaded = LoadedModel(
         name=name,
         model=model,
@@ -123,6 +136,6 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto", seed: int =
         max_context=int(getattr(config, "max_position_embeddings", 0) or 1 << 20),
         vocab_size=int(config.vocab_size),
     )
-    if name.startswith("tiny:"):
+    if name.startswith("tiny:") or is_random_model(name):
         _TINY_CACHE[key] = loaded
     return loaded

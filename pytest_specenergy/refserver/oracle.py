@@ -16,10 +16,19 @@ modelled would run it. Two consequences, both deliberate:
 * the modeled meter, which prices the work trace, sees the wrapped drafter's passes only;
 * a board meter (NVML) and wall-clock timings do see the oracle. For those, use the chain shape
   with the target as its own draft model (``--drafter draft_model --draft-model <the target>``):
-  then the drafter *is* the oracle and its traced passes are all that runs.
+  then the drafter *is* the oracle and its traced passes are all that runs; or record the run's
+  drafts and replay them (below).
 
 Corruption is keyed by (seed, prompt, context length, draft index), not by batch position or
 time, so the same requests get the same acceptance in every run and batch composition.
+
+:class:`ReplayedProposals` (``--replay-proposals``) is the same wrapper with a recording as its
+truth: the drafts verified at step ``i`` of a request are the ``i``-th drafts it brought in
+``spec_replay_drafts`` (a :class:`~.drafters.ReplayDrafter`'s rules: short ones padded, filler when
+none are left, both counted in ``spec_replay_misses``), kept as they are. No oracle runs. Replaying
+the drafts of a controlled-acceptance run (recorded with ``return_spec_drafts``) therefore repeats
+its verify steps, its accept counts and - since the wrapped drafter sees the same commits - its
+draft passes, with nothing untraced on the device: a board meter measures exactly the work trace.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from typing import TYPE_CHECKING
 from .block import BlockDrafter
 from .draft_model import DraftModelDrafter
 from .drafters import Drafter
+from .drafters import ReplayDrafter
 from .records import EngineConfig
 from .rows import Row
 from .runner import ModelRunner
@@ -47,6 +57,8 @@ def build_draft_pass_drafter(engine: ReferenceEngine, cfg: EngineConfig, runner:
         shape = BlockDrafter(runner, cfg.block_size, pad)
     else:
         shape = DraftModelDrafter(runner, cfg.num_draft_tokens, pad, stale_cache="stale-draft-cache" in cfg.faults)
+    if cfg.replay_proposals:
+        return ReplayedProposals(shape, ReplayDrafter(cfg.num_draft_tokens))
     if cfg.draft_accept_p is None:
         return shape
     oracle = None
@@ -65,13 +77,14 @@ class ControlledAcceptance:
     def __init__(
         self,
         shape: DraftModelDrafter | BlockDrafter,
-        oracle: DraftModelDrafter | None,
+        oracle: Drafter | None,
         p: float,
         seed: int,
         vocab_size: int,
     ) -> None:
         self.shape = shape
-        self.oracle = oracle  # None: the shape drafter is the target itself, its drafts are the oracle's
+        # the truth source; None: the shape drafter is the target itself, its drafts are the oracle's
+        self.oracle = oracle
         self.k = shape.k
         self.p = p
         self.seed = seed
@@ -112,7 +125,8 @@ class ControlledAcceptance:
         """Run the wrapped drafter (its cost), then propose the corrupted oracle continuation."""
         own = self.shape.propose(rows)
         truth = own if self.oracle is None else self.oracle.propose(rows)
-        self.empty = [False] * len(rows)
+        # a replayed truth can be filler (nothing recorded); an oracle's never is
+        self.empty = [False] * len(rows) if self.oracle is None else list(self.oracle.empty)
         return [self.corrupt(b, len(r.tokens), truth[b]) for b, r in enumerate(rows)]
 
     def after_verify(self, accepted: Sequence[int], committed: Sequence[Sequence[int]]) -> None:
@@ -127,3 +141,25 @@ class ControlledAcceptance:
         if self.oracle is not None:
             self.oracle.select_rows(keep)
         self.keys = [self.keys[i] for i in keep]
+
+
+class ReplayedProposals(ControlledAcceptance):
+    """Proposals = the drafts each request brought (``spec_replay_drafts``), verified unchanged.
+
+    The wrapped drafter's passes run as under :class:`ControlledAcceptance`; the truth is a
+    :class:`~.drafters.ReplayDrafter` instead of an oracle, and no token is corrupted.
+    """
+
+    def __init__(self, shape: DraftModelDrafter | BlockDrafter, replay: ReplayDrafter) -> None:
+        super().__init__(shape, replay, 1.0, 0, 0)
+        self.replay = replay
+
+    @property
+    def misses(self) -> int:
+        """Verify steps without a recorded draft of the right size (``spec_replay_misses``)."""
+        return self.replay.misses
+
+    def corrupt(self, row: int, context_len: int, tokens: Sequence[int]) -> list[int]:
+        """Keep every token: the recording already holds whatever was verified."""
+        self.kept += len(tokens)
+        return [int(t) for t in tokens]

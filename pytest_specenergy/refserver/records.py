@@ -11,6 +11,8 @@ from dataclasses import field
 from typing import Any
 
 from .faults import validate_faults
+from .random_models import is_random_model
+from .random_models import parse_random_model
 
 DRAFTERS = ("none", "ngram", "draft_model", "block", "replay")
 DTYPES = ("auto", "float64", "float32", "bfloat16", "float16")
@@ -21,7 +23,7 @@ DEVICES = ("auto", "cpu", "cuda")
 class EngineConfig:
     """Everything that defines one engine (one server process)."""
 
-    model: str = "tiny:dense"
+    model: str = "tiny:dense"  # tiny:*, random:NAME[:key=value,...] or a checkpoint directory
     drafter: str = "none"
     num_draft_tokens: int = 4  # K: drafted tokens per step; the target verifies K + 1
     ngram_min_match_window: int = 1
@@ -35,6 +37,8 @@ class EngineConfig:
     block_size: int | None = None  # block drafter: positions verified per step (drafts = block_size - 1)
     draft_accept_p: float | None = None  # controlled acceptance: P(a drafted token is the target's own)
     numerical_noise_scale: float = 2.0**-8  # fault "numerical-noise": relative logit noise (bf16 ulp)
+    # verify the drafts each request brings (spec_replay_drafts) while the drafter's passes still run
+    replay_proposals: bool = False
 
     def __post_init__(self) -> None:
         if self.drafter not in DRAFTERS:
@@ -71,8 +75,35 @@ class EngineConfig:
                 )
             if not 0.0 <= self.draft_accept_p <= 1.0:
                 raise ValueError(f"draft_accept_p must be in [0, 1], got {self.draft_accept_p}")
+        if self.replay_proposals:
+            self._check_replay_proposals()
         if not 0.0 < self.numerical_noise_scale < 1.0:
             raise ValueError(f"numerical_noise_scale must be in (0, 1), got {self.numerical_noise_scale}")
+        self._check_random_models()
+
+    def _check_replay_proposals(self) -> None:
+        if self.drafter not in ("draft_model", "block"):
+            raise ValueError(
+                "replay_proposals replays recorded drafts through a drafter with draft passes (draft_model or "
+                f"block), not {self.drafter!r}; drafter 'replay' verifies recorded drafts with no draft passes"
+            )
+        if self.draft_accept_p is not None:
+            raise ValueError(
+                "replay_proposals and draft_accept_p are mutually exclusive: the verified drafts are either "
+                "the recorded ones or the oracle's"
+            )
+
+    def _check_random_models(self) -> None:
+        # A bad random:* name or override fails here, in milliseconds, not after a target has loaded.
+        specs = {name: parse_random_model(name) for name in (self.model, self.draft_model) if is_random_model(name)}
+        if self.drafter not in ("draft_model", "block") or len(specs) < 2:
+            return
+        target, draft = specs[self.model], specs[self.draft_model]  # type: ignore[index]
+        if target.vocab != draft.vocab:
+            raise ValueError(
+                f"draft model {draft.name!r} has vocabulary {draft.vocab}, the target {target.name!r} "
+                f"{target.vocab}: they must share a tokenizer (set both with :vocab=N)"
+            )
 
     @property
     def speculative(self) -> bool:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .random_models import random_priced_as
 from .tokenizer import BOS_ID
 from .tokenizer import EOS_ID
 from .tokenizer import PAD_ID
@@ -86,17 +87,25 @@ def tiny_model_names() -> list[str]:
 def priced_as_for(model: str, draft: str | None = None) -> dict[str, str] | None:
     """``/server_info``'s ``priced_as``: the real shape of the target and of the draft model.
 
-    None when the target is not a built-in tiny model (a real checkpoint is priced at its own
+    A tiny model is priced as the shape it declares, a ``random:NAME`` model as ``NAME`` (whatever
+    its overrides). None when the target is neither (a real checkpoint is priced at its own
     size); the draft entry is left out when there is no draft model or it declares no shape.
     """
-    spec = TINY_MODELS.get(model)
-    if spec is None or spec.priced_as is None:
+    target = _priced_as(model)
+    if target is None:
         return None
-    out = {"target": spec.priced_as}
-    draft_spec = TINY_MODELS.get(draft) if draft else None
-    if draft_spec is not None and draft_spec.priced_as is not None:
-        out["draft"] = draft_spec.priced_as
+    out = {"target": target}
+    draft_shape = _priced_as(draft) if draft else None
+    if draft_shape is not None:
+        out["draft"] = draft_shape
     return out
+
+
+def _priced_as(name: str) -> str | None:
+    spec = TINY_MODELS.get(name)
+    if spec is not None:
+        return spec.priced_as
+    return random_priced_as(name)
 
 
 def build_tiny_model(name: str, seed: int = 0) -> torch.nn.Module:

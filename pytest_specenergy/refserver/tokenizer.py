@@ -3,8 +3,10 @@
 The built-in tiny models need a tokenizer that exists without any download, so this module defines
 one: byte-level (every UTF-8 byte is a token, so any text round-trips exactly, Romansh included) plus
 three special tokens at fixed ids and a small fixed list of multi-byte pieces ("merges") so that
-ordinary English text is not one token per character. A local Hugging Face checkpoint directory
-brings its own tokenizer; :func:`load_tokenizer` wraps it behind the same small interface.
+ordinary English text is not one token per character. A ``random:*`` model (:mod:`.random_models`)
+usually has a larger vocabulary than that: :class:`PaddedByteTokenizer` is the same tokenizer with
+a text placeholder for the ids beyond it. A local Hugging Face checkpoint directory brings its own
+tokenizer; :func:`load_tokenizer` wraps it behind the same small interface.
 """
 
 from __future__ import annotations
@@ -118,6 +120,40 @@ class ByteTokenizer:
         return self._id_to_bytes[tid]
 
 
+UNUSED_TOKEN_TEXT = "<|unused_{}|>"  # decoded text of a model id the byte tokenizer has no bytes for
+
+
+class PaddedByteTokenizer(ByteTokenizer):
+    """The byte tokenizer over a model with a larger vocabulary (a ``random:*`` model).
+
+    Encoding is unchanged, so prompts only ever use the byte tokenizer's ids. The model can emit
+    any of its ``vocab_size`` ids; those past the byte tokenizer's decode to
+    ``<|unused_ID|>`` (never skipped: the model did generate a token there) rather than failing.
+    """
+
+    def __init__(self, vocab_size: int, merges: Sequence[str] = DEFAULT_MERGES) -> None:
+        super().__init__(merges)
+        self.byte_vocab_size: int = self.vocab_size
+        if vocab_size < self.byte_vocab_size:
+            raise ValueError(f"vocab_size {vocab_size} is smaller than the byte tokenizer's {self.byte_vocab_size}")
+        self.vocab_size = vocab_size
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Decode like :class:`ByteTokenizer`; ids past its vocabulary become placeholders."""
+        parts: list[str] = []
+        run: list[int] = []  # byte-tokenizer ids decoded together, so multi-byte characters join
+        for tid in ids:
+            tid = int(tid)
+            if self.byte_vocab_size <= tid < self.vocab_size:
+                parts.append(super().decode(run, skip_special_tokens))
+                parts.append(UNUSED_TOKEN_TEXT.format(tid))
+                run = []
+            else:
+                run.append(tid)  # out-of-vocabulary ids fail in ByteTokenizer.decode, as there
+        parts.append(super().decode(run, skip_special_tokens))
+        return "".join(parts)
+
+
 class HFTokenizer:
     """Adapter around ``transformers.AutoTokenizer`` for a local checkpoint directory."""
 
@@ -143,8 +179,13 @@ class HFTokenizer:
         return str(self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens))
 
 
-def load_tokenizer(model: str, extra_eos_ids: Sequence[int] = ()) -> TokenizerLike:
-    """The tokenizer for a model name: built-in for ``tiny:*``, the checkpoint's own for a directory."""
+def load_tokenizer(model: str, extra_eos_ids: Sequence[int] = (), vocab_size: int | None = None) -> TokenizerLike:
+    """The tokenizer for a model name: built-in for ``tiny:*`` and ``random:*``, else the checkpoint's.
+
+    ``vocab_size`` is the model's vocabulary; a ``random:*`` model's byte tokenizer is padded to it.
+    """
     if model.startswith("tiny:"):
         return ByteTokenizer()
+    if model.startswith("random:"):
+        return PaddedByteTokenizer(vocab_size if vocab_size is not None else ByteTokenizer().vocab_size)
     return HFTokenizer(model, extra_eos_ids)

@@ -1,0 +1,197 @@
+"""Randomly initialised models of a real model's shape: ``random:NAME`` (no files, no downloads).
+
+The energy of a forward pass depends on the model's shapes, not on its trained weights, so a GPU
+can be calibrated on a model of the right size whose weights are random. ``random:NAME`` builds a
+``transformers`` ``Qwen3ForCausalLM`` with the published dimensions of ``NAME``
+(:data:`PUBLISHED_SHAPES`, the same as the plugin's shape registry entry of that name): layers,
+hidden, MLP width, query / KV heads, head dim, vocabulary and tied embeddings; everything else
+(RMSNorm epsilon, RoPE theta, context length) is ``Qwen3Config``'s default. The dense Qwen3
+shapes qualify: see :func:`random_model_names`.
+
+Overrides shrink a model for cheap CPU checks while keeping the rest of the shape:
+``random:qwen3-4b:layers=2,vocab=1024`` (keys :data:`OVERRIDE_KEYS`, positive integers; the
+vocabulary must hold the byte tokenizer's ids). The price tag stays the named shape: a
+``random:qwen3-4b:...`` model is priced as ``qwen3-4b``, as a tiny model is priced as the shape it
+stands for.
+
+Weights come from transformers' own initialiser under ``torch.manual_seed(seed)`` (the global RNG
+state is restored afterwards): the same seed gives the same weights on the same device and
+software. The model is built directly on the target device in the target dtype (a
+``torch.device`` context and a temporary default dtype), so a 4B model never materialises in
+float32 on the CPU first.
+
+Text: these models use the built-in byte tokenizer, padded to the model's vocabulary
+(:class:`.tokenizer.PaddedByteTokenizer`): prompts encode to byte-tokenizer ids, and generated ids
+the byte tokenizer has no text for decode to a placeholder.
+
+Parsing needs no torch (the configuration is checked before anything heavy loads); building
+imports torch and transformers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from dataclasses import replace
+from typing import TYPE_CHECKING
+from typing import Any
+
+from .tokenizer import BOS_ID
+from .tokenizer import EOS_ID
+from .tokenizer import PAD_ID
+from .tokenizer import ByteTokenizer
+
+if TYPE_CHECKING:
+    import torch
+
+RANDOM_PREFIX = "random:"
+OVERRIDE_KEYS = ("layers", "hidden", "mlp", "vocab")
+MIN_VOCAB = ByteTokenizer().vocab_size  # every id the byte tokenizer encodes must be a model id
+
+
+@dataclass(frozen=True)
+class RandomModelSpec:
+    """The dimensions of one ``random:*`` model (the registry shape, overrides applied)."""
+
+    name: str  # the model name as given, e.g. "random:qwen3-4b:layers=2"
+    shape_key: str  # the shape registry key it stands for (and is priced as), e.g. "qwen3-4b"
+    layers: int
+    hidden: int
+    mlp: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied_embeddings: bool
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready dimensions."""
+        return {
+            "shape": self.shape_key,
+            "layers": self.layers,
+            "hidden": self.hidden,
+            "mlp": self.mlp,
+            "q_heads": self.q_heads,
+            "kv_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "vocab": self.vocab,
+            "tied_embeddings": self.tied_embeddings,
+        }
+
+
+def is_random_model(name: str | None) -> bool:
+    """Whether ``name`` asks for a randomly initialised model."""
+    return name is not None and name.startswith(RANDOM_PREFIX)
+
+
+#: The published configs (Hugging Face ``config.json``) of the dense Qwen3 models a random model can
+#: stand for - the shapes Qwen3ForCausalLM expresses exactly (no routed experts, no linear or gated
+#: attention). The reference server stands alone, so it keeps these few numbers itself; a test
+#: holds them equal to the plugin's shape registry (:mod:`pytest_specenergy.meters.shapes`), whose
+#: key is also what the model is priced as.
+PUBLISHED_SHAPES: dict[str, dict[str, Any]] = {
+    "qwen3-0.6b": dict(layers=28, hidden=1024, mlp=3072, q_heads=16, kv_heads=8, head_dim=128,
+                       vocab=151936, tied_embeddings=True),
+    "qwen3-4b": dict(layers=36, hidden=2560, mlp=9728, q_heads=32, kv_heads=8, head_dim=128,
+                     vocab=151936, tied_embeddings=True),
+    "qwen3-8b": dict(layers=36, hidden=4096, mlp=12288, q_heads=32, kv_heads=8, head_dim=128,
+                     vocab=151936, tied_embeddings=False),
+}
+
+
+def random_model_names() -> list[str]:
+    """Every valid ``random:NAME`` (without overrides), sorted."""
+    return [RANDOM_PREFIX + key for key in sorted(PUBLISHED_SHAPES)]
+
+
+def _parse_overrides(text: str, name: str) -> dict[str, int]:
+    """``layers=2,vocab=1024`` -> ``{"layers": 2, "vocab": 1024}``; ValueError names the fault."""
+    out: dict[str, int] = {}
+    valid = ", ".join(OVERRIDE_KEYS)
+    for item in text.split(","):
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not key:
+            raise ValueError(f"override {item!r} in {name!r} must be key=value (keys: {valid})")
+        if key not in OVERRIDE_KEYS:
+            raise ValueError(f"unknown override {key!r} in {name!r}; valid keys: {valid}")
+        if key in out:
+            raise ValueError(f"override {key!r} is given twice in {name!r}")
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"override {key}={value!r} in {name!r} must be a positive integer")
+        out[key] = int(value)
+    return out
+
+
+def parse_random_model(name: str) -> RandomModelSpec:
+    """The spec of ``random:NAME[:key=value,...]``; ValueError says what is wrong and what is valid."""
+    if not is_random_model(name):
+        raise ValueError(f"{name!r} is not a random model name (expected {RANDOM_PREFIX}NAME)")
+    key, _, overrides = name[len(RANDOM_PREFIX) :].partition(":")
+    key = key.strip().lower()
+    shape = PUBLISHED_SHAPES.get(key)
+    if shape is None:
+        raise ValueError(f"unknown random model {name!r}; expected one of {', '.join(random_model_names())} "
+                         f"(optionally :layers=N,...): the dense Qwen3 shapes")
+    spec = RandomModelSpec(name=name, shape_key=key, **shape)
+    if overrides:
+        spec = replace(spec, **_parse_overrides(overrides, name))
+    if spec.vocab < MIN_VOCAB:
+        raise ValueError(
+            f"override vocab={spec.vocab} in {name!r} is smaller than the byte tokenizer's {MIN_VOCAB} ids"
+        )
+    return spec
+
+
+def random_priced_as(name: str | None) -> str | None:
+    """The shape registry key a ``random:*`` model is priced as (None for any other name)."""
+    return parse_random_model(name).shape_key if is_random_model(name) else None
+
+
+def qwen3_config(spec: RandomModelSpec) -> Any:
+    """The ``Qwen3Config`` of ``spec`` (byte-tokenizer special ids, SDPA attention)."""
+    from transformers import Qwen3Config
+
+    return Qwen3Config(
+        vocab_size=spec.vocab,
+        hidden_size=spec.hidden,
+        intermediate_size=spec.mlp,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.q_heads,
+        num_key_value_heads=spec.kv_heads,
+        head_dim=spec.head_dim,
+        tie_word_embeddings=spec.tied_embeddings,
+        pad_token_id=PAD_ID,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        # SDPA honours the explicit 4-D masks the engine builds; flash-attention would not.
+        attn_implementation="sdpa",
+    )
+
+
+@contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    import torch
+
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+def build_random_model(spec: RandomModelSpec, seed: int, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
+    """Build ``spec`` with seeded random weights directly on ``device`` in ``dtype`` (eval mode)."""
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    config = qwen3_config(spec)
+    # fork_rng restores every RNG it seeds, so building a model leaves the caller's streams alone
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=cuda), _default_dtype(dtype), torch.device(device):
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM(config)
+    model.eval()
+    model.requires_grad_(False)
+    return model
