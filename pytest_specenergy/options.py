@@ -168,6 +168,12 @@ OPTIONS: tuple[_Option, ...] = (
             "mean TBT meets it is reported; with --specenergy-compare, a target whose best "
             "configuration got more than 5% costlier (or that nothing meets any more) fails the "
             "session, naming both configurations", _milliseconds, action="append", metavar="MS"),
+    _Option("draft-removal", "auto", "measure where decode energy goes by draft removal: a "
+            "verify-only replay of the recorded drafts (same verify steps, no draft passes) in every "
+            "repeat cycle; draft_share = 1 - replay J/token / speculative J/token. auto: under a board "
+            "meter (nvml) for reference-engine drafters with draft passes (the modeled meter prices the "
+            "split itself); on: every speculative case, any meter (reference engine only); off: never",
+            _choice(("auto", "on", "off"))),
     _Option("cooldown", 0.0, "seconds to pause before every measured repeat; repeats alternate "
             "the arms (baseline, speculative, ...) so drift falls on both", _seconds_or_zero),
     _Option("device", "auto", "device for the reference server: auto, cpu or cuda",
@@ -252,6 +258,7 @@ class SpecEnergyConfig:
     repeats: int
     warmup: int | None  # None: auto
     cooldown: float
+    draft_removal: str
     pool: int | None
     latency_targets: tuple[float, ...]
     device: str
@@ -323,6 +330,7 @@ class SpecEnergyConfig:
             repeats=values["specenergy_repeats"],
             warmup=None if values["specenergy_warmup"] == "auto" else values["specenergy_warmup"],
             cooldown=values["specenergy_cooldown"],
+            draft_removal=values["specenergy_draft_removal"],
             latency_targets=tuple(values["specenergy_latency_target"]),
             pool=values["specenergy_pool"] or None,
             device=values["specenergy_device"],

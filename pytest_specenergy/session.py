@@ -74,7 +74,7 @@ class SpecEnergySession:
             self._measurer = PairMeasurer(
                 log_dir=config.log_dir, startup_timeout=config.startup_timeout, meter=config.meter,
                 repeats=config.repeats, warmup=config.warmup, meter_factory=self._hook_meter,
-                pool=pool, cooldown_s=config.cooldown)
+                pool=pool, cooldown_s=config.cooldown, draft_removal=config.draft_removal)
             self._measurer.plan(self.planned)
         return self._measurer
 

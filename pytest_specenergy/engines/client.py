@@ -122,8 +122,12 @@ class EngineClient:
                  rids: Sequence[str] | None = None, return_logprob: bool = False,
                  logprob_start_len: int | None = None,
                  return_prompt_token_ids: bool = False,
-                 top_logprobs_num: int = 0) -> list[dict[str, Any]]:
+                 top_logprobs_num: int = 0,
+                 return_spec_drafts: bool = False) -> list[dict[str, Any]]:
         """One batched ``/generate`` call; answers in input order.
+
+        ``return_spec_drafts`` (reference server only) asks for every verify step's drafts in
+        ``meta_info.spec_drafts``, for a replay run (draft removal).
 
         ``top_logprobs_num=N`` (with ``return_logprob``) also asks for the N best tokens per
         position (SGLang's ``input_top_logprobs`` / ``output_top_logprobs``).
@@ -149,6 +153,8 @@ class EngineClient:
                 body["top_logprobs_num"] = top_logprobs_num
         if return_prompt_token_ids:
             body["return_prompt_token_ids"] = True
+        if return_spec_drafts:
+            body["return_spec_drafts"] = True
         answer = self._request("POST", "/generate", body)
         if isinstance(answer, dict):
             answer = [answer]

@@ -14,6 +14,9 @@ from typing import Mapping
 
 from pytest_specenergy.engines.drafters import Drafter
 
+#: Replay engines derived from a speculative config (see :class:`EngineConfig`).
+REPLAY_MODES = ("", "verify", "proposals")
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -22,6 +25,12 @@ class EngineConfig:
     ``options`` are the engine keyword arguments of the ``model(...)`` marker (for SGLang,
     ``ServerArgs`` fields such as ``attention_backend``), kept sorted so that equal settings
     hash alike. ``faults`` are reference-server fault switches used by the plugin's own tests.
+
+    ``replay`` derives the reference server's replay engines from a speculative config (draft
+    removal, :mod:`pytest_specenergy.measure.removal`): ``verify`` verifies drafts that each
+    request brings, recorded from this drafter, with no draft passes (the verify-only run);
+    ``proposals`` runs the drafter's own passes but verifies the recorded drafts (a controlled-
+    acceptance drafter measured without its oracle). ``""`` is the drafter itself.
     """
 
     engine: str
@@ -33,6 +42,13 @@ class EngineConfig:
     max_running_requests: int | None = None
     options: tuple[tuple[str, Any], ...] = ()
     faults: tuple[str, ...] = ()
+    replay: str = ""
+
+    def __post_init__(self) -> None:
+        if self.replay not in REPLAY_MODES:
+            raise ValueError(f"replay={self.replay!r}: expected one of {REPLAY_MODES}")
+        if self.replay and self.drafter is None:
+            raise ValueError("a replay engine replays a drafter's drafts; this config has no drafter")
 
     @property
     def is_speculative(self) -> bool:
@@ -41,7 +57,11 @@ class EngineConfig:
 
     def twin(self) -> EngineConfig:
         """The non-speculative twin: identical in everything but the drafter."""
-        return replace(self, drafter=None)
+        return replace(self, drafter=None, replay="")
+
+    def replaying(self, mode: str) -> EngineConfig:
+        """This speculative config's replay engine (``verify`` or ``proposals``)."""
+        return replace(self, replay=mode)
 
     def option(self, key: str, default: Any = None) -> Any:
         """One engine option, or ``default``."""
@@ -50,6 +70,8 @@ class EngineConfig:
     def label(self) -> str:
         """A short human-readable name for logs and tables."""
         arm = self.drafter.id if self.drafter else "baseline"
+        if self.replay:
+            arm += f", replay {self.replay}"
         return f"{self.engine}:{self.model}[{arm}]"
 
     def as_dict(self) -> dict[str, Any]:
@@ -64,6 +86,7 @@ class EngineConfig:
             "max_running_requests": self.max_running_requests,
             "options": {k: v for k, v in self.options},
             "faults": list(self.faults),
+            **({"replay": self.replay} if self.replay else {}),
         }
 
     @staticmethod

@@ -81,6 +81,28 @@ class EnginePool:
         self._live[config] = server
         return server
 
+    def start_together(self, configs: list[EngineConfig]) -> None:
+        """Start the engines of ``configs`` that are not running yet side by side, when the
+        pool is unbounded: a start is mostly imports and model building, which overlap on
+        separate cores. A config that fails is recorded, and the :meth:`get` that needs it
+        raises its error, as if it had been started there."""
+        pending = [c for c in dict.fromkeys(configs) if c not in self._live and c not in self.failed]
+        if self.max_live or len(pending) < 2:
+            return
+        self._install_sigterm_handler()  # only the main thread can; the starting threads cannot
+        threads = [threading.Thread(target=self._start_quietly, args=(c,), name="specenergy-start", daemon=True)
+                   for c in pending]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def _start_quietly(self, config: EngineConfig) -> None:
+        try:
+            self.get(config)
+        except Exception:  # noqa: BLE001 - kept in self.failed; get() raises it for the case
+            pass
+
     def close(self) -> None:
         """Stop every server (all are signalled first, so they shut down side by side)."""
         for server in self._live.values():

@@ -54,10 +54,16 @@ class ReferenceBackend:
         drafter = config.drafter
         if drafter is None:
             return argv + ["--drafter", "none"]
+        if config.replay == "verify":
+            # Draft removal: the same verify width, the drafts each request brings, no draft model.
+            return argv + ["--drafter", "replay", "--num-draft-tokens", str(drafter.num_draft_tokens)]
         argv += ["--drafter", drafter.name, "--num-draft-tokens", str(drafter.num_draft_tokens)]
         if drafter.name == "block":
             argv += ["--block-size", str(drafter.get("block_size"))]
-        if dict(drafter.settings).get("accept_p") is not None:
+        if config.replay == "proposals":
+            # The drafter's passes run; the verified drafts are the recorded ones (no oracle).
+            argv += ["--replay-proposals"]
+        elif dict(drafter.settings).get("accept_p") is not None:
             argv += ["--draft-accept-p", repr(drafter.get("accept_p"))]
         if drafter.name == "ngram":
             argv += ["--ngram-min-match-window", str(drafter.get("min_match_window")),

@@ -54,6 +54,9 @@ from pytest_specenergy.measure.results import RunResult
 from pytest_specenergy.meters.base import EnergyWindow
 from pytest_specenergy.meters.base import Meter
 
+#: Per pool prompt, the drafts of every verify step (``meta_info.spec_drafts``).
+Drafts = tuple[tuple[tuple[int, ...], ...], ...]
+
 _rid_counter = itertools.count()
 _rid_lock = threading.Lock()
 
@@ -75,6 +78,8 @@ class _Window:
     concurrency: dict[str, Any]
     #: Pool indices of the requested prompts, in window order (the prefill window's subset).
     indices: tuple[int, ...] = ()
+    #: A replay engine's verify steps in this window that had no recorded draft to replay.
+    replay_misses: int = 0
 
     @property
     def counters(self) -> tuple[RequestCounters, ...]:
@@ -130,6 +135,8 @@ class ArmRepeat:
     concurrency: dict[str, Any]
     stable: bool
     problems: tuple[str, ...] = ()
+    #: A replay arm's windows that did not replay like for like (missing recorded drafts).
+    replay_problems: tuple[str, ...] = ()
     started: float = 0.0
     finished: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -139,7 +146,7 @@ class ArmMeasurer:
     """Runs the protocol for one arm of one case on a running server."""
 
     def __init__(self, server: ServerProcess, meter: Meter, case: Case,
-                 repeats: int, warmup: int) -> None:
+                 repeats: int, warmup: int, replay: Drafts | None = None) -> None:
         self.server = server
         self.meter = meter
         self.case = case
@@ -147,22 +154,31 @@ class ArmMeasurer:
         self.warmup = warmup
         gen = case.generation
         self.prompts = case.pool()
+        #: Per pool prompt, the drafts of each verify step to replay (a replay engine's arm).
+        self.replay = replay
+        if replay is not None and len(replay) != len(self.prompts):
+            raise ValueError(f"{len(replay)} recorded draft lists for a pool of {len(self.prompts)} prompts")
         self.full = {"max_new_tokens": gen.max_new_tokens, "temperature": 0.0,
                      "ignore_eos": gen.ignore_eos}
         # One token: the prompt's prefill and the first token, nothing else.
         self.prefill = {"max_new_tokens": 1, "temperature": 0.0, "ignore_eos": True}
 
-    def _run(self, sampling: dict[str, Any], prompts: Sequence[str], steady: bool = False,
-             width: int | None = None) -> list[dict[str, Any]]:
-        """Every prompt sent, ``batch`` requests in flight while the pool can refill them.
+    def _run(self, sampling: dict[str, Any], indices: Sequence[int], steady: bool = False,
+             width: int | None = None, record: bool = False) -> list[dict[str, Any]]:
+        """Every prompt of ``indices`` (into the pool) sent, ``batch`` requests in flight while
+        the pool can refill them.
 
         ``batch`` threads each send one single-request ``/generate`` at a time and take the
         next prompt as soon as theirs returns. With ``steady``, the first thread to find the
         pool empty while others are in flight aborts them (the window's end); otherwise every
         request runs to its finish. The client opens a fresh connection per request and keeps
         no state, so the threads share it. The first error stops the refill and is raised once
-        every thread has returned.
+        every thread has returned. A replay arm's decoding requests carry their recorded drafts
+        (``spec_replay_drafts``); ``record`` asks for each verify step's drafts back.
         """
+        prompts = [self.prompts[i] for i in indices]
+        replay = self.replay if sampling.get("max_new_tokens", 0) > 1 else None
+        asked = {"return_spec_drafts": True} if record else {}
         answers: list[dict[str, Any] | None] = [None] * len(prompts)
         client = self.server.client
         lock = threading.Lock()
@@ -187,8 +203,10 @@ class ArmMeasurer:
                         self._abort_rest(client, errors, lock)
                     return
                 try:
-                    answer = client.generate(text=[prompts[index]], sampling_params=sampling,
-                                             rids=[_next_rid()])
+                    params = sampling if replay is None else {
+                        **sampling, "spec_replay_drafts": [list(d) for d in replay[indices[index]]]}
+                    answer = client.generate(text=[prompts[index]], sampling_params=params,
+                                             rids=[_next_rid()], **asked)
                 except BaseException as exc:  # re-raised in the caller's thread
                     with lock:
                         errors.append(exc)
@@ -228,22 +246,23 @@ class ArmMeasurer:
 
     def _window(self, sampling: dict[str, Any], indices: Sequence[int], steady: bool) -> _Window:
         client = self.server.client
-        prompts = [self.prompts[i] for i in indices]
         client.flush_cache()
         before = client.server_info()
         token = self.meter.start(self.server)
-        answers = [self._run(sampling, prompts, steady)]
+        answers = [self._run(sampling, indices, steady)]
         # A board counter updates every few ms and is noisy: extend short windows with
         # identical work rather than report a number the meter cannot resolve.
         started = time.monotonic()
         while self.meter.min_window_s and time.monotonic() - started < self.meter.min_window_s:
-            answers.append(self._run(sampling, prompts, steady))
+            answers.append(self._run(sampling, indices, steady))
         energy = self.meter.stop(token)
+        after = client.server_info()
         # Requested batch is not actual concurrency (paper s.10): read what really ran.
-        concurrency = concurrency_between(before, client.server_info())
+        concurrency = concurrency_between(before, after)
         counters = tuple(tuple(parse_meta_info(a["meta_info"]) for a in loop) for loop in answers)
         outputs = tuple(tuple(tuple(int(t) for t in a["output_ids"]) for a in loop) for loop in answers)
-        return _Window(energy, len(answers), counters, outputs, concurrency, tuple(indices))
+        return _Window(energy, len(answers), counters, outputs, concurrency, tuple(indices),
+                       replay_misses=_misses(before, after) if self.replay is not None else 0)
 
     def _complete(self, full: _Window) -> tuple[tuple[tuple[int, ...], ...], tuple[str, ...]]:
         """Whole outputs and finish reasons for the pool: the window's, with the prompts its end
@@ -251,7 +270,7 @@ class ArmMeasurer:
         outputs, finish = list(full.outputs), [c.finish_type or "?" for c in full.counters]
         cut = full.aborted()
         if cut:
-            again = self._run(self.full, [self.prompts[full.indices[i]] for i in cut])
+            again = self._run(self.full, [full.indices[i] for i in cut])
             for i, answer in zip(cut, again):
                 outputs[i] = tuple(int(t) for t in answer["output_ids"])
                 finish[i] = parse_meta_info(answer["meta_info"]).finish_type or "?"
@@ -260,7 +279,21 @@ class ArmMeasurer:
     def warm_up(self) -> None:
         """Discarded runs that bring the engine to its steady state."""
         for _ in range(self.warmup):
-            self._run(self.full, self.prompts[: max(self.case.batch, 1)])
+            self._run(self.full, range(min(max(self.case.batch, 1), len(self.prompts))))
+
+    def record_drafts(self) -> tuple[Drafts, tuple[tuple[int, ...], ...]]:
+        """One unmetered run of the whole pool asking for every verify step's drafts (the
+        reference server's ``meta_info.spec_drafts``): per prompt, the drafts and the output.
+        A replay engine given these drafts makes the same verify steps and accepts."""
+        answers = self._run(self.full, range(len(self.prompts)), record=True)
+        drafts = []
+        for index, answer in enumerate(answers):
+            recorded = answer["meta_info"].get("spec_drafts")
+            if recorded is None:
+                raise RuntimeError(f"the engine returned no spec_drafts for prompt {index}; draft removal "
+                                   f"needs the reference server (return_spec_drafts)")
+            drafts.append(tuple(tuple(int(t) for t in step) for step in recorded))
+        return tuple(drafts), tuple(tuple(int(t) for t in a["output_ids"]) for a in answers)
 
     def measure_repeat(self, arm: str) -> ArmRepeat:
         """One flushed steady-state window, then a flushed prefill-only window of what it prefilled."""
@@ -269,9 +302,13 @@ class ArmMeasurer:
         outputs, finish = self._complete(full)
         prefill = self._window(self.prefill, full.prefilled(), steady=False)
         problems: list[str] = []
-        if arm != "baseline":  # the speculative arm, or an A/B reference
+        if arm != "baseline":  # the speculative arm, an A/B reference or a replay
             for loop in full.loop_counters:
                 problems += counter_problems(loop, self.case.drafter.num_draft_tokens)
+        replay_problems = ()
+        if full.replay_misses:
+            replay_problems = (f"{full.replay_misses} verify step(s) had no recorded draft of the "
+                               f"drafter's width to replay: the run is not like for like",)
         return ArmRepeat(
             sample=_sample(prefill, full),
             outputs=outputs,
@@ -279,6 +316,7 @@ class ArmMeasurer:
             concurrency=full.concurrency,
             stable=full.loops_agree,
             problems=tuple(problems),
+            replay_problems=replay_problems,
             started=started,
             finished=time.time(),
         )
@@ -300,6 +338,7 @@ class ArmMeasurer:
                                         len(self.prompts)),
             outputs_stable=all(r.stable and r.outputs == first for r in repeats),
             counter_problems=tuple(dict.fromkeys(problems)),
+            replay_problems=tuple(dict.fromkeys(p for r in repeats for p in r.replay_problems)),
         )
 
     def measure(self, arm: str) -> RunResult:
@@ -315,6 +354,20 @@ def arm_concurrency(batch: int, windows: Sequence[dict[str, Any]], pool: int) ->
     means = [w.get("mean_running") for w in windows]
     return {"requested": batch, "pool": pool, **merged,
             "window_means": None if any(m is None for m in means) else means}
+
+
+def _misses(before: dict[str, Any], after: dict[str, Any]) -> int:
+    """Replay misses between two ``/server_info`` answers (the reference server's cumulative
+    ``internal_states[0].spec_replay_misses``)."""
+    def count(info: dict[str, Any]) -> int | None:
+        value = ((info.get("internal_states") or [{}])[0] or {}).get("spec_replay_misses")
+        return None if value is None else int(value)
+
+    start, end = count(before), count(after)
+    if start is None or end is None:
+        raise RuntimeError("the replay engine reports no spec_replay_misses in /server_info, so "
+                           "whether it replayed like for like cannot be known")
+    return end - start
 
 
 def _sample(prefill: _Window, full: _Window) -> RepeatSample:

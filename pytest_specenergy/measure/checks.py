@@ -107,12 +107,13 @@ def pair_checks(pair: PairResult, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_G
                                f"baseline's under the target (limit {max_logprob_gap:.2f})"))
         for problem in coherence.degeneracy.problems():
             found.append(Check("degenerate-output", "fail", problem))
-    for run in (base, spec):
+    # The removal arm's J/token is only comparable at the batch the speculative arm ran.
+    for run in (base, spec, *((pair.removal,) if pair.removal is not None else ())):
         found += _concurrency_checks(run, case.batch)
         if not run.outputs_stable:
             found.append(Check("outputs-unstable", "warn",
                                f"{run.arm} arm's outputs changed between repeats"))
-    found += _pairing_checks(base, spec) + _window_checks(base, spec)
+    found += _pairing_checks(base, spec) + _window_checks(base, spec) + _replay_checks(pair)
     short = sum(1 for o, f in zip(base.outputs, base.finish_reasons)
                 if f == "stop" and len(o) < case.generation.max_new_tokens // 2)
     if short * 2 > len(base.outputs):
@@ -152,6 +153,26 @@ def _concurrency_checks(run: Any, batch: int) -> list[Check]:
                   f"{run.arm} arm ran {worst:.1f} requests per step on average (min "
                   f"{c.get('min_running')}, max {c.get('max_running')}), below "
                   f"{MIN_CONCURRENCY_SHARE:.0%} of the batch {batch}{hint}")]
+
+
+def _replay_checks(pair: PairResult) -> list[Check]:
+    """A replayed arm must repeat the recorded run exactly: every verify step found its
+    recorded drafts, and the outputs are the speculative arm's; otherwise the verify-only
+    energy (draft removal) or the oracle-free speculative energy describes another run."""
+    found = []
+    for run in (pair.speculative, pair.reference, pair.removal):
+        if run is not None:
+            found += [Check("replay-unlike", "fail", f"{run.arm} arm: {p}") for p in run.replay_problems]
+    removal = pair.removal
+    if removal is not None:
+        found += [Check("replay-unlike", "fail", f"removal arm: {p}") for p in removal.counter_problems]
+        differ = sum(1 for a, b in zip(removal.outputs, pair.speculative.outputs) if a != b)
+        if differ or len(removal.outputs) != len(pair.speculative.outputs):
+            found.append(Check("replay-unlike", "fail",
+                               f"the verify-only replay's outputs differ from the speculative arm's on "
+                               f"{differ} of {len(pair.speculative.outputs)} prompts: it did not make the "
+                               f"same verify steps, so its energy is no draft-removal figure"))
+    return found
 
 
 def _gpus(run: Any) -> list[str]:

@@ -151,3 +151,18 @@ def compute_bound(verify_intensity: float | None, balance_point: float | None) -
     if verify_intensity is None or balance_point is None:
         return None
     return verify_intensity > balance_point
+
+
+def removal_draft_share(speculative_ept: Sequence[float | None],
+                        verify_only_ept: Sequence[float | None]) -> float | None:
+    """The draft passes' share of decode energy by draft removal (paper s.8): per repeat
+    cycle ``1 - verify-only J/token / speculative J/token``, the mean over cycles; None when
+    a cycle lacks either figure (a share that cannot be paired is not reported)."""
+    if not speculative_ept or len(speculative_ept) != len(verify_only_ept):
+        return None
+    shares = []
+    for spec, verify in zip(speculative_ept, verify_only_ept):
+        if spec is None or verify is None or spec <= 0:
+            return None
+        shares.append(1.0 - verify / spec)
+    return sum(shares) / len(shares)

@@ -40,7 +40,11 @@ from pytest_specenergy.engines.launch import ServerProcess
 from pytest_specenergy.engines.pool import EnginePool
 from pytest_specenergy.measure.arm import ArmMeasurer
 from pytest_specenergy.measure.arm import ArmRepeat
+from pytest_specenergy.measure.arm import Drafts
 from pytest_specenergy.measure.coherence import measure_coherence
+from pytest_specenergy.measure.removal import DRAFT_REMOVAL_MODES
+from pytest_specenergy.measure.removal import removes_drafts
+from pytest_specenergy.measure.removal import replays_proposals
 from pytest_specenergy.measure.results import PairResult
 from pytest_specenergy.measure.results import RunResult
 from pytest_specenergy.meters import make_meter
@@ -57,9 +61,13 @@ class PairMeasurer:
 
     def __init__(self, *, log_dir: Path, startup_timeout: float, meter: str, repeats: int,
                  warmup: int | None, meter_factory: MeterFactory | None = None,
-                 pool: EnginePool | None = None, cooldown_s: float = 0.0) -> None:
+                 pool: EnginePool | None = None, cooldown_s: float = 0.0,
+                 draft_removal: str = "auto") -> None:
         if cooldown_s < 0:
             raise ValueError(f"cooldown must be >= 0 seconds, got {cooldown_s!r}")
+        if draft_removal not in DRAFT_REMOVAL_MODES:
+            raise ValueError(f"draft removal {draft_removal!r}: expected one of {', '.join(DRAFT_REMOVAL_MODES)}")
+        self.draft_removal = draft_removal
         self.pool = pool or EnginePool(log_dir, startup_timeout)
         self.cooldown_s = cooldown_s
         self.meter_choice = meter
@@ -73,6 +81,8 @@ class PairMeasurer:
         self._pairs: dict[Case, PairResult] = {}
         #: Baseline keys whose measurement failed while measuring a sibling's (retried once).
         self._sibling_failed: set[tuple[Any, ...]] = set()
+        #: Drafts recorded per (drafter engine, batch, corpus, generation), for replay arms.
+        self._recorded: dict[tuple[Any, ...], Drafts] = {}
 
     def plan(self, cases: list[Case]) -> None:
         """Record the collected cases; one GPU runs one engine at a time."""
@@ -90,45 +100,83 @@ class PairMeasurer:
         return self.meters[kind]
 
     def _arm(self, config: EngineConfig, case: Case, repeats: int,
-             warmup: int | None) -> ArmMeasurer:
+             warmup: int | None, replay: Drafts | None = None) -> ArmMeasurer:
         server = self.pool.get(config)
         meter = self.meter_for(server)
         if warmup is None:
             warmup = self.warmup
         if warmup is None:  # auto: only a measured window needs the engine warm
             warmup = 0 if meter.kind.startswith("modeled:") else 1
-        return ArmMeasurer(server, meter, case, repeats, warmup)
+        return ArmMeasurer(server, meter, case, repeats, warmup, replay=replay)
+
+    def _replay_arms(self, case: Case, arms: list[tuple[str, Case]], first: EngineConfig
+                     ) -> dict[str, tuple[EngineConfig, Case]]:
+        """The arms measured on replay engines (``measure/removal.py``): each one's engine and
+        the drafting arm whose recorded drafts it replays. ``first`` is the engine the case
+        starts first anyway: its meter decides."""
+        kind = self.meter_for(self.pool.get(first)).kind
+        replays: dict[str, tuple[EngineConfig, Case]] = {}
+        for name, arm_case in arms:
+            if replays_proposals(arm_case.drafter, arm_case.engine, kind):
+                replays[name] = (arm_case.spec_config().replaying("proposals"), arm_case)
+        if removes_drafts(self.draft_removal, case, kind):
+            if case.engine != "reference":
+                raise RuntimeError(
+                    f"draft removal replays recorded drafts, which only the reference engine can "
+                    f"(--drafter replay); {case.id} runs on {case.engine}: use "
+                    f"--specenergy-draft-removal=auto or off for it")
+            replays["removal"] = (case.spec_config().replaying("verify"), case)
+        return replays
+
+    def _drafts(self, arm_case: Case) -> Drafts:
+        """The drafts of ``arm_case``'s drafter on its pool, recorded once (unmetered) on its
+        own engine; every replay of the same drafter, batch and pool shares them."""
+        key = (arm_case.spec_config(), arm_case.batch, arm_case.corpus_key, arm_case.generation)
+        if key not in self._recorded:
+            self._recorded[key] = self._arm(arm_case.spec_config(), arm_case, 0, 0).record_drafts()[0]
+        return self._recorded[key]
 
     def _interleaved(self, case: Case, repeats: int, warmup: int | None, with_baseline: bool
                      ) -> tuple[dict[str, RunResult], ServerProcess, dict[str, Any]]:
         """``repeats`` of each arm, interleaved: per cycle the baseline, then the speculative
         arm and (in-job A/B) the reference, whose order alternates between cycles so neither
-        always runs right after the baseline. Returns each arm's result by name."""
-        arms: list[tuple[str, Case]] = [("baseline", case)] if with_baseline else []
-        arms.append(("speculative", case))
+        always runs right after the baseline, then (draft removal) the verify-only replay of
+        the speculative arm. Returns each arm's result by name."""
+        drafting: list[tuple[str, Case]] = [("speculative", case)]
         if case.reference is not None:
-            arms.append(("reference", dataclasses.replace(case, drafter=case.reference, reference=None)))
+            drafting.append(("reference", dataclasses.replace(case, drafter=case.reference, reference=None)))
+        baseline = [("baseline", case)] if with_baseline else []
+        start_together = getattr(self.pool, "start_together", None)
+        if start_together is not None:  # an unbounded pool starts the arms' engines side by side
+            start_together([c.baseline_config() for _, c in baseline] + [c.spec_config() for _, c in drafting])
+        replays = self._replay_arms(case, drafting, case.baseline_config() if with_baseline else case.spec_config())
+        removal = [("removal", case)] if "removal" in replays else []
+        arms = baseline + drafting + removal
         interleave = len(arms) > 1 and getattr(self.pool, "max_live", 0) != 1
 
-        def config(name: str, arm_case: Case) -> EngineConfig:
-            return arm_case.baseline_config() if name == "baseline" else arm_case.spec_config()
+        def measurer(name: str, arm_case: Case) -> ArmMeasurer:
+            if name in replays:
+                config, recorded = replays[name]
+                return self._arm(config, arm_case, repeats, warmup, replay=self._drafts(recorded))
+            config = arm_case.baseline_config() if name == "baseline" else arm_case.spec_config()
+            return self._arm(config, arm_case, repeats, warmup)
 
         done: dict[str, list[ArmRepeat]] = {name: [] for name, _ in arms}
         measurers: dict[str, ArmMeasurer] = {}
         if interleave:
             for name, arm_case in arms:
-                measurers[name] = self._arm(config(name, arm_case), arm_case, repeats, warmup)
-            for measurer in measurers.values():
-                measurer.warm_up()
+                measurers[name] = measurer(name, arm_case)
+            for each in measurers.values():
+                each.warm_up()
             for cycle in range(repeats):
-                cycle_arms = arms if cycle % 2 == 0 or len(arms) < 3 else [arms[0], arms[2], arms[1]]
-                for name, arm_case in cycle_arms:
+                turn = drafting if cycle % 2 == 0 else drafting[::-1]
+                for name, _ in baseline + turn + removal:
                     # The pool keeps every engine; get() again in case one died and was restarted.
-                    measurers[name].server = self.pool.get(config(name, arm_case))
+                    measurers[name].server = self.pool.get(measurers[name].server.config)
                     done[name].append(self._timed(measurers[name], name))
         else:
             for name, arm_case in arms:  # one engine at a time: each arm's repeats together
-                measurers[name] = self._arm(config(name, arm_case), arm_case, repeats, warmup)
+                measurers[name] = measurer(name, arm_case)
                 measurers[name].warm_up()
                 done[name] = [self._timed(measurers[name], name) for _ in range(repeats)]
                 if name == "baseline":
@@ -190,7 +238,8 @@ class PairMeasurer:
             coherence = measure_coherence(server.client, case.pool(), baseline.outputs, speculative.outputs,
                                           server.server_info.get("special_token_ids", ()), tie_margins=True)
             self._pairs[case] = PairResult(case, case.id, baseline, speculative, coherence,
-                                           order=order, reference=arms.get("reference"))
+                                           order=order, reference=arms.get("reference"),
+                                           removal=arms.get("removal"))
         return self._pairs[case]
 
     def add_repeats(self, case: Case, extra: int) -> PairResult:
@@ -206,10 +255,9 @@ class PairMeasurer:
         merged["repeats"] = list(merged.get("repeats", [])) + [
             {**e, "repeat": e["repeat"] + offset[e["arm"]], "added": True} for e in order["repeats"]]
         merged["interleaved"] = bool(merged.get("interleaved", True)) and order["interleaved"]
-        reference = pair.reference
-        if reference is not None and "reference" in more:
-            reference = _extend(reference, more["reference"])
-        pair = dataclasses.replace(pair, baseline=baseline, order=merged, reference=reference,
+        grown = {name: _extend(getattr(pair, name), more[name]) for name in ("reference", "removal")
+                 if getattr(pair, name) is not None and name in more}
+        pair = dataclasses.replace(pair, baseline=baseline, order=merged, **grown,
                                    speculative=_extend(pair.speculative, more["speculative"]))
         self._pairs[case] = pair
         return pair
@@ -241,6 +289,7 @@ def _extend(run: RunResult, more: RunResult) -> RunResult:
         samples=run.samples + more.samples,
         outputs_stable=run.outputs_stable and more.outputs_stable and run.outputs == more.outputs,
         counter_problems=tuple(dict.fromkeys(run.counter_problems + more.counter_problems)),
+        replay_problems=tuple(dict.fromkeys(run.replay_problems + more.replay_problems)),
     )
 
 

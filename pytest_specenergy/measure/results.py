@@ -105,6 +105,8 @@ class RunResult:
     outputs_stable: bool = True
     #: Speculative counters that contradict the committed tokens (see checks.counter_problems).
     counter_problems: tuple[str, ...] = ()
+    #: A replay engine's arm: windows that did not replay the recorded drafts like for like.
+    replay_problems: tuple[str, ...] = ()
 
     @property
     def energy_per_token(self) -> float | None:
@@ -138,6 +140,7 @@ class RunResult:
                 "verified_per_step": self.verified_per_step, "concurrency": self.concurrency,
                 "outputs_stable": self.outputs_stable,
                 "counter_problems": list(self.counter_problems),
+                **({"replay_problems": list(self.replay_problems)} if self.replay_problems else {}),
                 "finish_reasons": list(self.finish_reasons),
                 "samples": [s.as_dict() for s in self.samples]}
 
@@ -158,6 +161,9 @@ class PairResult:
     #: In-job A/B: the reference drafter's arm (``case.reference``), measured in the same
     #: repeat cycles as both other arms, so sample i of each comes from one cycle.
     reference: RunResult | None = None
+    #: Draft removal: the verify-only replay of the speculative arm's recorded drafts (the same
+    #: verify steps over the same contexts, no draft passes), sample i in cycle i.
+    removal: RunResult | None = None
 
     # Per-arm metrics are the speculative arm's.
     @property
@@ -220,10 +226,33 @@ class PairResult:
 
     @property
     def draft_share(self) -> float | None:
-        """The drafter's share of speculative decode energy (mean over repeats), from the meter
-        that priced the draft passes apart from verification; labelled by :attr:`source`."""
+        """The drafter's share of speculative decode energy, labelled by :attr:`source`.
+
+        With draft removal (:attr:`removal`) it is measured: per repeat cycle,
+        ``1 - removal J/token / speculative J/token``, the mean over cycles (on a board meter
+        it can come out slightly negative for a drafter with no draft passes: noise, kept as
+        measured). Without, it is what the modeled meter priced for the draft passes apart
+        from verification; None where neither exists (a board meter without removal).
+        :attr:`draft_share_method` says which.
+        """
+        if self.removal is not None:
+            return metrics.removal_draft_share([s.energy_per_token for s in self.speculative.samples],
+                                               [s.energy_per_token for s in self.removal.samples])
+        return self.draft_share_priced
+
+    @property
+    def draft_share_priced(self) -> float | None:
+        """The modeled meter's priced draft share (mean over repeats), None under a board meter."""
         values = self._meter_detail("draft_share")
         return sum(values) / len(values) if values else None
+
+    @property
+    def draft_share_method(self) -> str | None:
+        """``removal`` (a verify-only replay was measured), ``priced`` (the modeled meter's
+        split of the work trace) or None (not known)."""
+        if self.removal is not None:
+            return "removal"
+        return "priced" if self.draft_share_priced is not None else None
 
     @cached_property
     def equivalence(self) -> Equivalence:
@@ -364,6 +393,8 @@ class PairResult:
                 "verified_per_step": self.verified_per_step,
                 "verify_intensity": self.verify_intensity, "balance_point": self.balance_point,
                 "compute_bound": self.compute_bound, "draft_share": self.draft_share,
+                "draft_share_method": self.draft_share_method,
+                "draft_share_priced": self.draft_share_priced,
                 "equivalence": self.equivalence.as_dict(),
                 "coherence": self.coherence.as_dict() if self.coherence else None,
                 "checks": [{"name": c.name, "severity": c.severity, "message": c.message}
@@ -375,7 +406,8 @@ class PairResult:
                     # The reference arm's own match with the baseline: an A/B compares equivalence too.
                     "reference_equivalence": compare_outputs(self.baseline.outputs,
                                                              self.reference.outputs).as_dict()}
-                   if self.reference is not None and self.case.reference is not None else {})}
+                   if self.reference is not None and self.case.reference is not None else {}),
+                **({"removal": self.removal.as_dict()} if self.removal is not None else {})}
 
 
 def _fmt(value: float | None, spec: str) -> str:

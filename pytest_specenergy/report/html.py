@@ -201,7 +201,8 @@ def _case_table(rows: Sequence[ReportRow]) -> str:
                  _num("acceptance_rate", r.acceptance_rate),
                  _num("verified_per_step", r.verified_per_step),
                  '<td class="num">' + _e(_intensity(r)) + "</td>",
-                 '<td class="num">' + _e("n/a" if r.draft_share is None else f"{r.draft_share:.0%}") + "</td>",
+                 f'<td class="num" title="{_e(r.draft_share_method or "not measured")}">'
+                 + _e("n/a" if r.draft_share is None else f"{r.draft_share:.0%}") + "</td>",
                  _num("tbt_ms", r.baseline_tbt_ms), _num("tbt_ms", r.tbt_ms),
                  _num("speedup", r.speedup), _num("exact_fraction", r.exact_fraction),
                  _num("logprob_gap", r.logprob_gap), _checks_cell(r)]

@@ -44,6 +44,8 @@ class ReportRow:
     verify_intensity: float | None = None
     balance_point: float | None = None
     draft_share: float | None = None
+    #: How the draft share was found: ``removal`` (verify-only replay) or ``priced`` (modeled).
+    draft_share_method: str | None = None
 
     @property
     def compute_bound(self) -> bool | None:
@@ -118,6 +120,7 @@ def row_from_result(result: Mapping[str, Any]) -> ReportRow:
         verify_intensity=_num(result.get("verify_intensity")),
         balance_point=_num(result.get("balance_point")),
         draft_share=_num(result.get("draft_share")),
+        draft_share_method=result.get("draft_share_method"),
     )
 
 

@@ -111,5 +111,8 @@ def test_broken_model(spec_pair):
     result = run_suite(repeats=2)
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(["*EngineStartError: engine reference:not_a_checkpoint*exited with code*log *"])
-    # The failed config is started once; the second case fails fast with the same error.
-    assert len(list((pytester.path / ".specenergy" / "logs").glob("*.log"))) == 1
+    # Both arms' engines start side by side, and each failed config is started once: the
+    # second case fails fast with the same error.
+    logs = sorted(log.name.split("-", 2)[2].rsplit("-", 1)[0]
+                  for log in (pytester.path / ".specenergy" / "logs").glob("*.log"))
+    assert logs == ["reference_not_a_checkpoint_baseline_", "reference_not_a_checkpoint_ngram_"]

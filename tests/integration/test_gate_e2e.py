@@ -119,10 +119,11 @@ def test_realistic_noise_does_not_fail_an_unchanged_drafter(pytester: pytest.Pyt
     pytester.makepyfile(SUITE)
     pytester.makeconftest(NOISY_CONFTEST)
     run(pytester, "--specenergy-save=main", NOISE_SD=0.02, NOISE_SEED=1).assert_outcomes(passed=1)
-    for seed in range(2, 4):
-        rerun = run(pytester, "--specenergy-compare=main", "--specenergy-compare-fail=energy:0%",
-                    NOISE_SD=0.02, NOISE_SEED=seed)
-        rerun.assert_outcomes(passed=1)
+    # One rerun with other noise; the false-positive rate over many is tests/unit/gate's
+    # (test_false_positive_rate_under_realistic_noise), through the same sequential rule.
+    rerun = run(pytester, "--specenergy-compare=main", "--specenergy-compare-fail=energy:0%",
+                NOISE_SD=0.02, NOISE_SEED=2)
+    rerun.assert_outcomes(passed=1)
 
 
 def test_small_change_under_noise_is_inconclusive_and_gets_more_repeats(pytester: pytest.Pytester):
@@ -151,12 +152,13 @@ def test_a_session_offset_does_not_fail_the_default_energy_gate(pytester: pytest
     pytester.makepyfile(SUITE)
     pytester.makeconftest(NOISY_CONFTEST)
     run(pytester, "--specenergy-save=main").assert_outcomes(passed=1)
-    run(pytester, "--specenergy-compare=main", "--specenergy-compare-fail=energy:5%",
-        ENERGY_SCALE=1.06).assert_outcomes(passed=1)
-    absolute = run(pytester, "--specenergy-compare=main", "--specenergy-compare-fail=energy_per_token:5%",
-                   ENERGY_SCALE=1.06)
-    absolute.assert_outcomes(failed=1)
-    absolute.stdout.fnmatch_lines(["*energy_per_token (median): * change +6.00%*REGRESSED*"])
+    # One comparison, both limits: the ratio is unchanged while the absolute figure regresses.
+    both = run(pytester, "--specenergy-compare=main", "--specenergy-compare-fail=energy:5%",
+               "--specenergy-compare-fail=energy_per_token:5%", ENERGY_SCALE=1.06)
+    both.assert_outcomes(failed=1)
+    both.stdout.fnmatch_lines(["*energy_per_token (median): * change +6.00%*REGRESSED*"])
+    ratio = [line for line in both.outlines if "energy_ratio (median)" in line]
+    assert ratio and "REGRESSED" not in ratio[0], ratio
 
 
 def test_incomparable_meter_is_never_compared(gated: pytest.Pytester):
@@ -177,8 +179,7 @@ def test_golden_baselines_are_created_then_checked(pytester: pytest.Pytester):
     created.stdout.fnmatch_lines(["*no baseline for *test_drafter*: created *specenergy_baselines*"])
     run(pytester, "--specenergy-golden=check").assert_outcomes(passed=1)
     worse = run(pytester, "--specenergy-golden=check", "--specenergy-compare-fail=energy:5%", GATE_NGRAM_K=1)
-    worse.assert_outcomes(failed=1)
-    run(pytester, "--specenergy-golden=regen-all", GATE_NGRAM_K=1).assert_outcomes(passed=1)
+    worse.assert_outcomes(failed=1)  # regen-all and the other modes: tests/unit/gate/test_storage.py
 
 
 def test_corrupted_history_is_reported_and_left_alone(gated: pytest.Pytester):
