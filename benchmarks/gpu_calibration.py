@@ -145,7 +145,7 @@ def render(pairs: list, args: argparse.Namespace, label: str) -> str:
         context = _mean_context(pair)
         verify_only = (energy_saving(pair.removal.energy_per_token, pair.baseline.energy_per_token)
                        if pair.removal is not None else None)
-        (model,) = predict(shape, args.block_size, context, args.gpu, accept_length=accept, batches=[batch],
+        (model,) = predict(shape, args.block_size, round(context), args.gpu, accept_length=accept, batches=[batch],
                            draft_shape=draft, draft_passes=1, cuda_graph=False) if accept else (None,)
         if measured_loss is None and pair.energy_saving is not None and pair.energy_saving < 0:
             measured_loss = batch
