@@ -54,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     pool = EnginePool(Path(tempfile.mkdtemp(prefix="specenergy-shares-")), startup_timeout_s=300)
     measurer = PairMeasurer(log_dir=pool.log_dir, startup_timeout=300, meter=args.meter, repeats=1,
                             warmup=0, pool=pool, draft_removal="on")
+    # The reference server admits 32 rows per step unless told: batch 64 needs the cap raised.
     cases = [Case(engine="reference", model="tiny:dense", drafter=d, batch=b, corpus=corpus,
-                  generation=Generation(max_new_tokens=args.max_new_tokens, prompts=args.pool, ignore_eos=True))
+                  generation=Generation(max_new_tokens=args.max_new_tokens, prompts=args.pool, ignore_eos=True),
+                  max_running_requests=max(args.batches))
              for b in args.batches for d in DRAFTERS]
     measurer.plan(cases)
     started, rows = time.monotonic(), []

@@ -281,10 +281,10 @@ class ArmMeasurer:
         for _ in range(self.warmup):
             self._run(self.full, range(min(max(self.case.batch, 1), len(self.prompts))))
 
-    def record_drafts(self) -> tuple[Drafts, tuple[tuple[int, ...], ...]]:
+    def record_drafts(self) -> Drafts:
         """One unmetered run of the whole pool asking for every verify step's drafts (the
-        reference server's ``meta_info.spec_drafts``): per prompt, the drafts and the output.
-        A replay engine given these drafts makes the same verify steps and accepts."""
+        reference server's ``meta_info.spec_drafts``), per prompt. A replay engine given these
+        drafts makes the same verify steps and accepts."""
         answers = self._run(self.full, range(len(self.prompts)), record=True)
         drafts = []
         for index, answer in enumerate(answers):
@@ -293,7 +293,7 @@ class ArmMeasurer:
                 raise RuntimeError(f"the engine returned no spec_drafts for prompt {index}; draft removal "
                                    f"needs the reference server (return_spec_drafts)")
             drafts.append(tuple(tuple(int(t) for t in step) for step in recorded))
-        return tuple(drafts), tuple(tuple(int(t) for t in a["output_ids"]) for a in answers)
+        return tuple(drafts)
 
     def measure_repeat(self, arm: str) -> ArmRepeat:
         """One flushed steady-state window, then a flushed prefill-only window of what it prefilled."""
@@ -378,13 +378,18 @@ def _sample(prefill: _Window, full: _Window) -> RepeatSample:
     if tokens == int(tokens):
         tokens = int(tokens)
     tbts = []
+    decode_known = full.energy.request_decode_seconds
     for at_prefill, index in enumerate(full.prefilled()):
         counter = full.counters[index]
-        full_s, prefill_s = full.request_seconds(index), prefill.request_seconds(at_prefill)
-        if full_s is None or prefill_s is None:
-            tbts.append(None)
-            continue
-        tbts.append(metrics.request_tbt_ms(full_s - prefill_s, counter.completion_tokens))
+        if decode_known is not None:  # the meter timed the request's decode steps themselves
+            decode_s = decode_known.get(counter.rid)
+        else:  # the request's time minus its prefill-only twin's (e2e latency under a board meter)
+            full_s, prefill_s = full.request_seconds(index), prefill.request_seconds(at_prefill)
+            decode_s = None if full_s is None or prefill_s is None else full_s - prefill_s
+        # A decode time that is not positive was not measured (a prefill-only twin that queued
+        # longer than the request itself): left out, never reported as a figure.
+        tbts.append(metrics.request_tbt_ms(decode_s, counter.completion_tokens)
+                    if decode_s is not None and decode_s > 0 else None)
     return RepeatSample(
         decode_joules=joules,
         decode_seconds=seconds,

@@ -23,6 +23,12 @@ planned case on the same engine are measured too, and the engine starts once. A 
 fails there is not this case's failure: it is left unmeasured and measured again, once, by the
 case that needs it.
 
+**Replay arms** (:mod:`pytest_specenergy.measure.removal`): with draft removal a ``removal``
+arm - a verify-only engine replaying the speculative arm's recorded drafts - runs last in every
+cycle; a controlled-acceptance drafter under a board meter is measured on an engine replaying
+the proposals recorded from its controlled run. Drafts are recorded once per drafter and pool.
+On an unbounded pool (CPU) the arms' engines start side by side.
+
 The measurer takes plain values; it knows nothing of pytest, the gate or the session.
 """
 
@@ -133,7 +139,7 @@ class PairMeasurer:
         own engine; every replay of the same drafter, batch and pool shares them."""
         key = (arm_case.spec_config(), arm_case.batch, arm_case.corpus_key, arm_case.generation)
         if key not in self._recorded:
-            self._recorded[key] = self._arm(arm_case.spec_config(), arm_case, 0, 0).record_drafts()[0]
+            self._recorded[key] = self._arm(arm_case.spec_config(), arm_case, 0, 0).record_drafts()
         return self._recorded[key]
 
     def _interleaved(self, case: Case, repeats: int, warmup: int | None, with_baseline: bool

@@ -27,7 +27,10 @@ class EnergyWindow:
 
     ``request_seconds`` maps a request id to the time that request was active inside the
     window, when the meter knows it (the modeled meter does; a board counter does not, and
-    the engine's own ``e2e_latency`` is used instead).
+    the engine's own ``e2e_latency`` is used instead). ``request_decode_seconds`` is the part
+    of it spent in decode steps (decode, verify and draft passes, not its prefill), where the
+    meter can tell: a request's time between tokens without subtracting another window's
+    prefill, whose batching differs at large batch.
     """
 
     joules: float
@@ -35,6 +38,7 @@ class EnergyWindow:
     source: str
     request_seconds: Mapping[str, float] | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
+    request_decode_seconds: Mapping[str, float] | None = None
 
 
 class EngineHandle(Protocol):

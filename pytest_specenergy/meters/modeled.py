@@ -207,6 +207,7 @@ def window_from_steps(steps: Iterable[Mapping[str, Any]], gpu: GpuPreset,
     joules = seconds = 0.0
     moved = flops = count = compute_bound = 0
     per_request: dict[str, float] = {}
+    decoding_s: dict[str, float] = {}  # per request, its decode, verify and draft steps only
     by_phase: dict[str, dict[str, float]] = {}
     joules_by_phase = {"prefill": 0.0, "decode": 0.0, "verify": 0.0, "draft": 0.0}
     joules_by_model = {"target": 0.0, "draft": 0.0}
@@ -232,6 +233,8 @@ def window_from_steps(steps: Iterable[Mapping[str, Any]], gpu: GpuPreset,
             work[phase][1] += cost.bytes
         for rid in step.get("rids", ()):
             per_request[str(rid)] = per_request.get(str(rid), 0.0) + cost.seconds
+            if phase != "prefill":
+                decoding_s[str(rid)] = decoding_s.get(str(rid), 0.0) + cost.seconds
     # The verify step's intensity; a plain engine's "verify step" is its decode step (1 token).
     phase = "verify" if work["verify"][1] else ("decode" if work["decode"][1] else None)
     verify_intensity = _intensity(*work[phase]) if phase else None
@@ -253,7 +256,7 @@ def window_from_steps(steps: Iterable[Mapping[str, Any]], gpu: GpuPreset,
         "joules_by_model": joules_by_model,
         "draft_share": joules_by_phase["draft"] / decoding if decoding else None,
     }
-    return EnergyWindow(joules, seconds, pricing.label, per_request, details)
+    return EnergyWindow(joules, seconds, pricing.label, per_request, details, decoding_s)
 
 
 class ModeledMeter:

@@ -392,3 +392,24 @@ def test_a_batch_of_one_has_nothing_to_abort():
                 corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=3))
     repeat = ArmMeasurer(_server(client), TokenMeter(1.0), case, 1, 0).measure_repeat("baseline")
     assert "abort" not in client.log and repeat.sample.window["full"]["aborted"] == [0]
+
+
+def test_tbt_is_the_decode_steps_time_and_never_negative():
+    """A meter that times each request's decode steps gives its TBT directly; a subtraction
+    that comes out non-positive (the prefill-only twin queued longer than the request ran) is
+    left out, never reported."""
+    from pytest_specenergy.engines.meta_info import parse_meta_info
+    from pytest_specenergy.measure.arm import _sample
+    from pytest_specenergy.measure.arm import _Window
+
+    def window(seconds, decode=None, tokens=9):
+        meta = {"id": "a", "prompt_tokens": 5, "completion_tokens": tokens,
+                "finish_reason": {"type": "length", "length": tokens}}
+        energy = EnergyWindow(10.0, 1.0, "modeled (fake)", {"a": seconds}, {}, decode)
+        return _Window(energy, 1, ((parse_meta_info(meta),),), (((1,) * tokens,),), {}, (0,))
+
+    timed = _sample(window(0.5, tokens=1), window(2.0, decode={"a": 0.08}))
+    assert timed.tbt_ms == pytest.approx(10.0)  # 80 ms over 8 gaps
+    subtracted = _sample(window(0.5, tokens=1), window(0.9))
+    assert subtracted.tbt_ms == pytest.approx(50.0)  # (0.9 - 0.5) s over 8 gaps
+    assert _sample(window(1.5, tokens=1), window(0.9)).tbt_ms is None

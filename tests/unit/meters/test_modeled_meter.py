@@ -81,6 +81,9 @@ def test_window_sums_steps_and_attributes_time_per_request():
     assert window.joules == pytest.approx(sum(c.joules for c in costs))
     assert window.request_seconds["r0"] == pytest.approx(sum(c.seconds for c in costs))
     assert window.request_seconds["r1"] == pytest.approx(costs[0].seconds + costs[1].seconds)
+    # Time between tokens counts the decode steps only, never the request's prefill.
+    assert window.request_decode_seconds["r0"] == pytest.approx(costs[1].seconds + costs[2].seconds)
+    assert window.request_decode_seconds["r1"] == pytest.approx(costs[1].seconds)
     assert window.source == "modeled (h200, priced as tiny model)"
     assert window.details["steps"] == 3
     assert window.details["priced_as"] == "self"
