@@ -19,6 +19,7 @@ from pytest_specenergy.engines.base import ENGINES
 from pytest_specenergy.gate.limits import DEFAULT_ALPHA
 from pytest_specenergy.gate.limits import DEFAULT_LIMITS
 from pytest_specenergy.gate.limits import parse_fail_expr
+from pytest_specenergy.measure.removal import DRAFT_REMOVAL_MODES
 
 METER_CHOICES = ("auto", "nvml", "modeled:h100", "modeled:h200")
 
@@ -173,7 +174,7 @@ OPTIONS: tuple[_Option, ...] = (
             "repeat cycle; draft_share = 1 - replay J/token / speculative J/token. auto: under a board "
             "meter (nvml) for reference-engine drafters with draft passes (the modeled meter prices the "
             "split itself); on: every speculative case, any meter (reference engine only); off: never",
-            _choice(("auto", "on", "off"))),
+            _choice(DRAFT_REMOVAL_MODES)),
     _Option("cooldown", 0.0, "seconds to pause before every measured repeat; repeats alternate "
             "the arms (baseline, speculative, ...) so drift falls on both", _seconds_or_zero),
     _Option("device", "auto", "device for the reference server: auto, cpu or cuda",

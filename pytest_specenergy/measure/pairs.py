@@ -48,7 +48,7 @@ from pytest_specenergy.measure.arm import ArmMeasurer
 from pytest_specenergy.measure.arm import ArmRepeat
 from pytest_specenergy.measure.arm import Drafts
 from pytest_specenergy.measure.coherence import measure_coherence
-from pytest_specenergy.measure.removal import DRAFT_REMOVAL_MODES
+from pytest_specenergy.measure.removal import check_mode
 from pytest_specenergy.measure.removal import removes_drafts
 from pytest_specenergy.measure.removal import replays_proposals
 from pytest_specenergy.measure.results import PairResult
@@ -71,9 +71,7 @@ class PairMeasurer:
                  draft_removal: str = "auto") -> None:
         if cooldown_s < 0:
             raise ValueError(f"cooldown must be >= 0 seconds, got {cooldown_s!r}")
-        if draft_removal not in DRAFT_REMOVAL_MODES:
-            raise ValueError(f"draft removal {draft_removal!r}: expected one of {', '.join(DRAFT_REMOVAL_MODES)}")
-        self.draft_removal = draft_removal
+        self.draft_removal = check_mode(draft_removal)
         self.pool = pool or EnginePool(log_dir, startup_timeout)
         self.cooldown_s = cooldown_s
         self.meter_choice = meter

@@ -39,6 +39,13 @@ from pytest_specenergy.engines.drafters import Drafter
 DRAFT_REMOVAL_MODES = ("auto", "on", "off")
 
 
+def check_mode(mode: str) -> str:
+    """``mode`` if it is a draft-removal mode; ValueError naming the valid ones otherwise."""
+    if mode not in DRAFT_REMOVAL_MODES:
+        raise ValueError(f"draft removal {mode!r}: expected one of {', '.join(DRAFT_REMOVAL_MODES)}")
+    return mode
+
+
 def is_board_meter(meter_kind: str) -> bool:
     """Whether the meter reads the hardware (every forward the engine runs is charged)."""
     return not meter_kind.startswith("modeled:")
@@ -46,9 +53,7 @@ def is_board_meter(meter_kind: str) -> bool:
 
 def removes_drafts(mode: str, case: Case, meter_kind: str) -> bool:
     """Whether ``case`` gets a verify-only ``removal`` arm under ``mode`` and this meter."""
-    if mode not in DRAFT_REMOVAL_MODES:
-        raise ValueError(f"draft removal {mode!r}: expected one of {', '.join(DRAFT_REMOVAL_MODES)}")
-    if mode == "on":
+    if check_mode(mode) == "on":
         return True
     return (mode == "auto" and case.engine == "reference" and case.drafter.draft_model is not None
             and is_board_meter(meter_kind))

@@ -65,20 +65,6 @@ class RandomModelSpec:
     vocab: int
     tied_embeddings: bool
 
-    def describe(self) -> dict[str, Any]:
-        """JSON-ready dimensions."""
-        return {
-            "shape": self.shape_key,
-            "layers": self.layers,
-            "hidden": self.hidden,
-            "mlp": self.mlp,
-            "q_heads": self.q_heads,
-            "kv_heads": self.kv_heads,
-            "head_dim": self.head_dim,
-            "vocab": self.vocab,
-            "tied_embeddings": self.tied_embeddings,
-        }
-
 
 def is_random_model(name: str | None) -> bool:
     """Whether ``name`` asks for a randomly initialised model."""
