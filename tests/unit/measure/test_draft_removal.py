@@ -93,6 +93,9 @@ def test_replay_checks_fail_an_unlike_replay():
     unlike = dataclasses.replace(good, speculative=_run("speculative", outputs, replay_problems=("1 missed",)))
     assert "replay-unlike" in {c.name for c in unlike.failed_checks}
     assert PairResult(case, case.id, base, spec).draft_share_method is None  # nothing priced, nothing removed
+    # A replay that ran below the batch describes another batch: its share is no figure for this one.
+    thin = dataclasses.replace(_run("removal", outputs, 0.75), concurrency={"requested": 2, "mean_running": 1.2})
+    assert "concurrency-below-batch" in {c.name for c in dataclasses.replace(good, removal=thin).failed_checks}
 
 
 class RecordingClient:
