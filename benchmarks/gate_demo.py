@@ -92,7 +92,8 @@ def main() -> int:
     parser.add_argument("--suites", type=int, default=50, help="simulated suites per cell (--simulate)")
     args = parser.parse_args()
     if args.simulate:
-        from pytest_specenergy.gate import simulate
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import gate_simulation as simulate
 
         return simulate.main(["--suites", str(args.suites)])
     with tempfile.TemporaryDirectory() as tmp:

@@ -20,8 +20,10 @@ _PUBLIC = {
     "Case": "pytest_specenergy.cases.case",
     "Generation": "pytest_specenergy.cases.case",
     "Corpus": "pytest_specenergy.cases.corpora",
+    "CaseRecord": "pytest_specenergy.document",
     "Drafter": "pytest_specenergy.engines.drafters",
     "PairResult": "pytest_specenergy.measure.results",
+    "RunDocument": "pytest_specenergy.document",
     "RunResult": "pytest_specenergy.measure.results",
     "gpu_path_unavailable": "pytest_specenergy.meters.devices",
 }

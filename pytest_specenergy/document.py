@@ -1,23 +1,43 @@
-"""The run document: every sample, case, engine and meter description of a session.
+"""The run document, typed: a run, its case records, each record's arms and their samples.
 
 The same document is written by ``--specenergy-json``, saved to the run history, merged from
-xdist workers and CI shards, and rendered by ``specenergy report``. This module defines its
-kinds and schema and builds it from per-test records; it imports only the standard library,
-so every layer that reads or writes documents can use it.
+xdist workers and CI shards, and rendered by ``specenergy report``. Measurement builds it
+(:meth:`PairResult.record <pytest_specenergy.measure.results.PairResult.record>`); the gate
+and the reports read it as attributes. A document read back from disk goes through
+:meth:`RunDocument.from_dict` once, which refuses a field of the wrong kind with
+:class:`DocumentError`, naming the file, the record and the field. The JSON keys are the
+field names, unchanged since schema 1; fields a newer plugin (or a user's
+``pytest_specenergy_update_json`` hook) added are kept in ``extra`` and written back.
+
+This module imports only the standard library and the metric definitions
+(:mod:`pytest_specenergy.measure.metrics`, itself standard-library only), so every layer can
+use it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import math
+from dataclasses import dataclass
+from dataclasses import field
 from importlib import metadata
 from typing import Any
 from typing import Iterable
 from typing import Mapping
 
+import pytest_specenergy.measure.metrics as metrics
+
 #: ``kind`` of a run document and of a golden file; readers refuse any other kind.
 RUN_KIND = "specenergy-run"
 GOLDEN_KIND = "specenergy-golden"
 SCHEMA_VERSION = 1
+#: Schema versions this plugin reads, per kind.
+SUPPORTED_SCHEMAS: dict[str, tuple[int, ...]] = {RUN_KIND: (1,), GOLDEN_KIND: (1,)}
+
+
+class DocumentError(ValueError):
+    """A document field is missing or of the wrong kind; the message names where."""
 
 
 def plugin_version() -> str:
@@ -28,32 +48,482 @@ def plugin_version() -> str:
         return "unknown"
 
 
-def record_of(nodeid: str, pair: Any, machine_key: str) -> dict[str, Any]:
-    """The JSON-ready record of one test's pair (``pair`` has ``as_dict()``)."""
-    return {"nodeid": nodeid, "machine_key": machine_key, **pair.as_dict()}
+class _Fields:
+    """One JSON object's fields, read with their kinds checked; ``where`` names it in errors."""
+
+    def __init__(self, data: Any, where: str) -> None:
+        if not isinstance(data, Mapping):
+            raise DocumentError(f"{where} is {data!r:.60}, expected a JSON object")
+        self.data, self.where = data, where
+        self.read: set[str] = set()
+
+    def _refuse(self, key: str, expected: str) -> DocumentError:
+        return DocumentError(f"{self.where}: {key!r} is {self.data.get(key)!r:.60}, expected {expected}")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        value = self.data.get(key)
+        return default if value is None else value
+
+    def number(self, key: str, default: float | None = None) -> Any:
+        value = self.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise self._refuse(key, "a finite number or null")
+        return value
+
+    def integer(self, key: str, default: int | None = None) -> Any:
+        value = self.number(key)
+        if value is None:
+            return default
+        if not isinstance(value, int):
+            raise self._refuse(key, "an integer or null")
+        return value
+
+    def text(self, key: str, default: str | None = None) -> Any:
+        value = self.get(key, default)
+        if value is not None and not isinstance(value, str):
+            raise self._refuse(key, "a string or null")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            raise self._refuse(key, "true or false")
+        return value
+
+    def obj(self, key: str, optional: bool = False) -> Any:
+        value = self.get(key)
+        if value is None:
+            return None if optional else {}
+        if not isinstance(value, Mapping):
+            raise self._refuse(key, "a JSON object or null")
+        return dict(value)
+
+    def items(self, key: str) -> list[Any]:
+        value = self.get(key, [])
+        if not isinstance(value, list):
+            raise self._refuse(key, "a JSON array or null")
+        return value
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        values = self.items(key)
+        if not all(isinstance(v, str) for v in values):
+            raise self._refuse(key, "an array of strings")
+        return tuple(values)
+
+    def numbers(self, key: str, minimum: float | None = None) -> tuple[float, ...] | None:
+        value = self.get(key)
+        if value is None:
+            return None
+        ok = isinstance(value, list) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and (minimum is None or v >= minimum) for v in value)
+        if not ok:
+            bound = f" >= {minimum:g}" if minimum is not None else ""
+            raise self._refuse(key, f"an array of finite numbers{bound} or null")
+        return tuple(float(v) for v in value)
+
+    def extra(self) -> dict[str, Any]:
+        """The fields no reader asked for (kept, and written back)."""
+        return {k: v for k, v in self.data.items() if k not in self.read}
 
 
-def build_document(records: Iterable[Mapping[str, Any]], meters: Mapping[str, Any],
-                   engine_starts: int, machines: Mapping[str, Any] | None = None,
-                   host: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The JSON-ready run document; ``records`` are per-test pair records (or PairResults).
+def _json(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return value.as_dict()  # type: ignore[attr-defined]
+    if isinstance(value, tuple):
+        return [_json(v) for v in value]
+    return value
 
-    ``machines`` maps each machine key to its description; ``host`` describes this machine
-    for a document whose records span several keys (or none).
-    """
-    records = [r.as_dict() if hasattr(r, "as_dict") else dict(r) for r in records]
-    machines = dict(machines or {})
-    keys = sorted({str(r.get("machine_key")) for r in records if r.get("machine_key")})
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "kind": RUN_KIND,
-        "plugin_version": plugin_version(),
-        "datetime": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        # One key per document when saved; a session measuring on several keeps them all.
-        "machine_key": keys[0] if len(keys) == 1 else None,
-        "machine_info": (machines.get(keys[0]) if len(keys) == 1 else None) or dict(host or {}),
-        "machines": machines,
-        "meters": dict(meters),
-        "engine_starts": engine_starts,
-        "results": records,
-    }
+
+def _to_dict(record: Any, omit_empty: Iterable[str] = ()) -> dict[str, Any]:
+    """The JSON object of a record: its fields by name, ``extra`` merged in, the
+    ``omit_empty`` fields left out while they are None or empty."""
+    omit = set(omit_empty)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if f.name == "extra":
+            continue
+        if f.name in omit and (value is None or value == ()):
+            continue
+        out[f.name] = _json(value)
+    return {**getattr(record, "extra", {}), **out}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One tripped validity check of a pair."""
+
+    name: str
+    severity: str  # "fail" | "warn"
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.message}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object."""
+        return {"name": self.name, "severity": self.severity, "message": self.message}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> Check:
+        """A check read back; ``where`` names it in a refusal."""
+        f = _Fields(data, where)
+        severity = f.text("severity", "warn")
+        if severity not in ("fail", "warn"):
+            raise f._refuse("severity", "'fail' or 'warn'")
+        return cls(f.text("name", "?"), severity, f.text("message", ""))
+
+
+@dataclass(frozen=True)
+class RepeatSample:
+    """One measured repeat of one arm: decode-only figures over exactly its requests."""
+
+    decode_joules: float
+    decode_seconds: float
+    decode_tokens: int
+    tbt_ms: float | None
+    verify_steps: int | None
+    correct_drafts: int | None
+    proposed_drafts: int | None
+    loops: int = 1
+    window: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: Per request of the full window that verified (first loop, pool order): committed
+    #: decode tokens per verify step, ``(completion_tokens - 1) / spec_verify_ct`` - samples
+    #: for judging accept length with its spread. None: no speculative counters (a baseline
+    #: arm, or a record written before the field existed).
+    accept_lengths: tuple[float, ...] | None = None
+
+    @property
+    def energy_per_token(self) -> float | None:
+        """Joules per committed decode token in this repeat."""
+        return metrics.energy_per_token(self.decode_joules, self.decode_tokens)
+
+    @property
+    def accept_length(self) -> float | None:
+        """Tokens committed per verify step in this repeat."""
+        return metrics.accept_length(self.correct_drafts, self.verify_steps)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted over proposed drafts in this repeat."""
+        return metrics.acceptance_rate(self.correct_drafts, self.proposed_drafts)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object (``energy_per_token`` included, for readers of the file)."""
+        return {**_to_dict(self), "energy_per_token": self.energy_per_token}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "sample") -> RepeatSample:
+        """A sample read back (``energy_per_token`` is derived, never read)."""
+        f = _Fields(data, where)
+        f.read.add("energy_per_token")
+        joules, seconds, tokens = f.number("decode_joules"), f.number("decode_seconds"), f.integer("decode_tokens")
+        for key, value in (("decode_joules", joules), ("decode_seconds", seconds), ("decode_tokens", tokens)):
+            if value is None:
+                raise DocumentError(f"{where} lacks {key!r}; a sample needs decode_joules, "
+                                    "decode_seconds and decode_tokens")
+        return cls(decode_joules=joules, decode_seconds=seconds, decode_tokens=tokens, tbt_ms=f.number("tbt_ms"),
+                   verify_steps=f.integer("verify_steps"), correct_drafts=f.integer("correct_drafts"),
+                   proposed_drafts=f.integer("proposed_drafts"), loops=f.integer("loops", 1),
+                   window=f.obj("window"), accept_lengths=f.numbers("accept_lengths", minimum=0))
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of a case record (``baseline``, ``speculative``, ``reference``, ``removal``)."""
+
+    arm: str
+    engine: dict[str, Any]
+    source: str
+    energy_per_token: float | None
+    tbt_ms: float | None
+    accept_length: float | None
+    acceptance_rate: float | None
+    verified_per_step: int | None
+    samples: tuple[RepeatSample, ...]
+    concurrency: dict[str, Any] = field(default_factory=dict)
+    outputs_stable: bool = True
+    counter_problems: tuple[str, ...] = ()
+    replay_problems: tuple[str, ...] = ()
+    finish_reasons: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object."""
+        return _to_dict(self, omit_empty=("replay_problems",))
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> Arm:
+        """An arm read back; ``where`` names it in a refusal."""
+        f = _Fields(data, where)
+        samples = tuple(RepeatSample.from_dict(s, f"{where}.samples[{i}]")
+                        for i, s in enumerate(f.items("samples")))
+        return cls(arm=f.text("arm", where.rsplit(".", 1)[-1]), engine=f.obj("engine"),
+                   source=f.text("source", "unknown"), energy_per_token=f.number("energy_per_token"),
+                   tbt_ms=f.number("tbt_ms"), accept_length=f.number("accept_length"),
+                   acceptance_rate=f.number("acceptance_rate"),
+                   verified_per_step=f.integer("verified_per_step"), samples=samples,
+                   concurrency=f.obj("concurrency"), outputs_stable=f.flag("outputs_stable", True),
+                   counter_problems=f.texts("counter_problems"), replay_problems=f.texts("replay_problems"),
+                   finish_reasons=f.texts("finish_reasons"), extra=f.extra())
+
+    def values(self, metric: str) -> list[float | None]:
+        """Per-repeat values of a per-arm metric (None where a repeat cannot give it)."""
+        return [getattr(s, metric) for s in self.samples]
+
+
+#: Arms a case record may carry besides the baseline.
+DRAFTER_ARMS = ("speculative", "reference", "removal")
+
+
+@dataclass(frozen=True)
+class CaseRecord:
+    """One test's measured pair, as stored: the case, its figures, checks, arms and verdict."""
+
+    case_id: str
+    case: dict[str, Any]
+    source: str
+    baseline: Arm
+    speculative: Arm
+    energy_saving: float | None = None
+    speedup: float | None = None
+    accept_length: float | None = None
+    acceptance_rate: float | None = None
+    energy_per_token: float | None = None
+    tbt_ms: float | None = None
+    verified_per_step: int | None = None
+    verify_intensity: float | None = None
+    balance_point: float | None = None
+    compute_bound: bool | None = None
+    draft_share: float | None = None
+    draft_share_method: str | None = None
+    draft_share_priced: float | None = None
+    equivalence: dict[str, Any] = field(default_factory=dict)
+    coherence: dict[str, Any] | None = None
+    checks: tuple[Check, ...] = ()
+    order: dict[str, Any] = field(default_factory=dict)
+    #: In-job A/B: the reference drafter's arm, its drafter, and its own match with the baseline.
+    reference: Arm | None = None
+    reference_drafter: dict[str, Any] | None = None
+    reference_equivalence: dict[str, Any] | None = None
+    removal: Arm | None = None
+    #: Set by the session: the test, its machine key, and what the gate decided.
+    nodeid: str | None = None
+    machine_key: str | None = None
+    verdict: str | None = None
+    comparison: dict[str, Any] | None = None
+    baseline_file: str | None = None
+    fdr_pending: tuple[str, ...] | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    _OPTIONAL = ("reference", "reference_drafter", "reference_equivalence", "removal", "nodeid",
+                 "machine_key", "verdict", "comparison", "baseline_file", "fdr_pending")
+
+    # -- what the case says ----------------------------------------------------------------
+    @property
+    def key(self) -> str:
+        """What matches this record with its baseline in another run: nodeid, else case id."""
+        return self.nodeid or self.case_id
+
+    @property
+    def model(self) -> str:
+        """The target model."""
+        return str(self.case.get("model", "?"))
+
+    @property
+    def batch(self) -> int | None:
+        """The declared batch (requests kept in flight)."""
+        batch = self.case.get("batch")
+        return batch if isinstance(batch, int) and not isinstance(batch, bool) else None
+
+    @property
+    def corpus(self) -> dict[str, Any]:
+        """The corpus description (name, source, digest, size)."""
+        corpus = self.case.get("corpus")
+        return corpus if isinstance(corpus, dict) else {}
+
+    @property
+    def drafter(self) -> dict[str, Any]:
+        """The drafter description (name, id, settings)."""
+        drafter = self.case.get("drafter")
+        return drafter if isinstance(drafter, dict) else {}
+
+    @property
+    def corpus_name(self) -> str:
+        """The corpus's name."""
+        return str(self.corpus.get("name", "?"))
+
+    @property
+    def drafter_name(self) -> str:
+        """The drafter's method (``ngram``, ``eagle3``, ...)."""
+        return str(self.drafter.get("name", "?"))
+
+    @property
+    def drafter_id(self) -> str:
+        """The drafter's id in case ids and reports."""
+        return str(self.drafter.get("id") or self.drafter.get("name") or "?")
+
+    @property
+    def exact_fraction(self) -> float | None:
+        """The share of prompts whose output matched the baseline exactly."""
+        return self.equivalence.get("exact_fraction")
+
+    @property
+    def reference_exact_fraction(self) -> float | None:
+        """In-job A/B: the reference arm's own exact-match fraction with the baseline."""
+        return (self.reference_equivalence or {}).get("exact_fraction")
+
+    @property
+    def scenario(self) -> dict[str, Any]:
+        """What must match for two records to be compared, besides the machine: the meter,
+        the engine and its version, and the workload (model, batch, corpus digest, generation)."""
+        engine, case, corpus = self.speculative.engine, self.case, self.corpus
+        return {"meter": self.source,
+                "engine": engine.get("engine") or (engine.get("config") or {}).get("engine") or case.get("engine"),
+                "engine_version": engine.get("version"), "model": case.get("model"), "batch": case.get("batch"),
+                "corpus": f"{corpus.get('name')}@{corpus['digest']}" if corpus.get("digest") else None,
+                "generation": case.get("generation")}
+
+    @property
+    def logprob_gap(self) -> float | None:
+        """Mean log-probability gap of the speculative text after a divergence."""
+        return (self.coherence or {}).get("mean_gap")
+
+    @property
+    def reference_label(self) -> str:
+        """The reference drafter of an in-job A/B record, in words."""
+        drafter = self.reference_drafter or {}
+        return str(drafter.get("id") or drafter.get("name") or drafter.get("method") or "reference")
+
+    def arm(self, name: str) -> Arm | None:
+        """An arm by name (``baseline``, ``speculative``, ``reference``, ``removal``)."""
+        return getattr(self, name) if name in ("baseline", *DRAFTER_ARMS) else None
+
+    def judged(self, verdict: str | None, comparison: dict[str, Any] | None, baseline_file: str | None,
+               fdr_pending: tuple[str, ...] | None = None) -> CaseRecord:
+        """This record with the gate's verdict."""
+        return dataclasses.replace(self, verdict=verdict, comparison=comparison, baseline_file=baseline_file,
+                                   fdr_pending=fdr_pending)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object."""
+        return _to_dict(self, omit_empty=self._OPTIONAL)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "record") -> CaseRecord:
+        """A record read back; ``where`` names it in a refusal."""
+        f = _Fields(data, where)
+        case_id = f.text("case_id") or str(f.obj("case").get("id") or "?")
+        where = f"{where} ({case_id})"
+        f.where = where
+        arms = {name: (Arm.from_dict(f.get(name), f"{where}.{name}") if f.get(name) is not None else None)
+                for name in ("baseline", *DRAFTER_ARMS)}
+        for name in ("baseline", "speculative"):
+            if arms[name] is None:
+                raise DocumentError(f"{where} lacks its {name!r} arm")
+        equivalence = _Fields(f.obj("equivalence"), f"{where}.equivalence")
+        equivalence.number("exact_fraction")
+        pending = f.get("fdr_pending")
+        return cls(
+            case_id=case_id, case=f.obj("case"),
+            source=f.text("source") or arms["speculative"].source,  # type: ignore[union-attr]
+            baseline=arms["baseline"], speculative=arms["speculative"],  # type: ignore[arg-type]
+            energy_saving=f.number("energy_saving"), speedup=f.number("speedup"),
+            accept_length=f.number("accept_length"), acceptance_rate=f.number("acceptance_rate"),
+            energy_per_token=f.number("energy_per_token"), tbt_ms=f.number("tbt_ms"),
+            verified_per_step=f.integer("verified_per_step"),
+            verify_intensity=f.number("verify_intensity"), balance_point=f.number("balance_point"),
+            compute_bound=f.get("compute_bound"), draft_share=f.number("draft_share"),
+            draft_share_method=f.text("draft_share_method"),
+            draft_share_priced=f.number("draft_share_priced"),
+            equivalence=equivalence.data, coherence=f.obj("coherence", optional=True),
+            checks=tuple(Check.from_dict(c, f"{where}.checks[{i}]") for i, c in enumerate(f.items("checks"))),
+            order=f.obj("order"), reference=arms["reference"],
+            reference_drafter=f.obj("reference_drafter", optional=True),
+            reference_equivalence=f.obj("reference_equivalence", optional=True), removal=arms["removal"],
+            nodeid=f.text("nodeid"), machine_key=f.text("machine_key"), verdict=f.text("verdict"),
+            comparison=f.obj("comparison", optional=True), baseline_file=f.text("baseline_file"),
+            fdr_pending=None if pending is None else f.texts("fdr_pending"), extra=f.extra())
+
+
+@dataclass(frozen=True)
+class RunDocument:
+    """A session's results with the machines, meters and engines they were measured on."""
+
+    results: tuple[CaseRecord, ...]
+    machine_key: str | None = None
+    machine_info: dict[str, Any] = field(default_factory=dict)
+    machines: dict[str, Any] = field(default_factory=dict)
+    meters: dict[str, Any] = field(default_factory=dict)
+    engine_starts: int = 0
+    datetime: str = ""
+    plugin_version: str = "unknown"
+    schema_version: int = SCHEMA_VERSION
+    kind: str = RUN_KIND
+    #: A session that did not run to its end: never a baseline.
+    interrupted: bool = False
+    #: Set by storage: the name the run was saved under.
+    name: str | None = None
+    #: The suite's verdicts (false-discovery rate, latency targets), when asked for.
+    fdr: dict[str, Any] | None = None
+    latency_targets: dict[str, Any] | None = None
+    #: ``specenergy merge``: the shards this run was merged from.
+    shards: tuple[str, ...] | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def build(cls, records: Iterable[CaseRecord], meters: Mapping[str, Any], engine_starts: int,
+              machines: Mapping[str, Any] | None = None, host: Mapping[str, Any] | None = None,
+              **fields: Any) -> RunDocument:
+        """A new document of ``records``; ``machines`` maps each machine key to its description,
+        ``host`` describes this machine for a document whose records span several keys (or none)."""
+        records = tuple(records)
+        machines = dict(machines or {})
+        keys = sorted({r.machine_key for r in records if r.machine_key})
+        one = keys[0] if len(keys) == 1 else None
+        return cls(results=records, machine_key=one,
+                   # One key per document when saved; a session measuring on several keeps them all.
+                   machine_info=dict((machines.get(one) if one else None) or host or {}),
+                   machines=machines, meters=dict(meters), engine_starts=engine_starts,
+                   datetime=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                   plugin_version=plugin_version(), **fields)
+
+    def on(self, machine_key: str) -> RunDocument:
+        """The part of this document measured on ``machine_key`` (what one history file holds)."""
+        return dataclasses.replace(self, machine_key=machine_key,
+                                   results=tuple(r for r in self.results if r.machine_key == machine_key))
+
+    @property
+    def label(self) -> str:
+        """How history tables name this run: its saved name, else its time."""
+        return self.name or self.datetime
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object."""
+        out = _to_dict(self, omit_empty=("name", "fdr", "latency_targets", "shards"))
+        if not self.interrupted:
+            del out["interrupted"]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "document") -> RunDocument:
+        """A document read back (kind and schema already checked by the caller); a refusal
+        names ``source`` (the file), the record and the field."""
+        f = _Fields(data, source)
+        results = f.items("results")
+        if "results" not in f.data:
+            raise DocumentError(f"{source}: 'results' is missing; the run is incomplete or corrupted")
+        shards = f.get("shards")
+        return cls(results=tuple(CaseRecord.from_dict(r, f"{source}: results[{i}]") for i, r in enumerate(results)),
+                   machine_key=f.text("machine_key"), machine_info=f.obj("machine_info"),
+                   machines=f.obj("machines"), meters=f.obj("meters"),
+                   engine_starts=f.integer("engine_starts", 0), datetime=str(f.get("datetime", "")),
+                   plugin_version=str(f.get("plugin_version", "unknown")),
+                   schema_version=f.integer("schema_version", SCHEMA_VERSION), kind=f.text("kind", RUN_KIND),
+                   interrupted=f.get("interrupted") is True, name=f.text("name"),
+                   fdr=f.obj("fdr", optional=True), latency_targets=f.obj("latency_targets", optional=True),
+                   shards=None if shards is None else f.texts("shards"), extra=f.extra())

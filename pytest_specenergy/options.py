@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 from typing import Callable
@@ -17,21 +19,48 @@ import pytest
 
 from pytest_specenergy.engines.base import ENGINES
 from pytest_specenergy.gate.limits import DEFAULT_ALPHA
+from pytest_specenergy.gate.limits import DEFAULT_CAP
 from pytest_specenergy.gate.limits import DEFAULT_LIMITS
 from pytest_specenergy.gate.limits import parse_fail_expr
+from pytest_specenergy.gate.storage import DEFAULT_GOLDEN_FOLDER
+from pytest_specenergy.gate.storage import DEFAULT_STORAGE
 from pytest_specenergy.measure.removal import DRAFT_REMOVAL_MODES
+from pytest_specenergy.refserver.faults import FAULTS  # torch-free: the names only
 
 METER_CHOICES = ("auto", "nvml", "modeled:h100", "modeled:h200")
 
 
 @dataclass(frozen=True)
 class _Option:
+    """One option: ``--specenergy-NAME`` and ini ``specenergy_NAME``, its default, help and
+    parser; ``resolve`` turns the parsed value into the config's (paths under the rootdir)."""
+
     name: str
     default: Any
     help: str
     parse: Callable[[str], Any] = str
     action: str | None = None
     metavar: str = "EXPR"  # for repeatable options
+    resolve: Callable[[Any, Path], Any] | None = None
+
+    @property
+    def dest(self) -> str:
+        """The pytest option and ini name."""
+        return "specenergy_" + self.name.replace("-", "_")
+
+
+def _opt(name: str, default: Any, help: str, parse: Callable[[str], Any] = str, **kwargs: Any) -> Any:
+    """A :class:`SpecEnergyConfig` field declared by its option."""
+    return field(metadata={"option": _Option(name, default, help, parse, **kwargs)})
+
+
+def _declared(option: _Option) -> Any:
+    """A :class:`SpecEnergyConfig` field of an option declared at module level (shared with the CLI)."""
+    return field(metadata={"option": option})
+
+
+def _or_none(value: Any, rootdir: Path) -> Any:
+    return value or None
 
 
 def _number(text: str, cast: Callable[[str], Any], ok: Callable[[Any], bool], expected: str) -> Any:
@@ -66,8 +95,6 @@ def _probability(text: str) -> float:
 
 
 def _faults(text: str) -> str:
-    from pytest_specenergy.refserver.faults import FAULTS  # torch-free: the names only
-
     unknown = [f.strip() for f in text.split(",") if f.strip() and f.strip() not in FAULTS]
     if unknown:
         raise ValueError(f"unknown fault {', '.join(unknown)}; expected one of {', '.join(FAULTS)}")
@@ -122,11 +149,13 @@ def _meter(text: str) -> str:
 
 # Declared once, used by the plugin (``--specenergy-NAME``) and by the ``specenergy`` command
 # (``--NAME``, see :func:`add_cli_options`), as pytest-benchmark shares its option declarations.
-STORAGE = _Option("storage", ".specenergy", "folder of the run history (runs keyed by machine)")
+STORAGE = _Option("storage", DEFAULT_STORAGE, "folder of the run history (runs keyed by machine)",
+                  resolve=lambda value, root: _under(root, value))
 COMPARE_FAIL = _Option("compare-fail", "", "a regression limit METRIC[:STAT]:LIMIT, e.g. energy:5% "
-                       "or accept_length:0.1 (repeatable; ini: one per line; default: "
+                       "or accept_length:0.1 (repeatable; ini: one per line); each replaces only its own "
+                       "metric's default, the other defaults still apply (defaults: "
                        + ", ".join(DEFAULT_LIMITS) + ")",
-                       parse=_fail_expr, action="append")
+                       parse=_fail_expr, action="append", resolve=lambda value, root: tuple(value))
 ALPHA = _Option("alpha", DEFAULT_ALPHA, "total level of the sequential gate: P(REGRESSED) is at most "
                 "ALPHA for a true change exactly at the limit, over all looks (0.1% at each interim "
                 "look, the rest at the cap), and lower for any change inside it", _probability)
@@ -148,102 +177,7 @@ FDR = _Option("fdr", "", "control the false-discovery rate across the suite's ga
               "at level Q (Benjamini-Hochberg on each comparison's sequential p-value; off by "
               "default): p <= Q/N fails at once, p > Q passes, anything between passes with a "
               "'pending FDR' warning and is decided at session end (exit status 1 when it fails)",
-              _fdr_level)
-
-OPTIONS: tuple[_Option, ...] = (
-    _Option("engine", "reference", "engine for cases whose model marker names none: "
-            "reference (HF transformers server, CPU or GPU) or sglang", _choice(ENGINES)),
-    _Option("meter", "auto", "energy meter: nvml (GPU board counter, measured), modeled:<gpu> "
-            "(roofline model of the reference server's work trace; presets h100, h200), or auto "
-            "(nvml for engines on a GPU, else modeled:h200)", _meter),
-    _Option("repeats", 3, "measured repeats per arm; every per-repeat sample is kept", _positive_int),
-    _Option("warmup", "auto", "discarded warm-up runs per arm before measuring; auto = 1 with a "
-            "measured meter, 0 with a modeled one (it charges the work trace, which a warm-up "
-            "does not change)", _warmup),
-    _Option("pool", "", "prompts per pool for cases whose generation marker names none "
-            "(default: the corpus's first 96, the paper's pool); every batch point and both arms "
-            "draw from it, and a pool needs a few times the batch to hold a steady state",
-            _positive_int),
-    _Option("latency-target", "", "a time-between-tokens target in ms (repeatable): per model and "
-            "corpus, the lowest-energy tested configuration (batch x drafter, baseline included) whose "
-            "mean TBT meets it is reported; with --specenergy-compare, a target whose best "
-            "configuration got more than 5% costlier (or that nothing meets any more) fails the "
-            "session, naming both configurations", _milliseconds, action="append", metavar="MS"),
-    _Option("draft-removal", "auto", "measure where decode energy goes by draft removal: a "
-            "verify-only replay of the recorded drafts (same verify steps, no draft passes) in every "
-            "repeat cycle; draft_share = 1 - replay J/token / speculative J/token. auto: under a board "
-            "meter (nvml) for reference-engine drafters with draft passes (the modeled meter prices the "
-            "split itself); on: every speculative case, any meter (reference engine only); off: never",
-            _choice(DRAFT_REMOVAL_MODES)),
-    _Option("cooldown", 0.0, "seconds to pause before every measured repeat; repeats alternate "
-            "the arms (baseline, speculative, ...) so drift falls on both", _seconds_or_zero),
-    _Option("device", "auto", "device for the reference server: auto, cpu or cuda",
-            _choice(("auto", "cpu", "cuda"))),
-    _Option("startup-timeout", 300.0, "seconds to wait for an engine to answer /health", _positive_float),
-    _Option("request-timeout", 300.0, "seconds one request may take before the case fails with the "
-            "engine's log tail (a hung engine no longer stalls the session)", _positive_float),
-    _Option("log-dir", "", "folder for engine logs (default: .specenergy/logs under the rootdir)"),
-    _Option("json", "", "write every sample, case, engine and meter description to this JSON file"),
-    _Option("checks", "fail", "what a tripped fail-closed validity check does after the test "
-            "body (no verify steps, inconsistent counters, incoherent text...): fail or warn",
-            _choice(("fail", "warn"))),
-    _Option("fault", "", "comma-separated reference-server fault switches injected into every "
-            "reference engine (skip-state-rollback, wrong-accept-count, stale-draft-cache, "
-            "accept-off-by-one): they "
-            "exist so a suite can prove its checks catch each bug class", _faults),
-    STORAGE,
-    _Option("save", "", "save this run in the history under NAME (e.g. main)", _run_name),
-    _Option("autosave", False, "save this run in the history under the name 'auto'",
-            action="store_true"),
-    _Option("compare", "", "compare each case with a stored run: last, NAME, NNNN or PATH"),
-    COMPARE_FAIL,
-    ALPHA,
-    MAX_REPEATS,
-    FDR,
-    _Option("inconclusive", "warn", "what a case still INCONCLUSIVE at the cap does: fail, "
-            "warn or xfail", _choice(("fail", "warn", "xfail"))),
-    _Option("incomparable", "warn", "what a case whose baseline ran on another machine key, "
-            "meter, engine version or CUDA-graph setting does: fail, warn or skip",
-            _choice(("fail", "warn", "skip"))),
-    _Option("missing-baseline", "warn", "what a case without a baseline does: fail, warn or skip",
-            _choice(("fail", "warn", "skip"))),
-    _Option("baselines", "specenergy_baselines", "folder of committed golden baselines, one "
-            "file per test, under a folder per machine key"),
-    _Option("golden", "", "use committed golden baselines: check (missing ones are created and "
-            "fail), update (also rewrite mismatching ones, failing them), regen-all (rewrite all, "
-            "pass), new-only (write missing ones only)",
-            _choice(("check", "update", "regen-all", "new-only"))),
-    _Option("xdist", "off", "under pytest-xdist: per-gpu (one GPU per worker, pinned by "
-            "CUDA_VISIBLE_DEVICES; on CPU each worker runs its own servers) or off (spec_pair "
-            "tests are skipped and the summary says so once)", _choice(("per-gpu", "off"))),
-    _Option("sglang-version", "", "build SGLang command lines for this version instead of the "
-            "installed one (for --specenergy-dry-run on a machine without SGLang)"),
-    _Option("dry-run", False, "collect the cases and print each matched pair's two server "
-            "commands and what differs; start nothing", action="store_true"),
-)
-
-
-def add_options(parser: pytest.Parser) -> None:
-    """Register every option on the command line and in ini files."""
-    group = parser.getgroup("specenergy", "energy regression testing for speculative decoding")
-    for opt in OPTIONS:
-        dest = "specenergy_" + opt.name.replace("-", "_")
-        cli_help = opt.help.replace("%", "%%")  # argparse %-formats help texts
-        if opt.action == "append":
-            group.addoption(f"--specenergy-{opt.name}", action="append", dest=dest, default=None,
-                            metavar=opt.metavar, type=_validated(opt.parse), help=cli_help)
-            parser.addini(dest, opt.help, type="linelist", default=[])
-        elif opt.action:
-            group.addoption(f"--specenergy-{opt.name}", action=opt.action, dest=dest,
-                            default=None, help=cli_help)
-            parser.addini(dest, opt.help, type="bool", default=opt.default)
-        else:
-            group.addoption(f"--specenergy-{opt.name}", dest=dest, default=None,
-                            metavar=opt.name.upper().replace("-", "_"),
-                            help=cli_help + ("" if opt.default in ("", 0) or "default" in opt.help
-                                             else f" (default: {opt.default!r})"))
-            parser.addini(dest, opt.help, default=None)
-
+              _fdr_level, resolve=_or_none)
 
 def _under(root: Path, path: str) -> Path:
     expanded = Path(os.path.expanduser(str(path)))
@@ -252,40 +186,95 @@ def _under(root: Path, path: str) -> Path:
 
 @dataclass(frozen=True)
 class SpecEnergyConfig:
-    """The resolved session options."""
+    """The resolved session options, frozen, so nothing downstream reads pytest options.
 
-    engine: str
-    meter: str
-    repeats: int
-    warmup: int | None  # None: auto
-    cooldown: float
-    draft_removal: str
-    pool: int | None
-    latency_targets: tuple[float, ...]
-    device: str
-    startup_timeout: float
-    request_timeout: float
-    log_dir: Path
-    json: Path | None
-    checks: str
-    faults: tuple[str, ...]
-    storage: Path
-    save: str | None
-    autosave: bool
-    compare: str | None
-    compare_fail: tuple[Any, ...]
-    alpha: float
-    max_repeats: int
-    fdr: float | None
-    inconclusive: str
-    incomparable: str
-    missing_baseline: str
-    baselines: Path
-    golden: str | None
-    xdist: str
-    sglang_version: str | None
-    dry_run: bool
-    rootdir: Path
+    Each field is declared by its option (the field's metadata): this class is the one table
+    of options, read by :func:`add_options`, :func:`add_cli_options` and ``--help``.
+    """
+
+    engine: str = _opt("engine", "reference", "engine for cases whose model marker names none: "
+                       "reference (HF transformers server, CPU or GPU) or sglang", _choice(ENGINES))
+    meter: str = _opt("meter", "auto", "energy meter: nvml (GPU board counter, measured), modeled:<gpu> "
+                      "(roofline model of the reference server's work trace; presets h100, h200), or auto "
+                      "(nvml for engines on a GPU, else modeled:h200)", _meter)
+    repeats: int = _opt("repeats", 3, "measured repeats per arm; every per-repeat sample is kept", _positive_int)
+    warmup: int | None = _opt("warmup", "auto", "discarded warm-up runs per arm before measuring; auto = 1 "
+                              "with a measured meter, 0 with a modeled one (it charges the work trace, which a "
+                              "warm-up does not change)", _warmup,
+                              resolve=lambda value, root: None if value == "auto" else value)
+    pool: int | None = _opt("pool", "", "prompts per pool for cases whose generation marker names none "
+                            "(default: the corpus's first 96, the paper's pool); every batch point and both "
+                            "arms draw from it, and a pool needs a few times the batch to hold a steady state",
+                            _positive_int, resolve=_or_none)
+    latency_targets: tuple[float, ...] = _opt(
+        "latency-target", "", "a time-between-tokens target in ms (repeatable): per model and corpus, the "
+        "lowest-energy tested configuration (batch x drafter, baseline included) whose mean TBT meets it is "
+        "reported; with --specenergy-compare, a target whose best configuration got costlier beyond the "
+        "gate's energy limit (the sequential rule on its J/token, energy_per_token:5%), or that nothing meets "
+        "any more, fails the session, naming both configurations", _milliseconds, action="append",
+        metavar="MS", resolve=lambda value, root: tuple(value))
+    draft_removal: str = _opt(
+        "draft-removal", "auto", "measure where decode energy goes by draft removal: a verify-only replay of "
+        "the recorded drafts (same verify steps, no draft passes) in every repeat cycle; draft_share = 1 - "
+        "replay J/token / speculative J/token. auto: under a board meter (nvml) for reference-engine "
+        "drafters with draft passes (the modeled meter prices the split itself); on: every speculative "
+        "case, any meter (reference engine only); off: never", _choice(DRAFT_REMOVAL_MODES))
+    cooldown: float = _opt("cooldown", 0.0, "seconds to pause before every measured repeat; repeats "
+                           "alternate the arms (baseline, speculative, ...) so drift falls on both",
+                           _seconds_or_zero)
+    device: str = _opt("device", "auto", "device for the reference server: auto, cpu or cuda",
+                       _choice(("auto", "cpu", "cuda")))
+    startup_timeout: float = _opt("startup-timeout", 300.0, "seconds to wait for an engine to answer /health",
+                                  _positive_float)
+    request_timeout: float = _opt("request-timeout", 300.0, "seconds one request may take before the case "
+                                  "fails with the engine's log tail (a hung engine no longer stalls the "
+                                  "session)", _positive_float)
+    log_dir: Path = _opt("log-dir", "", "folder for engine logs (default: .specenergy/logs under the "
+                         "rootdir)", resolve=lambda value, root: Path(os.path.expanduser(str(value)))
+                         if value else root / DEFAULT_STORAGE / "logs")
+    json: Path | None = _opt("json", "", "write every sample, case, engine and meter description to this "
+                             "JSON file", resolve=lambda value, root: Path(value) if value else None)
+    checks: str = _opt("checks", "fail", "what a tripped fail-closed validity check does after the test "
+                       "body (no verify steps, inconsistent counters, incoherent text...): fail or warn",
+                       _choice(("fail", "warn")))
+    faults: tuple[str, ...] = _opt(
+        "fault", "", "comma-separated reference-server fault switches injected into every reference engine ("
+        + ", ".join(FAULTS) + "): they exist so a suite can prove its checks catch each bug class", _faults,
+        resolve=lambda value, root: tuple(f.strip() for f in str(value).split(",") if f.strip()))
+    storage: Path = _declared(STORAGE)
+    save: str | None = _opt("save", "", "save this run in the history under NAME (e.g. main)", _run_name,
+                            resolve=_or_none)
+    autosave: bool = _opt("autosave", False, "save this run in the history under the name 'auto'",
+                          action="store_true")
+    compare: str | None = _opt("compare", "", "compare each case with a stored run: last, NAME, NNNN or "
+                               "PATH", resolve=_or_none)
+    compare_fail: tuple[Any, ...] = _declared(COMPARE_FAIL)
+    alpha: float = _declared(ALPHA)
+    max_repeats: int = _declared(MAX_REPEATS)
+    fdr: float | None = _declared(FDR)
+    inconclusive: str = _opt("inconclusive", "warn", "what a case still INCONCLUSIVE at the cap does: fail, "
+                             "warn or xfail", _choice(("fail", "warn", "xfail")))
+    incomparable: str = _opt("incomparable", "warn", "what a case whose baseline ran on another machine key, "
+                             "meter, engine version or CUDA-graph setting does: fail, warn or skip",
+                             _choice(("fail", "warn", "skip")))
+    missing_baseline: str = _opt("missing-baseline", "warn", "what a case without a baseline does: fail, "
+                                 "warn or skip", _choice(("fail", "warn", "skip")))
+    baselines: Path = _opt("baselines", DEFAULT_GOLDEN_FOLDER, "folder of committed golden baselines, one "
+                           "file per test, under a folder per machine key",
+                           resolve=lambda value, root: _under(root, value))
+    golden: str | None = _opt("golden", "", "use committed golden baselines: check (missing ones are created "
+                              "and fail), update (also rewrite mismatching ones, failing them), regen-all "
+                              "(rewrite all, pass), new-only (write missing ones only)",
+                              _choice(("check", "update", "regen-all", "new-only")), resolve=_or_none)
+    xdist: str = _opt("xdist", "off", "under pytest-xdist: per-gpu (one GPU per worker, pinned by "
+                      "CUDA_VISIBLE_DEVICES; on CPU each worker runs its own servers) or off (spec_pair tests "
+                      "are skipped and the summary says so once)", _choice(("per-gpu", "off")))
+    sglang_version: str | None = _opt("sglang-version", "", "build SGLang command lines for this version "
+                                      "instead of the installed one (for --specenergy-dry-run on a machine "
+                                      "without SGLang)", resolve=_or_none)
+    dry_run: bool = _opt("dry-run", False, "collect the cases and print each matched pair's two server "
+                         "commands and what differs; start nothing", action="store_true")
+    rootdir: Path = Path(".")
 
     def case_defaults(self) -> Any:
         """What the markers take from the options (as plain values)."""
@@ -294,76 +283,97 @@ class SpecEnergyConfig:
         return CaseDefaults(engine=self.engine, device=self.device, faults=self.faults,
                             sglang_version=self.sglang_version, pool=self.pool)
 
+    def header(self) -> str:
+        """The session header line: the measurement options and what is compared."""
+        gate = (f" compare={self.compare}" if self.compare else "") + (f" golden={self.golden}" if self.golden else "")
+        return (f"specenergy: engine={self.engine} meter={self.meter} repeats={self.repeats} "
+                f"warmup={'auto' if self.warmup is None else self.warmup}{gate}")
+
+    def pair_measurer(self, meter_factory: Callable[[str, Any], Any]) -> Any:
+        """The :class:`~pytest_specenergy.measure.pairs.PairMeasurer` these options ask for;
+        ``meter_factory`` is the ``pytest_specenergy_make_meter`` hook's answer."""
+        from pytest_specenergy.engines.pool import EnginePool
+        from pytest_specenergy.measure.pairs import PairMeasurer
+
+        pool = EnginePool(self.log_dir, self.startup_timeout, request_timeout_s=self.request_timeout)
+        return PairMeasurer(log_dir=self.log_dir, startup_timeout=self.startup_timeout, meter=self.meter,
+                            repeats=self.repeats, warmup=self.warmup, meter_factory=meter_factory, pool=pool,
+                            cooldown_s=self.cooldown, draft_removal=self.draft_removal)
+
+    def gatekeeper(self, gated_comparisons: int) -> Any:
+        """The :class:`~pytest_specenergy.gate.gatekeeper.Gatekeeper` these options ask for, over
+        ``gated_comparisons`` collected per-repeat comparisons (the false-discovery rate's N)."""
+        from pytest_specenergy.gate.compare import gate_plan
+        from pytest_specenergy.gate.fdr import fdr_plan
+        from pytest_specenergy.gate.gatekeeper import Gatekeeper
+        from pytest_specenergy.gate.gatekeeper import GatePolicies
+        from pytest_specenergy.gate.storage import GoldenStore
+        from pytest_specenergy.gate.storage import RunStore
+
+        plan, n = gate_plan(self.alpha, self.repeats, self.max_repeats), max(1, gated_comparisons)
+        if self.fdr:  # REGRESSED early only where BH fails the case whatever the others show
+            plan = fdr_plan(plan, self.fdr, n)
+        return Gatekeeper(runs=RunStore(self.storage), goldens=GoldenStore(self.baselines), compare=self.compare,
+                          golden=self.golden, alpha=self.alpha, plan=plan,
+                          policies=GatePolicies(self.inconclusive, self.incomparable, self.missing_baseline),
+                          fdr=(self.fdr, n) if self.fdr else None)
+
     @classmethod
     def from_pytest_config(cls, config: pytest.Config) -> SpecEnergyConfig:
         """Resolve every option (command line > ini > default), with a clear usage error."""
-        values: dict[str, Any] = {}
-        for opt in OPTIONS:
-            dest = "specenergy_" + opt.name.replace("-", "_")
-            raw = config.getoption(dest)
-            where = f"--specenergy-{opt.name}"
-            if raw is None:
-                raw = config.getini(dest)
-                where = f"ini option {dest}"
-            if opt.action == "append":
-                items = raw or []
-                try:
-                    values[dest] = tuple(opt.parse(str(item)) for item in items)
-                except ValueError as exc:
-                    raise pytest.UsageError(f"{where}: {exc}") from None
-                continue
-            if raw is None or raw == "":
-                values[dest] = opt.default
-                continue
-            if opt.action:
-                values[dest] = bool(raw)
-                continue
-            try:
-                values[dest] = opt.parse(str(raw))
-            except ValueError as exc:
-                raise pytest.UsageError(f"{where}: {exc}") from None
         rootdir = Path(config.rootpath)
-        log_dir = values["specenergy_log_dir"] or rootdir / ".specenergy" / "logs"
-        json_path = values["specenergy_json"]
-        return cls(
-            engine=values["specenergy_engine"],
-            meter=values["specenergy_meter"],
-            repeats=values["specenergy_repeats"],
-            warmup=None if values["specenergy_warmup"] == "auto" else values["specenergy_warmup"],
-            cooldown=values["specenergy_cooldown"],
-            draft_removal=values["specenergy_draft_removal"],
-            latency_targets=tuple(values["specenergy_latency_target"]),
-            pool=values["specenergy_pool"] or None,
-            device=values["specenergy_device"],
-            startup_timeout=values["specenergy_startup_timeout"],
-            request_timeout=values["specenergy_request_timeout"],
-            log_dir=Path(os.path.expanduser(str(log_dir))),
-            json=Path(json_path) if json_path else None,
-            checks=values["specenergy_checks"],
-            faults=tuple(f.strip() for f in str(values["specenergy_fault"]).split(",") if f.strip()),
-            storage=_under(rootdir, values["specenergy_storage"]),
-            save=values["specenergy_save"] or None,
-            autosave=values["specenergy_autosave"],
-            compare=values["specenergy_compare"] or None,
-            compare_fail=values["specenergy_compare_fail"],
-            alpha=values["specenergy_alpha"],
-            max_repeats=_cap(values["specenergy_max_repeats"], values["specenergy_repeats"]),
-            fdr=values["specenergy_fdr"] or None,
-            inconclusive=values["specenergy_inconclusive"],
-            incomparable=values["specenergy_incomparable"],
-            missing_baseline=values["specenergy_missing_baseline"],
-            baselines=_under(rootdir, values["specenergy_baselines"]),
-            golden=values["specenergy_golden"] or None,
-            xdist=values["specenergy_xdist"],
-            sglang_version=values["specenergy_sglang_version"] or None,
-            dry_run=values["specenergy_dry_run"],
-            rootdir=rootdir,
-        )
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if "option" in f.metadata:
+                values[f.name] = _resolved(f.metadata["option"], config, rootdir)
+        values["max_repeats"] = _cap(values["max_repeats"], values["repeats"])
+        return cls(**values, rootdir=rootdir)
 
 
-#: The sequential plan's default cap (``gate.compare.DEFAULT_CAP``; not imported from there
-#: because that module pulls numpy into every pytest start).
-DEFAULT_CAP = 11
+#: Every option, in ``--help`` order.
+OPTIONS: tuple[_Option, ...] = tuple(f.metadata["option"] for f in fields(SpecEnergyConfig)
+                                     if "option" in f.metadata)
+
+
+def _resolved(opt: _Option, config: pytest.Config, rootdir: Path) -> Any:
+    """One option's value: command line > ini > default, parsed, then resolved."""
+    raw = config.getoption(opt.dest)
+    where = f"--specenergy-{opt.name}"
+    if raw is None:
+        raw, where = config.getini(opt.dest), f"ini option {opt.dest}"
+    try:
+        if opt.action == "append":
+            value: Any = tuple(opt.parse(str(item)) for item in raw or [])
+        elif raw is None or raw == "":
+            value = opt.default
+        elif opt.action:
+            value = bool(raw)
+        else:
+            value = opt.parse(str(raw))
+    except ValueError as exc:
+        raise pytest.UsageError(f"{where}: {exc}") from None
+    return opt.resolve(value, rootdir) if opt.resolve else value
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register every option on the command line and in ini files."""
+    group = parser.getgroup("specenergy", "energy regression testing for speculative decoding")
+    for opt in OPTIONS:
+        cli_help = opt.help.replace("%", "%%")  # argparse %-formats help texts
+        if opt.action == "append":
+            group.addoption(f"--specenergy-{opt.name}", action="append", dest=opt.dest, default=None,
+                            metavar=opt.metavar, type=_validated(opt.parse), help=cli_help)
+            parser.addini(opt.dest, opt.help, type="linelist", default=[])
+        elif opt.action:
+            group.addoption(f"--specenergy-{opt.name}", action=opt.action, dest=opt.dest,
+                            default=None, help=cli_help)
+            parser.addini(opt.dest, opt.help, type="bool", default=opt.default)
+        else:
+            group.addoption(f"--specenergy-{opt.name}", dest=opt.dest, default=None,
+                            metavar=opt.name.upper().replace("-", "_"),
+                            help=cli_help + ("" if opt.default in ("", 0) or "default" in opt.help
+                                             else f" (default: {opt.default!r})"))
+            parser.addini(opt.dest, opt.help, default=None)
 
 
 def _cap(max_repeats: int, repeats: int) -> int:

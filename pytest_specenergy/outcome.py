@@ -8,8 +8,6 @@ decides or measures: the checks come from the pair, the judgement from the gate.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
-from typing import Any
-from typing import Mapping
 from typing import Sequence
 
 import pytest
@@ -17,6 +15,7 @@ import pytest
 from pytest_specenergy.measure.results import SpecEnergyAssertionError
 
 if TYPE_CHECKING:
+    from pytest_specenergy.document import CaseRecord
     from pytest_specenergy.gate.gatekeeper import Judgement
     from pytest_specenergy.measure.checks import Check
 
@@ -25,14 +24,13 @@ JUNIT_FIELDS = ("energy_per_token", "energy_saving", "accept_length", "acceptanc
                 "speedup", "source", "verdict", "baseline_file", "machine_key")
 
 
-def add_properties(item: pytest.Item, record: Mapping[str, Any]) -> None:
+def add_properties(item: pytest.Item, record: CaseRecord) -> None:
     """The record's headline figures as JUnit ``user_properties``."""
     for key in JUNIT_FIELDS:
-        value = record.get(key)
+        value = getattr(record, key)
         if value is not None:
             item.user_properties.append((f"specenergy.{key}", value))
-    item.user_properties.append(("specenergy.baseline_energy_per_token",
-                                 record["baseline"]["energy_per_token"]))
+    item.user_properties.append(("specenergy.baseline_energy_per_token", record.baseline.energy_per_token))
 
 
 def apply(item: pytest.Item, failed_checks: Sequence[Check], checks_mode: str,

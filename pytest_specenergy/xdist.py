@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING
 from typing import Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from pytest_specenergy.document import CaseRecord
 
 WORKER_OUTPUT_KEY = "specenergy_records"
 SKIPPED_KEY = "specenergy_xdist_skipped"
@@ -24,12 +28,6 @@ SKIP_REASON = ("specenergy: energy is not measured under pytest-xdist without "
 def is_worker(config: pytest.Config) -> bool:
     """True inside an xdist worker process."""
     return hasattr(config, "workerinput")
-
-
-def is_controller(config: pytest.Config) -> bool:
-    """True in the process that distributes tests to xdist workers."""
-    return not is_worker(config) and bool(getattr(config.option, "numprocesses", None)) \
-        and getattr(config.option, "dist", "no") != "no"
 
 
 def visible_gpus() -> list[str]:
@@ -61,14 +59,20 @@ def pin_worker(config: pytest.Config) -> str | None:
     return gpus[index]
 
 
-def ship(config: pytest.Config, records: list[dict[str, Any]], skipped: int) -> None:
+def ship(config: pytest.Config, records: list[CaseRecord], skipped: int) -> None:
     """Worker side: hand this worker's records (and its xdist-skipped count) to the controller."""
-    config.workeroutput[WORKER_OUTPUT_KEY] = json.dumps(records, default=str)  # type: ignore[attr-defined]
+    payload = json.dumps([r.as_dict() for r in records], default=str)
+    config.workeroutput[WORKER_OUTPUT_KEY] = payload  # type: ignore[attr-defined]
     config.workeroutput[SKIPPED_KEY] = skipped  # type: ignore[attr-defined]
 
 
-def receive(node: Any) -> tuple[list[dict[str, Any]], int]:
+def receive(node: Any) -> tuple[list[CaseRecord], int]:
     """Controller side: the records a finished worker shipped, and how many it skipped."""
+    from pytest_specenergy.document import CaseRecord
+
     output = getattr(node, "workeroutput", {})
-    payload = output.get(WORKER_OUTPUT_KEY)
-    return (json.loads(payload) if payload else []), int(output.get(SKIPPED_KEY, 0))
+    payload = json.loads(output.get(WORKER_OUTPUT_KEY) or "[]")
+    worker = getattr(node, "gateway", None)
+    records = [CaseRecord.from_dict(r, f"the records of xdist worker {getattr(worker, 'id', '?')}: [{i}]")
+               for i, r in enumerate(payload)]
+    return records, int(output.get(SKIPPED_KEY, 0))

@@ -23,8 +23,8 @@ from typing import Mapping
 from typing import TextIO
 
 from pytest_specenergy.engines import sglang_args as sa
-from pytest_specenergy.meters import devices as gpu_info
 from pytest_specenergy.meters.base import MeterError
+from pytest_specenergy.meters.devices import Nvml
 from pytest_specenergy.meters.nvml import resolve_devices
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
@@ -54,31 +54,31 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
-def check_nvml(nvml_module: Any = None) -> tuple[Finding, Any]:
-    """NVML loads and starts; returns the started module (or None) for the other checks."""
+def check_nvml(nvml_module: Any = None) -> tuple[Finding, Nvml | None]:
+    """NVML loads and starts; returns the open library (or None) for the other checks."""
     try:
-        nvml = gpu_info.load_nvml(nvml_module)
+        nvml = Nvml(nvml_module)
     except MeterError as exc:
         return Finding("nvml", FAIL, str(exc), "run on a machine with an NVIDIA GPU and driver, "
                      "with nvidia-ml-py installed (pip install 'pytest-specenergy[nvml]')"), None
     binding = "injected module" if nvml_module is not None else \
         f"nvidia-ml-py {_dist_version('nvidia-ml-py') or '?'}"
-    return Finding("nvml", OK, f"{binding}, driver {gpu_info.driver_version(nvml) or '?'}"), nvml
+    return Finding("nvml", OK, f"{binding}, driver {nvml.driver() or '?'}"), nvml
 
 
-def check_gpus(nvml: Any) -> list[Finding]:
+def check_gpus(nvml: Nvml) -> list[Finding]:
     """One line per GPU: name, UUID, power limit, clocks, persistence, MIG."""
     try:
-        count = int(nvml.nvmlDeviceGetCount())
-    except Exception as exc:  # noqa: BLE001
-        return [Finding("gpus", FAIL, f"NVML could not count GPUs: {gpu_info.nvml_reason(nvml, exc)}")]
-    if count == 0:
+        gpus = nvml.gpus()
+    except MeterError as exc:
+        return [Finding("gpus", FAIL, str(exc))]
+    if not gpus:
         return [Finding("gpus", FAIL, "NVML sees no GPU", "check nvidia-smi and the container's "
                       "GPU runtime")]
     checks = []
-    driver = gpu_info.driver_version(nvml)
-    for index in range(count):
-        facts = gpu_info.read_facts(nvml, nvml.nvmlDeviceGetHandleByIndex(index), index, driver)
+    driver = nvml.driver()
+    for index, gpu in enumerate(gpus):
+        facts = gpu.facts(driver)
         persistence = {True: "on", False: "off", None: "?"}[facts.persistence_mode]
         detail = (f"{facts.name} {facts.uuid}, power limit {_num(facts.power_limit_w, 'W')} "
                   f"(default {_num(facts.default_power_limit_w, 'W')}), "
@@ -103,28 +103,28 @@ def _num(value: Any, unit: str) -> str:
     return "?" if value is None else f"{value:g} {unit}"
 
 
-def check_energy_counter(nvml: Any, interval_s: float = 0.5,
+def check_energy_counter(nvml: Nvml, interval_s: float = 0.5,
                          sleep: Callable[[float], None] = time.sleep) -> list[Finding]:
     """Read every GPU's total-energy counter twice, ``interval_s`` apart."""
-    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(int(nvml.nvmlDeviceGetCount()))]
-    first: list[int | Exception] = []
-    for handle in handles:
+    gpus = nvml.gpus()
+    first: list[int | MeterError] = []
+    for gpu in gpus:
         try:
-            first.append(int(nvml.nvmlDeviceGetTotalEnergyConsumption(handle)))
-        except Exception as exc:  # noqa: BLE001
+            first.append(gpu.energy_mj())
+        except MeterError as exc:
             first.append(exc)
     sleep(interval_s)
     checks = []
-    for index, (handle, before) in enumerate(zip(handles, first)):
+    for index, (gpu, before) in enumerate(zip(gpus, first)):
         name = f"energy counter {index}"
         fix = "use a Volta or newer data-center GPU and a driver that supports it"
-        if isinstance(before, Exception):
-            checks.append(Finding(name, FAIL, f"unreadable: {gpu_info.nvml_reason(nvml, before)}", fix))
+        if isinstance(before, MeterError):
+            checks.append(Finding(name, FAIL, f"unreadable: {before}", fix))
             continue
         try:
-            after = int(nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
-        except Exception as exc:  # noqa: BLE001
-            checks.append(Finding(name, FAIL, f"second read failed: {gpu_info.nvml_reason(nvml, exc)}"))
+            after = gpu.energy_mj()
+        except MeterError as exc:
+            checks.append(Finding(name, FAIL, f"second read failed: {exc}"))
             continue
         delta = after - before
         if delta < 0:
@@ -139,7 +139,7 @@ def check_energy_counter(nvml: Any, interval_s: float = 0.5,
     return checks
 
 
-def check_visible_devices(nvml: Any, env: Mapping[str, str]) -> Finding:
+def check_visible_devices(nvml: Nvml, env: Mapping[str, str]) -> Finding:
     """Which GPUs a server started from this environment would be measured on."""
     visible = env.get("CUDA_VISIBLE_DEVICES")
     try:
@@ -232,7 +232,7 @@ def run_checks(nvml_module: Any = None, sglang_version: str | None = None,
                 checks += check_energy_counter(nvml, interval_s, sleep)
                 checks.append(check_visible_devices(nvml, env))
         finally:
-            gpu_info.safe(nvml, "nvmlShutdown")
+            nvml.close()
     checks += check_sglang(sglang_version or sa.installed_version())
     checks.append(check_torch())
     checks.append(check_transformers())

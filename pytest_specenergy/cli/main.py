@@ -16,17 +16,24 @@ from typing import Sequence
 
 from tabulate import tabulate
 
+import pytest_specenergy.gate.storage as storage
 from pytest_specenergy.atomic import write_json_atomic
 from pytest_specenergy.atomic import write_text_atomic
 from pytest_specenergy.cli.predict import add_predict_parser
-from pytest_specenergy.gate import storage
-from pytest_specenergy.gate.compare import Verdict
+from pytest_specenergy.document import DocumentError
+from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.compare import compare_documents
+from pytest_specenergy.gate.compare import gate_plan
 from pytest_specenergy.gate.history import detect_history_steps
-from pytest_specenergy.gate.limits import DEFAULT_LIMITS
+from pytest_specenergy.gate.latency import LATENCY_LIMIT
+from pytest_specenergy.gate.latency import compare_latency
+from pytest_specenergy.gate.limits import DEFAULT_CAP
+from pytest_specenergy.gate.limits import limits_for
 from pytest_specenergy.gate.limits import parse_fail_expr
 from pytest_specenergy.gate.merge import MergeError
 from pytest_specenergy.gate.merge import merge_documents
+from pytest_specenergy.gate.storage import RunStore
+from pytest_specenergy.gate.verdict import Verdict
 from pytest_specenergy.options import add_cli_options
 
 
@@ -34,35 +41,40 @@ class CliError(Exception):
     """A user error: printed as one line, exit status 2."""
 
 
-def _machine_key(store: Path, wanted: str | None) -> str:
+def _machine_key(store: RunStore, wanted: str | None) -> str:
     if wanted:
         return wanted
-    keys = storage.machine_keys(store)
+    keys = store.machine_keys()
     if len(keys) == 1:
         return keys[0]
     if not keys:
-        raise CliError(f"no runs stored in {store}; pass a run file PATH or --storage")
-    raise CliError(f"{store} holds runs of several machine keys ({', '.join(keys)}); "
+        raise CliError(f"no runs stored in {store.root}; pass a run file PATH or --storage")
+    raise CliError(f"{store.root} holds runs of several machine keys ({', '.join(keys)}); "
                    f"choose one with --machine-key")
 
 
-def resolve_run(ref: str, store: Path, machine_key: str | None) -> tuple[dict[str, Any], Path]:
-    """Load a run named by PATH or by last/NAME/NNNN in the history."""
+def resolve_run(ref: str, store: RunStore, machine_key: str | None) -> tuple[RunDocument, Path]:
+    """Load a run named by PATH or by last/NAME/NNNN in the history; an interrupted run is
+    said to be one."""
     path = Path(ref)
     if not path.is_file():
-        path = storage.find_run(store, _machine_key(store, machine_key), ref)
-    return storage.load_run(path), path
+        path = store.find(_machine_key(store, machine_key), ref)
+    document = store.load(path)
+    if document.interrupted:
+        print(f"specenergy: {path} was saved by an interrupted session: its results are incomplete",
+              file=sys.stderr)
+    return document, path
 
 
-def _history(store: Path, machine_key: str | None, upto: Path | None = None) -> list[dict[str, Any]]:
+def _history(store: RunStore, machine_key: str | None, upto: Path | None = None) -> list[RunDocument]:
     try:
         key = _machine_key(store, machine_key)
     except CliError:
         return []
     documents = []
-    for run in storage.list_runs(store, key):
+    for run in store.list(key):
         try:
-            documents.append(storage.load_run(run.path))
+            documents.append(store.load(run.path))
         except storage.StorageError as exc:
             print(f"specenergy: skipping {exc}", file=sys.stderr)
         if upto is not None and run.path.resolve() == upto.resolve():
@@ -70,46 +82,60 @@ def _history(store: Path, machine_key: str | None, upto: Path | None = None) -> 
     return documents
 
 
+def _output(path: str, *inputs: Path) -> Path:
+    """An output path that is none of the input files (a report must never replace its run)."""
+    out = Path(path)
+    for given in inputs:
+        if out.resolve() == given.resolve():
+            raise CliError(f"{path} is the run file being read; write the report to another path")
+    return out
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """Render a run (optionally against a baseline and with its history) as HTML / Markdown."""
     if not args.html and not args.markdown:
         raise CliError("report needs --html OUT.html and/or --markdown OUT.md")
-    run, path = resolve_run(args.run, args.storage, args.machine_key)
-    comparisons, baseline_path = None, None
+    store = RunStore(args.storage)
+    run, path = resolve_run(args.run, store, args.machine_key)
+    comparisons, baseline_path, inputs = None, None, [path]
     if args.baseline:
-        # The gate's own comparison, so a report shows exactly the verdicts a test would get.
-        baseline, baseline_path = resolve_run(args.baseline, args.storage, args.machine_key)
-        comparisons = compare_documents(baseline, run, _limits(args), args.alpha, plan=_plan(args))
+        # The gate's own comparison, so a report shows exactly the verdicts a test would get,
+        # latency targets included.
+        baseline, baseline_path = resolve_run(args.baseline, store, args.machine_key)
+        inputs.append(baseline_path)
+        plan = _plan(args)
+        comparisons = compare_documents(baseline, run, _limits(args), args.alpha, plan=plan)
+        if args.latency_target:
+            comparisons += compare_latency(baseline.results, run.results, args.latency_target,
+                                           parse_fail_expr(LATENCY_LIMIT), plan)
     if args.html:
         from pytest_specenergy.report.html import render_html
 
-        history = [d for d in _history(args.storage, run.get("machine_key") or args.machine_key, path)
-                   if d.get("datetime") != run.get("datetime")]
+        out = _output(args.html, *inputs)
+        history = [d for d in _history(store, run.machine_key or args.machine_key, path)
+                   if d.datetime != run.datetime]
         html = render_html(run, comparisons, history=history,
-                           latency_targets_ms=tuple(args.latency_target),
+                           latency_targets_ms=tuple(args.latency_target or (25.0, 10.0)),
                            title=args.title or f"specenergy report: {path.name}",
                            plots=False if args.no_plots else None,
                            baseline_label=str(baseline_path or ""))
-        write_text_atomic(Path(args.html), html)
+        write_text_atomic(out, html)
         print(f"specenergy: wrote {args.html}")
     if args.markdown:
         from pytest_specenergy.report.markdown import render_markdown
 
-        write_text_atomic(Path(args.markdown), render_markdown(run, comparisons))
+        write_text_atomic(_output(args.markdown, *inputs), render_markdown(run, comparisons))
         print(f"specenergy: wrote {args.markdown}")
     return 0
 
 
 def _limits(args: argparse.Namespace) -> list[Any]:
-    return [parse_fail_expr(t) for t in (args.fail or DEFAULT_LIMITS)]
+    return limits_for([parse_fail_expr(t) for t in args.fail or ()])
 
 
 def _plan(args: argparse.Namespace) -> Any:
     """The gate's sequential plan (looks at 3, 5, ... up to ``--max-repeats``, default 11),
     so a report shows the verdicts the plugin's default plan gives on the same records."""
-    from pytest_specenergy.gate.compare import DEFAULT_CAP
-    from pytest_specenergy.gate.compare import gate_plan
-
     try:
         return gate_plan(args.alpha, 3, args.max_repeats or DEFAULT_CAP)
     except ValueError as exc:
@@ -118,17 +144,21 @@ def _plan(args: argparse.Namespace) -> Any:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Compare run B (current) with run A (baseline); exit 1 on any regression."""
-    base, base_path = resolve_run(args.baseline, args.storage, args.machine_key)
-    current, _ = resolve_run(args.current, args.storage, args.machine_key)
+    store = RunStore(args.storage)
+    base, base_path = resolve_run(args.baseline, store, args.machine_key)
+    current, current_path = resolve_run(args.current, store, args.machine_key)
+    if base_path.resolve() == current_path.resolve():
+        raise CliError(f"{args.baseline!r} and {args.current!r} are the same run ({base_path}); a run "
+                       "compared with itself shows nothing")
+    if base.interrupted:
+        raise CliError(f"the baseline {base_path} was saved by an interrupted session; compare with a "
+                       "complete run")
     comparisons = compare_documents(base, current, _limits(args), args.alpha, plan=_plan(args))
     rows = []
-    for comparison in comparisons:
+    for comparison in sorted(comparisons, key=lambda c: c.verdict.rank):
         deciding = [r for r in comparison.rows if r.verdict is comparison.verdict] or list(comparison.rows)
         detail = "; ".join(r.describe() for r in deciding) or "; ".join(comparison.reasons)
         rows.append((f"{comparison.verdict.mark} {comparison.verdict.value}", comparison.case_id, detail))
-    order = {v: i for i, v in enumerate((Verdict.REGRESSED, Verdict.INCOMPARABLE, Verdict.INCONCLUSIVE,
-                                         Verdict.NO_BASELINE, Verdict.IMPROVED, Verdict.PASSED))}
-    rows.sort(key=lambda r: order[Verdict(r[0][2:])])
     print(f"baseline: {base_path}")
     print(tabulate(rows, headers=("verdict", "case", "detail"), tablefmt="simple", disable_numparse=True))
     regressed = sum(c.verdict is Verdict.REGRESSED for c in comparisons)
@@ -139,7 +169,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_history(args: argparse.Namespace) -> int:
     """Step detection over the stored runs of one machine key."""
-    documents = _history(args.storage, args.machine_key)
+    documents = _history(RunStore(args.storage), args.machine_key)
     if len(documents) < 2:
         raise CliError(f"history needs at least two stored runs in {args.storage}")
     steps = detect_history_steps(documents, args.metric, args.threshold)
@@ -155,12 +185,13 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def cmd_merge(args: argparse.Namespace) -> int:
     """Merge shards of one run (several CI machines) into one run file."""
-    shards = [resolve_run(ref, args.storage, args.machine_key) for ref in args.shards]
+    store = RunStore(args.storage)
+    shards = [resolve_run(ref, store, args.machine_key) for ref in args.shards]
     merged = merge_documents([doc for doc, _ in shards], [str(path) for _, path in shards])
-    write_json_atomic(Path(args.output), merged)
-    print(f"specenergy: merged {len(shards)} shards ({len(merged['results'])} results) into {args.output}")
+    write_json_atomic(_output(args.output, *(path for _, path in shards)), merged.as_dict())
+    print(f"specenergy: merged {len(shards)} shards ({len(merged.results)} results) into {args.output}")
     if args.save:
-        print(f"specenergy: saved {storage.save_run(merged, args.storage, args.save)}")
+        print(f"specenergy: saved {store.save(merged, args.save)}")
     return 0
 
 
@@ -234,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.metric = ["energy_per_token", "accept_length", "energy_saving", "tbt_ms"]
     try:
         return int(args.func(args))
-    except (CliError, storage.StorageError, MergeError) as exc:
+    except (CliError, storage.StorageError, MergeError, DocumentError) as exc:
         print(f"specenergy {args.command}: {exc}", file=sys.stderr)
         return 2
 

@@ -31,54 +31,31 @@ never a silent comparison of numbers that cannot be compared.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from typing import Mapping
 from typing import Sequence
 
 import numpy as np
 
+import pytest_specenergy.gate.sequential as sequential
+import pytest_specenergy.gate.stats as stats
 import pytest_specenergy.measure.metrics as metrics
-from pytest_specenergy.gate import sequential
-from pytest_specenergy.gate import stats
+from pytest_specenergy.document import CaseRecord
+from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.limits import DEFAULT_ALPHA
+from pytest_specenergy.gate.limits import DEFAULT_CAP
 from pytest_specenergy.gate.limits import GATE_METRICS
 from pytest_specenergy.gate.limits import FailLimit
 from pytest_specenergy.gate.machine import comparable
 from pytest_specenergy.gate.machine import document_run_info
 from pytest_specenergy.gate.machine import run_info
 from pytest_specenergy.gate.sequential import SequentialPlan
+from pytest_specenergy.gate.verdict import Verdict
+from pytest_specenergy.gate.verdict import worst
 
-#: Repeat cap of the sequential plan unless ``--specenergy-max-repeats`` says otherwise.
-DEFAULT_CAP = 11
 INCONCLUSIVE_POLICIES = ("fail", "warn", "xfail")
-
-
-class Verdict(str, enum.Enum):
-    """Outcome of comparing a case (or one metric) with its baseline."""
-
-    PASSED = "passed"
-    REGRESSED = "regressed"
-    IMPROVED = "improved"
-    INCONCLUSIVE = "inconclusive"
-    INCOMPARABLE = "incomparable"
-    NO_BASELINE = "no baseline"
-
-    @property
-    def mark(self) -> str:
-        """asv-style change mark: ``+`` worse, ``-`` better, ``~`` inconclusive, ``x``
-        incomparable, ``?`` no baseline, blank unchanged."""
-        return _MARKS[self]
-
-
-_MARKS = {Verdict.PASSED: " ", Verdict.REGRESSED: "+", Verdict.IMPROVED: "-",
-          Verdict.INCONCLUSIVE: "~", Verdict.INCOMPARABLE: "x", Verdict.NO_BASELINE: "?"}
-# Worst first: the case verdict is the worst of its metric verdicts.
-_SEVERITY = (Verdict.INCOMPARABLE, Verdict.REGRESSED, Verdict.INCONCLUSIVE, Verdict.IMPROVED,
-             Verdict.PASSED)
 
 
 @dataclass(frozen=True)
@@ -136,8 +113,8 @@ class MetricRow:
                 relative_scale = "log ratios" in self.method or "bootstrap" in self.method
                 span = f"{low:+.2%}, {high:+.2%}" if relative_scale else f"{low:+.4g}, {high:+.4g}"
                 how += f", change interval [{span}]"
-        line = (f"{self.metric} ({self.stat}): baseline {_num(self.baseline)} {self.unit} -> "
-                f"current {_num(self.current)} {self.unit}, change {self.change_text()}, "
+        line = (f"{self.metric} ({self.stat}): baseline {metrics.fmt(self.baseline, '.4g')} {self.unit} -> "
+                f"current {metrics.fmt(self.current, '.4g')} {self.unit}, change {self.change_text()}, "
                 f"limit {self.limit.describe()} [{self.limit.expr}], p={p} ({how}): "
                 f"{self.verdict.value.upper()}")
         return f"{line} - {self.note}" if self.note else line
@@ -183,7 +160,7 @@ class CaseComparison:
             return (f"specenergy: {self.case_id} cannot be compared with {source}:\n"
                     + "\n".join(f"  - {r}" for r in self.reasons))
         # The rows that decided the verdict come first.
-        ordered = sorted(self.rows, key=lambda r: _SEVERITY.index(r.verdict))
+        ordered = sorted(self.rows, key=lambda r: r.verdict.rank)
         return (f"specenergy: {self.case_id} {self.verdict.value} against {source}:\n"
                 + "\n".join(f"  {r.describe()}" for r in ordered))
 
@@ -204,81 +181,51 @@ class CaseComparison:
 
 
 # -- samples ------------------------------------------------------------------------------
-def _arm_samples(record: Mapping[str, Any], arm: str) -> list[Mapping[str, Any]]:
-    samples = (record.get(arm) or {}).get("samples") or []
-    return [s for s in samples if isinstance(s, Mapping)]
-
-
 def _positive(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
-def _sample_value(sample: Mapping[str, Any], metric: str) -> float | None:
-    """One repeat's value of a per-arm metric (None when that repeat cannot give it)."""
-    if metric == "accept_length":
-        value = metrics.accept_length(sample.get("correct_drafts"), sample.get("verify_steps"))
-    elif metric == "acceptance_rate":
-        value = metrics.acceptance_rate(sample.get("correct_drafts"), sample.get("proposed_drafts"))
-    else:
-        value = sample.get(metric)
-    return None if value is None else float(value)
+#: Pair metrics per repeat cycle: the per-arm metric they combine, and their definition.
+_PAIR_METRICS = {
+    "energy_ratio": ("energy_per_token", metrics.energy_ratio),
+    "energy_saving": ("energy_per_token", lambda b, s: metrics.energy_saving(s, b)),
+    "speedup": ("tbt_ms", metrics.speedup),
+}
 
 
-def arm_repeat_values(record: Mapping[str, Any], metric: str,
-                      arm: str = "speculative") -> list[float | None]:
+def arm_repeat_values(record: CaseRecord, metric: str, arm: str = "speculative") -> list[float | None]:
     """Per-repeat values of ``metric`` for a drafter arm (``speculative`` or ``reference``),
     one entry per repeat cycle, None where a repeat cannot give it.
 
     Pair metrics use the baseline sample of the same cycle: the arms run interleaved ABAB,
     so repeat i of each arm pairs up and a session offset or slow drift cancels.
     """
-    drafter = _arm_samples(record, arm)
-    if metric in _PAIR_METRICS:
-        key, combine = _PAIR_METRICS[metric]
-        values: list[float | None] = []
-        for base, spec in zip(_arm_samples(record, "baseline"), drafter):
-            b, s = base.get(key), spec.get(key)
-            values.append(combine(float(b), float(s)) if _positive(b) and _positive(s) else None)
-        return values
-    return [_sample_value(s, metric) for s in drafter]
+    drafter = record.arm(arm)
+    if drafter is None:
+        return []
+    if metric not in _PAIR_METRICS:
+        return [None if v is None else float(v) for v in drafter.values(metric)]
+    key, combine = _PAIR_METRICS[metric]
+    pairs = zip(record.baseline.values(key), drafter.values(key))
+    return [combine(float(b), float(s)) if _positive(b) and _positive(s) else None for b, s in pairs]
 
 
-_PAIR_METRICS = {
-    "energy_ratio": ("energy_per_token", lambda b, s: s / b),
-    "energy_saving": ("energy_per_token", lambda b, s: 1.0 - s / b),
-    "speedup": ("tbt_ms", lambda b, s: b / s),
-}
-
-
-#: Sample keys that hold per-request accept lengths (``RepeatSample.accept_lengths``; the
-#: longer name is accepted too).
-REQUEST_ACCEPT_KEYS = ("accept_lengths", "request_accept_lengths")
-
-
-def request_accept_lengths(record: Mapping[str, Any], arm: str = "speculative") -> list[float] | None:
+def request_accept_lengths(record: CaseRecord, arm: str = "speculative") -> list[float] | None:
     """Each request's accept length averaged over the repeats, when every sample of ``arm``
-    carries per-request accept lengths (:data:`REQUEST_ACCEPT_KEYS`) for the same number
-    (>= 2) of requests; else None (the gate then judges accept length per repeat)."""
-    def lengths(sample: Mapping[str, Any]) -> Any:
-        return next((sample[k] for k in REQUEST_ACCEPT_KEYS if sample.get(k) is not None), None)
-
-    lists = [lengths(s) for s in _arm_samples(record, arm)]
-    if not lists or any(not isinstance(v, (list, tuple)) for v in lists):
+    carries per-request accept lengths for the same number (>= 2) of requests; else None
+    (the gate then judges accept length per repeat)."""
+    drafter = record.arm(arm)
+    lists = [s.accept_lengths for s in drafter.samples] if drafter is not None else []
+    if not lists or any(v is None for v in lists) or len({len(v) for v in lists}) != 1 or len(lists[0]) < 2:
         return None
-    sizes = {len(v) for v in lists}  # type: ignore[arg-type]
-    if len(sizes) != 1 or sizes.pop() < 2:
-        return None
-    table = np.asarray(lists, dtype=float)
-    if not np.all(np.isfinite(table)):
-        return None
-    return [float(v) for v in table.mean(axis=0)]
+    return [float(v) for v in np.asarray(lists, dtype=float).mean(axis=0)]
 
 
-def metric_samples(record: Mapping[str, Any], metric: str) -> list[float]:
+def metric_samples(record: CaseRecord, metric: str) -> list[float]:
     """The values the gate compares for ``metric``: per-repeat samples of the speculative arm
     (defined repeats only), or the one exact-match fraction for ``equivalence``."""
     if metric == "equivalence":
-        value = (record.get("equivalence") or {}).get("exact_fraction")
+        value = record.exact_fraction
         return [] if value is None else [float(value)]
     return [v for v in arm_repeat_values(record, metric) if v is not None]
 
@@ -289,12 +236,6 @@ def gate_plan(alpha: float = DEFAULT_ALPHA, repeats: int = 3, cap: int = DEFAULT
     repeats (at least 2 repeats for the first look), REGRESSED at total level ``alpha``."""
     start = max(2, int(repeats))
     return SequentialPlan(start=start, step=2, cap=max(int(cap), start), alpha=alpha)
-
-
-_FROM_SEQUENTIAL = {sequential.Verdict.REGRESSED: Verdict.REGRESSED,
-                    sequential.Verdict.IMPROVED: Verdict.IMPROVED,
-                    sequential.Verdict.UNCHANGED: Verdict.PASSED,
-                    sequential.Verdict.INCONCLUSIVE: Verdict.INCONCLUSIVE}
 
 
 def _sequential(limit: FailLimit, base: list[float], cur: list[float], b: float, plan: SequentialPlan,
@@ -373,7 +314,7 @@ def compare_metric(limit: FailLimit, base: Sequence[float], cur: Sequence[float]
     if result is None:
         return MetricRow(limit.metric, limit.stat, info.unit, b, c, c - b, change_rel, limit,
                          None, "none", n_b, n_c, None, Verdict.INCOMPARABLE, why)
-    verdict = _FROM_SEQUENTIAL[result.verdict]
+    verdict = result.verdict
     notes = [result.note] if result.note else []
     if verdict is Verdict.INCONCLUSIVE and result.more_repeats:
         notes.insert(0, f"needs {result.more_repeats} more repeats (look {result.look}/"
@@ -387,19 +328,28 @@ def compare_metric(limit: FailLimit, base: Sequence[float], cur: Sequence[float]
                      more_repeats=result.more_repeats, estimate=result.estimate)
 
 
-def compare_case(baseline_record: Mapping[str, Any] | None, current_record: Mapping[str, Any],
+def _accept_requests(limit: FailLimit, reference: CaseRecord, reference_arm: str, current: CaseRecord
+                     ) -> tuple[list[float], list[float]] | None:
+    """Per-request accept lengths of both sides, when both carry them (a bootstrap over requests)."""
+    if limit.metric != "accept_length":
+        return None
+    ref_req, cur_req = request_accept_lengths(reference, reference_arm), request_accept_lengths(current)
+    return (ref_req, cur_req) if ref_req and cur_req else None
+
+
+def compare_case(baseline_record: CaseRecord | None, current_record: CaseRecord,
                  limits: Sequence[FailLimit], alpha: float = DEFAULT_ALPHA, *,
-                 baseline_info: Mapping[str, Any] | None = None,
-                 current_info: Mapping[str, Any] | None = None,
+                 baseline_info: dict[str, Any] | None = None,
+                 current_info: dict[str, Any] | None = None,
                  plan: SequentialPlan | None = None,
                  seed: int = 0, resamples: int = 5000) -> CaseComparison:
-    """Compare a case's record (``PairResult.as_dict()``) with its baseline record.
+    """Compare a case's record with its baseline record.
 
     ``baseline_info`` / ``current_info`` add run-level facts (``machine_key``) to what the
     records themselves say (meter, engine, CUDA graphs, scenario); see :func:`run_info`.
     ``plan``: the sequential plan (default :func:`gate_plan` at ``alpha``).
     """
-    case_id = str(current_record.get("nodeid") or current_record.get("case_id") or "?")
+    case_id = current_record.key
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
     if baseline_record is None:
@@ -409,31 +359,15 @@ def compare_case(baseline_record: Mapping[str, Any] | None, current_record: Mapp
     if reasons:
         return CaseComparison(case_id, Verdict.INCOMPARABLE, (), tuple(reasons), alpha)
     plan = plan or gate_plan(alpha)
-    rows = []
-    for limit in limits:
-        requests = None
-        if limit.metric == "accept_length":
-            ref_req, cur_req = request_accept_lengths(baseline_record), request_accept_lengths(current_record)
-            requests = (ref_req, cur_req) if ref_req and cur_req else None
-        rows.append(compare_metric(limit, metric_samples(baseline_record, limit.metric),
-                                   metric_samples(current_record, limit.metric), alpha, plan=plan,
-                                   requests=requests, seed=seed, resamples=resamples))
-    return CaseComparison(case_id, _worst(rows), tuple(rows), (), alpha)
+    rows = [compare_metric(limit, metric_samples(baseline_record, limit.metric),
+                           metric_samples(current_record, limit.metric), alpha, plan=plan,
+                           requests=_accept_requests(limit, baseline_record, "speculative", current_record),
+                           seed=seed, resamples=resamples)
+            for limit in limits]
+    return CaseComparison(case_id, worst(r.verdict for r in rows), tuple(rows), (), alpha)
 
 
-def _worst(rows: Sequence[MetricRow]) -> Verdict:
-    return next((v for v in _SEVERITY if any(r.verdict is v for r in rows)), Verdict.PASSED)
-
-
-def reference_label(record: Mapping[str, Any]) -> str:
-    """The reference drafter of an in-job A/B record, in words."""
-    drafter = record.get("reference_drafter")
-    if not isinstance(drafter, Mapping):
-        return "reference"
-    return str(drafter.get("id") or drafter.get("name") or drafter.get("method") or "reference")
-
-
-def _paired_values(record: Mapping[str, Any], metric: str) -> tuple[list[float], list[float]]:
+def _paired_values(record: CaseRecord, metric: str) -> tuple[list[float], list[float]]:
     """(reference, candidate) per-repeat values of one metric, from the same repeat cycles."""
     ref = arm_repeat_values(record, metric, "reference")
     cand = arm_repeat_values(record, metric, "speculative")
@@ -441,26 +375,26 @@ def _paired_values(record: Mapping[str, Any], metric: str) -> tuple[list[float],
     return [r for r, _ in pairs], [c for _, c in pairs]
 
 
-def compare_in_job(record: Mapping[str, Any], limits: Sequence[FailLimit],
+def compare_in_job(record: CaseRecord, limits: Sequence[FailLimit],
                    alpha: float = DEFAULT_ALPHA, *, plan: SequentialPlan | None = None,
                    seed: int = 0, resamples: int = 5000) -> CaseComparison:
     """In-job A/B: the candidate (speculative arm) against the reference drafter's arm
-    measured in the same repeat cycles of the same session (``record["reference"]``).
+    measured in the same repeat cycles of the same session (``record.reference``).
 
     Every per-repeat metric uses the paired sequential rule on sample i of both arms (energy
     on ``log(candidate_r / reference_r)``; the shared baseline cancels), with the same limits
     as a stored comparison. No stored baseline is needed. ``equivalence`` compares the
-    candidate's exact-match fraction with ``record["reference_equivalence"]`` when present,
+    candidate's exact-match fraction with ``record.reference_equivalence`` when present,
     else with 1.0 (what a lossless reference gives on a deterministic engine).
     """
-    case_id = str(record.get("nodeid") or record.get("case_id") or "?")
+    case_id = record.key
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
-    label = reference_label(record)
-    if not isinstance(record.get("reference"), Mapping):
+    label = record.reference_label
+    if record.reference is None:
         return CaseComparison(case_id, Verdict.NO_BASELINE, (), ("no reference arm in the record",),
                               alpha, reference=label)
-    sources = (record["reference"].get("source"), (record.get("speculative") or {}).get("source"))
+    sources = (record.reference.source, record.speculative.source)
     if sources[0] != sources[1]:
         return CaseComparison(case_id, Verdict.INCOMPARABLE, (), (
             f"the reference arm's energy source {sources[0]!r} differs from the candidate's "
@@ -469,8 +403,7 @@ def compare_in_job(record: Mapping[str, Any], limits: Sequence[FailLimit],
     rows = []
     for limit in limits:
         if limit.metric == "equivalence":
-            eq = record.get("reference_equivalence") or {}
-            ref_value = eq.get("exact_fraction") if isinstance(eq, Mapping) else None
+            ref_value = record.reference_exact_fraction
             row = compare_metric(limit, [1.0 if ref_value is None else float(ref_value)],
                                  metric_samples(record, "equivalence"), alpha, plan=plan)
             if ref_value is None:
@@ -478,29 +411,23 @@ def compare_in_job(record: Mapping[str, Any], limits: Sequence[FailLimit],
                     row.note, "reference equivalence not in the record: compared with 1.0"))))
             rows.append(row)
             continue
-        requests = None
-        if limit.metric == "accept_length":
-            ref_req, cur_req = request_accept_lengths(record, "reference"), request_accept_lengths(record)
-            requests = (ref_req, cur_req) if ref_req and cur_req else None
         ref, cand = _paired_values(record, limit.metric)
         rows.append(compare_metric(limit, ref, cand, alpha, plan=plan, paired=True,
-                                   requests=requests, seed=seed, resamples=resamples))
-    return CaseComparison(case_id, _worst(rows), tuple(rows), (), alpha, reference=label)
+                                   requests=_accept_requests(limit, record, "reference", record),
+                                   seed=seed, resamples=resamples))
+    return CaseComparison(case_id, worst(r.verdict for r in rows), tuple(rows), (), alpha, reference=label)
 
 
-def compare_documents(baseline_document: Mapping[str, Any], current_document: Mapping[str, Any],
+def compare_documents(baseline_document: RunDocument, current_document: RunDocument,
                       limits: Sequence[FailLimit], alpha: float = DEFAULT_ALPHA,
                       **kwargs: Any) -> list[CaseComparison]:
     """Compare every result of a run with the matching result (by nodeid, else case id) of a
     baseline run; current results without a match get NO_BASELINE."""
-    def key(record: Mapping[str, Any]) -> str:
-        return str(record.get("nodeid") or record.get("case_id"))
-
-    baseline = {key(r): r for r in baseline_document.get("results") or []}
+    baseline = {r.key: r for r in baseline_document.results}
     b_info, c_info = document_run_info(baseline_document), document_run_info(current_document)
-    return [compare_case(baseline.get(key(r)), r, limits, alpha, baseline_info=b_info,
+    return [compare_case(baseline.get(r.key), r, limits, alpha, baseline_info=b_info,
                          current_info=c_info, **kwargs)
-            for r in current_document.get("results") or []]
+            for r in current_document.results]
 
 
 def repeats_needed(comparison: CaseComparison) -> int:
@@ -511,11 +438,6 @@ def repeats_needed(comparison: CaseComparison) -> int:
         return 0
     return max((r.more_repeats for r in comparison.rows_with(Verdict.INCONCLUSIVE)
                 if GATE_METRICS[r.metric].per_repeat), default=0)
-
-
-def needs_more_repeats(comparison: CaseComparison) -> bool:
-    """True when more repeats could settle the case (see :func:`repeats_needed`)."""
-    return repeats_needed(comparison) > 0
 
 
 @dataclass(frozen=True)
@@ -537,12 +459,8 @@ def resolve_inconclusive(policy: str, comparison: CaseComparison | None = None,
     return Resolution(policy, f"{detail}\n(inconclusive at the repeat cap; policy: {policy})")
 
 
-def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4g}"
-
-
 __all__ = ["CaseComparison", "DEFAULT_ALPHA", "DEFAULT_CAP", "INCONCLUSIVE_POLICIES", "MetricRow",
            "Resolution", "Verdict", "arm_repeat_values", "comparable", "compare_case",
            "compare_documents", "compare_in_job", "compare_metric", "document_run_info", "gate_plan",
-           "metric_samples", "needs_more_repeats", "reference_label", "repeats_needed",
+           "metric_samples", "repeats_needed",
            "request_accept_lengths", "resolve_inconclusive", "run_info"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
-from typing import Mapping
 from typing import Sequence
+
+from pytest_specenergy.document import RunDocument
 
 #: Smallest relative change that counts as a step unless the caller says otherwise.
 DEFAULT_STEP = 0.05
@@ -65,24 +65,9 @@ def detect_steps(values: Sequence[float | None], threshold: float = DEFAULT_STEP
     return steps
 
 
-def _case_id(record: Mapping[str, Any]) -> str:
-    case = record.get("case") if isinstance(record.get("case"), Mapping) else {}
-    return str(record.get("case_id") or case.get("id") or "?")
-
-
-def _value(record: Mapping[str, Any], metric: str) -> float | None:
-    value = record.get(metric)
-    try:
-        return None if isinstance(value, bool) or value is None else float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def history_series(documents: Sequence[Mapping[str, Any]],
-                   metric: str) -> dict[str, list[float | None]]:
+def history_series(documents: Sequence[RunDocument], metric: str) -> dict[str, list[float | None]]:
     """Per case id, ``metric`` in each document (oldest first); None where the case is absent."""
-    per_doc = [{_case_id(r): _value(r, metric) for r in d.get("results") or () if isinstance(r, Mapping)}
-               for d in documents]
+    per_doc = [{r.case_id: getattr(r, metric) for r in d.results} for d in documents]
     case_ids = sorted({c for values in per_doc for c in values})
     return {c: [values.get(c) for values in per_doc] for c in case_ids}
 
@@ -99,10 +84,10 @@ class HistoryStep:
     change: float
 
 
-def detect_history_steps(documents: Sequence[Mapping[str, Any]], metrics: Sequence[str],
+def detect_history_steps(documents: Sequence[RunDocument], metrics: Sequence[str],
                          threshold: float = DEFAULT_STEP) -> list[HistoryStep]:
     """Every step of every case and metric across ``documents`` (oldest first)."""
-    labels = [str(d.get("name") or d.get("datetime") or i) for i, d in enumerate(documents)]
+    labels = [d.label or str(i) for i, d in enumerate(documents)]
     found = []
     for metric in metrics:
         for case_id, values in history_series(documents, metric).items():

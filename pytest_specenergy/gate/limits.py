@@ -182,6 +182,8 @@ def _trim(value: float) -> str:
 #: P(REGRESSED) bound for a true change exactly at the limit, over every look of the
 #: sequential plan (``gate/sequential.py``), unless ``--specenergy-alpha`` says otherwise.
 DEFAULT_ALPHA = 0.05
+#: Repeat cap of the sequential plan unless ``--specenergy-max-repeats`` says otherwise.
+DEFAULT_CAP = 11
 #: Limits when neither the command line, the ini file nor a marker names any. Energy is
 #: gated on the within-session ratio (speculative over its matched baseline, per repeat).
 DEFAULT_LIMITS = ("energy_ratio:5%", "accept_length:5%", "equivalence:0")
@@ -211,6 +213,18 @@ def merge_limits(*layers: Sequence[FailLimit]) -> list[FailLimit]:
 
 
 def limits_for(configured: Sequence[FailLimit], marker: Sequence[FailLimit] = ()) -> list[FailLimit]:
-    """The limits of one test: marker > command line/ini > :data:`DEFAULT_LIMITS`."""
-    base = list(configured) or [parse_fail_expr(t) for t in DEFAULT_LIMITS]
-    return merge_limits(base, marker)
+    """The limits of one test: marker > command line/ini > :data:`DEFAULT_LIMITS`, metric by
+    metric: naming one metric's limit never stops the gate from checking the others."""
+    return merge_limits([parse_fail_expr(t) for t in DEFAULT_LIMITS], configured, marker)
+
+
+def limits_of_test(configured: Sequence[FailLimit], tolerance: Any = None) -> list[FailLimit]:
+    """The limits of one test from its ``tolerance`` marker (a pytest Mark, or None)."""
+    marker = tolerance_limits(tolerance.args, tolerance.kwargs) if tolerance is not None else []
+    return limits_for(configured, marker)
+
+
+def per_repeat_count(limit_lists: Iterable[Sequence[FailLimit]]) -> int:
+    """How many per-repeat comparisons (test x limit) these tests' limits make: the
+    false-discovery rate's N."""
+    return sum(1 for limits in limit_lists for limit in limits if GATE_METRICS[limit.metric].per_repeat)

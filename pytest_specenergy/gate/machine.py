@@ -33,6 +33,8 @@ from typing import Callable
 from typing import Mapping
 from typing import Sequence
 
+from pytest_specenergy.document import CaseRecord
+from pytest_specenergy.document import RunDocument
 from pytest_specenergy.engines.meta_info import cuda_graph_setting
 
 #: Fields a key may be built from, in key order.
@@ -200,6 +202,16 @@ def machine_info(meter: Mapping[str, Any] | None = None, *,
     }
 
 
+def pair_machine(engine: Mapping[str, Any], meter: Mapping[str, Any] | None, source: str
+                 ) -> tuple[str, dict[str, Any]]:
+    """The machine key and description of the run a pair was measured in, from its engine's
+    description and its meter's (meter + engine + GPUs)."""
+    name, version = str(engine.get("engine")), str(engine.get("version"))
+    version = version.removeprefix(f"{name}-")  # the reference server says "reference-0.1.0"
+    info = machine_info(meter or {"kind": source, "label": source}, engine={"name": name, "version": version})
+    return machine_key(info), info
+
+
 # -- comparability --------------------------------------------------------------------------
 #: Facts that must match for two results to be compared, in report order.
 COMPARED_FIELDS: tuple[tuple[str, str], ...] = (
@@ -210,36 +222,21 @@ COMPARED_FIELDS: tuple[tuple[str, str], ...] = (
 )
 
 
-def run_info(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The comparability facts a result record (``PairResult.as_dict()``) carries itself."""
-    spec = record.get("speculative") or {}
-    engine = spec.get("engine") or {}
-    case = record.get("case") or {}
-    corpus = case.get("corpus") or {}
-    return {
-        "meter": record.get("source") or spec.get("source"),
-        "engine": engine.get("engine") or (engine.get("config") or {}).get("engine")
-        or case.get("engine"),
-        "engine_version": engine.get("version"),
-        "cuda_graph": cuda_graph_setting(engine),
-        "model": case.get("model"),
-        "batch": case.get("batch"),
-        "corpus": f"{corpus.get('name')}@{corpus['digest']}" if corpus.get("digest") else None,
-        "generation": case.get("generation"),
-    }
+def run_info(record: CaseRecord) -> dict[str, Any]:
+    """The comparability facts a result record carries itself: its scenario and CUDA graphs."""
+    return {**record.scenario, "cuda_graph": cuda_graph_setting(record.speculative.engine)}
 
 
-def document_run_info(document: Mapping[str, Any]) -> dict[str, Any]:
+def document_run_info(document: RunDocument) -> dict[str, Any]:
     """Run-level comparability facts of a run document: its machine key.
 
-    The document's ``machine_key`` is used (``storage.save_run`` writes it); without one,
-    a key is computed only from a full :func:`machine_info` description (one that names its
-    meter), never guessed from a bare platform record.
+    The document's ``machine_key`` is used (the run store writes it); without one, a key is
+    computed only from a full :func:`machine_info` description (one that names its meter),
+    never guessed from a bare platform record.
     """
-    key = document.get("machine_key")
-    info = document.get("machine_info")
-    if not key and isinstance(info, Mapping) and info.get("meter"):
-        key = machine_key(info)
+    key = document.machine_key
+    if not key and document.machine_info.get("meter"):
+        key = machine_key(document.machine_info)
     return {"machine_key": key}
 
 

@@ -59,7 +59,7 @@ early that way can only lower P(REGRESSED). Each result carries the *repeated p-
 j). ``P(p_sequential <= a) <= a`` under H0 for every ``a``, however the plan stops, so it is
 the p-value to use for false-discovery-rate control across a suite (``fdr.py``).
 
-Measured (``simulate.py``, 5% limit, 2-3% session offset): false REGRESSED per 200 unchanged
+Measured (``benchmarks/gate_simulation.py``, 5% limit, 2-3% session offset): false REGRESSED per 200 unchanged
 cases 0-0.02 at 3% per-arm noise; power at a true +10% within the cap of 11: 95% in A/B
 mode, 55% / 78% against a stored run of 5 / 11 repeats (a stored run of 21 repeats with a
 cap of 21 reaches 96%); P(REGRESSED) at a true +4%: 1-3%, not rising with the repeat count.
@@ -67,7 +67,6 @@ cap of 21 reaches 96%); P(REGRESSED) at a true +4%: 1-3%, not rising with the re
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import asdict
 from dataclasses import dataclass
@@ -78,18 +77,10 @@ from numpy.typing import ArrayLike
 
 from pytest_specenergy.gate.tdist import t_ppf
 from pytest_specenergy.gate.tdist import t_sf
+from pytest_specenergy.gate.verdict import Verdict
 
 WORSE_DIRECTIONS = ("up", "down")
 SPENDINGS = ("final", "equal")
-
-
-class Verdict(str, enum.Enum):
-    """Outcome of one sequential comparison."""
-
-    REGRESSED = "regressed"
-    IMPROVED = "improved"
-    UNCHANGED = "unchanged"
-    INCONCLUSIVE = "inconclusive"
 
 
 #: Integer codes of the vectorized engine (:func:`sequential_arrays`).
@@ -386,15 +377,6 @@ def _positive(values: ArrayLike, what: str) -> np.ndarray:
     return array
 
 
-def session_ratios(speculative: ArrayLike, baseline: ArrayLike) -> np.ndarray:
-    """Per-repeat within-session ratios ``speculative_r / baseline_r`` (arms measured
-    interleaved in repeat r), the energy metric the gate compares by default."""
-    spec, base = _positive(speculative, "speculative samples"), _positive(baseline, "baseline samples")
-    if spec.size != base.size:
-        raise ValueError(f"session ratios pair repeats by index: {spec.size} speculative vs "
-                         f"{base.size} baseline samples")
-    return spec / base
-
 
 def _projection(est: float, se_per_unit: float, ref_var_term: float, bound: float,
                 level: float) -> int | None:
@@ -528,54 +510,6 @@ def compare_paired(candidate: ArrayLike, reference: ArrayLike, *, limit: float, 
                    var_c=var_c, ref_var_term=session_sd ** 2, absolute=absolute)
 
 
-# -- energy: gate on the ratio, report the absolute ---------------------------------------------
-@dataclass(frozen=True)
-class EnergyComparison:
-    """The energy verdict (on within-session ratios) plus the absolute figures it reports.
-
-    ``absolute_change``: speculative J/token, current over reference (geometric means) - 1,
-    which a session offset moves; ``session_shift``: the same for the baseline arm (stored
-    mode only), i.e. how much the machine itself moved between the sessions.
-    """
-
-    result: SequentialResult
-    absolute_change: float
-    session_shift: float | None
-
-    def describe(self) -> str:
-        """The verdict line plus the absolute figures."""
-        extra = f"absolute J/token change {self.absolute_change:+.2%} (reported, not gated)"
-        if self.session_shift is not None:
-            extra += f", baseline arm moved {self.session_shift:+.2%} between sessions"
-        return f"energy_per_token (session ratio) {self.result.describe()}; {extra}"
-
-
-def _geo_change(a: np.ndarray, b: np.ndarray) -> float:
-    return math.expm1(float(np.mean(np.log(a)) - np.mean(np.log(b))))
-
-
-def energy_vs_stored(current_spec: ArrayLike, current_base: ArrayLike, stored_spec: ArrayLike,
-                     stored_base: ArrayLike, *, limit: float,
-                     plan: SequentialPlan = DEFAULT_PLAN, session_sd: float = 0.0) -> EnergyComparison:
-    """Energy per token of the current run against a stored run, gated on session ratios."""
-    q_cur = session_ratios(current_spec, current_base)
-    q_ref = session_ratios(stored_spec, stored_base)
-    result = compare_stored(q_cur, q_ref, limit=limit, worse="up", plan=plan, session_sd=session_sd)
-    used = result.n_current
-    cs, cb = _positive(current_spec, "")[:used], _positive(current_base, "")[:used]
-    ss, sb = _positive(stored_spec, ""), _positive(stored_base, "")
-    return EnergyComparison(result, _geo_change(cs, ss), _geo_change(cb, sb))
-
-
-def energy_in_job(candidate: ArrayLike, reference: ArrayLike, *, limit: float,
-                  plan: SequentialPlan = DEFAULT_PLAN, session_sd: float = 0.0) -> EnergyComparison:
-    """Candidate drafter against a reference drafter in the same session (in-job A/B)."""
-    result = compare_paired(candidate, reference, limit=limit, worse="up", plan=plan, session_sd=session_sd)
-    used = result.n_current
-    cand, ref = _positive(candidate, "")[:used], _positive(reference, "")[:used]
-    return EnergyComparison(result, _geo_change(cand, ref), None)
-
-
 # -- per-request metrics (accept length, acceptance rate) ---------------------------------------
 def compare_per_request(current_num: ArrayLike, current_den: ArrayLike, reference_num: ArrayLike,
                         reference_den: ArrayLike, *, limit: float, worse: str = "down",
@@ -669,7 +603,6 @@ def compare_per_request(current_num: ArrayLike, current_den: ArrayLike, referenc
         note=note)
 
 
-__all__ = ["CODES", "DEFAULT_PLAN", "EnergyComparison", "SequentialArrays", "SequentialPlan",
+__all__ = ["CODES", "DEFAULT_PLAN", "SequentialArrays", "SequentialPlan",
            "SequentialResult", "Verdict", "compare_paired", "compare_per_request",
-           "compare_stored", "energy_in_job", "energy_vs_stored", "sequential_arrays",
-           "session_ratios"]
+           "compare_stored", "sequential_arrays"]

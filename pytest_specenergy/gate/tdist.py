@@ -125,11 +125,6 @@ def t_sf(t: ArrayLike, df: ArrayLike) -> np.ndarray:
     return out
 
 
-def t_cdf(t: ArrayLike, df: ArrayLike) -> np.ndarray:
-    """P(T <= t) of Student's t with ``df`` degrees of freedom."""
-    return 1.0 - t_sf(t, df)
-
-
 def t_pdf(t: ArrayLike, df: ArrayLike) -> np.ndarray:
     """Density of Student's t with ``df`` degrees of freedom (``inf``: the normal density)."""
     t, df = np.broadcast_arrays(np.asarray(t, float), np.asarray(df, float))
@@ -174,4 +169,4 @@ def t_ppf(p: ArrayLike, df: ArrayLike) -> np.ndarray:
     return np.where(p > 0.5, -t, t).reshape(shape)
 
 
-__all__ = ["betainc", "t_cdf", "t_pdf", "t_ppf", "t_sf"]
+__all__ = ["betainc", "t_pdf", "t_ppf", "t_sf"]

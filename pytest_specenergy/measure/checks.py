@@ -7,11 +7,11 @@ when one trips. ``warn`` checks mark a row the reader should not take at face va
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from typing import Any
 from typing import Sequence
 
+from pytest_specenergy.document import Check
 from pytest_specenergy.engines.meta_info import RequestCounters
 from pytest_specenergy.engines.meta_info import cuda_graph_setting
 from pytest_specenergy.measure.degeneracy import repeated_suffix_fraction
@@ -25,18 +25,6 @@ if TYPE_CHECKING:
 #: hundredths of a nat per token; the skip-state-rollback fault scores 0.69-0.80 below the
 #: baseline on tiny:hybrid (benchmarks/fault_figures.py).
 DEFAULT_MAX_LOGPROB_GAP = 0.25
-
-
-@dataclass(frozen=True)
-class Check:
-    """One tripped check."""
-
-    name: str
-    severity: str  # "fail" | "warn"
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.name}: {self.message}"
 
 
 def counter_problems(counters: Sequence[RequestCounters], drafted_per_step: int) -> list[str]:

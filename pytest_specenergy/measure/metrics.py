@@ -139,6 +139,19 @@ def speedup(baseline_tbt_ms: float | None, speculative_tbt_ms: float | None) -> 
     return baseline_tbt_ms / speculative_tbt_ms
 
 
+def energy_ratio(baseline_ept: float | None, speculative_ept: float | None) -> float | None:
+    """Speculative over baseline energy per token (the gate's within-session ratio)."""
+    if speculative_ept is None or baseline_ept is None or baseline_ept <= 0:
+        return None
+    return speculative_ept / baseline_ept
+
+
+def fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    """A number as text in ``spec``, ``n/a`` when it could not be computed: the one place
+    an undefined figure becomes text."""
+    return "n/a" if value is None else format(value, spec) + suffix
+
+
 def median(values: Sequence[float | None]) -> float | None:
     """Median of the defined values (per-repeat samples), or None."""
     defined = [v for v in values if v is not None]

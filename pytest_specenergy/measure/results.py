@@ -8,14 +8,16 @@ where the figures came from (``measured (nvml)`` or ``modeled (<gpu>)``).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from dataclasses import field
 from functools import cached_property
 from typing import Any
 
+import pytest_specenergy.measure.metrics as metrics
 from pytest_specenergy.cases.case import Case
-from pytest_specenergy.measure import metrics
+from pytest_specenergy.document import Arm
+from pytest_specenergy.document import CaseRecord
+from pytest_specenergy.document import RepeatSample
 from pytest_specenergy.measure.checks import DEFAULT_MAX_LOGPROB_GAP
 from pytest_specenergy.measure.checks import Check
 from pytest_specenergy.measure.checks import pair_checks
@@ -27,67 +29,6 @@ from pytest_specenergy.measure.equivalence import compare_outputs
 
 class SpecEnergyAssertionError(AssertionError):
     """An ``assert_*`` helper failed; the message carries the numbers."""
-
-
-@dataclass(frozen=True)
-class RepeatSample:
-    """One measured repeat of one arm: decode-only figures over exactly its requests."""
-
-    decode_joules: float
-    decode_seconds: float
-    decode_tokens: int
-    tbt_ms: float | None
-    verify_steps: int | None
-    correct_drafts: int | None
-    proposed_drafts: int | None
-    loops: int = 1
-    window: dict[str, Any] = field(default_factory=dict, compare=False)
-    #: Per request of the full window that verified (first loop, pool order): committed
-    #: decode tokens per verify step, ``(completion_tokens - 1) / spec_verify_ct`` - samples
-    #: for judging accept length with its spread. None: no speculative counters (a baseline
-    #: arm, or a record written before the field existed).
-    accept_lengths: tuple[float, ...] | None = None
-
-    @property
-    def energy_per_token(self) -> float | None:
-        """Joules per committed decode token in this repeat."""
-        return metrics.energy_per_token(self.decode_joules, self.decode_tokens)
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready record, every field kept."""
-        return {"decode_joules": self.decode_joules, "decode_seconds": self.decode_seconds,
-                "decode_tokens": self.decode_tokens, "energy_per_token": self.energy_per_token,
-                "tbt_ms": self.tbt_ms, "verify_steps": self.verify_steps,
-                "correct_drafts": self.correct_drafts, "proposed_drafts": self.proposed_drafts,
-                "loops": self.loops, "window": self.window,
-                "accept_lengths": None if self.accept_lengths is None else list(self.accept_lengths)}
-
-    @classmethod
-    def from_dict(cls, record: dict[str, Any]) -> RepeatSample:
-        """A sample read back from :meth:`as_dict`'s record (``energy_per_token`` is derived).
-
-        ``accept_lengths`` is optional (files written before it existed load with None); a
-        present one must be a list of finite numbers >= 0 or the record is refused with the reason.
-        """
-        raw = record.get("accept_lengths")
-        lengths = None
-        if raw is not None:
-            ok = isinstance(raw, list) and all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-                for v in raw)
-            if not ok:
-                raise ValueError(f"sample accept_lengths is {raw!r:.80}; expected a list of finite numbers "
-                                 f">= 0 (committed tokens per verify step, one per request) or null")
-            lengths = tuple(float(v) for v in raw)
-        try:
-            return cls(decode_joules=record["decode_joules"], decode_seconds=record["decode_seconds"],
-                       decode_tokens=record["decode_tokens"], tbt_ms=record.get("tbt_ms"),
-                       verify_steps=record.get("verify_steps"), correct_drafts=record.get("correct_drafts"),
-                       proposed_drafts=record.get("proposed_drafts"), loops=record.get("loops", 1),
-                       window=dict(record.get("window") or {}), accept_lengths=lengths)
-        except KeyError as exc:
-            raise ValueError(f"sample record lacks {exc.args[0]!r}; a sample needs decode_joules, "
-                             f"decode_seconds and decode_tokens") from None
 
 
 @dataclass(frozen=True)
@@ -132,17 +73,19 @@ class RunResult:
         """Accepted over proposed drafts over all repeats."""
         return metrics.acceptance_rate(self._pooled("correct_drafts"), self._pooled("proposed_drafts"))
 
+    def record(self) -> Arm:
+        """This arm as the run document stores it, every sample kept."""
+        return Arm(arm=self.arm, engine=self.engine, source=self.source,
+                   energy_per_token=self.energy_per_token, tbt_ms=self.tbt_ms,
+                   accept_length=self.accept_length, acceptance_rate=self.acceptance_rate,
+                   verified_per_step=self.verified_per_step, samples=self.samples,
+                   concurrency=self.concurrency, outputs_stable=self.outputs_stable,
+                   counter_problems=self.counter_problems, replay_problems=self.replay_problems,
+                   finish_reasons=self.finish_reasons)
+
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record with every sample."""
-        return {"arm": self.arm, "engine": self.engine, "source": self.source,
-                "energy_per_token": self.energy_per_token, "tbt_ms": self.tbt_ms,
-                "accept_length": self.accept_length, "acceptance_rate": self.acceptance_rate,
-                "verified_per_step": self.verified_per_step, "concurrency": self.concurrency,
-                "outputs_stable": self.outputs_stable,
-                "counter_problems": list(self.counter_problems),
-                **({"replay_problems": list(self.replay_problems)} if self.replay_problems else {}),
-                "finish_reasons": list(self.finish_reasons),
-                "samples": [s.as_dict() for s in self.samples]}
+        return self.record().as_dict()
 
 
 @dataclass(frozen=True)
@@ -281,15 +224,15 @@ class PairResult:
         """Both arms' numbers on a few lines, for failure messages."""
         return (
             f"case {self.case_id} [{self.source}]\n"
-            f"  baseline:    {_fmt(self.baseline.energy_per_token, '.4g')} J/token, "
-            f"tbt {_fmt(self.baseline.tbt_ms, '.3f')} ms "
+            f"  baseline:    {metrics.fmt(self.baseline.energy_per_token, '.4g')} J/token, "
+            f"tbt {metrics.fmt(self.baseline.tbt_ms, '.3f')} ms "
             f"({len(self.baseline.samples)} repeats: {_samples(self.baseline)})\n"
-            f"  speculative: {_fmt(self.speculative.energy_per_token, '.4g')} J/token, "
-            f"tbt {_fmt(self.speculative.tbt_ms, '.3f')} ms "
+            f"  speculative: {metrics.fmt(self.speculative.energy_per_token, '.4g')} J/token, "
+            f"tbt {metrics.fmt(self.speculative.tbt_ms, '.3f')} ms "
             f"({len(self.speculative.samples)} repeats: {_samples(self.speculative)})\n"
-            f"  accept length {_fmt(self.accept_length, '.3f')}, acceptance rate "
-            f"{_fmt(self.acceptance_rate, '.3f')}, verified/step {self.verified_per_step}, "
-            f"energy saving {_fmt(self.energy_saving, '+.1%')}, speedup {_fmt(self.speedup, '.2f')}x, "
+            f"  accept length {metrics.fmt(self.accept_length, '.3f')}, acceptance rate "
+            f"{metrics.fmt(self.acceptance_rate, '.3f')}, verified/step {self.verified_per_step}, "
+            f"energy saving {metrics.fmt(self.energy_saving, '+.1%')}, speedup {metrics.fmt(self.speedup, '.2f')}x, "
             f"equivalence {self.equivalence.summary()}"
             + (f", logprob gap {self.coherence.mean_gap:.3f} nats/token" if self.coherence else "")
             + "".join(f"\n  check {c}" for c in self.checks)
@@ -384,35 +327,33 @@ class PairResult:
             self._fail("validity checks failed: " + "; ".join(str(c) for c in self.failed_checks))
         return self
 
+    def record(self, nodeid: str | None = None, machine_key: str | None = None) -> CaseRecord:
+        """The pair as the run document stores it, with every sample of every arm."""
+        ab = self.reference is not None and self.case.reference is not None
+        return CaseRecord(
+            case_id=self.case_id, case=self.case.as_dict(), source=self.source,
+            baseline=self.baseline.record(), speculative=self.speculative.record(),
+            energy_saving=self.energy_saving, speedup=self.speedup, accept_length=self.accept_length,
+            acceptance_rate=self.acceptance_rate, energy_per_token=self.energy_per_token,
+            tbt_ms=self.tbt_ms, verified_per_step=self.verified_per_step,
+            verify_intensity=self.verify_intensity, balance_point=self.balance_point,
+            compute_bound=self.compute_bound, draft_share=self.draft_share,
+            draft_share_method=self.draft_share_method, draft_share_priced=self.draft_share_priced,
+            equivalence=self.equivalence.as_dict(),
+            coherence=self.coherence.as_dict() if self.coherence else None,
+            checks=self.checks, order=self.order,
+            reference=self.reference.record() if ab else None,  # type: ignore[union-attr]
+            reference_drafter=self.case.reference.as_dict() if ab else None,  # type: ignore[union-attr]
+            # The reference arm's own match with the baseline: an A/B compares equivalence too.
+            reference_equivalence=compare_outputs(self.baseline.outputs, self.reference.outputs).as_dict()
+            if ab else None,  # type: ignore[union-attr]
+            removal=self.removal.record() if self.removal is not None else None,
+            nodeid=nodeid, machine_key=machine_key)
+
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record of the pair with every sample."""
-        return {"case_id": self.case_id, "case": self.case.as_dict(), "source": self.source,
-                "energy_saving": self.energy_saving, "speedup": self.speedup,
-                "accept_length": self.accept_length, "acceptance_rate": self.acceptance_rate,
-                "energy_per_token": self.energy_per_token, "tbt_ms": self.tbt_ms,
-                "verified_per_step": self.verified_per_step,
-                "verify_intensity": self.verify_intensity, "balance_point": self.balance_point,
-                "compute_bound": self.compute_bound, "draft_share": self.draft_share,
-                "draft_share_method": self.draft_share_method,
-                "draft_share_priced": self.draft_share_priced,
-                "equivalence": self.equivalence.as_dict(),
-                "coherence": self.coherence.as_dict() if self.coherence else None,
-                "checks": [{"name": c.name, "severity": c.severity, "message": c.message}
-                           for c in self.checks],
-                "order": self.order,
-                "baseline": self.baseline.as_dict(), "speculative": self.speculative.as_dict(),
-                **({"reference": self.reference.as_dict(),
-                    "reference_drafter": self.case.reference.as_dict(),
-                    # The reference arm's own match with the baseline: an A/B compares equivalence too.
-                    "reference_equivalence": compare_outputs(self.baseline.outputs,
-                                                             self.reference.outputs).as_dict()}
-                   if self.reference is not None and self.case.reference is not None else {}),
-                **({"removal": self.removal.as_dict()} if self.removal is not None else {})}
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
+        return self.record().as_dict()
 
 
 def _samples(run: RunResult) -> str:
-    return ", ".join(_fmt(s.energy_per_token, ".4g") for s in run.samples)
+    return ", ".join(metrics.fmt(s.energy_per_token, ".4g") for s in run.samples)

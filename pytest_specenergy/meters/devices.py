@@ -76,40 +76,22 @@ def nvml_reason(nvml: Any, exc: BaseException) -> str:
     return _ADVICE.get(name, f"NVML error {name}: {exc}")
 
 
-def load_nvml(nvml_module: Any = None) -> Any:
-    """Import (unless given) and initialise NVML; raise :class:`MeterError` with the reason.
+#: The member of NVML's value union that a field value's ``valueType`` names.
+_UNION_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
-    The caller owns one ``nvmlShutdown()`` for each successful call.
-    """
-    nvml = nvml_module
-    if nvml is None:
-        try:
-            import pynvml as nvml  # type: ignore[import-not-found,no-redef]
-        except ImportError:
-            raise MeterError(
-                "nvidia-ml-py is not installed, so NVML cannot be read; install it with "
-                "pip install 'pytest-specenergy[nvml]' (never the deprecated 'pynvml' package)"
-            ) from None
-        if not hasattr(nvml, "_nvmlGetFunctionPointer"):
-            raise MeterError(
-                "the 'pynvml' module here is not NVIDIA's nvidia-ml-py binding; uninstall "
-                "pynvml and pip install nvidia-ml-py")
+
+def _import_nvml() -> Any:
     try:
-        nvml.nvmlInit()
-    except Exception as exc:  # noqa: BLE001 - NVMLError or an OSError from ctypes
-        raise MeterError(f"NVML could not start: {nvml_reason(nvml, exc)}") from exc
+        import pynvml as nvml  # type: ignore[import-not-found]
+    except ImportError:
+        raise MeterError(
+            "nvidia-ml-py is not installed, so NVML cannot be read; install it with "
+            "pip install 'pytest-specenergy[nvml]' (never the deprecated 'pynvml' package)"
+        ) from None
+    if not hasattr(nvml, "_nvmlGetFunctionPointer"):
+        raise MeterError("the 'pynvml' module here is not NVIDIA's nvidia-ml-py binding; uninstall "
+                         "pynvml and pip install nvidia-ml-py")
     return nvml
-
-
-def safe(nvml: Any, function: str, *args: Any) -> Any:
-    """``nvml.<function>(*args)``, or None if the driver lacks or refuses it."""
-    fn = getattr(nvml, function, None)
-    if fn is None:
-        return None
-    try:
-        return fn(*args)
-    except Exception:  # noqa: BLE001 - NOT_SUPPORTED, FUNCTION_NOT_FOUND, DEPRECATED...
-        return None
 
 
 def text(value: Any) -> str:
@@ -117,27 +99,168 @@ def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def driver_version(nvml: Any) -> str | None:
-    """The kernel driver version, e.g. ``570.124.06``."""
-    value = safe(nvml, "nvmlSystemGetDriverVersion")
-    return None if value is None else text(value)
+def _milliwatts(value: Any) -> float | None:
+    return None if value is None else float(value) / 1000.0
 
 
-def temperature_c(nvml: Any, handle: Any) -> float | None:
-    """GPU core temperature; the ``V`` call first (the old one is deprecated in CUDA 13)."""
-    sensor = getattr(nvml, "NVML_TEMPERATURE_GPU", 0)
-    value = safe(nvml, "nvmlDeviceGetTemperatureV", handle, sensor)
-    if value is None:
-        value = safe(nvml, "nvmlDeviceGetTemperature", handle, sensor)
-    return None if value is None else float(value)
+class Nvml:
+    """An open NVML library: the one object that calls ``pynvml`` (Zeus's ``nvidia.py``).
+
+    Every vendor call is a method here or on :class:`Gpu`. :meth:`call` maps a failure to
+    :class:`MeterError` with what it means and what to do; :meth:`optional` is for queries an
+    older driver lacks or a board refuses (NVIDIA's NVML reference lists which), and gives
+    None. One :meth:`close` (or ``with``) shuts NVML down for the one init.
+    """
+
+    def __init__(self, module: Any = None) -> None:
+        self.lib = module if module is not None else _import_nvml()
+        try:
+            self.lib.nvmlInit()
+        except Exception as exc:  # noqa: BLE001 - NVMLError or an OSError from ctypes
+            raise MeterError(f"NVML could not start: {nvml_reason(self.lib, exc)}") from exc
+        self._open = True
+
+    def __enter__(self) -> Nvml:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def call(self, function: str, *args: Any, what: str = "") -> Any:
+        """``pynvml.<function>(*args)``; a failure is a :class:`MeterError` saying ``what`` failed."""
+        try:
+            return getattr(self.lib, function)(*args)
+        except Exception as exc:  # noqa: BLE001 - NVMLError, or the binding lacks the function
+            raise MeterError(f"{what or function} failed: {nvml_reason(self.lib, exc)}") from exc
+
+    def optional(self, function: str, *args: Any) -> Any:
+        """``pynvml.<function>(*args)``, or None if the driver lacks or refuses it."""
+        fn = getattr(self.lib, function, None)
+        if fn is None:
+            return None
+        try:
+            return fn(*args)
+        except Exception:  # noqa: BLE001 - NOT_SUPPORTED, FUNCTION_NOT_FOUND, DEPRECATED...
+            return None
+
+    def constant(self, name: str, default: int) -> Any:
+        """An NVML constant (``NVML_CLOCK_SM``...), with its documented value as the fallback."""
+        return getattr(self.lib, name, default)
+
+    def count(self) -> int:
+        """How many GPUs NVML sees."""
+        return int(self.call("nvmlDeviceGetCount", what="NVML could not count GPUs"))
+
+    def gpus(self) -> list[Gpu]:
+        """Every GPU, in NVML (PCI bus) order."""
+        return [Gpu(self, i) for i in range(self.count())]
+
+    def driver(self) -> str | None:
+        """The kernel driver version, e.g. ``570.124.06``."""
+        value = self.optional("nvmlSystemGetDriverVersion")
+        return None if value is None else text(value)
+
+    def version(self) -> str | None:
+        """The NVML library version."""
+        value = self.optional("nvmlSystemGetNVMLVersion")
+        return None if value is None else text(value)
+
+    def close(self) -> None:
+        """Shut NVML down (once)."""
+        if self._open:
+            self._open = False
+            self.optional("nvmlShutdown")
 
 
-def clock_event_mask(nvml: Any, handle: Any) -> int | None:
-    """The current clocks-event (throttle) bitmask, or None if unreadable."""
-    value = safe(nvml, "nvmlDeviceGetCurrentClocksEventReasons", handle)
-    if value is None:
-        value = safe(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
-    return None if value is None else int(value)
+class Gpu:
+    """One GPU of an open :class:`Nvml`: its identity, counters and facts, each a method."""
+
+    def __init__(self, nvml: Nvml, index: int) -> None:
+        self.nvml, self.index = nvml, index
+        self.handle = nvml.call("nvmlDeviceGetHandleByIndex", index, what=f"NVML could not open GPU {index}")
+        self.uuid = text(nvml.call("nvmlDeviceGetUUID", self.handle, what=f"reading GPU {index}'s UUID"))
+        self.name = text(nvml.optional("nvmlDeviceGetName", self.handle) or "?")
+
+    def __repr__(self) -> str:
+        return f"Gpu({self.index}, {self.uuid!r}, {self.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Gpu) and other.uuid == self.uuid
+
+    def __hash__(self) -> int:
+        return hash(self.uuid)
+
+    def energy_mj(self) -> int:
+        """The total-energy counter, mJ since the driver loaded; a board without one is an error."""
+        try:
+            return int(self.nvml.lib.nvmlDeviceGetTotalEnergyConsumption(self.handle))
+        except Exception as exc:  # noqa: BLE001
+            raise MeterError(
+                f"GPU {self.index} {self.name} ({self.uuid}) has no readable total-energy counter: "
+                f"{nvml_reason(self.nvml.lib, exc)}; it needs a Volta or newer GPU with a driver that "
+                "supports nvmlDeviceGetTotalEnergyConsumption") from exc
+
+    def processes(self) -> set[int]:
+        """PIDs of the compute processes NVML lists on this GPU (host PIDs)."""
+        procs = self.nvml.optional("nvmlDeviceGetComputeRunningProcesses", self.handle)
+        return {int(p.pid) for p in procs or []}
+
+    def clock_events(self) -> int | None:
+        """The current clocks-event (throttle) bitmask, or None if unreadable."""
+        value = self.nvml.optional("nvmlDeviceGetCurrentClocksEventReasons", self.handle)
+        if value is None:
+            value = self.nvml.optional("nvmlDeviceGetCurrentClocksThrottleReasons", self.handle)
+        return None if value is None else int(value)
+
+    def temperature_c(self) -> float | None:
+        """GPU core temperature; the ``V`` call first (the old one is deprecated in CUDA 13)."""
+        sensor = self.nvml.constant("NVML_TEMPERATURE_GPU", 0)
+        value = self.nvml.optional("nvmlDeviceGetTemperatureV", self.handle, sensor)
+        if value is None:
+            value = self.nvml.optional("nvmlDeviceGetTemperature", self.handle, sensor)
+        return None if value is None else float(value)
+
+    def power_reader(self) -> tuple[Any, str]:
+        """A function giving this GPU's power in W now, and what it reads: the instantaneous
+        field where the driver has it (``NVML_FI_DEV_POWER_INSTANT``), else the 1-second
+        average of ``nvmlDeviceGetPowerUsage``."""
+        lib, field = self.nvml.lib, getattr(self.nvml.lib, "NVML_FI_DEV_POWER_INSTANT", None)
+
+        def instant() -> float:
+            value = lib.nvmlDeviceGetFieldValues(self.handle, [field])[0]
+            if value.nvmlReturn != getattr(lib, "NVML_SUCCESS", 0):
+                raise RuntimeError(f"NVML field {field} returned {value.nvmlReturn}")
+            return float(getattr(value.value, _UNION_MEMBER.get(int(value.valueType), "uiVal"))) / 1000.0  # mW
+
+        if field is not None and hasattr(lib, "nvmlDeviceGetFieldValues"):
+            try:
+                instant()
+                return instant, "instant"
+            except Exception:  # noqa: BLE001 - the field is not supported on this board/driver
+                pass
+        return (lambda: float(lib.nvmlDeviceGetPowerUsage(self.handle)) / 1000.0), "average"
+
+    def facts(self, driver: str | None) -> GpuFacts:
+        """Facts about this GPU now (clocks and temperature change; read them per window)."""
+        nvml, handle = self.nvml, self.handle
+        limit = nvml.optional("nvmlDeviceGetEnforcedPowerLimit", handle)
+        if limit is None:
+            limit = nvml.optional("nvmlDeviceGetPowerManagementLimit", handle)
+        persistence = nvml.optional("nvmlDeviceGetPersistenceMode", handle)
+        mig = nvml.optional("nvmlDeviceGetMigMode", handle)
+        sm, mem = nvml.constant("NVML_CLOCK_SM", 1), nvml.constant("NVML_CLOCK_MEM", 2)
+        return GpuFacts(
+            index=self.index, uuid=self.uuid, name=self.name, driver=driver,
+            power_limit_w=_milliwatts(limit),
+            default_power_limit_w=_milliwatts(nvml.optional("nvmlDeviceGetPowerManagementDefaultLimit", handle)),
+            sm_clock_mhz=nvml.optional("nvmlDeviceGetClockInfo", handle, sm),
+            mem_clock_mhz=nvml.optional("nvmlDeviceGetClockInfo", handle, mem),
+            max_sm_clock_mhz=nvml.optional("nvmlDeviceGetMaxClockInfo", handle, sm),
+            temperature_c=self.temperature_c(),
+            persistence_mode=None if persistence is None else persistence == nvml.constant("NVML_FEATURE_ENABLED", 1),
+            mig_enabled=None if not mig else mig[0] == nvml.constant("NVML_DEVICE_MIG_ENABLE", 1),
+            energy_counter=nvml.optional("nvmlDeviceGetTotalEnergyConsumption", handle) is not None,
+        )
 
 
 def decode_clock_events(mask: int | None) -> list[str]:
@@ -149,60 +272,10 @@ def decode_clock_events(mask: int | None) -> list[str]:
     return names + ([hex(rest)] if rest else [])
 
 
-def _milliwatts(value: Any) -> float | None:
-    return None if value is None else float(value) / 1000.0
-
-
-def read_facts(nvml: Any, handle: Any, index: int, driver: str | None) -> GpuFacts:
-    """Facts about one GPU now (clocks and temperature change; read them per window)."""
-    limit = safe(nvml, "nvmlDeviceGetEnforcedPowerLimit", handle)
-    if limit is None:
-        limit = safe(nvml, "nvmlDeviceGetPowerManagementLimit", handle)
-    persistence = safe(nvml, "nvmlDeviceGetPersistenceMode", handle)
-    mig = safe(nvml, "nvmlDeviceGetMigMode", handle)
-    sm = getattr(nvml, "NVML_CLOCK_SM", 1)
-    mem = getattr(nvml, "NVML_CLOCK_MEM", 2)
-    return GpuFacts(
-        index=index,
-        uuid=text(safe(nvml, "nvmlDeviceGetUUID", handle) or "?"),
-        name=text(safe(nvml, "nvmlDeviceGetName", handle) or "?"),
-        driver=driver,
-        power_limit_w=_milliwatts(limit),
-        default_power_limit_w=_milliwatts(safe(nvml, "nvmlDeviceGetPowerManagementDefaultLimit",
-                                               handle)),
-        sm_clock_mhz=safe(nvml, "nvmlDeviceGetClockInfo", handle, sm),
-        mem_clock_mhz=safe(nvml, "nvmlDeviceGetClockInfo", handle, mem),
-        max_sm_clock_mhz=safe(nvml, "nvmlDeviceGetMaxClockInfo", handle, sm),
-        temperature_c=temperature_c(nvml, handle),
-        persistence_mode=None if persistence is None else persistence == getattr(
-            nvml, "NVML_FEATURE_ENABLED", 1),
-        mig_enabled=None if not mig else mig[0] == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1),
-        energy_counter=safe(nvml, "nvmlDeviceGetTotalEnergyConsumption", handle) is not None,
-    )
-
-
-def list_gpus(nvml_module: Any = None) -> list[GpuFacts]:
-    """Facts for every GPU NVML sees; raise :class:`MeterError` when NVML cannot start."""
-    nvml = load_nvml(nvml_module)
-    try:
-        driver = driver_version(nvml)
-        count = int(nvml.nvmlDeviceGetCount())
-        return [read_facts(nvml, nvml.nvmlDeviceGetHandleByIndex(i), i, driver)
-                for i in range(count)]
-    except MeterError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - an NVMLError while enumerating
-        raise MeterError(f"NVML could not list GPUs: {nvml_reason(nvml, exc)}") from exc
-    finally:
-        safe(nvml, "nvmlShutdown")
-
 def nvml_gpu_count() -> int:
     """How many GPUs NVML sees; raises :class:`MeterError` when NVML cannot start."""
-    nvml = load_nvml()
-    try:
-        return int(nvml.nvmlDeviceGetCount())
-    finally:
-        safe(nvml, "nvmlShutdown")
+    with Nvml() as nvml:
+        return nvml.count()
 
 
 def gpu_path_unavailable() -> str | None:

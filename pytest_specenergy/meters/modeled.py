@@ -30,7 +30,7 @@ from typing import Any
 from typing import Iterable
 from typing import Mapping
 
-from pytest_specenergy.meters import roofline as _roofline
+import pytest_specenergy.meters.roofline as _roofline
 from pytest_specenergy.meters.base import EnergyWindow
 from pytest_specenergy.meters.base import EngineHandle
 from pytest_specenergy.meters.base import MeterError

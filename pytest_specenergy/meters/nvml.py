@@ -14,12 +14,11 @@ import os
 import time
 import warnings
 from dataclasses import dataclass
-from dataclasses import field
 from typing import Any
 from typing import Callable
 from typing import Mapping
 
-from pytest_specenergy.meters import devices as gpu_info
+import pytest_specenergy.meters.devices as gpu_info
 from pytest_specenergy.meters.base import EnergyWindow
 from pytest_specenergy.meters.base import EngineHandle
 from pytest_specenergy.meters.base import MeterError
@@ -36,33 +35,19 @@ class PowerGapWarning(UserWarning):
     """The energy counter and the integrated power samples disagree beyond the tolerance."""
 
 
-@dataclass(frozen=True)
-class Device:
-    """One GPU of the engine: NVML index, UUID and handle."""
-
-    index: int
-    uuid: str
-    name: str
-    handle: Any = field(compare=False, repr=False)
-
-
-def resolve_devices(nvml: Any, visible: str | None, device_order: str | None = None) -> list[Device]:
+def resolve_devices(nvml: gpu_info.Nvml, visible: str | None, device_order: str | None = None
+                    ) -> list[gpu_info.Gpu]:
     """The GPUs a process with this ``CUDA_VISIBLE_DEVICES`` uses (unset = all of them)."""
-    count = int(nvml.nvmlDeviceGetCount())
+    devices = nvml.gpus()
+    count = len(devices)
     if count == 0:
         raise MeterError("NVML sees no GPU on this machine; the nvml meter needs one")
-    devices = []
-    for i in range(count):
-        handle = nvml.nvmlDeviceGetHandleByIndex(i)
-        devices.append(Device(i, gpu_info.text(nvml.nvmlDeviceGetUUID(handle)),
-                              gpu_info.text(gpu_info.safe(nvml, "nvmlDeviceGetName", handle) or "?"),
-                              handle))
     if visible is None:
         return devices
     entries = [e.strip() for e in visible.split(",")]
     if not any(entries):
         raise MeterError("CUDA_VISIBLE_DEVICES is empty, so the engine sees no GPU to measure")
-    chosen: list[Device] = []
+    chosen: list[gpu_info.Gpu] = []
     by_index = False
     for entry in entries:
         if entry.upper().startswith("MIG"):
@@ -149,7 +134,7 @@ def _engine_pid(engine: Any) -> int | None:
 
 @dataclass
 class _Window:
-    devices: list[Device]
+    devices: list[gpu_info.Gpu]
     visible: str | None
     engine_pid: int | None
     start_mj: list[int]
@@ -186,18 +171,17 @@ class NvmlMeter:
         self._clock = clock
         self._process_tree = process_tree
         self._process_exists = process_exists
-        self._nvml = gpu_info.load_nvml(nvml_module)
+        self._nvml = gpu_info.Nvml(nvml_module)
         self._closed = False
         try:
-            count = int(self._nvml.nvmlDeviceGetCount())
-        except Exception as exc:  # noqa: BLE001
+            count = self._nvml.count()
+        except MeterError:
             self.close()
-            reason = gpu_info.nvml_reason(self._nvml, exc)
-            raise MeterError(f"NVML could not count GPUs: {reason}") from exc
+            raise
         if count == 0:
             self.close()
             raise MeterError("NVML started but sees no GPU; the nvml meter needs one")
-        self._driver = gpu_info.driver_version(self._nvml)
+        self._driver = self._nvml.driver()
 
     @classmethod
     def open(cls, **kwargs: Any) -> NvmlMeter:
@@ -206,30 +190,14 @@ class NvmlMeter:
 
     def describe(self) -> dict[str, Any]:
         """The machine: driver, NVML version, every GPU's facts, and the meter's settings."""
-        nvml = self._nvml
-        gpus = [gpu_info.read_facts(nvml, nvml.nvmlDeviceGetHandleByIndex(i), i, self._driver)
-                for i in range(int(nvml.nvmlDeviceGetCount()))]
-        version = gpu_info.safe(nvml, "nvmlSystemGetNVMLVersion")
+        gpus = [gpu.facts(self._driver) for gpu in self._nvml.gpus()]
         return {"kind": self.kind, "label": self.label, "driver": self._driver,
-                "nvml_version": None if version is None else gpu_info.text(version),
+                "nvml_version": self._nvml.version(),
                 "gpus": [g.as_dict() for g in gpus], "min_window_s": self.min_window_s,
                 "sample_hz": self.sample_hz, "contamination": self.contamination}
 
-    def _energy_mj(self, device: Device) -> int:
-        try:
-            return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(device.handle))
-        except Exception as exc:  # noqa: BLE001
-            raise MeterError(
-                f"GPU {device.index} {device.name} ({device.uuid}) has no readable total-energy "
-                f"counter: {gpu_info.nvml_reason(self._nvml, exc)}; it needs a Volta or newer "
-                "GPU with a driver that supports nvmlDeviceGetTotalEnergyConsumption") from exc
-
-    def _processes(self, devices: list[Device]) -> dict[int, set[int]]:
-        found: dict[int, set[int]] = {}
-        for device in devices:
-            procs = gpu_info.safe(self._nvml, "nvmlDeviceGetComputeRunningProcesses", device.handle)
-            found[device.index] = {int(p.pid) for p in procs or []}
-        return found
+    def _processes(self, devices: list[gpu_info.Gpu]) -> dict[int, set[int]]:
+        return {device.index: device.processes() for device in devices}
 
     def start(self, engine: EngineHandle) -> _Window:
         """Read every counter of the engine's GPUs and start the power sampler."""
@@ -242,10 +210,10 @@ class NvmlMeter:
         processes = self._processes(devices)
         if self.contamination == "fail":
             self._contamination(devices, pid, processes, at_start=True)
-        before = [gpu_info.read_facts(self._nvml, d.handle, d.index, self._driver) for d in devices]
-        masks = [gpu_info.clock_event_mask(self._nvml, d.handle) for d in devices]
-        sampler = PowerSampler(self._nvml, [d.handle for d in devices], self.sample_hz, self._clock)
-        start_mj = [self._energy_mj(d) for d in devices]
+        before = [d.facts(self._driver) for d in devices]
+        masks = [d.clock_events() for d in devices]
+        sampler = PowerSampler(devices, self.sample_hz, self._clock)
+        start_mj = [d.energy_mj() for d in devices]
         t0 = self._clock()
         sampler.start()
         return _Window(devices, visible, pid, start_mj, t0, sampler, before, masks, processes)
@@ -256,7 +224,7 @@ class NvmlMeter:
             raise MeterError("this nvml window was already stopped")
         token.closed = True
         sampled = token.sampler.stop()
-        end_mj = [self._energy_mj(d) for d in token.devices]
+        end_mj = [d.energy_mj() for d in token.devices]
         seconds = self._clock() - token.t0
         deltas = [end - start for start, end in zip(token.start_mj, end_mj)]
         for device, start, end in zip(token.devices, token.start_mj, end_mj):
@@ -287,8 +255,8 @@ class NvmlMeter:
         contamination = self._contamination(token.devices, token.engine_pid, processes)
         gpus = []
         for i, device in enumerate(token.devices):
-            after = gpu_info.read_facts(self._nvml, device.handle, device.index, self._driver)
-            mask = (token.masks[i] or 0) | (gpu_info.clock_event_mask(self._nvml, device.handle) or 0)
+            after = device.facts(self._driver)
+            mask = (token.masks[i] or 0) | (device.clock_events() or 0)
             reasons = gpu_info.decode_clock_events(mask)
             gpus.append({
                 **token.before[i].as_dict(),
@@ -312,7 +280,7 @@ class NvmlMeter:
         }
         return EnergyWindow(joules=joules, seconds=seconds, source=self.label, details=details)
 
-    def _contamination(self, devices: list[Device], pid: int | None,
+    def _contamination(self, devices: list[gpu_info.Gpu], pid: int | None,
                        processes: dict[int, set[int]], at_start: bool = False) -> dict[str, Any]:
         """Other processes on the engine's GPUs, and what the policy does about them."""
         listed = {p for pids in processes.values() for p in pids}
@@ -354,4 +322,4 @@ class NvmlMeter:
         """Shut NVML down (once)."""
         if not self._closed:
             self._closed = True
-            gpu_info.safe(self._nvml, "nvmlShutdown")
+            self._nvml.close()

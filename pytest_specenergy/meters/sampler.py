@@ -20,8 +20,6 @@ from typing import Sequence
 MIN_HZ = 10.0
 SOURCE_INSTANT = "instant (NVML_FI_DEV_POWER_INSTANT)"
 SOURCE_AVERAGE = "average (nvmlDeviceGetPowerUsage)"
-_UNION_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
-                 6: "usVal"}
 
 
 def integrate_trapezoid(times: Sequence[float], watts: Sequence[float]) -> float:
@@ -50,33 +48,11 @@ class SamplerResult:
         return sum(self.joules_per_gpu)
 
 
-def _instant_reader(nvml: Any, handle: Any) -> Callable[[], float] | None:
-    field = getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)
-    if field is None or not hasattr(nvml, "nvmlDeviceGetFieldValues"):
-        return None
-
-    def read() -> float:
-        value = nvml.nvmlDeviceGetFieldValues(handle, [field])[0]
-        if value.nvmlReturn != getattr(nvml, "NVML_SUCCESS", 0):
-            raise RuntimeError(f"NVML field {field} returned {value.nvmlReturn}")
-        member = _UNION_MEMBER.get(int(value.valueType), "uiVal")
-        return float(getattr(value.value, member)) / 1000.0  # mW
-
-    try:
-        read()
-    except Exception:  # noqa: BLE001 - unsupported on this board or driver
-        return None
-    return read
-
-
-def _average_reader(nvml: Any, handle: Any) -> Callable[[], float]:
-    return lambda: float(nvml.nvmlDeviceGetPowerUsage(handle)) / 1000.0  # mW
-
-
 class PowerSampler:
-    """Samples the power of ``handles`` at ``hz`` on a daemon thread between start and stop."""
+    """Samples the power of ``gpus`` (:class:`~pytest_specenergy.meters.devices.Gpu`) at ``hz``
+    on a daemon thread between start and stop."""
 
-    def __init__(self, nvml: Any, handles: Sequence[Any], hz: float = 20.0,
+    def __init__(self, gpus: Sequence[Any], hz: float = 20.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if hz < MIN_HZ:
             raise ValueError(f"power sampling at {hz} Hz is too coarse; use >= {MIN_HZ:g} Hz")
@@ -84,10 +60,10 @@ class PowerSampler:
         self._clock = clock
         self._readers: list[Callable[[], float]] = []
         sources = []
-        for handle in handles:
-            reader = _instant_reader(nvml, handle)
-            sources.append(SOURCE_INSTANT if reader else SOURCE_AVERAGE)
-            self._readers.append(reader or _average_reader(nvml, handle))
+        for gpu in gpus:
+            reader, kind = gpu.power_reader()
+            sources.append(SOURCE_INSTANT if kind == "instant" else SOURCE_AVERAGE)
+            self._readers.append(reader)
         self.source = " + ".join(sorted(set(sources))) or SOURCE_AVERAGE
         self._times: list[float] = []
         self._watts: list[tuple[float, ...]] = []

@@ -3,7 +3,6 @@ the registry's display format otherwise, and changes as the gate measured them."
 
 from __future__ import annotations
 
-from pytest_specenergy.gate.compare import MetricRow
 from pytest_specenergy.measure.metrics import METRICS
 
 
@@ -14,11 +13,6 @@ def fmt(metric: str, value: float | int | None) -> str:
     info = METRICS.get(metric)
     display = info.display if info else "{:.4g}"
     return display.format(int(value)) if display == "{:d}" else display.format(value)
-
-
-def fmt_change(row: MetricRow) -> str:
-    """The gate's change of one metric: relative percent, or points for fraction metrics."""
-    return row.change_text()
 
 
 def worse_arrow(metric: str) -> str:

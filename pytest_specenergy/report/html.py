@@ -15,18 +15,18 @@ import json
 from typing import Any
 from typing import Callable
 from typing import Iterable
-from typing import Mapping
 from typing import Sequence
 
+import pytest_specenergy.report.plots as _plots
+from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.compare import CaseComparison
-from pytest_specenergy.gate.compare import Verdict
 from pytest_specenergy.gate.history import DEFAULT_STEP
 from pytest_specenergy.gate.history import detect_steps
 from pytest_specenergy.gate.history import history_series
-from pytest_specenergy.report import plots as _plots
+from pytest_specenergy.gate.latency import latency_choices
+from pytest_specenergy.gate.verdict import Verdict
 from pytest_specenergy.report.format import fmt
 from pytest_specenergy.report.format import worse_arrow
-from pytest_specenergy.report.latency import latency_choices
 from pytest_specenergy.report.rows import ReportRow
 from pytest_specenergy.report.rows import rows_from_document
 from pytest_specenergy.report.rows import sources
@@ -101,7 +101,7 @@ def _row_class(row: ReportRow) -> str:
     return "fail" if row.failed else "warn" if row.tripped else ""
 
 
-def _summary(run: Mapping[str, Any], rows: Sequence[ReportRow],
+def _summary(run: RunDocument, rows: Sequence[ReportRow],
              comparisons: Sequence[CaseComparison] | None) -> str:
     fails = sum(1 for r in rows if r.failed)
     warns = sum(1 for r in rows if r.tripped and not r.failed)
@@ -114,23 +114,21 @@ def _summary(run: Mapping[str, Any], rows: Sequence[ReportRow],
         ("corpora", ", ".join(sorted({r.corpus for r in rows}))),
         ("cases with a failed check", str(fails)),
         ("cases with a warning only", str(warns)),
-        ("engine starts", str(run.get("engine_starts", "n/a"))),
-        ("plugin version", str(run.get("plugin_version", "n/a"))),
-        ("run at", str(run.get("datetime", "n/a"))),
+        ("engine starts", str(run.engine_starts)),
+        ("plugin version", run.plugin_version),
+        ("run at", run.datetime or "n/a"),
     ]
     if comparisons is not None:
         regressed = sum(1 for c in comparisons if c.verdict is Verdict.REGRESSED)
         facts.append(("regressions vs baseline", f"{regressed} of {len(comparisons)} cases"))
     out = [_table(["", ""], (("", [f"<th>{_e(k)}</th>", _td(v)]) for k, v in facts))]
     out.append("<p>Sources: " + " ".join(_badge(s, "src") for s in sources(rows)) + "</p>")
-    machine = run.get("machine_info") or {}
-    if isinstance(machine, Mapping) and machine:
+    if run.machine_info:
         out.append("<h3>Machine</h3>" + _table(["key", "value"], (
-            ("", [_td(k), _td(_plain(v))]) for k, v in machine.items())))
-    meters = run.get("meters") or {}
-    if isinstance(meters, Mapping) and meters:
+            ("", [_td(k), _td(_plain(v))]) for k, v in run.machine_info.items())))
+    if run.meters:
         out.append("<h3>Meters</h3>" + _table(["meter", "description"], (
-            ("", [_td(k), _td(_plain(v))]) for k, v in meters.items())))
+            ("", [_td(k), _td(_plain(v))]) for k, v in run.meters.items())))
     return "".join(out)
 
 
@@ -138,7 +136,7 @@ def _plain(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 
-def _figures(rows: Sequence[ReportRow], history: Sequence[Mapping[str, Any]],
+def _figures(rows: Sequence[ReportRow], history: Sequence[RunDocument],
              targets: Sequence[float]) -> str:
     figs: list[tuple[str, Callable[[], str]]] = [
         ("Energy per token vs batch: one line per drafter, the dashed line is the "
@@ -169,7 +167,7 @@ def _figures(rows: Sequence[ReportRow], history: Sequence[Mapping[str, Any]],
 
 def _latency_table(rows: Sequence[ReportRow], targets: Sequence[float]) -> str:
     body = []
-    for c in latency_choices(rows, targets):
+    for c in latency_choices([r.record for r in rows if r.record], targets):
         p = c.choice
         cells = [_td(c.model), _td(c.corpus), _td(f"{c.target_ms:g} ms")]
         if p is None:
@@ -219,7 +217,7 @@ def _comparison_table(comparisons: Sequence[CaseComparison]) -> str:
     ``baseline -> current`` over the change, shaded by that metric's verdict, with the
     p-value and method in its tooltip."""
     metrics = list(dict.fromkeys(r.metric for c in comparisons for r in c.rows))
-    ordered = sorted(comparisons, key=lambda c: (_SEVERITY_ORDER.index(c.verdict), c.case_id))
+    ordered = sorted(comparisons, key=lambda c: (c.verdict.rank, c.case_id))
     body = []
     for c in ordered:
         cells = [_td(c.case_id), f"<td>{_badge(c.verdict.value, _status_kind(c.verdict))}</td>",
@@ -240,17 +238,12 @@ def _comparison_table(comparisons: Sequence[CaseComparison]) -> str:
     return _table(headers, body)
 
 
-# Worst first: the order of the comparison table.
-_SEVERITY_ORDER = (Verdict.REGRESSED, Verdict.INCOMPARABLE, Verdict.INCONCLUSIVE,
-                   Verdict.NO_BASELINE, Verdict.IMPROVED, Verdict.PASSED)
-
-
-def _history_steps(history: Sequence[Mapping[str, Any]], threshold: float) -> str:
+def _history_steps(history: Sequence[RunDocument], threshold: float) -> str:
     body = []
     for metric, _label, relative in _plots.HISTORY_METRICS:
         for case_id, values in history_series(history, metric).items():
             for s in detect_steps(values, threshold, relative=relative):
-                when = history[s.index].get("datetime", f"run {s.index}")
+                when = history[s.index].datetime or f"run {s.index}"
                 change = f"{s.change:+.1%}" if relative else f"{s.change * 100:+.1f} pts"
                 body.append(("", [_td(case_id), _td(metric), _td(when), _num(metric, s.before),
                                   _num(metric, s.after), f'<td class="num">{_e(change)}</td>']))
@@ -270,8 +263,8 @@ def _checks_detail(rows: Sequence[ReportRow]) -> str:
     return _table(["case", "severity", "check", "message", "source"], body)
 
 
-def render_html(run: Mapping[str, Any], comparisons: Sequence[CaseComparison] | None = None,
-                history: Sequence[Mapping[str, Any]] = (),
+def render_html(run: RunDocument, comparisons: Sequence[CaseComparison] | None = None,
+                history: Sequence[RunDocument] = (),
                 latency_targets_ms: Sequence[float] = (25.0, 10.0),
                 title: str = DEFAULT_TITLE, plots: bool | None = None,
                 baseline_label: str = "", step: float = DEFAULT_STEP) -> str:
@@ -285,7 +278,7 @@ def render_html(run: Mapping[str, Any], comparisons: Sequence[CaseComparison] | 
     """
     rows = rows_from_document(run)
     hist = list(history)
-    if hist and hist[-1] is not run and hist[-1] != run:
+    if hist and hist[-1] != run:
         hist.append(run)
     draw = _plots.plots_available() if plots is None else plots and _plots.plots_available()
     parts = [f"<h1>{_e(title)}</h1>",

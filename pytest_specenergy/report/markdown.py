@@ -10,12 +10,11 @@ case id or model name cannot break the table or inject markup/HTML into the comm
 from __future__ import annotations
 
 import re
-from typing import Any
-from typing import Mapping
 from typing import Sequence
 
+from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.compare import CaseComparison
-from pytest_specenergy.gate.compare import Verdict
+from pytest_specenergy.gate.verdict import Verdict
 from pytest_specenergy.report.format import fmt
 from pytest_specenergy.report.rows import rows_from_document
 from pytest_specenergy.report.rows import sources
@@ -26,8 +25,6 @@ MARKDOWN_METRICS: tuple[tuple[str, str], ...] = (
     ("energy_saving", "energy saving"),
     ("accept_length", "accept length"), ("tbt_ms", "TBT (ms)"))
 _STATUS_TEXT = {Verdict.REGRESSED: "**REGRESSED**", Verdict.PASSED: "ok"}
-_ORDER = (Verdict.REGRESSED, Verdict.INCOMPARABLE, Verdict.INCONCLUSIVE, Verdict.NO_BASELINE,
-          Verdict.IMPROVED, Verdict.PASSED)
 # Characters that Markdown (GitHub flavour) would treat as markup inside a table cell.
 _MARKUP = re.compile(r"([\\`*_\[\]|~])")
 
@@ -40,19 +37,18 @@ def md_escape(value: object) -> str:
     return _MARKUP.sub(r"\\\1", text)
 
 
-def _source(run: Mapping[str, Any]) -> dict[str, str]:
+def _source(run: RunDocument) -> dict[str, str]:
     """Per case id (and nodeid), the source label of its row in ``run``."""
     labels = {}
-    for row, record in zip(rows_from_document(run), run.get("results") or ()):
+    for row in rows_from_document(run):
         label = md_escape(row.source) if row.source == row.baseline_source else \
             f"{md_escape(row.baseline_source)} / {md_escape(row.source)}"
         labels[row.case_id] = label
-        if isinstance(record, Mapping) and record.get("nodeid"):
-            labels[str(record["nodeid"])] = label
+        labels[row.record.key] = label  # type: ignore[union-attr]
     return labels
 
 
-def _header(run: Mapping[str, Any], extra: str = "") -> str:
+def _header(run: RunDocument, extra: str = "") -> str:
     rows = rows_from_document(run)
     failed = sum(1 for r in rows if r.failed)
     warned = sum(1 for r in rows if r.tripped and not r.failed)
@@ -61,7 +57,7 @@ def _header(run: Mapping[str, Any], extra: str = "") -> str:
             f"{warned} with warnings{extra} \u00b7 sources: {labels}")
 
 
-def _comparison(run: Mapping[str, Any], comparisons: Sequence[CaseComparison]) -> str:
+def _comparison(run: RunDocument, comparisons: Sequence[CaseComparison]) -> str:
     regressed = sum(1 for c in comparisons if c.verdict is Verdict.REGRESSED)
     metrics = [m for m, _ in MARKDOWN_METRICS
                if any(r.metric == m for c in comparisons for r in c.rows)] or \
@@ -72,7 +68,7 @@ def _comparison(run: Mapping[str, Any], comparisons: Sequence[CaseComparison]) -
              "| verdict | case | " + " | ".join(f"{titles.get(m, m)} (baseline \u2192 current, change)"
                                                    for m in metrics) + " | source |",
              "|---|---|" + "---|" * len(metrics) + "---|"]
-    for c in sorted(comparisons, key=lambda c: (_ORDER.index(c.verdict), c.case_id)):
+    for c in sorted(comparisons, key=lambda c: (c.verdict.rank, c.case_id)):
         by_metric = {r.metric: r for r in c.rows}
         cells = []
         for metric in metrics:
@@ -93,7 +89,7 @@ def _comparison(run: Mapping[str, Any], comparisons: Sequence[CaseComparison]) -
     return "\n".join(lines) + "\n"
 
 
-def _current(run: Mapping[str, Any]) -> str:
+def _current(run: RunDocument) -> str:
     lines = [_header(run), "",
              "| case | baseline J/token | spec J/token | energy saving | accept length | "
              "TBT (ms) baseline \u2192 spec | checks | source |",
@@ -112,7 +108,7 @@ def _current(run: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_markdown(run: Mapping[str, Any],
+def render_markdown(run: RunDocument,
                     comparisons: Sequence[CaseComparison] | None = None) -> str:
     """Markdown for a CI summary or PR comment: the gate's comparison table when
     ``comparisons`` are given (regressions first), else the current table."""

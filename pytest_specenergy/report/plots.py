@@ -17,13 +17,13 @@ import io
 import re
 from typing import Any
 from typing import Callable
-from typing import Mapping
 from typing import Sequence
 
+from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.history import detect_steps
 from pytest_specenergy.gate.history import history_series
-from pytest_specenergy.report.latency import config_points
-from pytest_specenergy.report.latency import latency_choices
+from pytest_specenergy.gate.latency import config_points
+from pytest_specenergy.gate.latency import latency_choices
 from pytest_specenergy.report.rows import ReportRow
 from pytest_specenergy.report.rows import rows_from_document
 from pytest_specenergy.report.rows import sources
@@ -234,9 +234,10 @@ def latency_svg(rows: Sequence[ReportRow], targets_ms: Sequence[float] = (25.0, 
     """(d) Time between tokens vs energy per token per workload, with latency-target lines and,
     per target, the lowest-energy configuration that meets it ringed and named."""
     colors = drafter_colors(rows)
-    points = config_points(rows)
+    records = [r.record for r in rows if r.record]
+    points = config_points(records)
     groups = _workloads(rows)
-    choices = latency_choices(rows, targets_ms)
+    choices = latency_choices(records, targets_ms)
     label = _source_label(sorted({p.source for p in points}))
     target_styles = ("-.", ":", "--")
 
@@ -279,12 +280,12 @@ def latency_svg(rows: Sequence[ReportRow], targets_ms: Sequence[float] = (25.0, 
     return render_svg(draw, _size(len(groups)), prefix)
 
 
-def history_svg(documents: Sequence[Mapping[str, Any]], threshold: float = 0.05,
+def history_svg(documents: Sequence[RunDocument], threshold: float = 0.05,
                 prefix: str = "history", max_cases: int = 10) -> str:
     """(e) Key metrics across stored runs (oldest first), detected steps marked."""
     all_rows = [r for d in documents for r in rows_from_document(d)]
     label = _source_label(sources(all_rows))
-    ticks = [str(d.get("datetime", ""))[:10] or f"run {i}" for i, d in enumerate(documents)]
+    ticks = [d.datetime[:10] or f"run {i}" for i, d in enumerate(documents)]
 
     def draw(fig: Any) -> None:
         for ax, (metric, ylabel, relative) in zip(_grid(fig, len(HISTORY_METRICS), cols=2),

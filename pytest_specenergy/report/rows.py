@@ -1,20 +1,20 @@
 """Report rows: a flat table of one run's cases, shared by the terminal table, the HTML and
 Markdown reports and the plots.
 
-Everything here is pure: it reads the JSON-ready run document of
-:func:`pytest_specenergy.document.build_document` (or one loaded back from disk, possibly
-written by an older plugin, hence the defensive ``.get`` everywhere) and returns frozen records.
+Everything here is pure: it reads a typed run document (:mod:`pytest_specenergy.document`,
+validated once when it was loaded) and returns frozen rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from dataclasses import field
 from typing import Iterable
-from typing import Mapping
 
 import pytest_specenergy.measure.metrics as metrics
-from pytest_specenergy.measure.checks import Check
+from pytest_specenergy.document import CaseRecord
+from pytest_specenergy.document import Check
+from pytest_specenergy.document import RunDocument
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,8 @@ class ReportRow:
     draft_share: float | None = None
     #: How the draft share was found: ``removal`` (verify-only replay) or ``priced`` (modeled).
     draft_share_method: str | None = None
+    #: The record the row shows (for what a flat row cannot carry: per-repeat samples).
+    record: CaseRecord | None = field(default=None, compare=False, repr=False)
 
     @property
     def compute_bound(self) -> bool | None:
@@ -72,61 +74,25 @@ class ReportRow:
         return getattr(self, metric)
 
 
-def _num(value: Any) -> float | None:
-    # Stored documents may hold ints, None or (from hand-edited JSON) strings.
-    try:
-        return None if isinstance(value, bool) or value is None else float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _get(mapping: Any, *keys: str) -> Any:
-    for key in keys:
-        mapping = mapping.get(key) if isinstance(mapping, Mapping) else None
-    return mapping
-
-
-def row_from_result(result: Mapping[str, Any]) -> ReportRow:
-    """One :class:`ReportRow` from a ``PairResult.as_dict()`` record."""
-    case = result.get("case") or {}
-    drafter = case.get("drafter") or {}
-    batch = _num(case.get("batch"))
-    vps = _num(result.get("verified_per_step"))
-    checks = tuple(Check(str(c.get("name", "?")), str(c.get("severity", "warn")),
-                             str(c.get("message", "")))
-                   for c in result.get("checks") or () if isinstance(c, Mapping))
-    source = str(result.get("source") or _get(result, "speculative", "source") or "unknown")
+def row_from_result(record: CaseRecord) -> ReportRow:
+    """One :class:`ReportRow` from a case record."""
     return ReportRow(
-        case_id=str(result.get("case_id") or case.get("id") or "?"),
-        model=str(case.get("model", "?")),
-        drafter_id=str(drafter.get("id") or drafter.get("name") or "?"),
-        drafter_name=str(drafter.get("name", "?")),
-        batch=None if batch is None else int(batch),
-        corpus=str(_get(case, "corpus", "name") or "?"),
-        source=source,
-        baseline_source=str(_get(result, "baseline", "source") or source),
-        baseline_energy_per_token=_num(_get(result, "baseline", "energy_per_token")),
-        energy_per_token=_num(result.get("energy_per_token")),
-        energy_saving=_num(result.get("energy_saving")),
-        accept_length=_num(result.get("accept_length")),
-        acceptance_rate=_num(result.get("acceptance_rate")),
-        verified_per_step=None if vps is None else int(vps),
-        baseline_tbt_ms=_num(_get(result, "baseline", "tbt_ms")),
-        tbt_ms=_num(result.get("tbt_ms")),
-        speedup=_num(result.get("speedup")),
-        exact_fraction=_num(_get(result, "equivalence", "exact_fraction")),
-        logprob_gap=_num(_get(result, "coherence", "mean_gap")),
-        checks=checks,
-        verify_intensity=_num(result.get("verify_intensity")),
-        balance_point=_num(result.get("balance_point")),
-        draft_share=_num(result.get("draft_share")),
-        draft_share_method=result.get("draft_share_method"),
-    )
+        case_id=record.case_id, model=record.model, drafter_id=record.drafter_id,
+        drafter_name=record.drafter_name, batch=record.batch,
+        corpus=record.corpus_name, source=record.source,
+        baseline_source=record.baseline.source, baseline_energy_per_token=record.baseline.energy_per_token,
+        energy_per_token=record.energy_per_token, energy_saving=record.energy_saving,
+        accept_length=record.accept_length, acceptance_rate=record.acceptance_rate,
+        verified_per_step=record.verified_per_step, baseline_tbt_ms=record.baseline.tbt_ms,
+        tbt_ms=record.tbt_ms, speedup=record.speedup, exact_fraction=record.exact_fraction,
+        logprob_gap=record.logprob_gap, checks=record.checks, verify_intensity=record.verify_intensity,
+        balance_point=record.balance_point, draft_share=record.draft_share,
+        draft_share_method=record.draft_share_method, record=record)
 
 
-def rows_from_document(document: Mapping[str, Any]) -> list[ReportRow]:
+def rows_from_document(document: RunDocument) -> list[ReportRow]:
     """Every result of a run document as a row, in document order."""
-    return [row_from_result(r) for r in document.get("results") or () if isinstance(r, Mapping)]
+    return [row_from_result(r) for r in document.results]
 
 
 def sources(rows: Iterable[ReportRow]) -> list[str]:

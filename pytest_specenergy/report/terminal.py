@@ -1,26 +1,27 @@
 """The terminal summary: one row per test that measured a pair, every energy figure labelled
-with its source, and the gate's verdict line when a baseline was compared."""
+with its source, the gate's verdict counts, the suite's verdicts and what was written."""
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 from typing import Iterable
-from typing import Mapping
 
 from tabulate import tabulate
 
-from pytest_specenergy.gate.compare import Verdict
+from pytest_specenergy.document import CaseRecord
+from pytest_specenergy.document import RunDocument
+from pytest_specenergy.gate.suite import SuiteVerdict
+from pytest_specenergy.gate.suite import verdict_counts
+from pytest_specenergy.gate.verdict import Section
+from pytest_specenergy.gate.verdict import Verdict
+from pytest_specenergy.measure.metrics import fmt
 from pytest_specenergy.report.rows import ReportRow
 from pytest_specenergy.report.rows import row_from_result
+from pytest_specenergy.report.summary import SummaryReport
 
 HEADERS = ("test", "source", "base J/tok", "spec J/tok", "saving", "accept len", "accept rate",
            "verified/step", "verify FLOP/B", "draft share", "base tbt ms", "spec tbt ms", "speedup", "exact",
            "logprob gap", "flags")
-
-
-def _num(value: float | None, spec: str, suffix: str = "") -> str:
-    return "n/a" if value is None else format(value, spec) + suffix
 
 
 def _intensity(row: ReportRow) -> str:
@@ -34,70 +35,50 @@ def _intensity(row: ReportRow) -> str:
 def table_row(row: ReportRow, label: str | None = None) -> list[str]:
     """One table row (``!`` marks a fail-closed check)."""
     flags = ", ".join(("!" if c.severity == "fail" else "") + c.name for c in row.checks)
-    return [label or row.case_id, row.source, _num(row.baseline_energy_per_token, ".4g"),
-            _num(row.energy_per_token, ".4g"), _num(row.energy_saving, "+.1%"),
-            _num(row.accept_length, ".2f"), _num(row.acceptance_rate, ".2f"),
-            _num(row.verified_per_step, "d"), _intensity(row), _num(row.draft_share, ".0%"),
-            _num(row.baseline_tbt_ms, ".3f"),
-            _num(row.tbt_ms, ".3f"), _num(row.speedup, ".2f", "x"), _num(row.exact_fraction, ".0%"),
-            _num(row.logprob_gap, ".3f"), flags or "-"]
+    return [label or row.case_id, row.source, fmt(row.baseline_energy_per_token, ".4g"),
+            fmt(row.energy_per_token, ".4g"), fmt(row.energy_saving, "+.1%"),
+            fmt(row.accept_length, ".2f"), fmt(row.acceptance_rate, ".2f"),
+            fmt(row.verified_per_step, "d"), _intensity(row), fmt(row.draft_share, ".0%"),
+            fmt(row.baseline_tbt_ms, ".3f"),
+            fmt(row.tbt_ms, ".3f"), fmt(row.speedup, ".2f", "x"), fmt(row.exact_fraction, ".0%"),
+            fmt(row.logprob_gap, ".3f"), flags or "-"]
 
 
-def render_table(records: Iterable[Mapping[str, Any]]) -> str:
+def render_table(records: Iterable[CaseRecord]) -> str:
     """The summary table; a verdict column appears when the gate compared anything."""
     records = list(records)
-    gated = any(r.get("verdict") for r in records)
+    gated = any(r.verdict for r in records)
     rows = []
     for record in records:
         # The test's own name: one case may be measured once and used by several tests.
-        nodeid = str(record.get("nodeid") or "")
-        row = table_row(row_from_result(record), nodeid.split("::")[-1] or None)
+        row = table_row(row_from_result(record), (record.nodeid or "").split("::")[-1] or None)
         if gated:
-            verdict = record.get("verdict")
-            row.append(f"{Verdict(verdict).mark} {verdict}" if verdict else "-")
+            row.append(f"{Verdict(record.verdict).mark} {record.verdict}" if record.verdict else "-")
         rows.append(row)
     headers = list(HEADERS) + (["verdict"] if gated else [])
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
-def verdict_line(records: Iterable[Mapping[str, Any]]) -> str | None:
-    """``N regressed · M improved · K unchanged · I inconclusive ...`` or None."""
-    counts = Counter(r.get("verdict") for r in records if r.get("verdict"))
-    if not counts:
-        return None
-    order = [(Verdict.REGRESSED, "regressed"), (Verdict.IMPROVED, "improved"),
-             (Verdict.PASSED, "unchanged"), (Verdict.INCONCLUSIVE, "inconclusive"),
-             (Verdict.INCOMPARABLE, "incomparable"), (Verdict.NO_BASELINE, "without baseline")]
-    return " · ".join(f"{counts.get(v.value, 0)} {label}" for v, label in order)
-
-
-def summary_lines(records: list[Mapping[str, Any]], xdist_skipped: int, engine_starts: int,
-                  unused_goldens: Iterable[Any], saved: Iterable[Any],
-                  json_path: Any) -> list[tuple[str, str]]:
-    """The terminal summary as ``(separator, text)`` pairs: a separator title (``"specenergy"``
-    or ``"warning"``) opens a section, an empty one is a plain line."""
-    lines: list[tuple[str, str]] = []
-    if xdist_skipped:
-        lines.append(("warning", "specenergy warning"))
-        lines.append(("", f"{xdist_skipped} spec_pair tests were skipped: energy is not measured "
-                          f"under pytest-xdist, because workers would share GPUs. Use "
-                          f"--specenergy-xdist=per-gpu (one GPU per worker) or run without -n."))
-    if not records:
-        return lines
-    lines.append(("specenergy", "specenergy"))
-    lines.append(("", render_table(records)))
-    sources = sorted({r["source"] for r in records})
-    pairs = len({(r["case"]["model"], r["case_id"], r["machine_key"]) for r in records})
-    starts = f", {engine_starts} engine starts" if engine_starts else ""
-    lines.append(("", f"{len(records)} results of {pairs} distinct pairs{starts}; "
-                      f"energy figures: {', '.join(sources)}"))
-    verdicts = verdict_line(records)
-    if verdicts:
-        lines.append(("", verdicts))
-    unused = [str(p) for p in unused_goldens]
-    if unused:
-        lines.append(("", f"{len(unused)} golden baseline(s) no test used: " + ", ".join(unused)))
-    lines += [("", f"specenergy run saved: {path}") for path in saved]
-    if json_path:
-        lines.append(("", f"specenergy JSON: {json_path}"))
-    return lines
+def summary_report(document: RunDocument, suite: SuiteVerdict, written: Any, xdist_skipped: int) -> SummaryReport:
+    """The terminal summary of ``document``, the suite's verdicts and what was written (the
+    session's :class:`~pytest_specenergy.outputs.Written`)."""
+    records = document.results
+    sources = sorted({r.source for r in records})
+    pairs = len({(r.model, r.case_id, r.machine_key) for r in records})
+    starts = f", {document.engine_starts} engine starts" if document.engine_starts else ""
+    lines = [render_table(records), f"{len(records)} results of {pairs} distinct pairs{starts}; "
+                                    f"energy figures: {', '.join(sources)}"]
+    counts = verdict_counts(records)
+    lines += [counts] if counts else []
+    if written.unused_goldens:
+        lines.append(f"{len(written.unused_goldens)} golden baseline(s) no test used: "
+                     + ", ".join(map(str, written.unused_goldens)))
+    lines += [f"specenergy golden baseline written: {p}" for p in written.goldens]
+    lines += [f"specenergy run saved: {p}" for p in written.saved]
+    lines += [f"specenergy JSON: {written.json}"] if written.json else []
+    if document.interrupted:
+        lines.append("the session was interrupted: the saved run is marked so and never serves as a baseline")
+    failed = (Section("specenergy outputs not written", (*written.failures, "exit status 1"), True),) \
+        if written.failures else ()
+    return SummaryReport(SummaryReport.of_nothing(xdist_skipped).sections + (Section("specenergy", tuple(lines)),)
+                         + suite.sections + failed)

@@ -131,9 +131,12 @@ def test_off_by_one_acceptance_looks_better_but_equivalence_fails(pytester: pyte
 def test_stale_draft_cache_shifts_acceptance_the_gate_reports_it(pytester: pytest.Pytester, run_suite):
     # Output stays exact: only the acceptance comparison with main shows this bug.
     pytester.makepyfile(DRAFT_SUITE)
-    run_suite("--specenergy-save=main", repeats=1).assert_outcomes(passed=1)
+    run_suite("--specenergy-save=main", repeats=2).assert_outcomes(passed=1)
+    # The default limits all apply (energy among them, which needs 2 stored repeats): energy is
+    # set out of reach, so the acceptance comparison alone decides.
     faulted = run_suite("--specenergy-fault=stale-draft-cache", "--specenergy-compare=main",
-                                 # A zero limit: any significant shift is reported (4 requests
-                                 # cannot show one beyond a 5% limit with confidence).
-                                 "--specenergy-compare-fail=accept_length:0%", repeats=1)
+                        # A zero limit: any significant shift is reported (4 requests
+                        # cannot show one beyond a 5% limit with confidence).
+                        "--specenergy-compare-fail=accept_length:0%", "--specenergy-compare-fail=energy:1000%",
+                        repeats=2)
     faulted.stdout.fnmatch_lines(["*test_draft[[]code-draft-b2[]]*improved*"])

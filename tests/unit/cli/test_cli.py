@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -9,9 +10,9 @@ import pytest
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.cli.main import main
-from pytest_specenergy.document import build_document
+from pytest_specenergy.document import RunDocument
 from pytest_specenergy.engines.drafters import Drafter
-from pytest_specenergy.gate import storage
+from pytest_specenergy.gate.storage import RunStore
 from pytest_specenergy.measure.results import PairResult
 from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
@@ -33,17 +34,17 @@ def record(batch: int, spec_joules: float, source: str = "modeled (h200)", nodei
                          source, samples, ((1, 2, 3),), ("length",), 9 if arm == "speculative" else 1)
 
     pair = PairResult(case, case.id, run("baseline", 10.0), run("speculative", spec_joules))
-    return {"nodeid": f"test_x.py::test_drafter[{case.id}]{nodeid_suffix}", "machine_key": KEY, **pair.as_dict()}
+    return pair.record(f"test_x.py::test_drafter[{case.id}]{nodeid_suffix}", KEY)
 
 
 def document(*records):
-    doc = build_document(records, meters={}, engine_starts=2)
-    assert doc["machine_key"] == KEY
+    doc = RunDocument.build(records, meters={}, engine_starts=2)
+    assert doc.machine_key == KEY
     return doc
 
 
 def save(tmp_path, name, doc):
-    return storage.save_run(doc, tmp_path / ".specenergy", name)
+    return RunStore(tmp_path / ".specenergy").save(doc, name)
 
 
 def run_cli(tmp_path, *args):
@@ -88,17 +89,16 @@ def test_history_without_steps(tmp_path, capsys):
 def test_merge_joins_shards_and_refuses_incomparable_ones(tmp_path, capsys):
     a = tmp_path / "a.json"
     b = tmp_path / "b.json"
-    a.write_text(json.dumps(document(record(1, 5.0))))
-    b.write_text(json.dumps(document(record(4, 7.0))))
+    a.write_text(json.dumps(document(record(1, 5.0)).as_dict()))
+    b.write_text(json.dumps(document(record(4, 7.0)).as_dict()))
     out = tmp_path / "merged.json"
     assert run_cli(tmp_path, "merge", str(a), str(b), "--output", str(out), "--save", "nightly") == 0
-    merged = storage.load_run(out)
-    assert [r["case_id"] for r in merged["results"]] == ["code-ngram-b1", "code-ngram-b4"]
-    assert storage.list_runs(tmp_path / ".specenergy", KEY)[-1].name == "nightly"
+    merged = RunStore().load(out)
+    assert [r.case_id for r in merged.results] == ["code-ngram-b1", "code-ngram-b4"]
+    assert RunStore(tmp_path / ".specenergy").list(KEY)[-1].name == "nightly"
     assert run_cli(tmp_path, "merge", str(a), str(a), "--output", str(tmp_path / "dup.json")) == 2
     assert "was also measured in" in capsys.readouterr().err
-    other = document(record(4, 7.0, source="modeled (h100)"))
-    other["machine_key"] = KEY
+    other = {**document(record(4, 7.0, source="modeled (h100)")).as_dict(), "machine_key": KEY}
     c = tmp_path / "c.json"
     c.write_text(json.dumps(other))
     assert run_cli(tmp_path, "merge", str(a), str(c), "--output", str(tmp_path / "x.json")) == 2
@@ -124,3 +124,34 @@ def test_doctor_runs_and_says_why_it_cannot_measure_here(capsys):
     out = capsys.readouterr().out
     assert "specenergy doctor" in out
     assert code in (0, 1)
+
+
+def test_a_report_never_replaces_the_run_it_reads(tmp_path, capsys):
+    path = save(tmp_path, "main", document(record(1, 5.0)))
+    before = path.read_bytes()
+    assert run_cli(tmp_path, "report", str(path), "--markdown", str(path)) == 2
+    assert "is the run file being read" in capsys.readouterr().err
+    assert path.read_bytes() == before
+
+
+def test_compare_refuses_a_run_with_itself_and_an_interrupted_baseline(tmp_path, capsys):
+    save(tmp_path, "main", document(record(1, 5.0)))
+    assert run_cli(tmp_path, "compare", "main", "last") == 2
+    assert "are the same run" in capsys.readouterr().err
+    cut = RunStore(tmp_path / ".specenergy").save(
+        dataclasses.replace(document(record(1, 5.0)), interrupted=True), "cut")
+    assert run_cli(tmp_path, "compare", str(cut), "main") == 2
+    err = capsys.readouterr().err
+    assert "saved by an interrupted session: its results are incomplete" in err
+    assert "compare with a complete run" in err
+
+
+def test_one_limit_keeps_the_other_defaults(tmp_path, capsys):
+    # energy:5% alone used to replace every default: a 15% accept-length drop went unreported.
+    save(tmp_path, "main", document(record(1, 5.0)))
+    worse = record(1, 5.0)
+    worse = dataclasses.replace(worse, speculative=dataclasses.replace(worse.speculative, samples=tuple(
+        dataclasses.replace(s, correct_drafts=36) for s in worse.speculative.samples)))
+    save(tmp_path, "pr", document(worse))
+    assert run_cli(tmp_path, "compare", "main", "pr", "--fail", "energy:5%") == 1
+    assert "accept_length" in capsys.readouterr().out

@@ -11,6 +11,7 @@ from pytest_specenergy.cli import doctor
 from pytest_specenergy.cli.doctor import FAIL
 from pytest_specenergy.cli.doctor import OK
 from pytest_specenergy.cli.doctor import WARN
+from pytest_specenergy.meters.devices import Nvml
 
 try:
     from tests.fakes import fake_pynvml as fake
@@ -76,7 +77,7 @@ def test_healthy_fake_gpu_exits_zero():
 def test_energy_counter_unsupported_fails():
     code, text = run(["--sglang-version", "0.5.23"], fake.h200s(1, energy_supported=False))
     assert code == 1
-    assert "[FAIL] energy counter 0: unreadable: NVML error NOT_SUPPORTED" in text
+    assert "[FAIL] energy counter 0: unreadable: GPU 0 " in text and "NVML error NOT_SUPPORTED" in text
 
 
 def test_flat_counter_warns():
@@ -123,8 +124,7 @@ def test_persistence_off_and_low_power_limit_warn():
     gpu = fake.h200s(1)[0]
     nvml = fake.FakeNvml([gpu])
     nvml.nvmlDeviceGetEnforcedPowerLimit = lambda handle: 400_000  # capped below the default
-    nvml.nvmlInit()
-    (check,) = doctor.check_gpus(nvml)
+    (check,) = doctor.check_gpus(Nvml(nvml))
     assert check.status == WARN and "below the default" in check.fix
 
 

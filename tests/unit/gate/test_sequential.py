@@ -15,10 +15,7 @@ from pytest_specenergy.gate.sequential import Verdict
 from pytest_specenergy.gate.sequential import compare_paired
 from pytest_specenergy.gate.sequential import compare_per_request
 from pytest_specenergy.gate.sequential import compare_stored
-from pytest_specenergy.gate.sequential import energy_in_job
-from pytest_specenergy.gate.sequential import energy_vs_stored
 from pytest_specenergy.gate.sequential import sequential_arrays
-from pytest_specenergy.gate.sequential import session_ratios
 from pytest_specenergy.gate.tdist import t_ppf
 from pytest_specenergy.gate.tdist import t_sf
 
@@ -190,35 +187,6 @@ def test_result_is_json_ready_and_describes_itself() -> None:
     assert "limit +5.00%" in result.describe()
     early = compare_paired([1.1, 1.2], [1.0, 1.0], limit=0.05)  # before the first look
     assert json.loads(json.dumps(early.as_dict(), allow_nan=False))["p_sequential"] == 1.0
-
-
-# -- energy: ratios cancel a session offset ----------------------------------------------------
-def test_session_offset_cancels_in_the_ratio_but_shows_in_the_absolute() -> None:
-    base = 1.5 * lognormal(0.0, 0.02, shift=1)
-    spec = 1.05 * lognormal(0.0, 0.02, shift=4)
-    stored_base = 1.5 * lognormal(0.0, 0.02, n=5, shift=7)
-    stored_spec = 1.05 * lognormal(0.0, 0.02, n=5, shift=9)
-    cool = energy_vs_stored(spec, base, stored_spec, stored_base, limit=0.05)
-    warm = energy_vs_stored(spec * 1.03, base * 1.03, stored_spec, stored_base, limit=0.05)
-    assert warm.result == cool.result
-    assert warm.absolute_change == pytest.approx((1 + cool.absolute_change) * 1.03 - 1)
-    assert warm.session_shift is not None and cool.session_shift is not None
-    assert warm.session_shift == pytest.approx((1 + cool.session_shift) * 1.03 - 1)
-    assert "not gated" in warm.describe()
-
-
-def test_in_job_ab_uses_the_paired_ratio() -> None:
-    cand, ref = 0.8 * lognormal(0.2, 0.01), 0.8 * lognormal(0.0, 0.01, shift=2)
-    comparison = energy_in_job(cand, ref, limit=0.05)
-    assert comparison.result.verdict is Verdict.REGRESSED
-    assert comparison.session_shift is None
-    assert comparison.absolute_change == pytest.approx(comparison.result.estimate)
-
-
-def test_session_ratios_pair_by_index() -> None:
-    assert session_ratios([2.0, 3.0], [1.0, 2.0]).tolist() == [2.0, 1.5]
-    with pytest.raises(ValueError):
-        session_ratios([1.0, 2.0], [1.0])
 
 
 # -- the vectorized engine: the same numbers, and the error rates -------------------------------

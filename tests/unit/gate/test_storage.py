@@ -8,6 +8,7 @@ leaves the earlier history intact and no partial file behind.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -19,26 +20,21 @@ import sys
 import pytest
 
 from pytest_specenergy import atomic
+from pytest_specenergy.document import GOLDEN_KIND
+from pytest_specenergy.document import RUN_KIND
+from pytest_specenergy.document import CaseRecord
+from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.machine import machine_info
 from pytest_specenergy.gate.machine import machine_key
 from pytest_specenergy.gate.machine import slugify
-from pytest_specenergy.gate.storage import GOLDEN_KIND
-from pytest_specenergy.gate.storage import RUN_KIND
+from pytest_specenergy.gate.storage import GoldenStore
 from pytest_specenergy.gate.storage import InvalidRunName
 from pytest_specenergy.gate.storage import RunNotFound
+from pytest_specenergy.gate.storage import RunStore
 from pytest_specenergy.gate.storage import StorageError
-from pytest_specenergy.gate.storage import find_run
-from pytest_specenergy.gate.storage import golden_path
-from pytest_specenergy.gate.storage import is_interrupted
-from pytest_specenergy.gate.storage import list_runs
-from pytest_specenergy.gate.storage import load_golden
 from pytest_specenergy.gate.storage import load_run
-from pytest_specenergy.gate.storage import save_run
 from pytest_specenergy.gate.storage import storage_path
-from pytest_specenergy.gate.storage import unused_goldens
-from pytest_specenergy.gate.storage import update_golden
 from pytest_specenergy.gate.storage import validate_run_name
-from pytest_specenergy.gate.storage import write_golden
 from pytest_specenergy.meters.modeled import ModeledMeter
 
 KEY = "modeled-h200-cpu-reference-0.1.0"
@@ -47,12 +43,33 @@ GARBAGE = b"\x00{not json at all\xff\n"
 NODE = "tests/energy/test_drafters.py::test_drafter_pays_for_itself[code-eagle3-b16]"
 
 
-def document(value: float = 1.0) -> dict:
-    """A run document shaped like report/json_out.build_document's."""
-    return {"schema_version": 1, "plugin_version": "0.1.0", "datetime": "2026-05-09T14:30:00+00:00",
-            "machine_info": {"node": "ci-7", "python": "3.11.7", "platform": "Linux"},
-            "meters": {}, "engine_starts": 2,
-            "results": [{"case_id": "code-ngram-b4", "energy_per_token": value}]}
+ARM = {"source": "modeled (h200)", "samples": []}
+
+
+def result(value: float = 1.0, case_id: str = "code-ngram-b4") -> dict:
+    """A minimal case record: what the run document's reader needs, and one figure."""
+    return {"case_id": case_id, "energy_per_token": value, "baseline": ARM, "speculative": ARM}
+
+
+def document(value: float = 1.0, key: str | None = KEY, interrupted: bool = False) -> RunDocument:
+    """A run document with one record, as a session builds it."""
+    return RunDocument.from_dict({
+        "schema_version": 1, "plugin_version": "0.1.0", "datetime": "2026-05-09T14:30:00+00:00",
+        "machine_info": {"node": "ci-7", "python": "3.11.7", "platform": "Linux"}, "machine_key": key,
+        "meters": {}, "engine_starts": 2, "interrupted": interrupted, "results": [result(value)]})
+
+
+def save_run(doc, root, name=None, *, machine_key=KEY, now=NOW, interrupted=False):
+    doc = dataclasses.replace(doc, machine_key=machine_key, interrupted=interrupted or doc.interrupted)
+    return RunStore(root).save(doc, name, now=now)
+
+
+def find_run(root, key, ref):
+    return RunStore(root).find(key, ref)
+
+
+def list_runs(root, key):
+    return RunStore(root).list(key)
 
 
 def snapshot(folder):
@@ -70,9 +87,8 @@ def test_save_layout_counter_and_gitignore(tmp_path):
     assert second.name == "0002_auto_20260509_143000.json"
     assert (storage / ".gitignore").read_text().splitlines()[-1] == "*"
     saved = load_run(first)
-    assert (saved["kind"], saved["schema_version"], saved["name"], saved["machine_key"]) == (
-        RUN_KIND, 1, "main", KEY)
-    assert saved["results"] == document()["results"]
+    assert (saved.kind, saved.schema_version, saved.name, saved.machine_key) == (RUN_KIND, 1, "main", KEY)
+    assert saved.results == document().results
     assert [(r.counter, r.name) for r in list_runs(storage, KEY)] == [(1, "main"), (2, "auto")]
 
 
@@ -83,7 +99,7 @@ def test_gitignore_is_not_overwritten(tmp_path):
 
 
 def test_machine_key_from_document(tmp_path):
-    path = save_run({**document(), "machine_key": "1xnvidia-h200-700w-nvml"}, tmp_path, now=NOW)
+    path = save_run(document(), tmp_path, machine_key="1xnvidia-h200-700w-nvml", now=NOW)
     assert path.parent.name == "1xnvidia-h200-700w-nvml"
     with pytest.raises(StorageError, match="not path-safe"):
         save_run(document(), tmp_path, machine_key="../escape", now=NOW)
@@ -143,25 +159,32 @@ def test_find_run_references(tmp_path):
     (json.dumps({"schema_version": 1, "kind": RUN_KIND}).encode(), "'results' is missing"),
     # Valid schema, bad records (fault-audit 3b, 3c): named, never a raw ValueError later.
     (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [[1]]}).encode(),
-     "results[0]: record is [1], expected a JSON object"),
+     "results[0] is [1], expected a JSON object"),
     (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [
-        {"case_id": "c1", "speculative": "fast"}]}).encode(),
-     "results[0] (c1): speculative is 'fast', expected a JSON object"),
+        {**result(case_id="c1"), "speculative": "fast"}]}).encode(),
+     "results[0] (c1).speculative is 'fast', expected a JSON object"),
     (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [
-        {"case_id": "c1", "speculative": {"samples": [{"energy_per_token": "NaN?"}]}}]}).encode(),
-     "results[0] (c1): speculative.samples[0]: 'energy_per_token' is 'NaN?', expected a "
+        {**result(case_id="c1"), "speculative": {"samples": [{"decode_joules": "NaN?"}]}}]}).encode(),
+     "results[0] (c1).speculative.samples[0]: 'decode_joules' is 'NaN?', expected a "
      "finite number or null"),
     (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [
-        {"case_id": "c1", "baseline": {"samples": [{"tbt_ms": True}]}}]}).encode(),
+        {**result(case_id="c1"), "baseline": {"samples": [{"decode_joules": 1, "decode_seconds": 1,
+                                                           "decode_tokens": 1, "tbt_ms": True}]}}]}).encode(),
      "baseline.samples[0]: 'tbt_ms' is True"),
-    (b'{"schema_version": 1, "kind": "specenergy-run", "results": [{"speedup": NaN}]}',
-     "'speedup' is nan, expected a finite number"),
     (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [
-        {"case_id": "c1", "speculative": {"samples": {"0": {}}}}]}).encode(),
-     "speculative.samples is {'0': {}}, expected a JSON array"),
+        {**result(case_id="c1"), "speculative": {"samples": [
+            {"decode_joules": 1, "decode_seconds": 1, "decode_tokens": 1, "accept_lengths": ["2.0"]}]}}]}).encode(),
+     "speculative.samples[0]: 'accept_lengths' is ['2.0'], expected an array of finite numbers >= 0"),
+    (b'{"schema_version": 1, "kind": "specenergy-run", "results": [{"speedup": NaN, '
+     b'"baseline": {}, "speculative": {}}]}', "'speedup' is nan, expected a finite number"),
     (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [
-        {"case_id": "c1", "equivalence": {"exact_fraction": "all"}}]}).encode(),
+        {**result(case_id="c1"), "speculative": {"samples": {"0": {}}}}]}).encode(),
+     "speculative: 'samples' is {'0': {}}, expected a JSON array"),
+    (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [
+        {**result(case_id="c1"), "equivalence": {"exact_fraction": "all"}}]}).encode(),
      "equivalence: 'exact_fraction' is 'all'"),
+    (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [{"case_id": "c1"}]}).encode(),
+     "results[0] (c1) lacks its 'baseline' arm"),
 ])
 def test_bad_run_files_are_reported_and_never_touched(tmp_path, content, fragment):
     save_run(document(), tmp_path, "main", machine_key=KEY, now=NOW)
@@ -189,7 +212,7 @@ def test_crash_in_serialisation_leaves_history_intact(tmp_path, monkeypatch):
         save_run(document(3.0), tmp_path, "main", machine_key=KEY, now=NOW)
     monkeypatch.undo()
     assert snapshot(tmp_path) == before  # old files intact, nothing partial left
-    assert load_run(find_run(tmp_path, KEY, "last"))["results"][0]["energy_per_token"] == 2.0
+    assert load_run(find_run(tmp_path, KEY, "last")).results[0].energy_per_token == 2.0
 
 
 def test_crash_after_partial_write_removes_the_temporary_file(tmp_path, monkeypatch):
@@ -212,15 +235,18 @@ def test_crash_after_partial_write_removes_the_temporary_file(tmp_path, monkeypa
 
 SAVER = r"""
 import datetime as dt, os, sys, time
-from pytest_specenergy.gate.storage import save_run
+from pytest_specenergy.document import RunDocument
+from pytest_specenergy.gate.storage import RunStore
 storage, worker, go = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 print("ready", flush=True)
 while not os.path.exists(go):  # start together: the race needs the saves to overlap
     time.sleep(0.001)
 now = dt.datetime(2026, 5, 9, 14, 30, 0, tzinfo=dt.timezone.utc)
 for i in range(20):
-    doc = {"schema_version": 1, "results": [{"case_id": "c", "energy_per_token": worker * 1000.0 + i}]}
-    print(save_run(doc, storage, "race", machine_key=sys.argv[4], now=now), flush=True)
+    arm = {"source": "modeled (h200)", "samples": []}
+    doc = RunDocument.from_dict({"machine_key": sys.argv[4], "results": [
+        {"case_id": "c", "energy_per_token": worker * 1000.0 + i, "baseline": arm, "speculative": arm}]})
+    print(RunStore(storage).save(doc, "race", now=now), flush=True)
 """
 
 
@@ -238,7 +264,7 @@ def test_concurrent_saves_with_one_name_in_one_second_all_survive(tmp_path):
     runs = list_runs(tmp_path, KEY)
     assert len(returned) == len(set(returned)) == len(runs) == 80
     assert sorted(r.counter for r in runs) == list(range(1, 81))  # no counter taken twice
-    values = {load_run(p)["results"][0]["energy_per_token"] for p in returned}
+    values = {load_run(p).results[0].energy_per_token for p in returned}
     assert values == {float(w * 1000 + i) for w in range(4) for i in range(20)}
     assert not [p for p in (tmp_path / KEY).iterdir() if p.suffix == ".tmp"]
 
@@ -249,7 +275,7 @@ def test_an_existing_name_is_never_replaced(tmp_path, monkeypatch):
     monkeypatch.setattr("pytest_specenergy.gate.storage._next_counter", lambda folder: 1)
     second = save_run(document(2.0), tmp_path, "main", machine_key=KEY, now=NOW)
     assert second.name.startswith("0002_")
-    assert load_run(first)["results"][0]["energy_per_token"] == 1.0
+    assert load_run(first).results[0].energy_per_token == 1.0
 
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
@@ -277,8 +303,8 @@ def test_replacing_a_file_keeps_its_mode(tmp_path):
 def test_interrupted_runs_are_never_picked_as_baselines(tmp_path):
     done = save_run(document(1.0), tmp_path, "main", machine_key=KEY, now=NOW)
     cut = save_run(document(2.0), tmp_path, "main", machine_key=KEY, now=NOW, interrupted=True)
-    assert is_interrupted(load_run(cut)) and not is_interrupted(load_run(done))
-    assert "interrupted" not in load_run(done)
+    assert load_run(cut).interrupted and not load_run(done).interrupted
+    assert "interrupted" not in json.loads(done.read_text())
     assert find_run(tmp_path, KEY, "last") == done
     assert find_run(tmp_path, KEY, "main") == done
     with pytest.raises(RunNotFound, match=r"no finished run '0002'.*interrupted session"):
@@ -296,39 +322,43 @@ def test_storage_path_accepts_file_uri():
 
 
 # -- golden baselines ------------------------------------------------------------------------
-RECORD = {"case_id": "code-eagle3-b16", "energy_per_token": 0.5}
+RECORD = CaseRecord.from_dict({**result(0.5, "code-eagle3-b16")})
 
 
 def test_golden_path_and_roundtrip(tmp_path):
-    path = golden_path(tmp_path, NODE)
-    assert path == (tmp_path / "tests/energy/test_drafters"
+    goldens = GoldenStore(tmp_path)
+    path = goldens.path(KEY, NODE)
+    assert path == (tmp_path / KEY / "tests/energy/test_drafters"
                     / "test_drafter_pays_for_itself[code-eagle3-b16].json")
-    nested = golden_path(tmp_path, "t/test_a.py::TestX::test_y[a/b:c]")
+    nested = goldens.path(KEY, "t/test_a.py::TestX::test_y[a/b:c]")
     assert nested.name == "TestX.test_y[a_b_c].json"
-    assert load_golden(tmp_path, NODE) is None
-    write_golden(tmp_path, NODE, RECORD, {"machine_key": KEY})
-    golden = load_golden(tmp_path, NODE)
+    assert goldens.load(KEY, NODE) is None
+    goldens.write(KEY, NODE, RECORD, {"machine_key": KEY})
+    golden = goldens.load(KEY, NODE)
     assert (golden.record, golden.run_info, golden.path) == (RECORD, {"machine_key": KEY}, path)
     data = json.loads(path.read_text())
     assert (data["kind"], data["schema_version"], data["nodeid"]) == (GOLDEN_KIND, 1, NODE)
 
 
 def test_colliding_node_ids_are_refused(tmp_path):
-    write_golden(tmp_path, "t/test_a.py::test_y[a/b]", RECORD)
+    goldens = GoldenStore(tmp_path)
+    goldens.write(KEY, "t/test_a.py::test_y[a/b]", RECORD)
     with pytest.raises(StorageError, match=r"holds the baseline of 't/test_a.py::test_y\[a/b\]'"):
-        load_golden(tmp_path, "t/test_a.py::test_y[a:b]")
+        goldens.load(KEY, "t/test_a.py::test_y[a:b]")
 
 
 @pytest.mark.parametrize("mode", ["check", "update", "regen-all", "new-only"])
 def test_corrupt_golden_is_never_overwritten(tmp_path, mode):
-    path = golden_path(tmp_path, NODE)
+    goldens = GoldenStore(tmp_path)
+    path = goldens.path(KEY, NODE)
     path.parent.mkdir(parents=True)
     path.write_bytes(GARBAGE)
     with pytest.raises(StorageError) as info:
-        update_golden(tmp_path, NODE, RECORD, mode=mode, mismatched=True)
+        goldens.update(KEY, NODE, RECORD, mode=mode, mismatched=True)
     assert str(path) in str(info.value)
     with pytest.raises(StorageError):
-        write_golden(tmp_path, NODE, RECORD)
+        goldens.write(KEY, NODE, RECORD)
+    assert goldens.flush() == ([], [])
     assert path.read_bytes() == GARBAGE
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left
 
@@ -346,26 +376,53 @@ def test_corrupt_golden_is_never_overwritten(tmp_path, mode):
     ("check", True, False, "unchanged", False, False),
 ])
 def test_update_semantics(tmp_path, mode, exists, mismatched, action, written, fails):
+    goldens = GoldenStore(tmp_path)
+    old, new = CaseRecord.from_dict(result(1.0)), CaseRecord.from_dict(result(2.0))
     if exists:
-        write_golden(tmp_path, NODE, {"old": True})
-    new = {"new": True}
-    result = update_golden(tmp_path, NODE, new, mode=mode, mismatched=mismatched)
-    assert (result.action, result.written, result.fails) == (action, written, fails)
-    assert load_golden(tmp_path, NODE).record == (new if written else {"old": True})
-    assert str(result.path) in result.message
+        goldens.write(KEY, NODE, old)
+    update = goldens.update(KEY, NODE, new, mode=mode, mismatched=mismatched)
+    assert (update.action, update.written, update.fails) == (action, written, fails)
+    assert str(update.path) in update.message
+    # The write is queued, never done while judging: the file changes only at flush.
+    assert getattr(goldens.load(KEY, NODE), "record", None) == (old if exists else None)
+    assert goldens.flush() == (([update.path] if written else []), [])
+    assert goldens.load(KEY, NODE).record == (new if written else old)
     with pytest.raises(ValueError, match="expected one of check, update, regen-all, new-only"):
-        update_golden(tmp_path, NODE, new, mode="force", mismatched=False)
+        goldens.update(KEY, NODE, new, mode="force", mismatched=False)
+
+
+def test_a_golden_that_cannot_be_written_is_reported_at_flush(tmp_path):
+    goldens = GoldenStore(tmp_path / "ro")
+    goldens.update(KEY, NODE, RECORD, mode="check", mismatched=False)
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro").chmod(0o500)
+    try:
+        written, failures = goldens.flush()
+    finally:
+        (tmp_path / "ro").chmod(0o700)
+    if os.geteuid() == 0:  # root writes anywhere: the failure path needs another witness
+        pytest.skip("running as root: a read-only folder is still writable")
+    assert written == [] and "cannot be written" in failures[0] and str(tmp_path / "ro") in failures[0]
 
 
 def test_unused_goldens(tmp_path):
+    goldens = GoldenStore(tmp_path)
     used = "tests/test_a.py::test_x[b1]"
-    write_golden(tmp_path, used, RECORD)
-    write_golden(tmp_path, "tests/test_a.py::test_x[b2]", RECORD)
-    write_golden(tmp_path, "tests/test_gone.py::test_y", RECORD)
-    unused = unused_goldens(tmp_path, [used])
-    assert [p.relative_to(tmp_path).as_posix() for p in unused] == [
+    for node in (used, "tests/test_a.py::test_x[b2]", "tests/test_gone.py::test_y"):
+        goldens.write(KEY, node, RECORD)
+    goldens.update(KEY, used, RECORD, mode="check", mismatched=False)
+    unused = goldens.unused([KEY])
+    assert [p.relative_to(tmp_path / KEY).as_posix() for p in unused] == [
         "tests/test_a/test_x[b2].json", "tests/test_gone/test_y.json"]
-    assert unused_goldens(tmp_path / "missing", [used]) == []
+    assert goldens.unused(["missing-key"]) == []
+
+
+def test_folders_without_run_files_are_not_machine_keys(tmp_path):
+    # The engine logs' folder (.specenergy/logs) sits beside the history: it is no machine key.
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "engine-1.log").write_text("log")
+    save_run(document(), tmp_path, "main")
+    assert RunStore(tmp_path).machine_keys() == [KEY]
 
 
 # -- machine key ----------------------------------------------------------------------------

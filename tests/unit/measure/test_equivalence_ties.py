@@ -132,7 +132,7 @@ def test_per_request_accept_lengths_and_their_json_round_trip():
     old = sample.as_dict()
     del old["accept_lengths"]  # a file written before the field existed
     assert RepeatSample.from_dict(old).accept_lengths is None
-    with pytest.raises(ValueError, match="accept_lengths is 'many'; expected a list of finite numbers"):
+    with pytest.raises(ValueError, match="'accept_lengths' is 'many', expected an array of finite numbers >= 0"):
         RepeatSample.from_dict({**old, "accept_lengths": "many"})
     with pytest.raises(ValueError, match="lacks 'decode_tokens'"):
         RepeatSample.from_dict({"decode_joules": 1.0, "decode_seconds": 1.0})

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_specenergy.meters import devices as gpu_info
 from pytest_specenergy.meters.base import MeterError
+from pytest_specenergy.meters.devices import Nvml
 from pytest_specenergy.meters.nvml import GpuContaminationWarning
 from pytest_specenergy.meters.nvml import NvmlMeter
 from pytest_specenergy.meters.nvml import PowerGapWarning
@@ -123,8 +124,7 @@ def test_bad_cuda_visible_devices_is_refused(visible, message):
 
 def test_indices_on_mixed_gpus_need_pci_bus_order():
     gpus = [fake.FakeGpu("GPU-a", name="NVIDIA H100"), fake.FakeGpu("GPU-b", name="NVIDIA L4")]
-    nvml = fake.FakeNvml(gpus)
-    nvml.nvmlInit()
+    nvml = Nvml(fake.FakeNvml(gpus))
     with pytest.raises(MeterError, match="CUDA_DEVICE_ORDER=PCI_BUS_ID"):
         resolve_devices(nvml, "1")
     assert [d.uuid for d in resolve_devices(nvml, "1", "PCI_BUS_ID")] == ["GPU-b"]
@@ -187,11 +187,10 @@ def test_sampler_thread_really_samples_at_the_requested_rate():
 
 
 def test_sampler_falls_back_to_average_power_and_rejects_slow_rates():
-    nvml = fake.FakeNvml(fake.h200s(1, instant_power_supported=False))
-    nvml.nvmlInit()
-    assert PowerSampler(nvml, [nvml.gpus[0]]).source == SOURCE_AVERAGE
+    nvml = Nvml(fake.FakeNvml(fake.h200s(1, instant_power_supported=False)))
+    assert PowerSampler(nvml.gpus()).source == SOURCE_AVERAGE
     with pytest.raises(ValueError, match=">= 10 Hz"):
-        PowerSampler(nvml, [nvml.gpus[0]], hz=5.0)
+        PowerSampler(nvml.gpus(), hz=5.0)
     with pytest.raises(ValueError, match=">= 10 Hz"):
         NvmlMeter(nvml_module=fake.FakeNvml(fake.h200s(1)), sample_hz=2.0)
 
@@ -336,13 +335,14 @@ def test_real_nvml_without_a_driver_is_a_meter_error():
     with pytest.raises(MeterError, match="NVML could not start"):
         NvmlMeter.open()
     with pytest.raises(MeterError):
-        gpu_info.list_gpus()
+        Nvml()
 
 
-def test_list_gpus_and_missing_functions():
+def test_gpu_facts_and_missing_functions():
     nvml = fake.FakeNvml(fake.h200s(2), missing=("nvmlDeviceGetTemperatureV",
                                                  "nvmlDeviceGetPersistenceMode"))
-    gpus = gpu_info.list_gpus(nvml)
+    with Nvml(nvml) as session:
+        gpus = [gpu.facts(session.driver()) for gpu in session.gpus()]
     assert [g.index for g in gpus] == [0, 1]
     assert gpus[0].temperature_c is None and gpus[0].persistence_mode is None
     assert gpus[0].energy_counter is True and gpus[0].mig_enabled is False

@@ -20,9 +20,10 @@ import pytest
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import Corpus
 from pytest_specenergy.cases.corpora import load_corpus
-from pytest_specenergy.document import build_document
+from pytest_specenergy.document import RunDocument
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.gate import history as gh
+from pytest_specenergy.gate import latency as rl
 from pytest_specenergy.gate.compare import Verdict
 from pytest_specenergy.gate.compare import compare_documents
 from pytest_specenergy.gate.limits import DEFAULT_LIMITS
@@ -31,7 +32,6 @@ from pytest_specenergy.measure.metrics import METRICS
 from pytest_specenergy.measure.results import PairResult
 from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
-from pytest_specenergy.report import latency as rl
 from pytest_specenergy.report import plots
 from pytest_specenergy.report import rows as rr
 from pytest_specenergy.report.html import PLOTS_OFF_NOTE
@@ -93,7 +93,7 @@ def make_pair(corpus: Corpus, drafter: str, batch: int, model: str = MODEL,
 def make_document(scale: dict[str, float] | None = None, source: str = "modeled (h200)",
                   corpora: tuple[str, ...] = ("code", "conversation"),
                   drafters: tuple[str, ...] = ("ngram", "eagle3", "dflash"),
-                  datetime: str | None = None) -> dict[str, Any]:
+                  datetime: str | None = None) -> RunDocument:
     """A run document over corpora x drafters x batches; ``scale`` multiplies a case's energy."""
     scale = scale or {}
     pairs = []
@@ -106,26 +106,37 @@ def make_document(scale: dict[str, float] | None = None, source: str = "modeled 
                 low = batch // 2 if case_id == "conversation-ngram-b64" else None
                 pairs.append(make_pair(corpus, drafter, batch, source=source,
                                        scale=scale.get(case_id, 1.0), concurrency=low))
-    doc = build_document(pairs, meters={"modeled:h200": {"gpu": "H200"}}, engine_starts=7)
+    doc = as_json(RunDocument.build([p.record() for p in pairs], meters={"modeled:h200": {"gpu": "H200"}},
+                                    engine_starts=7))
     if datetime:
         doc["datetime"] = datetime
-    return json.loads(json.dumps(doc))  # exactly what a stored document reads back as
+    return typed(doc)
 
 
-def hostile_document() -> dict[str, Any]:
+def as_json(document: RunDocument) -> dict[str, Any]:
+    """The document as its file holds it (to edit it the way a file could be)."""
+    return json.loads(json.dumps(document.as_dict()))
+
+
+def typed(data: dict[str, Any]) -> RunDocument:
+    """A document read back from its JSON, exactly as a stored one is."""
+    return RunDocument.from_dict(json.loads(json.dumps(data)))
+
+
+def hostile_document() -> RunDocument:
     """Attack strings in the corpus name (hence case ids), model name, messages, machine info."""
     corpus = Corpus(name=f"{SCRIPT}|x", prompts=(IMG, SCRIPT, "def f(): pass"),
                     source=f"/tmp/{IMG}")
     pairs = [make_pair(corpus, "ngram", b, model=IMG, problems=(f"bad {SCRIPT} {IMG}",))
              for b in (1, 16)]
     pairs.append(make_pair(corpus, "eagle3", 1, model=SCRIPT, source=f"modeled ({IMG})"))
-    doc = build_document(pairs, meters={SCRIPT: {"gpu": IMG}}, engine_starts=2)
+    doc = as_json(RunDocument.build([p.record() for p in pairs], meters={SCRIPT: {"gpu": IMG}}, engine_starts=2))
     doc["machine_info"]["node"] = IMG
     doc["results"][0]["case"]["prompts"] = [IMG, SCRIPT]
-    return json.loads(json.dumps(doc))
+    return typed(doc)
 
 
-def history_documents(step_at: int = 5, runs: int = 8) -> list[dict[str, Any]]:
+def history_documents(step_at: int = 5, runs: int = 8) -> list[RunDocument]:
     """Runs with ~1% noise and a 15% energy step for ``code-eagle3-b16`` from ``step_at`` on."""
     rng = random.Random(7)
     docs = []
@@ -140,12 +151,12 @@ def history_documents(step_at: int = 5, runs: int = 8) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def run_doc() -> dict[str, Any]:
+def run_doc() -> RunDocument:
     return make_document()
 
 
 @pytest.fixture(scope="module")
-def baseline_doc() -> dict[str, Any]:
+def baseline_doc() -> RunDocument:
     return make_document()
 
 
@@ -216,8 +227,9 @@ def test_report_shows_the_gates_verdicts_and_nothing_else(baseline_doc):
 
 
 def test_new_cases_have_no_baseline(baseline_doc):
-    current = make_document(corpora=("code",), drafters=("ngram",))
+    current = as_json(make_document(corpora=("code",), drafters=("ngram",)))
     current["results"][0]["case_id"] = "code-ngram-b2"
+    current = typed(current)
     assert compare(current, baseline_doc)["code-ngram-b2"].verdict is Verdict.NO_BASELINE
 
 
@@ -236,11 +248,10 @@ def test_latency_target_picks_lowest_energy_config_that_meets_it():
 
 
 def test_latency_choices_per_workload(run_doc):
-    rows = rr.rows_from_document(run_doc)
-    choices = rl.latency_choices(rows, (25.0, 10.0))
+    choices = rl.latency_choices(run_doc.results, (25.0, 10.0))
     assert len(choices) == 4
     for c in choices:
-        points = [p for p in rl.config_points(rows) if (p.model, p.corpus) == (c.model, c.corpus)
+        points = [p for p in rl.config_points(run_doc.results) if (p.model, p.corpus) == (c.model, c.corpus)
                   and p.tbt_ms <= c.target_ms]
         if c.choice is None:
             assert not points
@@ -253,7 +264,7 @@ def test_latency_plot_rings_and_names_each_choice(run_doc):
     pytest.importorskip("matplotlib")
     rows = rr.rows_from_document(run_doc)
     svg = plots.latency_svg(rows, (25.0, 10.0))
-    for c in rl.latency_choices(rows, (25.0, 10.0)):
+    for c in rl.latency_choices(run_doc.results, (25.0, 10.0)):
         assert c.choice is not None and f"ms: {c.choice.label}" in svg
     assert "target 25 ms" in svg and "target 10 ms" in svg
 
@@ -317,7 +328,7 @@ def test_html_is_self_contained_with_every_section(run_doc, baseline_doc):
         assert f"<h2>{heading}" in page
     assert PLOTS_OFF_NOTE in page and "<svg" not in page
     # The source label is on every case row (the comparison and summary add more).
-    assert page.count('b-src">modeled (h200)<') >= len(run_doc["results"])
+    assert page.count('b-src">modeled (h200)<') >= len(run_doc.results)
     assert "concurrency-below-batch" in page and "ran at most 32 requests" in page
     comparison = page[page.index("<h2>Baseline comparison"):]
     assert comparison.index("code-ngram-b16") < comparison.index("code-ngram-b1<")
@@ -371,12 +382,15 @@ def test_html_escapes_every_run_string():
 
 
 def test_empty_and_partial_documents_render():
-    empty = json.loads(json.dumps(build_document([], meters={}, engine_starts=0)))
+    empty = typed(as_json(RunDocument.build([], meters={}, engine_starts=0)))
     assert "nothing to draw" in render_html(empty)
     assert render_markdown(empty).startswith("**specenergy**: 0 cases")
-    doc = make_document(corpora=("code",), drafters=("ngram",))
-    del doc["results"][0]["baseline"], doc["results"][1]["equivalence"]
+    doc = as_json(make_document(corpora=("code",), drafters=("ngram",)))
+    # A baseline arm that measured nothing, a record without equivalence, a figure missing.
+    doc["results"][0]["baseline"] = {"arm": "baseline", "source": "modeled (h200)", "samples": []}
+    del doc["results"][1]["equivalence"]
     doc["results"][2]["energy_per_token"] = None
+    doc = typed(doc)
     page = render_html(doc, list(compare(doc, doc).values()), history=[doc])
     assert "Figure not drawn" not in page and "n/a" in page
     text = render_markdown(doc, list(compare(doc, doc).values()))
@@ -411,8 +425,8 @@ def test_markdown_without_baseline_and_escaping():
 
 def test_fixture_documents_still_render():
     """The stored fixtures (regenerate: run this file as a script) still fit the schema."""
-    run = json.loads((FIXTURES / "run.json").read_text())
-    baseline = json.loads((FIXTURES / "baseline.json").read_text())
+    run = typed(json.loads((FIXTURES / "run.json").read_text()))
+    baseline = typed(json.loads((FIXTURES / "baseline.json").read_text()))
     assert len(rr.rows_from_document(run)) == 18
     comparisons = compare_documents(baseline, run, LIMITS)
     assert any(c.verdict is Verdict.REGRESSED for c in comparisons)
@@ -428,8 +442,8 @@ def write_fixtures(folder: Path = FIXTURES) -> None:
     for i, doc in enumerate(history_documents()):
         docs[f"history-{i:02d}.json"] = doc
     for name, doc in docs.items():
-        doc["machine_info"] = {"node": "ci-runner", "python": "3.12", "platform": "linux"}
-        (folder / name).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        data = {**doc.as_dict(), "machine_info": {"node": "ci-runner", "python": "3.12", "platform": "linux"}}
+        (folder / name).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from typing import Sequence
 
 import numpy as np
 
+from pytest_specenergy.document import CaseRecord
 from pytest_specenergy.gate import fdr
 from pytest_specenergy.gate.compare import compare_case
 from pytest_specenergy.gate.compare import repeats_needed
@@ -54,7 +55,6 @@ from pytest_specenergy.gate.sequential import REGRESSED
 from pytest_specenergy.gate.sequential import UNCHANGED
 from pytest_specenergy.gate.sequential import SequentialPlan
 from pytest_specenergy.gate.sequential import sequential_arrays
-from pytest_specenergy.gate.stats import u_distribution
 
 MODES = ("stored-5", "stored-11", "a/b")
 
@@ -245,19 +245,43 @@ def asv_worsened(current: np.ndarray, reference: np.ndarray, factor: float = 1.1
     return beyond & different
 
 
+def u_distribution(n: int, m: int) -> np.ndarray:
+    """Counts of arrangements giving each U = 0 .. n*m under the null (no ties).
+
+    Recurrence: the largest of the n + m values is either an x (adding m to U) or a y, so
+    ``f(n, m, u) = f(n - 1, m, u - m) + f(n, m - 1, u)``.
+    """
+    size = n * m + 1
+    # prev[j] = f(i - 1, j, .), built up one i at a time.
+    prev = [np.zeros(size) for _ in range(m + 1)]
+    for j in range(m + 1):
+        prev[j][0] = 1.0
+    for _ in range(1, n + 1):
+        cur = [np.zeros(size) for _ in range(m + 1)]
+        cur[0][0] = 1.0
+        for j in range(1, m + 1):
+            shifted = np.zeros(size)
+            shifted[j:] = prev[j][: size - j]
+            cur[j] = shifted + cur[j - 1]
+        prev = cur
+    return prev[m]
+
+
 # -- the wired gate on the same samples -------------------------------------------------------
 def _arm(values: np.ndarray) -> dict:
-    return {"source": "simulated", "samples": [{"energy_per_token": float(v)} for v in values]}
+    # One committed token per repeat: decode_joules is then the J/token the gate compares.
+    samples = [{"decode_joules": float(v), "decode_seconds": 1.0, "decode_tokens": 1} for v in values]
+    return {"source": "simulated", "samples": samples}
 
 
-def _record(spec: np.ndarray, base: np.ndarray, reference: np.ndarray | None = None) -> dict:
-    """A run record as ``PairResult.as_dict()`` shapes it, with only what the gate reads."""
+def _record(spec: np.ndarray, base: np.ndarray, reference: np.ndarray | None = None) -> CaseRecord:
+    """A run record with only what the gate reads, through the run document's own reader."""
     record = {"case_id": "simulated", "source": "simulated", "baseline": _arm(base),
               "speculative": _arm(spec)}
     if reference is not None:
         record["reference"] = _arm(reference)
         record["reference_drafter"] = {"id": "reference"}
-    return record
+    return CaseRecord.from_dict(record)
 
 
 def wired_verdicts(samples: Samples, scenario: Scenario, plan: SequentialPlan,
@@ -266,23 +290,23 @@ def wired_verdicts(samples: Samples, scenario: Scenario, plan: SequentialPlan,
     (``Gatekeeper.judge``: in-job A/B for a record with a reference arm, else
     ``compare_case`` against the stored record), growing the current repeats by each
     ``NeedsRepeats`` as the session's settle loop does. Returns (verdict codes, repeats used)."""
-    from pytest_specenergy.gate.compare import Verdict as GateVerdict
     from pytest_specenergy.gate.gatekeeper import Gatekeeper
     from pytest_specenergy.gate.gatekeeper import NeedsRepeats
     from pytest_specenergy.gate.limits import parse_fail_expr
+    from pytest_specenergy.gate.storage import RunStore
+    from pytest_specenergy.gate.verdict import Verdict as GateVerdict
 
     codes = {GateVerdict.PASSED: UNCHANGED, GateVerdict.IMPROVED: IMPROVED,
              GateVerdict.REGRESSED: REGRESSED, GateVerdict.INCONCLUSIVE: INCONCLUSIVE}
     limits = [parse_fail_expr(f"energy_ratio:{scenario.limit * 100:g}%")]
-    gate = Gatekeeper(storage_dir=Path("."), plan=plan)
+    gate = Gatekeeper(runs=RunStore(Path(".")), plan=plan)
     out, used = [], []
     for i in rows:
         n = plan.start
         while True:
             spec, base = samples.current_spec[i, :n], samples.current_base[i, :n]
             if samples.reference_base is None:  # A/B: the Gatekeeper itself judges it
-                decision = gate.judge("sim", _record(spec, base, samples.reference_spec[i, :n]),
-                                      "simulated", limits)
+                decision = gate.judge(_record(spec, base, samples.reference_spec[i, :n]), limits)
                 if isinstance(decision, NeedsRepeats):
                     n += decision.extra
                     continue
@@ -504,7 +528,7 @@ def format_report(noises: Sequence[float], modes: Sequence[str], plan: Sequentia
                   seed: int) -> str:
     """Run every table and return the printed report."""
     lines = [
-        "Gate statistics on simulated suites (pytest_specenergy/gate/simulate.py)",
+        "Gate statistics on simulated suites (benchmarks/gate_simulation.py)",
         f"plan: {plan.describe()}",
         "limit energy_ratio:5% (stored: session ratios; A/B: candidate/reference); "
         f"200 cases per suite; {suites} unchanged suites and "

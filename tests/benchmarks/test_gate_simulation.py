@@ -1,13 +1,17 @@
-"""Tests of the simulation's comparator rules (pytest-benchmark's, asv's) and a smoke run."""
+"""Tests of benchmarks/gate_simulation.py: its comparator rules (pytest-benchmark's, asv's) and a smoke run."""
 
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from pytest_specenergy.gate import simulate
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import gate_simulation as simulate  # noqa: E402  (a benchmark script, not a package)
+
 from pytest_specenergy.gate.sequential import SequentialPlan
 
 
@@ -83,3 +87,10 @@ def test_wired_verdicts_tell_a_regression_from_noise() -> None:
     worse = simulate.make_samples(simulate.replace(scenario, suites=1, cases=5), math.log(1.2), rng)
     assert simulate.REGRESSED not in simulate.wired_verdicts(same, scenario, plan, range(5))[0]
     assert simulate.wired_verdicts(worse, scenario, plan, range(5))[0] == [simulate.REGRESSED] * 5
+
+
+def test_u_distribution_counts():
+    # Hand count for n = m = 3: 20 arrangements, symmetric around U = 4.5.
+    assert simulate.u_distribution(3, 3).tolist() == [1, 1, 2, 3, 3, 3, 3, 2, 1, 1]
+    assert simulate.u_distribution(2, 2).tolist() == [1, 1, 2, 1, 1]
+    assert simulate.u_distribution(4, 6).sum() == math.comb(10, 4)

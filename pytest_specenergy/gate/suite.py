@@ -1,0 +1,137 @@
+"""Suite-level verdicts: what the gate decides once every case of a session is in.
+
+Three things are decided over the whole suite rather than per test: the false-discovery
+rate (``--specenergy-fdr``: Benjamini-Hochberg over every gated comparison), latency targets
+(``--specenergy-latency-target``: the lowest-energy configuration meeting each, judged
+against the compare run), and the counts of each verdict, INCONCLUSIVE included, which pass
+by default and must never pass unseen. :func:`judge_suite` returns them as one frozen
+:class:`SuiteVerdict`; the session only applies its exit bit and prints its lines.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+from typing import Sequence
+
+from pytest_specenergy.document import CaseRecord
+from pytest_specenergy.document import RunDocument
+from pytest_specenergy.gate.compare import CaseComparison
+from pytest_specenergy.gate.fdr import PENDING
+from pytest_specenergy.gate.fdr import immediate_decision
+from pytest_specenergy.gate.fdr import suite_fdr
+from pytest_specenergy.gate.latency import LATENCY_LIMIT
+from pytest_specenergy.gate.latency import compare_latency
+from pytest_specenergy.gate.latency import latency_choices
+from pytest_specenergy.gate.limits import parse_fail_expr
+from pytest_specenergy.gate.sequential import SequentialPlan
+from pytest_specenergy.gate.verdict import WORST_FIRST
+from pytest_specenergy.gate.verdict import Section
+from pytest_specenergy.gate.verdict import Verdict
+
+
+@dataclass(frozen=True)
+class SuiteVerdict:
+    """What the suite decided: sections to print, whether the session fails, and the run
+    document's ``fdr`` and ``latency_targets`` blocks."""
+
+    sections: tuple[Section, ...] = ()
+    failed: bool = False
+    fdr: dict[str, Any] | None = None
+    latency_targets: dict[str, Any] | None = None
+    #: The latency targets' comparisons against the reference run (shown like every limit).
+    latency_comparisons: tuple[CaseComparison, ...] = ()
+
+
+def fdr_rows(record: CaseRecord) -> list[dict[str, Any]]:
+    """The comparison rows of a record that enter the FDR family (those with a sequential
+    p-value: the per-repeat metrics)."""
+    rows = (record.comparison or {}).get("rows") or []
+    return [r for r in rows if r.get("p_sequential") is not None]
+
+
+def fdr_pending(key: str, comparison: CaseComparison, q: float, n_tests: int) -> tuple[tuple[str, ...], list[str]]:
+    """``--specenergy-fdr`` while a test runs: its comparisons whose p-value lies in (Q/N, Q],
+    which pass for now and are decided when the session finishes, with a warning for each.
+    REGRESSED rows are BH's "fail now" (the FDR plan stops there only at p <= Q/N)."""
+    pending, warnings = [], []
+    for row in comparison.rows:
+        if row.p_sequential is not None and immediate_decision(row.p_sequential, q, n_tests) == PENDING:
+            pending.append(f"{key}::{row.metric}")
+            warnings.append(f"specenergy: pending FDR: {key}::{row.metric} p_sequential={row.p_sequential:.3g} "
+                            f"lies in (Q/N, Q] = ({q / n_tests:.3g}, {q:g}]; Benjamini-Hochberg decides it at "
+                            "session end")
+    return tuple(pending), warnings
+
+
+def _fdr(records: Sequence[CaseRecord], q: float, n_collected: int) -> tuple[Section, dict[str, Any]]:
+    """BH over every gated comparison of the suite; a pending one it rejects fails the
+    session, since its test already passed."""
+    pvalues = {f"{r.key}::{row['metric']}": float(row["p_sequential"]) for r in records for row in fdr_rows(r)}
+    pending = {key for r in records for key in (r.fdr_pending or ())}
+    result = suite_fdr(pvalues, q, pending=tuple(pending))
+    lines = result.summary().splitlines()
+    if result.pending_rejected:
+        lines.append(f"{len(result.pending_rejected)} comparison(s) that passed pending FDR regressed at "
+                     "session end: exit status 1")
+    block = {"q": result.q, "method": result.method, "n_collected": n_collected, "n_tests": result.n_tests,
+             "rejected": list(result.rejected), "pending_rejected": list(result.pending_rejected),
+             "adjusted": dict(result.adjusted)}
+    return Section("specenergy false-discovery rate", tuple(lines), bool(result.pending_rejected)), block
+
+
+def _latency(records: Sequence[CaseRecord], targets: Sequence[float], references: dict[str, Any],
+             plan: SequentialPlan) -> tuple[Section, dict[str, Any], list[CaseComparison]]:
+    """Per latency target the lowest-energy configuration meeting it; with references (machine
+    key -> the compare run, or why there is none and whether that fails), each choice judged
+    against the reference's."""
+    choices = latency_choices(records, targets)
+    lines = [choice.line() for choice in choices]
+    failures: list[str] = []
+    comparisons: list[CaseComparison] = []
+    limit = parse_fail_expr(LATENCY_LIMIT)
+    for key, (reference, why, fatal) in sorted(references.items()):
+        if reference is None:
+            (failures if fatal else lines).append(f"latency targets not compared on {key}: {why}")
+            continue
+        mine = [r for r in records if r.machine_key == key]
+        for comparison in compare_latency(reference.results, mine, targets, limit, plan):
+            comparisons.append(comparison)
+            if comparison.verdict in (Verdict.REGRESSED, Verdict.INCOMPARABLE):
+                failures.append(comparison.failure_message(f"the reference run on {key}"))
+            elif comparison.verdict is Verdict.INCONCLUSIVE:
+                lines.append(comparison.failure_message(f"the reference run on {key}"))
+    block = {"targets_ms": list(targets), "limit": LATENCY_LIMIT, "choices": [c.as_dict() for c in choices],
+             "comparisons": [c.as_dict() for c in comparisons], "failures": failures}
+    return Section("specenergy latency targets", tuple(lines + failures), bool(failures)), block, comparisons
+
+
+def verdict_counts(records: Sequence[CaseRecord]) -> str | None:
+    """``N regressed · M incomparable · I inconclusive · ... · K unchanged``, or None when
+    nothing was compared."""
+    counts = Counter(r.verdict for r in records if r.verdict)
+    if not counts:
+        return None
+    return " · ".join(f"{counts.get(v.value, 0)} {v.label}" for v in WORST_FIRST)
+
+
+def judge_suite(records: Sequence[CaseRecord], *, plan: SequentialPlan, fdr_q: float | None = None,
+                fdr_collected: int = 0, latency_targets: Sequence[float] = (),
+                references: dict[str, tuple[RunDocument | None, str | None, bool]] | None = None
+                ) -> SuiteVerdict:
+    """Every suite-level verdict of a finished session.
+
+    ``references`` (latency targets with a compare run) maps each machine key to (the compare
+    run, else None; why it is missing; whether that fails the session).
+    """
+    sections: list[Section] = []
+    fdr = latency = None
+    comparisons: list[CaseComparison] = []
+    if latency_targets:
+        section, latency, comparisons = _latency(records, latency_targets, references or {}, plan)
+        sections.append(section)
+    if fdr_q:
+        section, fdr = _fdr(records, fdr_q, fdr_collected)
+        sections.append(section)
+    return SuiteVerdict(tuple(sections), any(s.failed for s in sections), fdr, latency, tuple(comparisons))

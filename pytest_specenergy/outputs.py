@@ -1,0 +1,67 @@
+"""What a finished session writes: the ``--specenergy-json`` file, the run history, and the
+golden baselines the gate queued. Each output is written on its own, so one that cannot be
+written (a read-only folder, a full disk) never costs the others; its failure is reported
+and fails the session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+from typing import TYPE_CHECKING
+from typing import Any
+
+if TYPE_CHECKING:
+    from pytest_specenergy.document import RunDocument
+    from pytest_specenergy.gate.gatekeeper import Gatekeeper
+    from pytest_specenergy.options import SpecEnergyConfig
+
+
+@dataclass(frozen=True)
+class Written:
+    """What was written, and why each output that was not could not be."""
+
+    json: Path | None = None
+    saved: tuple[Path, ...] = ()
+    goldens: tuple[Path, ...] = ()
+    unused_goldens: tuple[Path, ...] = ()
+    failures: tuple[str, ...] = field(default=())
+
+
+def write_outputs(document: RunDocument, config: SpecEnergyConfig, gate: Gatekeeper, hook: Any) -> Written:
+    """Write every output of ``document``; the ``pytest_specenergy_update_json`` hook sees the
+    JSON first, and what it adds is kept in the file and in the history."""
+    from pytest_specenergy.atomic import write_json_atomic
+    from pytest_specenergy.document import DocumentError
+    from pytest_specenergy.document import RunDocument
+    from pytest_specenergy.gate.storage import StorageError
+
+    failures: list[str] = []
+    data = document.as_dict()
+    hook.pytest_specenergy_update_json(data=data)
+    try:
+        document = RunDocument.from_dict(data, source="the document after pytest_specenergy_update_json")
+    except DocumentError as exc:
+        failures.append(f"a pytest_specenergy_update_json hook broke the run document: {exc}")
+    json_path = None
+    if config.json:
+        try:
+            write_json_atomic(config.json, data)
+            json_path = config.json
+        except OSError as exc:
+            failures.append(f"--specenergy-json {config.json}: cannot be written ({exc.strerror or exc})")
+    saved = []
+    if config.save or config.autosave:
+        for key in sorted({r.machine_key for r in document.results if r.machine_key}):
+            try:
+                saved.append(gate.runs.save(document.on(key), config.save))
+            except (OSError, StorageError) as exc:
+                failures.append(f"the run could not be saved in {gate.runs.root}: "
+                                f"{getattr(exc, 'strerror', None) or exc}")
+    goldens: list[Path] = []
+    unused: list[Path] = []
+    if config.golden:
+        goldens, golden_failures = gate.goldens.flush()
+        failures += golden_failures
+        unused = gate.goldens.unused({r.machine_key for r in document.results if r.machine_key})
+    return Written(json_path, tuple(saved), tuple(goldens), tuple(unused), tuple(failures))
