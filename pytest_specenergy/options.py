@@ -24,10 +24,12 @@ from pytest_specenergy.gate.limits import DEFAULT_LIMITS
 from pytest_specenergy.gate.limits import parse_fail_expr
 from pytest_specenergy.gate.storage import DEFAULT_GOLDEN_FOLDER
 from pytest_specenergy.gate.storage import DEFAULT_STORAGE
+from pytest_specenergy.gate.storage import storage_path
 from pytest_specenergy.measure.removal import DRAFT_REMOVAL_MODES
 from pytest_specenergy.refserver.faults import FAULTS  # torch-free: the names only
 
-METER_CHOICES = ("auto", "nvml", "modeled:h100", "modeled:h200")
+#: The largest prompt pool an option may ask for (a pool holds its prompts' requests in memory).
+MAX_POOL = 4096
 
 
 @dataclass(frozen=True)
@@ -142,15 +144,27 @@ def _fail_expr(text: str) -> Any:
 
 
 def _meter(text: str) -> str:
-    if text in METER_CHOICES or text.startswith("modeled:"):
+    from pytest_specenergy.meters.roofline import PRESETS  # torch- and numpy-free
+
+    if text in ("auto", "nvml") or text.partition(":")[::2] in {("modeled", gpu) for gpu in PRESETS}:
         return text
-    raise ValueError(f"expected one of {', '.join(METER_CHOICES)} (or modeled:<gpu>), got {text!r}")
+    raise ValueError(f"expected auto, nvml or modeled:<gpu> with a GPU preset of "
+                     f"{', '.join(sorted(PRESETS))}, got {text!r}")
+
+
+def _storage(text: str) -> str:
+    storage_path(text)  # raises for a URL: only local folders are supported
+    return text
+
+
+def _pool(text: str) -> int:
+    return _number(text, int, lambda v: 1 <= v <= MAX_POOL, f"a prompt count from 1 to {MAX_POOL}")
 
 
 # Declared once, used by the plugin (``--specenergy-NAME``) and by the ``specenergy`` command
 # (``--NAME``, see :func:`add_cli_options`), as pytest-benchmark shares its option declarations.
-STORAGE = _Option("storage", DEFAULT_STORAGE, "folder of the run history (runs keyed by machine)",
-                  resolve=lambda value, root: _under(root, value))
+STORAGE = _Option("storage", DEFAULT_STORAGE, "folder of the run history (runs keyed by machine; a local "
+                  "PATH or file://PATH)", _storage, resolve=lambda value, root: _under(root, str(storage_path(value))))
 COMPARE_FAIL = _Option("compare-fail", "", "a regression limit METRIC[:STAT]:LIMIT, e.g. energy:5% "
                        "or accept_length:0.1 (repeatable; ini: one per line); each replaces only its own "
                        "metric's default, the other defaults still apply (defaults: "
@@ -203,9 +217,9 @@ class SpecEnergyConfig:
                               "warm-up does not change)", _warmup,
                               resolve=lambda value, root: None if value == "auto" else value)
     pool: int | None = _opt("pool", "", "prompts per pool for cases whose generation marker names none "
-                            "(default: the corpus's first 96, the paper's pool); every batch point and both "
-                            "arms draw from it, and a pool needs a few times the batch to hold a steady state",
-                            _positive_int, resolve=_or_none)
+                            f"(default: the corpus's first 96, the paper's pool; at most {MAX_POOL}); every batch "
+                            "point and both arms draw from it, a pool larger than its corpus repeats prompts, and a "
+                            "pool needs a few times the batch to hold a steady state", _pool, resolve=_or_none)
     latency_targets: tuple[float, ...] = _opt(
         "latency-target", "", "a time-between-tokens target in ms (repeatable): per model and corpus, the "
         "lowest-energy tested configuration (batch x drafter, baseline included) whose mean TBT meets it is "
@@ -254,11 +268,12 @@ class SpecEnergyConfig:
     fdr: float | None = _declared(FDR)
     inconclusive: str = _opt("inconclusive", "warn", "what a case still INCONCLUSIVE at the cap does: fail, "
                              "warn or xfail", _choice(("fail", "warn", "xfail")))
-    incomparable: str = _opt("incomparable", "warn", "what a case whose baseline ran on another machine key, "
-                             "meter, engine version or CUDA-graph setting does: fail, warn or skip",
-                             _choice(("fail", "warn", "skip")))
-    missing_baseline: str = _opt("missing-baseline", "warn", "what a case without a baseline does: fail, "
-                                 "warn or skip", _choice(("fail", "warn", "skip")))
+    incomparable: str = _opt("incomparable", "fail", "what a case whose baseline cannot be compared with it "
+                             "(another machine key, meter, engine version or CUDA-graph setting, or figures "
+                             "missing) does: fail, warn or skip", _choice(("fail", "warn", "skip")))
+    missing_baseline: str = _opt("missing-baseline", "fail", "what a case without a baseline does (the compare "
+                                 "run does not exist, or holds no result for the test): fail, warn (e.g. for a "
+                                 "test added in this change) or skip", _choice(("fail", "warn", "skip")))
     baselines: Path = _opt("baselines", DEFAULT_GOLDEN_FOLDER, "folder of committed golden baselines, one "
                            "file per test, under a folder per machine key",
                            resolve=lambda value, root: _under(root, value))
@@ -266,9 +281,10 @@ class SpecEnergyConfig:
                               "and fail), update (also rewrite mismatching ones, failing them), regen-all "
                               "(rewrite all, pass), new-only (write missing ones only)",
                               _choice(("check", "update", "regen-all", "new-only")), resolve=_or_none)
-    xdist: str = _opt("xdist", "off", "under pytest-xdist: per-gpu (one GPU per worker, pinned by "
-                      "CUDA_VISIBLE_DEVICES; on CPU each worker runs its own servers) or off (spec_pair tests "
-                      "are skipped and the summary says so once)", _choice(("per-gpu", "off")))
+    xdist: str = _opt("xdist", "per-gpu", "under pytest-xdist: per-gpu (one GPU per worker, pinned by "
+                      "CUDA_VISIBLE_DEVICES; more workers than GPUs is a usage error; on CPU each worker runs its "
+                      "own servers) or off (spec_pair tests fail unmeasured, and the summary says so once)",
+                      _choice(("per-gpu", "off")))
     sglang_version: str | None = _opt("sglang-version", "", "build SGLang command lines for this version "
                                       "instead of the installed one (for --specenergy-dry-run on a machine "
                                       "without SGLang)", resolve=_or_none)

@@ -5,6 +5,8 @@ and fails the session."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
@@ -26,6 +28,39 @@ class Written:
     goldens: tuple[Path, ...] = ()
     unused_goldens: tuple[Path, ...] = ()
     failures: tuple[str, ...] = field(default=())
+
+
+def unwritable_outputs(config: SpecEnergyConfig) -> list[str]:
+    """Why each output this session will write could not be written, checked before anything
+    runs (a read-only or missing folder is found at start, not after the last case)."""
+    outputs = []
+    if config.json:
+        outputs.append(("--specenergy-json", Path(config.json).parent))
+        if config.compare and Path(config.compare).is_file() and Path(config.compare).resolve() == \
+                Path(config.json).resolve():
+            return [f"--specenergy-json {config.json} is the --specenergy-compare baseline: writing it would "
+                    "replace the baseline; write the JSON to another path"]
+    if config.save or config.autosave:
+        outputs.append(("--specenergy-storage", Path(config.storage)))
+    if config.golden:
+        outputs.append(("--specenergy-baselines", Path(config.baselines)))
+    return [f"{option} {folder}: {why}" for option, folder in outputs if (why := _unwritable(folder))]
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why a file cannot be created in ``folder`` (or the folder where it would be created)."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a folder"
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".specenergy-probe-", dir=existing)
+    except OSError as exc:
+        return f"cannot be written ({exc.strerror or exc})"
+    os.close(handle)
+    os.unlink(probe)
+    return None
 
 
 def write_outputs(document: RunDocument, config: SpecEnergyConfig, gate: Gatekeeper, hook: Any) -> Written:

@@ -34,6 +34,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # Imported here, not at module level, so that loading the entry point stays cheap.
     from pytest_specenergy import xdist
     from pytest_specenergy.cases.markers import MARKERS
+    from pytest_specenergy.outputs import unwritable_outputs
     from pytest_specenergy.session import SESSION_KEY
     from pytest_specenergy.session import SpecEnergySession
 
@@ -42,6 +43,10 @@ def pytest_configure(config: pytest.Config) -> None:
     options = SpecEnergyConfig.from_pytest_config(config)
     if xdist.is_worker(config) and options.xdist == "per-gpu":
         xdist.pin_worker(config)
+    # An output that cannot be written is found now, not after the last case has measured.
+    problems = [] if xdist.is_worker(config) or config.option.help else unwritable_outputs(options)
+    if problems:
+        raise pytest.UsageError("specenergy: " + "; ".join(problems))
     session = SpecEnergySession(options, config.hook)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, _PLUGIN_NAME)

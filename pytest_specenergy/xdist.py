@@ -1,10 +1,11 @@
 """pytest-xdist: one GPU per worker, or no measurement at all.
 
 Energy cannot be measured on a GPU that another worker is using. ``--specenergy-xdist=per-gpu``
-pins worker ``gwN`` to one GPU through ``CUDA_VISIBLE_DEVICES`` before any engine starts (on
-a CPU machine each worker simply runs its own reference servers); results travel to the
-controller as JSON in ``workeroutput`` and are merged into one table and one file. Without
-the flag, spec_pair tests are skipped under xdist, and the summary says so once.
+(the default) pins worker ``gwN`` to one GPU through ``CUDA_VISIBLE_DEVICES`` before any engine
+starts (on a CPU machine each worker simply runs its own reference servers; more workers than
+GPUs is a usage error); results travel to the controller as JSON in ``workeroutput`` and are
+merged into one table and one file. With ``off``, spec_pair tests fail under xdist (never skip:
+a gate that measured nothing must not pass), and the summary says so once.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ if TYPE_CHECKING:
 
 WORKER_OUTPUT_KEY = "specenergy_records"
 SKIPPED_KEY = "specenergy_xdist_skipped"
-SKIP_REASON = ("specenergy: energy is not measured under pytest-xdist without "
-               "--specenergy-xdist=per-gpu (workers would share a GPU)")
+SKIP_REASON = ("specenergy: energy is not measured under pytest-xdist with --specenergy-xdist=off "
+               "(workers would share a GPU); use --specenergy-xdist=per-gpu (one GPU per worker) or run "
+               "without -n")
 
 
 def is_worker(config: pytest.Config) -> bool:

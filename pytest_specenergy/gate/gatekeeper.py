@@ -85,11 +85,13 @@ class NeedsRepeats:
 
 @dataclass(frozen=True)
 class GatePolicies:
-    """What a case does when it cannot be decided: ``fail``, ``warn``, ``skip`` or ``xfail``."""
+    """What a case does when it cannot be decided: ``fail``, ``warn``, ``skip`` or ``xfail``.
+    A case that cannot be compared, or has no baseline, fails by default: a gate never passes
+    quietly what it could not judge."""
 
     inconclusive: str = "warn"
-    incomparable: str = "warn"
-    missing_baseline: str = "warn"
+    incomparable: str = "fail"
+    missing_baseline: str = "fail"
 
 
 class Gatekeeper:

@@ -49,6 +49,8 @@ from pytest_specenergy.document import RunDocument
 DEFAULT_STORAGE = ".specenergy"
 DEFAULT_GOLDEN_FOLDER = "specenergy_baselines"
 AUTO_NAME = "auto"
+#: Bytes a run name may take: ``NNNN_<name>_YYYYmmdd_HHMMSS.json`` must fit 255 bytes.
+MAX_RUN_NAME = 200
 
 _ILLEGAL_NAME = re.compile(r'[\\/:*?<>|"\x00-\x1f]')
 _RUN_FILE = re.compile(r"^(?P<counter>\d{4,})_(?P<name>.+)_(?P<stamp>\d{8}_\d{6})\.json$")
@@ -84,6 +86,10 @@ def validate_run_name(name: str) -> str:
     """Return ``name`` if it can be part of a run file name, else raise :class:`InvalidRunName`."""
     if not isinstance(name, str) or not name.strip():
         raise InvalidRunName("run name is empty; expected a name such as main or pr-123")
+    if len(name.encode()) > MAX_RUN_NAME:
+        # The file name adds a counter and a time stamp; file systems allow 255 bytes.
+        raise InvalidRunName(f"run name {name[:40]!r}... is {len(name.encode())} bytes; at most {MAX_RUN_NAME} "
+                             "fit in a file name")
     bad = sorted(set(_ILLEGAL_NAME.findall(name)))
     if bad:
         shown = ", ".join(repr(c) for c in bad)

@@ -21,13 +21,13 @@ class SummaryReport:
 
     @classmethod
     def of_nothing(cls, xdist_skipped: int) -> SummaryReport:
-        """The summary of a session that measured no pair: at most the xdist warning."""
+        """The summary of a session that measured no pair: at most the xdist refusal."""
         if not xdist_skipped:
             return cls(())
-        return cls((Section("specenergy warning", (
-            f"{xdist_skipped} spec_pair tests were skipped: energy is not measured under pytest-xdist, "
-            "because workers would share GPUs. Use --specenergy-xdist=per-gpu (one GPU per worker) or "
-            "run without -n.",)),))
+        return cls((Section("specenergy xdist", (
+            f"{xdist_skipped} spec_pair tests failed unmeasured: energy is not measured under pytest-xdist "
+            "with --specenergy-xdist=off, because workers would share GPUs. Use --specenergy-xdist=per-gpu "
+            "(one GPU per worker) or run without -n.",), True),))
 
     def write(self, terminal: Any) -> None:
         """Print every section on pytest's terminal reporter."""

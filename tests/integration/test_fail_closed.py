@@ -63,7 +63,7 @@ def test_a_corrupt_baseline_fails_even_when_missing_baselines_only_warn(pytester
     assert run_suite("--specenergy-save=main").ret == 0
     stored = next((pytester.path / ".specenergy").rglob("0001_main_*.json"))
     stored.write_text('{"schema_version": 1, "kind": "specenergy-run", "results": [')
-    result = run_suite("--specenergy-compare=main")  # missing-baseline policy: warn
+    result = run_suite("--specenergy-compare=main", "--specenergy-missing-baseline=warn")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([f"*baseline run cannot be read*{stored.name}*"])
 
@@ -79,3 +79,13 @@ def test_an_interrupted_session_is_never_a_reference(pytester: pytest.Pytester, 
     result = run_suite("--specenergy-compare=last", f"--specenergy-json={out}", "test_suite.py")
     result.assert_outcomes(passed=1)
     assert json.loads(out.read_text())["results"][0]["baseline_file"] == str(files[0])
+
+
+def test_an_output_that_cannot_be_written_stops_the_session_before_anything_runs(pytester: pytest.Pytester,
+                                                                                run_suite):
+    pytester.makepyfile(SUITE)
+    (pytester.path / "a-file").write_text("")
+    result = run_suite("--specenergy-save=main", f"--specenergy-storage={pytester.path / 'a-file' / 'history'}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*specenergy: --specenergy-storage *a-file/history: *a-file is not a folder*"])
+    assert "test session starts" not in result.stdout.str()

@@ -27,8 +27,8 @@ FAST = ["--specenergy-repeats=1", "--specenergy-warmup=0", "-p", "no:cacheprovid
 def test_per_gpu_mode_merges_worker_results(pytester: pytest.Pytester):
     pytester.makepyfile(SUITE)
     out = pytester.path / "run.json"
-    result = pytester.runpytest_subprocess("-n", "2", "--dist", "load", "--specenergy-xdist=per-gpu",
-                                           f"--specenergy-json={out}", *FAST)
+    # per-gpu is the default: a CI job that adds -n for speed still measures and gates.
+    result = pytester.runpytest_subprocess("-n", "2", "--dist", "load", f"--specenergy-json={out}", *FAST)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*= specenergy =*", "*test_code[[]code-ngram-b2[]]*modeled (h200, priced as *)*"])
     result.stdout.fnmatch_lines(["*test_news[[]news-ngram-b2[]]*modeled (h200, priced as *)*"])
@@ -36,10 +36,11 @@ def test_per_gpu_mode_merges_worker_results(pytester: pytest.Pytester):
     assert sorted(r["case_id"] for r in data["results"]) == ["code-ngram-b2", "news-ngram-b2"]
 
 
-def test_without_per_gpu_mode_measurement_is_off_and_said_once(pytester: pytest.Pytester):
+def test_with_per_gpu_mode_off_the_tests_fail_unmeasured_and_it_is_said_once(pytester: pytest.Pytester):
     pytester.makepyfile(SUITE)
-    result = pytester.runpytest_subprocess("-n", "2", *FAST)
-    result.assert_outcomes(skipped=2)
-    result.stdout.fnmatch_lines(["*specenergy warning*",
-                                 "2 spec_pair tests were skipped: energy is not measured under pytest-xdist*"])
-    assert result.stdout.str().count("were skipped: energy is not measured") == 1
+    result = pytester.runpytest_subprocess("-n", "2", "--specenergy-xdist=off", *FAST)
+    result.assert_outcomes(failed=2)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*specenergy xdist*",
+                                 "2 spec_pair tests failed unmeasured: energy is not measured under pytest-xdist*"])
+    assert result.stdout.str().count("failed unmeasured: energy is not measured") == 1

@@ -77,3 +77,22 @@ def test_a_hook_that_breaks_the_document_is_reported(tmp_path):
 def test_no_save_no_history(tmp_path, save):
     written = write_outputs(_document(), _config(tmp_path, save=save, json=None), _gate(tmp_path), Hook())
     assert len(written.saved) == (1 if save else 0) and written.json is None
+
+
+def test_outputs_that_cannot_be_written_are_found_before_anything_runs(tmp_path):
+    from pytest_specenergy.outputs import unwritable_outputs
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    config = _config(tmp_path, json=blocker / "run.json", storage=blocker / "history", save="main",
+                     autosave=False, golden="check", baselines=tmp_path / "goldens", compare=None)
+    problems = unwritable_outputs(config)
+    assert len(problems) == 2 and "--specenergy-json" in problems[0] and "is not a folder" in problems[0]
+    assert problems[1].startswith("--specenergy-storage")
+    fine = _config(tmp_path, json=tmp_path / "new" / "run.json", storage=tmp_path / ".specenergy", save="main",
+                   autosave=False, golden=None, baselines=None, compare=None)
+    assert unwritable_outputs(fine) == [] and not (tmp_path / "new").exists()
+    baseline = tmp_path / "main.json"
+    baseline.write_text("{}")
+    same = _config(tmp_path, json=baseline, compare=str(baseline), save=None, autosave=False, golden=None)
+    assert "would replace the baseline" in unwritable_outputs(same)[0]

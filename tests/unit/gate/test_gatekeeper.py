@@ -28,8 +28,11 @@ def _rec(fields: dict) -> CaseRecord:
 
 
 def _store(tmp_path: Path, spec_ept: list[float], base_ept: list[float] | None = None) -> Path:
-    doc = RunDocument.build([_rec(record(spec_ept, base_ept))], meters={}, engine_starts=1)
-    return RunStore(tmp_path).save(doc, "main")
+    return _store_record(tmp_path, record(spec_ept, base_ept))
+
+
+def _store_record(tmp_path: Path, fields: dict) -> Path:
+    return RunStore(tmp_path).save(RunDocument.build([_rec(fields)], meters={}, engine_starts=1), "main")
 
 
 def _gate(tmp_path: Path, **kwargs) -> Gatekeeper:
@@ -87,7 +90,18 @@ def test_in_job_a_b_needs_no_stored_baseline(tmp_path):
 
 def test_a_missing_baseline_follows_its_policy(tmp_path):
     rec = _rec(record([1.0, 1.0, 1.0]))
-    warn = _gate(tmp_path).judge(rec, LIMITS)
+    # By default a missing baseline fails: a CI step that failed to fetch it must not go green.
+    fail = _gate(tmp_path).judge(rec, LIMITS)
+    assert fail.fail and "no baseline" in fail.fail[0] and "no saved runs" in fail.fail[0]
+    warn = _gate(tmp_path, policies=GatePolicies(missing_baseline="warn")).judge(rec, LIMITS)
     assert warn.warn and not warn.fail and "no baseline" in warn.warn[0]
-    fail = _gate(tmp_path, policies=GatePolicies(missing_baseline="fail")).judge(rec, LIMITS)
-    assert fail.fail and "no baseline" in fail.fail[0]
+
+
+def test_a_baseline_whose_figures_are_all_null_fails_by_default(tmp_path):
+    empty = record([1.0, 1.0, 1.0])
+    for sample in empty["speculative"]["samples"] + empty["baseline"]["samples"]:
+        sample["decode_joules"] = 0.0  # no energy: J/token is null in every repeat
+    _store_record(tmp_path, empty)
+    judgement = _gate(tmp_path).judge(_rec(record([1.0, 1.0, 1.0])), LIMITS)
+    assert judgement.verdict == "incomparable" and judgement.fail
+    assert "no energy_ratio values" in judgement.fail[0]
