@@ -1,42 +1,52 @@
 #!/usr/bin/env bash
-# Creates .venv with everything the quickstart and the test suite need, on a fresh machine.
+# dev/setup.sh [--test]
+#
+# Creates .venv with what the quickstart needs, on a fresh machine: torch 2.13.0 and the project
+# (editable) with its reference server. --test adds the test suite's tools (pytest-xdist, ruff,
+# matplotlib, nvidia-ml-py); dev/test.sh passes it. Stamped (.venv/.specenergy-installed holds
+# the extras installed): a no-op when nothing changed. It never builds the real-SGLang
+# environments: dev/test.sh builds them, in the background while the other tests run.
+#
 # torch is pinned to 2.13.0, the CPU build this project's machines install locally: any other
-# torch spec pulls a multi-GB CUDA build.
+# torch spec pulls a multi-GB CUDA build. Prints each step and how long it took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+extras=reference
+case "${1:-}" in
+    "") ;;
+    --test) extras=reference,test ;;
+    *) echo "usage: $0 [--test]" >&2; exit 2 ;;
+esac
+
+started=$(date +%s)
+say() { echo "dev/setup.sh: $* ($(( $(date +%s) - started )) s)"; }
+
+# pip's noise: the local indexes' "is ignored" lines for packages they do not hold, and
+# setuptools' editable-install banner. Anything else (errors included) is shown.
+pip_quiet() {
+    .venv/bin/python -m pip --disable-pip-version-check -q "$@" 2>&1 | { grep -v -E \
+        "is ignored: it is neither a file nor a directory|BuildBackendWarning: Editable installation|^ +!!$|^ +\*+$|Please be careful with folders|name as your package as they may|with strategy, WheelFile|^ *$" \
+        || true; }
+}
+
+stamp=.venv/.specenergy-installed
 if [ ! -x .venv/bin/python ]; then
+    say "creating .venv (python3 -m venv)"
     python3 -m venv .venv
 fi
-stamp=.venv/.specenergy-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q torch==2.13.0
-    .venv/bin/python -m pip install -q -e '.[reference,test]'
-    touch "$stamp"
+# An empty stamp is the older script's, which installed every extra.
+have=$( [ -f "$stamp" ] && { cat "$stamp"; [ -s "$stamp" ] || echo reference,test; } || true)
+covered=1
+for extra in ${extras//,/ }; do
+    [[ ",$have," == *",$extra,"* ]] || covered=0
+done
+if [ "$covered" = 1 ] && [ ! pyproject.toml -nt "$stamp" ]; then
+    say ".venv is up to date ($have)"
+    exit 0
 fi
-# The real-SGLang tests (tests/sglang/) need two environments: the newest (0.5.23, with what a
-# CPU server needs) and the oldest supported (0.5.9, parser only) release, built by
-# dev/sglang_env.sh (stamped: a no-op once built). Built here, both at once, so the test run
-# finds them ready (first build: about 5-8 minutes and 5 GB on 2 cores; the tests would
-# otherwise build them themselves, inside the suite's time). SPECENERGY_SKIP_SGLANG=1 skips
-# them, and the tests then skip saying why.
-if [ "${SPECENERGY_SKIP_SGLANG:-0}" != 1 ]; then
-    mkdir -p .sglang-envs
-    pids=()
-    for version in 0.5.23 0.5.9; do
-        bash dev/sglang_env.sh "$version" ".sglang-envs/$version" >".sglang-envs/$version.build.log" 2>&1 &
-        pids+=($!)
-    done
-    failed=0
-    for i in 0 1; do
-        version=$([ "$i" = 0 ] && echo 0.5.23 || echo 0.5.9)
-        if wait "${pids[$i]}"; then
-            tail -n 1 ".sglang-envs/$version.build.log"
-        else
-            failed=1
-            echo "dev/setup.sh: building the SGLang $version environment failed:" >&2
-            tail -n 30 ".sglang-envs/$version.build.log" >&2
-        fi
-    done
-    [ "$failed" = 0 ] || exit 1
-fi
+# One pip run: one resolution, and torch resolves to the local CPU wheel.
+say "installing torch==2.13.0 (CPU) and the project [$extras] into .venv"
+pip_quiet install torch==2.13.0 -e ".[$extras]"
+echo "$extras" > "$stamp"
+say "done: .venv/bin/python -m pytest example_suites/quickstart runs the quickstart"

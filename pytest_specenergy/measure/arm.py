@@ -160,6 +160,8 @@ class ArmMeasurer:
             raise ValueError(f"{len(replay)} recorded draft lists for a pool of {len(self.prompts)} prompts")
         self.full = {"max_new_tokens": gen.max_new_tokens, "temperature": 0.0,
                      "ignore_eos": gen.ignore_eos}
+        #: Per pool prompt, a whole output and its finish reason from an earlier repeat.
+        self._whole: dict[int, tuple[tuple[int, ...], str]] = {}
         # One token: the prompt's prefill and the first token, nothing else.
         self.prefill = {"max_new_tokens": 1, "temperature": 0.0, "ignore_eos": True}
 
@@ -266,14 +268,29 @@ class ArmMeasurer:
 
     def _complete(self, full: _Window) -> tuple[tuple[tuple[int, ...], ...], tuple[str, ...]]:
         """Whole outputs and finish reasons for the pool: the window's, with the prompts its end
-        cut short generated again, unmetered."""
+        cut short generated again, unmetered.
+
+        A cut prompt whose partial output is a prefix of the whole output an earlier repeat of
+        this arm made takes that one: every token this repeat made is still compared (greedy
+        decoding), and only the tail that no window measured is not generated again."""
         outputs, finish = list(full.outputs), [c.finish_type or "?" for c in full.counters]
-        cut = full.aborted()
-        if cut:
-            again = self._run(self.full, [full.indices[i] for i in cut])
-            for i, answer in zip(cut, again):
+        cut = set(full.aborted())
+        for i, output in enumerate(outputs):
+            if i not in cut:
+                self._whole.setdefault(full.indices[i], (output, finish[i]))
+        again = []
+        for i in sorted(cut):
+            known = self._whole.get(full.indices[i])
+            if known is not None and known[0][:len(outputs[i])] == outputs[i]:
+                outputs[i], finish[i] = known
+            else:
+                again.append(i)
+        if again:
+            answers = self._run(self.full, [full.indices[i] for i in again])
+            for i, answer in zip(again, answers):
                 outputs[i] = tuple(int(t) for t in answer["output_ids"])
                 finish[i] = parse_meta_info(answer["meta_info"]).finish_type or "?"
+                self._whole[full.indices[i]] = (outputs[i], finish[i])
         return tuple(outputs), tuple(finish)
 
     def warm_up(self) -> None:

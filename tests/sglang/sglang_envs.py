@@ -2,8 +2,9 @@
 
 Every environment comes from ``dev/sglang_env.sh`` (the real ``sglang`` wheel without its
 dependencies, CPU torch, the import-only stand-ins), cached under ``.sglang-envs/`` in the
-repository root and rebuilt only when its stamp differs; ``dev/setup.sh`` builds them ahead of
-the test run so that the run itself finds them ready. Set ``SPECENERGY_SGLANG_ENVS`` to use
+repository root and rebuilt only when its stamp differs; ``dev/test.sh`` builds them in the
+background while the other tests run and runs this folder once they are ready (a plain
+``pytest tests`` builds a missing one in the first test that needs it). Set ``SPECENERGY_SGLANG_ENVS`` to use
 environments elsewhere. ``SPECENERGY_SKIP_SGLANG=1`` skips this folder, saying so on every test
 (for a machine that cannot install SGLang); otherwise a failed build fails the tests.
 """

@@ -386,6 +386,29 @@ def test_the_window_is_the_steady_state_and_ends_by_aborting_what_is_in_flight()
     assert repeat.sample.window["prefill"]["requests"] == 12
 
 
+def test_a_later_repeat_takes_cut_prompts_whole_outputs_from_an_earlier_one_when_they_agree():
+    """Greedy outputs: a prompt cut again in repeat 2 whose partial tokens are a prefix of the
+    whole output repeat 1 made is not generated again; one that disagrees is."""
+    client = BatchingClient(True, [], delay=0.02)
+    case = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
+                corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
+    measurer = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=2, warmup=0)
+    first = measurer.measure_repeat("speculative")
+    # Whole (8-token) generations: the window's 9 uncut requests, then the 3 cut ones again.
+    calls = len([e for e in client.log if e[0] == "generate" and e[3] == 8])
+    assert calls == 9 + 3
+    second = measurer.measure_repeat("speculative")
+    assert second.sample.window["full"]["aborted"] == [3]
+    assert len([e for e in client.log if e[0] == "generate" and e[3] == 8]) == calls + 9
+    assert second.outputs == first.outputs and all(len(o) == 8 for o in second.outputs)
+    # A partial output that is not a prefix of the known one: generated again, whole.
+    for index in list(measurer._whole):
+        measurer._whole[index] = ((99,) * 8, "length")
+    third = measurer.measure_repeat("speculative")
+    assert len([e for e in client.log if e[0] == "generate" and e[3] == 8]) == calls + 9 + 9 + 3
+    assert all(len(o) == 8 for o in third.outputs) and "abort" not in third.finish
+
+
 def test_a_batch_of_one_has_nothing_to_abort():
     client = BatchingClient(False, [], delay=0.0)
     case = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=1,
