@@ -473,6 +473,9 @@ class RunDocument:
     latency_targets: dict[str, Any] | None = None
     #: ``specenergy merge``: the shards this run was merged from.
     shards: tuple[str, ...] | None = None
+    #: The source the run measured: ``{"sha": ..., "dirty": bool}`` of the rootdir's git
+    #: checkout, so a nightly trend says which change moved it (None outside git).
+    commit: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -504,7 +507,7 @@ class RunDocument:
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON object."""
-        out = _to_dict(self, omit_empty=("name", "fdr", "latency_targets", "shards"))
+        out = _to_dict(self, omit_empty=("name", "fdr", "latency_targets", "shards", "commit"))
         if not self.interrupted:
             del out["interrupted"]
         return out
@@ -526,4 +529,5 @@ class RunDocument:
                    schema_version=f.integer("schema_version", SCHEMA_VERSION), kind=f.text("kind", RUN_KIND),
                    interrupted=f.get("interrupted") is True, name=f.text("name"),
                    fdr=f.obj("fdr", optional=True), latency_targets=f.obj("latency_targets", optional=True),
-                   shards=None if shards is None else f.texts("shards"), extra=f.extra())
+                   shards=None if shards is None else f.texts("shards"), commit=f.obj("commit", optional=True),
+                   extra=f.extra())

@@ -221,8 +221,8 @@ class SpecEnergySession:
         if not self.records:
             self.report = SummaryReport.of_nothing(self.xdist_skipped)
             return False
+        import pytest_specenergy.gate.machine as machine
         from pytest_specenergy.document import RunDocument
-        from pytest_specenergy.gate.machine import machine_info
         from pytest_specenergy.gate.suite import judge_suite
         from pytest_specenergy.outputs import write_outputs
         from pytest_specenergy.report.terminal import summary_report
@@ -232,9 +232,9 @@ class SpecEnergySession:
                             references=self.gate.latency_references({r.machine_key for r in self.records}))
         meters, starts = (self._measurer.describe_meters(), len(self._measurer.pool.starts)) if self._measurer \
             else ({}, 0)
-        document = RunDocument.build(self.records, meters, starts, self.machines,
-                                     host=machine_info(), interrupted=interrupted, fdr=suite.fdr,
-                                     latency_targets=suite.latency_targets)
+        document = RunDocument.build(self.records, meters, starts, self.machines, host=machine.machine_info(),
+                                     interrupted=interrupted, fdr=suite.fdr, latency_targets=suite.latency_targets,
+                                     commit=machine.source_commit(self.config.rootdir))
         written = write_outputs(document, self.config, self.gate, hook)
         self.report = summary_report(document, suite, written, self.xdist_skipped)
         return suite.failed or bool(written.failures)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 from typing import Callable
@@ -24,10 +25,14 @@ from pytest_specenergy.engines.base import ENGINES
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.drafters import DrafterError
+from pytest_specenergy.refserver.records import DTYPES as REFERENCE_DTYPES  # torch-free: names only
 
 #: Built-in tiny models of the reference server (made from a seed, no files).
 TINY_MODELS = ("tiny:dense", "tiny:dense-draft", "tiny:moe", "tiny:moe-draft",
                "tiny:hybrid", "tiny:hybrid-draft")
+#: Compute dtypes each engine takes (the reference server's own list; SGLang's ``--dtype``).
+ENGINE_DTYPES = {"reference": REFERENCE_DTYPES,
+                 "sglang": ("auto", "half", "float16", "bfloat16", "float", "float32")}
 #: Drafters each engine implements.
 ENGINE_DRAFTERS = {
     "reference": ("ngram", "draft_model", "block"),
@@ -141,7 +146,12 @@ def _models(test: str, mark: Any, config: CaseDefaults, rootdir: str) -> list[tu
         raise MarkerError(f"{test}: marker model(engine={engine!r}): expected one of {', '.join(ENGINES)}")
     opts: dict[str, Any] = {"engine": engine}
     opts["dtype"] = _str_kw(test, kwargs, "dtype", "auto")
+    if opts["dtype"] not in ENGINE_DTYPES[engine]:
+        raise MarkerError(f"{test}: marker model(dtype={opts['dtype']!r}): the {engine} engine takes one of "
+                          f"{', '.join(ENGINE_DTYPES[engine])}")
     opts["device"] = _str_kw(test, kwargs, "device", config.device)
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", opts["device"]):
+        raise MarkerError(f"{test}: marker model(device={opts['device']!r}): expected auto, cpu, cuda or cuda:N")
     seed = kwargs.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise MarkerError(f"{test}: marker model(seed={seed!r}): expected an integer")

@@ -27,6 +27,7 @@ import hashlib
 import os
 import platform
 import re
+import subprocess
 from collections import Counter
 from typing import Any
 from typing import Callable
@@ -210,6 +211,22 @@ def pair_machine(engine: Mapping[str, Any], meter: Mapping[str, Any] | None, sou
     version = version.removeprefix(f"{name}-")  # the reference server says "reference-0.1.0"
     info = machine_info(meter or {"kind": source, "label": source}, engine={"name": name, "version": version})
     return machine_key(info), info
+
+
+def source_commit(root: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The git commit checked out at ``root`` and whether the tree has changes (None outside git)."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    sha = git("rev-parse", "HEAD")
+    if not sha:
+        return None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"sha": sha, "dirty": None if status is None else bool(status)}
 
 
 # -- comparability --------------------------------------------------------------------------

@@ -117,6 +117,8 @@ def _summary(run: RunDocument, rows: Sequence[ReportRow],
         ("engine starts", str(run.engine_starts)),
         ("plugin version", run.plugin_version),
         ("run at", run.datetime or "n/a"),
+        ("commit", f"{run.commit['sha'][:12]}{' (dirty)' if run.commit.get('dirty') else ''}" if run.commit
+         else "n/a"),
     ]
     if comparisons is not None:
         regressed = sum(1 for c in comparisons if c.verdict is Verdict.REGRESSED)

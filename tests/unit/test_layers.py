@@ -26,21 +26,23 @@ ALLOWED: dict[str, set[str]] = {
     "hookspec": set(),
     "engines": set(),
     "meters": {"engines"},
-    "cases": {"engines"},
+    "cases": {"engines", "refserver"},
     "measure": {"cases", "document", "engines", "meters"},
     "gate": {"atomic", "document", "engines", "measure"},
     "report": {"gate", "document", "measure"},
     "cli": {"atomic", "document", "engines", "gate", "meters", "options", "report"},
     # The wiring: options know the validators of the layers they configure.
-    "options": {"cases", "engines", "gate", "measure", "refserver"},
+    "options": {"cases", "engines", "gate", "measure", "meters", "refserver"},
     "xdist": {"document", "meters"},
     "outcome": {"document", "gate", "measure"},
     "outputs": {"atomic", "document", "gate", "options"},
     "fixtures": {"cases", "measure", "meters", "session", "xdist"},
     "session": {"cases", "document", "engines", "gate", "measure", "options", "outcome", "outputs", "report",
                 "xdist"},
-    "plugin": {"cases", "fixtures", "hookspec", "options", "session", "xdist"},
+    "plugin": {"cases", "fixtures", "hookspec", "options", "outputs", "session", "xdist"},
 }
+#: What the plugin may read of the reference server: its torch-free name lists.
+REFSERVER_NAMES = {"pytest_specenergy.refserver.records", "pytest_specenergy.refserver.faults"}
 #: The only modules of ``measure`` that the document, ``gate`` and ``report`` may import.
 MEASURE_FOR_DOCUMENT = MEASURE_FOR_GATE = {"pytest_specenergy.measure.metrics"}
 MEASURE_FOR_REPORT = {"pytest_specenergy.measure.metrics", "pytest_specenergy.measure.checks"}
@@ -89,6 +91,9 @@ def _violations() -> list[str]:
                 continue
             if other not in ALLOWED[part]:
                 bad.append(f"{rel}: {part} imports {target} ({other} is not below {part})")
+            elif other == "refserver" and target not in REFSERVER_NAMES:
+                bad.append(f"{rel}: {part} imports {target}; of the reference server only its name lists "
+                           f"({', '.join(sorted(REFSERVER_NAMES))}) may be read")
             elif part == "document" and other == "measure" and target not in MEASURE_FOR_DOCUMENT:
                 bad.append(f"{rel}: the document imports {target}; only measure.metrics is allowed")
             elif part == "gate" and other == "measure" and target not in MEASURE_FOR_GATE:

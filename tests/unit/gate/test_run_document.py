@@ -52,3 +52,22 @@ def test_a_built_document_names_its_one_machine_key_and_splits_by_key():
     assert both.machine_key is None and both.machine_info == {"node": "ci"}
     assert [r.nodeid for r in both.on("key-b").results] == ["t::b"] and both.on("key-b").machine_key == "key-b"
     assert "interrupted" not in both.as_dict()
+
+
+def test_a_run_names_the_commit_it_measured(tmp_path):
+    import subprocess
+
+    from pytest_specenergy.gate.machine import source_commit
+
+    assert source_commit(tmp_path) is None  # not a git checkout
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "f").write_text("1")
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "f"], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    commit = source_commit(tmp_path)
+    assert len(commit["sha"]) == 40 and commit["dirty"] is False
+    (tmp_path / "f").write_text("2")
+    assert source_commit(tmp_path)["dirty"] is True
+    doc = RunDocument.build([], meters={}, engine_starts=0, commit=commit)
+    assert RunDocument.from_dict(json.loads(json.dumps(doc.as_dict()))).commit == commit
