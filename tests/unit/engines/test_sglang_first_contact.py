@@ -178,3 +178,14 @@ def test_the_a_a_control_runs_the_twins_command_line():
     spec = SGLangBackend().command(aa, "127.0.0.1", 1)
     assert spec == SGLangBackend().command(aa.twin(), "127.0.0.1", 1)
     assert aa != aa.twin()  # a second engine process, not the baseline's
+
+
+def test_the_a_a_control_is_identified_as_a_non_speculative_server():
+    from pytest_specenergy.engines.identity import config_mismatches
+
+    live = load(LIVE / "pair_server_info_a.json")  # speculative_algorithm None
+    aa = config(Drafter("none"), model=live["model_path"])
+    assert config_mismatches(aa, live) == []
+    ngram = config(Drafter("ngram"), model=live["model_path"])
+    assert config_mismatches(ngram, live) == ["drafter 'ngram' expected, server runs none"]
+    assert "A/A control" in config_mismatches(aa, {**live, "speculative_algorithm": "NGRAM"})[0]
