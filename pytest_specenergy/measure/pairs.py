@@ -89,9 +89,11 @@ class PairMeasurer:
         self._recorded: dict[tuple[Any, ...], Drafts] = {}
 
     def plan(self, cases: list[Case]) -> None:
-        """Record the collected cases; one GPU runs one engine at a time."""
+        """Record the collected cases; one GPU runs one engine at a time (a CPU SGLang engine
+        holds no GPU, so CPU cases keep the unbounded pool and their arms interleave)."""
         self.planned = cases
-        if any(c.engine == "sglang" or c.device.startswith("cuda") for c in cases):
+        if any((c.engine == "sglang" and c.device != "cpu") or c.device.startswith("cuda")
+               for c in cases):
             self.pool.max_live = 1
 
     def meter_for(self, server: ServerProcess) -> Meter:
