@@ -1,18 +1,29 @@
 """GPU check of the SGLang path: both arms, ngram and a draft model, measured with NVML.
 
-For the day a runner with an NVIDIA GPU and SGLang is available. It writes a small suite
-(one target, ``ngram`` and ``draft_model`` drafters, batch 1 and 8, the code corpus) and runs
-it through pytest with ``--specenergy-engine=sglang --specenergy-meter=nvml``, so every part of
-the plugin runs for real: launcher, the pinned twin, ``/flush_cache``, counters, step records,
-the steady-state window ending with ``/abort_request``, the resolved-configuration twin check,
-NVML energy and the checks. It then prints, per case and arm, J/token, accept length, mean
-running batch and the checks that tripped, and exits with pytest's status.
+The first thing to run on a GPU runner with SGLang and your own checkpoints: one command, the
+models passed by path (or hub id), a printed table. It writes a small suite (one target,
+``ngram`` and ``draft_model`` drafters, optionally ``eagle3``, batch 1 and 8, the code corpus)
+and runs it through pytest with ``--specenergy-engine=sglang --specenergy-meter=nvml``, so every
+part of the plugin runs for real: launcher, the pinned twin, ``/flush_cache?timeout=``,
+counters, step records, the steady-state window whose close aborts every request in flight,
+the resolved-configuration twin check between the two live servers, NVML energy and every
+validity check. It then prints, per case and arm, J/token, accept length, mean running batch,
+and which checks held or tripped, and exits with pytest's status.
 
 Usage (GPU runner; SGLang installed in the interpreter running this, or pass --python):
 
     PYTHONPATH=. python benchmarks/sglang_gpu_check.py \\
-        --model Qwen/Qwen3-8B --draft-model Qwen/Qwen3-0.6B [--python /path/to/sglang/python] \\
-        [--max-new-tokens 256] [--repeats 3] [--json OUT.json]
+        --model /models/Qwen3-8B --draft-model /models/Qwen3-0.6B \\
+        [--eagle3 /models/qwen3-8b-eagle3] [--python /path/to/sglang/python] \\
+        [--max-total-tokens 131072] [--engine-option load_format=dummy ...] \\
+        [--max-new-tokens 256] [--repeats 3] [--json OUT.json] [--dry-run]
+
+``--max-total-tokens`` pins one KV pool in both arms (default 131072): SGLang 0.5.23 sizes a
+STANDALONE/EAGLE engine's pool with the draft's layers too, so unpinned the speculative arm
+holds fewer tokens and the twin check fails, saying so. ``--engine-option KEY=VALUE`` passes
+any SGLang ``ServerArgs`` field to both arms (``load_format=dummy`` with a checkpoint folder of
+only ``config.json`` and the tokenizer measures real shapes without weights).
+``--dry-run`` prints both arms' command lines and exits, needing neither GPU nor SGLang.
 
 Exits 2, saying why, when NVML sees no GPU or SGLang cannot be found; it never reports a
 GPU figure it did not measure.
@@ -41,7 +52,7 @@ pytestmark = [
 
 @pytest.mark.drafter(
     Drafter("ngram", num_draft_tokens=8),
-    Drafter("draft_model", draft_model={draft!r}, num_draft_tokens=4, id="draft"),
+    Drafter("draft_model", draft_model={draft!r}, num_draft_tokens=4, id="draft"),{eagle3}
 )
 @pytest.mark.batch(1, 8)
 def test_sglang_gpu(spec_pair):
@@ -66,9 +77,17 @@ def _gpu_reason() -> str | None:
 
 
 def _table(document: dict) -> list[str]:
-    rows = [f"{'case':<48} {'arm':<12} {'J/token':>9} {'accept':>7} {'mean bs':>8}  checks"]
+    """Per case and arm what was measured, and per case which checks held."""
+    gpus = [f"{g.get('name')} {g.get('uuid')}" for m in (document.get("machines") or {}).values()
+            for g in (m.get("gpus") or []) if isinstance(g, dict)]
+    rows = [f"GPU: {', '.join(dict.fromkeys(gpus)) or 'not recorded'}; meters: "
+            f"{', '.join(str(m.get('label', k)) for k, m in (document.get('meters') or {}).items()) or '-'}; "
+            f"engine starts: {document.get('engine_starts', '?')}",
+            f"{'case':<48} {'arm':<12} {'J/token':>9} {'accept':>7} {'mean bs':>8}  checks"]
     for result in document.get("results", []):
-        checks = ", ".join(c["name"] for c in result.get("checks", [])) or "-"
+        tripped = [c for c in result.get("checks", []) if isinstance(c, dict)]
+        checks = ("all held" if not tripped else
+                  ", ".join(f"{c.get('name')} ({c.get('severity', '?')})" for c in tripped))
         for arm in ("baseline", "speculative"):
             record = result.get(arm) or {}
             ept, accept = record.get("energy_per_token"), record.get("accept_length")
@@ -86,24 +105,50 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="target checkpoint dir or hub id")
     parser.add_argument("--draft-model", required=True, help="draft checkpoint (same tokenizer)")
+    parser.add_argument("--eagle3", help="an EAGLE3 head for the target: adds an eagle3 drafter")
     parser.add_argument("--python", default=sys.executable, help="interpreter with SGLang")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--attention-backend", default="flashinfer")
+    parser.add_argument("--max-total-tokens", type=int, default=131072,
+                        help="KV pool pinned in both arms (0: leave it to SGLang)")
+    parser.add_argument("--engine-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a ServerArgs field for both arms (JSON value or plain string)")
     parser.add_argument("--json", type=Path, help="where to keep the run document")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print both arms' command lines and exit (no GPU needed)")
     args = parser.parse_args(argv)
-    for reason in (_gpu_reason(), _sglang_reason(args.python)):
-        if reason:
-            print(f"sglang_gpu_check: cannot run: {reason}", file=sys.stderr)
-            return 2
-    options = {"attention_backend": args.attention_backend}
+    options: dict = {"attention_backend": args.attention_backend}
+    if args.max_total_tokens:
+        options["max_total_tokens"] = args.max_total_tokens
+    for item in args.engine_option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--engine-option {item!r}: expected KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
     if args.python != sys.executable:
         options["python"] = args.python
+    if args.dry_run:
+        options.setdefault("sglang_version", "0.5.23")
+    else:
+        for reason in (_gpu_reason(), _sglang_reason(args.python)):
+            if reason:
+                print(f"sglang_gpu_check: cannot run: {reason}", file=sys.stderr)
+                return 2
+    eagle3 = ("" if not args.eagle3 else f"\n    Drafter('eagle3', draft_model={args.eagle3!r}, "
+              "num_steps=3, num_draft_tokens=3, id='eagle3'),")
     with tempfile.TemporaryDirectory(prefix="sglang-gpu-check-") as tmp:
         suite = Path(tmp) / "test_sglang_gpu_check.py"
         suite.write_text(SUITE.format(model=args.model, draft=args.draft_model, options=options,
-                                      max_new_tokens=args.max_new_tokens))
+                                      max_new_tokens=args.max_new_tokens, eagle3=eagle3))
         out = args.json or Path(tmp) / "run.json"
+        if args.dry_run:
+            done = subprocess.run([sys.executable, "-m", "pytest", str(suite), "-p", "no:cacheprovider",
+                                   "--specenergy-engine=sglang", "--specenergy-dry-run", "-q"], cwd=tmp)
+            return done.returncode
         done = subprocess.run([sys.executable, "-m", "pytest", str(suite), "-p", "no:cacheprovider",
                                "--specenergy-engine=sglang", "--specenergy-meter=nvml",
                                f"--specenergy-repeats={args.repeats}", f"--specenergy-json={out}",

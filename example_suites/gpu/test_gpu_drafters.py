@@ -1,7 +1,10 @@
 """The quickstart's shape on real models: SGLang engines measured with NVML.
 
 Point SPECENERGY_MODEL / SPECENERGY_EAGLE3 at local checkpoints (or hub ids cached on the
-runner). Skipped with a clear reason where there is no GPU or no SGLang.
+runner), then run ``pytest example_suites/gpu``. Skipped with a clear reason where there is no
+GPU or no SGLang. SPECENERGY_MAX_TOTAL_TOKENS (default 131072) pins one KV pool in both arms:
+SGLang 0.5.23 sizes an EAGLE3 engine's pool with the draft head's layers too, and the twin
+check fails a pair whose pools differ.
 """
 
 import os
@@ -12,10 +15,11 @@ from pytest_specenergy import Drafter
 
 MODEL = os.environ.get("SPECENERGY_MODEL", "Qwen/Qwen3-8B")
 EAGLE3 = os.environ.get("SPECENERGY_EAGLE3", "Tengyunw/qwen3_8b_eagle3")
+MAX_TOTAL_TOKENS = int(os.environ.get("SPECENERGY_MAX_TOTAL_TOKENS", "131072"))
 
 pytestmark = [
     pytest.mark.model(MODEL, engine="sglang", dtype="bfloat16", max_running_requests=64,
-                      attention_backend="flashinfer"),
+                      attention_backend="flashinfer", max_total_tokens=MAX_TOTAL_TOKENS),
     pytest.mark.corpus("code", "conversation"),
     pytest.mark.generation(max_new_tokens=512),
 ]

@@ -36,7 +36,8 @@ ENGINE_DTYPES = {"reference": REFERENCE_DTYPES,
 #: Drafters each engine implements.
 ENGINE_DRAFTERS = {
     "reference": ("ngram", "draft_model", "block"),
-    "sglang": ("ngram", "draft_model", "eagle", "eagle3", "nextn", "dflash", "dspark"),
+    # "none": the A/A control (engines/drafters.py), the twin's config in a second engine.
+    "sglang": ("ngram", "draft_model", "eagle", "eagle3", "nextn", "dflash", "dspark", "none"),
 }
 
 MARKERS = {

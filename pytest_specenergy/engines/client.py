@@ -45,13 +45,18 @@ class EngineClient:
     """JSON over HTTP to one engine at ``base_url`` (``http://127.0.0.1:PORT``)."""
 
     def __init__(self, base_url: str, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-                 diagnose: Diagnose | None = None) -> None:
+                 diagnose: Diagnose | None = None, flush_path: str = "/flush_cache") -> None:
         if not timeout_s > 0:
             raise ValueError(f"request timeout must be a positive number of seconds, "
                              f"got {timeout_s!r}")
+        if not flush_path.startswith("/flush_cache"):
+            raise ValueError(f"flush_path must be a /flush_cache request path, got {flush_path!r}")
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.diagnose = diagnose
+        #: The backend's ``/flush_cache`` path: SGLang 0.5.23 takes ``?timeout=S`` and then
+        #: waits for the scheduler to go idle instead of refusing (400) while it is busy.
+        self.flush_path = flush_path
 
     def _request(self, method: str, path: str, body: Any = None, timeout_s: float | None = None,
                  diagnose: bool = True) -> Any:
@@ -96,7 +101,8 @@ class EngineClient:
         return True
 
     def server_info(self) -> dict[str, Any]:
-        """``GET /server_info`` (falls back to the pre-0.5.23 ``/get_server_info``)."""
+        """``GET /server_info``; falls back to ``/get_server_info``, the only path of SGLang
+        releases before 0.5.9's ``/server_info`` existed (0.5.23 keeps it as a deprecated alias)."""
         try:
             return self._request("GET", "/server_info")
         except EngineError:
@@ -105,8 +111,9 @@ class EngineClient:
             return self._request("GET", "/get_server_info")
 
     def flush_cache(self) -> None:
-        """Reset caches, the n-gram table and speculative metrics between arms and repeats."""
-        self._request("POST", "/flush_cache")
+        """Reset caches, the n-gram table and speculative metrics between arms and repeats
+        (on :attr:`flush_path`, which may wait for the engine to go idle)."""
+        self._request("POST", self.flush_path)
 
     def abort(self, rid: str | None = None) -> None:
         """SGLang's ``/abort_request``: cut request ``rid`` (None: every request on the engine).

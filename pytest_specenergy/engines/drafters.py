@@ -92,6 +92,11 @@ SCHEMAS: dict[str, dict[str, _Setting]] = {
         "draft_model": _path(True, "DSpark block drafter checkpoint"),
         "num_draft_tokens": _int(6, help="block size minus one"),
     },
+    # The A/A control: the "speculative" arm is the baseline's own non-speculative engine,
+    # started as a second process. A pair of it must pass every check and the gate: it measures
+    # the plugin's noise floor, and it is what runs on engines that cannot speculate (SGLang on
+    # CPU). Nothing is drafted, so it has no setting and proposes 0 tokens per step.
+    "none": {},
 }
 DRAFTER_NAMES: tuple[str, ...] = tuple(SCHEMAS)
 
@@ -141,6 +146,8 @@ class Drafter:
         """Tokens proposed per verify step (the target verifies one more)."""
         if self.name == "block":
             return int(self.get("block_size")) - 1
+        if self.name == "none":
+            return 0
         return int(self.get("num_draft_tokens"))
 
     @property

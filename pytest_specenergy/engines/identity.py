@@ -112,9 +112,12 @@ def config_mismatches(config: EngineConfig, info: Mapping[str, Any]) -> list[str
         problems.append(f"model {config.model!r} expected, server reports {model!r}")
     if "speculative_algorithm" in info:
         algorithm = info.get("speculative_algorithm")
-        if config.drafter is None and algorithm:
-            problems.append(f"no drafter expected (baseline arm), server runs {algorithm!r}")
-        elif config.drafter is not None and not algorithm:
+        # The A/A control (Drafter("none")) runs the twin's non-speculative config.
+        drafts = config.drafter is not None and config.drafter.name != "none"
+        if not drafts and algorithm:
+            arm = "baseline arm" if config.drafter is None else "the A/A control drafter 'none'"
+            problems.append(f"no drafter expected ({arm}), server runs {algorithm!r}")
+        elif drafts and not algorithm:
             problems.append(f"drafter {config.drafter.name!r} expected, server runs none")
     draft = config.drafter.draft_model if config.drafter else None
     reported = info.get("speculative_draft_model_path")

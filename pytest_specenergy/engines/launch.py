@@ -101,8 +101,10 @@ class ServerProcess:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.config.label())
         self.log_path = self.log_dir / f"{stamp}-{safe}-{port}.log"
+        flush = getattr(self.backend, "flush_cache_path", None)
         self.client = EngineClient(f"http://{self.host}:{port}", timeout_s=self.request_timeout_s,
-                                   diagnose=self._diagnose)
+                                   diagnose=self._diagnose,
+                                   flush_path=flush(self.config) if flush else "/flush_cache")
 
     @property
     def pid(self) -> int | None:
@@ -282,6 +284,17 @@ class ServerProcess:
     def work_trace(self, start: int) -> tuple[int, list[dict[str, Any]]]:
         """Steps recorded since ``start`` (reference server only)."""
         return self.client.work_trace(start)
+
+    @property
+    def special_token_ids(self) -> tuple[int, ...]:
+        """The served model's special token ids: the engine's own ``/server_info`` list (the
+        reference server sends one), else what the backend reads from the checkpoint (SGLang's
+        ``/server_info`` has none)."""
+        reported = self.server_info.get("special_token_ids")
+        if reported:
+            return tuple(int(t) for t in reported)
+        read = getattr(self.backend, "special_token_ids", None)
+        return tuple(read(self.config)) if read else ()
 
     def describe(self) -> dict[str, Any]:
         """What ran: argv, log, and the engine's own ``/server_info`` facts."""

@@ -83,12 +83,15 @@ def parse_meta_info(meta: Mapping[str, Any]) -> RequestCounters:
     """Counters from one response's ``meta_info``, whichever release produced it."""
     if not isinstance(meta, Mapping):
         raise MetaInfoError(f"meta_info must be a JSON object, got {type(meta).__name__}")
-    missing = [k for k in ("prompt_tokens", "completion_tokens") if meta.get(k) is None]
+    finish = meta.get("finish_reason")
+    queued_abort = _aborted_in_queue(meta)
+    required = ("completion_tokens",) if queued_abort else ("prompt_tokens", "completion_tokens")
+    missing = [k for k in required if meta.get(k) is None]
     if missing:
         raise MetaInfoError(
-            f"meta_info lacks {', '.join(missing)} (every SGLang release sends them); "
-            f"keys present: {', '.join(sorted(meta)) or 'none'}")
-    finish = meta.get("finish_reason")
+            f"meta_info lacks {', '.join(missing)} (every SGLang release sends them, except "
+            f"prompt_tokens for a request aborted while queued); keys present: "
+            f"{', '.join(sorted(meta)) or 'none'}")
     finish_type: str | None = None
     finish_detail: Any = None
     if isinstance(finish, Mapping):
@@ -103,7 +106,8 @@ def parse_meta_info(meta: Mapping[str, Any]) -> RequestCounters:
     latency = meta.get("e2e_latency")
     return RequestCounters(
         rid=None if meta.get("id") is None else str(meta["id"]),
-        prompt_tokens=int(meta["prompt_tokens"]),
+        # A request aborted in the waiting queue was never prefilled: no prompt token ran.
+        prompt_tokens=0 if queued_abort else int(meta["prompt_tokens"]),
         completion_tokens=int(meta["completion_tokens"]),
         finish_type=finish_type,
         finish_detail=finish_detail,
@@ -113,6 +117,22 @@ def parse_meta_info(meta: Mapping[str, Any]) -> RequestCounters:
         retractions=_int_or_none(_first(meta, _RETRACTION_KEYS, "retractions")),
         **{k: _int_or_none(v) for k, v in spec.items()},
     )
+
+
+def _aborted_in_queue(meta: Mapping[str, Any]) -> bool:
+    """Whether ``meta`` is SGLang's answer to a request aborted while still in its waiting queue.
+
+    SGLang (0.5.9 ``tokenizer_manager.py:2169-2187``, 0.5.23 ``_handle_abort_req`` ``:3577-3633``,
+    the scheduler's "abort method 1") answers such a request with only ``id``,
+    ``finish_reason`` (type ``abort``), ``weight_version``, ``e2e_latency`` and
+    ``completion_tokens`` - no ``prompt_tokens``, no speculative counters: it never ran. Only
+    that shape qualifies: an abort that made tokens, or any other finish, still needs
+    ``prompt_tokens``, so a payload that really lost it is still refused.
+    """
+    finish = meta.get("finish_reason")
+    kind = finish.get("type") if isinstance(finish, Mapping) else finish
+    return (kind == "abort" and meta.get("prompt_tokens") is None
+            and meta.get("completion_tokens") is not None and int(meta["completion_tokens"]) == 0)
 
 
 def _first(meta: Mapping[str, Any], keys: Sequence[str], field: str) -> Any:

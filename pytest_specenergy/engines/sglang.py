@@ -48,6 +48,20 @@ _DTYPES = {"auto": "auto", "half": "half", "float16": "float16", "fp16": "float1
            "bfloat16": "bfloat16", "bf16": "bfloat16", "float": "float", "float32": "float32",
            "fp32": "float32"}
 _NEEDS_DRAFT_MODEL = frozenset({"draft_model", "eagle", "eagle3", "dflash", "dspark"})
+#: Architectures whose checkpoint carries its own MTP (NEXTN) layers, so SGLang fills
+#: ``speculative_draft_model_path`` with the target itself (0.5.9 ``server_args.py``,
+#: 0.5.23 ``speculative_hook.py:1120-1150``). Any other target run as NEXTN without
+#: ``draft_model`` resolves to EAGLE with no draft checkpoint at all.
+MTP_IN_TARGET_0_5_9 = frozenset({
+    "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM",
+    "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM", "BailingMoeForCausalLM",
+    "BailingMoeV2ForCausalLM", "BailingMoeV2_5ForCausalLM", "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration",
+})
+MTP_IN_TARGET_0_5_23 = MTP_IN_TARGET_0_5_9 | {
+    "DeepseekV4ForCausalLM", "HYV3ForCausalLM", "HYV4ForCausalLM",
+    "Qwen4ExpForConditionalGeneration",
+}
 
 # Hybrid (linear-attention / state-space) checkpoints: SGLang's hybrid_arch.py config classes.
 HYBRID_MODEL_TYPES = frozenset({
@@ -77,8 +91,8 @@ class SGLangBackend:
     stop_signal_leader_only = True
 
     def drafters(self) -> tuple[str, ...]:
-        """Drafter names this backend maps onto SGLang algorithms."""
-        return tuple(ALGORITHMS)
+        """Drafter names this backend maps onto SGLang algorithms, and the A/A control."""
+        return (*ALGORITHMS, "none")
 
     def version(self, config: EngineConfig) -> tuple[sa.Version, str]:
         """The SGLang version the command is built for, and where that came from."""
@@ -128,6 +142,17 @@ class SGLangBackend:
             return f"/flush_cache?timeout={FLUSH_CACHE_TIMEOUT_S}"
         return "/flush_cache"
 
+    def special_token_ids(self, config: EngineConfig) -> tuple[int, ...]:
+        """The target's special token ids, read from its checkpoint: SGLang's ``/server_info``
+        carries none (0.5.9 and 0.5.23), and leak detection needs them.
+
+        From ``config.json`` and ``generation_config.json`` (``bos/eos/pad_token_id``, an int
+        or a list) and the tokenizer's added tokens marked ``special`` (``tokenizer.json``
+        ``added_tokens``, ``tokenizer_config.json`` ``added_tokens_decoder``); a local directory
+        or the Hugging Face cache. Empty when none of those files can be read.
+        """
+        return checkpoint_special_token_ids(config.model)
+
     def check(self, config: EngineConfig) -> None:
         """Refuse configs SGLang would reject, silently change, or run incorrectly."""
         version, source = self.version(config)
@@ -158,6 +183,8 @@ class SGLangBackend:
     def _check_drafter(self, config: EngineConfig, drafter: Drafter, facts: sa.VersionFacts,
                        user: dict[str, Any]) -> None:
         version = sa.format_version(facts.version)
+        if drafter.name == "none":
+            return  # the A/A control: no speculative flag at all, nothing to check
         algorithm = ALGORITHMS.get(drafter.name)
         if algorithm is None:
             raise EngineConfigError(
@@ -175,6 +202,8 @@ class SGLangBackend:
                 "checkpoint path or hub id)")
         if drafter.draft_model:
             _check_model_path("draft model", drafter.draft_model)
+        if drafter.name == "nextn" and not drafter.draft_model:
+            _check_mtp_in_target(config.model, facts.version)
         clash = sorted(k for k in user if k in _speculative_args(drafter, facts))
         if clash:
             raise EngineConfigError(
@@ -335,13 +364,62 @@ def python_sglang_version(python: str) -> str | None:
     return lines[-1].strip() if done.returncode == 0 and lines else None
 
 
-# /server_info keys that legitimately differ between two servers of one pair.
-_RESOLVED_IGNORED = frozenset({
-    "port", "nccl_port", "host", "internal_states", "dist_init_addr", "metrics_port",
-    "disaggregation_bootstrap_port", "engine_info_bootstrap_port", "grpc_port",
-    "encoder_bootstrap_port", "gated_launch_port", "smg_http_sidecar_port",
-    "grpc_http_sidecar_port", "forward_pass_metrics_ipc_name", "weight_version",
-})
+#: ``/server_info`` keys the twin check skips, each with why it is not configuration. Derived
+#: from what real SGLang sends: 0.5.9 answers ``asdict(server_args)`` + the scheduler's init info
+#: + ``internal_states`` + ``version`` (``http_server.py:593-610``, ``scheduler.py:3141-3157``);
+#: 0.5.23 answers ``resolved_dict()`` + ``launch_command`` + the scheduler's init info +
+#: ``kv_events`` + ``startup_time`` + ``internal_states`` + ``version`` + ``frontend``
+#: (``http_server.py:863-890``, ``utils/common.py:3584``, ``scheduler.py:1937-1960``), and two
+#: live 0.5.23 servers of one config differ in exactly ``port``,
+#: ``launch_command`` and ``startup_time`` (tests/data/sglang/live-0.5.23/). Everything else is
+#: compared - including the keys that are not ``ServerArgs`` fields but must still be equal:
+#: ``version`` and ``frontend`` (the same SGLang), ``status``, and ``max_total_num_tokens`` /
+#: ``max_req_input_len`` (the KV pool's real capacity: a speculative engine whose pool also holds
+#: draft layers is smaller, see :data:`CAPACITY_HINT`). ``speculative_*`` fields are the drafter.
+RESOLVED_IGNORED: dict[str, str] = {
+    # Not ServerArgs fields: facts about this one start.
+    "launch_command": "0.5.23: the argv as given, with this server's --port and the arm's own "
+                      "--speculative-* flags; the value every flag resolved to is compared as its "
+                      "own field",
+    "startup_time": "0.5.23: seconds each start-up phase took (weights, KV allocation, graphs): a "
+                    "timing of this start, different every time",
+    "internal_states": "live scheduler state per DP rank (throughput, memory use, step records; "
+                       "read separately for concurrency); its resolved fields repeat the top level",
+    "kv_events": "0.5.23: the KV-event publisher's endpoint (a port) or None; its settings "
+                 "(kv_events_config) are compared",
+    "kv_event_sources": "0.5.23, with grpc_port: this worker's KV-event endpoints",
+    "hicache_object_layout": "0.5.23: a report of this process's hierarchical-cache storage pools, "
+                             "derived from enable_hierarchical_cache and the compared hicache_* "
+                             "fields",
+    "tp_rank": "0.5.9, remote-instance weight loading only: the answering rank",
+    "remote_instance_transfer_engine_session_id": "0.5.9, remote-instance weight loading only: "
+                                                  "this process's transfer-engine session",
+    "remote_instance_transfer_engine_weights_info_dict": "0.5.9, remote-instance weight loading "
+                                                         "only: addresses of this process's weights",
+    # ServerArgs fields that are this server's address or a per-process channel.
+    "host": "the address this server listens on",
+    "port": "the port this server listens on (free port per start)",
+    "nccl_port": "resolved to a free port per start when unset",
+    "dist_init_addr": "multi-node rendezvous address of this server's processes",
+    "disaggregation_bootstrap_port": "a port of this server",
+    "engine_info_bootstrap_port": "a port of this server",
+    "grpc_port": "a port of this server",
+    "encoder_bootstrap_port": "a port of this server",
+    "gated_launch_port": "a port of this server",
+    "smg_http_sidecar_port": "a port of this server",
+    "grpc_http_sidecar_port": "a port of this server",
+    "forward_pass_metrics_ipc_name": "an IPC socket name chosen per process",
+}
+_RESOLVED_IGNORED = frozenset(RESOLVED_IGNORED)
+
+#: Why a speculative arm's KV pool can hold fewer tokens than its twin's, and the fix.
+CAPACITY_HINT = (
+    "the arms' KV pools hold different numbers of tokens: for EAGLE, EAGLE3, NEXTN and "
+    "STANDALONE, SGLang 0.5.23 sizes the speculative engine's pool with the draft model's "
+    "layers too (pool_configurator.py:259-314), so it admits less; pin the same pool in both "
+    "arms with the engine option max_total_tokens=<the smaller value> on "
+    "pytest.mark.model(...)")
+_CAPACITY_KEYS = frozenset({"max_total_num_tokens", "max_req_input_len"})
 
 
 # Decode CUDA-graph capture lists: SGLang resolves a finer one for a speculative engine even
@@ -367,11 +445,13 @@ def resolved_args_difference(spec_info: Any, base_info: Any) -> list[str]:
     """Resolved settings outside ``speculative_*`` that differ between two ``/server_info``.
 
     Unlike ``meta_info.server_args_difference`` (a fixed list of keys), every key both servers
-    report is compared, except ``speculative_*``, ports/addresses and ``internal_states``,
-    and, when both arms have decode CUDA graphs off, the decode capture list (never captured).
-    One line per difference; empty for a matched pair.
+    report is compared, except ``speculative_*``, the keys of :data:`RESOLVED_IGNORED` (each
+    with its reason) and, when both arms have decode CUDA graphs off, the decode capture list
+    (never captured). One line per difference; empty for a matched pair. A KV-capacity
+    difference ends with :data:`CAPACITY_HINT`, which says how to pin it.
     """
     lines = []
+    capacity = False
     graphless = _decode_graphs_off(spec_info) and _decode_graphs_off(base_info)
     for key in sorted(set(spec_info) & set(base_info)):
         if key.startswith("speculative_") or key in _RESOLVED_IGNORED:
@@ -384,11 +464,16 @@ def resolved_args_difference(spec_info: Any, base_info: Any) -> list[str]:
         if spec_value != base_value:
             lines.append(f"{key}: {spec_info[key]!r} (speculative) vs {base_info[key]!r} "
                          "(baseline)")
+            capacity = capacity or key in _CAPACITY_KEYS
+    if capacity:
+        lines.append(CAPACITY_HINT)
     return lines
 
 
 def _speculative_args(drafter: Drafter, facts: sa.VersionFacts) -> dict[str, Any]:
     """The ``speculative_*`` fields for ``drafter``; SGLang counts the verified root token."""
+    if drafter.name == "none":
+        return {}  # the A/A control runs the twin's own command line in a second process
     proposed = drafter.num_draft_tokens
     algorithm = ALGORITHMS[drafter.name]
     args: dict[str, Any] = {"speculative_algorithm": algorithm}
@@ -417,6 +502,23 @@ def _speculative_args(drafter: Drafter, facts: sa.VersionFacts) -> dict[str, Any
         # gamma = proposed; SGLang derives num_draft_tokens = gamma + 1 and checks the checkpoint.
         args["speculative_dspark_block_size"] = proposed
     return args
+
+
+def _check_mtp_in_target(model: str, version: sa.Version) -> None:
+    """Refuse NEXTN without ``draft_model`` unless the target's architecture carries MTP layers."""
+    known = MTP_IN_TARGET_0_5_23 if version >= (0, 5, 23) else MTP_IN_TARGET_0_5_9
+    config = _read_model_config(model)
+    archs = [str(a) for a in (config or {}).get("architectures") or []]
+    if archs and archs[0] in known:
+        return
+    found = (f"its config.json names architecture {archs[0]}" if archs
+             else "no config.json naming its architecture was found")
+    raise EngineConfigError(
+        f"Drafter('nextn') without draft_model= on {model}: {found}, which SGLang "
+        f"{sa.format_version(version)} does not know to carry MTP layers (it fills the draft "
+        f"path only for {', '.join(sorted(known))}), so the engine would resolve to EAGLE with no "
+        "draft checkpoint; pass draft_model= (the MTP/EAGLE head), or use a checkpoint whose "
+        "architecture has its own MTP layers")
 
 
 def _dtype(dtype: str) -> str:
@@ -466,14 +568,38 @@ def detect_hybrid(model: str, option: Any = None) -> tuple[bool, str]:
     return False, "no config.json found and the name matches no hybrid family"
 
 
-def _read_model_config(model: str) -> dict[str, Any] | None:
-    candidates = [Path(model).expanduser() / "config.json"]
+def checkpoint_special_token_ids(model: str) -> tuple[int, ...]:
+    """Special token ids a checkpoint declares (see :meth:`SGLangBackend.special_token_ids`)."""
+    ids: set[int] = set()
+
+    def add(value: Any) -> None:
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+                ids.add(item)
+
+    for name in ("config.json", "generation_config.json"):
+        data = _read_model_config(model, name) or {}
+        for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            add(data.get(key))
+    tokenizer = _read_model_config(model, "tokenizer.json") or {}
+    for token in tokenizer.get("added_tokens") or []:
+        if isinstance(token, dict) and token.get("special"):
+            add(token.get("id"))
+    decoder = (_read_model_config(model, "tokenizer_config.json") or {}).get("added_tokens_decoder")
+    for key, token in (decoder or {}).items():
+        if isinstance(token, dict) and token.get("special") and str(key).isdigit():
+            add(int(key))
+    return tuple(sorted(ids))
+
+
+def _read_model_config(model: str, name: str = "config.json") -> dict[str, Any] | None:
+    candidates = [Path(model).expanduser() / name]
     if "/" in model and not model.startswith(("/", ".", "~")):
         hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
             os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub")
         snapshots = Path(hub) / ("models--" + model.replace("/", "--")) / "snapshots"
         if snapshots.is_dir():
-            candidates += sorted(snapshots.glob("*/config.json"),
+            candidates += sorted(snapshots.glob(f"*/{name}"),
                                  key=lambda p: p.stat().st_mtime, reverse=True)
     for path in candidates:
         try:

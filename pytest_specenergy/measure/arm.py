@@ -12,10 +12,15 @@ and taking the next prompt the moment its request finishes. An engine that batch
 (SGLang, the reference server) therefore runs ``batch`` requests at every step.
 
 **The window is the steady state:** it opens as the first ``batch`` requests are sent and closes
-the first time a request finishes and the pool can no longer refill it. At that moment the
-requests still in flight are aborted (SGLang's ``/abort_request``; each answers with the tokens
+the first time a request finishes and the pool can no longer refill it. At that moment every
+request still in flight is aborted (SGLang's ``/abort_request``; each answers with the tokens
 it made so far, counted in its ``meta_info``), so no drain at falling concurrency is measured and
-every token made inside the window is counted, partial ones included. The aborted prompts are
+every token made inside the window is counted, partial ones included. The abort always lands
+(:func:`abort_until_answered`): the measurer knows the rid of every request it has in flight, and
+after one ``abort_all`` it aborts each unanswered rid again, every ``ABORT_RETRY_S``, until every
+one has answered - a request sent just before the close (SGLang drops an abort for a rid its
+tokenizer has not registered yet: 2 of 3 such requests ran to ``max_new_tokens``) is cut at the
+next retry instead of running on alone inside the window. The aborted prompts are
 then generated again, outside any window, for their complete outputs (equivalence and coherence
 need whole answers). A prompt aborted while still queued was never prefilled; the prefill-only
 window holds exactly the prompts the full window prefilled. So the decode figure is the steady
@@ -39,6 +44,7 @@ import time
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
+from typing import Callable
 from typing import Sequence
 
 from pytest_specenergy.cases.case import Case
@@ -186,7 +192,13 @@ class ArmMeasurer:
         lock = threading.Lock()
         cursor = iter(range(len(prompts)))
         errors: list[BaseException] = []
-        state = {"in_flight": 0, "ended": False}
+        state = {"ended": False}
+        #: rid of every request sent (or about to be) and not answered yet.
+        in_flight: set[str] = set()
+
+        def pending() -> set[str]:
+            with lock:
+                return set(in_flight)
 
         def worker() -> None:
             while True:
@@ -196,26 +208,33 @@ class ArmMeasurer:
                         return
                     index = next(cursor, None)
                     if index is None:
-                        end_now = steady and state["in_flight"] > 0 and not state["ended"]
+                        end_now = steady and bool(in_flight) and not state["ended"]
                         state["ended"] = state["ended"] or end_now
                     else:
-                        state["in_flight"] += 1
+                        # Registered before the request is sent, so a close that comes
+                        # before it reaches the engine still knows to abort it.
+                        rid = _next_rid()
+                        in_flight.add(rid)
                 if index is None:
                     if end_now:
-                        self._abort_rest(client, errors, lock)
+                        try:
+                            abort_until_answered(client, pending)
+                        except BaseException as exc:  # re-raised in the caller's thread
+                            with lock:
+                                errors.append(exc)
                     return
                 try:
                     params = sampling if replay is None else {
                         **sampling, "spec_replay_drafts": [list(d) for d in replay[indices[index]]]}
                     answer = client.generate(text=[prompts[index]], sampling_params=params,
-                                             rids=[_next_rid()], **asked)
+                                             rids=[rid], **asked)
                 except BaseException as exc:  # re-raised in the caller's thread
                     with lock:
                         errors.append(exc)
                     return
                 finally:
                     with lock:
-                        state["in_flight"] -= 1
+                        in_flight.discard(rid)
                 answers[index] = answer[0]
 
         width = max(1, min(width or self.case.batch, len(prompts)))
@@ -234,17 +253,6 @@ class ArmMeasurer:
         if missing:
             raise RuntimeError(f"{len(missing)} of {len(prompts)} requests got no answer")
         return answers  # type: ignore[return-value]
-
-    @staticmethod
-    def _abort_rest(client: Any, errors: list[BaseException], lock: threading.Lock) -> None:
-        """End the steady state: abort every request still in flight (they answer, cut)."""
-        try:
-            client.abort()
-        except BaseException as exc:  # an engine without /abort_request cannot hold a steady state
-            with lock:
-                errors.append(RuntimeError(
-                    f"the engine refused /abort_request ({exc}); the steady-state window needs it to "
-                    f"end without a drain at falling concurrency"))
 
     def _window(self, sampling: dict[str, Any], indices: Sequence[int], steady: bool) -> _Window:
         client = self.server.client
@@ -362,6 +370,61 @@ class ArmMeasurer:
         """Warm up, then ``repeats`` flushed prefill/full window pairs back to back."""
         self.warm_up()
         return self.result(arm, [self.measure_repeat(arm) for _ in range(self.repeats)])
+
+
+#: Seconds between two rounds of per-rid aborts at a window's close. Shorter than one decode
+#: step of any engine here (about 40 ms on a CPU SGLang server), so a request the first round
+#: missed runs at most a step or two more; each round is one small HTTP call per request.
+ABORT_RETRY_S = 0.02
+
+
+class AbortError(RuntimeError):
+    """A window's close could not cut every request still in flight."""
+
+
+def abort_until_answered(client: Any, pending: Callable[[], set[str]], *,
+                         retry_s: float = ABORT_RETRY_S, deadline_s: float | None = None) -> int:
+    """End a steady-state window: abort every request of ``pending()`` until none is left.
+
+    ``pending`` returns the rids sent and not answered yet (the caller removes a rid when its
+    answer arrives). One ``abort_all`` first: it cuts at once whatever the engine already
+    schedules, running or queued. It is not enough alone: SGLang's tokenizer drops an abort
+    for a rid it has not registered yet, so a request sent within about a millisecond of the
+    close runs on to ``max_new_tokens``. So every rid still pending is then aborted by rid,
+    every ``retry_s``, until each has answered (aborted, or finished on its own).
+
+    Why by rid, and not ``abort_all`` repeated: a retry can come after the window's last answer
+    (the caller's next step may already have sent new requests, e.g. the prefill-only window
+    or the re-runs of cut prompts); a rid names only a request of this window, and a rid that
+    already answered is ignored by SGLang. Returns the number of per-rid rounds it took.
+    Raises :class:`AbortError` if requests are still running after ``deadline_s`` (default:
+    the client's request timeout), or the engine refuses ``/abort_request``.
+    """
+    limit = deadline_s if deadline_s is not None else float(getattr(client, "timeout_s", 300.0))
+    try:
+        client.abort()
+    except Exception as exc:
+        raise AbortError(
+            f"the engine refused /abort_request ({exc}); the steady-state window needs it to end "
+            f"without a drain at falling concurrency") from None
+    started = time.monotonic()
+    rounds = 0
+    while True:
+        time.sleep(retry_s)
+        left = pending()
+        if not left:
+            return rounds
+        if time.monotonic() - started > limit:
+            raise AbortError(
+                f"{len(left)} request(s) ({', '.join(sorted(left))}) still unanswered {limit:g} s "
+                f"after the window closed, through {rounds} round(s) of aborts by rid: the engine "
+                f"does not honour /abort_request, so the window would include a drain")
+        rounds += 1
+        for rid in sorted(left):
+            try:
+                client.abort(rid)
+            except Exception as exc:
+                raise AbortError(f"/abort_request for rid {rid} failed: {exc}") from None
 
 
 def arm_concurrency(batch: int, windows: Sequence[dict[str, Any]], pool: int) -> dict[str, Any]:

@@ -58,7 +58,9 @@ def pair_checks(pair: PairResult, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_G
     spec, base, case = pair.speculative, pair.baseline, pair.case
     k = case.drafter.num_draft_tokens
     verify = spec._pooled("verify_steps")
-    if verify is None:
+    if case.drafter.name == "none":
+        pass  # the A/A control drafts nothing: no speculative counters to expect
+    elif verify is None:
         found.append(Check("missing-counters", "fail", "the speculative engine reported no "
                            "spec_verify_ct / spec_num_correct_drafts for the measured requests"))
     elif verify == 0:
@@ -202,6 +204,16 @@ def _window_checks(base: Any, spec: Any) -> list[Check]:
     and a prefill share above half leaves little decode to measure."""
     found = []
     for run in (base, spec):
+        # Time is differenced like energy: a full window no longer than its prefill-only one
+        # measured no decode, and every per-second or per-token-time figure would be nonsense.
+        times = [s.decode_seconds for s in run.samples if s.decode_seconds <= 0]
+        if times:
+            found.append(Check("decode-time-not-positive", "fail",
+                               f"{run.arm} arm: decode time {min(times):.3g} s (full-run window "
+                               f"minus its prefill-only window) is not positive, so no decode was "
+                               f"timed; the windows ran unlike work (a drain, a stall or a cold "
+                               f"engine in one of them)"))
+            continue
         if any(s.decode_joules <= 0 for s in run.samples):
             found.append(Check("prefill-in-window", "fail",
                                f"{run.arm} arm: a full-run window used no more energy than its "

@@ -89,9 +89,11 @@ class PairMeasurer:
         self._recorded: dict[tuple[Any, ...], Drafts] = {}
 
     def plan(self, cases: list[Case]) -> None:
-        """Record the collected cases; one GPU runs one engine at a time."""
+        """Record the collected cases; one GPU runs one engine at a time (a CPU SGLang engine
+        holds no GPU, so CPU cases keep the unbounded pool and their arms interleave)."""
         self.planned = cases
-        if any(c.engine == "sglang" or c.device.startswith("cuda") for c in cases):
+        if any((c.engine == "sglang" and c.device != "cpu") or c.device.startswith("cuda")
+               for c in cases):
             self.pool.max_live = 1
 
     def meter_for(self, server: ServerProcess) -> Meter:
@@ -240,7 +242,7 @@ class PairMeasurer:
             # speculates, so the speculative engine scores as its twin would.
             speculative = arms["speculative"]
             coherence = measure_coherence(server.client, case.pool(), baseline.outputs, speculative.outputs,
-                                          server.server_info.get("special_token_ids", ()), tie_margins=True)
+                                          _special_ids(server), tie_margins=True)
             self._pairs[case] = PairResult(case, case.id, baseline, speculative, coherence,
                                            order=order, reference=arms.get("reference"),
                                            removal=arms.get("removal"))
@@ -284,6 +286,13 @@ class PairMeasurer:
         self.pool.close()
         for meter in self.meters.values():
             meter.close()
+
+
+def _special_ids(server: Any) -> tuple[int, ...]:
+    """The engine's special token ids: ``ServerProcess.special_token_ids`` (SGLang's come from
+    the checkpoint, its ``/server_info`` has none), else what ``/server_info`` reports."""
+    ids = getattr(server, "special_token_ids", None)
+    return tuple(ids) if ids is not None else tuple(server.server_info.get("special_token_ids", ()))
 
 
 def _extend(run: RunResult, more: RunResult) -> RunResult:

@@ -55,7 +55,8 @@ def _drafter(name: str, draft: str) -> Drafter | None:
         "eagle": Drafter("eagle", draft_model=draft),
         "eagle-tree": Drafter("eagle", draft_model=draft, topk=4, num_steps=5, num_draft_tokens=7),
         "eagle3": Drafter("eagle3", draft_model=draft),
-        "nextn": Drafter("nextn"),
+        # Without draft_model, NEXTN on a target without MTP layers is refused (issue 20).
+        "nextn": Drafter("nextn", draft_model=draft),
         "draft_model": Drafter("draft_model", draft_model=draft),
         "dflash": Drafter("dflash", draft_model=draft),
         "dspark": Drafter("dspark", draft_model=draft),
