@@ -51,7 +51,7 @@ class SpecEnergySession:
         self.records: list[CaseRecord] = []
         #: machine key -> machine description, for every key this run measured on.
         self.machines: dict[str, dict[str, Any]] = {}
-        #: spec_pair tests skipped because xdist ran without --specenergy-xdist=per-gpu.
+        #: spec_pair tests failed unmeasured because xdist ran with --specenergy-xdist=off.
         self.xdist_skipped = 0
         #: ``--specenergy-fdr``: gated per-repeat comparisons collected (BH's N).
         self.fdr_tests = 0

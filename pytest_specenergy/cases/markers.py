@@ -21,24 +21,16 @@ from pytest_specenergy.cases.case import Generation
 from pytest_specenergy.cases.corpora import Corpus
 from pytest_specenergy.cases.corpora import CorpusError
 from pytest_specenergy.cases.corpora import load_corpus
+from pytest_specenergy.engines.base import ENGINE_DRAFTERS
+from pytest_specenergy.engines.base import ENGINE_DTYPES
 from pytest_specenergy.engines.base import ENGINES
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.drafters import DrafterError
-from pytest_specenergy.refserver.records import DTYPES as REFERENCE_DTYPES  # torch-free: names only
 
 #: Built-in tiny models of the reference server (made from a seed, no files).
 TINY_MODELS = ("tiny:dense", "tiny:dense-draft", "tiny:moe", "tiny:moe-draft",
                "tiny:hybrid", "tiny:hybrid-draft")
-#: Compute dtypes each engine takes (the reference server's own list; SGLang's ``--dtype``).
-ENGINE_DTYPES = {"reference": REFERENCE_DTYPES,
-                 "sglang": ("auto", "half", "float16", "bfloat16", "float", "float32")}
-#: Drafters each engine implements.
-ENGINE_DRAFTERS = {
-    "reference": ("ngram", "draft_model", "block"),
-    # "none": the A/A control (engines/drafters.py), the twin's config in a second engine.
-    "sglang": ("ngram", "draft_model", "eagle", "eagle3", "nextn", "dflash", "dspark", "none"),
-}
 
 MARKERS = {
     "model": "model(name_or_path, ..., engine=None, dtype=None, device=None, seed=None, "

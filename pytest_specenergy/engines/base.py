@@ -1,4 +1,4 @@
-"""The engine backend protocol: how a kind of server is launched.
+"""The engine backend protocol: how a kind of server is launched (:mod:`.backends` picks one).
 
 A backend turns an :class:`EngineConfig` into a command line and environment. Every backend
 starts a server speaking SGLang's HTTP protocol subset, so one client drives them all.
@@ -6,9 +6,12 @@ starts a server speaking SGLang's HTTP protocol subset, so one client drives the
 
 from __future__ import annotations
 
+from typing import Any
+from typing import Mapping
 from typing import Protocol
 
 from pytest_specenergy.engines.config import EngineConfig
+from pytest_specenergy.refserver.records import DTYPES as REFERENCE_DTYPES  # torch-free: names only
 
 
 class EngineConfigError(ValueError):
@@ -34,19 +37,21 @@ class EngineBackend(Protocol):
     def drafters(self) -> tuple[str, ...]:
         """Drafter names this backend implements."""
 
+    def twin_differences(self, spec_info: Mapping[str, Any], base_info: Mapping[str, Any]) -> list[str]:
+        """What differs between the two arms' ``/server_info`` outside the speculative settings."""
+
 
 #: Every engine backend's name: the only list of them (options and markers read it).
 ENGINES: tuple[str, ...] = ("reference", "sglang")
-
-
-def get_backend(name: str) -> EngineBackend:
-    """The backend registered under ``name`` (``reference`` or ``sglang``)."""
-    if name == "reference":
-        from pytest_specenergy.engines.refserver import ReferenceBackend
-
-        return ReferenceBackend()
-    if name == "sglang":
-        from pytest_specenergy.engines.sglang import SGLangBackend
-
-        return SGLangBackend()
-    raise EngineConfigError(f"unknown engine {name!r}; expected one of {', '.join(ENGINES)}")
+#: Drafters each engine implements: the markers check against it at collection, each backend's
+#: ``drafters()`` answers from it. ``none`` on SGLang is the A/A control (engines/drafters.py).
+ENGINE_DRAFTERS: dict[str, tuple[str, ...]] = {
+    "reference": ("ngram", "draft_model", "block"),
+    "sglang": ("ngram", "draft_model", "eagle", "eagle3", "nextn", "dflash", "dspark", "none"),
+}
+#: Compute dtypes each engine takes: the reference server's own list, SGLang's ``--dtype``
+#: spellings (``engines/sglang.py`` maps each to the one it passes).
+ENGINE_DTYPES: dict[str, tuple[str, ...]] = {
+    "reference": REFERENCE_DTYPES,
+    "sglang": ("auto", "half", "float16", "fp16", "bfloat16", "bf16", "float", "float32", "fp32"),
+}

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 from typing import Iterable
 
-from pytest_specenergy.engines.sglang import dry_run_lines
+from pytest_specenergy.engines.argv import describe_pair_difference
+from pytest_specenergy.engines.backends import get_backend
+from pytest_specenergy.engines.base import EngineBackend
+from pytest_specenergy.engines.base import EngineConfigError
+from pytest_specenergy.engines.config import EngineConfig
 
 
 def render_dry_run(cases: Iterable[Any]) -> str:
@@ -27,3 +32,36 @@ def render_dry_run(cases: Iterable[Any]) -> str:
         return "no spec_pair cases collected"
     return "\n\n".join(blocks) + f"\n\n{len(groups)} speculative engines, " \
         f"{len({c.baseline_config() for c in cases})} baseline twins; nothing was started"
+
+
+def dry_run_lines(config: EngineConfig, backend: EngineBackend | None = None,
+                  host: str = "127.0.0.1", port: int = 30000) -> list[str]:
+    """Human-readable launch lines for ``config`` and (if speculative) its baseline twin.
+
+    Works for any backend with ``command()``/``environment()``; refusals become lines too.
+    """
+    backend = backend or get_backend(config.engine)
+    lines = [f"# {config.label()} on the {backend.name} engine"]
+    notes = getattr(backend, "dry_run_notes", None)
+    lines += [f"# {note}" for note in (notes(config) if notes else [])]
+    try:
+        backend.check(config)
+    except EngineConfigError as exc:
+        lines.append(f"# REFUSED: {exc}")
+    arms = [("speculative", config), ("baseline", config.twin())] if config.is_speculative \
+        else [("baseline", config)]
+    argvs: dict[str, list[str]] = {}
+    for arm, arm_config in arms:
+        try:
+            argv = backend.command(arm_config, host, port)
+            env = backend.environment(arm_config)
+        except EngineConfigError as exc:
+            lines.append(f"{arm}: cannot build the command: {exc}")
+            continue
+        argvs[arm] = argv
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+        lines.append(f"{arm}: {prefix + ' ' if prefix else ''}{shlex.join(argv)}")
+    if len(argvs) == 2:
+        diff = describe_pair_difference(argvs["speculative"], argvs["baseline"])
+        lines += [f"# differs: {line}" for line in diff] or ["# differs: nothing"]
+    return lines

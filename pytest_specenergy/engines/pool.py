@@ -21,7 +21,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from pytest_specenergy.engines.base import get_backend
+from pytest_specenergy.engines.backends import get_backend
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.launch import ServerProcess
 

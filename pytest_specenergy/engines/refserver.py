@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from typing import Any
+from typing import Mapping
 
+from pytest_specenergy.engines.base import ENGINE_DRAFTERS
 from pytest_specenergy.engines.base import EngineConfigError
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.launch import python_executable
@@ -19,7 +22,12 @@ class ReferenceBackend:
 
     def drafters(self) -> tuple[str, ...]:
         """Drafters the reference server implements."""
-        return ("ngram", "draft_model", "block")
+        return ENGINE_DRAFTERS["reference"]
+
+    def twin_differences(self, spec_info: Mapping[str, Any], base_info: Mapping[str, Any]) -> list[str]:
+        """Nothing to resolve: the reference server runs what its command line says, and the
+        command lines of the arms differ only by the drafter (the dry run shows it)."""
+        return []
 
     def check(self, config: EngineConfig) -> None:
         """The reference server needs torch and transformers (the ``reference`` extra)."""

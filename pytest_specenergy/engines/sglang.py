@@ -16,13 +16,14 @@ import functools
 import json
 import os
 import re
-import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
+from typing import Mapping
 
-from pytest_specenergy.engines import sglang_args as sa
-from pytest_specenergy.engines.base import EngineBackend
+import pytest_specenergy.engines.sglang_args as sa
+from pytest_specenergy.engines.argv import describe_pair_difference
+from pytest_specenergy.engines.base import ENGINE_DRAFTERS
 from pytest_specenergy.engines.base import EngineConfigError
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.drafters import Drafter
@@ -92,7 +93,7 @@ class SGLangBackend:
 
     def drafters(self) -> tuple[str, ...]:
         """Drafter names this backend maps onto SGLang algorithms, and the A/A control."""
-        return (*ALGORITHMS, "none")
+        return ENGINE_DRAFTERS["sglang"]
 
     def version(self, config: EngineConfig) -> tuple[sa.Version, str]:
         """The SGLang version the command is built for, and where that came from."""
@@ -307,6 +308,12 @@ class SGLangBackend:
     def environment(self, config: EngineConfig) -> dict[str, str]:
         """Record per-step running batch sizes so actual concurrency can be read back."""
         return {"SGLANG_RECORD_STEP_TIME": "1"}
+
+    def twin_differences(self, spec_info: Mapping[str, Any], base_info: Mapping[str, Any]) -> list[str]:
+        """What differs between the arms' resolved settings outside the speculative fields:
+        SGLang resolves many itself (CUDA-graph sizes, chunked prefill, memory fraction), so
+        the twin is only a twin if the resolved configurations match."""
+        return resolved_args_difference(spec_info, base_info)
 
     def dry_run_notes(self, config: EngineConfig) -> list[str]:
         """What a reader of the dry-run lines should know about this version and drafter."""
@@ -612,84 +619,3 @@ def _read_model_config(model: str, name: str = "config.json") -> dict[str, Any] 
 
 
 # Flags that may differ between the arms: SGLang's and the reference server's drafter flags.
-_SPECULATIVE_FLAGS = ("--speculative-", "--drafter", "--num-draft-tokens", "--ngram-",
-                      "--draft-model")
-_ADDRESS_FLAGS = frozenset({"--host", "--port"})
-
-
-def describe_pair_difference(spec_argv: list[str], base_argv: list[str]) -> list[str]:
-    """What differs between the speculative and the baseline command lines.
-
-    One line per difference: ``speculative: ...`` for drafter flags (expected) and
-    ``MISMATCH: ...`` for anything else (a broken pair). Host and port are ignored.
-    """
-    spec_prog, spec = _parse_argv(spec_argv)
-    base_prog, base = _parse_argv(base_argv)
-    lines = []
-    if spec_prog != base_prog:
-        lines.append(f"MISMATCH: program {shlex.join(spec_prog)} (speculative) vs "
-                     f"{shlex.join(base_prog)} (baseline)")
-    for flag in [*spec, *(f for f in base if f not in spec)]:
-        if flag in _ADDRESS_FLAGS or spec.get(flag) == base.get(flag):
-            continue
-        kind = "speculative" if flag.startswith(_SPECULATIVE_FLAGS) else "MISMATCH"
-        if flag not in base:
-            lines.append(f"{kind}: {flag} {spec[flag]}".rstrip() + " (speculative arm only)")
-        elif flag not in spec:
-            lines.append(f"{kind}: {flag} {base[flag]}".rstrip() + " (baseline only)")
-        else:
-            lines.append(f"{kind}: {flag} {spec[flag]} (speculative) vs {base[flag]} (baseline)")
-    return lines
-
-
-def _parse_argv(argv: list[str]) -> tuple[list[str], dict[str, str]]:
-    prog: list[str] = []
-    flags: dict[str, list[str]] = {}
-    current: str | None = None
-    for item in argv:
-        if item.startswith("--"):
-            current = item.split("=", 1)[0]
-            flags.setdefault(current, [])
-            if "=" in item:
-                flags[current].append(item.split("=", 1)[1])
-        elif current is None:
-            prog.append(item)
-        else:
-            flags[current].append(item)
-    return prog, {k: " ".join(v) for k, v in flags.items()}
-
-
-def dry_run_lines(config: EngineConfig, backend: EngineBackend | None = None,
-                  host: str = "127.0.0.1", port: int = 30000) -> list[str]:
-    """Human-readable launch lines for ``config`` and (if speculative) its baseline twin.
-
-    Works for any backend with ``command()``/``environment()``; refusals become lines too.
-    """
-    if backend is None:
-        from pytest_specenergy.engines.base import get_backend
-
-        backend = get_backend(config.engine)
-    lines = [f"# {config.label()} on the {backend.name} engine"]
-    notes = getattr(backend, "dry_run_notes", None)
-    lines += [f"# {note}" for note in (notes(config) if notes else [])]
-    try:
-        backend.check(config)
-    except EngineConfigError as exc:
-        lines.append(f"# REFUSED: {exc}")
-    arms = [("speculative", config), ("baseline", config.twin())] if config.is_speculative \
-        else [("baseline", config)]
-    argvs: dict[str, list[str]] = {}
-    for arm, arm_config in arms:
-        try:
-            argv = backend.command(arm_config, host, port)
-            env = backend.environment(arm_config)
-        except EngineConfigError as exc:
-            lines.append(f"{arm}: cannot build the command: {exc}")
-            continue
-        argvs[arm] = argv
-        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
-        lines.append(f"{arm}: {prefix + ' ' if prefix else ''}{shlex.join(argv)}")
-    if len(argvs) == 2:
-        diff = describe_pair_difference(argvs["speculative"], argvs["baseline"])
-        lines += [f"# differs: {line}" for line in diff] or ["# differs: nothing"]
-    return lines

@@ -151,18 +151,18 @@ class Gatekeeper:
             return None, None, self._run_error or self._unreadable
         return self._run[0], self._run[1], None
 
-    def latency_references(self, machine_keys: set[str | None]) -> dict[str, tuple[RunDocument | None, str | None,
-                                                                                   bool]]:
-        """Per machine key, the compare run that latency targets are judged against: (the
-        run or None, why there is none, whether that fails the session). Empty without
-        ``compare``. A reference that exists but cannot be used fails, as it does every case."""
+    def latency_references(self, machine_keys: set[str | None]) -> dict[str, tuple[RunDocument | None, str, bool]]:
+        """Per machine key, the compare run that latency targets are judged against: (the run
+        or None, its file or why there is none, whether a missing one fails the session).
+        Empty without ``compare``. A reference that exists but cannot be used fails, as it
+        does every case."""
         if not self.compare:
             return {}
         refs = {}
         for key in sorted(k for k in machine_keys if k):
-            document, _path, why = self.reference_run(key)
+            document, path, why = self.reference_run(key)
             fatal = self.policies.missing_baseline == "fail" or self._unreadable is not None
-            refs[key] = (document, why, fatal)
+            refs[key] = (document, str(path) if document is not None else str(why), fatal)
         return refs
 
     def judge(self, record: CaseRecord, limits: Sequence[FailLimit]) -> Judgement | NeedsRepeats:

@@ -98,7 +98,7 @@ def validate_run_name(name: str) -> str:
     if name != name.strip() or name in (".", "..") or name.startswith("."):
         raise InvalidRunName(f"run name {name!r} must not start with '.' or have surrounding "
                              "spaces; expected a name such as main or pr-123")
-    # These would be read back as another kind of reference by find_run.
+    # These would be read back as another kind of reference by RunStore.find.
     if name == "last" or name.isdigit():
         raise InvalidRunName(f"run name {name!r} is reserved: 'last' and bare numbers are "
                              "compare references (latest run, run counter); pick another name")

@@ -84,24 +84,24 @@ def _fdr(records: Sequence[CaseRecord], q: float, n_collected: int) -> tuple[Sec
 def _latency(records: Sequence[CaseRecord], targets: Sequence[float], references: dict[str, Any],
              plan: SequentialPlan) -> tuple[Section, dict[str, Any], list[CaseComparison]]:
     """Per latency target the lowest-energy configuration meeting it; with references (machine
-    key -> the compare run, or why there is none and whether that fails), each choice judged
-    against the reference's."""
+    key -> the compare run and its file, or why there is none and whether that fails), each
+    choice judged against the reference's."""
     choices = latency_choices(records, targets)
     lines = [choice.line() for choice in choices]
     failures: list[str] = []
     comparisons: list[CaseComparison] = []
     limit = parse_fail_expr(LATENCY_LIMIT)
-    for key, (reference, why, fatal) in sorted(references.items()):
+    for key, (reference, where, fatal) in sorted(references.items()):
         if reference is None:
-            (failures if fatal else lines).append(f"latency targets not compared on {key}: {why}")
+            (failures if fatal else lines).append(f"latency targets not compared on {key}: {where}")
             continue
         mine = [r for r in records if r.machine_key == key]
         for comparison in compare_latency(reference.results, mine, targets, limit, plan):
             comparisons.append(comparison)
             if comparison.verdict in (Verdict.REGRESSED, Verdict.INCOMPARABLE):
-                failures.append(comparison.failure_message(f"the reference run on {key}"))
+                failures.append(comparison.failure_message(where))
             elif comparison.verdict is Verdict.INCONCLUSIVE:
-                lines.append(comparison.failure_message(f"the reference run on {key}"))
+                lines.append(comparison.failure_message(where))
     block = {"targets_ms": list(targets), "limit": LATENCY_LIMIT, "choices": [c.as_dict() for c in choices],
              "comparisons": [c.as_dict() for c in comparisons], "failures": failures}
     return Section("specenergy latency targets", tuple(lines + failures), bool(failures)), block, comparisons
@@ -118,12 +118,12 @@ def verdict_counts(records: Sequence[CaseRecord]) -> str | None:
 
 def judge_suite(records: Sequence[CaseRecord], *, plan: SequentialPlan, fdr_q: float | None = None,
                 fdr_collected: int = 0, latency_targets: Sequence[float] = (),
-                references: dict[str, tuple[RunDocument | None, str | None, bool]] | None = None
+                references: dict[str, tuple[RunDocument | None, str, bool]] | None = None
                 ) -> SuiteVerdict:
     """Every suite-level verdict of a finished session.
 
     ``references`` (latency targets with a compare run) maps each machine key to (the compare
-    run, else None; why it is missing; whether that fails the session).
+    run, else None; its file, else why it is missing; whether a missing one fails the session).
     """
     sections: list[Section] = []
     fdr = latency = None

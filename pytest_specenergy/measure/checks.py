@@ -12,6 +12,8 @@ from typing import Any
 from typing import Sequence
 
 from pytest_specenergy.document import Check
+from pytest_specenergy.engines.backends import get_backend
+from pytest_specenergy.engines.base import ENGINES
 from pytest_specenergy.engines.meta_info import RequestCounters
 from pytest_specenergy.engines.meta_info import cuda_graph_setting
 from pytest_specenergy.measure.degeneracy import repeated_suffix_fraction
@@ -181,16 +183,13 @@ def _pairing_checks(base: Any, spec: Any) -> list[Check]:
         found.append(Check("cuda-graph-differs", "fail",
                            f"CUDA-graph settings differ between the arms (baseline {base_graph}, "
                            f"speculative {spec_graph}); CUDA graphs change the result"))
-    if base.engine.get("engine") == "sglang" and spec.engine.get("engine") == "sglang":
-        from pytest_specenergy.engines.sglang import resolved_args_difference
-
-        # SGLang resolves many settings itself (CUDA-graph sizes, chunked prefill, memory
-        # fraction): the twin is only a twin if the resolved configurations match.
-        differences = resolved_args_difference(spec.engine.get("server_info") or {},
-                                               base.engine.get("server_info") or {})
+    engine = spec.engine.get("engine")
+    if engine in ENGINES and base.engine.get("engine") == engine:
+        differences = get_backend(engine).twin_differences(spec.engine.get("server_info") or {},
+                                                           base.engine.get("server_info") or {})
         if differences:
             found.append(Check("twin-differs", "fail",
-                               "the arms' resolved SGLang settings differ outside the speculative "
+                               f"the arms' resolved {engine} settings differ outside the speculative "
                                "fields: " + "; ".join(differences)))
     if _gpus(base) != _gpus(spec):
         found.append(Check("gpu-differs", "fail",

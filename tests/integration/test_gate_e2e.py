@@ -226,6 +226,6 @@ def test_latency_target_names_the_lowest_energy_configuration_and_fails_when_it_
                        repeats=2)
     second.assert_outcomes(passed=1)
     assert second.ret == 1
-    second.stdout.fnmatch_lines(["*TBT <= 1000 ms on tiny:dense / code regressed against the reference run on *:",
+    second.stdout.fnmatch_lines(["*TBT <= 1000 ms on tiny:dense / code regressed against baseline *0001_main_*.json:",
                                  "*energy_per_token (median): *limit 5% up [[]energy_per_token:5%[]]*REGRESSED - "
                                  "lowest-energy configuration ngram b1 (reference: ngram b1)*"])

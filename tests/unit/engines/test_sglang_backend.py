@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from pytest_specenergy.engines import sglang_args as sa
+from pytest_specenergy.engines.argv import describe_pair_difference
 from pytest_specenergy.engines.base import EngineConfigError
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.drafters import Drafter
+from pytest_specenergy.engines.dry_run import dry_run_lines
 from pytest_specenergy.engines.sglang import SGLangBackend
-from pytest_specenergy.engines.sglang import describe_pair_difference
 from pytest_specenergy.engines.sglang import detect_hybrid
-from pytest_specenergy.engines.sglang import dry_run_lines
 
 VERSIONS = ("0.5.9", "0.5.13", "0.5.14", "0.5.23")
 DRAFTERS = {
@@ -475,3 +475,17 @@ def test_overlap_scheduler_off_in_both_arms_on_cpu():
         assert "--disable-overlap-schedule" in cpu
     gpu = SGLangBackend().command(config(Drafter("ngram"), "0.5.23"), "h", 1)
     assert "--disable-overlap-schedule" not in gpu
+
+
+def test_the_engines_name_lists_are_what_the_backends_implement():
+    """The markers check drafters and dtypes against engines/base.py's lists at collection; each
+    backend must implement exactly those."""
+    from pytest_specenergy.engines import sglang
+    from pytest_specenergy.engines.base import ENGINE_DRAFTERS
+    from pytest_specenergy.engines.base import ENGINE_DTYPES
+    from pytest_specenergy.engines.refserver import ReferenceBackend
+
+    assert set(ENGINE_DRAFTERS["sglang"]) == {*sglang.ALGORITHMS, "none"}
+    assert set(ENGINE_DTYPES["sglang"]) == set(sglang._DTYPES)
+    assert SGLangBackend().drafters() == ENGINE_DRAFTERS["sglang"]
+    assert ReferenceBackend().drafters() == ENGINE_DRAFTERS["reference"]
