@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     measurer = PairMeasurer(log_dir=pool.log_dir, startup_timeout=300, meter=args.meter, repeats=1,
                             warmup=0, pool=pool, draft_removal="on")
     # The reference server admits 32 rows per step unless told: batch 64 needs the cap raised.
-    cases = [Case(engine="reference", model="tiny:dense", drafter=d, batch=b, corpus=corpus,
+    cases = [Case.of(engine="reference", model="tiny:dense", drafter=d, batch=b, corpus=corpus,
                   generation=Generation(max_new_tokens=args.max_new_tokens, prompts=args.pool, ignore_eos=True),
                   max_running_requests=max(args.batches))
              for b in args.batches for d in DRAFTERS]

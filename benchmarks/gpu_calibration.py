@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     pool = EnginePool(Path(tempfile.mkdtemp(prefix="specenergy-calibration-")), startup_timeout_s=900, max_live=1)
     measurer = PairMeasurer(log_dir=pool.log_dir, startup_timeout=900, meter=args.meter, repeats=args.repeats,
                             warmup=None, meter_factory=lambda kind, server: meter, pool=pool, draft_removal="on")
-    cases = [Case(engine="reference", model=args.model, drafter=drafter, batch=b, corpus=corpus,
+    cases = [Case.of(engine="reference", model=args.model, drafter=drafter, batch=b, corpus=corpus,
                   generation=Generation(max_new_tokens=args.max_new_tokens, prompts=args.pool_factor * b,
                                         ignore_eos=True),
                   dtype=args.dtype, device=args.device) for b in args.batches]

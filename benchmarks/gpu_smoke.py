@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         for batch in args.batches:
             base_result = None
             for drafter in drafters:
-                case = Case(engine="reference", model="tiny:dense", drafter=drafter, batch=batch,
+                case = Case.of(engine="reference", model="tiny:dense", drafter=drafter, batch=batch,
                             corpus=corpus, generation=Generation(max_new_tokens=args.max_new_tokens),
                             device=args.device)
                 if base_result is None:

@@ -48,7 +48,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     generation = Generation(max_new_tokens=args.max_new_tokens, prompts=args.pool)
-    cases = [Case(engine="reference", model="tiny:dense", drafter=DRAFTERS[d], batch=int(b),
+    cases = [Case.of(engine="reference", model="tiny:dense", drafter=DRAFTERS[d], batch=int(b),
                   corpus=load_corpus(c), generation=generation)
              for c in args.corpora.split(",") for d in args.drafters.split(",") for b in args.batches.split(",")]
     with tempfile.TemporaryDirectory() as logs:

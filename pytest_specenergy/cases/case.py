@@ -53,20 +53,16 @@ class Generation:
 
 @dataclass(frozen=True)
 class Case:
-    """One point of the matrix: model x drafter x batch x corpus x generation."""
+    """One point of the matrix: a speculative engine x batch x corpus x generation.
 
-    engine: str
-    model: str
-    drafter: Drafter
+    ``spec`` is the speculative engine's :class:`EngineConfig` (model, drafter, dtype, device,
+    seed, engine options, faults): the one record of those settings; the baseline is its twin.
+    """
+
+    spec: EngineConfig
     batch: int
     corpus: Corpus = field(compare=False)
     generation: Generation = Generation()
-    engine_options: tuple[tuple[str, Any], ...] = ()
-    dtype: str = "auto"
-    device: str = "auto"
-    seed: int = 0
-    max_running_requests: int | None = None
-    faults: tuple[str, ...] = ()
     #: In-job A/B: a reference drafter measured in the same session and repeat cycles as
     #: ``drafter`` (the candidate), interleaved with the shared baseline.
     reference: Drafter | None = None
@@ -77,9 +73,41 @@ class Case:
     corpus_key: tuple[str, str] = field(default=("", ""), repr=False)
 
     def __post_init__(self) -> None:
+        if self.spec.drafter is None:
+            raise ValueError("a case measures a drafter: its engine config has none")
         object.__setattr__(self, "corpus_key", (self.corpus.name, self.corpus.digest))
         if not self.model_id:
             object.__setattr__(self, "model_id", model_short_name(self.model))
+
+    @classmethod
+    def of(cls, *, batch: int, corpus: Corpus, generation: Generation = Generation(),
+           reference: Drafter | None = None, model_in_id: bool = False,
+           engine_options: tuple[tuple[str, Any], ...] = (), **engine: Any) -> Case:
+        """A case from its workload and its engine's settings (:class:`EngineConfig`'s fields,
+        ``engine_options`` for its ``options``)."""
+        return cls(EngineConfig(options=engine_options, **engine), batch, corpus, generation, reference,
+                   model_in_id=model_in_id)
+
+    # What the rest of the plugin reads of the engine, by the names the markers use.
+    @property
+    def engine(self) -> str:
+        """The engine's name (``reference`` or ``sglang``)."""
+        return self.spec.engine
+
+    @property
+    def model(self) -> str:
+        """The target model."""
+        return self.spec.model
+
+    @property
+    def drafter(self) -> Drafter:
+        """The candidate drafter."""
+        return self.spec.drafter  # type: ignore[return-value]
+
+    @property
+    def device(self) -> str:
+        """The reference server's device (``auto``, ``cpu``, ``cuda``)."""
+        return self.spec.device
 
     @property
     def id(self) -> str:
@@ -95,21 +123,11 @@ class Case:
 
     def spec_config(self) -> EngineConfig:
         """The speculative engine."""
-        return EngineConfig(
-            engine=self.engine,
-            model=self.model,
-            drafter=self.drafter,
-            dtype=self.dtype,
-            device=self.device,
-            seed=self.seed,
-            max_running_requests=self.max_running_requests,
-            options=self.engine_options,
-            faults=self.faults,
-        )
+        return self.spec
 
     def baseline_config(self) -> EngineConfig:
         """The non-speculative twin, derived from the speculative config."""
-        return self.spec_config().twin()
+        return self.spec.twin()
 
     def baseline_key(self) -> tuple[Any, ...]:
         """What the baseline arm depends on: everything but the drafter."""
@@ -117,20 +135,21 @@ class Case:
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready description of the case."""
+        spec = self.spec
         return {
             "id": self.id,
-            "engine": self.engine,
-            "model": self.model,
+            "engine": spec.engine,
+            "model": spec.model,
             "drafter": self.drafter.as_dict(),
             "reference": self.reference.as_dict() if self.reference is not None else None,
             "batch": self.batch,
             "corpus": {"name": self.corpus.name, "source": self.corpus.source,
                        "digest": self.corpus.digest, "size": len(self.corpus.prompts)},
             "generation": self.generation.as_dict(),
-            "engine_options": {k: v for k, v in self.engine_options},
-            "dtype": self.dtype,
-            "seed": self.seed,
-            "faults": list(self.faults),
+            "engine_options": {k: v for k, v in spec.options},
+            "dtype": spec.dtype,
+            "seed": spec.seed,
+            "faults": list(spec.faults),
         }
 
 

@@ -109,7 +109,7 @@ def build_cases(test: str, closest: MarkerLookup, config: CaseDefaults,
                 raise MarkerError(
                     f"{test}: marker reference_drafter {reference!r} is the candidate drafter itself; "
                     f"name the drafter the candidate replaces (e.g. the old draft checkpoint)")
-        case = Case(engine=engine, model=model, drafter=drafter, batch=batch, corpus=corpus,
+        case = Case.of(engine=engine, model=model, drafter=drafter, batch=batch, corpus=corpus,
                     generation=generation, model_in_id=len(models) > 1, reference=reference,
                     **{k: v for k, v in opts.items() if k != "engine"})
         cases.append(case)

@@ -150,7 +150,8 @@ class PairMeasurer:
         the speculative arm. Returns each arm's result by name."""
         drafting: list[tuple[str, Case]] = [("speculative", case)]
         if case.reference is not None:
-            drafting.append(("reference", dataclasses.replace(case, drafter=case.reference, reference=None)))
+            reference = dataclasses.replace(case.spec, drafter=case.reference)
+            drafting.append(("reference", dataclasses.replace(case, spec=reference, reference=None)))
         baseline = [("baseline", case)] if with_baseline else []
         start_together = getattr(self.pool, "start_together", None)
         if start_together is not None:  # an unbounded pool starts the arms' engines side by side

@@ -22,7 +22,7 @@ CORPUS = load_corpus("code")
 
 
 def record(batch: int, spec_joules: float, source: str = "modeled (h200)", nodeid_suffix: str = ""):
-    case = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=batch, corpus=CORPUS)
+    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=batch, corpus=CORPUS)
 
     def run(arm, joules):
         samples = tuple(RepeatSample(joules * f, 1.0, 100, 5.0, 40 if arm == "speculative" else None,

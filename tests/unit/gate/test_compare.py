@@ -33,7 +33,7 @@ from pytest_specenergy.measure.results import PairResult
 from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
 
-CASE = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
+CASE = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
             corpus=load_corpus("code"))
 ENGINE = {"engine": "reference", "version": "0.1.0",
           "config": {"engine": "reference", "options": {}}, "server_info": {"version": "0.1.0"}}
@@ -440,7 +440,7 @@ def test_machine_key_and_scenario_mismatch():
     assert result.verdict is Verdict.INCOMPARABLE
     assert "machine key differs: baseline '1xnvidia-h100-nvml', current '1xnvidia-h200-nvml'" \
         in result.reasons[0]
-    other = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
+    other = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
                  corpus=load_corpus("news"))
     reasons = comparable(run_info(base), run_info(record([1.0] * 3, case=other)))
     assert len(reasons) == 1 and reasons[0].startswith("corpus differs")
@@ -449,7 +449,7 @@ def test_machine_key_and_scenario_mismatch():
 
 def test_compare_documents_matches_by_case_and_flags_missing():
     base_doc = {"machine_key": "k", "results": [ratio_record([0.5, 0.505, 0.495], [2.0] * 3)]}
-    other = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=8,
+    other = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=8,
                  corpus=load_corpus("code"))
     cur_doc = {"machine_key": "k", "results": [ratio_record([0.6, 0.606, 0.594], [2.0] * 3),
                                                record([1.0] * 3, case=other)]}

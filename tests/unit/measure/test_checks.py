@@ -59,7 +59,7 @@ def test_counter_consistency():
     assert counter_problems([counters(33, 8, 24, 32, hist=(0, 0, 0, 1))], drafted_per_step=4)
 
 
-CASE = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram", num_draft_tokens=4),
+CASE = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram", num_draft_tokens=4),
             batch=2, corpus=load_corpus("code"), )
 
 
@@ -90,8 +90,8 @@ def test_fail_closed_controls():
     assert "no-verify-steps" in names(zero)
     nothing = PairResult(CASE, CASE.id, base, run("speculative", [VARIED, LOOPING], verify=10, correct=0))
     assert "accept-length-1-on-repetition" in names(nothing)
-    self_case = dataclasses.replace(CASE, drafter=Drafter("draft_model", draft_model="tiny:dense",
-                                                          num_draft_tokens=4))
+    self_draft = Drafter("draft_model", draft_model="tiny:dense", num_draft_tokens=4)
+    self_case = dataclasses.replace(CASE, spec=dataclasses.replace(CASE.spec, drafter=self_draft))
     # 2 requests, 10 verify steps of 4: at least (10 - 2) * 4 = 32 accepted drafts.
     weak_self = PairResult(self_case, "x", base, run("speculative", [VARIED, LOOPING], verify=10, correct=30))
     assert "self-draft-not-exact" in names(weak_self)

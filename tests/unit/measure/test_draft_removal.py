@@ -33,7 +33,7 @@ CONTROLLED = Drafter("block", draft_model="tiny:dense-draft", block_size=4, acce
 
 
 def _case(drafter: Drafter, engine: str = "reference") -> Case:
-    return Case(engine=engine, model="tiny:dense", drafter=drafter, batch=2, corpus=CORPUS,
+    return Case.of(engine=engine, model="tiny:dense", drafter=drafter, batch=2, corpus=CORPUS,
                 generation=Generation(max_new_tokens=9, prompts=4))
 
 

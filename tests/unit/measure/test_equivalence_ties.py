@@ -21,7 +21,7 @@ from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
 from pytest_specenergy.measure.results import SpecEnergyAssertionError
 
-CASE = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=2,
+CASE = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=2,
             corpus=load_corpus("code"))
 BASE = [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12], [13, 14, 15, 16, 17, 18]]
 # Prompt 1 diverges at token 2 (9 -> 90), prompt 2 at token 4 (17 -> 70).

@@ -96,7 +96,7 @@ def _measurer(pool, meter) -> PairMeasurer:
 
 
 def _case(drafter: Drafter) -> Case:
-    return Case(engine="reference", model="tiny:dense", drafter=drafter, batch=2, corpus=CORPUS)
+    return Case.of(engine="reference", model="tiny:dense", drafter=drafter, batch=2, corpus=CORPUS)
 
 
 def test_one_baseline_serves_every_drafter_and_counters_come_from_meta_info():
@@ -181,7 +181,7 @@ def _server(client):
 def test_arm_keeps_the_batch_in_flight_one_request_per_call():
     # Old: one /generate of 4 prompts per chunk, waited for whole: one call in flight.
     client = BatchingClient(True, [])
-    case = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
+    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
                 corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
     run = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=1, warmup=0).measure("speculative")
     assert all(len(t) == 1 for t in client.texts)  # one request per call
@@ -200,7 +200,7 @@ def test_one_prompt_pool_at_every_batch_and_the_override():
     assert Generation().pool_size(100) == 96 and Generation().pool_size(20) == 20  # never cycles by default
     assert Generation(prompts=10).pool_size(100) == 10  # no rounding to whole batches
     pools = {ArmMeasurer(_server(FakeClient(False, [])), TokenMeter(1.0),
-                         Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"),
+                         Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"),
                               batch=b, corpus=CORPUS), 1, 0).prompts for b in (1, 4, 16)}
     assert len(pools) == 1 and len(next(iter(pools))) == 96
 
@@ -281,7 +281,7 @@ def test_tokens_are_counted_over_every_loop_like_the_energy(monkeypatch):
     clock = iter(range(1000))
     monkeypatch.setattr(arm_module, "time", SimpleNamespace(monotonic=lambda: float(next(clock)),
                                                             time=time.time, sleep=time.sleep))
-    case = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=1,
+    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=1,
                 corpus=CORPUS, generation=Generation(max_new_tokens=9, prompts=1))
     client = ShrinkingClient(False, [])
     sample = ArmMeasurer(_server(client), LoopingMeter(1.0), case, 1, 0).measure("baseline").samples[0]
@@ -344,7 +344,7 @@ def test_a_siblings_failing_baseline_is_not_this_cases_failure():
     pool.max_live = 1  # one engine at a time: siblings' baselines are measured ahead
     measurer = _measurer(pool, meter)
     code = _case(Drafter("ngram"))
-    chat = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=2, corpus=CONVERSATION)
+    chat = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=2, corpus=CONVERSATION)
     measurer.plan([code, chat])
     assert measurer.measure(code).baseline.samples  # the sibling's refusal does not leak here
     with pytest.raises(ValueError, match="exceeds the context"):
@@ -356,7 +356,7 @@ def test_one_engine_pool_measures_sibling_baselines_while_the_engine_runs():
     pool, meter = FakePool(), TokenMeter(1.0)
     pool.max_live = 1
     measurer = _measurer(pool, meter)
-    b2, b4 = _case(Drafter("ngram")), Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"),
+    b2, b4 = _case(Drafter("ngram")), Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"),
                                            batch=4, corpus=CORPUS)
     measurer.plan([b2, b4])
     measurer.measure(b2)
@@ -372,7 +372,7 @@ def test_the_window_is_the_steady_state_and_ends_by_aborting_what_is_in_flight()
     flight are aborted (their partial tokens counted), generated again unmetered for whole
     outputs, and the prefill-only window holds exactly the prompts the full window prefilled."""
     client = BatchingClient(True, [], delay=0.02)
-    case = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
+    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
                 corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
     measurer = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=1, warmup=0)
     repeat = measurer.measure_repeat("speculative")
@@ -390,7 +390,7 @@ def test_a_later_repeat_takes_cut_prompts_whole_outputs_from_an_earlier_one_when
     """Greedy outputs: a prompt cut again in repeat 2 whose partial tokens are a prefix of the
     whole output repeat 1 made is not generated again; one that disagrees is."""
     client = BatchingClient(True, [], delay=0.02)
-    case = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
+    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
                 corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
     measurer = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=2, warmup=0)
     first = measurer.measure_repeat("speculative")
@@ -411,7 +411,7 @@ def test_a_later_repeat_takes_cut_prompts_whole_outputs_from_an_earlier_one_when
 
 def test_a_batch_of_one_has_nothing_to_abort():
     client = BatchingClient(False, [], delay=0.0)
-    case = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=1,
+    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=1,
                 corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=3))
     repeat = ArmMeasurer(_server(client), TokenMeter(1.0), case, 1, 0).measure_repeat("baseline")
     assert "abort" not in client.log and repeat.sample.window["full"]["aborted"] == [0]

@@ -15,7 +15,7 @@ from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
 from pytest_specenergy.measure.results import SpecEnergyAssertionError
 
-CASE = Case(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
+CASE = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
             corpus=load_corpus("code"))
 
 

@@ -83,7 +83,7 @@ def make_pair(corpus: Corpus, drafter: str, batch: int, model: str = MODEL,
     # Verifying k+1 tokens costs more as batch grows (toward compute-bound), accepted ones pay.
     spec_ept = base_ept * (1.0 + 0.03 * k * batch ** 0.5) / (1.0 + accepted) * scale
     spec_tbt = base_tbt * (1.0 + 0.02 * k * batch ** 0.3) / (1.0 + accepted)
-    case = Case(engine="reference", model=model, drafter=d, batch=batch, corpus=corpus)
+    case = Case.of(engine="reference", model=model, drafter=d, batch=batch, corpus=corpus)
     base = _arm("baseline", base_ept, base_tbt, source, batch)
     spec = _arm("speculative", spec_ept, spec_tbt, source, batch, k, accepted,
                 concurrency=concurrency, problems=problems)
