@@ -135,8 +135,7 @@ class SpecEnergySession:
             return
         definition = metafunc.definition
         try:
-            cases = build_cases(definition.nodeid, definition.get_closest_marker, self.config.case_defaults(),
-                                str(metafunc.config.rootpath))
+            cases = build_cases(definition.nodeid, definition.get_closest_marker, self.config.case_defaults())
         except MarkerError as exc:
             # A collection error that shows the message, not a traceback from inside the plugin.
             raise pytest.Collector.CollectError(f"specenergy: {exc}") from None

@@ -74,10 +74,9 @@ class CaseDefaults:
     pool: int | None = None
 
 
-def build_cases(test: str, closest: MarkerLookup, config: CaseDefaults,
-                rootdir: str) -> list[Case]:
+def build_cases(test: str, closest: MarkerLookup, config: CaseDefaults) -> list[Case]:
     """Expand a test's markers into cases, in a stable order."""
-    models = _models(test, closest("model"), config, rootdir)
+    models = _models(test, closest("model"), config)
     drafters = _drafters(test, closest("drafter"))
     batches = _batches(test, closest("batch"))
     corpora = _corpora(test, closest("corpus"))
@@ -92,7 +91,7 @@ def build_cases(test: str, closest: MarkerLookup, config: CaseDefaults,
                 f"engine; expected one of {', '.join(ENGINE_DRAFTERS[engine])}"
             )
         if drafter.draft_model:
-            _check_model_path(test, "drafter", drafter.draft_model, engine, rootdir)
+            _check_model_path(test, "drafter", drafter.draft_model, engine)
         for marker, declared in (("drafter", drafter), ("reference_drafter", reference)):
             if declared is not None and engine != "reference" and dict(declared.settings).get("accept_p") is not None:
                 raise MarkerError(
@@ -104,7 +103,7 @@ def build_cases(test: str, closest: MarkerLookup, config: CaseDefaults,
                     f"{test}: marker reference_drafter value {reference!r} is not implemented by the "
                     f"{engine} engine; expected one of {', '.join(ENGINE_DRAFTERS[engine])}")
             if reference.draft_model:
-                _check_model_path(test, "reference_drafter", reference.draft_model, engine, rootdir)
+                _check_model_path(test, "reference_drafter", reference.draft_model, engine)
             if reference == drafter:
                 raise MarkerError(
                     f"{test}: marker reference_drafter {reference!r} is the candidate drafter itself; "
@@ -131,7 +130,7 @@ def _values(test: str, name: str, mark: Any, expected: str) -> tuple[Any, ...]:
     return tuple(mark.args)
 
 
-def _models(test: str, mark: Any, config: CaseDefaults, rootdir: str) -> list[tuple[str, dict[str, Any]]]:
+def _models(test: str, mark: Any, config: CaseDefaults) -> list[tuple[str, dict[str, Any]]]:
     names = _values(test, "model", mark, "a model name or checkpoint path")
     kwargs = dict(mark.kwargs)
     engine = kwargs.get("engine") or config.engine
@@ -173,7 +172,7 @@ def _models(test: str, mark: Any, config: CaseDefaults, rootdir: str) -> list[tu
         if not isinstance(name, (str, os.PathLike)) or not str(name):
             raise MarkerError(f"{test}: marker model value {name!r}: expected a model name or path")
         name = str(name)
-        _check_model_path(test, "model", name, engine, rootdir)
+        _check_model_path(test, "model", name, engine)
         models.append((name, opts))
     return models
 
@@ -185,7 +184,7 @@ def _str_kw(test: str, kwargs: dict[str, Any], key: str, default: str) -> str:
     return value
 
 
-def _check_model_path(test: str, marker: str, name: str, engine: str, rootdir: str) -> None:
+def _check_model_path(test: str, marker: str, name: str, engine: str) -> None:
     if name.startswith("tiny:"):
         if name not in TINY_MODELS:
             raise MarkerError(f"{test}: marker {marker} value {name!r} is not a built-in tiny "
@@ -194,16 +193,17 @@ def _check_model_path(test: str, marker: str, name: str, engine: str, rootdir: s
             raise MarkerError(f"{test}: marker {marker} value {name!r}: tiny models run only on "
                               f"the reference engine, not {engine}")
         return
-    path = os.path.expanduser(name)
-    if not os.path.isabs(path):
-        path = os.path.join(rootdir, path)
+    # The engine process inherits pytest's working directory and resolves a relative path there,
+    # so the check does too (not against the rootdir, which a run from a subfolder differs from).
+    path = os.path.abspath(os.path.expanduser(name))
     if os.path.isdir(path):
         return
     hub_id = not name.startswith(("/", ".", "~")) and name.count("/") == 1
     if engine == "sglang" and hub_id:
         return  # a hub id: SGLang resolves it from its own cache on the runner
+    relative = "" if os.path.isabs(os.path.expanduser(name)) else " (relative to the working directory)"
     raise MarkerError(f"{test}: marker {marker} value {name!r}: no such model directory "
-                      f"({path}); expected an existing checkpoint directory"
+                      f"({path}{relative}); expected an existing checkpoint directory"
                       + (f" or one of {', '.join(TINY_MODELS)}" if engine == "reference"
                          else " or a hub id such as Qwen/Qwen3-8B"))
 

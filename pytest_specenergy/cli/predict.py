@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any
 
@@ -31,11 +32,24 @@ def _shape(text: str) -> ModelShape:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
+def _number(cast: Any, ok: Any, expected: str) -> Any:
+    """An argparse ``type=``: ``text`` cast and checked, else an error saying what is expected."""
+    def parse(text: str) -> Any:
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {expected}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {expected}")
+        return value
+    return parse
+
+
+_positive_int = _number(int, lambda v: v >= 1, "a positive integer")
+_non_negative_int = _number(int, lambda v: v >= 0, "an integer >= 0")
+_finite_non_negative = _number(float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
+_accept_length = _number(float, lambda v: math.isfinite(v) and v >= 1, "an accept length >= 1 "
+                         "(tokens committed per verify step, the bonus token included)")
 
 
 def add_predict_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -50,21 +64,21 @@ def add_predict_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--verified", required=True, type=_positive_int, metavar="K",
                         help="tokens verified per request and step (block size for block drafters, "
                              "draft tokens + 1 for chains; 16 = DFlash-16, 7 = DSpark-7)")
-    parser.add_argument("--context", type=int, default=260, metavar="C",
+    parser.add_argument("--context", type=_non_negative_int, default=260, metavar="C",
                         help="tokens already in each request's context (default 260, the paper's s.9)")
     parser.add_argument("--gpu", choices=sorted(PRESETS), default="h200", help="GPU preset (default h200)")
-    parser.add_argument("--accept-length", type=float, metavar="T",
+    parser.add_argument("--accept-length", type=_accept_length, metavar="T",
                         help="tokens committed per verify step; without it only the break-even "
                              "accept length is shown")
     parser.add_argument("--batches", type=_positive_int, nargs="+", default=list(DEFAULT_BATCHES),
                         metavar="B", help="batch sizes (default 1 2 4 8 16 32 64)")
     parser.add_argument("--draft-shape", type=_shape, metavar="NAME",
                         help="shape of a draft model run per step (default: no draft cost)")
-    parser.add_argument("--draft-passes", type=int, default=1, metavar="N",
+    parser.add_argument("--draft-passes", type=_non_negative_int, default=1, metavar="N",
                         help="draft forwards per step (1 for block drafters, K-1 for chains; default 1)")
     parser.add_argument("--draft-tokens", type=_positive_int, metavar="Q",
                         help="query tokens per request in each draft pass (default: --verified, a block)")
-    parser.add_argument("--draft-cost", type=float, default=0.0, metavar="F",
+    parser.add_argument("--draft-cost", type=_finite_non_negative, default=0.0, metavar="F",
                         help="extra draft energy per step as a fraction of a plain decode step (default 0)")
     parser.add_argument("--no-cuda-graph", action="store_true",
                         help="price eager kernel launches (~5 us each) instead of one graph replay per forward")

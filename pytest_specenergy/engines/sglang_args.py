@@ -30,6 +30,8 @@ NEWEST_READ: Version = (0, 5, 23)
 PLUGIN_OPTIONS = frozenset({"sglang_version", "hybrid", "python"})
 #: Fields the backend sets from the engine config; an option may not override them.
 RESERVED_FIELDS = frozenset({"model_path", "host", "port"})
+#: A value that SGLang's argparse would take for a flag (``-x``, ``--x``), not a negative number.
+_FLAG_LIKE = re.compile(r"^-(?!\d|\.\d)")
 
 # Every ServerArgs field name found in the five wheels read (union). Used to validate engine
 # options when sglang itself is not importable in the pytest process (dry runs, or a server
@@ -397,6 +399,14 @@ def translate_options(options: Mapping[str, Any], facts: VersionFacts) -> dict[s
             raise EngineConfigError(
                 f"engine option {name}= was removed in SGLang {format_version(since)} "
                 f"(this run uses {format_version(version)}): {advice}")
+        values = value if isinstance(value, (list, tuple)) else (value,)
+        flags = [v for v in values if isinstance(v, str) and _FLAG_LIKE.match(v)]
+        if flags:
+            # SGLang's parser takes the last of a repeated flag: a value "--host" followed by
+            # "0.0.0.0" would move the engine off loopback.
+            raise EngineConfigError(
+                f"engine option {name}={value!r} holds {flags[0]!r}, which the command line would read as "
+                "another flag; give each option its own keyword argument")
         if name == "disable_cuda_graph" and version >= (0, 5, 14):
             if value:
                 out["disable_decode_cuda_graph"] = True

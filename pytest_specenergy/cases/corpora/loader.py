@@ -146,6 +146,13 @@ def _iter_prompts(lines: Iterable[str], where: str) -> Iterator[str]:
         for field_name in _PROMPT_FIELDS:
             value = record.get(field_name)
             if isinstance(value, str) and value.strip():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError as exc:  # a lone surrogate escape (\ud800): no text at all
+                    raise CorpusError(
+                        f"{where}, line {lineno}: the {field_name!r} field holds {value[exc.start]!r} at "
+                        f"character {exc.start}, a lone UTF-16 surrogate that is not text; write the "
+                        "character itself, or its escaped surrogate pair") from None
                 yield value
                 break
         else:

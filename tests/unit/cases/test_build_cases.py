@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -25,7 +26,7 @@ def lookup(**marks):
 
 def test_the_matrix_expands_in_a_stable_order_with_readable_ids():
     closest = lookup(model=["tiny:dense"], drafter=["ngram"], batch=[1, 4], corpus=["code", "conversation"])
-    cases = build_cases("t.py::test", closest, CaseDefaults(), "/tmp")
+    cases = build_cases("t.py::test", closest, CaseDefaults())
     assert [c.id for c in cases] == ["code-ngram-b1", "code-ngram-b4",
                                      "conversation-ngram-b1", "conversation-ngram-b4"]
     assert all(c.engine == "reference" for c in cases)
@@ -33,7 +34,7 @@ def test_the_matrix_expands_in_a_stable_order_with_readable_ids():
 
 def test_option_defaults_reach_the_case():
     closest = lookup(model=["tiny:dense"], drafter=["ngram"], batch=[2], corpus=["code"])
-    case, = build_cases("t.py::test", closest, CaseDefaults(faults=("accept-off-by-one",)), "/tmp")
+    case, = build_cases("t.py::test", closest, CaseDefaults(faults=("accept-off-by-one",)))
     assert "accept-off-by-one" in case.spec_config().faults
 
 
@@ -46,5 +47,28 @@ def test_option_defaults_reach_the_case():
 ])
 def test_bad_values_name_the_test_and_the_marker(marks, expected):
     with pytest.raises(MarkerError) as info:
-        build_cases("t.py::test_bad", lookup(**marks), CaseDefaults(), "/tmp")
+        build_cases("t.py::test_bad", lookup(**marks), CaseDefaults())
     assert "t.py::test_bad" in str(info.value) and expected in str(info.value)
+
+
+def test_a_relative_model_path_is_checked_where_the_engine_resolves_it(tmp_path, monkeypatch):
+    # The engine process inherits the working directory: a path that exists only under another
+    # folder (the rootdir of a run started from a subfolder) is refused at collection, not at start.
+    (tmp_path / "models" / "mine").mkdir(parents=True)
+    (tmp_path / "sub").mkdir()
+    closest = lookup(model=["models/mine"], drafter=["ngram"], batch=[1], corpus=["code"])
+    monkeypatch.chdir(tmp_path / "sub")
+    with pytest.raises(MarkerError, match=r"no such model directory .*sub/models/mine \(relative to the working"):
+        build_cases("t.py::test", closest, CaseDefaults())
+    monkeypatch.chdir(tmp_path)
+    assert [c.model for c in build_cases("t.py::test", closest, CaseDefaults())] == ["models/mine"]
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"dtype": "fp8"}, "model(dtype='fp8'): the reference engine takes one of auto, float64"),
+    ({"device": "gpu"}, "model(device='gpu'): expected auto, cpu, cuda or cuda:N"),
+])
+def test_bad_dtype_and_device_are_collection_errors(kwargs, fragment):
+    closest = lookup(model=(["tiny:dense"], kwargs), drafter=["ngram"], batch=[1], corpus=["code"])
+    with pytest.raises(MarkerError, match=re.escape(fragment)):
+        build_cases("t.py::test", closest, CaseDefaults())

@@ -252,6 +252,13 @@ def test_line_that_is_not_json_names_file_and_line(tmp_path: Path) -> None:
     assert "not valid JSON" in message
 
 
+def test_a_lone_surrogate_is_refused_naming_the_line(tmp_path: Path) -> None:
+    # json.loads accepts "\ud800"; the text then cannot be encoded, hashed or sent.
+    spec = _write(tmp_path / "sur.jsonl", [json.dumps({"prompt": "ok"}), '{"prompt": "bad \\ud800 here"}'])
+    with pytest.raises(CorpusError, match=r"line 2: the 'prompt' field holds '\\ud800' at character 4, a lone"):
+        load_corpus(spec)
+
+
 def test_line_that_is_not_an_object(tmp_path: Path) -> None:
     spec = _write(tmp_path / "list.jsonl", ['["a", "b"]'])
     with pytest.raises(CorpusError, match=r"line 1: expected a JSON object .* got a JSON list"):

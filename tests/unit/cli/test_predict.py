@@ -92,3 +92,19 @@ def test_bad_values_reach_cmd_predict_as_exit_2(capsys):
     assert "expected one of" in capsys.readouterr().err
     code, _, err = run(capsys, "--shape", "qwen3-4b", "--verified", "7", "--accept-length", "9")
     assert code == 2 and "accept length" in err
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--context", "-5"], "'-5' is not an integer >= 0"),
+    (["--draft-passes", "-1"], "'-1' is not an integer >= 0"),
+    (["--draft-cost", "nan"], "'nan' is not a finite number >= 0"),
+    (["--draft-cost", "-0.2"], "'-0.2' is not a finite number >= 0"),
+    (["--accept-length", "0.5"], "'0.5' is not an accept length >= 1"),
+    (["--verified", "0"], "'0' is not a positive integer"),
+])
+def test_nonsense_is_refused_with_what_is_expected(args, fragment, capsys):
+    from pytest_specenergy.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["predict", "--shape", "qwen3-4b", "--verified", "16", *args])
+    assert exc.value.code == 2 and fragment in capsys.readouterr().err

@@ -187,6 +187,9 @@ def test_disable_cuda_graph_per_version():
     ("0.5.13", {"cuda_graph_max_bs_prefill": 4}, "needs SGLang >= 0.5.14"),
     ("0.5.23", {"speculative_ngram_max_match_window_size": 4}, "removed in SGLang 0.5.12"),
     ("0.5.23", {"port": 1}, "set by the plugin"),
+    # A list value that smuggles in a second --host: SGLang takes the last, off loopback.
+    ("0.5.23", {"cuda_graph_bs": [1, "--host", "0.0.0.0"]}, "holds '--host', which the command line would read"),
+    ("0.5.23", {"tokenizer_path": "-x"}, "holds '-x'"),
     ("0.5.23", {"cuda_graph_max_bs": 8, "cuda_graph_max_bs_decode": 16}, "twice"),
 ])
 def test_options_impossible_for_the_version_are_refused(version, option, message):
