@@ -293,12 +293,25 @@ class ArmMeasurer:
                 outputs[i], finish[i] = known
             else:
                 again.append(i)
-        if again:
+        for _ in range(2):  # an answer the engine aborted is asked again once, then refused
+            if not again:
+                break
             answers = self._run(self.full, [full.indices[i] for i in again])
+            aborted = []
             for i, answer in zip(again, answers):
                 outputs[i] = tuple(int(t) for t in answer["output_ids"])
                 finish[i] = parse_meta_info(answer["meta_info"]).finish_type or "?"
-                self._whole[full.indices[i]] = (outputs[i], finish[i])
+                if finish[i] == "abort":
+                    aborted.append(i)
+                else:
+                    self._whole[full.indices[i]] = (outputs[i], finish[i])
+            again = aborted
+        if again:
+            # A cut-short answer taken as whole would fail the case blaming the drafter.
+            raise RuntimeError(
+                f"{self.case.id}: the engine aborted {len(again)} request(s) the plugin generated again outside "
+                f"the window (prompts {', '.join(str(full.indices[i]) for i in again)}), twice: their outputs "
+                "are incomplete, so equivalence and coherence cannot be judged; see the engine log")
         return tuple(outputs), tuple(finish)
 
     def warm_up(self) -> None:

@@ -70,6 +70,11 @@ def pair_checks(pair: PairResult, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_G
                            "speculation never happened"))
     for problem in spec.counter_problems:
         found.append(Check("counters-inconsistent", "fail", problem))
+    for restart in pair.order.get("restarts", ()):
+        # Warmed up again before it was measured; the repeats before and after ran on two processes.
+        found.append(Check("engine-restarted", "warn", f"the {restart['arm']} engine died and was started "
+                           f"again before its repeat {restart['before_repeat'] + 1} (warmed up again); "
+                           "see its log"))
     accept = pair.accept_length
     if accept is not None and case.drafter.name == "ngram" and accept == 1.0:
         loops = [repeated_suffix_fraction(o) for o in base.outputs]

@@ -170,6 +170,7 @@ class PairMeasurer:
 
         done: dict[str, list[ArmRepeat]] = {name: [] for name, _ in arms}
         measurers: dict[str, ArmMeasurer] = {}
+        restarts: list[dict[str, Any]] = []
         if interleave:
             for name, arm_case in arms:
                 measurers[name] = measurer(name, arm_case)
@@ -179,7 +180,12 @@ class PairMeasurer:
                 turn = drafting if cycle % 2 == 0 else drafting[::-1]
                 for name, _ in baseline + turn + removal:
                     # The pool keeps every engine; get() again in case one died and was restarted.
-                    measurers[name].server = self.pool.get(measurers[name].server.config)
+                    server = self.pool.get(measurers[name].server.config)
+                    if server is not measurers[name].server:
+                        # A cold engine: warmed up again before it is measured, and said so.
+                        measurers[name].server = server
+                        measurers[name].warm_up()
+                        restarts.append({"arm": name, "before_repeat": len(done[name])})
                     done[name].append(self._timed(measurers[name], name))
         else:
             for name, arm_case in arms:  # one engine at a time: each arm's repeats together
@@ -191,7 +197,8 @@ class PairMeasurer:
         entries = sorted((_entry(name, i, r) for name, rs in done.items() for i, r in enumerate(rs)),
                          key=lambda e: e["started"])
         order = {"interleaved": interleave, "cooldown_s": self.cooldown_s,
-                 "order": [e["arm"] for e in entries], "repeats": entries}
+                 "order": [e["arm"] for e in entries], "repeats": entries,
+                 **({"restarts": restarts} if restarts else {})}
         results = {name: measurers[name].result(name, rs) for name, rs in done.items()}
         return results, measurers["speculative"].server, order
 

@@ -56,14 +56,18 @@ class FakeClient:
 
 
 class FakePool:
+    """One fake server per config for the session, as the real pool keeps its processes."""
+
     def __init__(self) -> None:
-        self.starts, self.log = [], []
+        self.starts, self.log, self.live = [], [], {}
 
     def get(self, config):
-        self.starts.append(config)
-        client = FakeClient(config.drafter is not None, self.log)
-        return SimpleNamespace(config=config, client=client, server_info={"device": "cpu"},
-                               describe=lambda: {"engine": "fake", "version": "0"})
+        if config not in self.live:
+            self.starts.append(config)
+            client = FakeClient(config.drafter is not None, self.log)
+            self.live[config] = SimpleNamespace(config=config, client=client, server_info={"device": "cpu"},
+                                                describe=lambda: {"engine": "fake", "version": "0"})
+        return self.live[config]
 
     def close(self) -> None:
         pass
@@ -218,6 +222,30 @@ def _arm_order(log):
         elif entry[3] > 1 and arms and arms[-1] == "flush":
             arms[-1] = "speculative" if entry[1] else "baseline"
     return [a for a in arms if a != "flush"]
+
+
+def test_an_engine_that_died_between_repeats_is_warmed_up_again_and_said_so():
+    pool, meter = InterleavePool(), TokenMeter(1.0)
+    measurer = PairMeasurer(log_dir=None, startup_timeout=1.0, meter="auto", repeats=3, warmup=1,
+                            meter_factory=lambda kind, server: meter, pool=pool)
+    case = _case(Drafter("ngram"))
+    measurer.plan([case])
+    real_timed = measurer._timed
+
+    def timed(arm_measurer, name):
+        result = real_timed(arm_measurer, name)
+        if name == "speculative" and len(pool.starts) == 2:
+            pool.live.pop(arm_measurer.server.config)  # the process died after its first repeat
+        return result
+
+    measurer._timed = timed
+    pair = measurer.measure(case)
+    assert pair.order["restarts"] == [{"arm": "speculative", "before_repeat": 1}]
+    assert len(pool.starts) == 3  # started again once
+    [check] = [c for c in pair.checks if c.name == "engine-restarted"]
+    assert check.severity == "warn" and "before its repeat 2 (warmed up again)" in check.message
+    warm_ups = [e for e in pool.log if e != "flush" and e[1] and e[3] > 1]
+    assert len(warm_ups) >= 3 + 2  # 3 measured speculative windows and 2 warm-ups (at start, after restart)
 
 
 def test_repeats_interleave_the_arms_and_the_order_is_recorded():
@@ -407,6 +435,28 @@ def test_a_later_repeat_takes_cut_prompts_whole_outputs_from_an_earlier_one_when
     third = measurer.measure_repeat("speculative")
     assert len([e for e in client.log if e[0] == "generate" and e[3] == 8]) == calls + 9 + 9 + 3
     assert all(len(o) == 8 for o in third.outputs) and "abort" not in third.finish
+
+
+class AbortingEverythingClient(BatchingClient):
+    """An engine that aborts every request (a stale abort-all, an operator's /abort_request)."""
+
+    def generate(self, text, sampling_params, rids):
+        answer = FakeClient.generate(self, text, {**sampling_params, "max_new_tokens": 2}, rids)
+        for a in answer:
+            a["meta_info"]["finish_reason"] = {"type": "abort", "message": "Abort requested"}
+        return answer
+
+
+def test_a_regenerated_prompt_the_engine_aborts_again_fails_the_case_saying_so():
+    """Outputs cut short outside the window are never taken as whole (the case would then fail
+    blaming the drafter: incoherent, length blow-up)."""
+    client = AbortingEverythingClient(True, [], delay=0.0)
+    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
+                   corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
+    measurer = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=1, warmup=0)
+    with pytest.raises(RuntimeError, match=r"engine aborted \d+ request\(s\) the plugin generated again outside "
+                                           r"the window .* twice: their outputs are incomplete"):
+        measurer.measure_repeat("speculative")
 
 
 def test_a_batch_of_one_has_nothing_to_abort():
