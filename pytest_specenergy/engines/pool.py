@@ -137,10 +137,14 @@ class EnginePool:
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         self._terminations += 1
         servers = list(self._live.values())
-        if self._terminations > 1:
-            # Teardown is taking too long for whoever sent SIGTERM again: no more waiting.
+        if self._terminations == 2:
+            # Whoever sent SIGTERM again (coreutils timeout signals the whole group) will not wait:
+            # the engines are killed now, but the session keeps unwinding, so what it measured is
+            # still written (table, JSON, the run marked interrupted). A third SIGTERM ends it.
             for server in servers:
                 server.kill()
+            return
+        if self._terminations > 2:
             self._restore_sigterm_handler()
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.raise_signal(signal.SIGTERM)

@@ -89,3 +89,33 @@ def test_an_output_that_cannot_be_written_stops_the_session_before_anything_runs
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*specenergy: --specenergy-storage *a-file/history: *a-file is not a folder*"])
     assert "test session starts" not in result.stdout.str()
+
+
+# On the second pair, SIGTERM twice in a row from outside, as coreutils timeout delivers it.
+DOUBLE_SIGTERM = """
+import os
+import subprocess
+
+pairs = []
+
+
+def pytest_specenergy_pair_measured(pair):
+    pairs.append(pair)
+    if len(pairs) == 2:
+        pid = os.getpid()
+        subprocess.Popen(["sh", "-c", f"kill -TERM {pid}; kill -TERM {pid}"]).wait()
+"""
+
+
+def test_a_double_sigterm_still_writes_what_was_measured(pytester: pytest.Pytester):
+    pytester.makepyfile(test_suite=SUITE.replace("@pytest.mark.batch(1)", "@pytest.mark.batch(1, 2)"))
+    pytester.makeconftest(DOUBLE_SIGTERM)
+    out = pytester.path / "run.json"
+    result = pytester.runpytest_subprocess("--specenergy-repeats=1", "--specenergy-warmup=0", "-p", "no:cacheprovider",
+                                           f"--specenergy-json={out}", "--specenergy-save=main")
+    assert result.ret != 0
+    document = json.loads(out.read_text())
+    assert document["interrupted"] is True and [r["case_id"] for r in document["results"]] == ["code-ngram-b1"]
+    [saved] = (pytester.path / ".specenergy").rglob("*_main_*.json")
+    assert json.loads(saved.read_text())["interrupted"] is True
+    result.stdout.fnmatch_lines(["*= specenergy =*"])
