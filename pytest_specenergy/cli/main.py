@@ -103,7 +103,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         # latency targets included.
         baseline, baseline_path = resolve_run(args.baseline, store, args.machine_key)
         inputs.append(baseline_path)
-        plan = _plan(args)
+        plan = _plan(args, run)
         comparisons = compare_documents(baseline, run, _limits(args), args.alpha, plan=plan)
         if args.latency_target:
             comparisons += compare_latency(baseline.results, run.results, args.latency_target,
@@ -133,11 +133,13 @@ def _limits(args: argparse.Namespace) -> list[Any]:
     return limits_for([parse_fail_expr(t) for t in args.fail or ()])
 
 
-def _plan(args: argparse.Namespace) -> Any:
-    """The gate's sequential plan (looks at 3, 5, ... up to ``--max-repeats``, default 11),
-    so a report shows the verdicts the plugin's default plan gives on the same records."""
+def _plan(args: argparse.Namespace, run: RunDocument) -> Any:
+    """The gate's sequential plan as the session that measured ``run`` had it: its first look
+    at the repeats the run started with (the fewest of any case), then every 2 more up to
+    ``--max-repeats`` (default 11), so a report shows the verdicts the plugin gave."""
+    started = min((len(r.speculative.samples) for r in run.results), default=3)
     try:
-        return gate_plan(args.alpha, 3, args.max_repeats or DEFAULT_CAP)
+        return gate_plan(args.alpha, max(2, started), args.max_repeats or DEFAULT_CAP)
     except ValueError as exc:
         raise CliError(f"--max-repeats={args.max_repeats}: {exc}") from None
 
@@ -153,7 +155,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if base.interrupted:
         raise CliError(f"the baseline {base_path} was saved by an interrupted session; compare with a "
                        "complete run")
-    comparisons = compare_documents(base, current, _limits(args), args.alpha, plan=_plan(args))
+    comparisons = compare_documents(base, current, _limits(args), args.alpha, plan=_plan(args, current))
     rows = []
     for comparison in sorted(comparisons, key=lambda c: c.verdict.rank):
         deciding = [r for r in comparison.rows if r.verdict is comparison.verdict] or list(comparison.rows)
@@ -170,8 +172,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     """Step detection over the stored runs of one machine key."""
     documents = _history(RunStore(args.storage), args.machine_key)
-    if len(documents) < 2:
-        raise CliError(f"history needs at least two stored runs in {args.storage}")
+    if not documents:
+        raise CliError(f"no runs stored in {args.storage}; pass the history folder with --storage")
+    if len(documents) < 2:  # the first nightly: nothing to detect a step against yet
+        print(f"1 run in {args.storage}: a step needs at least two; nothing to compare yet")
+        return 0
     steps = detect_history_steps(documents, args.metric, args.threshold)
     print(f"{len(documents)} runs in {args.storage}")
     if not steps:
