@@ -70,13 +70,14 @@ def test_a_corrupt_baseline_fails_even_when_missing_baselines_only_warn(pytester
 
 def test_an_interrupted_session_is_never_a_reference(pytester: pytest.Pytester, run_suite):
     pytester.makepyfile(test_suite=SUITE, test_zz_fails="def test_boom():\n    assert False\n")
-    assert run_suite("--specenergy-save=main", "test_suite.py").ret == 0  # complete: 0001
+    assert run_suite("--specenergy-save=main", "test_suite.py", repeats=2).ret == 0  # complete: 0001
     # -x stops the session at the failure: the run is saved, marked interrupted.
-    run_suite("--specenergy-save=main", "-x", "test_suite.py", "test_zz_fails.py")
+    run_suite("--specenergy-save=main", "-x", "test_suite.py", "test_zz_fails.py", repeats=2)
     files = sorted((pytester.path / ".specenergy").rglob("*_main_*.json"))
     assert [json.loads(f.read_text()).get("interrupted", False) for f in files] == [False, True]
     out = pytester.path / "run.json"
-    result = run_suite("--specenergy-compare=last", f"--specenergy-json={out}", "test_suite.py")
+    # Two repeats a side: the energy limit needs them (a 1-repeat baseline is incomparable, which fails).
+    result = run_suite("--specenergy-compare=last", f"--specenergy-json={out}", "test_suite.py", repeats=2)
     result.assert_outcomes(passed=1)
     assert json.loads(out.read_text())["results"][0]["baseline_file"] == str(files[0])
 
