@@ -30,8 +30,9 @@ def test_per_gpu_mode_merges_worker_results(pytester: pytest.Pytester):
     # per-gpu is the default: a CI job that adds -n for speed still measures and gates.
     result = pytester.runpytest_subprocess("-n", "2", "--dist", "load", f"--specenergy-json={out}", *FAST)
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*= specenergy =*", "*test_code[[]code-ngram-b2[]]*modeled (h200, priced as *)*"])
-    result.stdout.fnmatch_lines(["*test_news[[]news-ngram-b2[]]*modeled (h200, priced as *)*"])
+    result.stdout.fnmatch_lines(["*= specenergy =*", "energy figures: modeled (h200, priced as *)*",
+                                 "*test_code[[]code-ngram-b2[]]*"])
+    result.stdout.fnmatch_lines(["*test_news[[]news-ngram-b2[]]*"])
     data = json.loads(out.read_text())
     assert sorted(r["case_id"] for r in data["results"]) == ["code-ngram-b2", "news-ngram-b2"]
 
