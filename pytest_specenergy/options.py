@@ -291,6 +291,8 @@ class SpecEnergyConfig:
     dry_run: bool = _opt("dry-run", False, "collect the cases and print each matched pair's two server "
                          "commands and what differs; start nothing", action="store_true")
     rootdir: Path = Path(".")
+    #: pytest's ``-v`` count: 1 or more shows every table column and per-repeat progress.
+    verbose: int = 0
 
     def case_defaults(self) -> Any:
         """What the markers take from the options (as plain values)."""
@@ -305,16 +307,19 @@ class SpecEnergyConfig:
         return (f"specenergy: engine={self.engine} meter={self.meter} repeats={self.repeats} "
                 f"warmup={'auto' if self.warmup is None else self.warmup}{gate}")
 
-    def pair_measurer(self, meter_factory: Callable[[str, Any], Any]) -> Any:
+    def pair_measurer(self, meter_factory: Callable[[str, Any], Any],
+                      progress: Callable[[int, str], None] | None = None) -> Any:
         """The :class:`~pytest_specenergy.measure.pairs.PairMeasurer` these options ask for;
-        ``meter_factory`` is the ``pytest_specenergy_make_meter`` hook's answer."""
+        ``meter_factory`` is the ``pytest_specenergy_make_meter`` hook's answer, ``progress``
+        the callback that reports engine starts and repeats (:mod:`pytest_specenergy.progress`)."""
         from pytest_specenergy.engines.pool import EnginePool
         from pytest_specenergy.measure.pairs import PairMeasurer
 
-        pool = EnginePool(self.log_dir, self.startup_timeout, request_timeout_s=self.request_timeout)
+        pool = EnginePool(self.log_dir, self.startup_timeout, request_timeout_s=self.request_timeout,
+                          progress=progress)
         return PairMeasurer(log_dir=self.log_dir, startup_timeout=self.startup_timeout, meter=self.meter,
                             repeats=self.repeats, warmup=self.warmup, meter_factory=meter_factory, pool=pool,
-                            cooldown_s=self.cooldown, draft_removal=self.draft_removal)
+                            cooldown_s=self.cooldown, draft_removal=self.draft_removal, progress=progress)
 
     def gatekeeper(self, gated_comparisons: int) -> Any:
         """The :class:`~pytest_specenergy.gate.gatekeeper.Gatekeeper` these options ask for, over
@@ -343,7 +348,7 @@ class SpecEnergyConfig:
             if "option" in f.metadata:
                 values[f.name] = _resolved(f.metadata["option"], config, rootdir)
         values["max_repeats"] = _cap(values["max_repeats"], values["repeats"])
-        return cls(**values, rootdir=rootdir)
+        return cls(**values, rootdir=rootdir, verbose=max(0, int(getattr(config.option, "verbose", 0) or 0)))
 
 
 #: Every option, in ``--help`` order.

@@ -90,14 +90,22 @@ import pytest
 def test_unreachable_acceptance(spec_pair):
     spec_pair.measure().assert_acceptance(at_least=50)
 """)
-    result = run_suite(repeats=2)
+    result = run_suite("-v", repeats=2)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
+        # Progress: each engine start (what, how long), and at -v each arm's repeats.
+        "specenergy: engine reference:tiny:dense[[]*[]] started in * s",
+        "specenergy: code-ngram-b1 baseline repeat 1/2 (* s)",
+        "specenergy: code-ngram-b1 speculative repeat 2/2 (* s)",
+        # The failure: the user's line and the message, none of the plugin's frames.
+        ">*spec_pair.measure().assert_acceptance(at_least=50)",
         "*SpecEnergyAssertionError: accept length * is below the required 50.000",
         "*case code-ngram-b1 [[]modeled (h200, priced as Qwen3-8B)[]]",
         "*baseline: * J/token, tbt * ms (2 repeats: *",
         "*speculative: * J/token, tbt * ms (2 repeats: *",
     ])
+    failure = result.stdout.str().split("= FAILURES =")[1].split("short test summary")[0]
+    assert "pytest_specenergy/" not in failure and "def _fail" not in failure, failure
 
 
 def test_engine_that_cannot_start_fails_the_case_with_its_log(pytester: pytest.Pytester, run_suite):
