@@ -103,6 +103,9 @@ def _faults(text: str) -> str:
     return text
 
 
+_faults.choices = tuple(FAULTS)  # type: ignore[attr-defined]
+
+
 def _run_name(text: str) -> str:
     from pytest_specenergy.gate.storage import InvalidRunName
     from pytest_specenergy.gate.storage import validate_run_name
@@ -127,6 +130,7 @@ def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
             raise ValueError(f"expected one of {', '.join(choices)}, got {text!r}")
         return text
 
+    parse.choices = choices  # type: ignore[attr-defined]  # what help_drift checks the help against
     return parse
 
 
@@ -349,6 +353,25 @@ class SpecEnergyConfig:
                 values[f.name] = _resolved(f.metadata["option"], config, rootdir)
         values["max_repeats"] = _cap(values["max_repeats"], values["repeats"])
         return cls(**values, rootdir=rootdir, verbose=max(0, int(getattr(config.option, "verbose", 0) or 0)))
+
+
+def help_drift(options: Any = None) -> list[str]:
+    """Each choice an option's parser accepts that its ``--help`` text does not name (the
+    parser's ``choices``, the fault list, the modeled meter's GPU presets): empty when every help
+    text is true to the table the code checks against."""
+    import re
+
+    from pytest_specenergy.meters.roofline import PRESETS
+
+    drift = []
+    for opt in OPTIONS if options is None else options:
+        choices = list(getattr(opt.parse, "choices", ()))
+        if opt.parse is _meter:
+            choices = ["auto", "nvml", *sorted(PRESETS)]
+        for choice in choices:
+            if not re.search(rf"(?<![\w-]){re.escape(choice)}(?![\w-])", opt.help):
+                drift.append(f"--specenergy-{opt.name}: the help does not name {choice!r}")
+    return drift
 
 
 #: Every option, in ``--help`` order.
