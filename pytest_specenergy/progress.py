@@ -57,7 +57,8 @@ class Progress:
         if reporter is None:
             return
         with self._uncaptured():
-            # Under xdist the reporter does not track its line: end a line of dots first.
+            reporter.ensure_newline()  # after a test's file name or -v location
+            # Under xdist the reporter does not track its line: end a line of dots too.
             if getattr(getattr(reporter, "_tw", None), "width_of_current_line", 0):
                 reporter.write("\n")
             reporter.write_line(line)

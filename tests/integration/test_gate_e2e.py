@@ -107,7 +107,7 @@ def test_costlier_drafter_fails_the_gate_and_unchanged_rerun_passes(gated: pytes
         "1 regressed · * · 0 improved · 0 unchanged",
     ])
     # The gate's failure is its message and the test's place, not the plugin's hook source.
-    worse.stdout.fnmatch_lines(["(test test_drafter[[]code-ngram-b1[]] at test_gate_suite.py:*)"])
+    worse.stdout.fnmatch_lines(["*(test test_drafter[[]code-ngram-b1[]] at test_gate_suite.py:*)"])
     assert "def pytest_runtest_call" not in worse.stdout.str() and "session.py" not in worse.stdout.str()
 
 

@@ -21,6 +21,9 @@ class Reporter:
         self.lines.append(text)
         self._tw.width_of_current_line = 0 if text.endswith("\n") else len(text)
 
+    def ensure_newline(self) -> None:
+        pass  # pytest's: ends the line only after a file name it wrote itself
+
     def write_line(self, line: str) -> None:
         self.lines.append(line)
         self._tw.width_of_current_line = 0
