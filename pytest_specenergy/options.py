@@ -103,6 +103,9 @@ def _faults(text: str) -> str:
     return text
 
 
+_faults.choices = tuple(FAULTS)  # type: ignore[attr-defined]
+
+
 def _run_name(text: str) -> str:
     from pytest_specenergy.gate.storage import InvalidRunName
     from pytest_specenergy.gate.storage import validate_run_name
@@ -127,6 +130,7 @@ def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
             raise ValueError(f"expected one of {', '.join(choices)}, got {text!r}")
         return text
 
+    parse.choices = choices  # type: ignore[attr-defined]  # what help_drift checks the help against
     return parse
 
 
@@ -291,6 +295,8 @@ class SpecEnergyConfig:
     dry_run: bool = _opt("dry-run", False, "collect the cases and print each matched pair's two server "
                          "commands and what differs; start nothing", action="store_true")
     rootdir: Path = Path(".")
+    #: pytest's ``-v`` count: 1 or more shows every table column and per-repeat progress.
+    verbose: int = 0
 
     def case_defaults(self) -> Any:
         """What the markers take from the options (as plain values)."""
@@ -305,16 +311,19 @@ class SpecEnergyConfig:
         return (f"specenergy: engine={self.engine} meter={self.meter} repeats={self.repeats} "
                 f"warmup={'auto' if self.warmup is None else self.warmup}{gate}")
 
-    def pair_measurer(self, meter_factory: Callable[[str, Any], Any]) -> Any:
+    def pair_measurer(self, meter_factory: Callable[[str, Any], Any],
+                      progress: Callable[[int, str], None] | None = None) -> Any:
         """The :class:`~pytest_specenergy.measure.pairs.PairMeasurer` these options ask for;
-        ``meter_factory`` is the ``pytest_specenergy_make_meter`` hook's answer."""
+        ``meter_factory`` is the ``pytest_specenergy_make_meter`` hook's answer, ``progress``
+        the callback that reports engine starts and repeats (:mod:`pytest_specenergy.progress`)."""
         from pytest_specenergy.engines.pool import EnginePool
         from pytest_specenergy.measure.pairs import PairMeasurer
 
-        pool = EnginePool(self.log_dir, self.startup_timeout, request_timeout_s=self.request_timeout)
+        pool = EnginePool(self.log_dir, self.startup_timeout, request_timeout_s=self.request_timeout,
+                          progress=progress)
         return PairMeasurer(log_dir=self.log_dir, startup_timeout=self.startup_timeout, meter=self.meter,
                             repeats=self.repeats, warmup=self.warmup, meter_factory=meter_factory, pool=pool,
-                            cooldown_s=self.cooldown, draft_removal=self.draft_removal)
+                            cooldown_s=self.cooldown, draft_removal=self.draft_removal, progress=progress)
 
     def gatekeeper(self, gated_comparisons: int) -> Any:
         """The :class:`~pytest_specenergy.gate.gatekeeper.Gatekeeper` these options ask for, over
@@ -343,7 +352,26 @@ class SpecEnergyConfig:
             if "option" in f.metadata:
                 values[f.name] = _resolved(f.metadata["option"], config, rootdir)
         values["max_repeats"] = _cap(values["max_repeats"], values["repeats"])
-        return cls(**values, rootdir=rootdir)
+        return cls(**values, rootdir=rootdir, verbose=max(0, int(getattr(config.option, "verbose", 0) or 0)))
+
+
+def help_drift(options: Any = None) -> list[str]:
+    """Each choice an option's parser accepts that its ``--help`` text does not name (the
+    parser's ``choices``, the fault list, the modeled meter's GPU presets): empty when every help
+    text is true to the table the code checks against."""
+    import re
+
+    from pytest_specenergy.meters.roofline import PRESETS
+
+    drift = []
+    for opt in OPTIONS if options is None else options:
+        choices = list(getattr(opt.parse, "choices", ()))
+        if opt.parse is _meter:
+            choices = ["auto", "nvml", *sorted(PRESETS)]
+        for choice in choices:
+            if not re.search(rf"(?<![\w-]){re.escape(choice)}(?![\w-])", opt.help):
+                drift.append(f"--specenergy-{opt.name}: the help does not name {choice!r}")
+    return drift
 
 
 #: Every option, in ``--help`` order.

@@ -40,6 +40,7 @@ def apply(item: pytest.Item, failed_checks: Sequence[Check], checks_mode: str,
     ``checks_mode`` ``fail`` fails the test on any failed validity check; ``warn`` only warns.
     A body that already failed keeps its own failure (the record is kept all the same).
     """
+    __tracebackhide__ = True  # the failure is the message, not this frame
     failures: list[str] = []
     if failed_checks and checks_mode == "fail":
         # A normal-looking row can hide broken speculation (paper s.10): fail closed.
@@ -55,7 +56,10 @@ def apply(item: pytest.Item, failed_checks: Sequence[Check], checks_mode: str,
     if body_failed:
         return
     if failures:
-        raise SpecEnergyAssertionError("\n".join(failures))
+        # Raised after the body returned, so no line of the test is in the traceback: name it.
+        path, line, name = item.location
+        where = f"\n(test {name} at {path}:{line + 1})" if line is not None else ""
+        raise SpecEnergyAssertionError("\n".join(failures) + where)
     if judgement is not None and judgement.skip:
         pytest.skip(judgement.skip)
     if judgement is not None and judgement.xfail:

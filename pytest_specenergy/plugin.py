@@ -17,6 +17,7 @@ from pytest_specenergy.options import SpecEnergyConfig
 from pytest_specenergy.options import add_options
 
 _PLUGIN_NAME = "specenergy-session"
+_PROGRESS_NAME = "specenergy-progress"
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -35,6 +36,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_specenergy import xdist
     from pytest_specenergy.cases.markers import MARKERS
     from pytest_specenergy.outputs import unwritable_outputs
+    from pytest_specenergy.progress import Progress
     from pytest_specenergy.session import SESSION_KEY
     from pytest_specenergy.session import SpecEnergySession
 
@@ -47,9 +49,11 @@ def pytest_configure(config: pytest.Config) -> None:
     problems = [] if xdist.is_worker(config) or config.option.help else unwritable_outputs(options)
     if problems:
         raise pytest.UsageError("specenergy: " + "; ".join(problems))
-    session = SpecEnergySession(options, config.hook)
+    progress = Progress(config)
+    session = SpecEnergySession(options, config.hook, progress)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, _PLUGIN_NAME)
+    config.pluginmanager.register(progress, _PROGRESS_NAME)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -60,4 +64,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if session is not None:
         session.close()
         config.pluginmanager.unregister(session, _PLUGIN_NAME)
+        progress = config.pluginmanager.get_plugin(_PROGRESS_NAME)
+        if progress is not None:
+            config.pluginmanager.unregister(progress, _PROGRESS_NAME)
         del config.stash[SESSION_KEY]

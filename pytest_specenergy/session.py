@@ -40,9 +40,8 @@ PAIR_KEY = pytest.StashKey["PairResult"]()
 class SpecEnergySession:
     """Session-wide state and the hook methods: what the ``specenergy`` fixture returns."""
 
-    def __init__(self, config: SpecEnergyConfig, hook: Any = None) -> None:
-        self.config = config
-        self.hook = hook
+    def __init__(self, config: SpecEnergyConfig, hook: Any = None, progress: Any = None) -> None:
+        self.config, self.hook, self.progress = config, hook, progress  # progress: progress.Progress
         self.planned: list[Case] = []
         self._measurer: PairMeasurer | None = None
         self._gate: Gatekeeper | None = None
@@ -62,7 +61,7 @@ class SpecEnergySession:
     def measurer(self) -> PairMeasurer:
         """The pair measurer, built on first use with the planned cases."""
         if self._measurer is None:
-            self._measurer = self.config.pair_measurer(self._hook_meter)
+            self._measurer = self.config.pair_measurer(self._hook_meter, self.progress)
             self._measurer.plan(self.planned)
         return self._measurer
 
@@ -104,6 +103,7 @@ class SpecEnergySession:
 
     def settle(self, item: pytest.Item, pair: PairResult, body_failed: bool) -> None:
         """Record the pair, judge it (adding repeats while the gate asks), apply the outcome."""
+        __tracebackhide__ = True
         from pytest_specenergy import outcome
         from pytest_specenergy.gate.gatekeeper import NeedsRepeats
 
@@ -179,12 +179,12 @@ class SpecEnergySession:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
         """After the body: record the pair it measured, run checks and gate, set the outcome."""
+        __tracebackhide__ = True  # a failure shows the test's line and the message, not this wrapper
         body_error: BaseException | None = None
         try:
             result = yield
         except BaseException as exc:  # re-raised below, after the pair is recorded
-            body_error = exc
-            result = None
+            body_error, result = exc, None
         pair = item.stash.get(PAIR_KEY, None)
         if pair is not None:
             self.settle(item, pair, body_error is not None and not isinstance(body_error, pytest.skip.Exception))
@@ -235,7 +235,7 @@ class SpecEnergySession:
                                      interrupted=interrupted, fdr=suite.fdr, latency_targets=suite.latency_targets,
                                      commit=machine.source_commit(self.config.rootdir))
         written = write_outputs(document, self.config, self.gate, hook)
-        self.report = summary_report(document, suite, written, self.xdist_skipped)
+        self.report = summary_report(document, suite, written, self.xdist_skipped, self.config.verbose > 0)
         return suite.failed or bool(written.failures)
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:

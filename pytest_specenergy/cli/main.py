@@ -262,6 +262,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``specenergy`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["doctor"]:
+        # doctor parses its own arguments, --help included: argparse's REMAINDER would refuse
+        # an option (``--help``, ``--json``) as the first thing after the subcommand.
+        from pytest_specenergy.cli.doctor import main as doctor_main
+
+        return doctor_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "storage_dir", None):

@@ -16,14 +16,20 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 from types import FrameType
 from typing import Any
+from typing import Callable
 
 from pytest_specenergy.engines.backends import get_backend
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.launch import ServerProcess
+
+#: ``progress(level, text)``: where the pool reports each engine start (level 0); a plain
+#: callback, so this layer knows nothing of who prints it.
+Progress = Callable[[int, str], None]
 
 
 class EngineTerminated(KeyboardInterrupt):
@@ -34,8 +40,10 @@ class EnginePool:
     """Starts engines on first use and keeps them until :meth:`close` (or eviction)."""
 
     def __init__(self, log_dir: Path, startup_timeout_s: float | None = None,
-                 max_live: int = 0, request_timeout_s: float | None = None) -> None:
+                 max_live: int = 0, request_timeout_s: float | None = None,
+                 progress: Progress | None = None) -> None:
         self.log_dir = log_dir
+        self.progress = progress
         self.startup_timeout_s = startup_timeout_s
         #: Seconds one request may take (None: the client's default); see EngineClient.
         self.request_timeout_s = request_timeout_s
@@ -70,16 +78,23 @@ class EnginePool:
         server = ServerProcess(config, backend, self.log_dir, self.startup_timeout_s,
                                request_timeout_s=self.request_timeout_s)
         self.starts.append(config)
+        began = time.monotonic()
         try:
             server.start()
         except Exception as exc:
             self.failed[config] = exc
+            self._report(f"engine {config.label()} failed to start after {time.monotonic() - began:.1f} s")
             raise
         except BaseException:  # Ctrl-C or SIGTERM mid-start: it is in no list close() sees
             server.stop()
             raise
         self._live[config] = server
+        self._report(f"engine {config.label()} started in {time.monotonic() - began:.1f} s")
         return server
+
+    def _report(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress(0, text)
 
     def start_together(self, configs: list[EngineConfig]) -> None:
         """Start the engines of ``configs`` that are not running yet side by side, when the

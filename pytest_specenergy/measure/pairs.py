@@ -68,12 +68,14 @@ class PairMeasurer:
     def __init__(self, *, log_dir: Path, startup_timeout: float, meter: str, repeats: int,
                  warmup: int | None, meter_factory: MeterFactory | None = None,
                  pool: EnginePool | None = None, cooldown_s: float = 0.0,
-                 draft_removal: str = "auto") -> None:
+                 draft_removal: str = "auto", progress: Callable[[int, str], None] | None = None) -> None:
         if cooldown_s < 0:
             raise ValueError(f"cooldown must be >= 0 seconds, got {cooldown_s!r}")
         self.draft_removal = check_mode(draft_removal)
         self.pool = pool or EnginePool(log_dir, startup_timeout)
         self.cooldown_s = cooldown_s
+        #: ``progress(level, text)``: told of every measured repeat (level 1, pytest's ``-v``).
+        self.progress = progress
         self.meter_choice = meter
         self.repeats = repeats
         self.warmup = warmup  # None: auto
@@ -186,12 +188,12 @@ class PairMeasurer:
                         measurers[name].server = server
                         measurers[name].warm_up()
                         restarts.append({"arm": name, "before_repeat": len(done[name])})
-                    done[name].append(self._timed(measurers[name], name))
+                    done[name].append(self._timed(measurers[name], name, cycle, repeats))
         else:
             for name, arm_case in arms:  # one engine at a time: each arm's repeats together
                 measurers[name] = measurer(name, arm_case)
                 measurers[name].warm_up()
-                done[name] = [self._timed(measurers[name], name) for _ in range(repeats)]
+                done[name] = [self._timed(measurers[name], name, i, repeats) for i in range(repeats)]
                 if name == "baseline":
                     self._measure_siblings(case)
         entries = sorted((_entry(name, i, r) for name, rs in done.items() for i, r in enumerate(rs)),
@@ -213,15 +215,20 @@ class PairMeasurer:
                 measurer = self._arm(other.baseline_config(), other, self.repeats, None)
                 measurer.warm_up()
                 self._baselines[key] = measurer.result(
-                    "baseline", [self._timed(measurer, "baseline") for _ in range(self.repeats)])
+                    "baseline", [self._timed(measurer, "baseline", i, self.repeats) for i in range(self.repeats)])
                 self._baseline_from[key] = f"{other.id} (measured ahead, with {case.id})"
             except Exception:  # noqa: BLE001 - reported when the sibling itself runs
                 self._sibling_failed.add(key)
 
-    def _timed(self, measurer: ArmMeasurer, arm: str) -> ArmRepeat:
+    def _timed(self, measurer: ArmMeasurer, arm: str, index: int, total: int) -> ArmRepeat:
         if self.cooldown_s:
             time.sleep(self.cooldown_s)
-        return measurer.measure_repeat(arm)
+        began = time.monotonic()
+        repeat = measurer.measure_repeat(arm)
+        if self.progress is not None:
+            self.progress(1, f"{measurer.case.id} {arm} repeat {index + 1}/{total} "
+                             f"({time.monotonic() - began:.1f} s)")
+        return repeat
 
     def baseline(self, case: Case) -> RunResult:
         """The shared baseline arm for ``case`` (measured with the first pair that needs it)."""

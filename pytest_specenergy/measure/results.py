@@ -239,10 +239,12 @@ class PairResult:
         )
 
     def _fail(self, headline: str) -> None:
+        __tracebackhide__ = True  # a failure shows the user's line and this message, not ours
         raise SpecEnergyAssertionError(f"{headline}\n{self.describe()}")
 
     def assert_saves_energy(self, at_least: float = 0.0) -> PairResult:
         """Speculation lowers J per token by at least ``at_least`` (0.1 = 10%); zero never passes."""
+        __tracebackhide__ = True
         saving = self.energy_saving
         if saving is None:
             self._fail("energy saving could not be computed (no energy or no tokens in a window)")
@@ -252,6 +254,7 @@ class PairResult:
 
     def assert_acceptance(self, at_least: float) -> PairResult:
         """Accept length (tokens per verify step) is at least ``at_least``."""
+        __tracebackhide__ = True
         value = self.accept_length
         if value is None:
             self._fail("accept length could not be computed: the engine reported no verify steps "
@@ -276,6 +279,7 @@ class PairResult:
         share of prompts that match (exactly or at a tie). ``tie_margin=0`` is exact equality.
         Ties are counted in the JSON (``equivalence.ties``) and in :meth:`describe`.
         """
+        __tracebackhide__ = True
         eq = self.equivalence.classified(tie_margin)
         if min_common_prefix is None and min_exact_fraction is None:
             min_exact_fraction = 1.0
@@ -305,6 +309,7 @@ class PairResult:
         Use it where exact equality cannot hold (GPU numerics); on CPU it also names how badly
         a diverging arm is broken: first divergence and log-probability gap.
         """
+        __tracebackhide__ = True
         coherence = self.coherence
         if coherence is None:
             self._fail("coherence was not measured for this pair")
@@ -323,6 +328,7 @@ class PairResult:
 
     def assert_valid(self) -> PairResult:
         """No fail-closed check tripped (the plugin also enforces this after each test)."""
+        __tracebackhide__ = True
         if self.failed_checks:
             self._fail("validity checks failed: " + "; ".join(str(c) for c in self.failed_checks))
         return self

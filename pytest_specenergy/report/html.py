@@ -1,5 +1,10 @@
 """A single self-contained HTML report of a run: inline CSS, inline SVG figures, no scripts.
 
+The page opens with the verdict (regressed / inconclusive / unchanged counts and the gate's
+comparison table), then the cases and checks, then figures, latency targets and history, and
+ends with the run's details and its raw machine and meter descriptions folded (``<details>``).
+Wide tables scroll inside their own box (``.scroll``), so the page never overflows.
+
 The file opens offline and from any path: nothing is fetched. Every string that comes from a
 run document (case ids, model names, corpus names, check messages, machine details, ...) goes
 through :func:`_e` (``html.escape`` with quotes) and every attribute is double-quoted, because
@@ -24,6 +29,7 @@ from pytest_specenergy.gate.history import DEFAULT_STEP
 from pytest_specenergy.gate.history import detect_steps
 from pytest_specenergy.gate.history import history_series
 from pytest_specenergy.gate.latency import latency_choices
+from pytest_specenergy.gate.verdict import WORST_FIRST
 from pytest_specenergy.gate.verdict import Verdict
 from pytest_specenergy.report.format import fmt
 from pytest_specenergy.report.format import worse_arrow
@@ -53,6 +59,9 @@ td.improved{background:#d9f0d9}td:first-child{white-space:nowrap}
 .b-regressed{background:#b3261e;color:#fff}.b-improved{background:#1e7d34;color:#fff}
 .b-other{background:#ddd;color:#000}
 .note{background:#fff7e0;border:1px solid #f0d080;padding:6px 10px;margin:8px 0}
+.scroll{overflow-x:auto;max-width:100%}.scroll table{margin:0}
+.verdict{font-size:16px;margin:8px 0 4px}.verdict .badge{font-size:14px;padding:1px 8px}
+details{margin:8px 0}summary{cursor:pointer;color:#333}
 figure{margin:12px 0 20px}figcaption{color:#555;font-size:13px}
 svg{max-width:100%;height:auto}
 code{font-size:12px}
@@ -73,7 +82,8 @@ def _table(headers: Sequence[str], rows: Iterable[tuple[str, Sequence[str]]]) ->
     """``rows`` are (row class, already-escaped cells); numeric cells are marked by the caller."""
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join(f'<tr class="{_e(cls)}">' + "".join(cells) + "</tr>" for cls, cells in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    # A wide table scrolls inside its box instead of overflowing the page.
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def _td(value: object) -> str:
@@ -101,6 +111,23 @@ def _row_class(row: ReportRow) -> str:
     return "fail" if row.failed else "warn" if row.tripped else ""
 
 
+def _verdict(rows: Sequence[ReportRow], comparisons: Sequence[CaseComparison] | None,
+             baseline_label: str) -> str:
+    """The page's first lines: how many cases regressed, stayed inconclusive, were unchanged
+    (every gate verdict, worst first), and how many tripped a check."""
+    fails = sum(1 for r in rows if r.failed)
+    checks = (f"{fails} case(s) with a failed validity check" if fails else "no failed validity check") + \
+        f", {sum(1 for r in rows if r.tripped and not r.failed)} with a warning only"
+    if comparisons is None:
+        return (f'<p class="verdict">{len(rows)} cases, not compared with a baseline; {_e(checks)}.</p>')
+    counts = {v: sum(1 for c in comparisons if c.verdict is v) for v in WORST_FIRST}
+    badges = " ".join(_badge(f"{n} {v.label}", _status_kind(v) if n else "other")
+                      for v, n in counts.items() if n or v in (Verdict.REGRESSED, Verdict.INCONCLUSIVE,
+                                                                 Verdict.PASSED))
+    return (f'<p class="verdict">{badges}</p><p>{len(comparisons)} cases against '
+            f"{_e(baseline_label or 'the baseline run')}; {_e(checks)}.</p>")
+
+
 def _summary(run: RunDocument, rows: Sequence[ReportRow],
              comparisons: Sequence[CaseComparison] | None) -> str:
     fails = sum(1 for r in rows if r.failed)
@@ -125,13 +152,19 @@ def _summary(run: RunDocument, rows: Sequence[ReportRow],
         facts.append(("regressions vs baseline", f"{regressed} of {len(comparisons)} cases"))
     out = [_table(["", ""], (("", [f"<th>{_e(k)}</th>", _td(v)]) for k, v in facts))]
     out.append("<p>Sources: " + " ".join(_badge(s, "src") for s in sources(rows)) + "</p>")
-    if run.machine_info:
-        out.append("<h3>Machine</h3>" + _table(["key", "value"], (
-            ("", [_td(k), _td(_plain(v))]) for k, v in run.machine_info.items())))
-    if run.meters:
-        out.append("<h3>Meters</h3>" + _table(["meter", "description"], (
-            ("", [_td(k), _td(_plain(v))]) for k, v in run.meters.items())))
     return "".join(out)
+
+
+def _raw(run: RunDocument) -> str:
+    """The machine and meter descriptions, folded: raw JSON that few readers need."""
+    out = []
+    if run.machine_info:
+        out.append("<details><summary>Machine</summary>" + _table(["key", "value"], (
+            ("", [_td(k), _td(_plain(v))]) for k, v in run.machine_info.items())) + "</details>")
+    if run.meters:
+        out.append("<details><summary>Meters</summary>" + _table(["meter", "description"], (
+            ("", [_td(k), _td(_plain(v))]) for k, v in run.meters.items())) + "</details>")
+    return "".join(out) or "<p>No machine or meter description in this run.</p>"
 
 
 def _plain(value: Any) -> str:
@@ -250,7 +283,11 @@ def _history_steps(history: Sequence[RunDocument], threshold: float) -> str:
                 body.append(("", [_td(case_id), _td(metric), _td(when), _num(metric, s.before),
                                   _num(metric, s.after), f'<td class="num">{_e(change)}</td>']))
     if not body:
-        return f"<p>No step of {threshold:.0%} or more in {len(history)} runs.</p>"
+        # Not a contradiction of a REGRESSED verdict above: the gate compares this run with its
+        # baseline; a history step is a level that held over several stored runs.
+        return (f"<p>No lasting step of {threshold:.0%} or more across {len(history)} stored runs "
+                "(a step is a change that holds over several runs; the verdicts above compare this "
+                "run with its baseline).</p>")
     return _table(["case", "metric", "first run at new level", "before (median)",
                    "after (median)", "change"], body)
 
@@ -283,17 +320,12 @@ def render_html(run: RunDocument, comparisons: Sequence[CaseComparison] | None =
     if hist and hist[-1] != run:
         hist.append(run)
     draw = _plots.plots_available() if plots is None else plots and _plots.plots_available()
+    # The verdict first (counts, then the comparison table), then the cases, then figures and
+    # the rest; raw machine and meter descriptions last, folded.
     parts = [f"<h1>{_e(title)}</h1>",
              f'<div class="sub">{len(rows)} cases &middot; '
              + " ".join(_badge(s, "src") for s in sources(rows)) + "</div>",
-             "<h2>Summary</h2>", _summary(run, rows, comparisons), "<h2>Figures</h2>"]
-    if draw:
-        parts.append(_figures(rows, hist, latency_targets_ms))
-    else:
-        note = PLOTS_OFF_NOTE if plots is False else TABLES_ONLY_NOTE
-        parts.append(f'<p class="note">{_e(note)}</p>')
-    parts += ["<h2>Latency targets</h2>", _latency_table(rows, latency_targets_ms),
-              "<h2>Cases</h2>", _case_table(rows)]
+             _verdict(rows, comparisons, baseline_label)]
     if comparisons is not None:
         limits = sorted({r.limit.expr for c in comparisons for r in c.rows})
         parts += [f"<h2>Baseline comparison</h2><p>The gate's verdicts against "
@@ -301,9 +333,16 @@ def render_html(run: RunDocument, comparisons: Sequence[CaseComparison] | None =
                   "a metric regresses only when its change's confidence interval lies beyond "
                   "its limit (the sequential rule; energy on the within-session ratio). "
                   "Regressions first.</p>", _comparison_table(comparisons)]
+    parts += ["<h2>Cases</h2>", _case_table(rows), "<h2>Checks</h2>", _checks_detail(rows), "<h2>Figures</h2>"]
+    if draw:
+        parts.append(_figures(rows, hist, latency_targets_ms))
+    else:
+        note = PLOTS_OFF_NOTE if plots is False else TABLES_ONLY_NOTE
+        parts.append(f'<p class="note">{_e(note)}</p>')
+    parts += ["<h2>Latency targets</h2>", _latency_table(rows, latency_targets_ms)]
     if len(hist) >= 2:
         parts += ["<h2>History</h2>", _history_steps(hist, step)]
-    parts += ["<h2>Checks</h2>", _checks_detail(rows)]
+    parts += ["<h2>Run details</h2>", _summary(run, rows, comparisons), "<h2>Machine and meters</h2>", _raw(run)]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"

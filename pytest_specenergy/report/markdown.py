@@ -1,21 +1,26 @@
 """A Markdown summary of a run for a CI step summary (``$GITHUB_STEP_SUMMARY``) or a PR comment.
 
-One header line with the counts, then one table: with a baseline, per case the baseline,
-current value and change of the key metrics, regressions first; without one, the current
-figures. Every row names its source (``modeled (h200)`` / ``measured (nvml)``), because a
-modeled number must never be read as a measured one. Strings from the run are escaped so a
+Short enough to read in a pull-request comment: one header line with the verdict counts and the
+energy figures' source, then at most :data:`MAX_ROWS` case rows. With a baseline, the cases that
+did not come out unchanged (regressions first), each with the baseline, current value and change
+of the key metrics; without one, the current figures, cases with a tripped check first. The
+source is named once in the header (a modeled number must never be read as a measured one), and
+per row only when the rows' sources differ. Strings from the run are escaped so a
 case id or model name cannot break the table or inject markup/HTML into the comment.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Sequence
 
 from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.compare import CaseComparison
+from pytest_specenergy.gate.verdict import WORST_FIRST
 from pytest_specenergy.gate.verdict import Verdict
 from pytest_specenergy.report.format import fmt
+from pytest_specenergy.report.rows import ReportRow
 from pytest_specenergy.report.rows import rows_from_document
 from pytest_specenergy.report.rows import sources
 
@@ -37,15 +42,17 @@ def md_escape(value: object) -> str:
     return _MARKUP.sub(r"\\\1", text)
 
 
-def _source(run: RunDocument) -> dict[str, str]:
-    """Per case id (and nodeid), the source label of its row in ``run``."""
-    labels = {}
-    for row in rows_from_document(run):
-        label = md_escape(row.source) if row.source == row.baseline_source else \
-            f"{md_escape(row.baseline_source)} / {md_escape(row.source)}"
-        labels[row.case_id] = label
-        labels[row.record.key] = label  # type: ignore[union-attr]
-    return labels
+#: At most this many case rows: a pull-request comment or job summary is read, not searched
+#: (the HTML report has every case).
+MAX_ROWS = 15
+
+
+def _source(row: ReportRow, single: bool) -> str:
+    if single:
+        return ""
+    label = md_escape(row.source) if row.source == row.baseline_source else \
+        f"{md_escape(row.baseline_source)} / {md_escape(row.source)}"
+    return f" {label} |"
 
 
 def _header(run: RunDocument, extra: str = "") -> str:
@@ -53,22 +60,36 @@ def _header(run: RunDocument, extra: str = "") -> str:
     failed = sum(1 for r in rows if r.failed)
     warned = sum(1 for r in rows if r.tripped and not r.failed)
     labels = ", ".join(md_escape(s) for s in sources(rows)) or "no data"
-    return (f"**specenergy**: {len(rows)} cases, {failed} with failed checks, "
-            f"{warned} with warnings{extra} \u00b7 sources: {labels}")
+    return (f"**specenergy**: {len(rows)} cases{extra} \u00b7 {failed} with failed checks, "
+            f"{warned} with warnings \u00b7 energy figures: {labels}")
+
+
+def _more(shown: int, total: int, what: str) -> list[str]:
+    return ["", f"\u2026 and {total - shown} more {what} (the HTML report lists every case)."] \
+        if total > shown else []
 
 
 def _comparison(run: RunDocument, comparisons: Sequence[CaseComparison]) -> str:
-    regressed = sum(1 for c in comparisons if c.verdict is Verdict.REGRESSED)
+    counts = Counter(c.verdict for c in comparisons)
+    verdicts = " \u00b7 ".join(
+        (f"**{counts[v]} {v.label}**" if v is Verdict.REGRESSED and counts[v] else f"{counts[v]} {v.label}")
+        for v in WORST_FIRST)
     metrics = [m for m, _ in MARKDOWN_METRICS
                if any(r.metric == m for c in comparisons for r in c.rows)] or \
         list(dict.fromkeys(r.metric for c in comparisons for r in c.rows))
     titles = dict(MARKDOWN_METRICS)
-    labels = _source(run)
-    lines = [_header(run, f" \u00b7 **{regressed} regressed** of {len(comparisons)} vs baseline"), "",
-             "| verdict | case | " + " | ".join(f"{titles.get(m, m)} (baseline \u2192 current, change)"
-                                                   for m in metrics) + " | source |",
-             "|---|---|" + "---|" * len(metrics) + "---|"]
-    for c in sorted(comparisons, key=lambda c: (c.verdict.rank, c.case_id)):
+    run_rows = rows_from_document(run)
+    by_case = {**{r.case_id: r for r in run_rows}, **{r.record.key: r for r in run_rows if r.record is not None}}
+    single = len(sources(run_rows)) <= 1
+    # Unchanged cases are counted in the header, not listed: the table is what needs a look.
+    listed = sorted((c for c in comparisons if c.verdict is not Verdict.PASSED),
+                    key=lambda c: (c.verdict.rank, c.case_id))
+    lines = [_header(run, f" \u00b7 {verdicts}"), ""]
+    if listed:
+        lines += ["| verdict | case | " + " | ".join(f"{titles.get(m, m)} (baseline \u2192 current, change)"
+                                                    for m in metrics) + " |" + ("" if single else " source |"),
+                  "|---|---|" + "---|" * len(metrics) + ("" if single else "---|")]
+    for c in listed[:MAX_ROWS]:
         by_metric = {r.metric: r for r in c.rows}
         cells = []
         for metric in metrics:
@@ -80,8 +101,10 @@ def _comparison(run: RunDocument, comparisons: Sequence[CaseComparison]) -> str:
             cells.append(f"{fmt(metric, row.baseline)} \u2192 {fmt(metric, row.current)} "
                          f"({row.change_text()}){mark}")
         status = _STATUS_TEXT.get(c.verdict, md_escape(c.verdict.value))
-        lines.append(f"| {status} | {md_escape(c.case_id)} | " + " | ".join(cells)
-                     + f" | {labels.get(c.case_id, '-')} |")
+        shown = by_case.get(c.case_id)
+        source = _source(shown, single) if shown is not None else ("" if single else " - |")
+        lines.append(f"| {status} | {md_escape(c.case_id)} | " + " | ".join(cells) + " |" + source)
+    lines += _more(min(len(listed), MAX_ROWS), len(listed), "changed cases")
     limits = sorted({r.limit.expr for c in comparisons for r in c.rows})
     lines += ["", f"The gate's verdicts (limits {md_escape(', '.join(limits) or 'none')}): a metric "
               "regresses only when its change's confidence interval lies beyond its limit "
@@ -90,21 +113,23 @@ def _comparison(run: RunDocument, comparisons: Sequence[CaseComparison]) -> str:
 
 
 def _current(run: RunDocument) -> str:
+    rows = rows_from_document(run)
+    single = len(sources(rows)) <= 1
     lines = [_header(run), "",
              "| case | baseline J/token | spec J/token | energy saving | accept length | "
-             "TBT (ms) baseline \u2192 spec | checks | source |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows_from_document(run):
+             "TBT (ms) baseline \u2192 spec | checks |" + ("" if single else " source |"),
+             "|---|---|---|---|---|---|---|" + ("" if single else "---|")]
+    # Cases with a tripped check first: they are what needs a look.
+    for r in sorted(rows, key=lambda r: (not r.failed, not r.tripped))[:MAX_ROWS]:
         checks = ", ".join(md_escape(f"{c.severity}: {c.name}") for c in r.checks) or "ok"
-        source = md_escape(r.source) if r.source == r.baseline_source else \
-            f"{md_escape(r.baseline_source)} / {md_escape(r.source)}"
         lines.append(f"| {md_escape(r.case_id)}"
                      f" | {fmt('energy_per_token', r.baseline_energy_per_token)}"
                      f" | {fmt('energy_per_token', r.energy_per_token)}"
                      f" | {fmt('energy_saving', r.energy_saving)}"
                      f" | {fmt('accept_length', r.accept_length)}"
                      f" | {fmt('tbt_ms', r.baseline_tbt_ms)} \u2192 {fmt('tbt_ms', r.tbt_ms)}"
-                     f" | {checks} | {source} |")
+                     f" | {checks} |" + _source(r, single))
+    lines += _more(min(len(rows), MAX_ROWS), len(rows), "cases")
     return "\n".join(lines) + "\n"
 
 

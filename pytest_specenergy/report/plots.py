@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import re
+import textwrap
 from typing import Any
 from typing import Callable
 from typing import Sequence
@@ -90,6 +91,29 @@ def clean_svg(svg: str, prefix: str) -> str:
     return svg.strip()
 
 
+#: Characters of title text that fit in an inch (10-11 pt text averages about 6 pt a character):
+#: a title longer than its figure or panel is wrapped, since constrained layout never shrinks it.
+_TITLE_CHARS_PER_INCH = 10.0
+
+
+def _wrap(text: str, inches: float) -> str:
+    return textwrap.fill(text, width=max(12, int(inches * _TITLE_CHARS_PER_INCH)), break_long_words=False)
+
+
+def _suptitle(fig: Any, title: str, label: str) -> None:
+    """The figure's title and source label, wrapped to the figure's width (a one-panel figure
+    is narrow); the label moves to a line of its own whole rather than being split."""
+    inches = fig.get_figwidth()
+    whole = f"{title} {label}"
+    fits = len(whole) <= max(12, int(inches * _TITLE_CHARS_PER_INCH))
+    fig.suptitle(whole if fits else f"{_wrap(title, inches)}\n{label}")
+
+
+def _panel_title(ax: Any, text: str, panels_across: int) -> None:
+    """A panel's title, wrapped to the panel's width (about three quarters of its share)."""
+    ax.set_title(_wrap(text, 0.75 * ax.figure.get_figwidth() / max(1, panels_across)))
+
+
 def _grid(fig: Any, count: int, cols: int = 3) -> list[Any]:
     cols = max(1, min(cols, count))
     rows = -(-count // cols)
@@ -126,7 +150,7 @@ def _batch_axis(ax: Any, batches: Sequence[int]) -> None:
 
 def _tripped_note(fig: Any, rows: Sequence[ReportRow]) -> None:
     if any(r.tripped for r in rows):
-        fig.supxlabel(TRIPPED_NOTE, fontsize=8, color="#a33")
+        fig.supxlabel(TRIPPED_NOTE, fontsize=8, color="#a33")  # short: fits the narrowest figure
 
 
 def _per_batch_figure(rows: Sequence[ReportRow], metric: str, ylabel: str, title: str,
@@ -164,10 +188,10 @@ def _per_batch_figure(rows: Sequence[ReportRow], metric: str, ylabel: str, title
             if zero_line:
                 ax.yaxis.set_major_formatter(_percent_formatter())
             ax.set_ylabel(ylabel)
-            ax.set_title(mpl_text(f"{model} / {corpus}"))
+            _panel_title(ax, mpl_text(f"{model} / {corpus}"), min(3, len(groups)))
             ax.grid(True, alpha=0.3)
             ax.legend(loc="best")
-        fig.suptitle(f"{title} {label}")
+        _suptitle(fig, title, label)
         _tripped_note(fig, rows)
 
     return render_svg(draw, _size(len(groups)), prefix)
@@ -217,13 +241,13 @@ def accept_length_svg(rows: Sequence[ReportRow], prefix: str = "accept") -> str:
                            label=mpl_text(drafter))
             ax.set_xticks(range(len(corpora)), [mpl_text(c) for c in corpora])
             ax.set_ylabel("accept length (tokens/step)")
-            ax.set_title(mpl_text(model))
+            _panel_title(ax, mpl_text(model), min(2, len(models)))
             ax.grid(True, axis="y", alpha=0.3)
             # One bar per corpus carries the drafter's label; the legend names each once.
             handles, labels = ax.get_legend_handles_labels()
             unique = dict(zip(labels, handles))
             ax.legend(unique.values(), unique.keys(), loc="best")
-        fig.suptitle(f"Accept length by corpus (median over batches) {label}")
+        _suptitle(fig, "Accept length by corpus (median over batches)", label)
         _tripped_note(fig, rows)
 
     return render_svg(draw, _size(len(models), cols=2, w=5.5), prefix)
@@ -271,10 +295,10 @@ def latency_svg(rows: Sequence[ReportRow], targets_ms: Sequence[float] = (25.0, 
                             color="#d62728")
             ax.set_xlabel("time between tokens (ms)")
             ax.set_ylabel("J/token")
-            ax.set_title(mpl_text(f"{model} / {corpus}"))
+            _panel_title(ax, mpl_text(f"{model} / {corpus}"), min(3, len(groups)))
             ax.grid(True, alpha=0.3)
             ax.legend(loc="best")
-        fig.suptitle(f"Time between tokens vs energy per token {label}")
+        _suptitle(fig, "Time between tokens vs energy per token", label)
         _tripped_note(fig, rows)
 
     return render_svg(draw, _size(len(groups)), prefix)
@@ -311,7 +335,6 @@ def history_svg(documents: Sequence[RunDocument], threshold: float = 0.05,
         fig.legend(handles, labels, loc="outside right upper")
         more = len({c for d in documents for c in (r.case_id for r in rows_from_document(d))})
         extra = f"; first {max_cases} of {more} cases" if more > max_cases else ""
-        fig.suptitle(f"History across {len(documents)} runs "
-                     f"(\u25bc = detected step{extra}) {label}")
+        _suptitle(fig, f"History across {len(documents)} runs (\u25bc = detected step{extra})", label)
 
     return render_svg(draw, (12.0, 6.5), prefix)

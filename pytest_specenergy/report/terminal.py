@@ -1,12 +1,11 @@
-"""The terminal summary: one row per test that measured a pair, every energy figure labelled
-with its source, the gate's verdict counts, the suite's verdicts and what was written."""
+"""The terminal summary: a header line naming the energy figures' source, one row per test that
+measured a pair (verdict and saving first, in 120 columns; every column with ``-v``), the gate's
+verdict counts, the suite's verdicts and what was written."""
 
 from __future__ import annotations
 
 from typing import Any
 from typing import Iterable
-
-from tabulate import tabulate
 
 from pytest_specenergy.document import CaseRecord
 from pytest_specenergy.document import RunDocument
@@ -19,9 +18,19 @@ from pytest_specenergy.report.rows import ReportRow
 from pytest_specenergy.report.rows import row_from_result
 from pytest_specenergy.report.summary import SummaryReport
 
-HEADERS = ("test", "source", "base J/tok", "spec J/tok", "saving", "accept len", "accept rate",
+#: Every column, in order (``-v``): the verdict (when the gate compared anything) and the
+#: saving first, the energy source only when the rows' sources differ.
+HEADERS = ("verdict", "saving", "test", "source", "base J/tok", "spec J/tok", "accept len", "accept rate",
            "verified/step", "verify FLOP/B", "draft share", "base tbt ms", "spec tbt ms", "speedup", "exact",
            "logprob gap", "flags")
+#: The default columns: what a person reads at a glance, in a table that fits ``WIDTH``.
+COMPACT = ("verdict", "saving", "test", "source", "base J/tok", "spec J/tok", "accept len", "speedup", "exact",
+           "flags")
+#: The default table's width: an ordinary terminal's, as pytest-benchmark fits its default table.
+WIDTH = 120
+#: Columns that give way (cut with ``…``) when a row is too wide, in this order, and their least width.
+_SHRINKABLE = {"flags": 10, "test": 16}
+_GAP = "  "
 
 
 def _intensity(row: ReportRow) -> str:
@@ -32,42 +41,97 @@ def _intensity(row: ReportRow) -> str:
     return f"{'!' if row.compute_bound else ''}{row.verify_intensity:.0f}{balance}"
 
 
-def table_row(row: ReportRow, label: str | None = None) -> list[str]:
-    """One table row (``!`` marks a fail-closed check)."""
+def _verdict(verdict: str | None) -> str:
+    return f"{Verdict(verdict).mark} {verdict}" if verdict else "-"
+
+
+def table_row(row: ReportRow, label: str | None = None) -> dict[str, str]:
+    """One row's cells by column name (``!`` marks a fail-closed check)."""
     flags = ", ".join(("!" if c.severity == "fail" else "") + c.name for c in row.checks)
-    return [label or row.case_id, row.source, fmt(row.baseline_energy_per_token, ".4g"),
-            fmt(row.energy_per_token, ".4g"), fmt(row.energy_saving, "+.1%"),
-            fmt(row.accept_length, ".2f"), fmt(row.acceptance_rate, ".2f"),
-            fmt(row.verified_per_step, "d"), _intensity(row), fmt(row.draft_share, ".0%"),
-            fmt(row.baseline_tbt_ms, ".3f"),
-            fmt(row.tbt_ms, ".3f"), fmt(row.speedup, ".2f", "x"), fmt(row.exact_fraction, ".0%"),
-            fmt(row.logprob_gap, ".3f"), flags or "-"]
+    record = row.record
+    return {"verdict": _verdict(record.verdict if record is not None else None),
+            "saving": fmt(row.energy_saving, "+.1%"), "test": label or row.case_id, "source": row.source,
+            "base J/tok": fmt(row.baseline_energy_per_token, ".4g"), "spec J/tok": fmt(row.energy_per_token, ".4g"),
+            "accept len": fmt(row.accept_length, ".2f"), "accept rate": fmt(row.acceptance_rate, ".2f"),
+            "verified/step": fmt(row.verified_per_step, "d"), "verify FLOP/B": _intensity(row),
+            "draft share": fmt(row.draft_share, ".0%"), "base tbt ms": fmt(row.baseline_tbt_ms, ".3f"),
+            "spec tbt ms": fmt(row.tbt_ms, ".3f"), "speedup": fmt(row.speedup, ".2f", "x"),
+            "exact": fmt(row.exact_fraction, ".0%"), "logprob gap": fmt(row.logprob_gap, ".3f"), "flags": flags or "-"}
 
 
-def render_table(records: Iterable[CaseRecord]) -> str:
-    """The summary table; a verdict column appears when the gate compared anything."""
+def _cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters: a test id loses the end of its function name
+    first (its case id in brackets tells the rows apart), other text its middle."""
+    if len(text) <= width:
+        return text
+    name, bracket, param = text.partition("[")
+    keep = width - len(param) - 2
+    if bracket and keep >= 0:
+        return name[:keep] + "\u2026[" + param
+    head = (width - 1) // 3
+    return text[:head] + "\u2026" + text[len(text) - (width - 1 - head):]
+
+
+def _fit(columns: list[str], rows: list[dict[str, str]], width: int) -> list[list[str]]:
+    """The rows' cells, the shrinkable columns cut until the table is at most ``width`` wide."""
+    widths = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in columns}
+    over = sum(widths.values()) + len(_GAP) * (len(columns) - 1) - width
+    while over > 0:
+        room = [(c, widths[c] - least) for c, least in _SHRINKABLE.items() if c in widths and widths[c] > least]
+        if not room:
+            break
+        column, spare = room[0]
+        cut = min(spare, over)
+        widths[column] -= cut
+        over -= cut
+    return [[_cut(r[c], widths[c]) for c in columns] for r in rows]
+
+
+def _sources(records: Iterable[CaseRecord]) -> list[str]:
+    return sorted({r.source for r in records})
+
+
+def source_legend(records: Iterable[CaseRecord]) -> str:
+    """``modeled (h200, priced as Qwen3-8B)``, or ``1 = modeled (h200), 2 = nvml (H200)`` when
+    the rows' sources differ (the default table's source column holds those numbers)."""
+    sources = _sources(records)
+    if len(sources) == 1:
+        return sources[0]
+    return ", ".join(f"{i} = {source}" for i, source in enumerate(sources, 1))
+
+
+def render_table(records: Iterable[CaseRecord], verbose: bool = False, width: int = WIDTH) -> str:
+    """The summary table (the layout of tabulate's ``simple`` format, whose padding it measures
+    exactly): by default the :data:`COMPACT` columns in at most ``width`` columns, with
+    ``verbose`` every column. A verdict column appears when the gate compared anything. The
+    header line names the energy source (:func:`source_legend`); by default a source column
+    appears only when the rows' sources differ, holding each one's number in that line."""
     records = list(records)
     gated = any(r.verdict for r in records)
-    rows = []
-    for record in records:
-        # The test's own name: one case may be measured once and used by several tests.
-        row = table_row(row_from_result(record), (record.nodeid or "").split("::")[-1] or None)
-        if gated:
-            row.append(f"{Verdict(record.verdict).mark} {record.verdict}" if record.verdict else "-")
-        rows.append(row)
-    headers = list(HEADERS) + (["verdict"] if gated else [])
-    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+    numbers = {source: str(i) for i, source in enumerate(_sources(records), 1)}
+    columns = [c for c in (HEADERS if verbose else COMPACT)
+               if (c != "verdict" or gated) and (c != "source" or len(numbers) > 1 or verbose)]
+    # The test's own name: one case may be measured once and used by several tests.
+    rows = [table_row(row_from_result(r), (r.nodeid or "").split("::")[-1] or None) for r in records]
+    if not verbose:
+        for row in rows:
+            row["source"] = numbers[row["source"]]
+    cells = [[r[c] for c in columns] for r in rows] if verbose else _fit(columns, rows, width)
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    lines = [columns, ["-" * w for w in widths], *cells]
+    return "\n".join(_GAP.join(text.ljust(w) for text, w in zip(line, widths)).rstrip() for line in lines)
 
 
-def summary_report(document: RunDocument, suite: SuiteVerdict, written: Any, xdist_skipped: int) -> SummaryReport:
+def summary_report(document: RunDocument, suite: SuiteVerdict, written: Any, xdist_skipped: int,
+                   verbose: bool = False) -> SummaryReport:
     """The terminal summary of ``document``, the suite's verdicts and what was written (the
-    session's :class:`~pytest_specenergy.outputs.Written`)."""
+    session's :class:`~pytest_specenergy.outputs.Written`); ``verbose`` (``-v``) shows every column."""
     records = document.results
-    sources = sorted({r.source for r in records})
     pairs = len({(r.model, r.case_id, r.machine_key) for r in records})
     starts = f", {document.engine_starts} engine starts" if document.engine_starts else ""
-    lines = [render_table(records), f"{len(records)} results of {pairs} distinct pairs{starts}; "
-                                    f"energy figures: {', '.join(sources)}"]
+    lines = [f"energy figures: {source_legend(records)}; {len(records)} results of {pairs} distinct pairs{starts}",
+             render_table(records, verbose)]
+    lines += [] if verbose else [f"(-v shows every column: {', '.join(c for c in HEADERS if c not in COMPACT)})"]
     counts = verdict_counts(records)
     lines += [counts] if counts else []
     if written.unused_goldens:

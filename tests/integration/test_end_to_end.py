@@ -46,13 +46,17 @@ def test_engines_start_once_across_modules_and_results_reach_table_and_json(pyte
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines([
         "*= specenergy =*",
-        "test*source*base J/tok*spec J/tok*saving*accept len*",
-        "test_ngram[[]code-ngram-b1[]]*modeled (h200, priced as *)*",
-        "test_ngram[[]code-ngram-b4[]]*modeled (h200, priced as *)*",
-        "test_other_module[[]code-draft-b4[]]*modeled (h200, priced as *)*",
-        "test_other_module[[]code-ngram-b4[]]*modeled (h200, priced as *)*",
-        "4 results of 3 distinct pairs, 3 engine starts; energy figures: modeled (h200, priced as Qwen3-8B)",
+        # The source once, in the header line; verdict (none: nothing gated) and saving first.
+        "energy figures: modeled (h200, priced as Qwen3-8B); 4 results of 3 distinct pairs, 3 engine starts",
+        "saving*test*base J/tok*spec J/tok*accept len*speedup*exact*flags",
+        "*test_ngram[[]code-ngram-b1[]]*",
+        "*test_ngram[[]code-ngram-b4[]]*",
+        "*test_other_module[[]code-draft-b4[]]*",
+        "*test_other_module[[]code-ngram-b4[]]*",
+        "(-v shows every column: *)",
     ])
+    table = result.stdout.str().split("energy figures:")[1].split("(-v shows")[0].splitlines()[1:]
+    assert "priced as" not in "\n".join(table) and max(map(len, table)) <= 120
     data = json.loads(out.read_text())
     assert data["engine_starts"] == 3  # baseline twin, ngram, draft_model: once each
     assert data["meters"]["modeled:h200"]["balance_point_flop_per_byte"] == 163.0
@@ -86,14 +90,22 @@ import pytest
 def test_unreachable_acceptance(spec_pair):
     spec_pair.measure().assert_acceptance(at_least=50)
 """)
-    result = run_suite(repeats=2)
+    result = run_suite("-v", repeats=2)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
+        # Progress: each engine start (what, how long), and at -v each arm's repeats.
+        "specenergy: engine reference:tiny:dense[[]*[]] started in * s",
+        "specenergy: code-ngram-b1 baseline repeat 1/2 (* s)",
+        "specenergy: code-ngram-b1 speculative repeat 2/2 (* s)",
+        # The failure: the user's line and the message, none of the plugin's frames.
+        ">*spec_pair.measure().assert_acceptance(at_least=50)",
         "*SpecEnergyAssertionError: accept length * is below the required 50.000",
         "*case code-ngram-b1 [[]modeled (h200, priced as Qwen3-8B)[]]",
         "*baseline: * J/token, tbt * ms (2 repeats: *",
         "*speculative: * J/token, tbt * ms (2 repeats: *",
     ])
+    failure = result.stdout.str().split("= FAILURES =")[1].split("short test summary")[0]
+    assert "pytest_specenergy/" not in failure and "def _fail" not in failure, failure
 
 
 def test_engine_that_cannot_start_fails_the_case_with_its_log(pytester: pytest.Pytester, run_suite):

@@ -139,4 +139,4 @@ def test_stale_draft_cache_shifts_acceptance_the_gate_reports_it(pytester: pytes
                         # cannot show one beyond a 5% limit with confidence).
                         "--specenergy-compare-fail=accept_length:0%", "--specenergy-compare-fail=energy:1000%",
                         repeats=2)
-    faulted.stdout.fnmatch_lines(["*test_draft[[]code-draft-b2[]]*improved*"])
+    faulted.stdout.fnmatch_lines(["*improved*test_draft[[]code-draft-b2[]]*"])

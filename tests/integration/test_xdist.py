@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -30,8 +31,13 @@ def test_per_gpu_mode_merges_worker_results(pytester: pytest.Pytester):
     # per-gpu is the default: a CI job that adds -n for speed still measures and gates.
     result = pytester.runpytest_subprocess("-n", "2", "--dist", "load", f"--specenergy-json={out}", *FAST)
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*= specenergy =*", "*test_code[[]code-ngram-b2[]]*modeled (h200, priced as *)*"])
-    result.stdout.fnmatch_lines(["*test_news[[]news-ngram-b2[]]*modeled (h200, priced as *)*"])
+    result.stdout.fnmatch_lines(["*= specenergy =*", "energy figures: modeled (h200, priced as *)*",
+                                 "*test_code[[]code-ngram-b2[]]*"])
+    result.stdout.fnmatch_lines(["*test_news[[]news-ngram-b2[]]*"])
+    # Workers never write to the terminal: the controller prints their engine starts, whole lines.
+    starts = [line for line in result.stdout.lines if "specenergy: engine " in line]
+    assert starts and all(re.fullmatch(r"\[gw[01]\] specenergy: engine reference:tiny:dense\[\w+\] started in "
+                                       r"\d+\.\d s", line) for line in starts), starts
     data = json.loads(out.read_text())
     assert sorted(r["case_id"] for r in data["results"]) == ["code-ngram-b2", "news-ngram-b2"]
 

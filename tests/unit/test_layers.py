@@ -39,7 +39,8 @@ ALLOWED: dict[str, set[str]] = {
     "fixtures": {"cases", "measure", "meters", "session", "xdist"},
     "session": {"cases", "document", "engines", "gate", "measure", "options", "outcome", "outputs", "report",
                 "xdist"},
-    "plugin": {"cases", "fixtures", "hookspec", "options", "outputs", "session", "xdist"},
+    "progress": {"xdist"},
+    "plugin": {"cases", "fixtures", "hookspec", "options", "outputs", "progress", "session", "xdist"},
 }
 #: What the plugin may read of the reference server: its torch-free name lists.
 REFSERVER_NAMES = {"pytest_specenergy.refserver.records", "pytest_specenergy.refserver.faults"}

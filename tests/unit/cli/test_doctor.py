@@ -139,3 +139,13 @@ def test_json_output():
     assert {c["status"] for c in data["checks"]} <= {OK, WARN}
     assert data["checks"][0] == {"name": "nvml", "status": OK,
                                  "detail": "injected module, driver 570.124.06", "fix": ""}
+
+
+def test_doctor_help_prints_doctors_own_help_and_exits_0(capsys):
+    from pytest_specenergy.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["doctor", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: specenergy doctor") and "--json" in out

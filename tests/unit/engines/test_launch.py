@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 
@@ -104,7 +105,8 @@ def test_pool_starts_each_config_once_and_remembers_failures(tmp_path, monkeypat
     backends = {"script": ScriptBackend(HEALTHY, str(tmp_path / "c.pid")),
                 "broken": ScriptBackend("import sys; sys.exit(1)")}
     monkeypatch.setattr("pytest_specenergy.engines.pool.get_backend", lambda name: backends[name])
-    pool = EnginePool(tmp_path)
+    told: list[tuple[int, str]] = []
+    pool = EnginePool(tmp_path, progress=lambda level, text: told.append((level, text)))
     try:
         first = pool.get(CONFIG)
         assert pool.get(EngineConfig(engine="script", model="m")) is first
@@ -115,6 +117,10 @@ def test_pool_starts_each_config_once_and_remembers_failures(tmp_path, monkeypat
         with pytest.raises(EngineStartError):
             pool.get(broken)
         assert pool.starts.count(broken) == 1
+        # One progress line per start, at the default verbosity: which engine, how long.
+        assert [level for level, _ in told] == [0, 0]
+        assert re.fullmatch(r"engine script:m\[baseline\] started in \d+\.\d s", told[0][1])
+        assert re.fullmatch(r"engine broken:m\[baseline\] failed to start after \d+\.\d s", told[1][1])
     finally:
         pool.close()
     assert not first.alive()

@@ -7,6 +7,7 @@ They exist only to drive :class:`PairMeasurer` and :class:`ArmMeasurer` without 
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from types import SimpleNamespace
@@ -232,8 +233,8 @@ def test_an_engine_that_died_between_repeats_is_warmed_up_again_and_said_so():
     measurer.plan([case])
     real_timed = measurer._timed
 
-    def timed(arm_measurer, name):
-        result = real_timed(arm_measurer, name)
+    def timed(arm_measurer, name, *args):
+        result = real_timed(arm_measurer, name, *args)
         if name == "speculative" and len(pool.starts) == 2:
             pool.live.pop(arm_measurer.server.config)  # the process died after its first repeat
         return result
@@ -280,6 +281,20 @@ def test_one_engine_at_a_time_runs_blocked_and_says_so():
     pair = measurer.measure(case)
     assert pair.order["interleaved"] is False
     assert pair.order["order"] == ["baseline", "baseline", "speculative", "speculative"]
+
+
+def test_every_repeat_is_told_to_the_progress_callback():
+    told: list[tuple[int, str]] = []
+    measurer = PairMeasurer(log_dir=None, startup_timeout=1.0, meter="auto", repeats=2, warmup=0,
+                            meter_factory=lambda kind, server: TokenMeter(1.0), pool=FakePool(),
+                            progress=lambda level, text: told.append((level, text)))
+    case = _case(Drafter("ngram"))
+    measurer.measure(case)
+    # At -v (level 1): which case, which arm, which repeat, interleaved as measured.
+    assert {level for level, _ in told} == {1}
+    assert [re.sub(r" \(\d+\.\d s\)$", "", text) for _, text in told] == [
+        f"{case.id} baseline repeat 1/2", f"{case.id} speculative repeat 1/2",
+        f"{case.id} baseline repeat 2/2", f"{case.id} speculative repeat 2/2"]
 
 
 class ShrinkingClient(FakeClient):

@@ -323,9 +323,18 @@ def test_html_is_self_contained_with_every_section(run_doc, baseline_doc):
     page = render_html(run_doc, compare(run_doc, make_document({"code-ngram-b16": 1.3})).values(),
                        history=history_documents(runs=4), plots=False)
     _assert_self_contained(page)
-    for heading in ("Summary", "Latency targets", "Cases", "Baseline comparison", "History",
-                    "Checks"):
-        assert f"<h2>{heading}" in page
+    headings = ("Baseline comparison", "Cases", "Checks", "Figures", "Latency targets", "History", "Run details",
+                "Machine and meters")
+    # The verdict first, the figures after the tables that decide, raw JSON folded at the end.
+    assert [page.index(f"<h2>{h}") for h in headings] == sorted(page.index(f"<h2>{h}") for h in headings)
+    assert page.index('class="verdict"') < page.index("<h2>Baseline comparison")
+    verdict = page[page.index('class="verdict"'):page.index("<h2>Baseline comparison")]
+    assert "0 regressed" in verdict and "0 inconclusive" in verdict and "1 improved" in verdict \
+        and "17 unchanged" in verdict
+    raw = page[page.index("<h2>Machine and meters"):]
+    assert raw.count("<details>") == 1 and "<details><summary>Meters</summary>" in raw
+    # Every table scrolls in its own box: a wide case table never overflows the page.
+    assert page.count("<table>") == page.count('<div class="scroll"><table>')
     assert PLOTS_OFF_NOTE in page and "<svg" not in page
     # The source label is on every case row (the comparison and summary add more).
     assert page.count('b-src">modeled (h200)<') >= len(run_doc.results)
@@ -393,8 +402,11 @@ def test_empty_and_partial_documents_render():
     doc = typed(doc)
     page = render_html(doc, list(compare(doc, doc).values()), history=[doc])
     assert "Figure not drawn" not in page and "n/a" in page
-    text = render_markdown(doc, list(compare(doc, doc).values()))
-    assert len([line for line in text.splitlines() if line.startswith("| ")]) == 1 + 3
+    comparisons = list(compare(doc, doc).values())
+    text = render_markdown(doc, comparisons)
+    changed = sum(1 for c in comparisons if c.verdict is not Verdict.PASSED)
+    assert len([line for line in text.splitlines() if line.startswith("| ")]) == (1 + changed if changed else 0)
+    assert f"{len(comparisons) - changed} unchanged" in text
 
 
 # -- Markdown ---------------------------------------------------------------------------------
@@ -402,13 +414,24 @@ def test_markdown_lists_regressions_first(baseline_doc):
     current = make_document({"conversation-dflash-b64": 1.25})
     text = render_markdown(current, list(compare(current, baseline_doc).values()))
     lines = text.splitlines()
-    assert lines[0].startswith("**specenergy**: 18 cases") and "**1 regressed** of 18" in lines[0]
-    assert "modeled (h200)" in lines[0]
+    assert lines[0].startswith("**specenergy**: 18 cases \u00b7 **1 regressed** \u00b7 ")
+    assert "17 unchanged" in lines[0] and lines[0].endswith("energy figures: modeled (h200)")
+    # Unchanged cases are counted, not listed; the source is named once, in the header.
     table = [line for line in lines if line.startswith("| ")][1:]
-    assert len(table) == 18
+    assert len(table) == 1
     assert table[0].startswith("| **REGRESSED** | conversation-dflash-b64 |")
-    assert "(+25.00% (+0.4107 x)) **worse**" in table[0] and table[0].endswith("| modeled (h200) |")
-    assert all("| ok |" in line for line in table[1:])
+    assert "(+25.00% (+0.4107 x)) **worse**" in table[0] and "modeled" not in table[0]
+    assert len(text) < 2000  # a pull-request comment, not a report
+
+
+def test_markdown_lists_at_most_max_rows_worst_first(baseline_doc):
+    from pytest_specenergy.report.markdown import MAX_ROWS
+
+    current = make_document({r.case_id: 1.3 for r in baseline_doc.results})
+    text = render_markdown(current, list(compare(current, baseline_doc).values()))
+    table = [line for line in text.splitlines() if line.startswith("| ")][1:]
+    assert len(table) == MAX_ROWS and f"\u2026 and {18 - MAX_ROWS} more changed cases" in text
+    assert len(text) < 6000
 
 
 def test_markdown_without_baseline_and_escaping():
@@ -417,8 +440,10 @@ def test_markdown_without_baseline_and_escaping():
     assert "&lt;script&gt;alert\\(1\\)" not in text  # parentheses are left alone
     assert md_escape("a|b") == "a\\|b" and md_escape("*x*_y_") == "\\*x\\*\\_y\\_"
     rows = [line for line in text.splitlines() if line.startswith("| ")]
-    # Header + 3 cases; every row keeps its column count despite '|' and newlines in strings.
+    # Header + 3 cases; every row keeps its column count despite '|' and newlines in strings;
+    # two sources: each row names its own.
     assert len(rows) == 4 and len({len(re.findall(r"(?<!\\)\|", line)) for line in rows}) == 1
+    assert rows[0].endswith("| source |")
     assert "\\|x" in text
     assert "fail: counters-inconsistent" in text and "modeled (h200)" in text
 

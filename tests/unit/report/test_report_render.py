@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.compare import compare_documents
 from pytest_specenergy.gate.limits import DEFAULT_LIMITS
 from pytest_specenergy.gate.limits import parse_fail_expr
@@ -42,22 +43,22 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is n
                                 "(apt-get install -y chromium, or set SPECENERGY_CHROMIUM)")
 
 
-def chromium_command(binary: str, page: Path, png: Path, profile: Path) -> list[str]:
+def chromium_command(binary: str, page: Path, png: Path, profile: Path, height: int = 3000) -> list[str]:
     """The exact headless screenshot command (no network, no first-run, throwaway profile)."""
     return [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
             "--no-first-run", "--disable-background-networking", "--disable-component-update",
             "--disable-sync", f"--user-data-dir={profile}", f"--screenshot={png}",
-            "--window-size=1400,3000", page.resolve().as_uri()]
+            f"--window-size=1400,{height}", page.resolve().as_uri()]
 
 
 def _load(name: str) -> dict:
     return json.loads((FIXTURES / name).read_text())
 
 
-def _screenshot(page_html: str, tmp_path: Path, name: str) -> np.ndarray:
+def _screenshot(page_html: str, tmp_path: Path, name: str, height: int = 3000) -> np.ndarray:
     page, png = tmp_path / f"{name}.html", tmp_path / f"{name}.png"
     page.write_text(page_html, encoding="utf-8")
-    result = subprocess.run(chromium_command(CHROMIUM, page, png, tmp_path / f"profile-{name}"),
+    result = subprocess.run(chromium_command(CHROMIUM, page, png, tmp_path / f"profile-{name}", height),
                             capture_output=True, text=True, timeout=180)
     assert png.exists(), f"no screenshot (rc {result.returncode}):\n{result.stderr[-2000:]}"
     return _pixels(png)
@@ -79,9 +80,11 @@ def _count(pixels: np.ndarray, hex_color: str, tolerance: int = 6) -> int:
 
 @pytest.fixture(scope="module")
 def documents():
-    history = [json.loads(Path(p).read_text())
+    # Typed documents, as the CLI reads them (these checks passed plain dicts, and went
+    # unnoticed where Chromium was missing and they were skipped).
+    history = [RunDocument.from_dict(json.loads(Path(p).read_text()))
                for p in sorted(glob.glob(str(FIXTURES / "history-*.json")))]
-    run, baseline = _load("run.json"), _load("baseline.json")
+    run, baseline = RunDocument.from_dict(_load("run.json")), RunDocument.from_dict(_load("baseline.json"))
     limits = [parse_fail_expr(text) for text in DEFAULT_LIMITS]
     return run, compare_documents(baseline, run, limits), history
 
@@ -91,8 +94,9 @@ def test_report_renders_with_figures_in_chromium(documents, tmp_path):
     run, baseline, history = documents
     page = render_html(run, baseline, history)
     assert page.count("<svg") == 5
-    pixels = _screenshot(page, tmp_path, "report")
-    assert pixels.shape[0] >= 3000 and pixels.shape[1] >= 1400
+    # The figures follow the verdict and the tables: a tall window takes in the whole page.
+    pixels = _screenshot(page, tmp_path, "report", height=9000)
+    assert pixels.shape[0] >= 9000 and pixels.shape[1] >= 1400
     non_white = int((pixels.min(axis=-1) < 240).sum())
     colours = len(np.unique(pixels.reshape(-1, 3), axis=0))
     assert non_white > 0.03 * pixels.shape[0] * pixels.shape[1], "the page looks blank"
@@ -110,3 +114,15 @@ def test_tables_only_report_has_no_plot_colours(documents, tmp_path):
     assert int((pixels.min(axis=-1) < 240).sum()) > 10_000, "the tables did not render"
     for color in PALETTE[:3] + ("#d62728",):
         assert _count(pixels, color) < 50, f"{color} drawn although figures are off"
+
+
+def test_report_opens_with_the_verdict_and_nothing_overflows(documents, tmp_path):
+    run, baseline, _ = documents
+    pixels = _screenshot(render_html(run, baseline, plots=False), tmp_path, "top", height=3000)
+    # The REGRESSED badges (#b3261e) of the verdict line and the comparison table are on the
+    # first screen of a 1400 px wide window, not thousands of pixels down.
+    assert _count(pixels[:900], "#b3261e", tolerance=10) > 200, "no verdict badge near the top"
+    # Wide tables scroll inside their box: the page's right margin stays empty.
+    margin = pixels[:, -34:-20]  # the body margin, left of the page scrollbar
+    assert int((margin.min(axis=-1) < 240).sum()) < 0.001 * margin.shape[0] * margin.shape[1], \
+        "something overflows the page's right edge"

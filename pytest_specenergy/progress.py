@@ -1,0 +1,96 @@
+"""Progress lines while the session works: one per engine start (which engine, how long), and at
+``-v`` one per measured repeat (which case, which arm, which repeat).
+
+The lower layers (``engines/``, ``measure/``) get :meth:`Progress.__call__` as a plain callback,
+``progress(level, text)``, and know nothing of pytest. Only the process that owns the terminal
+writes: without xdist that is this one, with pytest's output capture suspended for the line
+(as pytest's live logging does); an xdist worker never writes to the terminal but attaches its
+lines to the report of the test that produced them, and the controller prints them when that
+report arrives, whole lines prefixed with the worker's id, so workers never interleave.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any
+from typing import Iterator
+
+import pytest
+
+from pytest_specenergy import xdist
+
+#: The report attribute that carries a worker's lines to the controller (pytest serializes a
+#: report's plain attributes, and xdist ships them).
+REPORT_ATTRIBUTE = "specenergy_progress"
+#: Verbosity at which each kind of line appears: engine starts by default, repeats at ``-v``.
+ENGINE, REPEAT = 0, 1
+
+
+class Progress:
+    """The progress printer: a pytest plugin (registered by ``plugin.pytest_configure``) and
+    the callback handed to the engine pool and the pair measurer."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.verbosity = int(getattr(config.option, "verbose", 0) or 0)
+        self.worker = xdist.is_worker(config)
+        #: A worker's lines not yet attached to a report.
+        self.pending: list[str] = []
+        # Engines of one case start on threads side by side: one line at a time.
+        self._lock = threading.Lock()
+
+    def __call__(self, level: int, text: str) -> None:
+        """Report ``text`` if the verbosity asks for lines of ``level``."""
+        if level > self.verbosity:
+            return
+        line = f"specenergy: {text}"
+        with self._lock:
+            if self.worker:
+                self.pending.append(line)
+            else:
+                self.write(line)
+
+    def write(self, line: str) -> None:
+        """One whole line on pytest's terminal (nothing without a terminal reporter)."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            return
+        with self._uncaptured():
+            reporter.ensure_newline()  # after a test's file name or -v location
+            # Under xdist the reporter does not track its line: end a line of dots too.
+            if getattr(getattr(reporter, "_tw", None), "width_of_current_line", 0):
+                reporter.write("\n")
+            reporter.write_line(line)
+
+    @contextlib.contextmanager
+    def _uncaptured(self) -> Iterator[None]:
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        if capture is None:
+            yield
+            return
+        with capture.global_and_fixture_disabled():
+            yield
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: Any) -> Any:
+        """On a worker: attach the lines this test phase produced to its report."""
+        report = yield
+        if self.worker and self.pending:
+            with self._lock:
+                setattr(report, REPORT_ATTRIBUTE, list(self.pending))
+                self.pending.clear()
+        return report
+
+    @pytest.hookimpl(tryfirst=True)  # before the reporter marks the test's outcome
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """On the controller: print the lines a worker attached, prefixed with its id."""
+        lines = getattr(report, REPORT_ATTRIBUTE, None)
+        if not lines or self.worker:
+            return
+        node = getattr(report, "node", None)
+        worker = getattr(getattr(node, "gateway", None), "id", None) or getattr(report, "worker_id", None)
+        prefix = f"[{worker}] " if worker else ""
+        with self._lock:
+            for line in lines:
+                self.write(prefix + line)
