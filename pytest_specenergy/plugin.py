@@ -18,6 +18,7 @@ from pytest_specenergy.options import add_options
 
 _PLUGIN_NAME = "specenergy-session"
 _PROGRESS_NAME = "specenergy-progress"
+_COURIER_NAME = "specenergy-xdist-records"
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -54,6 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, _PLUGIN_NAME)
     config.pluginmanager.register(progress, _PROGRESS_NAME)
+    config.pluginmanager.register(xdist.RecordCourier(config, session.records), _COURIER_NAME)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -64,7 +66,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if session is not None:
         session.close()
         config.pluginmanager.unregister(session, _PLUGIN_NAME)
-        progress = config.pluginmanager.get_plugin(_PROGRESS_NAME)
-        if progress is not None:
-            config.pluginmanager.unregister(progress, _PROGRESS_NAME)
+        for name in (_PROGRESS_NAME, _COURIER_NAME):
+            plugin = config.pluginmanager.get_plugin(name)
+            if plugin is not None:
+                config.pluginmanager.unregister(plugin, name)
         del config.stash[SESSION_KEY]

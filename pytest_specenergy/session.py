@@ -45,13 +45,13 @@ class SpecEnergySession:
         self.planned: list[Case] = []
         self._measurer: PairMeasurer | None = None
         self._gate: Gatekeeper | None = None
-        #: One record per test that measured a pair, in test order, with the gate's verdict;
-        #: under xdist the controller receives the workers' records here.
+        #: One record per test that measured a pair, with its verdict (xdist: every worker's).
         self.records: list[CaseRecord] = []
         #: machine key -> machine description, for every key this run measured on.
         self.machines: dict[str, dict[str, Any]] = {}
-        #: spec_pair tests failed unmeasured because xdist ran with --specenergy-xdist=off.
-        self.xdist_skipped = 0
+        #: xdist: spec_pair tests failed unmeasured (--specenergy-xdist=off); a worker crashed (the
+        #: run is then incomplete, saved marked interrupted).
+        self.xdist_skipped, self.worker_lost = 0, False
         #: ``--specenergy-fdr``: gated per-repeat comparisons collected (BH's N).
         self.fdr_tests = 0
         #: What the terminal summary prints, built when the session finishes.
@@ -121,6 +121,7 @@ class SpecEnergySession:
             judgement = decision
             record = judgement.applied_to(record)
         self.records.append(record)
+        item.stash[xdist.RECORD_KEY] = record  # under xdist it travels on the test's report
         outcome.add_properties(item, record)
         outcome.apply(item, pair.failed_checks, self.config.checks, judgement, pair.describe(), body_failed)
 
@@ -194,10 +195,9 @@ class SpecEnergySession:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        """xdist controller: collect a finished worker's records."""
-        records, skipped = xdist.receive(node)
-        self.records.extend(records)
-        self.xdist_skipped += skipped
+        """xdist controller: a worker's skipped count; a worker that crashed interrupts the run."""
+        self.xdist_skipped += xdist.skipped_count(node)
+        self.worker_lost = self.worker_lost or error is not None
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Decide the suite, write the outputs, build the summary; a worker ships its records.
@@ -206,9 +206,10 @@ class SpecEnergySession:
         saved marked ``interrupted``: no reference (``last``, a name, a counter) selects it.
         """
         if xdist.is_worker(session.config):
-            xdist.ship(session.config, self.records, self.xdist_skipped)
+            xdist.ship(session.config, self.xdist_skipped)
             return
-        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop or session.shouldfail)
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop or session.shouldfail) \
+            or self.worker_lost
         if self.finish(session.config.hook, interrupted) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

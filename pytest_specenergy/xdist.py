@@ -10,7 +10,6 @@ a gate that measured nothing must not pass), and the summary says so once.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import TYPE_CHECKING
 from typing import Any
@@ -20,7 +19,6 @@ import pytest
 if TYPE_CHECKING:
     from pytest_specenergy.document import CaseRecord
 
-WORKER_OUTPUT_KEY = "specenergy_records"
 SKIPPED_KEY = "specenergy_xdist_skipped"
 SKIP_REASON = ("specenergy: energy is not measured under pytest-xdist with --specenergy-xdist=off "
                "(workers would share a GPU); use --specenergy-xdist=per-gpu (one GPU per worker) or run "
@@ -61,20 +59,42 @@ def pin_worker(config: pytest.Config) -> str | None:
     return gpus[index]
 
 
-def ship(config: pytest.Config, records: list[CaseRecord], skipped: int) -> None:
-    """Worker side: hand this worker's records (and its xdist-skipped count) to the controller."""
-    payload = json.dumps([r.as_dict() for r in records], default=str)
-    config.workeroutput[WORKER_OUTPUT_KEY] = payload  # type: ignore[attr-defined]
+#: The record a test settled, for :class:`RecordCourier` to put on its report.
+RECORD_KEY = pytest.StashKey["CaseRecord"]()
+RECORD_ATTRIBUTE = "specenergy_record"
+
+
+class RecordCourier:
+    """Each test's record travels to the controller on the test's own report (xdist serializes
+    the report's attributes), not in one bundle at the worker's end: a worker that is killed
+    later loses none of the tests it finished. ``records`` is the controller's list."""
+
+    def __init__(self, config: pytest.Config, records: list[CaseRecord]) -> None:
+        self.worker, self.records = is_worker(config), records
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: Any) -> Any:
+        """On a worker: the call phase's report carries the record its test settled."""
+        report = yield
+        record = item.stash.get(RECORD_KEY, None)
+        if self.worker and call.when == "call" and record is not None:
+            setattr(report, RECORD_ATTRIBUTE, record.as_dict())
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """On the controller: read a worker's record back through the document's reader."""
+        data = getattr(report, RECORD_ATTRIBUTE, None)
+        if data is not None and not self.worker:
+            from pytest_specenergy.document import CaseRecord
+
+            self.records.append(CaseRecord.from_dict(data, f"the record of {report.nodeid} from its xdist worker"))
+
+
+def ship(config: pytest.Config, skipped: int) -> None:
+    """Worker side: hand this worker's xdist-skipped count to the controller."""
     config.workeroutput[SKIPPED_KEY] = skipped  # type: ignore[attr-defined]
 
 
-def receive(node: Any) -> tuple[list[CaseRecord], int]:
-    """Controller side: the records a finished worker shipped, and how many it skipped."""
-    from pytest_specenergy.document import CaseRecord
-
-    output = getattr(node, "workeroutput", {})
-    payload = json.loads(output.get(WORKER_OUTPUT_KEY) or "[]")
-    worker = getattr(node, "gateway", None)
-    records = [CaseRecord.from_dict(r, f"the records of xdist worker {getattr(worker, 'id', '?')}: [{i}]")
-               for i, r in enumerate(payload)]
-    return records, int(output.get(SKIPPED_KEY, 0))
+def skipped_count(node: Any) -> int:
+    """Controller side: how many spec_pair tests a finished worker refused to measure."""
+    return int(getattr(node, "workeroutput", {}).get(SKIPPED_KEY, 0))

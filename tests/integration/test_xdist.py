@@ -50,3 +50,25 @@ def test_with_per_gpu_mode_off_the_tests_fail_unmeasured_and_it_is_said_once(pyt
     result.stdout.fnmatch_lines(["*specenergy xdist*",
                                  "2 spec_pair tests failed unmeasured: energy is not measured under pytest-xdist*"])
     assert result.stdout.str().count("failed unmeasured: energy is not measured") == 1
+
+
+CRASH = """
+import os
+import signal
+
+
+def test_zz_crash():
+    os.kill(os.getpid(), signal.SIGKILL)  # the worker dies after test_code passed on it
+"""
+
+
+def test_a_killed_worker_keeps_the_results_it_sent_and_the_run_is_marked_interrupted(pytester: pytest.Pytester):
+    pytester.makepyfile(test_suite=SUITE.split("@pytest.mark.corpus(\"news\")")[0], test_suite_zz=CRASH)
+    out = pytester.path / "run.json"
+    result = pytester.runpytest_subprocess("-n", "1", "--max-worker-restart=0", f"--specenergy-json={out}",
+                                           "--specenergy-save=main", *FAST)
+    assert result.ret != 0
+    data = json.loads(out.read_text())
+    assert [r["case_id"] for r in data["results"]] == ["code-ngram-b2"] and data["interrupted"] is True
+    [saved] = (pytester.path / ".specenergy").rglob("*_main_*.json")
+    assert json.loads(saved.read_text())["interrupted"] is True
