@@ -107,6 +107,9 @@ class PairResult:
     #: Draft removal: the verify-only replay of the speculative arm's recorded drafts (the same
     #: verify steps over the same contexts, no draft passes), sample i in cycle i.
     removal: RunResult | None = None
+    #: In-job A/B: the reference arm's text scored against the baseline (its divergences'
+    #: top-2 margins), so the reference's ties are told from real divergences as the candidate's are.
+    reference_coherence: Coherence | None = None
 
     # Per-arm metrics are the speculative arm's.
     @property
@@ -203,6 +206,14 @@ class PairResult:
         # The baseline's top-2 margins at each divergence come from coherence's scoring.
         margins = self.coherence.margins if self.coherence is not None else ()
         return compare_outputs(self.baseline.outputs, self.speculative.outputs, margins)
+
+    @cached_property
+    def reference_equivalence(self) -> Equivalence | None:
+        """In-job A/B: the reference arm's comparison with the baseline (None without one)."""
+        if self.reference is None:
+            return None
+        margins = self.reference_coherence.margins if self.reference_coherence is not None else ()
+        return compare_outputs(self.baseline.outputs, self.reference.outputs, margins)
 
     @cached_property
     def checks(self) -> tuple[Check, ...]:
@@ -345,8 +356,7 @@ class PairResult:
             reference=self.reference.record() if ab else None,  # type: ignore[union-attr]
             reference_drafter=self.case.reference.as_dict() if ab else None,  # type: ignore[union-attr]
             # The reference arm's own match with the baseline: an A/B compares equivalence too.
-            reference_equivalence=compare_outputs(self.baseline.outputs, self.reference.outputs).as_dict()
-            if ab else None,  # type: ignore[union-attr]
+            reference_equivalence=self.reference_equivalence.as_dict() if ab else None,  # type: ignore[union-attr]
             removal=self.removal.record() if self.removal is not None else None,
             nodeid=nodeid, machine_key=machine_key)
 
