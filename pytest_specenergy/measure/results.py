@@ -309,9 +309,19 @@ class PairResult:
                            f"a real divergence: {worst.describe(tie_margin)})")
         return self
 
-    def assert_coherent(self, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_GAP) -> PairResult:
-        """The speculative text is as likely under the target as the baseline's own text, and
-        shows no degeneracy (loops, distinct-n collapse, special-token leakage, length blow-up).
+    def assert_coherent(self, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_GAP,
+                        tie_margin: float = DEFAULT_TIE_MARGIN) -> PairResult:
+        """The speculative text is as likely under the target as the baseline's own text, every
+        token of it is one the target would pick up to a numerical tie, and it shows no
+        degeneracy (loops, distinct-n collapse, special-token leakage, length blow-up).
+
+        The per-token check: from each prompt's first divergence on, no speculative token may
+        lie more than ``tie_margin`` nats below the target's best at its position (scored on
+        the speculative text; ``DivergenceMargin.later_gap``). Greedy decoding under numerical
+        noise picks the best token or a near-tie everywhere, so noise passes; a verify bug that
+        commits a token the target rejected (``accept-off-by-one``) fails even where the mean
+        gap is small. It applies where the divergences' top-2 were scored (the plugin always
+        scores them); ``tie_margin=inf`` turns it off.
 
         Use it where exact equality cannot hold (GPU numerics); on CPU it also names how badly
         a diverging arm is broken: first divergence and log-probability gap.
@@ -327,6 +337,15 @@ class PairResult:
             self._fail(f"speculative output is incoherent: {where}; log-probability gap "
                        f"{coherence.mean_gap:.3f} nats/token (worst prompt {coherence.worst_gap:.3f}) "
                        f"exceeds {max_logprob_gap:.3f}")
+        off = coherence.off_greedy(tie_margin)
+        if off:
+            prompt, m = max(off, key=lambda e: e[1].later_gap)
+            diverged = sum(coherence.diverged) or len(off)
+            self._fail(f"speculative output is not the target's greedy text: {len(off)} of {diverged} "
+                       f"diverged prompt(s) commit a token the target ranks more than the tie margin "
+                       f"{tie_margin:g} nats below its best; the worst is token {m.later_index} of prompt "
+                       f"{prompt}, {m.later_gap:.3f} nats below ({where}; mean gap "
+                       f"{coherence.mean_gap:.3f} nats/token)")
         problems = coherence.degeneracy.problems()
         if problems:
             self._fail(f"speculative output is degenerate ({where}): " + "; ".join(problems))
