@@ -518,6 +518,85 @@ def stored_requirements_table(plan: SequentialPlan, seed: int, suites: int = 20
     return rows
 
 
+# -- latency targets through the gate's own compare_latency ------------------------------------
+LATENCY_LIMIT_TEXT = "limit energy_per_token:5% (sequential Welch's t, one look)"
+#: One workload's configurations: (drafter id or None for the baseline, batch, TBT ms, J/token).
+#: Two speculative configurations 4% apart in energy, so the lowest-energy choice under a
+#: target can flip between sessions on noise, as it does on a real suite.
+LATENCY_CONFIGS = ((None, 1, 20.0, 1.00), ("ngram", 1, 12.0, 0.62), ("draft", 1, 11.0, 0.595),
+                   (None, 4, 26.0, 0.40), ("ngram", 4, 16.0, 0.33), ("draft", 4, 14.5, 0.35))
+LATENCY_TARGETS = (15.0, 25.0)
+
+
+def _latency_session(rng: np.random.Generator, noise: float, repeats: int, change: float = 0.0,
+                     tbt_noise: float = 0.02) -> list[CaseRecord]:
+    """One simulated session's records: every configuration's per-repeat J/token with a shared
+    session offset of +-U(2%, 3%) and per-repeat noise ``noise``; ``change`` on every
+    speculative configuration (a costlier drafter release)."""
+    offset = rng.choice((-1.0, 1.0)) * rng.uniform(0.02, 0.03)
+    base = {b: e for d, b, _, e in LATENCY_CONFIGS if d is None}
+    base_tbt = {b: t for d, b, t, _ in LATENCY_CONFIGS if d is None}
+
+    def arm(energy: float, tbt: float, spec: bool) -> dict:
+        scale = (1 + change) if spec else 1.0
+        values = energy * scale * (1 + offset) * np.exp(rng.normal(0.0, noise, repeats))
+        tbts = tbt * np.exp(rng.normal(0.0, tbt_noise, repeats))
+        samples = [{"decode_joules": float(v), "decode_seconds": 1.0, "decode_tokens": 1, "tbt_ms": float(t)}
+                   for v, t in zip(values, tbts)]
+        return {"source": "simulated", "samples": samples, "energy_per_token": float(np.median(values)),
+                "tbt_ms": float(np.median(tbts))}
+
+    records = []
+    for drafter, batch, tbt, energy in LATENCY_CONFIGS:
+        if drafter is None:
+            continue
+        spec = arm(energy, tbt, True)
+        records.append(CaseRecord.from_dict({
+            "case_id": f"{drafter}-b{batch}", "source": "simulated",
+            "case": {"model": "m", "batch": batch, "corpus": {"name": "c"}, "drafter": {"id": drafter}},
+            "baseline": arm(base[batch], base_tbt[batch], False), "speculative": spec,
+            "energy_per_token": spec["energy_per_token"], "tbt_ms": spec["tbt_ms"]}))
+    return records
+
+
+def latency_table(plan: SequentialPlan, seed: int, sessions: int = 400, noises: Sequence[float] = (0.01, 0.03, 0.05)
+                  ) -> list[tuple[float, float, float, float, float]]:
+    """Per noise: (noise, P(REGRESSED) per target judgement for an unchanged session, INCONCLUSIVE
+    share unchanged, P(REGRESSED) at +10% on every drafter, the point-estimate rule's false
+    failures) - each current session against its own freshly simulated reference session,
+    through :func:`pytest_specenergy.gate.latency.compare_latency` (``energy_per_token:5%``,
+    the stored runs' ``repeats`` repeats each, no repeats added: latency targets are judged once)."""
+    from pytest_specenergy.gate.latency import LATENCY_LIMIT
+    from pytest_specenergy.gate.latency import compare_latency
+    from pytest_specenergy.gate.latency import latency_choices
+    from pytest_specenergy.gate.limits import parse_fail_expr
+    from pytest_specenergy.gate.verdict import Verdict as GateVerdict
+
+    limit = parse_fail_expr(LATENCY_LIMIT)
+    rng = np.random.default_rng(seed)
+    out = []
+    for noise in noises:
+        false = inconclusive = power = point = judged = judged10 = 0
+        for _ in range(sessions):
+            reference = _latency_session(rng, noise, plan.start)
+            current = _latency_session(rng, noise, plan.start)
+            worse = _latency_session(rng, noise, plan.start, change=0.10)
+            verdicts = [c.verdict for c in compare_latency(reference, current, LATENCY_TARGETS, limit, plan)]
+            judged += len(verdicts)
+            false += sum(v is GateVerdict.REGRESSED for v in verdicts)
+            inconclusive += sum(v is GateVerdict.INCONCLUSIVE for v in verdicts)
+            tens = [c.verdict for c in compare_latency(reference, worse, LATENCY_TARGETS, limit, plan)]
+            judged10 += len(tens)
+            power += sum(v is GateVerdict.REGRESSED for v in tens)
+            # The rule before: a bare 5% on the chosen configurations' median J/token.
+            before = {c.target_ms: c.choice for c in latency_choices(reference, LATENCY_TARGETS)}
+            for now in latency_choices(current, LATENCY_TARGETS):
+                ref = before[now.target_ms]
+                point += bool(now.choice and ref and now.choice.energy_per_token > 1.05 * ref.energy_per_token)
+        out.append((noise, false / judged, inconclusive / judged, power / judged10, point / judged))
+    return out
+
+
 def _fmt(v: float, pct: bool = False) -> str:
     if isinstance(v, float) and math.isnan(v):
         return "-"
@@ -589,6 +668,13 @@ def format_report(noises: Sequence[float], modes: Sequence[str], plan: Sequentia
     lines.append("(false = false failures per suite; P(any) = share of suites with at least one; FDP = mean "
                  "false-discovery proportion; pending = comparisons per suite decided only at session end, "
                  "Q/N < p <= Q; reps = mean repeats per case under the FDR plan)")
+    lines += ["", f"Latency targets (TBT <= {', '.join(f'{t:g}' for t in LATENCY_TARGETS)} ms; 6 configurations, "
+              "two drafters 4% apart in energy) through gate/latency.py compare_latency, "
+              f"{LATENCY_LIMIT_TEXT}, {plan.start} repeats per stored and current run, unchanged sessions against "
+              "an independent reference session (offset +-U(2%,3%) each):",
+              f"{'noise':>5} {'P(REG) unchanged':>16} {'INCONCLUSIVE':>12} {'P(REG) +10%':>11} {'bare 5% rule':>12}"]
+    for noise, false, inc, power, point in latency_table(plan, seed + 6, sessions=max(100, 8 * suites)):
+        lines.append(f"{noise:>5.0%} {false:>16.2%} {inc:>12.1%} {power:>11.1%} {point:>12.1%}")
     lines += ["", "The figures are the wired gate's: the same samples run through the plugin's own path "
               "(run records -> Gatekeeper.judge / compare_case, repeats added per NeedsRepeats as the "
               "settle loop does) give the same verdicts and repeat counts as the tables' engine "

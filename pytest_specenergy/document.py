@@ -378,6 +378,29 @@ class CaseRecord:
         return (self.reference_equivalence or {}).get("exact_fraction")
 
     @property
+    def matched_fraction(self) -> float | None:
+        """The share of prompts that matched the baseline exactly or diverged only at a
+        numerical tie: what the gate's ``equivalence`` limit compares (real divergences only).
+        A file written before ties were classified has no such field: its exact fraction."""
+        return _matched(self.equivalence)
+
+    @property
+    def ties(self) -> int:
+        """Prompts whose first divergence was a numerical tie (0 where not classified)."""
+        return int(self.equivalence.get("ties") or 0)
+
+    @property
+    def reference_matched_fraction(self) -> float | None:
+        """In-job A/B: the reference arm's tie-aware match with the baseline (its exact
+        fraction where the record did not classify the reference arm's divergences)."""
+        return _matched(self.reference_equivalence or {})
+
+    @property
+    def reference_ties(self) -> int:
+        """In-job A/B: the reference arm's numerical ties with the baseline."""
+        return int((self.reference_equivalence or {}).get("ties") or 0)
+
+    @property
     def scenario(self) -> dict[str, Any]:
         """What must match for two records to be compared, besides the machine: the meter,
         the engine and its version, and the workload (model, batch, corpus digest, generation)."""
@@ -427,6 +450,8 @@ class CaseRecord:
                 raise DocumentError(f"{where} lacks its {name!r} arm")
         equivalence = _Fields(f.obj("equivalence"), f"{where}.equivalence")
         equivalence.number("exact_fraction")
+        equivalence.number("matched_fraction")
+        equivalence.integer("ties")
         pending = f.get("fdr_pending")
         return cls(
             case_id=case_id, case=f.obj("case"),
@@ -448,6 +473,12 @@ class CaseRecord:
             nodeid=f.text("nodeid"), machine_key=f.text("machine_key"), verdict=f.text("verdict"),
             comparison=f.obj("comparison", optional=True), baseline_file=f.text("baseline_file"),
             fdr_pending=None if pending is None else f.texts("fdr_pending"), extra=f.extra())
+
+
+def _matched(equivalence: dict[str, Any]) -> float | None:
+    """``matched_fraction`` of an equivalence block, else (an older file) its ``exact_fraction``."""
+    value = equivalence.get("matched_fraction")
+    return equivalence.get("exact_fraction") if value is None else value
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,12 @@ interleaved, so a session offset moves both and cancels. Accept length uses per-
 accept lengths when the samples carry them (a bootstrap over requests), per-repeat values
 otherwise. Looks, levels and the cap: :func:`gate_plan`.
 
-The exact-match fraction (``equivalence``) is one number per run and compared as a fact.
+The match fraction (``equivalence``) is one number per run and compared as a fact. It counts
+real divergences only: a prompt whose first divergence is a numerical tie (the baseline's two
+best tokens nearly tie there, :mod:`pytest_specenergy.measure.equivalence`) matches, as it
+does for ``assert_equivalent``; the ties are reported beside it (``MetricRow.ties`` and the
+row's note), so bf16 noise on a GPU does not fail the default ``equivalence:0`` limit while a
+wrong token still does. A file written before ties were classified is read by its exact fraction.
 
 Runs that differ in machine key, meter, engine name or version, CUDA-graph setting or the
 scenario (model, batch, corpus digest, generation) are INCOMPARABLE with the reasons listed:
@@ -89,6 +94,8 @@ class MetricRow:
     p_sequential: float | None = None
     more_repeats: int = 0
     estimate: float | None = None
+    #: ``equivalence`` only: the numerical ties counted as matches, (baseline, current).
+    ties: tuple[int, int] | None = None
 
     def change_text(self) -> str:
         """The change in words: relative and absolute (points for fraction-point metrics)."""
@@ -105,7 +112,7 @@ class MetricRow:
         """One line with every number: values, change, limit, p-value, method, verdict."""
         p = "n/a" if self.p_value is None else f"{self.p_value:.3g}"
         if self.method == "deterministic":
-            how = "deterministic: one exact-match fraction"
+            how = "deterministic: one match fraction, real divergences only"
         else:
             how = f"{self.method}, {self.n_baseline} vs {self.n_current} repeats"
             if self.interval is not None:
@@ -129,7 +136,7 @@ class MetricRow:
                 "interval": list(self.interval) if self.interval else None,
                 "verdict": self.verdict.value, "note": self.note,
                 "p_sequential": self.p_sequential, "more_repeats": self.more_repeats,
-                "estimate": self.estimate}
+                "estimate": self.estimate, "ties": list(self.ties) if self.ties is not None else None}
 
 
 @dataclass(frozen=True)
@@ -223,9 +230,10 @@ def request_accept_lengths(record: CaseRecord, arm: str = "speculative") -> list
 
 def metric_samples(record: CaseRecord, metric: str) -> list[float]:
     """The values the gate compares for ``metric``: per-repeat samples of the speculative arm
-    (defined repeats only), or the one exact-match fraction for ``equivalence``."""
+    (defined repeats only), or for ``equivalence`` the one match fraction that counts real
+    divergences only (numerical ties match; :attr:`CaseRecord.matched_fraction`)."""
     if metric == "equivalence":
-        value = record.exact_fraction
+        value = record.matched_fraction
         return [] if value is None else [float(value)]
     return [v for v in arm_repeat_values(record, metric) if v is not None]
 
@@ -364,7 +372,20 @@ def compare_case(baseline_record: CaseRecord | None, current_record: CaseRecord,
                            requests=_accept_requests(limit, baseline_record, "speculative", current_record),
                            seed=seed, resamples=resamples)
             for limit in limits]
+    rows = [_with_ties(r, baseline_record.ties, current_record.ties) for r in rows]
     return CaseComparison(case_id, worst(r.verdict for r in rows), tuple(rows), (), alpha)
+
+
+def _with_ties(row: MetricRow, baseline_ties: int, current_ties: int, baseline_side: str = "baseline"
+               ) -> MetricRow:
+    """An ``equivalence`` row with the numerical ties it counted as matches beside it."""
+    if row.metric != "equivalence" or row.method != "deterministic":
+        return row
+    note = row.note
+    if baseline_ties or current_ties:
+        note = "; ".join(filter(None, (note, f"numerical ties counted as matches: {baseline_side} "
+                                             f"{baseline_ties}, current {current_ties}")))
+    return dataclasses.replace(row, ties=(baseline_ties, current_ties), note=note)
 
 
 def _paired_values(record: CaseRecord, metric: str) -> tuple[list[float], list[float]]:
@@ -384,7 +405,7 @@ def compare_in_job(record: CaseRecord, limits: Sequence[FailLimit],
     Every per-repeat metric uses the paired sequential rule on sample i of both arms (energy
     on ``log(candidate_r / reference_r)``; the shared baseline cancels), with the same limits
     as a stored comparison. No stored baseline is needed. ``equivalence`` compares the
-    candidate's exact-match fraction with ``record.reference_equivalence`` when present,
+    candidate's match fraction (ties match) with ``record.reference_equivalence``'s when present,
     else with 1.0 (what a lossless reference gives on a deterministic engine).
     """
     case_id = record.key
@@ -403,13 +424,13 @@ def compare_in_job(record: CaseRecord, limits: Sequence[FailLimit],
     rows = []
     for limit in limits:
         if limit.metric == "equivalence":
-            ref_value = record.reference_exact_fraction
+            ref_value = record.reference_matched_fraction
             row = compare_metric(limit, [1.0 if ref_value is None else float(ref_value)],
                                  metric_samples(record, "equivalence"), alpha, plan=plan)
             if ref_value is None:
                 row = dataclasses.replace(row, note="; ".join(filter(None, (
                     row.note, "reference equivalence not in the record: compared with 1.0"))))
-            rows.append(row)
+            rows.append(_with_ties(row, record.reference_ties, record.ties, "reference"))
             continue
         ref, cand = _paired_values(record, limit.metric)
         rows.append(compare_metric(limit, ref, cand, alpha, plan=plan, paired=True,

@@ -56,6 +56,13 @@ class Coherence:
         gaps = [g for g, d in zip(self.gaps, self.diverged) if d]
         return statistics.fmean(gaps) if gaps else 0.0
 
+    def off_greedy(self, tie_margin: float) -> list[tuple[int, DivergenceMargin]]:
+        """(prompt, margin) of each prompt whose speculative text, from its first divergence on,
+        commits a token more than ``tie_margin`` nats below the target's best at its position
+        (``DivergenceMargin.later_gap``): not a greedy choice up to a numerical tie. Prompts
+        whose margins were not scored are not judged here."""
+        return [(i, m) for i, m in enumerate(self.margins) if m is not None and m.later_gap > tie_margin]
+
     @property
     def worst_gap(self) -> float:
         """The largest per-prompt gap."""

@@ -258,9 +258,15 @@ class PairMeasurer:
             speculative = arms["speculative"]
             coherence = measure_coherence(server.client, case.pool(), baseline.outputs, speculative.outputs,
                                           _special_ids(server), tie_margins=True)
+            reference = arms.get("reference")
+            # The reference drafter's divergences are classified too: an A/B compares match
+            # fractions, ties counting as matches on both sides.
+            reference_coherence = None if reference is None else measure_coherence(
+                server.client, case.pool(), baseline.outputs, reference.outputs, _special_ids(server),
+                tie_margins=True)
             self._pairs[case] = PairResult(case, case.id, baseline, speculative, coherence,
-                                           order=order, reference=arms.get("reference"),
-                                           removal=arms.get("removal"))
+                                           order=order, reference=reference, removal=arms.get("removal"),
+                                           reference_coherence=reference_coherence)
         return self._pairs[case]
 
     def add_repeats(self, case: Case, extra: int) -> PairResult:

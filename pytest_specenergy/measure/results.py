@@ -107,6 +107,9 @@ class PairResult:
     #: Draft removal: the verify-only replay of the speculative arm's recorded drafts (the same
     #: verify steps over the same contexts, no draft passes), sample i in cycle i.
     removal: RunResult | None = None
+    #: In-job A/B: the reference arm's text scored against the baseline (its divergences'
+    #: top-2 margins), so the reference's ties are told from real divergences as the candidate's are.
+    reference_coherence: Coherence | None = None
 
     # Per-arm metrics are the speculative arm's.
     @property
@@ -203,6 +206,14 @@ class PairResult:
         # The baseline's top-2 margins at each divergence come from coherence's scoring.
         margins = self.coherence.margins if self.coherence is not None else ()
         return compare_outputs(self.baseline.outputs, self.speculative.outputs, margins)
+
+    @cached_property
+    def reference_equivalence(self) -> Equivalence | None:
+        """In-job A/B: the reference arm's comparison with the baseline (None without one)."""
+        if self.reference is None:
+            return None
+        margins = self.reference_coherence.margins if self.reference_coherence is not None else ()
+        return compare_outputs(self.baseline.outputs, self.reference.outputs, margins)
 
     @cached_property
     def checks(self) -> tuple[Check, ...]:
@@ -302,9 +313,19 @@ class PairResult:
                            f"a real divergence: {worst.describe(tie_margin)})")
         return self
 
-    def assert_coherent(self, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_GAP) -> PairResult:
-        """The speculative text is as likely under the target as the baseline's own text, and
-        shows no degeneracy (loops, distinct-n collapse, special-token leakage, length blow-up).
+    def assert_coherent(self, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_GAP,
+                        tie_margin: float = DEFAULT_TIE_MARGIN) -> PairResult:
+        """The speculative text is as likely under the target as the baseline's own text, every
+        token of it is one the target would pick up to a numerical tie, and it shows no
+        degeneracy (loops, distinct-n collapse, special-token leakage, length blow-up).
+
+        The per-token check: from each prompt's first divergence on, no speculative token may
+        lie more than ``tie_margin`` nats below the target's best at its position (scored on
+        the speculative text; ``DivergenceMargin.later_gap``). Greedy decoding under numerical
+        noise picks the best token or a near-tie everywhere, so noise passes; a verify bug that
+        commits a token the target rejected (``accept-off-by-one``) fails even where the mean
+        gap is small. It applies where the divergences' top-2 were scored (the plugin always
+        scores them); ``tie_margin=inf`` turns it off.
 
         Use it where exact equality cannot hold (GPU numerics); on CPU it also names how badly
         a diverging arm is broken: first divergence and log-probability gap.
@@ -321,6 +342,15 @@ class PairResult:
             self._fail(f"speculative output is incoherent: {where}; log-probability gap "
                        f"{coherence.mean_gap:.3f} nats/token (worst prompt {coherence.worst_gap:.3f}) "
                        f"exceeds {max_logprob_gap:.3f}")
+        off = coherence.off_greedy(tie_margin)
+        if off:
+            prompt, m = max(off, key=lambda e: e[1].later_gap)
+            diverged = sum(coherence.diverged) or len(off)
+            self._fail(f"speculative output is not the target's greedy text: {len(off)} of {diverged} "
+                       f"diverged prompt(s) commit a token the target ranks more than the tie margin "
+                       f"{tie_margin:g} nats below its best; the worst is token {m.later_index} of prompt "
+                       f"{prompt}, {m.later_gap:.3f} nats below ({where}; mean gap "
+                       f"{coherence.mean_gap:.3f} nats/token)")
         problems = coherence.degeneracy.problems()
         if problems:
             self._fail(f"speculative output is degenerate ({where}): " + "; ".join(problems))
@@ -351,8 +381,7 @@ class PairResult:
             reference=self.reference.record() if ab else None,  # type: ignore[union-attr]
             reference_drafter=self.case.reference.as_dict() if ab else None,  # type: ignore[union-attr]
             # The reference arm's own match with the baseline: an A/B compares equivalence too.
-            reference_equivalence=compare_outputs(self.baseline.outputs, self.reference.outputs).as_dict()
-            if ab else None,  # type: ignore[union-attr]
+            reference_equivalence=self.reference_equivalence.as_dict() if ab else None,  # type: ignore[union-attr]
             removal=self.removal.record() if self.removal is not None else None,
             nodeid=nodeid, machine_key=machine_key)
 

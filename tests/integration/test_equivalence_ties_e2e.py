@@ -31,7 +31,10 @@ def test_equivalent(spec_pair):
     spec_pair.measure().assert_equivalent()
 """
 DRAFT = 'Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=4, id="draft")'
-NOISE = SUITE.format(model="tiny:dense", drafter=DRAFT, corpora='"conversation", "news"', tokens=96)
+# Under noise the text after each tie is still the target's greedy text up to ties: assert_coherent's
+# per-token check passes it too (worst token 0.023 and 0.041 nats below the target's best, under 0.125).
+NOISE = SUITE.format(model="tiny:dense", drafter=DRAFT, corpora='"conversation", "news"', tokens=96).replace(
+    "assert_equivalent()", "assert_equivalent().assert_coherent()")
 DENSE = SUITE.format(model="tiny:dense", drafter=DRAFT, corpora='"conversation"', tokens=24)
 HYBRID = SUITE.format(model="tiny:hybrid", drafter='"ngram"', corpora='"conversation"', tokens=24)
 
@@ -75,3 +78,47 @@ def test_skipped_state_rollback_is_a_real_divergence(pytester: pytest.Pytester, 
     faulted.stdout.fnmatch_lines(["*real divergence(s), the first at token * of prompt *"])
     ties, real, _ = counts(out)
     assert real > ties
+
+
+GATED = """
+import pytest
+from pytest_specenergy import Drafter
+
+DRAFT = Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=4, id="draft")
+
+@pytest.mark.model("tiny:dense")
+@pytest.mark.corpus("news")
+@pytest.mark.drafter(DRAFT)
+@pytest.mark.batch(4)
+@pytest.mark.generation(max_new_tokens=96, prompts=8)
+def test_stored(spec_pair):
+    spec_pair.measure()
+
+@pytest.mark.model("tiny:dense")
+@pytest.mark.corpus("news")
+@pytest.mark.drafter(DRAFT)
+@pytest.mark.reference_drafter(Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=2, id="draft2"))
+@pytest.mark.batch(4)
+@pytest.mark.generation(max_new_tokens=96, prompts=8)
+def test_in_job(spec_pair):
+    spec_pair.measure()
+"""
+
+
+def test_the_default_gate_passes_numerical_ties_stored_and_in_job(pytester: pytest.Pytester, run_suite):
+    """Issue 22 item 3: on news at 96 tokens the noise fault ties 2 of 8 candidate prompts and 1
+    of 8 reference prompts (exact fractions 0.75 and 0.875), which the raw exact fraction
+    REGRESSED both against a healthy stored run and in-job. Counting real divergences only,
+    the default limits pass, with the ties beside the row. (Real divergences still regress:
+    tests/unit/gate/test_equivalence_ties_gate.py.)"""
+    pytester.makepyfile(test_gated=GATED)
+    run_suite("-k", "stored", "--specenergy-save=main", "--specenergy-pool=8", repeats=2).assert_outcomes(passed=1)
+    out = pytester.path / "run.json"
+    noisy = run_suite("--specenergy-fault=numerical-noise", "--specenergy-compare=main", "--specenergy-pool=8",
+                      "--specenergy-max-repeats=2", f"--specenergy-json={out}", repeats=2)
+    noisy.assert_outcomes(passed=2)
+    for record in json.loads(out.read_text())["results"]:
+        row = next(r for r in record["comparison"]["rows"] if r["metric"] == "equivalence")
+        assert row["verdict"] == "passed" and row["current"] == 1.0, row
+        assert record["equivalence"]["exact_fraction"] < 1.0 and row["ties"][1] == record["equivalence"]["ties"] > 0
+        assert "numerical ties counted as matches" in row["note"]

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from pytest_specenergy.gate.fdr import bh_reject
 from pytest_specenergy.gate.sequential import DEFAULT_PLAN
 from pytest_specenergy.gate.sequential import REGRESSED
 from pytest_specenergy.gate.sequential import SequentialPlan
@@ -278,3 +279,21 @@ def test_per_request_options_and_validation() -> None:
         compare_per_request(acc, ver[:-1], acc, ver, limit=0.05)
     with pytest.raises(ValueError):
         compare_per_request(acc, np.zeros_like(ver), acc, ver, limit=0.05)
+
+
+def test_accept_length_p_resolves_below_the_resampling_floor_for_bh_over_1000_comparisons() -> None:
+    """Issue 22 item 7: 5000 resamples once floored p at 1/5001 = 2e-4, so BH over 1,000
+    comparisons (rank-1 threshold 0.05 / 1000 = 5e-5) could never reject an accept-length drop."""
+    acc, ver = _requests(1.4)
+    p = {drop: compare_per_request(np.round(acc * (1 - drop)), ver, acc, ver, limit=0.05, offset=1.0,
+                                   resamples=5000).p_value for drop in (0.10, 0.15, 0.30)}
+    assert all(v < 1 / 5001 for v in p.values()), p
+    assert p[0.30] < p[0.15] < p[0.10]  # graded, not one floor value
+    assert p[0.30] < 1e-12
+    family = np.concatenate([[p[0.15]], np.linspace(0.01, 1.0, 999)])  # one drop among 999 nulls
+    assert bh_reject(family, 0.05)[0]
+    # Where the tail holds replicates the p is the usual bootstrap share, unchanged.
+    rng = np.random.default_rng(9)
+    jitter = np.maximum(acc + rng.integers(-1, 2, acc.size), 0)
+    middling = compare_per_request(jitter, ver, acc, ver, limit=0.05, offset=1.0, resamples=5000)
+    assert middling.p_value * 5001 == pytest.approx(round(middling.p_value * 5001))
