@@ -341,6 +341,12 @@ class CaseRecord:
         return batch if isinstance(batch, int) and not isinstance(batch, bool) else None
 
     @property
+    def pool(self) -> int | None:
+        """The prompts per pool the case declared (None: the corpus's first 96)."""
+        generation = self.case.get("generation")
+        return generation.get("prompts") if isinstance(generation, dict) else None
+
+    @property
     def corpus(self) -> dict[str, Any]:
         """The corpus description (name, source, digest, size)."""
         corpus = self.case.get("corpus")

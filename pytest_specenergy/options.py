@@ -7,6 +7,7 @@ options directly.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from dataclasses import field
@@ -221,9 +222,11 @@ class SpecEnergyConfig:
                               "warm-up does not change)", _warmup,
                               resolve=lambda value, root: None if value == "auto" else value)
     pool: int | None = _opt("pool", "", "prompts per pool for cases whose generation marker names none "
-                            f"(default: the corpus's first 96, the paper's pool; at most {MAX_POOL}); every batch "
-                            "point and both arms draw from it, a pool larger than its corpus repeats prompts, and a "
-                            "pool needs a few times the batch to hold a steady state", _pool, resolve=_or_none)
+                            "(default: the corpus's first 96, the paper's pool, under a board meter; with modeled "
+                            "energy 3 per request in flight, at least 12, sized for a CPU minute; at most "
+                            f"{MAX_POOL}); every batch point and both arms draw from it, a pool larger than its "
+                            "corpus repeats prompts, and a pool needs a few times the batch to hold a steady state",
+                            _pool, resolve=_or_none)
     latency_targets: tuple[float, ...] = _opt(
         "latency-target", "", "a time-between-tokens target in ms (repeatable): per model and corpus, the "
         "lowest-energy tested configuration (batch x drafter, baseline included) whose mean TBT meets it is "
@@ -303,7 +306,22 @@ class SpecEnergyConfig:
         from pytest_specenergy.cases.markers import CaseDefaults
 
         return CaseDefaults(engine=self.engine, device=self.device, faults=self.faults,
-                            sglang_version=self.sglang_version, pool=self.pool)
+                            sglang_version=self.sglang_version, pool=self.pool, modeled=self.modeled)
+
+    @functools.cached_property
+    def modeled(self) -> bool:
+        """Whether energy will be modeled: ``modeled:<gpu>``, or ``auto`` for the reference server
+        on a machine where NVML sees no GPU (the CPU default pool is sized for it)."""
+        if self.meter.startswith("modeled"):
+            return True
+        if self.meter != "auto" or self.engine != "reference" or self.device == "cuda":
+            return False
+        from pytest_specenergy.meters.devices import nvml_gpu_count
+
+        try:
+            return nvml_gpu_count() == 0
+        except Exception:  # noqa: BLE001 - no library, no driver: NVML raises its own types
+            return True
 
     def header(self) -> str:
         """The session header line: the measurement options and what is compared."""

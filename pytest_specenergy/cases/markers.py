@@ -72,6 +72,15 @@ class CaseDefaults:
     sglang_version: str | None = None
     #: Prompts per pool when the generation marker does not say (None: the corpus's first 96).
     pool: int | None = None
+    #: The energy is modeled (no board counter): a case's default pool is sized for a CPU
+    #: minute, :data:`CPU_POOL_PER_BATCH` prompts per request in flight, at least
+    #: :data:`CPU_POOL_MIN`, instead of the paper's 96.
+    modeled: bool = False
+
+
+#: The CPU default pool: enough prompts per request in flight to hold the steady state (the
+#: concurrency check needs a few times the batch), few enough for a tiny-model case in a minute.
+CPU_POOL_PER_BATCH, CPU_POOL_MIN = 3, 12
 
 
 def build_cases(test: str, closest: MarkerLookup, config: CaseDefaults) -> list[Case]:
@@ -80,7 +89,10 @@ def build_cases(test: str, closest: MarkerLookup, config: CaseDefaults) -> list[
     drafters = _drafters(test, closest("drafter"))
     batches = _batches(test, closest("batch"))
     corpora = _corpora(test, closest("corpus"))
-    generation = _generation(test, closest("generation"), config.pool)
+    pool = config.pool
+    if pool is None and config.modeled:  # one pool for every batch point of the test
+        pool = max(CPU_POOL_MIN, CPU_POOL_PER_BATCH * max(batches))
+    generation = _generation(test, closest("generation"), pool)
     reference = _reference(test, closest("reference_drafter"))
     cases: list[Case] = []
     for (model, opts), corpus, drafter, batch in itertools.product(models, corpora, drafters, batches):

@@ -129,8 +129,9 @@ def summary_report(document: RunDocument, suite: SuiteVerdict, written: Any, xdi
     records = document.results
     pairs = len({(r.model, r.case_id, r.machine_key) for r in records})
     starts = f", {document.engine_starts} engine starts" if document.engine_starts else ""
-    lines = [f"energy figures: {source_legend(records)}; {len(records)} results of {pairs} distinct pairs{starts}",
-             render_table(records, verbose)]
+    pools = sorted({r.pool or "the corpus's first 96" for r in records}, key=str)
+    lines = [f"energy figures: {source_legend(records)}; {len(records)} results of {pairs} distinct pairs{starts}; "
+             f"prompt pool per case: {', '.join(map(str, pools))}", render_table(records, verbose)]
     lines += [] if verbose else [f"(-v shows every column: {', '.join(c for c in HEADERS if c not in COMPACT)})"]
     counts = verdict_counts(records)
     lines += [counts] if counts else []
