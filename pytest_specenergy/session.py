@@ -135,10 +135,10 @@ class SpecEnergySession:
         if "spec_pair" not in metafunc.fixturenames:
             return
         definition = metafunc.definition
-        try:
+        try:  # the tolerance marker too: a typo is a collection error, not found after measuring
+            self.limits_for(definition)
             cases = build_cases(definition.nodeid, definition.get_closest_marker, self.config.case_defaults())
-        except MarkerError as exc:
-            # A collection error that shows the message, not a traceback from inside the plugin.
+        except (MarkerError, pytest.UsageError) as exc:  # the message, not a traceback from the plugin
             raise pytest.Collector.CollectError(f"specenergy: {exc}") from None
         metafunc.parametrize("specenergy_case", cases, ids=[c.id for c in cases])
 

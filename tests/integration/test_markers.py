@@ -93,9 +93,13 @@ def test_two_models(spec_pair):
          "*only greedy decoding (temperature=0) is measured*"),
         ('@pytest.mark.drafter("ngram", "ngram")',
          "*several cases with id 'code-ngram-b1'; give each Drafter a distinct id=*"),
+        # A typo in a tolerance marker is found before anything measures, not after.
+        ('@pytest.mark.drafter("ngram")\n@pytest.mark.tolerance(energy_per_tokn="5%")',
+         "*test_bad: *energy_per_tokn*"),
     ],
     ids=["unknown-drafter", "batch-0", "batch-str", "unknown-kw", "no-corpus", "missing-path",
-         "eagle3-without-model", "engine-lacks-drafter", "generation-kw", "sampling", "duplicate-id"],
+         "eagle3-without-model", "engine-lacks-drafter", "generation-kw", "sampling", "duplicate-id",
+         "tolerance-typo"],
 )
 def test_bad_marker_values_are_collection_errors(pytester: pytest.Pytester, markers, expected):
     default = []
