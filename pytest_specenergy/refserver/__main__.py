@@ -43,7 +43,9 @@ Flags (``--help`` prints the same):
 * ``--fault NAME`` (repeatable): a named bug (:mod:`.faults`); ``--numerical-noise-scale REL``
   sizes the ``numerical-noise`` fault (default 2^-8, a bf16 ulp).
 * ``--host`` (loopback only), ``--port`` (0 = a free port), ``--http-timeout SECONDS`` (per
-  connection socket timeout, default 30: short bodies get 408, idle keep-alives close).
+  connection socket timeout, default 30: short bodies get 408, idle keep-alives close),
+  ``--request-timeout SECONDS`` (a whole request must arrive within it, default 10: slow clients
+  get 408) and ``--max-connections N`` (connections served at once, default 256; more get 503).
 * ``--threads N``: torch intra-op threads (0 = torch's default), ``--log-level LEVEL``.
 """
 
@@ -62,6 +64,9 @@ from .records import DEVICES
 from .records import DRAFTERS
 from .records import DTYPES
 from .records import EngineConfig
+from .server import DEFAULT_HTTP_TIMEOUT_S
+from .server import DEFAULT_MAX_CONNECTIONS
+from .server import DEFAULT_REQUEST_TIMEOUT_S
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -164,10 +169,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--http-timeout",
         type=float,
-        default=30.0,
+        default=DEFAULT_HTTP_TIMEOUT_S,
         metavar="SECONDS",
         help="socket timeout per connection: a client that sends less body than its Content-Length gets "
         "HTTP 408 after this long, and idle keep-alive connections are closed (default: %(default)s)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=DEFAULT_REQUEST_TIMEOUT_S,
+        metavar="SECONDS",
+        help="time allowed to read a whole request (request line, headers, body) from when the server starts "
+        "waiting for it: a client dripping bytes gets HTTP 408 and is disconnected (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help="connections served at once (a thread each); one more gets HTTP 503 and is closed at once "
+        "(default: %(default)s, four times a batch of 64)",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
@@ -213,7 +234,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         engine = ReferenceEngine(config)
-        server = ReferenceHTTPServer(engine, args.host, args.port, http_timeout=args.http_timeout)
+        server = ReferenceHTTPServer(
+            engine,
+            args.host,
+            args.port,
+            http_timeout=args.http_timeout,
+            request_timeout=args.request_timeout,
+            max_connections=args.max_connections,
+        )
         engine.warmup()
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)

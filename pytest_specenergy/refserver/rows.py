@@ -76,6 +76,7 @@ class Row:
     input_top: list[TopEntries | None] | None = None
     output_lp: list[tuple[float, int]] = field(default_factory=list)
     output_top: list[TopEntries] = field(default_factory=list)
+    abort_requested: bool = False  # marked by Scheduler.abort; finished at the next iteration
     wrong_accept_count: bool = False  # fault: report the bonus token as an accepted draft
     stale_state: list[torch.Tensor] | None = None  # fault stale-state-after-empty-draft only
 

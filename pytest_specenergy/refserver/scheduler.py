@@ -12,9 +12,12 @@ thread loops over iterations; each iteration
    running row, and records it (``step_time_dict`` keyed by the rows that really ran);
 3. drops the rows that finished at once and wakes the callers whose requests are all done.
 
-:meth:`Scheduler.abort` (SGLang's ``/abort_request``) marks requests; at the start of the next
-iteration each marked row, running or queued, finishes with ``{"type": "abort"}`` and keeps the
-output it has (a queued one has none), as SGLang answers an aborted non-streaming request.
+:meth:`Scheduler.abort` (SGLang's ``/abort_request``) marks the rows it names that are queued,
+being admitted or running at that moment; at the start of the next iteration each marked row
+still unfinished finishes with ``{"type": "abort"}`` and keeps the output it has (a queued one has
+none), as SGLang answers an aborted non-streaming request. The mark lives on the row, so a row
+that finishes in the iteration under way takes it along: an abort never reaches a request
+submitted after it.
 
 So a finished row is replaced in the very next iteration, and the running batch stays full while
 requests are queued. A caller is blocked only until its own requests finish. If an iteration
@@ -78,8 +81,7 @@ class Scheduler:
         self.drafter = stepper.new_drafter()
         self._thread: threading.Thread | None = None
         self._stop = False
-        self._abort_rids: set[str] = set()
-        self._abort_all = False
+        self._admitting: list[Row] = []  # popped from the queue, not yet in the running batch
         self.iterations = 0
 
     # ------------------------------------------------------------------------------ callers
@@ -97,17 +99,14 @@ class Scheduler:
     def abort(self, rid: str | None = None) -> None:
         """Abort request ``rid`` (None: every request) at the start of the next iteration.
 
-        Only requests queued or running now are marked (SGLang ignores an unknown rid): a mark
-        left on an idle engine would abort the next caller's request.
+        Only rows queued, being admitted or running now are marked (SGLang ignores an unknown
+        rid). A mark is a flag on the row, not on the scheduler: a flag on the scheduler outlived
+        a row that finished in the iteration under way and aborted the next caller's requests.
         """
         with self._cv:
-            live = {r.rid for r in [*self.running, *self._queue]}
-            if not live or (rid is not None and rid not in live):
-                return
-            if rid is None:
-                self._abort_all = True
-            else:
-                self._abort_rids.add(rid)
+            for row in [*self.running, *self._admitting, *self._queue]:
+                if (rid is None or row.rid == rid) and row.finish is None:
+                    row.abort_requested = True
             self._cv.notify_all()
 
     @property
@@ -147,6 +146,7 @@ class Scheduler:
                 aborted = self._take_aborted()
                 room = self.max_running - len(self.running)
                 admit = [self._queue.popleft() for _ in range(min(room, len(self._queue)))]
+                self._admitting = admit
             with self.lock:
                 try:
                     if aborted:
@@ -158,26 +158,19 @@ class Scheduler:
 
     def _take_aborted(self) -> bool:
         """Finish the marked rows (caller holds ``_cv``); queued ones go at once. True if any ran."""
-        everything, rids = self._abort_all, self._abort_rids
-        self._abort_all, self._abort_rids = False, set()
-        if not everything and not rids:
-            return False
-
-        def marked(row: Row) -> bool:
-            return everything or row.rid in rids
-
+        running = [r for r in self.running if r.abort_requested and r.finish is None]
+        queued = [r for r in self._queue if r.abort_requested]
         now = time.perf_counter()
-        for row in [*self.running, *self._queue]:
-            if marked(row) and row.finish is None:
-                row.finish = FinishReason("abort", message="Abort requested by /abort_request.")
-                row.finish_time = now
-        queued = [r for r in self._queue if marked(r)]
-        self._queue = deque(r for r in self._queue if not marked(r))
-        self.stats.finished(len(queued))
+        for row in running + queued:
+            row.finish = FinishReason("abort", message="Abort requested by /abort_request.")
+            row.finish_time = now
+        if queued:
+            self._queue = deque(r for r in self._queue if not r.abort_requested)
+            self.stats.finished(len(queued))
         for row in queued:
             if row.ticket is not None:
                 row.ticket.row_finished()
-        return any(marked(r) for r in self.running)
+        return bool(running)
 
     @torch.inference_mode()
     def _iteration(self, admit: list[Row]) -> None:

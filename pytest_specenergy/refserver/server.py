@@ -10,32 +10,49 @@ finished. ``/flush_cache`` answers 400 while requests run (as SGLang does when i
 Robustness: every error is an HTTP status with a JSON body ``{"error": {"message": ...}}``, never a
 dropped connection - a bad body on any endpoint (not JSON, wrong types, unknown fields, a body
 where none is taken) is 400, an unreadable ``Content-Length`` 400, a body over 64 MiB 413, a
-method the server does not have 405. Every connection has a socket timeout (``--http-timeout``,
-30 s by default): a client that announces more body than it sends gets 408 and is disconnected,
-so it cannot hold a server thread forever; an idle keep-alive connection is closed.
+method the server does not have 405.
+
+Slow clients cannot hold the server: every read waits at most ``--http-timeout`` (30 s), and a
+whole request (request line, headers and body) must arrive within ``--request-timeout`` (10 s)
+of the server starting to wait for it, so a client dripping a byte at a time is cut off too. Past
+either limit the connection is closed, with a 408 if part of the request had arrived (an idle
+keep-alive connection is closed silently: a 408 nobody asked for could be read as the answer to
+the request its client sends at that moment). At most ``--max-connections`` (256) connections
+are served at once, one thread each; a connection past that gets a 503 and is closed at once.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import socket
+import threading
 import time
 from http.server import BaseHTTPRequestHandler
 from http.server import ThreadingHTTPServer
+from typing import TYPE_CHECKING
 from typing import Any
 from urllib.parse import parse_qs
 from urllib.parse import urlparse
 
-from .engine import ReferenceEngine
 from .protocol import ProtocolError
 from .protocol import parse_generate
 from .protocol import result_json
+
+if TYPE_CHECKING:  # torch-free at import: the command line reads the defaults below before loading torch
+    from .engine import ReferenceEngine
 
 log = logging.getLogger("pytest_specenergy.refserver")
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 MAX_BODY_BYTES = 64 << 20
 DEFAULT_HTTP_TIMEOUT_S = 30.0
+# Reading a request takes milliseconds on loopback; 10 s is twice uvicorn's keep-alive timeout (in
+# front of SGLang), so clients written for SGLang already reconnect after an idle close.
+DEFAULT_REQUEST_TIMEOUT_S = 10.0
+# Four times the largest batch the suites declare (64, one connection per request in flight).
+DEFAULT_MAX_CONNECTIONS = 256
 
 
 class HTTPError(Exception):
@@ -46,6 +63,51 @@ class HTTPError(Exception):
         self.status = status
 
 
+class RequestTimeout(Exception):
+    """A request was not read in time; the message names the limit (an ``OSError`` would read as
+    the client going away, and the stdlib drops a ``TimeoutError`` without an answer)."""
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A connection's read side: each receive waits at most until the current request's deadline."""
+
+    def __init__(self, sock: socket.socket, idle_timeout: float, request_timeout: float) -> None:
+        super().__init__()
+        self.sock = sock
+        self.idle_timeout = idle_timeout
+        self.request_timeout = request_timeout
+        self.deadline = float("inf")
+        self.received = 0  # bytes of the current request
+
+    def start_request(self) -> None:
+        """The server starts waiting for the next request: its time starts now."""
+        self.deadline = time.monotonic() + self.request_timeout
+        self.received = 0
+
+    def readable(self) -> bool:
+        """Always: this is the read side."""
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        """One receive, bounded by the socket timeout and the request's deadline."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise RequestTimeout(f"the request was not read within --request-timeout {self.request_timeout:g} s")
+        self.sock.settimeout(min(self.idle_timeout, left))
+        try:
+            n = self.sock.recv_into(buffer)
+        except TimeoutError:
+            if time.monotonic() >= self.deadline:
+                raise RequestTimeout(
+                    f"the request was not read within --request-timeout {self.request_timeout:g} s"
+                ) from None
+            raise RequestTimeout(f"no data for --http-timeout {self.idle_timeout:g} s") from None
+        finally:
+            self.sock.settimeout(self.idle_timeout)  # writes keep the plain socket timeout
+        self.received += n
+        return n
+
+
 class _Handler(BaseHTTPRequestHandler):
     """Routes one HTTP request to the engine."""
 
@@ -54,9 +116,23 @@ class _Handler(BaseHTTPRequestHandler):
 
     # --------------------------------------------------------------------------- plumbing
     def setup(self) -> None:
-        """Apply the server's socket timeout to this connection (read by ``StreamRequestHandler``)."""
+        """Apply the server's socket timeout, and read through a deadline-bounded reader."""
         self.timeout = self.server.http_timeout
         super().setup()
+        self.rfile.close()  # the stdlib's own reader: its file object only, not the socket
+        self.reader = _DeadlineReader(self.connection, self.server.http_timeout, self.server.request_timeout)
+        self.rfile = io.BufferedReader(self.reader)
+
+    def handle_one_request(self) -> None:
+        """One request, read within the deadline; 408 and close when it was not."""
+        self.reader.start_request()
+        self.requestline, self.request_version, self.command = "", self.protocol_version, ""
+        try:
+            super().handle_one_request()
+        except RequestTimeout as exc:
+            self.close_connection = True
+            if self.reader.received:  # part of a request came: it gets an answer
+                self.send_error(408, str(exc))
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         log.debug("%s - %s", self.address_string(), format % args)
@@ -105,6 +181,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise HTTPError(413, f"request body of {length} bytes is larger than {MAX_BODY_BYTES}")
         chunks: list[bytes] = []
         got = 0
+        why = "the client closed the connection"
         try:  # read1 in a loop, so a timeout keeps what did arrive (for the message)
             while got < length:
                 chunk = self.rfile.read1(min(1 << 16, length - got))
@@ -112,16 +189,12 @@ class _Handler(BaseHTTPRequestHandler):
                     break
                 chunks.append(chunk)
                 got += len(chunk)
-        except TimeoutError:
-            pass
+        except RequestTimeout as exc:
+            why = str(exc)
         raw = b"".join(chunks)
         if len(raw) < length:
             self.close_connection = True
-            raise HTTPError(
-                408,
-                f"the body ended after {len(raw)} of {length} bytes (Content-Length) within the "
-                f"{self.server.http_timeout:g} s timeout",
-            )
+            raise HTTPError(408, f"the body ended after {len(raw)} of {length} bytes (Content-Length): {why}")
         if not raw.strip():
             return {}
         try:
@@ -271,20 +344,60 @@ class ReferenceHTTPServer(ThreadingHTTPServer):
         host: str = "127.0.0.1",
         port: int = 30000,
         http_timeout: float = DEFAULT_HTTP_TIMEOUT_S,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         if host not in LOOPBACK_HOSTS:
             raise ValueError(
                 f"the reference server binds loopback only; --host must be one of {LOOPBACK_HOSTS}, got {host!r}"
             )
-        if not http_timeout > 0:
-            raise ValueError(f"--http-timeout must be > 0 seconds, got {http_timeout}")
+        for flag, value in (("--http-timeout", http_timeout), ("--request-timeout", request_timeout)):
+            if not value > 0:
+                raise ValueError(f"{flag} must be > 0 seconds, got {value}")
+        if max_connections < 1:
+            raise ValueError(f"--max-connections must be >= 1, got {max_connections}")
         if host == "::1":
-            import socket
-
             self.address_family = socket.AF_INET6
         self.engine = engine
         self.http_timeout = float(http_timeout)
+        self.request_timeout = float(request_timeout)
+        self.max_connections = max_connections
+        self._slots = threading.BoundedSemaphore(max_connections)
         super().__init__((host, port), _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve the connection on a thread of its own, or refuse it when every slot is taken."""
+        if not self._slots.acquire(blocking=False):
+            self._refuse(request)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()  # no thread started: nobody else gives the slot back
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """The connection's thread; its slot is free again once the connection is closed."""
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _refuse(self, request: socket.socket) -> None:
+        body = json.dumps(
+            {"error": {"message": f"the server is serving --max-connections {self.max_connections} connections"}}
+        ).encode()
+        head = (
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+        )
+        log.warning("refused a connection: %d are being served (--max-connections)", self.max_connections)
+        try:  # non-blocking: this runs on the accepting thread, which must never wait on a client
+            request.setblocking(False)
+            request.send(head.encode() + body)
+        except OSError:
+            pass
 
     @property
     def url(self) -> str:

@@ -7,6 +7,7 @@ and the running batch must stay full while requests are waiting.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -170,3 +171,40 @@ def test_abort_cuts_running_and_queued_requests_and_keeps_what_they_made(engine_
     engine.abort(None)
     whole = engine.generate([GenerationRequest(reqs[0].input_ids, SamplingParams(max_new_tokens=5))])
     assert whole[0].finish_reason.type != "abort" and len(whole[0].output_ids) == 5
+
+
+def _until(predicate, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.002)
+
+
+def test_abort_all_never_reaches_a_request_submitted_after_it(engine_for):
+    """Issue 21: an abort-all that arrives while the last rows run their final iteration must
+    finish with them, not wait on the idle engine and cut the next window's first request.
+
+    The scheduler is paused between iterations, deterministically: it needs ``_cv`` to begin one
+    (abort marks are taken there) and the engine lock to run it. A plain row commits two tokens
+    in the iteration that admits it (prefill + decode) and one per iteration after that."""
+    engine = engine_for(model="tiny:dense", max_running_requests=4)
+    sched = engine.scheduler
+
+    def request(max_new: int) -> GenerationRequest:
+        return GenerationRequest((5, 6, 7, 8), SamplingParams(max_new_tokens=max_new, ignore_eos=True))
+
+    with engine.lock:
+        first = engine.submit([request(3)])
+        _until(lambda: sched.num_waiting == 0, "the scheduler admits the first request")
+        with sched._cv:
+            engine.lock.release()  # iteration 1 runs; the next one cannot begin while we hold _cv
+            try:
+                _until(lambda: len(first.rows[0].output) == 2, "iteration 1 commits two tokens")
+            finally:
+                engine.lock.acquire()  # iteration 1 is over; iteration 2 waits for the lock
+            second = engine.submit([request(2)])  # admitted in iteration 2 and finishes in it
+        _until(lambda: sched.num_waiting == 0, "iteration 2 takes its abort marks and admits")
+        engine.abort(None)  # both rows are live now, and both finish in the iteration under way
+    assert [r.finish_reason.type for r in first.wait(60) + second.wait(60)] == ["length", "length"]
+    (after,) = engine.generate([request(4)], timeout=60)
+    assert after.finish_reason.type == "length" and len(after.output_ids) == 4

@@ -202,6 +202,8 @@ def test_help_documents_every_flag():
         "--draft-accept-p",
         "--max-running-requests",
         "--http-timeout",
+        "--request-timeout",
+        "--max-connections",
         "--numerical-noise-scale",
         "stale-state-after-empty-draft",
         "replay",
@@ -369,6 +371,74 @@ def test_abort_request_over_http_cuts_a_running_generate(server):
 def test_listen_backlog_holds_a_batch_of_connections():
     """The client opens one connection per request, a batch of them at once; the stdlib's
     backlog of 5 reset them under load (seen at batch 16-64 on a busy 2-core machine)."""
+    from pytest_specenergy.refserver.server import DEFAULT_MAX_CONNECTIONS
     from pytest_specenergy.refserver.server import ReferenceHTTPServer
 
     assert ReferenceHTTPServer.request_queue_size >= 64
+    assert DEFAULT_MAX_CONNECTIONS >= 4 * 64  # the slow-client bound must never refuse a batch of 64
+
+
+def _drip(url: str, sends: dict[str, tuple[bytes, bytes]], limit_s: float, refused_after: float) -> dict[str, tuple]:
+    """Loopback slow clients: each sends its first bytes at once, then the rest one byte per 0.25 s,
+    until the server closes it or ``limit_s`` is over.
+
+    At ``refused_after`` one more client connects and sends nothing. Per client: (answer, seconds
+    until the server closed it, or None if it never did)."""
+    import select
+    import socket
+    from urllib.parse import urlparse
+
+    where = urlparse(url)
+    start = time.monotonic()
+    todo = {name: dripped for name, (_, dripped) in sends.items()}
+    socks = {name: socket.create_connection((where.hostname, where.port), timeout=5) for name in sends}
+    for name, (burst, _) in sends.items():
+        socks[name].sendall(burst)
+    got: dict[str, bytes] = {name: b"" for name in sends}
+    closed: dict[str, float] = {}
+    while time.monotonic() - start < limit_s and len(closed) < len(socks):
+        if refused_after and time.monotonic() - start >= refused_after:
+            refused_after, got["extra"] = 0, b""
+            socks["extra"] = socket.create_connection((where.hostname, where.port), timeout=5)
+        ready, _, _ = select.select([s for n, s in socks.items() if n not in closed], [], [], 0.25)
+        for name, sock in socks.items():
+            if sock in ready:
+                try:
+                    data = sock.recv(65536)
+                except ConnectionResetError:
+                    data = b""
+                got[name] += data
+                if not data:
+                    closed[name] = time.monotonic() - start
+            elif name not in closed and not got[name] and todo.get(name):
+                sock.sendall(todo[name][:1])
+                todo[name] = todo[name][1:]
+    for sock in socks.values():
+        sock.close()
+    return {name: (got[name], closed.get(name)) for name in socks}
+
+
+def test_slow_clients_are_cut_off_and_a_full_server_refuses_at_once():
+    """Issue 23 item 18: 100 clients dripping a byte every 2 s held 100 threads for 40 s. Now a
+    request must arrive within --request-timeout and at most --max-connections are served: with
+    4 slots held by slow clients a 5th gets 503 at once, the slow ones 408 at their deadline (an
+    idle one is closed without an answer), and the server serves again."""
+    proc, url = _start("--model", "tiny:dense", "--max-connections", "4", "--request-timeout", "2")
+    try:
+        head = b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 200\r\n\r\n"
+        body = b'{"input_ids": [1, 2, 3]' + b" " * 177
+        # (sent at once, dripped): stuck in the request line, in the headers, in the body; idle
+        sends = {"request line": (b"", head), "headers": (head[:30], head[30:]), "body": (head, body)}
+        sends["idle"] = (b"", b"")
+        out = _drip(url, sends, limit_s=12, refused_after=0.6)
+        answer, when = out.pop("extra")
+        assert answer.startswith(b"HTTP/1.1 503") and b"--max-connections 4" in answer
+        assert when is not None and when < 1.6, f"the 5th connection (made at 0.6 s) was refused at {when} s"
+        assert out["idle"][0] == b"" and 1.5 < out["idle"][1] < 6
+        for name in ("request line", "headers", "body"):
+            answer, when = out[name]
+            assert answer.startswith(b"HTTP/1.1 408") and b"--request-timeout 2 s" in answer, (name, answer)
+            assert when is not None and 1.5 < when < 6, (name, when)
+        assert _call(url, "/health")[0] == 200
+    finally:
+        _stop(proc)
