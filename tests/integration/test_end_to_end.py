@@ -47,7 +47,8 @@ def test_engines_start_once_across_modules_and_results_reach_table_and_json(pyte
     result.stdout.fnmatch_lines([
         "*= specenergy =*",
         # The source once, in the header line; verdict (none: nothing gated) and saving first.
-        "energy figures: modeled (h200, priced as Qwen3-8B); 4 results of 3 distinct pairs, 3 engine starts",
+        "energy figures: modeled (h200, priced as Qwen3-8B); 4 results of 3 distinct pairs, 3 engine starts; "
+        "prompt pool per case: 12",
         "saving*test*base J/tok*spec J/tok*accept len*speedup*exact*flags",
         "*test_ngram[[]code-ngram-b1[]]*",
         "*test_ngram[[]code-ngram-b4[]]*",
