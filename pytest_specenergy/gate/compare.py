@@ -17,7 +17,12 @@ Against a stored run the current per-repeat values meet the stored ones in Welch
 logs for relative limits, on values for absolute ones); in-job A/B (:func:`compare_in_job`)
 pairs sample i of candidate and reference (one repeat cycle) in a paired t. The energy
 default is the within-session ratio speculative/baseline per repeat: the arms run
-interleaved, so a session offset moves both and cancels. Accept length uses per-request
+interleaved, so a session offset moves both and cancels. A record whose baseline was not
+measured alongside its drafter (``order.baseline_from``: shared from a sibling drafter;
+``order.interleaved`` false: blocked arms on one GPU) is judged unpaired: each repeat against
+the baseline's geometric mean, the baseline's spread carried into the test, and a block drift
+of ``SequentialPlan.block_drift`` (3%) allowed for either way (:func:`unpaired_reason`; the
+row's method says ``unpaired: ...``). Accept length uses per-request
 accept lengths when the samples carry them (a bootstrap over requests), per-repeat values
 otherwise. Looks, levels and the cap: :func:`gate_plan`.
 
