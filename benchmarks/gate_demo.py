@@ -9,6 +9,7 @@ false-positive rate of unchanged reruns under injected noise.
    the measured false-positive rate.
 
 Usage: .venv/bin/python benchmarks/gate_demo.py [--noise-runs 10]
+       .venv/bin/python benchmarks/gate_demo.py --write-results   (both results files, one command)
        .venv/bin/python benchmarks/gate_demo.py --simulate [--suites 50]   (figures of the
        sequential rule vs pytest-benchmark and asv; last output in results/gate_simulation.txt)
 
@@ -90,7 +91,18 @@ def main() -> int:
                         help="instead: the sequential rule (pytest_specenergy.gate.sequential) against "
                              "pytest-benchmark's and asv's rules on the same simulated 200-case suites")
     parser.add_argument("--suites", type=int, default=50, help="simulated suites per cell (--simulate)")
+    parser.add_argument("--write-results", action="store_true",
+                        help="regenerate results/gate_demo.txt and results/gate_simulation.txt (both runs)")
     args = parser.parse_args()
+    if args.write_results:
+        results = Path(__file__).resolve().parent / "results"
+        for name, extra in (("gate_demo.txt", ["--noise-runs", str(args.noise_runs)]),
+                            ("gate_simulation.txt", ["--simulate", "--suites", str(args.suites)])):
+            command = [sys.executable, __file__, *extra]
+            out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+            title = " ".join(["benchmarks/gate_demo.py", *extra])
+            (results / name).write_text(f"# {title}   (written by gate_demo.py --write-results)\n{out}")
+        return 0
     if args.simulate:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import gate_simulation as simulate

@@ -49,6 +49,7 @@ from pytest_specenergy.document import CaseRecord
 from pytest_specenergy.gate import fdr
 from pytest_specenergy.gate.compare import compare_case
 from pytest_specenergy.gate.compare import repeats_needed
+from pytest_specenergy.gate.limits import DEFAULT_BLOCK_DRIFT
 from pytest_specenergy.gate.sequential import IMPROVED
 from pytest_specenergy.gate.sequential import INCONCLUSIVE
 from pytest_specenergy.gate.sequential import REGRESSED
@@ -274,10 +275,12 @@ def _arm(values: np.ndarray) -> dict:
     return {"source": "simulated", "samples": samples}
 
 
-def _record(spec: np.ndarray, base: np.ndarray, reference: np.ndarray | None = None) -> CaseRecord:
-    """A run record with only what the gate reads, through the run document's own reader."""
+def _record(spec: np.ndarray, base: np.ndarray, reference: np.ndarray | None = None,
+            order: dict | None = None) -> CaseRecord:
+    """A run record with only what the gate reads, through the run document's own reader;
+    ``order`` is the measurement order the plugin records (interleaved, baseline_from)."""
     record = {"case_id": "simulated", "source": "simulated", "baseline": _arm(base),
-              "speculative": _arm(spec)}
+              "speculative": _arm(spec), "order": order or {}}
     if reference is not None:
         record["reference"] = _arm(reference)
         record["reference_drafter"] = {"id": "reference"}
@@ -339,6 +342,128 @@ def wired_agreement(scenario: Scenario, plan: SequentialPlan, seed: int, cases: 
         same_n += int(np.sum(np.asarray(used) == table.n_used))
         total += cases
     return agree, same_n, total
+
+
+# -- measurement orders and block drift, through Gatekeeper.judge -----------------------------
+#: The orders the plugin's measurer records (``measure/pairs.py``): interleaved with its own
+#: baseline (ABAB), interleaved against a baseline shared from a sibling drafter, blocked (one
+#: GPU: every baseline repeat, then every speculative one), blocked against a baseline measured
+#: ahead with a sibling.
+ORDERS = {
+    "interleaved": {"interleaved": True},
+    "shared": {"interleaved": True, "baseline_from": "sibling"},
+    "blocked": {"interleaved": False},
+    "blocked+shared": {"interleaved": False, "baseline_from": "sibling (measured ahead)"},
+}
+
+
+def _order_case(rng: np.random.Generator, order: str, mode: str, theta: float, drift: float, noise: float,
+                stored: int, cap: int, offset: float) -> tuple[np.ndarray, ...]:
+    """One case's per-repeat J/token up to the cap: (current spec, current base, stored spec,
+    stored base) in stored mode, (candidate, base, reference, None) in A/B mode.
+
+    Block drift ``drift`` is the adverse worst case: the later block costs that much more. In an
+    interleaved order it is a slow drift across the session that ABAB moves both arms through
+    alike (the speculative repeat half a cycle later); a sibling's speculative block (shared
+    baseline) and a blocked arm run a whole block after their baseline; in blocked A/B the
+    candidate's block is costlier than the reference's. The stored run is drift-free."""
+    level, ratio = math.log(rng.uniform(0.3, 3.0)), math.log(rng.uniform(0.5, 0.9))
+    paired_slow = order == "interleaved"
+    t = np.arange(cap) / max(cap - 1, 1)
+    slow = math.log1p(drift) * t if paired_slow else np.zeros(cap)
+    step = 0.5 * math.log1p(drift) / max(cap - 1, 1) if paired_slow else math.log1p(drift)
+    base = level + offset + slow + noise * rng.standard_normal(cap)
+    spec = level + ratio + offset + slow + step + noise * rng.standard_normal(cap)
+    if mode == "a/b":
+        ref = level + ratio + offset + slow + noise * rng.standard_normal(cap)
+        if order.startswith("blocked"):  # the candidate's block against the reference's: drift between them
+            spec = spec - step + math.log1p(drift)
+        elif paired_slow:
+            ref = ref + step
+        else:  # interleaved, shared baseline: candidate and reference still alternate
+            spec, ref = spec - step + math.log1p(drift) / 2, ref + math.log1p(drift) / 2
+        return np.exp(spec + theta), np.exp(base), np.exp(ref), None
+    ref_base = level + noise * rng.standard_normal(stored)
+    ref_spec = level + ratio + noise * rng.standard_normal(stored)
+    return np.exp(spec + theta), np.exp(base), np.exp(ref_spec), np.exp(ref_base)
+
+
+def order_drift_table(plan: SequentialPlan, seed: int, cases: int = 200, noise: float = 0.03,
+                      drifts: Sequence[float] = (0.0, 0.01, 0.02, 0.03), stored: int = 15,
+                      modes: Sequence[str] = ("stored", "a/b"),
+                      changes: Sequence[float] = (0.0, 0.05, 0.10)) -> list[tuple]:
+    """Per order x mode x block drift x true change: (P(REGRESSED), P(INCONCLUSIVE at the
+    cap), P(passed: unchanged or improved), mean current repeats), every case a run record
+    with the plugin's ``order`` judged by ``Gatekeeper.judge`` (stored mode: against a stored
+    record of the same order with ``stored`` repeats, as the history serves it), repeats added
+    per ``NeedsRepeats`` as the settle loop does. Session offset +-U(2%,3%) per case."""
+    from pytest_specenergy.document import RunDocument
+    from pytest_specenergy.gate.gatekeeper import Gatekeeper
+    from pytest_specenergy.gate.gatekeeper import NeedsRepeats
+    from pytest_specenergy.gate.limits import parse_fail_expr
+    from pytest_specenergy.gate.verdict import Verdict as GateVerdict
+
+    class OneRun:  # the run history holding one stored document
+        document: RunDocument
+
+        def find_any(self, machine_key: str, reference: str) -> Path:
+            return Path("stored.json")
+
+        def load(self, path: Path) -> RunDocument:
+            return self.document
+
+    limits = [parse_fail_expr("energy_ratio:5%")]
+    rng = np.random.default_rng(seed)
+    rows = []
+    for order, recorded in ORDERS.items():
+        for mode in modes:
+            for drift in drifts:
+                for change in changes:
+                    runs = OneRun()
+                    counts = {"regressed": 0, "inconclusive": 0, "passed": 0}
+                    used = []
+                    for _ in range(cases):
+                        offset = rng.uniform(0.02, 0.03) * rng.choice([-1.0, 1.0])
+                        spec, base, other, other_base = _order_case(rng, order, mode, math.log1p(change), drift,
+                                                                    noise, stored, plan.cap, offset)
+                        if other_base is not None:
+                            stored_record = replace(_record(other, other_base, order=recorded), nodeid="t")
+                            runs.document = RunDocument(results=(stored_record,), machine_key="k")
+                        # A gatekeeper per case: it reads its stored run once per session.
+                        gate = Gatekeeper(runs=runs, compare=None if mode == "a/b" else "stored",  # type: ignore[arg-type]
+                                          plan=plan)
+                        n = plan.start
+                        while True:
+                            record = _record(spec[:n], base[:n], other[:n] if mode == "a/b" else None,
+                                             order=recorded)
+                            decision = gate.judge(replace(record, nodeid="t", machine_key="k"), limits)
+                            if isinstance(decision, NeedsRepeats):
+                                n += decision.extra
+                                continue
+                            break
+                        verdict = decision.comparison.verdict if decision.comparison else None
+                        key = ("regressed" if verdict is GateVerdict.REGRESSED else
+                               "inconclusive" if verdict is GateVerdict.INCONCLUSIVE else "passed")
+                        counts[key] += 1
+                        used.append(n)
+                    rows.append((order, mode, drift, change, counts["regressed"] / cases,
+                                 counts["inconclusive"] / cases, counts["passed"] / cases, float(np.mean(used))))
+    return rows
+
+
+def format_order_table(rows: Sequence[tuple], plan: SequentialPlan, cases: int, stored: int) -> list[str]:
+    """The order x drift table as printed lines."""
+    lines = [f"Measurement orders and block drift through Gatekeeper.judge (energy_ratio:5%, 3% per-arm noise, "
+             f"{cases} cases per cell, stored runs of {stored} repeats in the same order, plan {plan.start}.."
+             f"{plan.cap}, block drift allowance {plan.block_drift:.0%}): REG / INC / passed, mean repeats. "
+             "The drift is the adverse worst case (the later block costlier); bound alpha = "
+             f"{plan.alpha:g} at the limit (+5%).",
+             f"{'order':<15} {'mode':<7} {'drift':>5} {'change':>6} {'REG':>6} {'INC':>6} {'passed':>6} {'reps':>5}"]
+    for order, mode, drift, change, reg, inc, ok, reps in rows:
+        flag = "  <- above alpha" if abs(change - 0.05) < 1e-9 and reg > plan.alpha + 0.02 else ""
+        lines.append(f"{order:<15} {mode:<7} {drift:>5.0%} {change:>+6.0%} {reg:>6.1%} {inc:>6.1%} {ok:>6.1%} "
+                     f"{reps:>5.1f}{flag}")
+    return lines
 
 
 # -- the tables -------------------------------------------------------------------------------
@@ -675,6 +800,8 @@ def format_report(noises: Sequence[float], modes: Sequence[str], plan: Sequentia
               f"{'noise':>5} {'P(REG) unchanged':>16} {'INCONCLUSIVE':>12} {'P(REG) +10%':>11} {'bare 5% rule':>12}"]
     for noise, false, inc, power, point in latency_table(plan, seed + 6, sessions=max(100, 8 * suites)):
         lines.append(f"{noise:>5.0%} {false:>16.2%} {inc:>12.1%} {power:>11.1%} {point:>12.1%}")
+    order_cases = max(50, 2 * suites)
+    lines += [""] + format_order_table(order_drift_table(plan, seed + 7, cases=order_cases), plan, order_cases, 15)
     lines += ["", "The figures are the wired gate's: the same samples run through the plugin's own path "
               "(run records -> Gatekeeper.judge / compare_case, repeats added per NeedsRepeats as the "
               "settle loop does) give the same verdicts and repeat counts as the tables' engine "
@@ -700,9 +827,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--start", type=int, default=3)
     parser.add_argument("--step", type=int, default=2)
     parser.add_argument("--cap", type=int, default=11)
+    parser.add_argument("--block-drift", type=float, default=DEFAULT_BLOCK_DRIFT,
+                        help="the gate's block drift allowance for unpaired arms")
     args = parser.parse_args(argv)
     plan = SequentialPlan(start=args.start, step=args.step, cap=args.cap, alpha=args.alpha,
-                          spending=args.spending)
+                          spending=args.spending, block_drift=args.block_drift)
     began = time.monotonic()
     print(format_report((0.01, 0.03, 0.05), MODES, plan, 10 if args.quick else args.suites, args.seed))
     print(f"\n({time.monotonic() - began:.0f} s)")

@@ -217,6 +217,10 @@ class SpecEnergyConfig:
                       "(roofline model of the reference server's work trace; presets h100, h200), or auto "
                       "(nvml for engines on a GPU, else modeled:h200)", _meter)
     repeats: int = _opt("repeats", 3, "measured repeats per arm; every per-repeat sample is kept", _positive_int)
+    save_repeats: int = _opt("save-repeats", 15, "measured repeats per arm of a run saved to the history "
+                             "(--specenergy-save, --specenergy-autosave), when above --specenergy-repeats: a "
+                             "stored run's repeats bound the power of every comparison made against it "
+                             "(15: 84% at a true +10% under energy:5% at 3% noise)", _positive_int)
     warmup: int | None = _opt("warmup", "auto", "discarded warm-up runs per arm before measuring; auto = 1 "
                               "with a measured meter, 0 with a modeled one (it charges the work trace, which a "
                               "warm-up does not change)", _warmup,
@@ -323,10 +327,17 @@ class SpecEnergyConfig:
         except Exception:  # noqa: BLE001 - no library, no driver: NVML raises its own types
             return True
 
+    @property
+    def measured_repeats(self) -> int:
+        """Repeats per arm this run measures first: ``save_repeats`` for a run saved to the
+        history (the baseline of later comparisons), else ``repeats``."""
+        saving = bool(self.save or self.autosave)
+        return max(self.repeats, self.save_repeats) if saving else self.repeats
+
     def header(self) -> str:
         """The session header line: the measurement options and what is compared."""
         gate = (f" compare={self.compare}" if self.compare else "") + (f" golden={self.golden}" if self.golden else "")
-        return (f"specenergy: engine={self.engine} meter={self.meter} repeats={self.repeats} "
+        return (f"specenergy: engine={self.engine} meter={self.meter} repeats={self.measured_repeats} "
                 f"warmup={'auto' if self.warmup is None else self.warmup}{gate}")
 
     def pair_measurer(self, meter_factory: Callable[[str, Any], Any],
@@ -340,7 +351,8 @@ class SpecEnergyConfig:
         pool = EnginePool(self.log_dir, self.startup_timeout, request_timeout_s=self.request_timeout,
                           progress=progress)
         return PairMeasurer(log_dir=self.log_dir, startup_timeout=self.startup_timeout, meter=self.meter,
-                            repeats=self.repeats, warmup=self.warmup, meter_factory=meter_factory, pool=pool,
+                            repeats=self.measured_repeats, warmup=self.warmup, meter_factory=meter_factory,
+                            pool=pool,
                             cooldown_s=self.cooldown, draft_removal=self.draft_removal, progress=progress)
 
     def gatekeeper(self, gated_comparisons: int) -> Any:

@@ -17,7 +17,12 @@ Against a stored run the current per-repeat values meet the stored ones in Welch
 logs for relative limits, on values for absolute ones); in-job A/B (:func:`compare_in_job`)
 pairs sample i of candidate and reference (one repeat cycle) in a paired t. The energy
 default is the within-session ratio speculative/baseline per repeat: the arms run
-interleaved, so a session offset moves both and cancels. Accept length uses per-request
+interleaved, so a session offset moves both and cancels. A record whose baseline was not
+measured alongside its drafter (``order.baseline_from``: shared from a sibling drafter;
+``order.interleaved`` false: blocked arms on one GPU) is judged unpaired: each repeat against
+the baseline's geometric mean, the baseline's spread carried into the test, and a block drift
+of ``SequentialPlan.block_drift`` (3%) allowed for either way (:func:`unpaired_reason`; the
+row's method says ``unpaired: ...``). Accept length uses per-request
 accept lengths when the samples carry them (a bootstrap over requests), per-repeat values
 otherwise. Looks, levels and the cap: :func:`gate_plan`.
 
@@ -50,6 +55,7 @@ import pytest_specenergy.measure.metrics as metrics
 from pytest_specenergy.document import CaseRecord
 from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.limits import DEFAULT_ALPHA
+from pytest_specenergy.gate.limits import DEFAULT_BLOCK_DRIFT
 from pytest_specenergy.gate.limits import DEFAULT_CAP
 from pytest_specenergy.gate.limits import GATE_METRICS
 from pytest_specenergy.gate.limits import FailLimit
@@ -200,12 +206,43 @@ _PAIR_METRICS = {
 }
 
 
+def unpaired_reason(record: CaseRecord) -> str | None:
+    """Why ``record``'s baseline repeats cannot be paired with its drafter arms by index, or
+    None when they can (``record.order``: interleaved, the baseline measured with this case).
+
+    A baseline shared from another case (``order.baseline_from``) was measured at another time,
+    and blocked arms (``order.interleaved`` false: one GPU, one engine at a time) ran one after
+    the other: repeat i of the baseline shares no drift with repeat i of the drafter then.
+    """
+    order = record.order or {}
+    if order.get("baseline_from"):
+        return f"baseline shared from {order['baseline_from']}"
+    if order.get("interleaved") is False:
+        return "arms blocked (one engine at a time)"
+    if len(record.baseline.samples) != len(record.speculative.samples):
+        return "baseline and speculative repeat counts differ"
+    return None
+
+
+def _baseline_level(record: CaseRecord, key: str) -> tuple[float | None, float, int]:
+    """(geometric mean, variance of that mean on the log scale, its degrees of freedom) of
+    the baseline arm's per-repeat ``key``; (None, nan, 0) without positive values."""
+    logs = [math.log(float(v)) for v in record.baseline.values(key) if _positive(v)]
+    if not logs:
+        return None, math.nan, 0
+    var = float(np.var(logs, ddof=1)) / len(logs) if len(logs) > 1 else math.nan
+    return math.exp(sum(logs) / len(logs)), var, len(logs) - 1
+
+
 def arm_repeat_values(record: CaseRecord, metric: str, arm: str = "speculative") -> list[float | None]:
     """Per-repeat values of ``metric`` for a drafter arm (``speculative`` or ``reference``),
-    one entry per repeat cycle, None where a repeat cannot give it.
+    one entry per repeat, None where a repeat cannot give it.
 
-    Pair metrics use the baseline sample of the same cycle: the arms run interleaved ABAB,
-    so repeat i of each arm pairs up and a session offset or slow drift cancels.
+    Pair metrics use the baseline sample of the same cycle where the arms ran interleaved
+    with a baseline of their own (repeat i of each arm pairs up, so a session offset or slow
+    drift cancels); otherwise (:func:`unpaired_reason`) each repeat against the baseline's
+    geometric mean over all its repeats, whose own spread the gate carries into the test
+    (:func:`baseline_spread`).
     """
     drafter = record.arm(arm)
     if drafter is None:
@@ -213,8 +250,40 @@ def arm_repeat_values(record: CaseRecord, metric: str, arm: str = "speculative")
     if metric not in _PAIR_METRICS:
         return [None if v is None else float(v) for v in drafter.values(metric)]
     key, combine = _PAIR_METRICS[metric]
+    if unpaired_reason(record) is not None:
+        level = _baseline_level(record, key)[0]
+        return [combine(level, float(s)) if level is not None and _positive(s) else None
+                for s in drafter.values(key)]
     pairs = zip(record.baseline.values(key), drafter.values(key))
     return [combine(float(b), float(s)) if _positive(b) and _positive(s) else None for b, s in pairs]
+
+
+@dataclass(frozen=True)
+class BaselineSpread:
+    """An unpaired record's baseline uncertainty in a pair metric: the variance of the log of
+    the baseline's geometric mean (shared by every repeat's value, so more drafter repeats do
+    not shrink it), its degrees of freedom, and the factor that takes a log-scale amount to the
+    metric's own scale at its level (|d value / d log baseline|)."""
+
+    var_log: float
+    df: float
+    scale: float
+
+
+def baseline_spread(record: CaseRecord, metric: str, values: Sequence[float]) -> BaselineSpread | None:
+    """The :class:`BaselineSpread` of an unpaired record's pair metric (None for a paired
+    record or a per-arm metric); ``var_log`` is nan with fewer than 2 baseline repeats."""
+    if metric not in _PAIR_METRICS or unpaired_reason(record) is None:
+        return None
+    _, var, df = _baseline_level(record, _PAIR_METRICS[metric][0])
+    level = sum(values) / len(values) if values else math.nan
+    # q = s / b and speedup = b / s move by their own level per unit of log b; saving = 1 - s / b by 1 - saving.
+    scale = abs(1.0 - level) if metric == "energy_saving" else abs(level)
+    return BaselineSpread(var, float(df), scale)
+
+
+#: Metrics a block drift moves (energy and time); counters such as accept length it does not.
+_DRIFTING = frozenset(_PAIR_METRICS) | {"energy_per_token", "tbt_ms"}
 
 
 def request_accept_lengths(record: CaseRecord, arm: str = "speculative") -> list[float] | None:
@@ -239,18 +308,25 @@ def metric_samples(record: CaseRecord, metric: str) -> list[float]:
 
 
 # -- comparison ---------------------------------------------------------------------------
-def gate_plan(alpha: float = DEFAULT_ALPHA, repeats: int = 3, cap: int = DEFAULT_CAP) -> SequentialPlan:
+def gate_plan(alpha: float = DEFAULT_ALPHA, repeats: int = 3, cap: int = DEFAULT_CAP,
+              block_drift: float = DEFAULT_BLOCK_DRIFT) -> SequentialPlan:
     """The gate's sequential plan: looks at ``repeats``, ``repeats + 2``, ... and at ``cap``
-    repeats (at least 2 repeats for the first look), REGRESSED at total level ``alpha``."""
+    repeats (at least 2 repeats for the first look), REGRESSED at total level ``alpha``;
+    comparisons of arms not measured alongside each other allow ``block_drift`` either way."""
     start = max(2, int(repeats))
-    return SequentialPlan(start=start, step=2, cap=max(int(cap), start), alpha=alpha)
+    return SequentialPlan(start=start, step=2, cap=max(int(cap), start), alpha=alpha,
+                          block_drift=block_drift)
 
 
 def _sequential(limit: FailLimit, base: list[float], cur: list[float], b: float, plan: SequentialPlan,
                 paired: bool, requests: tuple[list[float], list[float]] | None,
-                seed: int, resamples: int) -> tuple[sequential.SequentialResult | None, str]:
-    """The sequential verdict of one per-repeat metric, or (None, why it cannot be judged)."""
+                seed: int, resamples: int, spreads: Sequence[BaselineSpread] = (),
+                drift: float = 0.0) -> tuple[sequential.SequentialResult | None, str]:
+    """The sequential verdict of one per-repeat metric, or (None, why it cannot be judged).
+    ``spreads``: unpaired baselines' uncertainty (current and stored side); ``drift``: the
+    block drift allowed for (a fraction), both carried into the test on the limit's scale."""
     absolute, threshold = not limit.relative, limit.threshold
+    level = abs(b)
     if not absolute and min(base + cur) <= 0:
         # A relative limit on values that reach zero (a drafter accepting nothing): the same
         # limit as an amount at the baseline's level, so a collapse still regresses.
@@ -258,6 +334,19 @@ def _sequential(limit: FailLimit, base: list[float], cur: list[float], b: float,
             return None, (f"a relative limit needs a positive baseline value, got {b:.4g}; use "
                           f"an absolute limit ({limit.metric}:<amount in {limit.unit}>)")
         absolute, threshold = True, limit.threshold * abs(b)
+    if any(not math.isfinite(s.var_log) for s in spreads):
+        return None, (f"{limit.metric}: an unpaired baseline needs at least 2 repeats to carry "
+                      "its spread into the test")
+    # Amounts on the log scale for a relative limit, else in the metric's unit at its level.
+    terms = [s.var_log * (1.0 if not absolute else s.scale ** 2) for s in spreads]
+    extra = {}
+    if terms:
+        total = sum(terms)
+        dfs = sum(t * t / max(s.df, 1.0) for t, s in zip(terms, spreads))
+        extra = {"session_sd": math.sqrt(total), "session_df": total * total / dfs if dfs > 0 else None}
+    if drift:
+        scale = max((s.scale for s in spreads), default=level) if absolute else 1.0
+        extra["drift"] = drift * scale if absolute else math.log1p(drift)
     try:
         if requests is not None:
             ref_req, cur_req = requests
@@ -270,14 +359,14 @@ def _sequential(limit: FailLimit, base: list[float], cur: list[float], b: float,
                 resamples=resamples, seed=seed)
         elif paired:
             result = sequential.compare_paired(cur, base, limit=threshold, worse=limit.worse,
-                                               plan=plan, absolute=absolute)
+                                               plan=plan, absolute=absolute, drift=extra.get("drift", 0.0))
         else:
             if len(base) < 2:
                 return None, (f"the stored baseline has {len(base)} repeat of {limit.metric}; "
                               "the sequential rule needs at least 2 (save it with "
                               "--specenergy-repeats=3 or more)")
             result = sequential.compare_stored(cur, base, limit=threshold, worse=limit.worse,
-                                               plan=plan, absolute=absolute)
+                                               plan=plan, absolute=absolute, **extra)
     except ValueError as exc:
         return None, f"{limit.metric} cannot be judged: {exc}"
     return result, ""
@@ -287,8 +376,14 @@ def compare_metric(limit: FailLimit, base: Sequence[float], cur: Sequence[float]
                    alpha: float = DEFAULT_ALPHA, *, plan: SequentialPlan | None = None,
                    paired: bool = False,
                    requests: tuple[list[float], list[float]] | None = None,
-                   seed: int = 0, resamples: int = 5000) -> MetricRow:
+                   seed: int = 0, resamples: int = 5000, spreads: Sequence[BaselineSpread] = (),
+                   drift: float = 0.0, unpaired: str = "") -> MetricRow:
     """Compare one metric's reference and current samples under ``limit``.
+
+    ``spreads``, ``drift``, ``unpaired``: a comparison whose arms were not measured alongside
+    their baseline (:func:`unpaired_reason`, named in ``unpaired``) carries each unpaired
+    baseline's spread into the test and allows for a block drift of ``drift`` either way
+    (``SequentialPlan.block_drift``); the row's method says so.
 
     Per-repeat metrics follow the sequential rule (``gate/sequential.py``) under ``plan``
     (default :func:`gate_plan` at ``alpha``): Welch's t against a stored run, a paired t for
@@ -318,7 +413,7 @@ def compare_metric(limit: FailLimit, base: Sequence[float], cur: Sequence[float]
         return MetricRow(limit.metric, limit.stat, info.unit, b, c, c - b, change_rel, limit,
                          None, "deterministic", n_b, n_c, None, verdict, note)
     result, why = _sequential(limit, base, cur, b, plan or gate_plan(alpha), paired, requests,
-                              seed, resamples)
+                              seed, resamples, spreads, drift if requests is None else 0.0)
     if result is None:
         return MetricRow(limit.metric, limit.stat, info.unit, b, c, c - b, change_rel, limit,
                          None, "none", n_b, n_c, None, Verdict.INCOMPARABLE, why)
@@ -329,7 +424,8 @@ def compare_metric(limit: FailLimit, base: Sequence[float], cur: Sequence[float]
                         f"{result.looks}); more repeats would decide")
     elif verdict is Verdict.IMPROVED:
         notes.insert(0, "better beyond the limit: consider updating the baseline")
-    method = f"sequential {result.method}, look {max(result.look, 1)}/{result.looks}"
+    how = f"{result.method}, unpaired: {unpaired}" if unpaired and requests is None else result.method
+    method = f"sequential {how}, look {max(result.look, 1)}/{result.looks}"
     return MetricRow(limit.metric, limit.stat, info.unit, b, c, c - b, change_rel, limit,
                      result.p_value, method, n_b, n_c, tuple(result.interval), verdict,
                      "; ".join(notes), p_sequential=result.p_sequential,
@@ -367,13 +463,26 @@ def compare_case(baseline_record: CaseRecord | None, current_record: CaseRecord,
     if reasons:
         return CaseComparison(case_id, Verdict.INCOMPARABLE, (), tuple(reasons), alpha)
     plan = plan or gate_plan(alpha)
-    rows = [compare_metric(limit, metric_samples(baseline_record, limit.metric),
-                           metric_samples(current_record, limit.metric), alpha, plan=plan,
-                           requests=_accept_requests(limit, baseline_record, "speculative", current_record),
-                           seed=seed, resamples=resamples)
-            for limit in limits]
+    rows = [_stored_row(limit, baseline_record, current_record, alpha, plan, seed, resamples) for limit in limits]
     rows = [_with_ties(r, baseline_record.ties, current_record.ties) for r in rows]
     return CaseComparison(case_id, worst(r.verdict for r in rows), tuple(rows), (), alpha)
+
+
+def _stored_row(limit: FailLimit, baseline_record: CaseRecord, current_record: CaseRecord, alpha: float,
+                plan: SequentialPlan, seed: int, resamples: int) -> MetricRow:
+    """One metric of a case against its stored record. A pair metric of a record whose
+    baseline was not measured alongside its drafter (:func:`unpaired_reason`, either side) is
+    judged unpaired: the baseline's spread carried in, the plan's block drift allowed for."""
+    base, cur = metric_samples(baseline_record, limit.metric), metric_samples(current_record, limit.metric)
+    spreads = [s for s in (baseline_spread(baseline_record, limit.metric, base),
+                           baseline_spread(current_record, limit.metric, cur)) if s is not None]
+    why = [f"{side} {r}" for side, r in (("current", unpaired_reason(current_record)),
+                                        ("stored", unpaired_reason(baseline_record))) if r]
+    unpaired = "; ".join(why) if limit.metric in _PAIR_METRICS else ""
+    return compare_metric(limit, base, cur, alpha, plan=plan,
+                          requests=_accept_requests(limit, baseline_record, "speculative", current_record),
+                          seed=seed, resamples=resamples, spreads=spreads,
+                          drift=plan.block_drift if unpaired else 0.0, unpaired=unpaired)
 
 
 def _with_ties(row: MetricRow, baseline_ties: int, current_ties: int, baseline_side: str = "baseline"
@@ -433,9 +542,12 @@ def compare_in_job(record: CaseRecord, limits: Sequence[FailLimit],
             rows.append(_with_ties(row, record.reference_ties, record.ties, "reference"))
             continue
         ref, cand = _paired_values(record, limit.metric)
+        # Blocked arms: the candidate's and the reference's repeats ran in separate blocks.
+        blocked = (record.order or {}).get("interleaved") is False and limit.metric in _DRIFTING
         rows.append(compare_metric(limit, ref, cand, alpha, plan=plan, paired=True,
                                    requests=_accept_requests(limit, record, "reference", record),
-                                   seed=seed, resamples=resamples))
+                                   seed=seed, resamples=resamples, drift=plan.block_drift if blocked else 0.0,
+                                   unpaired="candidate and reference arms blocked" if blocked else ""))
     return CaseComparison(case_id, worst(r.verdict for r in rows), tuple(rows), (), alpha, reference=label)
 
 
@@ -483,5 +595,5 @@ def resolve_inconclusive(policy: str, comparison: CaseComparison | None = None,
 __all__ = ["CaseComparison", "DEFAULT_ALPHA", "DEFAULT_CAP", "INCONCLUSIVE_POLICIES", "MetricRow",
            "Resolution", "Verdict", "arm_repeat_values", "comparable", "compare_case",
            "compare_documents", "compare_in_job", "compare_metric", "document_run_info", "gate_plan",
-           "metric_samples", "repeats_needed",
+           "metric_samples", "repeats_needed", "baseline_spread", "BaselineSpread", "unpaired_reason",
            "request_accept_lengths", "resolve_inconclusive", "run_info"]

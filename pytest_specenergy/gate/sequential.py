@@ -104,8 +104,13 @@ class SequentialPlan:
     beta: float = 0.05
     spending: str = "final"
     interim_share: float = 0.02
+    #: The block drift allowed for, either way, between arms not measured alongside each other
+    #: (a fraction; the gate applies it to such comparisons only: see ``gate/compare.py``).
+    block_drift: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.block_drift < 0.5:
+            raise ValueError(f"block_drift must lie in [0, 0.5), got {self.block_drift!r}")
         if self.start < 2:
             raise ValueError(f"start must be at least 2 repeats (a spread needs two), got {self.start}")
         if self.step < 1:
@@ -159,7 +164,8 @@ class SequentialPlan:
         return (f"looks at {', '.join(map(str, self.looks))} repeats; REGRESSED levels "
                 f"(repeats:alpha) {levels} (total {self.alpha:g}, {self.spending} spending); "
                 f"UNCHANGED/IMPROVED at {self.beta:g} per look; INCONCLUSIVE at the cap stays "
-                "INCONCLUSIVE")
+                "INCONCLUSIVE" + (f"; unpaired arms allow {self.block_drift:.1%} block drift"
+                                  if self.block_drift else ""))
 
 
 DEFAULT_PLAN = SequentialPlan()
@@ -266,21 +272,33 @@ def _prefix_moments(x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _look_stats(current: np.ndarray, reference: np.ndarray | None, n: int,
-                ref_moments: tuple[np.ndarray, np.ndarray] | None
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                ref_moments: tuple[np.ndarray, np.ndarray] | None, session_sd: float = 0.0,
+                session_df: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(estimate, standard error, degrees of freedom) at a look of ``n`` current repeats.
+    ``session_sd`` is added in quadrature; with ``session_df`` (the degrees of freedom of its
+    estimate: an unpaired baseline's repeats - 1) it enters Welch-Satterthwaite's df too."""
     mean_c, var_c = _prefix_moments(current, n)
+    a = var_c / n
     if reference is None:  # paired: current holds per-repeat log differences
-        se = np.sqrt(var_c / n)
-        return mean_c, se, np.full(current.shape[0], float(n - 1))
-    assert ref_moments is not None
-    mean_r, var_r = ref_moments
-    m = reference.shape[1]
-    a, b = var_c / n, var_r / m
-    se = np.sqrt(a + b)
+        est, b, terms = mean_c, np.zeros_like(a), a * a / (n - 1)
+    else:
+        assert ref_moments is not None
+        mean_r, var_r = ref_moments
+        m = reference.shape[1]
+        est, b = mean_c - mean_r, var_r / m
+        terms = a * a / (n - 1) + b * b / (m - 1)
+    c = session_sd ** 2
+    if session_df is not None:
+        terms = terms + c * c / session_df
+        total = a + b + c
+    else:  # the component is a declared constant: the df of the sampled terms only
+        total = a + b
     with np.errstate(divide="ignore", invalid="ignore"):
-        df = (a + b) ** 2 / (a * a / (n - 1) + b * b / (m - 1))
+        df = total ** 2 / terms
+    if reference is None and session_df is None:
+        df = np.full(current.shape[0], float(n - 1))
     df = np.where(np.isfinite(df) & (df > 0), df, np.inf)
-    return mean_c - mean_r, se, df
+    return est, np.sqrt(a + b + c), df
 
 
 def _tail_p(z_num: np.ndarray, se: np.ndarray, df: np.ndarray, upper: bool) -> np.ndarray:
@@ -295,7 +313,8 @@ def _tail_p(z_num: np.ndarray, se: np.ndarray, df: np.ndarray, upper: bool) -> n
 
 def sequential_arrays(current: ArrayLike, reference: ArrayLike | None = None, *, limit: float,
                       worse: str = "up", plan: SequentialPlan = DEFAULT_PLAN,
-                      session_sd: float = 0.0, absolute: bool = False) -> SequentialArrays:
+                      session_sd: float = 0.0, absolute: bool = False, drift: float = 0.0,
+                      session_df: float | None = None) -> SequentialArrays:
     """Run the sequential rule on many cases at once.
 
     ``current`` is an (N, n) array of log values: per-repeat log differences for a paired
@@ -312,7 +331,17 @@ def sequential_arrays(current: ArrayLike, reference: ArrayLike | None = None, *,
     ``absolute``: the values are plain values (not logs) and ``limit`` is an amount in their
     unit: the same rule on the difference scale (for limits such as ``energy_saving:2%``,
     which means 2 points, or ``accept_length:0.1``).
+
+    ``drift`` (same scale as the estimate, default 0): a bias the data cannot reveal and that
+    may lie either way up to this size - the block drift between arms that were not measured
+    alongside each other (blocked arms on one GPU, a baseline shared from another case). The
+    estimate is moved against each verdict by it: REGRESSED iff the lower bound still lies
+    beyond the limit after subtracting ``drift``, UNCHANGED / IMPROVED iff the upper bound plus
+    ``drift`` lies inside. So P(REGRESSED) <= alpha at the limit for any bias within ``drift``.
+    ``session_df``: the degrees of freedom of ``session_sd`` when it is an estimate.
     """
+    if not drift >= 0:
+        raise ValueError(f"drift must be non-negative, got {drift!r}")
     if not session_sd >= 0:
         raise ValueError(f"session_sd must be non-negative, got {session_sd!r}")
     x = np.atleast_2d(np.asarray(current, dtype=float))
@@ -336,23 +365,22 @@ def sequential_arrays(current: ArrayLike, reference: ArrayLike | None = None, *,
     if last == 0:  # not even the first look's repeats yet
         if n >= 2:
             ref_m = None if y is None else _prefix_moments(y, y.shape[1])
-            e, s, d = _look_stats(x, y, n, ref_m)
-            s = np.hypot(s, session_sd)
+            e, s, d = _look_stats(x, y, n, ref_m, session_sd, session_df)
             est, se_out, df_out = e, s, d
-            p_out = _tail_p((e - reg_bound) if up else (reg_bound - e), s, d, upper=True)
+            p_out = _tail_p(((e - reg_bound) if up else (reg_bound - e)) - drift, s, d, upper=True)
         return SequentialArrays(code, look, n_used, est, se_out, df_out, p_out, p_seq)
     ref_m = None if y is None else _prefix_moments(y, y.shape[1])
     open_ = np.ones(rows, dtype=bool)
     for k in range(1, last + 1):
         size = n if k == last else plan.looks[k - 1]
-        e, s, d = _look_stats(x, y, size, ref_m)
-        s = np.hypot(s, session_sd)
-        # p of H0 "within the limit": the data's distance beyond the regression bound.
+        e, s, d = _look_stats(x, y, size, ref_m, session_sd, session_df)
+        # p of H0 "within the limit": the data's distance beyond the regression bound, less
+        # the drift that could have put it there (and, for the other verdicts, hidden it).
         beyond = (e - reg_bound) if up else (reg_bound - e)
-        p_reg = _tail_p(beyond, s, d, upper=True)
-        p_ok = _tail_p(beyond, s, d, upper=False)  # H0: at or beyond the limit
+        p_reg = _tail_p(beyond - drift, s, d, upper=True)
+        p_ok = _tail_p(beyond + drift, s, d, upper=False)  # H0: at or beyond the limit
         better = (imp_bound - e) if up else (e - imp_bound)  # > 0: beyond the better limit
-        p_imp = _tail_p(better, s, d, upper=True) if math.isfinite(imp_bound) else np.ones(rows)
+        p_imp = _tail_p(better - drift, s, d, upper=True) if math.isfinite(imp_bound) else np.ones(rows)
         p_seq = np.where(open_, np.minimum(p_seq, p_reg / plan.weights[k - 1]), p_seq)
         new = np.where(p_reg <= plan.alpha_at(k), REGRESSED,
                        np.where(p_ok <= plan.beta,
@@ -391,9 +419,14 @@ def _projection(est: float, se_per_unit: float, ref_var_term: float, bound: floa
     return int(math.ceil(se_per_unit ** 2 / room))
 
 
+def rel_text(amount: float, absolute: bool) -> str:
+    """A drift amount in words: a relative one (log scale) as a percentage."""
+    return f"{amount:.4g}" if absolute else f"{math.expm1(amount):.1%}"
+
+
 def _result(arrays: SequentialArrays, *, limit: float, worse: str, plan: SequentialPlan,
             n_current: int, n_reference: int, method: str, var_c: float,
-            ref_var_term: float, absolute: bool = False) -> SequentialResult:
+            ref_var_term: float, absolute: bool = False, drift: float = 0.0) -> SequentialResult:
     code = int(arrays.code[0])
     look = int(arrays.look[0])
     est, se, df = float(arrays.estimate[0]), float(arrays.se[0]), float(arrays.df[0])
@@ -419,11 +452,16 @@ def _result(arrays: SequentialArrays, *, limit: float, worse: str, plan: Sequent
         low = high = est
     else:
         low, high = -math.inf, math.inf
+    low, high = low - drift, high + drift  # the decision interval: what a bias within drift allows
+    if drift:
+        notes.append(f"block drift allowance {rel_text(drift, absolute)} either way (arms not measured "
+                     "alongside each other)")
     projected = None
     if verdict is Verdict.INCONCLUSIVE and math.isfinite(est):
         worse_side = (est > reg_bound) if worse == "up" else (est < reg_bound)
         level = plan.alpha_at(len(plan.looks)) if worse_side else plan.beta
-        projected = _projection(est, math.sqrt(var_c), ref_var_term, reg_bound, level)
+        shifted = reg_bound + drift if (worse == "up") == worse_side else reg_bound - drift
+        projected = _projection(est, math.sqrt(var_c), ref_var_term, shifted, level)
         if projected is not None:
             projected = max(projected, n_current + max(more, 1))
         elif ref_var_term > 0:
@@ -448,7 +486,8 @@ def _finite(values: ArrayLike, what: str) -> np.ndarray:
 
 def compare_stored(current: ArrayLike, reference: ArrayLike, *, limit: float, worse: str = "up",
                    plan: SequentialPlan = DEFAULT_PLAN, session_sd: float = 0.0,
-                   absolute: bool = False) -> SequentialResult:
+                   absolute: bool = False, drift: float = 0.0,
+                   session_df: float | None = None) -> SequentialResult:
     """Current run's per-repeat values (e.g. session ratios) against a stored run's.
 
     Welch's t on log values; the stored side is fixed, the current side grows with the plan.
@@ -456,6 +495,7 @@ def compare_stored(current: ArrayLike, reference: ArrayLike, *, limit: float, wo
     current repeat count reaches. ``session_sd``: see :func:`sequential_arrays` (the spread of
     an unchanged case's ratio across stored sessions estimates it). ``absolute``: Welch's t on
     the values themselves, ``limit`` an amount in their unit (values may be zero or negative).
+    ``drift``, ``session_df``: see :func:`sequential_arrays`.
     """
     check = _finite if absolute else _positive
     cur, ref = check(current, "current samples"), check(reference, "reference samples")
@@ -470,25 +510,28 @@ def compare_stored(current: ArrayLike, reference: ArrayLike, *, limit: float, wo
                                   np.array([np.nan]), np.ones(1), np.ones(1))
     else:
         arrays = sequential_arrays(x[None, :], y[None, :], limit=limit, worse=worse, plan=plan,
-                                   session_sd=session_sd, absolute=absolute)
+                                   session_sd=session_sd, absolute=absolute, drift=drift,
+                                   session_df=session_df)
     used = int(arrays.n_used[0])
     var_c = float(np.var(x[:used], ddof=1)) if used > 1 else math.nan
     var_r = float(np.var(y, ddof=1))
     return _result(arrays, limit=limit, worse=worse, plan=plan, n_current=used,
                    n_reference=int(ref.size),
                    method="welch-t on differences" if absolute else "welch-t on log ratios",
-                   var_c=var_c, ref_var_term=var_r / ref.size + session_sd ** 2, absolute=absolute)
+                   var_c=var_c, ref_var_term=var_r / ref.size + session_sd ** 2, absolute=absolute,
+                   drift=drift)
 
 
 def compare_paired(candidate: ArrayLike, reference: ArrayLike, *, limit: float, worse: str = "up",
                    plan: SequentialPlan = DEFAULT_PLAN, session_sd: float = 0.0,
-                   absolute: bool = False) -> SequentialResult:
+                   absolute: bool = False, drift: float = 0.0) -> SequentialResult:
     """Candidate against reference measured in the same repeats (in-job A/B).
 
     Per-repeat ``log(candidate_r / reference_r)``, one-sample t; both sides grow together.
     Passing session ratios (each over the shared baseline of its repeat) gives the same
     answer as passing raw J/token: the baseline cancels. ``absolute``: per-repeat differences
-    ``candidate_r - reference_r``, ``limit`` an amount in their unit.
+    ``candidate_r - reference_r``, ``limit`` an amount in their unit. ``drift``: see
+    :func:`sequential_arrays` (candidate and reference measured in separate blocks).
     """
     check = _finite if absolute else _positive
     cand, ref = check(candidate, "candidate samples"), check(reference, "reference samples")
@@ -501,13 +544,13 @@ def compare_paired(candidate: ArrayLike, reference: ArrayLike, *, limit: float, 
                                   np.array([np.nan]), np.ones(1), np.ones(1))
     else:
         arrays = sequential_arrays(d[None, :], None, limit=limit, worse=worse, plan=plan,
-                                   session_sd=session_sd, absolute=absolute)
+                                   session_sd=session_sd, absolute=absolute, drift=drift)
     used = int(arrays.n_used[0])
     var_c = float(np.var(d[:used], ddof=1)) if used > 1 else math.nan
     return _result(arrays, limit=limit, worse=worse, plan=plan, n_current=used,
                    n_reference=used,
                    method="paired t on differences" if absolute else "paired t on log ratios",
-                   var_c=var_c, ref_var_term=session_sd ** 2, absolute=absolute)
+                   var_c=var_c, ref_var_term=session_sd ** 2, absolute=absolute, drift=drift)
 
 
 # -- per-request metrics (accept length, acceptance rate) ---------------------------------------
