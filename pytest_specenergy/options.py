@@ -218,7 +218,7 @@ class SpecEnergyConfig:
                       "(nvml for engines on a GPU, else modeled:h200)", _meter)
     repeats: int = _opt("repeats", 3, "measured repeats per arm; every per-repeat sample is kept", _positive_int)
     save_repeats: int = _opt("save-repeats", 15, "measured repeats per arm of a run saved to the history "
-                             "(--specenergy-save, --specenergy-autosave), when above --specenergy-repeats: a "
+                             "(--specenergy-save, --specenergy-autosave) unless --specenergy-repeats is given: a "
                              "stored run's repeats bound the power of every comparison made against it "
                              "(15: 84% at a true +10% under energy:5% at 3% noise)", _positive_int)
     warmup: int | None = _opt("warmup", "auto", "discarded warm-up runs per arm before measuring; auto = 1 "
@@ -302,6 +302,9 @@ class SpecEnergyConfig:
     dry_run: bool = _opt("dry-run", False, "collect the cases and print each matched pair's two server "
                          "commands and what differs; start nothing", action="store_true")
     rootdir: Path = Path(".")
+    #: ``--specenergy-repeats`` (or its ini key) was given: a saved run measures that many, not
+    #: ``save_repeats``; the default nightly flow (save, then compare) gets the power.
+    repeats_set: bool = False
     #: pytest's ``-v`` count: 1 or more shows every table column and per-repeat progress.
     verbose: int = 0
 
@@ -332,7 +335,7 @@ class SpecEnergyConfig:
         """Repeats per arm this run measures first: ``save_repeats`` for a run saved to the
         history (the baseline of later comparisons), else ``repeats``."""
         saving = bool(self.save or self.autosave)
-        return max(self.repeats, self.save_repeats) if saving else self.repeats
+        return max(self.repeats, self.save_repeats) if saving and not self.repeats_set else self.repeats
 
     def header(self) -> str:
         """The session header line: the measurement options and what is compared."""
@@ -382,7 +385,10 @@ class SpecEnergyConfig:
             if "option" in f.metadata:
                 values[f.name] = _resolved(f.metadata["option"], config, rootdir)
         values["max_repeats"] = _cap(values["max_repeats"], values["repeats"])
-        return cls(**values, rootdir=rootdir, verbose=max(0, int(getattr(config.option, "verbose", 0) or 0)))
+        repeats_set = config.getoption("specenergy_repeats") is not None or config.getini("specenergy_repeats") \
+            not in (None, "")
+        return cls(**values, rootdir=rootdir, verbose=max(0, int(getattr(config.option, "verbose", 0) or 0)),
+                   repeats_set=repeats_set)
 
 
 def help_drift(options: Any = None) -> list[str]:

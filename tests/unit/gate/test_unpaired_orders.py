@@ -116,10 +116,12 @@ def test_blocked_order_under_3pct_drift_holds_alpha_at_the_limit():
 
 def test_a_run_saved_to_the_history_measures_the_save_repeats():
     def measured(**kw):
-        values = {"repeats": 3, "save_repeats": 15, "save": None, "autosave": False, **kw}
+        values = {"repeats": 3, "save_repeats": 15, "save": None, "autosave": False, "repeats_set": False, **kw}
         return SpecEnergyConfig.measured_repeats.fget(types.SimpleNamespace(**values))
 
     assert measured() == 3
     assert measured(save="main") == 15
     assert measured(autosave=True) == 15
     assert measured(save="main", repeats=20) == 20
+    # Repeats the user asked for are measured as asked, saved or not.
+    assert measured(save="main", repeats=2, repeats_set=True) == 2
