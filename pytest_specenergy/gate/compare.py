@@ -441,6 +441,18 @@ def _accept_requests(limit: FailLimit, reference: CaseRecord, reference_arm: str
     return (ref_req, cur_req) if ref_req and cur_req else None
 
 
+#: Metrics of drafting itself: the A/A control (``Drafter("none")``, the twin's own config in a
+#: second engine) drafts nothing, so their limits do not apply to it.
+DRAFTING_METRICS = frozenset({"accept_length", "acceptance_rate"})
+
+
+def applicable(limits: Sequence[FailLimit], record: CaseRecord) -> list[FailLimit]:
+    """The limits that apply to ``record``: all of them, but an A/A control's drafting metrics."""
+    if record.drafter_name != "none":
+        return list(limits)
+    return [limit for limit in limits if limit.metric not in DRAFTING_METRICS]
+
+
 def compare_case(baseline_record: CaseRecord | None, current_record: CaseRecord,
                  limits: Sequence[FailLimit], alpha: float = DEFAULT_ALPHA, *,
                  baseline_info: dict[str, Any] | None = None,
@@ -463,7 +475,8 @@ def compare_case(baseline_record: CaseRecord | None, current_record: CaseRecord,
     if reasons:
         return CaseComparison(case_id, Verdict.INCOMPARABLE, (), tuple(reasons), alpha)
     plan = plan or gate_plan(alpha)
-    rows = [_stored_row(limit, baseline_record, current_record, alpha, plan, seed, resamples) for limit in limits]
+    rows = [_stored_row(limit, baseline_record, current_record, alpha, plan, seed, resamples)
+            for limit in applicable(limits, current_record)]
     rows = [_with_ties(r, baseline_record.ties, current_record.ties) for r in rows]
     return CaseComparison(case_id, worst(r.verdict for r in rows), tuple(rows), (), alpha)
 
@@ -531,7 +544,7 @@ def compare_in_job(record: CaseRecord, limits: Sequence[FailLimit],
             f"{sources[1]!r}",), alpha, reference=label)
     plan = plan or gate_plan(alpha)
     rows = []
-    for limit in limits:
+    for limit in applicable(limits, record):
         if limit.metric == "equivalence":
             ref_value = record.reference_matched_fraction
             row = compare_metric(limit, [1.0 if ref_value is None else float(ref_value)],

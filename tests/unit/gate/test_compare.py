@@ -458,3 +458,15 @@ def test_compare_documents_matches_by_case_and_flags_missing():
     assert (second.case_id, second.verdict) == ("code-ngram-b8", Verdict.NO_BASELINE)
     assert first.as_dict()["rows"][0]["verdict"] == "regressed"
     assert first.summary() == "code-ngram-b4: regressed (energy_ratio +20.00% (+0.1 x))"
+
+
+def test_an_a_a_control_is_not_judged_on_drafting_metrics():
+    """Drafter("none") drafts nothing: accept length and acceptance rate do not apply to it, so
+    the default limits (accept_length among them) leave it comparable on energy and equivalence."""
+    aa_case = Case.of(engine="sglang", model="tiny:dense", drafter=Drafter("none"), batch=4, corpus=load_corpus("code"))
+    aa = record([1.0, 1.01, 0.99], [1.0, 1.01, 0.99], correct=None, verify=None, proposed=None, case=aa_case)
+    result = compare_case(aa, copy.deepcopy(aa), limits_for(()))
+    assert [row.metric for row in result.rows] == ["energy_ratio", "equivalence"]
+    assert result.verdict is Verdict.PASSED
+    ngram = record([1.0, 1.01, 0.99], correct=None, verify=None, proposed=None)
+    assert compare_case(ngram, copy.deepcopy(ngram), limits_for(())).verdict is Verdict.INCOMPARABLE
