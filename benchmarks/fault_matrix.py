@@ -1295,7 +1295,8 @@ QUICK_EXTRA: set[str] = set()
 def run_probe(p: Probe, work: Path) -> tuple[str, str, float]:
     if p.skip:
         return "SKIPPED", p.skip, 0.0
-    folder = Path(tempfile.mkdtemp(prefix=re.sub(r"[^A-Za-z0-9]+", "_", p.id)[:40] + "-", dir=work))
+    # A neutral folder name: the id's words in every path would satisfy the probes' own regexes.
+    folder = Path(tempfile.mkdtemp(prefix="probe-", dir=work))
     start = time.monotonic()
     try:
         obs = p.run(folder)
