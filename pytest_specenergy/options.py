@@ -158,7 +158,12 @@ def _meter(text: str) -> str:
 
 
 def _storage(text: str) -> str:
-    storage_path(text)  # raises for a URL: only local folders are supported
+    from pytest_specenergy.gate.storage import StorageError
+
+    try:
+        storage_path(text)  # a URL: only local folders are supported
+    except StorageError as exc:
+        raise ValueError(str(exc)) from None
     return text
 
 

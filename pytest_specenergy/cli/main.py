@@ -179,6 +179,9 @@ def cmd_history(args: argparse.Namespace) -> int:
         return 0
     steps = detect_history_steps(documents, args.metric, args.threshold)
     print(f"{len(documents)} runs in {args.storage}")
+    cut = [d.label for d in documents if d.interrupted]
+    if cut:
+        print(f"of which {len(cut)} saved by an interrupted session (incomplete): {', '.join(cut)}")
     if not steps:
         print("no steps detected")
         return 0
@@ -207,6 +210,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return doctor_main(args.rest)
 
 
+def _milliseconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time between tokens in ms > 0, e.g. 25")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also what ``--help`` prints)."""
     parser = argparse.ArgumentParser(
@@ -222,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--html", help="write a self-contained HTML report here")
     report.add_argument("--markdown", help="write a Markdown summary here (CI step summary, PR comment)")
     add_cli_options(report, storage=False, gate=True)
-    report.add_argument("--latency-target", type=float, action="append", default=[],
+    report.add_argument("--latency-target", type=_milliseconds, action="append", default=[],
                         metavar="MS", help="time-between-tokens target in ms (repeatable), e.g. 25")
     report.add_argument("--title", help="report title")
     report.add_argument("--no-plots", action="store_true", help="tables only")

@@ -120,3 +120,11 @@ def test_a_double_sigterm_still_writes_what_was_measured(pytester: pytest.Pytest
     [saved] = (pytester.path / ".specenergy").rglob("*_main_*.json")
     assert json.loads(saved.read_text())["interrupted"] is True
     result.stdout.fnmatch_lines(["*= specenergy =*"])
+
+
+def test_a_storage_url_is_a_usage_error_naming_it(pytester: pytest.Pytester, run_suite):
+    pytester.makepyfile(SUITE)
+    result = run_suite("--specenergy-storage=http://x", "--specenergy-save=main")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--specenergy-storage: storage 'http://x': only local directories*"])
+    assert not (pytester.path / "http:").exists()

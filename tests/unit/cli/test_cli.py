@@ -157,3 +157,17 @@ def test_one_limit_keeps_the_other_defaults(tmp_path, capsys):
     save(tmp_path, "pr", document(worse))
     assert run_cli(tmp_path, "compare", "main", "pr", "--fail", "energy:5%") == 1
     assert "accept_length" in capsys.readouterr().out
+
+
+def test_history_says_which_runs_an_interrupted_session_saved(tmp_path, capsys):
+    save(tmp_path, "nightly", document(record(1, 5.0)))
+    RunStore(tmp_path / ".specenergy").save(dataclasses.replace(document(record(1, 5.0)), interrupted=True), "cut")
+    assert run_cli(tmp_path, "history") == 0
+    assert "of which 1 saved by an interrupted session (incomplete): cut" in capsys.readouterr().out
+
+
+def test_report_refuses_a_latency_target_that_is_no_time(tmp_path, capsys):
+    save(tmp_path, "main", document(record(1, 5.0)))
+    with pytest.raises(SystemExit):
+        run_cli(tmp_path, "report", "main", "--markdown", str(tmp_path / "r.md"), "--latency-target", "-5")
+    assert "'-5' is not a time between tokens in ms > 0" in capsys.readouterr().err
