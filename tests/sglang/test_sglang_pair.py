@@ -294,7 +294,10 @@ def test_spec_pair_end_to_end_on_live_sglang(pytester: pytest.Pytester, tiny_mod
     assert all("admits at most 4" in c for c in queued["checks"])
     for window, sample in zip(queued["windows"], queued["samples"]):
         assert window["requests"] == 16 and window["aborted"][0] >= 2, window
-        assert window["prefilled"][0] < window["requests"], window  # some never left the queue
+        # Whether a request is still queued at the close (aborted unprefilled) depends on timing:
+        # on a quiet machine all 16 may have been admitted. The queued answer's parse is held by
+        # tests/unit/engines/test_sglang_first_contact.py on a live capture.
+        assert window["prefilled"][0] <= window["requests"], window
         # Every prefilled request's first token is prefill's; the rest is decode, counted.
         assert sample["decode_tokens"] == window["tokens_per_loop"] - window["prefilled"][0]
     assert outcomes["test_batch_above_admission"] == "failed"
