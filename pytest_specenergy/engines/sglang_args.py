@@ -32,6 +32,7 @@ PLUGIN_OPTIONS = frozenset({"sglang_version", "hybrid", "python"})
 RESERVED_FIELDS = frozenset({"model_path", "host", "port"})
 #: A value that SGLang's argparse would take for a flag (``-x``, ``--x``), not a negative number.
 _FLAG_LIKE = re.compile(r"^-(?!\d|\.\d)")
+_LOOPBACK = re.compile(r"^(127\.\d+\.\d+\.\d+|localhost|\[::1\])(:\d+)?$")
 
 # Every ServerArgs field name found in the five wheels read (union). Used to validate engine
 # options when sglang itself is not importable in the pytest process (dry runs, or a server
@@ -399,6 +400,11 @@ def translate_options(options: Mapping[str, Any], facts: VersionFacts) -> dict[s
             raise EngineConfigError(
                 f"engine option {name}= was removed in SGLang {format_version(since)} "
                 f"(this run uses {format_version(version)}): {advice}")
+        if name == "dist_init_addr" and not _LOOPBACK.match(str(value)):
+            # The engines listen on loopback only: another address opens the rendezvous beyond it.
+            raise EngineConfigError(
+                f"engine option dist_init_addr={value!r} is not a loopback address; the plugin's engines "
+                "listen on loopback only (e.g. 127.0.0.1:5000)")
         values = value if isinstance(value, (list, tuple)) else (value,)
         flags = [v for v in values if isinstance(v, str) and _FLAG_LIKE.match(v)]
         if flags:

@@ -190,6 +190,7 @@ def test_disable_cuda_graph_per_version():
     # A list value that smuggles in a second --host: SGLang takes the last, off loopback.
     ("0.5.23", {"cuda_graph_bs": [1, "--host", "0.0.0.0"]}, "holds '--host', which the command line would read"),
     ("0.5.23", {"tokenizer_path": "-x"}, "holds '-x'"),
+    ("0.5.23", {"dist_init_addr": "0.0.0.0:5000"}, "is not a loopback address"),
     ("0.5.23", {"cuda_graph_max_bs": 8, "cuda_graph_max_bs_decode": 16}, "twice"),
 ])
 def test_options_impossible_for_the_version_are_refused(version, option, message):
