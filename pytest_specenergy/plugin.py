@@ -46,6 +46,8 @@ def pytest_configure(config: pytest.Config) -> None:
     options = SpecEnergyConfig.from_pytest_config(config)
     if xdist.is_worker(config) and options.xdist == "per-gpu":
         xdist.pin_worker(config)
+    if xdist.is_controller(config):
+        xdist.interrupt_on_sigterm()
     # An output that cannot be written is found now, not after the last case has measured.
     problems = [] if xdist.is_worker(config) or config.option.help else unwritable_outputs(options)
     if problems:

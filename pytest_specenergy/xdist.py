@@ -11,6 +11,7 @@ a gate that measured nothing must not pass), and the summary says so once.
 from __future__ import annotations
 
 import os
+import signal
 from typing import TYPE_CHECKING
 from typing import Any
 
@@ -28,6 +29,28 @@ SKIP_REASON = ("specenergy: energy is not measured under pytest-xdist with --spe
 def is_worker(config: pytest.Config) -> bool:
     """True inside an xdist worker process."""
     return hasattr(config, "workerinput")
+
+
+def is_controller(config: pytest.Config) -> bool:
+    """True in the process that hands tests to xdist workers."""
+    return not is_worker(config) and bool(getattr(config.option, "numprocesses", None)) \
+        and getattr(config.option, "dist", "no") != "no"
+
+
+def interrupt_on_sigterm() -> Any:
+    """On the xdist controller (it runs no engine, so the pool's handler is not there): SIGTERM
+    interrupts the session like Ctrl-C, so what the workers reported is still written, marked
+    interrupted. Returns the handler it replaced (None where SIGTERM is ignored or set already)."""
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous not in (signal.SIG_DFL, None):
+        return None  # ignored, or someone else handles it: leave it
+
+    def interrupt(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one ends the process
+        raise KeyboardInterrupt("SIGTERM received by the xdist controller")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    return previous
 
 
 def visible_gpus() -> list[str]:

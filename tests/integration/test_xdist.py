@@ -72,3 +72,26 @@ def test_a_killed_worker_keeps_the_results_it_sent_and_the_run_is_marked_interru
     assert [r["case_id"] for r in data["results"]] == ["code-ngram-b2"] and data["interrupted"] is True
     [saved] = (pytester.path / ".specenergy").rglob("*_main_*.json")
     assert json.loads(saved.read_text())["interrupted"] is True
+
+
+TERM_CONTROLLER = """
+import os
+import signal
+import time
+
+
+def test_zz_term():
+    time.sleep(3)  # the controller has taken in test_code's report
+    os.kill(os.getppid(), signal.SIGTERM)  # SIGTERM to the xdist controller, after test_code passed
+"""
+
+
+def test_sigterm_to_the_controller_still_writes_what_the_workers_reported(pytester: pytest.Pytester):
+    pytester.makepyfile(test_suite=SUITE.split("@pytest.mark.corpus(\"news\")")[0], test_suite_zz=TERM_CONTROLLER)
+    out = pytester.path / "run.json"
+    result = pytester.runpytest_subprocess("-n", "1", f"--specenergy-json={out}", "--specenergy-save=main", *FAST)
+    assert result.ret != 0
+    data = json.loads(out.read_text())
+    assert [r["case_id"] for r in data["results"]] == ["code-ngram-b2"] and data["interrupted"] is True
+    [saved] = (pytester.path / ".specenergy").rglob("*_main_*.json")
+    assert json.loads(saved.read_text())["interrupted"] is True
