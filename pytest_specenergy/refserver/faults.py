@@ -40,6 +40,12 @@ FAULTS: dict[str, str] = {
         "position, as if the accepted drafts never happened (vLLM #39273, fixed in vLLM PR #52942 and "
         "SGLang PR #26351): output turns incoherent on hybrids only, counters stay consistent"
     ),
+    "partial-accept-state": (
+        "hybrid models: a verify step that accepted some but not all of its drafts keeps the linear-attention "
+        "(recurrent + conv) state the verify forward left, rejected drafts included, as if all were accepted; "
+        "steps that accept every draft or none are handled right (the rollback written for the all-rejected "
+        "case only): output diverges on hybrids only, counters stay consistent"
+    ),
 }
 
 

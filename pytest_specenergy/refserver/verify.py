@@ -58,7 +58,7 @@ def verify_step(engine: ReferenceEngine, rows: Sequence[Row], kv: BatchKV, draft
     if kv.has_linear and "skip-state-rollback" not in faults:
         if stale_fault:
             _remember_slot0_state(engine, rows, kv, snapshot, accepted, k + 1)
-        engine.runner.rollback_linear(kv, snapshot, [a + 1 for a in accepted], k + 1)
+        engine.runner.rollback_linear(kv, snapshot, _state_keep(accepted, k, faults), k + 1)
     logp = engine.logprobs_if_asked(rows, logits.reshape(n * (k + 1), -1))
     greedy_l = greedy.tolist()
     eos = engine.target.eos_token_ids
@@ -77,6 +77,14 @@ def verify_step(engine: ReferenceEngine, rows: Sequence[Row], kv: BatchKV, draft
         engine.stats.verified(len(committed))
         committed_all.append(committed)
     drafter.after_verify(accepted, committed_all)
+
+
+def _state_keep(accepted: Sequence[int], k: int, faults: Sequence[str]) -> list[int]:
+    """Fed tokens whose recurrent update each row keeps: the last committed one and its accepted drafts."""
+    if "partial-accept-state" in faults:
+        # the slip: only an all-rejected step is rolled back; a partial accept keeps every fed token
+        return [1 if a == 0 else k + 1 for a in accepted]
+    return [a + 1 for a in accepted]
 
 
 def _read_stale_state(rows: Sequence[Row], kv: BatchKV, empty: Sequence[bool]) -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from pytest_specenergy.refserver.faults import FAULTS
 from pytest_specenergy.refserver.faults import validate_faults
 from pytest_specenergy.refserver.records import EngineConfig
+from pytest_specenergy.refserver.records import GenerationRequest
+from pytest_specenergy.refserver.records import SamplingParams
 
 MAX_NEW = 24
 
@@ -97,3 +101,69 @@ def test_stale_draft_cache_lowers_acceptance_not_output(engine_for, make_request
 def test_batch_invariance_of_prefill_padding(baselines, model):
     """Left padding leaves a fresh recurrent state exactly zero: same tokens alone or in a batch."""
     assert baselines[model][8][0].output_ids == baselines[model][1][0].output_ids
+
+
+def test_partial_accept_state_fault_diverges_on_every_corpus_that_accepts_drafts(engine_for):
+    """Issue 22 item 9: the state path of a partly accepted draft. With the fault, speculative
+    output leaves the plain engine's wherever n-gram drafts are accepted; without it, it is exact.
+    Answers run 64 tokens past EOS: a partial accept late in a short answer has nothing left to spoil."""
+    from pytest_specenergy.cases.corpora.loader import BUILTIN_CORPORA
+    from pytest_specenergy.cases.corpora.loader import load_corpus
+
+    plain = engine_for(model="tiny:hybrid")
+    good = engine_for(model="tiny:hybrid", drafter="ngram", num_draft_tokens=8)
+    bad = engine_for(model="tiny:hybrid", drafter="ngram", num_draft_tokens=8, faults=("partial-accept-state",))
+    accepted = {}
+    for corpus in BUILTIN_CORPORA:
+        reqs = [
+            GenerationRequest(tuple(plain.tokenizer.encode(p)), SamplingParams(max_new_tokens=64, ignore_eos=True))
+            for p in load_corpus(corpus).take(4)
+        ]
+        want = [r.output_ids for r in plain.generate(reqs)]
+        ok = good.generate(reqs)
+        assert [r.output_ids for r in ok] == want, corpus
+        accepted[corpus] = sum(r.spec.num_correct_drafts for r in ok)
+        if accepted[corpus]:
+            diverged = sum(r.output_ids != w for r, w in zip(bad.generate(reqs), want))
+            assert diverged >= 1, f"{corpus}: {accepted[corpus]} drafts accepted, the fault changed nothing"
+    assert all(accepted.values()), accepted  # drafts are accepted on every corpus (the check is not vacuous)
+
+
+def _drafts_accepting(out: tuple[int, ...], k: int, vocab: int, accept: Callable[[int], int]) -> tuple:
+    """Replay drafts under which verify step ``i`` of greedy output ``out`` accepts ``accept(i)`` drafts."""
+    drafts, pos, step = [], 1, 0  # the first output token comes from prefill
+    while pos < len(out):
+        a = accept(step)
+        right = list(out[pos : pos + a])
+        wrong = (out[min(pos + a, len(out) - 1)] + 1) % vocab  # differs from the target's choice
+        drafts.append(tuple(right + [wrong] * (k - len(right))))
+        pos, step = pos + a + 1, step + 1
+    return tuple(drafts)
+
+
+@pytest.mark.parametrize(
+    # 24 tokens: 1 from prefill, then 4+1, 0+1, ... end on a whole step; a step cut by the length
+    # limit counts fewer drafts in the histogram than the verify accepted
+    ("accept", "broken"), [(lambda i: 4 * ((i + 1) % 2), False), (lambda i: 2, True)], ids=["all-or-none", "partial"]
+)
+def test_partial_accept_state_fault_needs_a_partial_accept(engine_for, make_requests, accept, broken):
+    """Replayed drafts fix what each step accepts: all four or none leaves the output exact under
+    the fault, two of four breaks it; the healthy engine is exact either way."""
+    plain = engine_for(model="tiny:hybrid")
+    good = engine_for(model="tiny:hybrid", drafter="replay", num_draft_tokens=4)
+    bad = engine_for(model="tiny:hybrid", drafter="replay", num_draft_tokens=4, faults=("partial-accept-state",))
+    base = plain.generate(make_requests(plain, 4, MAX_NEW))
+    vocab = plain.target.vocab_size
+    reqs = [
+        GenerationRequest(
+            r.input_ids,
+            SamplingParams(MAX_NEW, ignore_eos=True, replay_drafts=_drafts_accepting(r.output_ids, 4, vocab, accept)),
+        )
+        for r in base
+    ]
+    ok, faulted = good.generate(reqs), bad.generate(reqs)
+    assert [r.output_ids for r in ok] == [r.output_ids for r in base]
+    partial = sum(sum(r.spec.correct_drafts_histogram[1:4]) for r in ok)
+    assert (partial > 0) == broken  # the drafts did what they were made for
+    diverged = sum(f.output_ids != b.output_ids for f, b in zip(faulted, base))
+    assert diverged == 4 if broken else diverged == 0
