@@ -69,5 +69,5 @@ def spec_pair(specenergy_case: Case, specenergy: SpecEnergySession,
     if xdist.is_worker(request.config) and specenergy.config.xdist == "off":
         # Never a skip: a CI job that added -n for speed must not go green having gated nothing.
         specenergy.xdist_skipped += 1
-        pytest.fail(xdist.SKIP_REASON, pytrace=False)
+        pytest.fail(xdist.OFF_REASON, pytrace=False)
     return SpecPair(specenergy_case, specenergy, request.node)

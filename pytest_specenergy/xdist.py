@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pytest_specenergy.document import CaseRecord
 
 SKIPPED_KEY = "specenergy_xdist_skipped"
-SKIP_REASON = ("specenergy: energy is not measured under pytest-xdist with --specenergy-xdist=off "
+OFF_REASON = ("specenergy: energy is not measured under pytest-xdist with --specenergy-xdist=off "
                "(workers would share a GPU); use --specenergy-xdist=per-gpu (one GPU per worker) or run "
                "without -n")
 
