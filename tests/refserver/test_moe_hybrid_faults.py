@@ -167,3 +167,32 @@ def test_partial_accept_state_fault_needs_a_partial_accept(engine_for, make_requ
     assert (partial > 0) == broken  # the drafts did what they were made for
     diverged = sum(f.output_ids != b.output_ids for f, b in zip(faulted, base))
     assert diverged == 4 if broken else diverged == 0
+
+
+def _prompt_lookup_counts(prompt: tuple[int, ...], out: tuple[int, ...], k: int) -> tuple[int, int]:
+    """(verify steps, accepted drafts) that prompt lookup over the plain greedy ``out`` allows."""
+    from pytest_specenergy.refserver.ngram import NgramIndex
+
+    index = NgramIndex([*prompt, out[0]], 1, 12)  # the engine's default match windows
+    pos, steps, accepted = 1, 0, 0  # the first output token comes from prefill
+    while pos < len(out):
+        drafts, _ = index.propose(k)
+        a = next((j for j, d in enumerate(drafts) if pos + j >= len(out) or d != out[pos + j]), k)
+        committed = min(a + 1, len(out) - pos)
+        index.extend(out[pos : pos + committed])
+        pos, steps, accepted = pos + committed, steps + 1, accepted + committed - 1
+    return steps, accepted
+
+
+@pytest.mark.parametrize("model", ("tiny:dense", "tiny:hybrid"))
+def test_ngram_accepts_exactly_what_the_greedy_text_allows(engine_for, make_requests, model):
+    """Issue 22 item 9: the hybrid's n-gram accept length of 1.00 in 32 tokens is its text, not the
+    engine: per request, verify steps and accepted drafts equal an offline prompt lookup over the
+    plain engine's greedy output (the hybrid's text cycles only after ~40 tokens)."""
+    plain = engine_for(model=model)
+    spec = engine_for(model=model, drafter="ngram", num_draft_tokens=8)
+    reqs = make_requests(plain, 8, 32, ignore_eos=False)
+    for want, got in zip(plain.generate(reqs), spec.generate(reqs)):
+        assert got.output_ids == want.output_ids
+        steps, accepted = _prompt_lookup_counts(want.input_ids, want.output_ids, 8)
+        assert (got.spec.verify_ct, got.spec.num_correct_drafts) == (steps, accepted)
