@@ -193,7 +193,9 @@ def test_unknown_endpoint_and_bad_cursor(server):
 
 def test_help_documents_every_flag():
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest_specenergy.refserver", "--help"], env=_env(), capture_output=True, text=True
+        # Wide enough that argparse never breaks a hyphenated fault name across lines.
+        [sys.executable, "-m", "pytest_specenergy.refserver", "--help"], env={**_env(), "COLUMNS": "400"},
+        capture_output=True, text=True
     )
     assert proc.returncode == 0
     for flag in (
