@@ -343,6 +343,12 @@ def _safe_component(text: str) -> str:
 GOLDEN_MODES = ("check", "update", "regen-all", "new-only")
 
 
+def _golden_file(nodeid: str, record: CaseRecord, run_info: dict[str, Any] | None) -> dict[str, Any]:
+    """The JSON of one golden file."""
+    return {"schema_version": SCHEMA_VERSION, "kind": GOLDEN_KIND, "nodeid": nodeid,
+            "run_info": dict(run_info or {}), "record": record.as_dict()}
+
+
 @dataclass(frozen=True)
 class GoldenUpdate:
     """What :meth:`GoldenStore.update` decided: ``action`` is created, updated, regenerated,
@@ -405,9 +411,7 @@ class GoldenStore:
         path = self.path(machine_key, nodeid)
         if path.exists():
             self.load(machine_key, nodeid)  # raises on a corrupt/foreign file: never overwrite it
-        write_json_atomic(path, {"schema_version": SCHEMA_VERSION, "kind": GOLDEN_KIND,
-                                 "nodeid": nodeid, "run_info": dict(run_info or {}),
-                                 "record": record.as_dict()})
+        write_json_atomic(path, _golden_file(nodeid, record, run_info))
         return path
 
     def update(self, machine_key: str, nodeid: str, record: CaseRecord, *, mode: str,
@@ -436,8 +440,7 @@ class GoldenStore:
         else:
             what = "kept (differs)" if mismatched else "unchanged"
             return GoldenUpdate(what.split()[0], False, False, path, f"baseline {path} {what}")
-        self._queue[path] = {"schema_version": SCHEMA_VERSION, "kind": GOLDEN_KIND, "nodeid": nodeid,
-                             "run_info": dict(run_info or {}), "record": record.as_dict()}
+        self._queue[path] = _golden_file(nodeid, record, run_info)
         return update
 
     def flush(self) -> tuple[list[Path], list[str]]:
