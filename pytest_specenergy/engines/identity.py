@@ -34,6 +34,10 @@ class EngineIdentityError(EngineStartError):
     """The server answering on the engine's port is not the engine that was started."""
 
 
+class PortTakenError(EngineIdentityError):
+    """Another process's server took the engine's port between the pick and the bind."""
+
+
 def port_in_use(host: str, port: int, timeout_s: float = 0.5) -> bool:
     """True when something accepts TCP connections on ``host:port``."""
     try:
@@ -136,7 +140,7 @@ def check_identity(config: EngineConfig, info: Mapping[str, Any], pgid: int, hos
         owner = _pgid(pid)
         if owner != pgid:
             where = "is not running" if owner is None else f"is in process group {owner}"
-            raise EngineIdentityError(
+            raise PortTakenError(
                 f"a foreign server answers on {host}:{port}: /server_info reports pid {pid} "
                 f"(model {info.get('model_path')!r}), which {where}, not in the group {pgid} "
                 f"of engine {label} that was started; another process took the port")
@@ -146,7 +150,7 @@ def check_identity(config: EngineConfig, info: Mapping[str, Any], pgid: int, hos
         if inodes is None:
             how = "ownership skipped: /server_info has no pid and /proc/net/tcp is unreadable"
         elif not (holders := socket_holders(inodes, pgid, proc)):
-            raise EngineIdentityError(
+            raise PortTakenError(
                 f"a foreign server answers on {host}:{port}: no process of the group {pgid} "
                 f"of engine {label} holds the listening socket (model "
                 f"{info.get('model_path')!r}); another process took the port")

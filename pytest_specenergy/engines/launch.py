@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from pytest_specenergy.engines.client import EngineHTTPError
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.identity import EngineIdentityError
 from pytest_specenergy.engines.identity import EngineStartError
+from pytest_specenergy.engines.identity import PortTakenError
 from pytest_specenergy.engines.identity import check_identity
 from pytest_specenergy.engines.identity import port_in_use
 
@@ -38,16 +40,32 @@ __all__ = ["EngineIdentityError", "EngineStartError", "ServerProcess", "free_por
 
 #: Fresh ports tried when the picked one turns out to be taken before the launch.
 PORT_TRIES = 5
+#: Launches tried when another process's server takes the port between the pick and our
+#: engine's bind (it answers our /health first): the identity check catches it, and a fresh
+#: port is the remedy. Bounded, so a port thief that follows us still fails the start.
+LAUNCH_TRIES = 2
 #: How long a request failure waits for the engine's exit to become visible: a killed
 #: engine closes its socket a moment before the watchdog reports its status.
 EXIT_WAIT_S = 3.0
 
 
+#: Ports this process has handed out: engines started side by side (threads) each call
+#: :func:`free_port` before either binds, and the kernel may give the same free port twice.
+_HANDED_OUT: set[int] = set()
+_HANDED_OUT_LOCK = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """An unused TCP port on ``host``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """An unused TCP port on ``host``, never one this process handed out before."""
+    with _HANDED_OUT_LOCK:
+        for _ in range(100):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind((host, 0))
+                port = int(sock.getsockname()[1])
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
+    raise EngineStartError(f"no TCP port on {host} that this process has not used already")
 
 
 def log_tail(path: Path, lines: int = 25) -> str:
@@ -138,7 +156,21 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         """Launch and wait until ``/health`` answers; raise :class:`EngineStartError` otherwise."""
-        self._pick_free_port()
+        lost: list[int] = []
+        while True:
+            self._pick_free_port()
+            try:
+                return self._launch()
+            except PortTakenError as exc:
+                # Our engine was stopped before it could bind; a fresh port avoids the thief.
+                lost.append(self.port)
+                if len(lost) >= LAUNCH_TRIES:
+                    raise PortTakenError(f"{exc}\n(ports lost to other processes this start: "
+                                         f"{', '.join(map(str, lost))})") from None
+                self._use_port(free_port(self.host))
+
+    def _launch(self) -> ServerProcess:
+        """One launch on ``self.port``, under the watchdog, up to a proven identity."""
         read_end, self._lifeline = os.pipe()  # both non-inheritable; the watchdog gets read_end
         command = [python_executable(), "-m", "pytest_specenergy.engines.watchdog",
                    "--parent", str(os.getpid()), "--fd", str(read_end), "--", *self.argv]
@@ -189,7 +221,8 @@ class ServerProcess:
             code = proc.poll()
             ours = ("exited with code " + describe_exit(code)) if code is not None else "was stopped"
             self.stop()
-            raise EngineIdentityError(f"{exc}; engine {self.config.label()} {ours}; log "
+            error = PortTakenError if isinstance(exc, PortTakenError) else EngineIdentityError
+            raise error(f"{exc}; engine {self.config.label()} {ours}; log "
                                       f"{self.log_path}:\n{log_tail(self.log_path)}") from None
 
     def _diagnose(self, what: str, exc: BaseException, timed_out: bool) -> str | None:

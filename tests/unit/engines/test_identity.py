@@ -99,6 +99,52 @@ def test_a_foreign_server_winning_the_port_race_is_not_adopted(tmp_path, foreign
     assert str(server.log_path) in text
 
 
+def test_a_port_lost_to_a_foreign_server_is_given_up_for_a_fresh_one(tmp_path, foreign,
+                                                                    monkeypatch):
+    # CI once lost a start this way: another server answered /health on the picked port
+    # before our engine bound it. The identity check catches it; the launch moves on.
+    taken = foreign({"model_path": "tiny:hybrid", "pid": os.getpid()})
+    picks = iter([taken])
+    real_free_port = launch.free_port
+    monkeypatch.setattr(launch, "free_port",
+                        lambda host="127.0.0.1": next(picks, None) or real_free_port(host))
+    monkeypatch.setattr(launch, "port_in_use", lambda host, port: False)
+    server = ServerProcess(CONFIG, FakeBackend(bind_delay=1, info={"model_path": "tiny:dense", "pid": True}),
+                           tmp_path)
+    try:
+        server.start()
+        assert server.port != taken
+        assert server.identity and server.identity.startswith("pid ")
+    finally:
+        server.stop()
+
+
+def test_free_port_never_hands_out_a_port_twice_in_one_process(monkeypatch):
+    # Engines started side by side each pick a port before either binds: a kernel that
+    # offers the same free port twice must not put both engines on it.
+    offered = iter([41001, 41001, 41002])
+
+    class Probe:
+        def __init__(self, *args):
+            self.port = next(offered)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def bind(self, address):
+            pass
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(launch, "_HANDED_OUT", set())
+    monkeypatch.setattr(launch.socket, "socket", Probe)
+    assert [launch.free_port(), launch.free_port()] == [41001, 41002]
+
+
 def test_a_server_of_the_wrong_model_is_refused(tmp_path):
     server = ServerProcess(CONFIG, FakeBackend(info={"model_path": "tiny:hybrid", "pid": True}),
                            tmp_path)
