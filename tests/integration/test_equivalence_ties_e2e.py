@@ -106,8 +106,8 @@ def test_in_job(spec_pair):
 
 
 def test_the_default_gate_passes_numerical_ties_stored_and_in_job(pytester: pytest.Pytester, run_suite):
-    """Issue 22 item 3: on news at 96 tokens the noise fault ties 2 of 8 candidate prompts and 1
-    of 8 reference prompts (exact fractions 0.75 and 0.875), which the raw exact fraction
+    """Issue 22 item 3: on news at 96 tokens the noise fault ties some prompts (2 of 8 candidate
+    and 1 of 8 reference prompts in one run, exact fractions 0.75 and 0.875), which the raw exact fraction
     REGRESSED both against a healthy stored run and in-job. Counting real divergences only,
     the default limits pass, with the ties beside the row. (Real divergences still regress:
     tests/unit/gate/test_equivalence_ties_gate.py.)"""
@@ -117,8 +117,16 @@ def test_the_default_gate_passes_numerical_ties_stored_and_in_job(pytester: pyte
     noisy = run_suite("--specenergy-fault=numerical-noise", "--specenergy-compare=main", "--specenergy-pool=8",
                       "--specenergy-max-repeats=2", f"--specenergy-json={out}", repeats=2)
     noisy.assert_outcomes(passed=2)
+    # The noise is keyed by each step's batch shape, and which prompts share a step depends
+    # on arrival timing: a case may tie no prompt in a run. At least one must, and every tie
+    # must be counted as a match, reported beside the row.
+    tied = 0
     for record in json.loads(out.read_text())["results"]:
         row = next(r for r in record["comparison"]["rows"] if r["metric"] == "equivalence")
         assert row["verdict"] == "passed" and row["current"] == 1.0, row
-        assert record["equivalence"]["exact_fraction"] < 1.0 and row["ties"][1] == record["equivalence"]["ties"] > 0
-        assert "numerical ties counted as matches" in row["note"]
+        ties = record["equivalence"]["ties"]
+        assert (record["equivalence"]["exact_fraction"] < 1.0) == (ties > 0), record["equivalence"]
+        if ties:
+            tied += 1
+            assert row["ties"][1] == ties and "numerical ties counted as matches" in row["note"], row
+    assert tied, "the numerical-noise fault tied no prompt in either case: the test proves nothing"
