@@ -252,6 +252,10 @@ class ServerProcess:
         """True while the process runs."""
         return self._proc is not None and self._proc.poll() is None
 
+    def exit_code(self) -> int | None:
+        """The process's exit code once it has ended (negative: the signal), else None."""
+        return self._proc.poll() if self._proc is not None else None
+
     def terminate(self) -> None:
         """Ask the process group to exit (SIGTERM) without waiting; :meth:`stop` finishes."""
         if self._proc is not None:

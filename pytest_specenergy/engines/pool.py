@@ -26,6 +26,7 @@ from typing import Callable
 from pytest_specenergy.engines.backends import get_backend
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.launch import ServerProcess
+from pytest_specenergy.engines.launch import describe_exit
 
 #: ``progress(level, text)``: where the pool reports each engine start (level 0); a plain
 #: callback, so this layer knows nothing of who prints it.
@@ -73,7 +74,11 @@ class EnginePool:
                 oldest.stop()
         if server is not None:  # it died (or was stopped after a hang): sweep what is left
             self._live.pop(config, None)
+            code = server.exit_code()
             server.stop()
+            # Never silent: the next measurement runs on a new process (see its log).
+            how = f"exit code {describe_exit(code)}" if code is not None else "stopped"
+            self._report(f"engine {config.label()} died ({how}) and is restarted; log {server.log_path}")
         self._install_sigterm_handler()
         server = ServerProcess(config, backend, self.log_dir, self.startup_timeout_s,
                                request_timeout_s=self.request_timeout_s)

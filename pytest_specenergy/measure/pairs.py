@@ -181,19 +181,15 @@ class PairMeasurer:
             for cycle in range(repeats):
                 turn = drafting if cycle % 2 == 0 else drafting[::-1]
                 for name, _ in baseline + turn + removal:
-                    # The pool keeps every engine; get() again in case one died and was restarted.
-                    server = self.pool.get(measurers[name].server.config)
-                    if server is not measurers[name].server:
-                        # A cold engine: warmed up again before it is measured, and said so.
-                        measurers[name].server = server
-                        measurers[name].warm_up()
-                        restarts.append({"arm": name, "before_repeat": len(done[name])})
+                    self._rewarm_if_restarted(measurers[name], name, len(done[name]), restarts)
                     done[name].append(self._timed(measurers[name], name, cycle, repeats))
         else:
             for name, arm_case in arms:  # one engine at a time: each arm's repeats together
                 measurers[name] = measurer(name, arm_case)
                 measurers[name].warm_up()
-                done[name] = [self._timed(measurers[name], name, i, repeats) for i in range(repeats)]
+                for i in range(repeats):
+                    self._rewarm_if_restarted(measurers[name], name, i, restarts)
+                    done[name].append(self._timed(measurers[name], name, i, repeats))
                 if name == "baseline":
                     self._measure_siblings(case)
         entries = sorted((_entry(name, i, r) for name, rs in done.items() for i, r in enumerate(rs)),
@@ -203,6 +199,16 @@ class PairMeasurer:
                  **({"restarts": restarts} if restarts else {})}
         results = {name: measurers[name].result(name, rs) for name, rs in done.items()}
         return results, measurers["speculative"].server, order
+
+    def _rewarm_if_restarted(self, measurer: ArmMeasurer, name: str, before_repeat: int,
+                             restarts: list[dict[str, Any]]) -> None:
+        """Before a repeat: the pool's engine again, in case it died and was restarted. A cold
+        engine is warmed up again before it is measured, and the case is flagged."""
+        server = self.pool.get(measurer.server.config)
+        if server is not measurer.server:
+            measurer.server = server
+            measurer.warm_up()
+            restarts.append({"arm": name, "before_repeat": before_repeat})
 
     def _measure_siblings(self, case: Case) -> None:
         """On a one-engine pool: every other planned baseline of this engine, while it runs."""

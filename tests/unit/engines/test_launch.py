@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import time
 
@@ -124,6 +125,28 @@ def test_pool_starts_each_config_once_and_remembers_failures(tmp_path, monkeypat
     finally:
         pool.close()
     assert not first.alive()
+
+
+def test_pool_says_when_it_restarts_an_engine_that_died(tmp_path, monkeypatch):
+    # Issue 23 item 19 (fault-matrix probe N4): an engine killed after its start was started
+    # again with only the ordinary "started" line, so nothing said a new process was measured.
+    backend = ScriptBackend(HEALTHY, str(tmp_path / "c.pid"))
+    monkeypatch.setattr("pytest_specenergy.engines.pool.get_backend", lambda name: backend)
+    told: list[str] = []
+    pool = EnginePool(tmp_path, progress=lambda level, text: told.append(text))
+    try:
+        first = pool.get(CONFIG)
+        os.killpg(first.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while first.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = pool.get(CONFIG)
+        assert second is not first and second.alive() and pool.starts == [CONFIG, CONFIG]
+        died = [t for t in told if "died" in t]
+        assert len(died) == 1 and "exit code -9 (SIGKILL)" in died[0] and "is restarted" in died[0], told
+        assert str(first.log_path) in died[0]
+    finally:
+        pool.close()
 
 
 def test_pool_with_one_live_engine_stops_the_previous(tmp_path, monkeypatch):

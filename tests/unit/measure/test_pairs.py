@@ -225,8 +225,15 @@ def _arm_order(log):
     return [a for a in arms if a != "flush"]
 
 
-def test_an_engine_that_died_between_repeats_is_warmed_up_again_and_said_so():
-    pool, meter = InterleavePool(), TokenMeter(1.0)
+class BlockedPool(FakePool):
+    max_live = 1  # one engine at a time (one GPU): each arm's repeats run together
+
+
+@pytest.mark.parametrize("pool_class", [InterleavePool, BlockedPool], ids=["interleaved", "blocked"])
+def test_an_engine_that_died_between_repeats_is_warmed_up_again_and_said_so(pool_class):
+    # Blocked: the repeats of an arm once ran back to back on whatever the pool held (issue 23
+    # item 19, fault-matrix probe N4).
+    pool, meter = pool_class(), TokenMeter(1.0)
     measurer = PairMeasurer(log_dir=None, startup_timeout=1.0, meter="auto", repeats=3, warmup=1,
                             meter_factory=lambda kind, server: meter, pool=pool)
     case = _case(Drafter("ngram"))
