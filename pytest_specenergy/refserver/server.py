@@ -201,6 +201,9 @@ class _Handler(BaseHTTPRequestHandler):
             return json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise HTTPError(400, f"the body is not valid JSON: {exc}") from None
+        except RecursionError:  # valid JSON nested past the decoder's depth: the client's doing
+            raise HTTPError(400, "the body is JSON nested too deeply to decode; a request is a flat "
+                                 "object of fields (see /generate)") from None
 
     def _guard(self, fn: Any) -> None:
         try:

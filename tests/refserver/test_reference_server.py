@@ -168,6 +168,7 @@ def test_work_trace_cursor(server):
         ({"input_ids": []}, "non-empty"),
         (b"{not json", "not valid JSON"),
         (b"\xff\xfe{}", "not valid JSON"),
+        (b"[" * 100000, "nested too deeply"),  # fault-matrix R-5b: was a 500 (RecursionError)
         ({"input_ids": "abc"}, "input_ids must be"),
         ({"input_ids": [1, 2], "return_prompt_token_ids": "yes"}, "return_prompt_token_ids must be true or false"),
         ({"input_ids": [1, 2], "stream": "no"}, "stream must be true or false"),
