@@ -199,7 +199,10 @@ def servers_of(pid: int, speculative: bool | None = None) -> list[int]:
         line = cmdline(p)
         if "pytest_specenergy.refserver" not in line or "watchdog" in line:
             continue
-        if speculative is None or (("--speculative" in line) == speculative):
+        # The reference server names its drafter (--drafter none: the twin); "--speculative"
+        # never appears in its command line, so matching on it killed nothing (N4) or both (R-1a).
+        drafting = "--drafter " in line and "--drafter none" not in line
+        if speculative is None or drafting == speculative:
             found.append(p)
     return found
 

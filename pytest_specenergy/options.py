@@ -305,7 +305,8 @@ class SpecEnergyConfig:
                                       "instead of the installed one (for --specenergy-dry-run on a machine "
                                       "without SGLang)", resolve=_or_none)
     dry_run: bool = _opt("dry-run", False, "collect the cases and print each matched pair's two server "
-                         "commands and what differs; start nothing", action="store_true")
+                         "commands and what differs; start nothing; exit 4 when a command is refused or "
+                         "cannot be built", action="store_true")
     rootdir: Path = Path(".")
     #: ``--specenergy-repeats`` (or its ini key) was given: a saved run measures that many, not
     #: ``save_repeats``; the default nightly flow (save, then compare) gets the power.

@@ -152,14 +152,10 @@ class SpecEnergySession:
         if self._measurer is not None:
             self._measurer.plan(self.planned)
         if self.config.dry_run:
-            from pytest_specenergy.engines.dry_run import render_dry_run
+            from pytest_specenergy.engines.dry_run import show_dry_run
 
-            reporter, text = session.config.pluginmanager.get_plugin("terminalreporter"), render_dry_run(self.planned)
-            if reporter is None:  # -p no:terminal
-                print(text)
-            else:
-                reporter.write_sep("=", "specenergy dry run")
-                reporter.write_line(text)
+            if refused := show_dry_run(self.planned, session.config.pluginmanager.get_plugin("terminalreporter")):
+                raise pytest.UsageError(refused)
 
     def _count_gated(self, items: list[pytest.Item]) -> int:
         """BH's N: the gated per-repeat comparisons (case x limit) of the collected tests."""

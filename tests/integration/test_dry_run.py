@@ -49,6 +49,20 @@ def test_dry_run_can_assume_an_sglang_version(pytester: pytest.Pytester):
     pytester.makepyfile(SUITE.replace(', sglang_version="0.5.23"', ""))
     without = pytester.runpytest("--specenergy-dry-run", "-p", "no:cacheprovider")
     without.stdout.fnmatch_lines(["*SGLang is not installed in this Python*"])
+    # A command that cannot be built fails the dry run (a CI step checking commands must not
+    # go green); the printed blocks say which.
+    assert without.ret == pytest.ExitCode.USAGE_ERROR
+    without.stderr.fnmatch_lines(["*specenergy dry run: 3 engine command(s) refused or not buildable*"])
     with_version = pytester.runpytest("--specenergy-dry-run", "--specenergy-sglang-version=0.5.13",
                                       "-p", "no:cacheprovider")
     with_version.stdout.fnmatch_lines(["speculative: *--cuda-graph-max-bs 48*--speculative-algorithm NGRAM*"])
+
+
+def test_a_refused_engine_option_fails_the_dry_run(pytester: pytest.Pytester):
+    # Fault-matrix probe N39: an SGLang rendezvous address off loopback was printed as
+    # "cannot build the command" and the dry run exited 0.
+    pytester.makepyfile(SUITE.replace('sglang_version="0.5.23"', 'sglang_version="0.5.23", dist_init_addr="0.0.0.0:5000"'))
+    result = pytester.runpytest("--specenergy-dry-run", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(["speculative: cannot build the command: *not a loopback address*"])
+    result.stderr.fnmatch_lines(["*specenergy dry run: 3 engine command(s) refused or not buildable*"])
