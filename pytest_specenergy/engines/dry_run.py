@@ -12,7 +12,6 @@ from pytest_specenergy.engines.base import EngineBackend
 from pytest_specenergy.engines.base import EngineConfigError
 from pytest_specenergy.engines.config import EngineConfig
 
-
 #: How a line that could not be rendered as a launchable command starts or reads.
 REFUSED_MARKS = ("# REFUSED:", ": cannot build the command:")
 

@@ -61,7 +61,8 @@ def test_dry_run_can_assume_an_sglang_version(pytester: pytest.Pytester):
 def test_a_refused_engine_option_fails_the_dry_run(pytester: pytest.Pytester):
     # Fault-matrix probe N39: an SGLang rendezvous address off loopback was printed as
     # "cannot build the command" and the dry run exited 0.
-    pytester.makepyfile(SUITE.replace('sglang_version="0.5.23"', 'sglang_version="0.5.23", dist_init_addr="0.0.0.0:5000"'))
+    pytester.makepyfile(SUITE.replace('sglang_version="0.5.23"',
+                                      'sglang_version="0.5.23", dist_init_addr="0.0.0.0:5000"'))
     result = pytester.runpytest("--specenergy-dry-run", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stdout.fnmatch_lines(["speculative: cannot build the command: *not a loopback address*"])
