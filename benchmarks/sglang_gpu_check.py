@@ -25,8 +25,37 @@ any SGLang ``ServerArgs`` field to both arms (``load_format=dummy`` with a check
 only ``config.json`` and the tokenizer measures real shapes without weights).
 ``--dry-run`` prints both arms' command lines and exits, needing neither GPU nor SGLang.
 
-Exits 2, saying why, when NVML sees no GPU or SGLang cannot be found; it never reports a
-GPU figure it did not measure.
+Exits 2, saying every reason, when NVML sees no GPU or SGLang cannot be found (never a silent
+skip); it never reports a GPU figure it did not measure.
+
+**Without SGLang: ``--engine reference``.** The same script, suite shape and table on the repo's
+own reference server (HF transformers, eager) with ``random:`` models: seeded random weights of
+a dense Qwen3 shape, built on the GPU, nothing downloaded (energy depends on shapes, not
+weights). For a GPU machine with torch, transformers and nvidia-ml-py but no SGLang (and no
+network), one command::
+
+    PYTHONPATH=. python benchmarks/sglang_gpu_check.py --engine reference
+
+runs ``random:qwen3-4b`` against ``ngram`` and a ``random:qwen3-0.6b`` draft model
+(``--model``/``--draft-model`` take any ``random:SHAPE[:layers=N,hidden=N,mlp=N,vocab=N]``, a
+``tiny:*`` model or a local checkpoint; a draft needs the target's vocabulary) on
+``--device auto`` (CUDA; with no CUDA device it exits 2 rather than fall back to the CPU), with
+NVML, at batch 1 and 8 over a pool of 3x the largest batch (24 prompts), 64 new tokens. Its
+accept lengths are whatever random weights give (a random model tends to repeat itself, which
+ngram exploits; a random draft agrees with a random target by chance): the run checks the path -
+engine, NVML, window, checks - not a drafter's worth. The CPU check of this path (modeled meter,
+cut-down shapes; ``benchmarks/results/sglang_gpu_check_cpu_check.txt`` has its output and time)::
+
+    PYTHONPATH=. python benchmarks/sglang_gpu_check.py --engine reference --device cpu \\
+        --batches 1 2 --prompts 12 --max-new-tokens 32 --repeats 1
+
+``--device cpu`` defaults the models to cut-down shapes
+(``random:qwen3-4b:layers=1,hidden=256,mlp=512,vocab=1024`` and the 0.6B one alike) and the meter
+to ``modeled:h200``, whose figures are labelled modeled in the table. This path has not yet run
+on a GPU: no GPU was lent to the session that wrote it, so there is no CUDA table in
+``benchmarks/results/`` yet; on a GPU, record the output there as ``sglang_gpu_check_<gpu>.txt``.
+SGLang-only options (``--eagle3``, ``--engine-option``, ``--python``, ``--attention-backend``,
+``--max-total-tokens``) do not apply to it; the first two are refused.
 """
 
 from __future__ import annotations
@@ -46,7 +75,7 @@ pytestmark = [
     pytest.mark.model({model!r}, engine="sglang", dtype="bfloat16", max_running_requests=16,
                       **{options!r}),
     pytest.mark.corpus("code"),
-    pytest.mark.generation(max_new_tokens={max_new_tokens}, prompts=48),
+    pytest.mark.generation(max_new_tokens={max_new_tokens}, prompts={prompts}),
 ]
 
 
@@ -54,17 +83,53 @@ pytestmark = [
     Drafter("ngram", num_draft_tokens=8),
     Drafter("draft_model", draft_model={draft!r}, num_draft_tokens=4, id="draft"),{eagle3}
 )
-@pytest.mark.batch(1, 8)
+@pytest.mark.batch({batches})
 def test_sglang_gpu(spec_pair):
     r = spec_pair.measure()
     r.assert_equivalent(min_common_prefix=32)  # bf16 twins may drift late; early tokens must match
 """
+
+REFERENCE_SUITE = """
+import pytest
+from pytest_specenergy import Drafter
+
+pytestmark = [
+    pytest.mark.model({model!r}, engine="reference", device={device!r}, max_running_requests={running}),
+    pytest.mark.corpus("code"),
+    pytest.mark.generation(max_new_tokens={max_new_tokens}, prompts={prompts}),
+]
+
+
+@pytest.mark.drafter(
+    Drafter("ngram", num_draft_tokens=8),
+    Drafter("draft_model", draft_model={draft!r}, num_draft_tokens=4, id="draft"),
+)
+@pytest.mark.batch({batches})
+def test_reference_gpu(spec_pair):
+    r = spec_pair.measure()
+    r.assert_equivalent(min_common_prefix={prefix})  # bf16 on CUDA may drift late; early tokens must match
+"""
+
+#: The reference path's models per device: full shapes on a GPU, cut-down ones for the CPU check.
+REFERENCE_MODELS = {
+    "cuda": ("random:qwen3-4b", "random:qwen3-0.6b"),
+    "cpu": ("random:qwen3-4b:layers=1,hidden=256,mlp=512,vocab=1024",
+            "random:qwen3-0.6b:layers=1,hidden=256,mlp=512,vocab=1024"),
+}
 
 
 def _sglang_reason(python: str) -> str | None:
     code = "import importlib.metadata as m; print(m.version('sglang'))"
     done = subprocess.run([python, "-c", code], capture_output=True, text=True)
     return None if done.returncode == 0 else f"SGLang is not importable by {python}: {done.stderr.strip()[-300:]}"
+
+
+def _cuda_reason() -> str | None:
+    try:
+        import torch
+    except ImportError as exc:
+        return f"torch is not importable ({exc})"
+    return None if torch.cuda.is_available() else f"torch {torch.__version__} sees no CUDA device"
 
 
 def _gpu_reason() -> str | None:
@@ -103,11 +168,21 @@ def _table(document: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="target checkpoint dir or hub id")
-    parser.add_argument("--draft-model", required=True, help="draft checkpoint (same tokenizer)")
-    parser.add_argument("--eagle3", help="an EAGLE3 head for the target: adds an eagle3 drafter")
+    parser.add_argument("--engine", choices=("sglang", "reference"), default="sglang",
+                        help="sglang (default), or reference: the repo's HF-transformers server with random: "
+                        "shapes, for a GPU machine without SGLang")
+    parser.add_argument("--model", help="target checkpoint dir or hub id (required with sglang; reference: "
+                        "default random:qwen3-4b, cut down on --device cpu)")
+    parser.add_argument("--draft-model", help="draft checkpoint (same tokenizer; required with sglang; "
+                        "reference: default random:qwen3-0.6b, cut down on --device cpu)")
+    parser.add_argument("--eagle3", help="an EAGLE3 head for the target: adds an eagle3 drafter (sglang)")
     parser.add_argument("--python", default=sys.executable, help="interpreter with SGLang")
-    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                        help="reference engine: auto (CUDA; exits 2 without it), cuda, or cpu (the CPU check)")
+    parser.add_argument("--meter", help="default nvml; modeled:h200 with --device cpu")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--prompts", type=int, help="prompt pool (default: 48; reference: 3 x the largest batch)")
+    parser.add_argument("--max-new-tokens", type=int, help="default: 256 sglang, 64 reference")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--attention-backend", default="flashinfer")
     parser.add_argument("--max-total-tokens", type=int, default=131072,
@@ -118,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true",
                         help="print both arms' command lines and exit (no GPU needed)")
     args = parser.parse_args(argv)
+    if args.engine == "reference":
+        return _reference(parser, args)
+    if not args.model or not args.draft_model:
+        parser.error("--engine sglang needs --model and --draft-model (checkpoint paths or hub ids)")
     options: dict = {"attention_backend": args.attention_backend}
     if args.max_total_tokens:
         options["max_total_tokens"] = args.max_total_tokens
@@ -131,26 +210,71 @@ def main(argv: list[str] | None = None) -> int:
             options[key] = value
     if args.python != sys.executable:
         options["python"] = args.python
+    meter = args.meter or "nvml"
     if args.dry_run:
         options.setdefault("sglang_version", "0.5.23")
     else:
-        for reason in (_gpu_reason(), _sglang_reason(args.python)):
-            if reason:
+        reasons = [r for r in (_gpu_reason(), _sglang_reason(args.python)) if r]
+        if reasons:
+            for reason in reasons:
                 print(f"sglang_gpu_check: cannot run: {reason}", file=sys.stderr)
-                return 2
+            print("sglang_gpu_check: SGLang: pip install -e '.[sglang]', or --python an interpreter that has "
+                  "it; on a GPU machine without SGLang, --engine reference runs the same check on the "
+                  "reference server with random: shapes", file=sys.stderr)
+            return 2
     eagle3 = ("" if not args.eagle3 else f"\n    Drafter('eagle3', draft_model={args.eagle3!r}, "
               "num_steps=3, num_draft_tokens=3, id='eagle3'),")
+    suite = SUITE.format(model=args.model, draft=args.draft_model, options=options,
+                         max_new_tokens=args.max_new_tokens or 256, eagle3=eagle3, prompts=args.prompts or 48,
+                         batches=", ".join(map(str, args.batches)))
+    return _run(suite, args, "sglang", meter)
+
+
+def _reference(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """The reference server's path: the same suite shape and table, random: models, no SGLang."""
+    for flag, given in (("--eagle3", args.eagle3), ("--engine-option", args.engine_option)):
+        if given:
+            parser.error(f"{flag} is for --engine sglang; the reference server runs ngram and draft_model")
+    device = args.device
+    if device == "auto":
+        reason = _cuda_reason()
+        if reason and not args.dry_run:
+            print(f"sglang_gpu_check: cannot run: --device auto wants CUDA and {reason}; --device cpu runs "
+                  "the CPU check (cut-down shapes, modeled meter)", file=sys.stderr)
+            return 2
+        device = "cuda"
+    meter = args.meter or ("modeled:h200" if device == "cpu" else "nvml")
+    if not args.dry_run:
+        reasons = [r for r in ((_cuda_reason() if device == "cuda" else None),
+                               (_gpu_reason() if meter == "nvml" else None)) if r]
+        if reasons:
+            for reason in reasons:
+                print(f"sglang_gpu_check: cannot run: {reason}", file=sys.stderr)
+            return 2
+    model, draft = REFERENCE_MODELS[device]
+    max_new_tokens = args.max_new_tokens or 64
+    suite = REFERENCE_SUITE.format(
+        model=args.model or model, draft=args.draft_model or draft, device=device,
+        running=max(16, max(args.batches)), max_new_tokens=max_new_tokens,
+        prompts=args.prompts or 3 * max(args.batches), batches=", ".join(map(str, args.batches)),
+        prefix=min(32, max_new_tokens))
+    print(f"sglang_gpu_check: reference engine (HF transformers, eager) on {device}, target "
+          f"{args.model or model}, draft {args.draft_model or draft}, meter {meter}", file=sys.stderr)
+    return _run(suite, args, "reference", meter)
+
+
+def _run(suite_text: str, args: argparse.Namespace, engine: str, meter: str) -> int:
+    """Run the suite through pytest and print the table; pytest's exit status."""
     with tempfile.TemporaryDirectory(prefix="sglang-gpu-check-") as tmp:
         suite = Path(tmp) / "test_sglang_gpu_check.py"
-        suite.write_text(SUITE.format(model=args.model, draft=args.draft_model, options=options,
-                                      max_new_tokens=args.max_new_tokens, eagle3=eagle3))
+        suite.write_text(suite_text)
         out = args.json or Path(tmp) / "run.json"
         if args.dry_run:
             done = subprocess.run([sys.executable, "-m", "pytest", str(suite), "-p", "no:cacheprovider",
-                                   "--specenergy-engine=sglang", "--specenergy-dry-run", "-q"], cwd=tmp)
+                                   f"--specenergy-engine={engine}", "--specenergy-dry-run", "-q"], cwd=tmp)
             return done.returncode
         done = subprocess.run([sys.executable, "-m", "pytest", str(suite), "-p", "no:cacheprovider",
-                               "--specenergy-engine=sglang", "--specenergy-meter=nvml",
+                               f"--specenergy-engine={engine}", f"--specenergy-meter={meter}",
                                f"--specenergy-repeats={args.repeats}", f"--specenergy-json={out}",
                                "-rA"], cwd=tmp)
         if out.exists():

@@ -205,6 +205,13 @@ def _check_model_path(test: str, marker: str, name: str, engine: str) -> None:
             raise MarkerError(f"{test}: marker {marker} value {name!r}: tiny models run only on "
                               f"the reference engine, not {engine}")
         return
+    if name.startswith("random:"):
+        # random:SHAPE[:key=N,...]: seeded random weights the reference server builds itself (no
+        # files); it checks the shape and overrides as it starts, in milliseconds, before any load.
+        if engine != "reference":
+            raise MarkerError(f"{test}: marker {marker} value {name!r}: random: models run only on "
+                              f"the reference engine, not {engine}")
+        return
     # The engine process inherits pytest's working directory and resolves a relative path there,
     # so the check does too (not against the rootdir, which a run from a subfolder differs from).
     path = os.path.abspath(os.path.expanduser(name))
@@ -216,7 +223,7 @@ def _check_model_path(test: str, marker: str, name: str, engine: str) -> None:
     relative = "" if os.path.isabs(os.path.expanduser(name)) else " (relative to the working directory)"
     raise MarkerError(f"{test}: marker {marker} value {name!r}: no such model directory "
                       f"({path}{relative}); expected an existing checkpoint directory"
-                      + (f" or one of {', '.join(TINY_MODELS)}" if engine == "reference"
+                      + (f", random:SHAPE or one of {', '.join(TINY_MODELS)}" if engine == "reference"
                          else " or a hub id such as Qwen/Qwen3-8B"))
 
 
