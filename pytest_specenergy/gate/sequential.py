@@ -75,6 +75,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from pytest_specenergy.gate.limits import DEFAULT_ALPHA
+from pytest_specenergy.gate.limits import DEFAULT_CAP
 from pytest_specenergy.gate.tdist import t_ppf
 from pytest_specenergy.gate.tdist import t_sf
 from pytest_specenergy.gate.verdict import Verdict
@@ -99,8 +101,8 @@ class SequentialPlan:
 
     start: int = 3
     step: int = 2
-    cap: int = 11
-    alpha: float = 0.05
+    cap: int = DEFAULT_CAP
+    alpha: float = DEFAULT_ALPHA
     beta: float = 0.05
     spending: str = "final"
     interim_share: float = 0.02
