@@ -142,7 +142,7 @@ def test_help_texts_render(pytester: pytest.Pytester):
     result.stdout.fnmatch_lines(["*--specenergy-compare-fail=EXPR*", "*energy:5%*", "*--specenergy-dry-run*"])
 
 
-@pytest.mark.parametrize("command", ["report", "compare", "history", "merge"])
+@pytest.mark.parametrize("command", ["report", "compare", "history", "merge", "predict", "doctor"])
 def test_console_help_renders(command, capsys):
     from pytest_specenergy.cli.main import main
 
