@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Any
 from typing import Callable
 
@@ -28,3 +30,13 @@ def run_suite(pytester: pytest.Pytester) -> Callable[..., Any]:
         return pytester.runpytest(*fast_options(repeats), *args)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def sglang_gpu_check() -> Any:
+    """``benchmarks/sglang_gpu_check.py`` loaded as a module (benchmarks/ is no package)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "sglang_gpu_check.py"
+    spec = importlib.util.spec_from_file_location("sglang_gpu_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

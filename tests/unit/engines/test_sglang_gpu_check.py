@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(scope="module")
-def check():
-    spec = importlib.util.spec_from_file_location("sglang_gpu_check", ROOT / "benchmarks" / "sglang_gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _checkpoint(path: Path) -> str:
@@ -26,10 +15,10 @@ def _checkpoint(path: Path) -> str:
     return str(path)
 
 
-def test_dry_run_prints_both_arms_with_the_kv_pool_pinned(check, tmp_path, capfd):
+def test_dry_run_prints_both_arms_with_the_kv_pool_pinned(sglang_gpu_check, tmp_path, capfd):
     target, draft = _checkpoint(tmp_path / "target"), _checkpoint(tmp_path / "draft")
-    code = check.main(["--model", target, "--draft-model", draft, "--eagle3", draft, "--dry-run",
-                       "--engine-option", "load_format=dummy"])
+    code = sglang_gpu_check.main(["--model", target, "--draft-model", draft, "--eagle3", draft, "--dry-run",
+                                  "--engine-option", "load_format=dummy"])
     out = capfd.readouterr().out
     assert code == 0, out
     for algorithm in ("NGRAM", "STANDALONE", "EAGLE3"):
@@ -40,12 +29,12 @@ def test_dry_run_prints_both_arms_with_the_kv_pool_pinned(check, tmp_path, capfd
     assert "MISMATCH" not in out
 
 
-def test_a_bad_engine_option_is_refused(check, tmp_path):
+def test_a_bad_engine_option_is_refused(sglang_gpu_check, tmp_path):
     with pytest.raises(SystemExit):
-        check.main(["--model", "m", "--draft-model", "d", "--engine-option", "novalue", "--dry-run"])
+        sglang_gpu_check.main(["--model", "m", "--draft-model", "d", "--engine-option", "novalue", "--dry-run"])
 
 
-def test_the_table_says_which_checks_held(check):
+def test_the_table_says_which_checks_held(sglang_gpu_check):
     document = {"engine_starts": 3, "meters": {"nvml": {"label": "nvml"}},
                 "machines": {"k": {"gpus": [{"name": "NVIDIA H200", "uuid": "GPU-1"}]}},
                 "results": [
@@ -55,6 +44,6 @@ def test_the_table_says_which_checks_held(check):
                     {"case_id": "code-draft-b8", "energy_saving": -0.1,
                      "checks": [{"name": "twin-differs", "severity": "fail"}],
                      "baseline": {}, "speculative": {}}]}
-    text = "\n".join(check._table(document))
+    text = "\n".join(sglang_gpu_check._table(document))
     assert "NVIDIA H200 GPU-1" in text and "engine starts: 3" in text
     assert "all held" in text and "twin-differs (fail)" in text and "+12.0%" in text
