@@ -47,6 +47,11 @@ class RequestCounters:
     correct_drafts_histogram: tuple[int, ...] | None = None
     cached_tokens: int | None = None
     retractions: int | None = None
+    #: Reference server only: the engine's number of the prefill forward that prefilled the
+    #: request (requests sharing it were prefilled together), and the wall seconds of the
+    #: decode / verify steps the request ran in. None from SGLang, which reports neither.
+    prefill_forward: int | None = None
+    decode_seconds: float | None = None
 
     def problems(self) -> list[str]:
         """Internal inconsistencies (histogram vs totals); empty when the counters agree."""
@@ -115,6 +120,8 @@ def parse_meta_info(meta: Mapping[str, Any]) -> RequestCounters:
         correct_drafts_histogram=None if hist is None else tuple(int(n) for n in hist),
         cached_tokens=_int_or_none(meta.get("cached_tokens")),
         retractions=_int_or_none(_first(meta, _RETRACTION_KEYS, "retractions")),
+        prefill_forward=_int_or_none(meta.get("prefill_forward")),
+        decode_seconds=None if meta.get("decode_seconds") is None else float(meta["decode_seconds"]),
         **{k: _int_or_none(v) for k, v in spec.items()},
     )
 

@@ -5,6 +5,27 @@ flushed and the full run is measured in one meter window, then, flushed again, a
 run (``max_new_tokens=1``) of the same prompts in another; decode energy is their difference -
 so prefill never sits in the energy figure (paper s.10).
 
+**The twin replays the full window's prefill forwards, group for group** (issue 21). A
+prefill forward's cost is not additive in its rows: at a real shape a one-row prefill is bound
+by the weight read, so a refill prefilled alone costs nearly what a forward of eight prompts
+costs. Sending the twin's prompts ``batch`` at a time (as before) subtracted a few big forwards
+where the full window had run many one-row refills, and 5-10% of the speculative arm's
+"decode" energy was prefill. The twin now sends each group of prompts the full window
+prefilled together as one batched ``/generate`` call, and the next only once it is answered,
+so an idle engine prefills each group in one forward of exactly those rows, from an empty cache
+like the refill's own prefill (:mod:`.prefill_groups`). The groups come from the engine's own
+record where it keeps one (the reference server's ``meta_info.prefill_forward``, under any
+meter), else from when the full window sent each request. Why it holds beyond the modeled
+meter: the subtraction is of the same forwards, not of a model of them, so it needs no meter
+to be linear in rows; SGLang also prefills a refill in a forward of its own (its scheduler
+runs a prefill batch of whatever is waiting before the next decode step), and a batched call
+to an idle SGLang engine is one prefill batch. What stays unverified there: SGLang reports no
+prefill grouping, so its groups are inferred from send times (refills sent within half a
+decode step of each other are one forward), which a loaded host could blur; and under a board
+meter (NVML) the twin idles for one client round trip between groups, which the full window
+does not - that idle energy is subtracted as if it were prefill (at about idle power for ~1 ms
+per group), an over-subtraction no CPU run can size.
+
 **Constant concurrency.** A run draws from the case's prompt pool (one pool per corpus and
 generation, the same at every batch point and in both arms; :meth:`Case.pool`)
 through ``batch`` worker threads, each holding one single-request ``/generate`` call in flight
@@ -43,6 +64,7 @@ import threading
 import time
 from dataclasses import dataclass
 from dataclasses import field
+from time import perf_counter as _clock
 from typing import Any
 from typing import Callable
 from typing import Sequence
@@ -55,6 +77,9 @@ from pytest_specenergy.engines.meta_info import merge_concurrency
 from pytest_specenergy.engines.meta_info import parse_meta_info
 from pytest_specenergy.measure import metrics
 from pytest_specenergy.measure.checks import counter_problems
+from pytest_specenergy.measure.prefill_groups import DEFAULT_SEND_GAP_S
+from pytest_specenergy.measure.prefill_groups import Groups
+from pytest_specenergy.measure.prefill_groups import prefill_groups
 from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
 from pytest_specenergy.meters.base import EnergyWindow
@@ -62,6 +87,9 @@ from pytest_specenergy.meters.base import Meter
 
 #: Per pool prompt, the drafts of every verify step (``meta_info.spec_drafts``).
 Drafts = tuple[tuple[tuple[int, ...], ...], ...]
+
+# Send times and a window's wall time read ``_clock`` (perf_counter): a test that steps
+# ``time.monotonic`` to drive the loop count must not see these reads.
 
 _rid_counter = itertools.count()
 _rid_lock = threading.Lock()
@@ -86,6 +114,13 @@ class _Window:
     indices: tuple[int, ...] = ()
     #: A replay engine's verify steps in this window that had no recorded draft to replay.
     replay_misses: int = 0
+    #: First loop, per position: when its request was sent (monotonic seconds; None: unsent).
+    sent: tuple[float | None, ...] = ()
+    #: Wall seconds of the first loop, on the client's clock.
+    wall_s: float = 0.0
+    #: A prefill-only window's replayed groups (positions) and where the grouping came from.
+    groups: Groups = ()
+    grouping: str = ""
 
     @property
     def counters(self) -> tuple[RequestCounters, ...]:
@@ -172,7 +207,8 @@ class ArmMeasurer:
         self.prefill = {"max_new_tokens": 1, "temperature": 0.0, "ignore_eos": True}
 
     def _run(self, sampling: dict[str, Any], indices: Sequence[int], steady: bool = False,
-             width: int | None = None, record: bool = False) -> list[dict[str, Any]]:
+             width: int | None = None, record: bool = False,
+             sent: list[float | None] | None = None) -> list[dict[str, Any]]:
         """Every prompt of ``indices`` (into the pool) sent, ``batch`` requests in flight while
         the pool can refill them.
 
@@ -182,7 +218,8 @@ class ArmMeasurer:
         request runs to its finish. The client opens a fresh connection per request and keeps
         no state, so the threads share it. The first error stops the refill and is raised once
         every thread has returned. A replay arm's decoding requests carry their recorded drafts
-        (``spec_replay_drafts``); ``record`` asks for each verify step's drafts back.
+        (``spec_replay_drafts``); ``record`` asks for each verify step's drafts back. ``sent``,
+        if given, receives each request's send time (for send-time prefill grouping).
         """
         prompts = [self.prompts[i] for i in indices]
         replay = self.replay if sampling.get("max_new_tokens", 0) > 1 else None
@@ -226,6 +263,8 @@ class ArmMeasurer:
                 try:
                     params = sampling if replay is None else {
                         **sampling, "spec_replay_drafts": [list(d) for d in replay[indices[index]]]}
+                    if sent is not None:
+                        sent[index] = _clock()
                     answer = client.generate(text=[prompts[index]], sampling_params=params,
                                              rids=[rid], **asked)
                 except BaseException as exc:  # re-raised in the caller's thread
@@ -254,17 +293,49 @@ class ArmMeasurer:
             raise RuntimeError(f"{len(missing)} of {len(prompts)} requests got no answer")
         return answers  # type: ignore[return-value]
 
-    def _window(self, sampling: dict[str, Any], indices: Sequence[int], steady: bool) -> _Window:
+    def _replay_groups(self, sampling: dict[str, Any], indices: Sequence[int], groups: Groups
+                       ) -> list[dict[str, Any]]:
+        """The prompts of ``indices`` (into the pool), one batched ``/generate`` call per group of
+        positions, each call answered before the next is sent: an idle engine admits a batched
+        call's requests in one iteration, so each group is one prefill forward, as it was in the
+        full window."""
+        answers: list[dict[str, Any] | None] = [None] * len(indices)
+        for group in groups:
+            rids = [_next_rid() for _ in group]
+            got = self.server.client.generate(text=[self.prompts[indices[p]] for p in group],
+                                              sampling_params=sampling, rids=rids)
+            if len(got) != len(group):
+                raise RuntimeError(f"a batched /generate of {len(group)} prefill-only prompts got "
+                                   f"{len(got)} answers")
+            for position, answer in zip(group, got):
+                answers[position] = answer
+        missing = [i for i, a in enumerate(answers) if a is None]
+        if missing:
+            raise RuntimeError(f"{len(missing)} of {len(indices)} prefill-only requests were in no group")
+        return answers  # type: ignore[return-value]
+
+    def _window(self, sampling: dict[str, Any], indices: Sequence[int], steady: bool,
+                groups: Groups | None = None, grouping: str = "") -> _Window:
+        """One flushed, metered window: ``indices`` run ``batch`` at a time (refilled), or, with
+        ``groups``, replayed group by group (the prefill-only twin)."""
         client = self.server.client
         client.flush_cache()
         before = client.server_info()
+        sent: list[float | None] = [None] * len(indices)
+
+        def run(first: bool) -> list[dict[str, Any]]:
+            if groups is not None:
+                return self._replay_groups(sampling, indices, groups)
+            return self._run(sampling, indices, steady, sent=sent if first else None)
+
         token = self.meter.start(self.server)
-        answers = [self._run(sampling, indices, steady)]
+        started, began = time.monotonic(), _clock()
+        answers = [run(True)]
+        wall_s = _clock() - began
         # A board counter updates every few ms and is noisy: extend short windows with
         # identical work rather than report a number the meter cannot resolve.
-        started = time.monotonic()
         while self.meter.min_window_s and time.monotonic() - started < self.meter.min_window_s:
-            answers.append(self._run(sampling, indices, steady))
+            answers.append(run(False))
         energy = self.meter.stop(token)
         after = client.server_info()
         # Requested batch is not actual concurrency (paper s.10): read what really ran.
@@ -272,7 +343,18 @@ class ArmMeasurer:
         counters = tuple(tuple(parse_meta_info(a["meta_info"]) for a in loop) for loop in answers)
         outputs = tuple(tuple(tuple(int(t) for t in a["output_ids"]) for a in loop) for loop in answers)
         return _Window(energy, len(answers), counters, outputs, concurrency, tuple(indices),
-                       replay_misses=_misses(before, after) if self.replay is not None else 0)
+                       replay_misses=_misses(before, after) if self.replay is not None else 0,
+                       sent=tuple(sent), wall_s=wall_s, groups=groups or (), grouping=grouping)
+
+    def _prefill_twin(self, full: _Window) -> _Window:
+        """The prefill-only window of what ``full`` prefilled, grouped as ``full`` prefilled it."""
+        prefilled = full.prefilled()
+        groups, source = prefill_groups(full.counters, prefilled, full.sent, _send_gap_s(full))
+        at = {position: i for i, position in enumerate(prefilled)}
+        # Twin positions follow full.prefilled(), so the per-request TBT pairs them up.
+        twin_groups = tuple(tuple(at[p] for p in group) for group in groups)
+        return self._window(self.prefill, [full.indices[p] for p in prefilled], steady=False,
+                            groups=twin_groups, grouping=source)
 
     def _complete(self, full: _Window) -> tuple[tuple[tuple[int, ...], ...], tuple[str, ...]]:
         """Whole outputs and finish reasons for the pool: the window's, with the prompts its end
@@ -338,7 +420,7 @@ class ArmMeasurer:
         started = time.time()
         full = self._window(self.full, range(len(self.prompts)), steady=True)
         outputs, finish = self._complete(full)
-        prefill = self._window(self.prefill, full.prefilled(), steady=False)
+        prefill = self._prefill_twin(full)
         problems: list[str] = []
         if arm != "baseline":  # the speculative arm, an A/B reference or a replay
             for loop in full.loop_counters:
@@ -449,6 +531,15 @@ def arm_concurrency(batch: int, windows: Sequence[dict[str, Any]], pool: int) ->
             "window_means": None if any(m is None for m in means) else means}
 
 
+def _send_gap_s(full: _Window) -> float:
+    """Send-time grouping's gap: half a decode step of the full window (wall clock), so refills
+    of one step group and refills of the next do not; the default when no steps were recorded."""
+    steps = full.concurrency.get("steps")
+    if steps and full.wall_s > 0:
+        return 0.5 * full.wall_s / steps
+    return DEFAULT_SEND_GAP_S
+
+
 def _misses(before: dict[str, Any], after: dict[str, Any]) -> int:
     """Replay misses between two ``/server_info`` answers (the reference server's cumulative
     ``internal_states[0].spec_replay_misses``)."""
@@ -542,4 +633,6 @@ def _window_facts(window: _Window) -> dict[str, Any]:
             "requests": len(window.indices), "prefilled": [len(window.prefilled(n)) for n in range(window.loops)],
             "aborted": [len(window.aborted(n)) for n in range(window.loops)],
             "concurrency": window.concurrency, "source": window.energy.source,
-            "details": dict(window.energy.details)}
+            "details": dict(window.energy.details),
+            **({"groups": [len(g) for g in window.groups], "grouping": window.grouping}
+               if window.grouping else {})}

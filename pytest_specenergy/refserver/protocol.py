@@ -235,6 +235,12 @@ def result_json(
         "reasoning_tokens": 0,
         "e2e_latency": result.e2e_latency,
     }
+    # Reference-server extensions (SGLang has neither): which prefill forward prefilled the
+    # request, and the wall time of the decode / verify steps it ran in.
+    if result.prefill_forward is not None:
+        meta["prefill_forward"] = result.prefill_forward
+    if result.decode_s is not None:
+        meta["decode_seconds"] = result.decode_s
     spec = result.spec
     if spec is not None and spec.verify_ct > 0:
         meta["spec_verify_ct"] = spec.verify_ct

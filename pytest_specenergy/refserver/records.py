@@ -211,6 +211,8 @@ class GenerationResult:
     input_top_logprobs: tuple[tuple[tuple[float, int], ...] | None, ...] | None = None
     output_top_logprobs: tuple[tuple[tuple[float, int], ...], ...] | None = None
     spec_drafts: tuple[tuple[int, ...], ...] | None = None  # drafts verified per step, if asked
+    prefill_forward: int | None = None  # the engine's count of the prefill forward that prefilled it
+    decode_s: float | None = None  # wall seconds of the decode / verify steps it ran in
 
     @property
     def completion_tokens(self) -> int:

@@ -77,6 +77,10 @@ class Row:
     output_lp: list[tuple[float, int]] = field(default_factory=list)
     output_top: list[TopEntries] = field(default_factory=list)
     abort_requested: bool = False  # marked by Scheduler.abort; finished at the next iteration
+    # Which prefill forward prefilled this row (the scheduler's count): rows that share it were
+    # prefilled together, so a prefill-only rerun can repeat that grouping forward for forward.
+    prefill_forward: int | None = None
+    decode_s: float = 0.0  # wall seconds of the decode / verify steps this row was in (its own TBT)
     wrong_accept_count: bool = False  # fault: report the bonus token as an accepted draft
     stale_state: list[torch.Tensor] | None = None  # fault stale-state-after-empty-draft only
 
@@ -148,4 +152,6 @@ class Row:
             input_top_logprobs=tuple(self.input_top) if self.input_top is not None else None,
             output_top_logprobs=tuple(self.output_top) if req.return_logprob and req.top_logprobs_num else None,
             spec_drafts=tuple(self.drafts) if req.return_spec_drafts and self.k else None,
+            prefill_forward=self.prefill_forward,
+            decode_s=self.decode_s,
         )

@@ -83,6 +83,7 @@ class Scheduler:
         self._stop = False
         self._admitting: list[Row] = []  # popped from the queue, not yet in the running batch
         self.iterations = 0
+        self.prefill_forwards = 0  # numbers each admission's prefill (meta_info.prefill_forward)
 
     # ------------------------------------------------------------------------------ callers
     def submit(self, rows: Sequence[Row]) -> None:
@@ -176,6 +177,9 @@ class Scheduler:
     def _iteration(self, admit: list[Row]) -> None:
         self.iterations += 1
         if admit:
+            self.prefill_forwards += 1
+            for row in admit:
+                row.prefill_forward = self.prefill_forwards
             fresh = self.stepper.prefill(admit)
             self.stats.prefill(len(admit))
             if self.drafter is not None:
@@ -191,7 +195,10 @@ class Scheduler:
             self.stepper.decode(self.running, self.kv)
         else:
             self.stepper.verify(self.running, self.kv, self.drafter)
-        self.stats.decode_step(rows, time.perf_counter() - t0)
+        spent = time.perf_counter() - t0
+        self.stats.decode_step(rows, spent)
+        for row in self.running:
+            row.decode_s += spent
         self._drop_finished()
         self.kv.compact_if_needed(COMPACT_SLACK)
 

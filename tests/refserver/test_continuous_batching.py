@@ -208,3 +208,27 @@ def test_abort_all_never_reaches_a_request_submitted_after_it(engine_for):
     assert [r.finish_reason.type for r in first.wait(60) + second.wait(60)] == ["length", "length"]
     (after,) = engine.generate([request(4)], timeout=60)
     assert after.finish_reason.type == "length" and len(after.output_ids) == 4
+
+
+def test_each_request_names_its_prefill_forward_and_its_own_decode_time(engine_for, make_requests):
+    """Rows admitted in one iteration share a prefill forward (the trace's prefill step holds
+    exactly them); a row's decode time is the wall time of the steps it ran in (issue 21)."""
+    engine = engine_for(model="tiny:dense", max_running_requests=3)
+    reqs = [GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=4 + 3 * (i % 2), ignore_eos=True))
+            for i, r in enumerate(make_requests(engine, 6, 1))]
+    start = len(engine.trace)
+    got = engine.generate(reqs)
+    steps = engine.trace.read(start)[1]
+    prefills = [set(s.rids) for s in steps if s.phase == "prefill" and s.model == "target"]
+    forwards: dict[int, set[str]] = {}
+    for result in got:
+        assert result.prefill_forward is not None
+        forwards.setdefault(result.prefill_forward, set()).add(result.rid)
+    assert sorted(map(sorted, forwards.values())) == sorted(map(sorted, prefills))
+    assert len(prefills) >= 2  # the later rows joined as refills
+    for result in got:
+        mine = [s.wall_s for s in steps if s.phase == "decode" and result.rid in s.rids]
+        # The step's forward plus its commit (argmax, stop checks): never less than the forwards,
+        # and no prefill in it (a loaded host stretches the commit, hence the loose top).
+        assert sum(mine) <= result.decode_s <= sum(mine) + 0.05 * len(mine) + 0.05
+        assert len(mine) == len(result.output_ids) - 1

@@ -120,7 +120,10 @@ class RecordingClient:
         n = sampling_params["max_new_tokens"]
         self.log.append((self.config.replay or ("drafter" if self.config.drafter else "baseline"), n,
                          return_spec_drafts, "spec_replay_drafts" in sampling_params))
-        meta = {"id": rids[0], "prompt_tokens": 10, "completion_tokens": n,
+        return [self._answer(rid, n, sampling_params, return_spec_drafts) for rid in rids]
+
+    def _answer(self, rid, n, sampling_params, return_spec_drafts):
+        meta = {"id": rid, "prompt_tokens": 10, "completion_tokens": n,
                 "finish_reason": {"type": "length", "length": n}}
         if self.config.drafter is not None and n > 1:
             meta.update(spec_verify_ct=4, spec_num_correct_drafts=n - 5, spec_num_proposed_drafts=12)
@@ -128,7 +131,7 @@ class RecordingClient:
                 meta["spec_drafts"] = [[7, 8, 9]] * 4
             with self.lock:
                 self.misses += max(0, 4 - len(sampling_params.get("spec_replay_drafts", [])))
-        return [{"output_ids": list(range(n)), "meta_info": meta}]
+        return {"output_ids": list(range(n)), "meta_info": meta}
 
 
 class ReplayPool:

@@ -141,6 +141,7 @@ class BatchingClient(FakeClient):
         self.in_flight = self.peak = 0
         self.steps: dict[str, list] = {}
         self.texts: list = []
+        self.calls: list = []  # (texts, max_new_tokens) per call
 
     def flush_cache(self) -> None:
         super().flush_cache()
@@ -161,6 +162,7 @@ class BatchingClient(FakeClient):
             self.in_flight += 1
             self.peak = max(self.peak, self.in_flight)
             self.texts.append(list(text))
+            self.calls.append((list(text), sampling_params["max_new_tokens"]))
             aborts = getattr(self, "aborts", 0)
         time.sleep(self.delay)
         with self.lock:
@@ -189,14 +191,49 @@ def test_arm_keeps_the_batch_in_flight_one_request_per_call():
     case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
                 corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
     run = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=1, warmup=0).measure("speculative")
-    assert all(len(t) == 1 for t in client.texts)  # one request per call
+    assert all(len(t) == 1 for t, n in client.calls if n > 1)  # one request per full-run call
     assert client.peak == 4  # the batch, held by refilling
-    measured = [t[0] for t in client.texts[-12:]]
+    # The prefill-only twin replays the full window's prefill groups (issue 21): one batched
+    # call per group, every pool prompt once.
+    measured = [t for texts, n in client.calls if n == 1 for t in texts]
     assert sorted(measured) == sorted(CORPUS.take(12))
     assert len(run.outputs) == 12
     c = run.concurrency
     assert c["requested"] == 4 and c["pool"] == 12
     assert c["mean_running"] is not None and c["min_running"] >= 1 and c["max_running"] <= 4
+
+
+class ForwardNumberingClient(BatchingClient):
+    """Numbers prefill forwards as the reference server does: the first ``batch`` full-run
+    requests share forward 1, every refill gets a forward of its own."""
+
+    def __init__(self, batch: int) -> None:
+        super().__init__(True, [], delay=0.005)
+        self.batch, self.full_seen = batch, 0
+
+    def generate(self, text, sampling_params, rids):
+        answers = super().generate(text, sampling_params, rids)
+        if sampling_params["max_new_tokens"] > 1:
+            for answer in answers:
+                with self.lock:
+                    self.full_seen += 1
+                    seen = self.full_seen
+                answer["meta_info"]["prefill_forward"] = 1 if seen <= self.batch else seen
+        return answers
+
+
+def test_the_prefill_twin_replays_the_full_windows_prefill_forwards_group_for_group():
+    # Old: the twin sent its prompts batch at a time (one request per call, 4 in flight), so its
+    # prefill forwards held up to 4 rows where the window's refills had been prefilled alone.
+    client = ForwardNumberingClient(batch=4)
+    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
+                   corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=10))
+    run = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=1, warmup=0).measure("speculative")
+    twin = [len(texts) for texts, n in client.calls if n == 1]
+    assert twin == [4] + [1] * (len(twin) - 1)  # the opening group, then each refill alone
+    assert sum(twin) == sum(run.samples[0].window["full"]["prefilled"])
+    facts = run.samples[0].window["prefill"]
+    assert facts["grouping"] == "engine" and facts["groups"] == twin
 
 
 def test_one_prompt_pool_at_every_batch_and_the_override():
