@@ -16,7 +16,7 @@ only the full window's decode, verify and draft steps - the modeled meter's
 
 Usage (CPU, the built-in tiny models; the default matrix takes about 10 minutes on 2 cores)::
 
-    PYTHONPATH=. .venv/bin/python benchmarks/window_bias.py [--quick] [--drafters ngram block]
+    PYTHONPATH=. .venv/bin/python benchmarks/window_bias.py [--quick] [--cap-at-batch] [--drafters ngram block]
         [--batches 1 4 8 16] [--corpora code news] [--pool 32] [--max-new-tokens 32]
 """
 
@@ -120,11 +120,14 @@ def bias_row(pair: PairResult, seconds: float = 0.0) -> BiasRow:
 
 
 def make_cases(drafters: Sequence[str], batches: Sequence[int], corpora: Sequence[str], pool: int,
-               max_new_tokens: int) -> list[Case]:
-    """The matrix: every corpus x batch x drafter, one pool per corpus (as the plugin shares it)."""
+               max_new_tokens: int, cap_at_batch: bool = False) -> list[Case]:
+    """The matrix: every corpus x batch x drafter, one pool per corpus (as the plugin shares it).
+    ``cap_at_batch`` starts each batch point's engines admitting exactly the batch
+    (``max_running_requests=B``), so the measurer keeps one request queued beyond it."""
     generation = Generation(max_new_tokens=max_new_tokens, prompts=pool, ignore_eos=True)
     return [Case.of(engine="reference", model="tiny:dense", drafter=DRAFTERS[d], batch=b,
-                    corpus=load_corpus(c), generation=generation)
+                    corpus=load_corpus(c), generation=generation,
+                    max_running_requests=b if cap_at_batch else None)
             for c in corpora for b in batches for d in drafters]
 
 
@@ -179,14 +182,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpora", nargs="+", default=["code", "news"])
     parser.add_argument("--pool", type=int, default=32, help="prompts per pool (default 32)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--cap-at-batch", action="store_true",
+                        help="engines admit exactly the batch (max_running_requests=B): one request "
+                             "waits queued, so refills leave no slot empty")
     parser.add_argument("--quick", action="store_true",
                         help="three rows: ngram b1 and b8, block b4, on code")
     args = parser.parse_args(argv)
     if args.quick:
-        cases = (make_cases(["ngram"], [1, 8], ["code"], args.pool, args.max_new_tokens)
-                 + make_cases(["block"], [4], ["code"], args.pool, args.max_new_tokens))
+        cases = (make_cases(["ngram"], [1, 8], ["code"], args.pool, args.max_new_tokens, args.cap_at_batch)
+                 + make_cases(["block"], [4], ["code"], args.pool, args.max_new_tokens, args.cap_at_batch))
     else:
-        cases = make_cases(args.drafters, args.batches, args.corpora, args.pool, args.max_new_tokens)
+        cases = make_cases(args.drafters, args.batches, args.corpora, args.pool, args.max_new_tokens,
+                           args.cap_at_batch)
     started = time.monotonic()
     rows = measure_rows(cases, args.meter,
                         progress=lambda r: print(f"{r.case}: {r.seconds:.0f} s", file=sys.stderr))

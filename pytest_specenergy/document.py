@@ -196,6 +196,10 @@ class RepeatSample:
     #: for judging accept length with its spread. None: no speculative counters (a baseline
     #: arm, or a record written before the field existed).
     accept_lengths: tuple[float, ...] | None = None
+    #: The share of the pool's decode tokens (every prompt's whole output, its first token
+    #: excluded) made inside this repeat's window, per loop (issue 21). None: not recorded (a
+    #: record written before the field existed).
+    coverage: float | None = None
 
     @property
     def energy_per_token(self) -> float | None:
@@ -214,7 +218,7 @@ class RepeatSample:
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON object (``energy_per_token`` included, for readers of the file)."""
-        return {**_to_dict(self), "energy_per_token": self.energy_per_token}
+        return {**_to_dict(self, omit_empty=("coverage",)), "energy_per_token": self.energy_per_token}
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "sample") -> RepeatSample:
@@ -229,7 +233,8 @@ class RepeatSample:
         return cls(decode_joules=joules, decode_seconds=seconds, decode_tokens=tokens, tbt_ms=f.number("tbt_ms"),
                    verify_steps=f.integer("verify_steps"), correct_drafts=f.integer("correct_drafts"),
                    proposed_drafts=f.integer("proposed_drafts"), loops=f.integer("loops", 1),
-                   window=f.obj("window"), accept_lengths=f.numbers("accept_lengths", minimum=0))
+                   window=f.obj("window"), accept_lengths=f.numbers("accept_lengths", minimum=0),
+                   coverage=f.number("coverage"))
 
 
 @dataclass(frozen=True)
@@ -250,11 +255,14 @@ class Arm:
     counter_problems: tuple[str, ...] = ()
     replay_problems: tuple[str, ...] = ()
     finish_reasons: tuple[str, ...] = ()
+    #: Mean over repeats of the share of the pool's decode tokens inside the window (None: not
+    #: recorded); the coverage-differs check compares the arms' figures.
+    coverage: float | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON object."""
-        return _to_dict(self, omit_empty=("replay_problems",))
+        return _to_dict(self, omit_empty=("replay_problems", "coverage"))
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> Arm:
@@ -269,7 +277,8 @@ class Arm:
                    verified_per_step=f.integer("verified_per_step"), samples=samples,
                    concurrency=f.obj("concurrency"), outputs_stable=f.flag("outputs_stable", True),
                    counter_problems=f.texts("counter_problems"), replay_problems=f.texts("replay_problems"),
-                   finish_reasons=f.texts("finish_reasons"), extra=f.extra())
+                   finish_reasons=f.texts("finish_reasons"), coverage=f.number("coverage"),
+                   extra=f.extra())
 
     def values(self, metric: str) -> list[float | None]:
         """Per-repeat values of a per-arm metric (None where a repeat cannot give it)."""

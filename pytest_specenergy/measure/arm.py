@@ -30,7 +30,14 @@ per group), an over-subtraction no CPU run can size.
 generation, the same at every batch point and in both arms; :meth:`Case.pool`)
 through ``batch`` worker threads, each holding one single-request ``/generate`` call in flight
 and taking the next prompt the moment its request finishes. An engine that batches continuously
-(SGLang, the reference server) therefore runs ``batch`` requests at every step.
+(SGLang, the reference server) therefore runs ``batch`` requests at every step - except while a
+refill travels: a slot stays empty for the client's round trip. An engine whose admission cap
+is the batch (``model(max_running_requests=B)``: the reference server's
+``--max-running-requests``, SGLang's ``max_running_requests``) gets ``batch + 1`` requests in a
+steady-state window instead: the extra one waits in the engine's queue and is admitted the
+iteration a slot frees, so no slot is left empty. The coverage of each arm (the share of the
+pool's decode tokens inside its window) is recorded per repeat, and the arms are checked
+against each other as well as against the batch (``concurrency-differs``, ``coverage-differs``).
 
 **The window is the steady state:** it opens as the first ``batch`` requests are sent and closes
 the first time a request finishes and the pool can no longer refill it. At that moment every
@@ -59,6 +66,7 @@ from every loop's engine counters (not the first loop's alone).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
@@ -276,7 +284,7 @@ class ArmMeasurer:
                         in_flight.discard(rid)
                 answers[index] = answer[0]
 
-        width = max(1, min(width or self.case.batch, len(prompts)))
+        width = max(1, min(width or self._width(steady), len(prompts)))
         if width == 1:
             worker()
         else:
@@ -292,6 +300,16 @@ class ArmMeasurer:
         if missing:
             raise RuntimeError(f"{len(missing)} of {len(prompts)} requests got no answer")
         return answers  # type: ignore[return-value]
+
+    def _width(self, steady: bool) -> int:
+        """Requests to keep in flight: the batch, or, in a steady-state window on an engine
+        that admits exactly the batch, one more - the extra one waits in the engine's queue
+        and is admitted the iteration a slot frees, where a refill sent on the answer would
+        leave the slot empty for a client round trip (issue 21 item 4)."""
+        batch = max(self.case.batch, 1)
+        info = getattr(self.server, "server_info", None)
+        cap = info.get("max_running_requests") if isinstance(info, dict) else None
+        return batch + 1 if steady and cap == batch else batch
 
     def _replay_groups(self, sampling: dict[str, Any], indices: Sequence[int], groups: Groups
                        ) -> list[dict[str, Any]]:
@@ -430,7 +448,7 @@ class ArmMeasurer:
             replay_problems = (f"{full.replay_misses} verify step(s) had no recorded draft of the "
                                f"drafter's width to replay: the run is not like for like",)
         return ArmRepeat(
-            sample=_sample(prefill, full),
+            sample=dataclasses.replace(_sample(prefill, full), coverage=coverage(full, outputs)),
             outputs=outputs,
             finish=finish,
             concurrency=full.concurrency,
@@ -586,6 +604,14 @@ def _sample(prefill: _Window, full: _Window) -> RepeatSample:
         window={"full": _window_facts(full), "prefill": _window_facts(prefill)},
         accept_lengths=request_accept_lengths(full.counters),
     )
+
+
+def coverage(full: _Window, outputs: Sequence[Sequence[int]]) -> float | None:
+    """The share of the pool's decode tokens made inside ``full`` (per loop): its decode tokens
+    over every prompt's whole output less the first token (prefill's). Arms whose windows
+    close at different points cover different requests (issue 21 item 3)."""
+    pool = sum(max(len(o) - 1, 0) for o in outputs)
+    return full.decode_tokens_per_loop / pool if pool else None
 
 
 def request_accept_lengths(counters: Sequence[RequestCounters]) -> tuple[float, ...] | None:

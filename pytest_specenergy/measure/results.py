@@ -59,6 +59,15 @@ class RunResult:
         """Median over repeats of the mean per-request time between tokens."""
         return metrics.median([s.tbt_ms for s in self.samples])
 
+    @property
+    def coverage(self) -> float | None:
+        """Mean over repeats of the share of the pool's decode tokens inside the window (None
+        when a repeat did not record it)."""
+        values = [s.coverage for s in self.samples]
+        if not values or any(v is None for v in values):
+            return None
+        return sum(values) / len(values)
+
     def _pooled(self, attr: str) -> int | None:
         values = [getattr(s, attr) for s in self.samples]
         return None if not values or any(v is None for v in values) else sum(values)
@@ -81,7 +90,7 @@ class RunResult:
                    verified_per_step=self.verified_per_step, samples=self.samples,
                    concurrency=self.concurrency, outputs_stable=self.outputs_stable,
                    counter_problems=self.counter_problems, replay_problems=self.replay_problems,
-                   finish_reasons=self.finish_reasons)
+                   finish_reasons=self.finish_reasons, coverage=self.coverage)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record with every sample."""

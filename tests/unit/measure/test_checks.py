@@ -191,3 +191,50 @@ def test_sglang_twin_whose_resolved_settings_differ_fails():
     finer = PairResult(CASE, CASE.id, sglang(base), sglang(spec, cuda_graph_bs=[1, 2, 3, 4, 5, 6, 7, 8]))
     assert "twin-differs" in names(finer)
     assert "cuda_graph_bs" in next(c.message for c in finer.checks if c.name == "twin-differs")
+
+
+def covered(arm, share, **kwargs):
+    """``run`` with every sample's coverage set to ``share``."""
+    base = run(arm, [VARIED, LOOPING], **kwargs)
+    return dataclasses.replace(base, samples=tuple(dataclasses.replace(s, coverage=share)
+                                                   for s in base.samples))
+
+
+def test_arms_are_compared_with_each_other_not_only_with_the_batch():
+    # Both arms pass the 90% floor at batch 2 (>= 1.8), yet one ran 7.5% of the batch fewer rows.
+    apart = PairResult(CASE, CASE.id, run("baseline", [VARIED, LOOPING], mean_running=1.99),
+                       run("speculative", [VARIED, LOOPING], verify=10, correct=20, mean_running=1.84))
+    found = pair_checks(apart)
+    assert "concurrency-below-batch" not in {c.name for c in found}
+    differs = [c for c in found if c.name == "concurrency-differs"]
+    assert differs and differs[0].severity == "fail" and "1.99 (baseline) vs 1.84" in differs[0].message
+    close = PairResult(CASE, CASE.id, run("baseline", [VARIED, LOOPING], mean_running=1.98),
+                       run("speculative", [VARIED, LOOPING], verify=10, correct=20, mean_running=1.92))
+    assert "concurrency-differs" not in names(close)
+
+
+def test_coverage_gap_between_the_arms_fails_past_the_bound():
+    far = PairResult(CASE, CASE.id, covered("baseline", 1.0),
+                     covered("speculative", 0.85, verify=10, correct=20))
+    checks = [c for c in pair_checks(far) if c.name == "coverage-differs"]
+    assert checks and checks[0].severity == "fail" and "100.0% (baseline) vs 85.0%" in checks[0].message
+    near = PairResult(CASE, CASE.id, covered("baseline", 0.95),
+                      covered("speculative", 0.90, verify=10, correct=20))
+    assert "coverage-differs" not in names(near)
+    # A record written before coverage existed is not judged.
+    old = PairResult(CASE, CASE.id, covered("baseline", None), covered("speculative", 0.5, verify=10, correct=20))
+    assert "coverage-differs" not in names(old)
+    assert far.speculative.record().coverage == 0.85
+
+
+def test_coverage_is_stored_and_an_old_record_without_it_still_loads():
+    from pytest_specenergy.document import Arm
+
+    arm = covered("speculative", 0.875, verify=10, correct=20).record()
+    back = Arm.from_dict(arm.as_dict(), "speculative")
+    assert back.coverage == 0.875 and back.samples[0].coverage == 0.875
+    old = arm.as_dict()
+    old.pop("coverage")
+    for sample in old["samples"]:
+        sample.pop("coverage")
+    assert Arm.from_dict(old, "speculative").coverage is None

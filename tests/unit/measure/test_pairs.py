@@ -236,6 +236,19 @@ def test_the_prefill_twin_replays_the_full_windows_prefill_forwards_group_for_gr
     assert facts["grouping"] == "engine" and facts["groups"] == twin
 
 
+def test_an_engine_capped_at_the_batch_gets_one_request_queued_beyond_it():
+    # Old: batch requests in flight, so each refill left its slot empty for a round trip.
+    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
+                   corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
+    for cap, peak in ((4, 5), (32, 4)):
+        client = BatchingClient(True, [])
+        server = SimpleNamespace(client=client, server_info={"device": "cpu", "max_running_requests": cap},
+                                 describe=lambda: {"engine": "fake"})
+        measurer = ArmMeasurer(server, TokenMeter(1.0), case, repeats=1, warmup=0)
+        measurer.measure_repeat("speculative")
+        assert client.peak == peak, cap
+
+
 def test_one_prompt_pool_at_every_batch_and_the_override():
     assert DEFAULT_PROMPT_POOL == 96
     # Old: max(batch, 4) rounded to whole batches -> 4 prompts at batch 1, 16 at batch 16.
