@@ -585,6 +585,10 @@ def _sample(prefill: _Window, full: _Window) -> RepeatSample:
         counter = full.counters[index]
         if decode_known is not None:  # the meter timed the request's decode steps themselves
             decode_s = decode_known.get(counter.rid)
+        elif counter.decode_seconds is not None:
+            # The engine timed them (the reference server's meta_info.decode_seconds): the
+            # request's own decode, whatever the twin's prefill cost (issue 21 item 5).
+            decode_s = counter.decode_seconds
         else:  # the request's time minus its prefill-only twin's (e2e latency under a board meter)
             full_s, prefill_s = full.request_seconds(index), prefill.request_seconds(at_prefill)
             decode_s = None if full_s is None or prefill_s is None else full_s - prefill_s

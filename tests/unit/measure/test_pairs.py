@@ -249,6 +249,30 @@ def test_an_engine_capped_at_the_batch_gets_one_request_queued_beyond_it():
         assert client.peak == peak, cap
 
 
+class TimedClient(FakeClient):
+    """Answers as the reference server does under a board meter: ``e2e_latency`` for every
+    request (0.5 s full, 0.1 s prefill-only: batched twin prefills run long) and, for full
+    runs, the request's own decode time ``decode_seconds`` (0.7 s over 7 gaps)."""
+
+    def generate(self, text, sampling_params, rids):
+        answers = super().generate(text, sampling_params, rids)
+        full = sampling_params["max_new_tokens"] > 1
+        for answer in answers:
+            answer["meta_info"]["e2e_latency"] = 0.5 if full else 0.1
+            if full:
+                answer["meta_info"]["decode_seconds"] = 0.7
+        return answers
+
+
+def test_tbt_under_a_board_meter_is_the_engines_own_decode_time_per_request():
+    # Old: e2e latency minus the prefill-only twin's, (0.5 - 0.1) / 7 gaps = 57 ms, which
+    # carries the twin's (differently batched) prefill; the engine timed 0.7 s of decode steps.
+    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=1,
+                   corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=3))
+    run = ArmMeasurer(_server(TimedClient(False, [])), TokenMeter(1.0), case, 1, 0).measure("baseline")
+    assert run.tbt_ms == pytest.approx(100.0)
+
+
 def test_one_prompt_pool_at_every_batch_and_the_override():
     assert DEFAULT_PROMPT_POOL == 96
     # Old: max(batch, 4) rounded to whole batches -> 4 prompts at batch 1, 16 at batch 16.
