@@ -230,6 +230,7 @@ class ArmMeasurer:
         if given, receives each request's send time (for send-time prefill grouping).
         """
         prompts = [self.prompts[i] for i in indices]
+        batch = max(self.case.batch, 1)
         replay = self.replay if sampling.get("max_new_tokens", 0) > 1 else None
         asked = {"return_spec_drafts": True} if record else {}
         answers: list[dict[str, Any] | None] = [None] * len(prompts)
@@ -253,7 +254,11 @@ class ArmMeasurer:
                         return
                     index = next(cursor, None)
                     if index is None:
-                        end_now = steady and bool(in_flight) and not state["ended"]
+                        # The window ends when a finish leaves fewer than the batch in
+                        # flight; with one request queued beyond the batch, the first
+                        # worker to find the pool empty still leaves the batch running.
+                        end_now = (steady and bool(in_flight) and len(in_flight) < batch
+                                   and not state["ended"])
                         state["ended"] = state["ended"] or end_now
                     else:
                         # Registered before the request is sent, so a close that comes
