@@ -222,7 +222,8 @@ class ArmMeasurer:
 
         ``batch`` threads each send one single-request ``/generate`` at a time and take the
         next prompt as soon as theirs returns. With ``steady``, the first thread to find the
-        pool empty while others are in flight aborts them (the window's end); otherwise every
+        pool empty while fewer than ``batch`` others are in flight aborts them (the window's
+        end; a thread of the one queued beyond the batch just stops); otherwise every
         request runs to its finish. The client opens a fresh connection per request and keeps
         no state, so the threads share it. The first error stops the refill and is raised once
         every thread has returned. A replay arm's decoding requests carry their recorded drafts
