@@ -8,7 +8,6 @@ when one trips. ``warn`` checks mark a row the reader should not take at face va
 from __future__ import annotations
 
 import math
-
 from typing import TYPE_CHECKING
 from typing import Any
 from typing import Sequence
