@@ -123,6 +123,11 @@ class EngineClient:
         """
         self._request("POST", "/abort_request", {"rid": rid} if rid is not None else {"abort_all": True})
 
+    def set_internal_state(self, **values: Any) -> dict[str, Any]:
+        """SGLang's ``/set_internal_state``: change runtime values (the reference server takes
+        ``max_running_requests`` only; ``/server_info`` lists them as ``settable_internal_state``)."""
+        return self._request("POST", "/set_internal_state", values)
+
     def generate(self, input_ids: Sequence[Sequence[int]] | None = None, *,
                  text: Sequence[str] | None = None,
                  sampling_params: dict[str, Any] | Sequence[dict[str, Any]],

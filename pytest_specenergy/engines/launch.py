@@ -105,6 +105,9 @@ class ServerProcess:
         self.startup_timeout_s = startup_timeout_s or backend.startup_timeout_s
         self.request_timeout_s = request_timeout_s or DEFAULT_REQUEST_TIMEOUT_S
         self.server_info: dict[str, Any] = {}
+        #: The admission cap the measurer set at run time (``/set_internal_state``); None: the
+        #: engine's own, as started.
+        self.admission_cap: int | None = None
         #: How the identity check proved the answering server is ours (see identity.py).
         self.identity: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -211,6 +214,7 @@ class ServerProcess:
         assert proc is not None
         try:
             self.server_info = self.client.server_info()
+            self.admission_cap = None  # a fresh process starts with its configured cap
             if not isinstance(self.server_info, dict):
                 raise EngineIdentityError(
                     f"/server_info on {self.host}:{self.port} answered "

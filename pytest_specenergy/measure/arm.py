@@ -33,9 +33,11 @@ and taking the next prompt the moment its request finishes. An engine that batch
 (SGLang, the reference server) therefore runs ``batch`` requests at every step - except while a
 refill travels: a slot stays empty for the client's round trip. An engine whose admission cap
 is the batch (``model(max_running_requests=B)``: the reference server's
-``--max-running-requests``, SGLang's ``max_running_requests``) gets ``batch + 1`` requests in a
-steady-state window instead: the extra one waits in the engine's queue and is admitted the
-iteration a slot frees, so no slot is left empty. The coverage of each arm (the share of the
+``--max-running-requests``, SGLang's ``max_running_requests``) gets ``2 x batch`` requests in a
+steady-state window instead: the extra ones wait in the engine's queue and are admitted the
+iteration slots free, so no slot is left empty. The reference server's cap is set at run time
+to the batch (``/set_internal_state``) unless the case declares one, so this is its default;
+SGLang's is its declared ``max_running_requests``. The coverage of each arm (the share of the
 pool's decode tokens inside its window) is recorded per repeat, and the arms are checked
 against each other as well as against the batch (``concurrency-differs``, ``coverage-differs``).
 
@@ -230,6 +232,7 @@ class ArmMeasurer:
         (``spec_replay_drafts``); ``record`` asks for each verify step's drafts back. ``sent``,
         if given, receives each request's send time (for send-time prefill grouping).
         """
+        self._admission_cap()  # the engine admits the batch before any request is sent
         prompts = [self.prompts[i] for i in indices]
         batch = max(self.case.batch, 1)
         replay = self.replay if sampling.get("max_new_tokens", 0) > 1 else None
@@ -309,13 +312,35 @@ class ArmMeasurer:
 
     def _width(self, steady: bool) -> int:
         """Requests to keep in flight: the batch, or, in a steady-state window on an engine
-        that admits exactly the batch, one more - the extra one waits in the engine's queue
-        and is admitted the iteration a slot frees, where a refill sent on the answer would
-        leave the slot empty for a client round trip (issue 21 item 4)."""
+        that admits exactly the batch, twice that - the extra ones wait in the engine's queue
+        and are admitted the iteration slots free (as many as free at once), where a refill
+        sent on the answer would leave its slot empty for a client round trip (issue 21 item
+        4). The window still closes with no request queued: it ends when fewer than the batch
+        are in flight, queued ones included."""
         batch = max(self.case.batch, 1)
-        info = getattr(self.server, "server_info", None)
-        cap = info.get("max_running_requests") if isinstance(info, dict) else None
-        return batch + 1 if steady and cap == batch else batch
+        return 2 * batch if steady and self._admission_cap() == batch else batch
+
+    def _admission_cap(self) -> int | None:
+        """The engine's cap on running requests for this case's runs.
+
+        An engine whose cap can be set at run time (the reference server lists
+        ``max_running_requests`` in ``settable_internal_state``) and was not declared by the
+        case is set to admit exactly the batch, both arms alike, so refills queue in the engine
+        rather than travel (and one engine still serves every batch point). A declared cap,
+        or an engine that cannot change it (SGLang), is left as it is.
+        """
+        server, batch = self.server, max(self.case.batch, 1)
+        info = getattr(server, "server_info", None)
+        info = info if isinstance(info, dict) else {}
+        configured = info.get("max_running_requests")
+        declared = getattr(getattr(server, "config", None), "max_running_requests", None)
+        settable = "max_running_requests" in (info.get("settable_internal_state") or ())
+        if declared is not None or not settable or not isinstance(configured, int) or batch > configured:
+            return configured
+        if getattr(server, "admission_cap", None) != batch:
+            server.client.set_internal_state(max_running_requests=batch)
+            server.admission_cap = batch
+        return batch
 
     def _replay_groups(self, sampling: dict[str, Any], indices: Sequence[int], groups: Groups
                        ) -> list[dict[str, Any]]:
@@ -323,6 +348,7 @@ class ArmMeasurer:
         positions, each call answered before the next is sent: an idle engine admits a batched
         call's requests in one iteration, so each group is one prefill forward, as it was in the
         full window."""
+        self._admission_cap()
         answers: list[dict[str, Any] | None] = [None] * len(indices)
         for group in groups:
             rids = [_next_rid() for _ in group]

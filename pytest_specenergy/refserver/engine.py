@@ -148,6 +148,14 @@ class ReferenceEngine:
         """Abort request ``rid``, or every request (None); each answers with what it has so far."""
         self.scheduler.abort(rid)
 
+    def set_admission_cap(self, cap: int) -> None:
+        """Admit at most ``cap`` running requests from the next iteration on (SGLang's
+        ``max_running_requests``, changed at run time); at most the configured maximum."""
+        if not isinstance(cap, int) or isinstance(cap, bool) or not 1 <= cap <= self.config.max_running_requests:
+            raise ValueError(f"max_running_requests must be an integer from 1 to the engine's "
+                             f"--max-running-requests ({self.config.max_running_requests}), got {cap!r}")
+        self.scheduler.set_max_running(cap)
+
     def generate(self, requests: Sequence[GenerationRequest], timeout: float | None = None) -> list[GenerationResult]:
         """Run ``requests`` (joining whatever else runs); results in input order."""
         return self.submit(requests).wait(timeout)
@@ -270,7 +278,7 @@ class ReferenceEngine:
         """The ``/server_info`` payload (SGLang field names where SGLang has them)."""
         cfg = self.config
         state: dict[str, Any] = {
-            "effective_max_running_requests_per_dp": cfg.max_running_requests,
+            "effective_max_running_requests_per_dp": self.scheduler.max_running,
             "num_running_reqs": self.scheduler.num_running,
             "num_queue_reqs": self.scheduler.num_waiting,
             **self.stats.to_json(),
@@ -297,6 +305,8 @@ class ReferenceEngine:
             "speculative_ngram_min_match_window_size": cfg.ngram_min_match_window,
             "speculative_ngram_max_match_window_size": cfg.ngram_max_match_window,
             "max_running_requests": cfg.max_running_requests,
+            # What POST /set_internal_state may change while the engine runs.
+            "settable_internal_state": ["max_running_requests"],
             "faults": list(cfg.faults),
             "model_shape": self.runner.shape.to_json(),
             "draft_model_shape": self.draft_runner.shape.to_json() if self.draft_runner else None,

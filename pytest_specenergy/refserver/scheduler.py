@@ -110,6 +110,13 @@ class Scheduler:
                     row.abort_requested = True
             self._cv.notify_all()
 
+    def set_max_running(self, cap: int) -> None:
+        """Admit while fewer than ``cap`` rows run, from the next iteration on; rows already
+        running above a lowered cap finish as they are."""
+        with self._cv:
+            self.max_running = cap
+            self._cv.notify_all()
+
     @property
     def num_running(self) -> int:
         """Rows in the running batch now."""

@@ -270,6 +270,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._flush()
         elif path == "/abort_request":
             self._abort(self._body())
+        elif path == "/set_internal_state":
+            self._set_internal_state(self._body())
         else:
             self._body()
             raise HTTPError(404, f"unknown endpoint POST {path}")
@@ -288,6 +290,16 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             raise HTTPError(400, '/abort_request needs a "rid" or "abort_all": true')
         self._send(200, "", "text/plain")
+
+    def _set_internal_state(self, body: Any) -> None:
+        # SGLang's endpoint for runtime values; the reference server takes the admission cap only.
+        if not isinstance(body, dict) or set(body) != {"max_running_requests"}:
+            raise HTTPError(400, f'/set_internal_state takes {{"max_running_requests": int}}, got {body!r}')
+        try:
+            self.server.engine.set_admission_cap(body["max_running_requests"])
+        except ValueError as exc:
+            raise HTTPError(400, f"/set_internal_state: {exc}") from None
+        self._send(200, {"updated": True, "max_running_requests": body["max_running_requests"]})
 
     def _generate(self) -> None:
         engine = self.server.engine

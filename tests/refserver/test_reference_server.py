@@ -445,3 +445,30 @@ def test_slow_clients_are_cut_off_and_a_full_server_refuses_at_once():
         assert _call(url, "/health")[0] == 200
     finally:
         _stop(proc)
+
+
+def test_set_internal_state_changes_the_admission_cap_at_run_time(server):
+    """SGLang's /set_internal_state, taking max_running_requests only: two requests sent at
+    once under a cap of 1 run one after the other (never two rows in a step), and bad values
+    are 400 naming the range."""
+    info = _call(server, "/server_info")[1]
+    assert info["settable_internal_state"] == ["max_running_requests"]
+    configured = info["max_running_requests"]
+    try:
+        status, answer = _call(server, "/set_internal_state", {"max_running_requests": 1})
+        assert status == 200 and answer == {"updated": True, "max_running_requests": 1}
+        _call(server, "/flush_cache", b"")
+        body = {"input_ids": [[5, 6, 7], [8, 9, 10]], "sampling_params": {"max_new_tokens": 6, "ignore_eos": True}}
+        assert _call(server, "/generate", body)[0] == 200
+        state = _call(server, "/server_info")[1]["internal_states"][0]
+        assert state["effective_max_running_requests_per_dp"] == 1
+        assert set(state["step_time_dict"]) == {"1"}, state["step_time_dict"]  # one row per step
+    finally:
+        assert _call(server, "/set_internal_state", {"max_running_requests": configured})[0] == 200
+    for bad, fragment in (({"max_running_requests": 0},
+                           f"from 1 to the engine's --max-running-requests ({configured})"),
+                          ({"max_running_requests": configured + 1}, "from 1 to"),
+                          ({"max_running_requests": "4"}, "from 1 to"),
+                          ({"max_running_requests": 2, "x": 1}, 'takes {"max_running_requests": int}')):
+        status, answer = _call(server, "/set_internal_state", bad)
+        assert status == 400 and fragment in answer["error"]["message"], answer

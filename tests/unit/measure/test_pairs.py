@@ -236,17 +236,60 @@ def test_the_prefill_twin_replays_the_full_windows_prefill_forwards_group_for_gr
     assert facts["grouping"] == "engine" and facts["groups"] == twin
 
 
-def test_an_engine_capped_at_the_batch_gets_one_request_queued_beyond_it():
-    # Old: batch requests in flight, so each refill left its slot empty for a round trip.
+def test_an_engine_capped_at_the_batch_gets_requests_queued_beyond_it():
+    # Old: batch requests in flight, so each refill left its slot empty for a round trip; then
+    # one queued beyond the batch, which left slots empty when two rows finished in one step.
     case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
                    corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
-    for cap, peak in ((4, 5), (32, 4)):
+    for cap, peak in ((4, 8), (32, 4)):
         client = BatchingClient(True, [])
         server = SimpleNamespace(client=client, server_info={"device": "cpu", "max_running_requests": cap},
                                  describe=lambda: {"engine": "fake"})
         measurer = ArmMeasurer(server, TokenMeter(1.0), case, repeats=1, warmup=0)
         measurer.measure_repeat("speculative")
         assert client.peak == peak, cap
+
+
+class CapSettingClient(BatchingClient):
+    """Records ``/set_internal_state`` calls, as the reference server takes them."""
+
+    def __init__(self) -> None:
+        super().__init__(True, [])
+        self.set_calls: list[dict] = []
+
+    def set_internal_state(self, **values):
+        self.set_calls.append(values)
+        return {"updated": True, **values}
+
+
+def test_an_engine_that_can_set_its_cap_admits_exactly_the_batch_unless_the_case_declares_one():
+    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
+                   corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
+    settable = {"device": "cpu", "max_running_requests": 32, "settable_internal_state": ["max_running_requests"]}
+
+    def server(client, info, declared=None):
+        return SimpleNamespace(client=client, server_info=info, admission_cap=None,
+                               config=SimpleNamespace(max_running_requests=declared),
+                               describe=lambda: {"engine": "fake"})
+
+    client = CapSettingClient()
+    engine = server(client, settable)
+    ArmMeasurer(engine, TokenMeter(1.0), case, repeats=1, warmup=1).measure("speculative")
+    # Set once (not per request), then the steady window keeps the batch queued beyond it.
+    assert client.set_calls == [{"max_running_requests": 4}] and engine.admission_cap == 4
+    assert client.peak == 8
+    # The next case's batch on the same engine sets it again.
+    b2 = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=2,
+                 corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
+    ArmMeasurer(engine, TokenMeter(1.0), b2, repeats=1, warmup=0).measure_repeat("speculative")
+    assert client.set_calls[-1] == {"max_running_requests": 2} and engine.admission_cap == 2
+    # A declared cap, a batch above the engine's maximum, or an engine that cannot set it: untouched.
+    for info, declared in ((settable, 8), ({**settable, "max_running_requests": 2}, None),
+                           ({"device": "cpu", "max_running_requests": 32}, None)):
+        client = CapSettingClient()
+        ArmMeasurer(server(client, info, declared), TokenMeter(1.0), case, repeats=1,
+                    warmup=0).measure_repeat("speculative")
+        assert client.set_calls == [] and client.peak == 4, (info, declared)
 
 
 class TimedClient(FakeClient):
