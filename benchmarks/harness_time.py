@@ -97,12 +97,12 @@ class HarnessClock:
         # the meter's start returning to its stop being called, which is the metered window.
         original_window = arm.ArmMeasurer._window
 
-        def window(measurer: Any, sampling: dict[str, Any], indices: Any, steady: bool) -> Any:
+        def window(measurer: Any, sampling: dict[str, Any], indices: Any, steady: bool, **kwargs: Any) -> Any:
             clock.local.kind = "full" if steady else "prefill"
             clock.local.opened = None
             start = time.perf_counter()
             try:
-                return original_window(measurer, sampling, indices, steady)
+                return original_window(measurer, sampling, indices, steady, **kwargs)
             finally:
                 end = time.perf_counter()
                 opened, closed = clock.local.opened, getattr(clock.local, "closed", None)
