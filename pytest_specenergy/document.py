@@ -427,6 +427,22 @@ class CaseRecord:
                 "generation": case.get("generation")}
 
     @property
+    def baseline_from(self) -> str | None:
+        """The case whose baseline this record shares (``order.baseline_from``), or None."""
+        return self.order.get("baseline_from") or None
+
+    @property
+    def interleaved(self) -> bool:
+        """Whether the arms' repeats alternated (``order.interleaved``; false: blocked arms)."""
+        return self.order.get("interleaved") is not False
+
+    @property
+    def sequential_pvalues(self) -> dict[str, float]:
+        """The gate's comparison rows with a sequential p-value, by metric (the FDR family)."""
+        rows = (self.comparison or {}).get("rows") or []
+        return {r["metric"]: float(r["p_sequential"]) for r in rows if r.get("p_sequential") is not None}
+
+    @property
     def logprob_gap(self) -> float | None:
         """Mean log-probability gap of the speculative text after a divergence."""
         return (self.coherence or {}).get("mean_gap")

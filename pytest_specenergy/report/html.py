@@ -31,8 +31,9 @@ from pytest_specenergy.gate.history import history_series
 from pytest_specenergy.gate.latency import latency_choices
 from pytest_specenergy.gate.verdict import WORST_FIRST
 from pytest_specenergy.gate.verdict import Verdict
-from pytest_specenergy.report.format import fmt
-from pytest_specenergy.report.format import worse_arrow
+from pytest_specenergy.measure.metrics import METRICS
+from pytest_specenergy.measure.metrics import fmt
+from pytest_specenergy.measure.metrics import show
 from pytest_specenergy.report.rows import ReportRow
 from pytest_specenergy.report.rows import rows_from_document
 from pytest_specenergy.report.rows import sources
@@ -41,6 +42,7 @@ DEFAULT_TITLE = "pytest-specenergy report"
 TABLES_ONLY_NOTE = ("Figures are not shown: matplotlib is not installed "
                     "(pip install 'pytest-specenergy[report]'); tables only.")
 PLOTS_OFF_NOTE = "Figures are turned off for this report; tables only."
+_WORSE_ARROW = {"up": "\u2191", "down": "\u2193"}
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#1b1b1b;background:#fff}
@@ -91,14 +93,7 @@ def _td(value: object) -> str:
 
 
 def _num(metric: str, value: float | int | None) -> str:
-    return f'<td class="num">{_e(fmt(metric, value))}</td>'
-
-
-def _intensity(row: ReportRow) -> str:
-    if row.verify_intensity is None:
-        return "n/a"
-    balance = f" ({row.balance_point:.0f})" if row.balance_point is not None else ""
-    return f"{row.verify_intensity:.0f}{balance}{', compute-bound' if row.compute_bound else ''}"
+    return f'<td class="num">{_e(show(metric, value))}</td>'
 
 
 def _checks_cell(row: ReportRow) -> str:
@@ -233,9 +228,9 @@ def _case_table(rows: Sequence[ReportRow]) -> str:
                  _num("energy_saving", r.energy_saving), _num("accept_length", r.accept_length),
                  _num("acceptance_rate", r.acceptance_rate),
                  _num("verified_per_step", r.verified_per_step),
-                 '<td class="num">' + _e(_intensity(r)) + "</td>",
+                 '<td class="num">' + _e(r.intensity) + "</td>",
                  f'<td class="num" title="{_e(r.draft_share_method or "not measured")}">'
-                 + _e("n/a" if r.draft_share is None else f"{r.draft_share:.0%}") + "</td>",
+                 + _e(fmt(r.draft_share, ".0%")) + "</td>",
                  _num("tbt_ms", r.baseline_tbt_ms), _num("tbt_ms", r.tbt_ms),
                  _num("speedup", r.speedup), _num("exact_fraction", r.exact_fraction),
                  _num("logprob_gap", r.logprob_gap), _checks_cell(r)]
@@ -264,12 +259,12 @@ def _comparison_table(comparisons: Sequence[CaseComparison]) -> str:
                 cells.append(_td("n/a"))
                 continue
             cells.append(f'<td class="num {_e(row.verdict.value)}" title="{_e(row.describe())}">'
-                         f"{_e(fmt(metric, row.baseline))} &rarr; {_e(fmt(metric, row.current))}"
+                         f"{_e(show(metric, row.baseline))} &rarr; {_e(show(metric, row.current))}"
                          f"<br><b>{_e(row.change_text())}</b></td>")
         body.append((c.verdict.value if c.verdict in (Verdict.REGRESSED, Verdict.IMPROVED) else "",
                      cells))
     headers = ["case", "verdict", "why not compared"] + [
-        f"{m} ({worse_arrow(m)} worse)" for m in metrics]
+        f"{m} ({_WORSE_ARROW.get(METRICS[m].worse if m in METRICS else '-', '')} worse)" for m in metrics]
     return _table(headers, body)
 
 

@@ -19,7 +19,7 @@ from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.compare import CaseComparison
 from pytest_specenergy.gate.verdict import WORST_FIRST
 from pytest_specenergy.gate.verdict import Verdict
-from pytest_specenergy.report.format import fmt
+from pytest_specenergy.measure.metrics import show
 from pytest_specenergy.report.rows import ReportRow
 from pytest_specenergy.report.rows import rows_from_document
 from pytest_specenergy.report.rows import sources
@@ -98,7 +98,7 @@ def _comparison(run: RunDocument, comparisons: Sequence[CaseComparison]) -> str:
                 cells.append("n/a")
                 continue
             mark = " **worse**" if row.verdict is Verdict.REGRESSED else ""
-            cells.append(f"{fmt(metric, row.baseline)} \u2192 {fmt(metric, row.current)} "
+            cells.append(f"{show(metric, row.baseline)} \u2192 {show(metric, row.current)} "
                          f"({row.change_text()}){mark}")
         status = _STATUS_TEXT.get(c.verdict, md_escape(c.verdict.value))
         shown = by_case.get(c.case_id)
@@ -123,11 +123,11 @@ def _current(run: RunDocument) -> str:
     for r in sorted(rows, key=lambda r: (not r.failed, not r.tripped))[:MAX_ROWS]:
         checks = ", ".join(md_escape(f"{c.severity}: {c.name}") for c in r.checks) or "ok"
         lines.append(f"| {md_escape(r.case_id)}"
-                     f" | {fmt('energy_per_token', r.baseline_energy_per_token)}"
-                     f" | {fmt('energy_per_token', r.energy_per_token)}"
-                     f" | {fmt('energy_saving', r.energy_saving)}"
-                     f" | {fmt('accept_length', r.accept_length)}"
-                     f" | {fmt('tbt_ms', r.baseline_tbt_ms)} \u2192 {fmt('tbt_ms', r.tbt_ms)}"
+                     f" | {show('energy_per_token', r.baseline_energy_per_token)}"
+                     f" | {show('energy_per_token', r.energy_per_token)}"
+                     f" | {show('energy_saving', r.energy_saving)}"
+                     f" | {show('accept_length', r.accept_length)}"
+                     f" | {show('tbt_ms', r.baseline_tbt_ms)} \u2192 {show('tbt_ms', r.tbt_ms)}"
                      f" | {checks} |" + _source(r, single))
     lines += _more(min(len(rows), MAX_ROWS), len(rows), "cases")
     return "\n".join(lines) + "\n"

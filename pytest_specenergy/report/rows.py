@@ -55,6 +55,14 @@ class ReportRow:
         return metrics.compute_bound(self.verify_intensity, self.balance_point)
 
     @property
+    def intensity(self) -> str:
+        """``142/163`` (verify step's FLOP/byte over the GPU's balance point), ``!`` past it."""
+        if self.verify_intensity is None:
+            return "n/a"
+        balance = f"/{self.balance_point:.0f}" if self.balance_point is not None else ""
+        return f"{'!' if self.compute_bound else ''}{self.verify_intensity:.0f}{balance}"
+
+    @property
     def workload(self) -> tuple[str, str]:
         """(model, corpus): rows that share a baseline curve and may be compared."""
         return (self.model, self.corpus)

@@ -33,14 +33,6 @@ _SHRINKABLE = {"flags": 10, "test": 16}
 _GAP = "  "
 
 
-def _intensity(row: ReportRow) -> str:
-    """``142/163`` (verify step's FLOP/byte over the GPU's balance point), ``!`` past it."""
-    if row.verify_intensity is None:
-        return "n/a"
-    balance = f"/{row.balance_point:.0f}" if row.balance_point is not None else ""
-    return f"{'!' if row.compute_bound else ''}{row.verify_intensity:.0f}{balance}"
-
-
 def _verdict(verdict: str | None) -> str:
     return f"{Verdict(verdict).mark} {verdict}" if verdict else "-"
 
@@ -53,7 +45,7 @@ def table_row(row: ReportRow, label: str | None = None) -> dict[str, str]:
             "saving": fmt(row.energy_saving, "+.1%"), "test": label or row.case_id, "source": row.source,
             "base J/tok": fmt(row.baseline_energy_per_token, ".4g"), "spec J/tok": fmt(row.energy_per_token, ".4g"),
             "accept len": fmt(row.accept_length, ".2f"), "accept rate": fmt(row.acceptance_rate, ".2f"),
-            "verified/step": fmt(row.verified_per_step, "d"), "verify FLOP/B": _intensity(row),
+            "verified/step": fmt(row.verified_per_step, "d"), "verify FLOP/B": row.intensity,
             "draft share": fmt(row.draft_share, ".0%"), "base tbt ms": fmt(row.baseline_tbt_ms, ".3f"),
             "spec tbt ms": fmt(row.tbt_ms, ".3f"), "speedup": fmt(row.speedup, ".2f", "x"),
             "exact": fmt(row.exact_fraction, ".0%"), "logprob gap": fmt(row.logprob_gap, ".3f"), "flags": flags or "-"}
