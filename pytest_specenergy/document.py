@@ -388,11 +388,6 @@ class CaseRecord:
         return self.equivalence.get("exact_fraction")
 
     @property
-    def reference_exact_fraction(self) -> float | None:
-        """In-job A/B: the reference arm's own exact-match fraction with the baseline."""
-        return (self.reference_equivalence or {}).get("exact_fraction")
-
-    @property
     def matched_fraction(self) -> float | None:
         """The share of prompts that matched the baseline exactly or diverged only at a
         numerical tie: what the gate's ``equivalence`` limit compares (real divergences only).
