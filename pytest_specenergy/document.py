@@ -448,6 +448,11 @@ class CaseRecord:
         drafter = self.reference_drafter or {}
         return str(drafter.get("id") or drafter.get("name") or drafter.get("method") or "reference")
 
+    @property
+    def failed(self) -> bool:
+        """A fail-closed check tripped: the record's numbers must not be trusted."""
+        return any(c.severity == "fail" for c in self.checks)
+
     def arm(self, name: str) -> Arm | None:
         """An arm by name (``baseline``, ``speculative``, ``reference``, ``removal``)."""
         return getattr(self, name) if name in ("baseline", *DRAFTER_ARMS) else None
