@@ -388,11 +388,6 @@ class CaseRecord:
         return self.equivalence.get("exact_fraction")
 
     @property
-    def reference_exact_fraction(self) -> float | None:
-        """In-job A/B: the reference arm's own exact-match fraction with the baseline."""
-        return (self.reference_equivalence or {}).get("exact_fraction")
-
-    @property
     def matched_fraction(self) -> float | None:
         """The share of prompts that matched the baseline exactly or diverged only at a
         numerical tie: what the gate's ``equivalence`` limit compares (real divergences only).
@@ -427,6 +422,22 @@ class CaseRecord:
                 "generation": case.get("generation")}
 
     @property
+    def baseline_from(self) -> str | None:
+        """The case whose baseline this record shares (``order.baseline_from``), or None."""
+        return self.order.get("baseline_from") or None
+
+    @property
+    def interleaved(self) -> bool:
+        """Whether the arms' repeats alternated (``order.interleaved``; false: blocked arms)."""
+        return self.order.get("interleaved") is not False
+
+    @property
+    def sequential_pvalues(self) -> dict[str, float]:
+        """The gate's comparison rows with a sequential p-value, by metric (the FDR family)."""
+        rows = (self.comparison or {}).get("rows") or []
+        return {r["metric"]: float(r["p_sequential"]) for r in rows if r.get("p_sequential") is not None}
+
+    @property
     def logprob_gap(self) -> float | None:
         """Mean log-probability gap of the speculative text after a divergence."""
         return (self.coherence or {}).get("mean_gap")
@@ -436,6 +447,11 @@ class CaseRecord:
         """The reference drafter of an in-job A/B record, in words."""
         drafter = self.reference_drafter or {}
         return str(drafter.get("id") or drafter.get("name") or drafter.get("method") or "reference")
+
+    @property
+    def failed(self) -> bool:
+        """A fail-closed check tripped: the record's numbers must not be trusted."""
+        return any(c.severity == "fail" for c in self.checks)
 
     def arm(self, name: str) -> Arm | None:
         """An arm by name (``baseline``, ``speculative``, ``reference``, ``removal``)."""

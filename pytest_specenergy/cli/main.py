@@ -203,13 +203,6 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
-    """Check a GPU runner (delegates to pytest_specenergy.cli.doctor)."""
-    from pytest_specenergy.cli.doctor import main as doctor_main
-
-    return doctor_main(args.rest)
-
-
 def _milliseconds(text: str) -> float:
     try:
         value = float(text)
@@ -266,10 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_predict_parser(sub)
 
-    doctor = sub.add_parser("doctor", help="check a GPU runner: NVML, energy counter, GPUs, sglang, torch",
-                            add_help=False)
-    doctor.add_argument("rest", nargs=argparse.REMAINDER)
-    doctor.set_defaults(func=cmd_doctor)
+    # Listed for --help only: main() hands ``doctor ...`` to cli.doctor before parsing.
+    sub.add_parser("doctor", help="check a GPU runner: NVML, energy counter, GPUs, sglang, torch", add_help=False)
     return parser
 
 

@@ -46,6 +46,12 @@ _ACCEPT_P = _probability("controlled acceptance (reference server, calibration):
                          "greedy continuation with each drafted token kept with this probability")
 
 
+def _tree(required: bool, help: str) -> dict[str, _Setting]:
+    """The settings of SGLang's tree drafters (EAGLE, EAGLE3, MTP): a head and its tree's shape."""
+    return {"draft_model": _path(required, help), "num_steps": _int(3), "topk": _int(1),
+            "num_draft_tokens": _int(3)}
+
+
 # One schema per scheme. The reference server implements `ngram` and `draft_model`; SGLang
 # implements the rest (engines/sglang.py maps each to its algorithm and flags).
 SCHEMAS: dict[str, dict[str, _Setting]] = {
@@ -66,24 +72,9 @@ SCHEMAS: dict[str, dict[str, _Setting]] = {
         "block_size": _int(16, minimum=2, help="positions verified per step: the last token + block_size - 1 drafts"),
         "accept_p": _ACCEPT_P,
     },
-    "eagle": {
-        "draft_model": _path(True, "EAGLE head checkpoint"),
-        "num_steps": _int(3),
-        "topk": _int(1),
-        "num_draft_tokens": _int(3),
-    },
-    "eagle3": {
-        "draft_model": _path(True, "EAGLE3 head checkpoint"),
-        "num_steps": _int(3),
-        "topk": _int(1),
-        "num_draft_tokens": _int(3),
-    },
-    "nextn": {
-        "draft_model": _path(False, "MTP head checkpoint (default: inside the target)"),
-        "num_steps": _int(3),
-        "topk": _int(1),
-        "num_draft_tokens": _int(3),
-    },
+    "eagle": _tree(True, "EAGLE head checkpoint"),
+    "eagle3": _tree(True, "EAGLE3 head checkpoint"),
+    "nextn": _tree(False, "MTP head checkpoint (default: inside the target)"),
     "dflash": {
         "draft_model": _path(True, "DFlash block drafter checkpoint"),
         "num_draft_tokens": _int(15, help="block size minus one"),

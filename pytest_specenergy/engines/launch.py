@@ -87,6 +87,15 @@ def describe_exit(code: int) -> str:
     return str(code)
 
 
+def _killpg(proc: subprocess.Popen[bytes] | None, sig: int) -> None:
+    """Signal ``proc``'s whole process group, if it has not gone already."""
+    if proc is not None:
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 class ServerProcess:
     """One running engine server; also the meters' :class:`EngineHandle`."""
 
@@ -262,19 +271,11 @@ class ServerProcess:
 
     def terminate(self) -> None:
         """Ask the process group to exit (SIGTERM) without waiting; :meth:`stop` finishes."""
-        if self._proc is not None:
-            try:
-                os.killpg(self._proc.pid, signal.SIGTERM)
-            except (ProcessLookupError, PermissionError):
-                pass
+        _killpg(self._proc, signal.SIGTERM)
 
     def kill(self) -> None:
         """SIGKILL the whole group at once, without waiting (a second SIGTERM to pytest)."""
-        if self._proc is not None:
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        _killpg(self._proc, signal.SIGKILL)
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Terminate the whole process group and wait for it."""
@@ -304,10 +305,7 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 continue
         # The leader may be gone while other members of its group linger: sweep them too.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _killpg(proc, signal.SIGKILL)
         try:
             proc.wait(timeout=1.0)  # reap it, so no zombie stays behind
         except subprocess.TimeoutExpired:

@@ -234,30 +234,6 @@ def _summary(steps: dict[int, int] | None, cap: Any) -> dict[str, Any]:
     }
 
 
-# ServerArgs that must resolve equal in both arms (sglang-api.md s.8, s.9).
-_PAIRED_ARGS = (
-    "attention_backend", "prefill_attention_backend", "decode_attention_backend",
-    "max_running_requests", "mem_fraction_static", "cuda_graph_max_bs", "cuda_graph_max_bs_decode",
-    "cuda_graph_bs", "cuda_graph_bs_decode", "cuda_graph_config", "disable_cuda_graph",
-    "disable_radix_cache", "random_seed", "dtype", "kv_cache_dtype", "tp_size", "page_size",
-    "disable_overlap_schedule", "chunked_prefill_size", "enable_deterministic_inference",
-    "sampling_backend", "model_path",
-)
-
-
-def server_args_difference(spec_info: Mapping[str, Any], base_info: Mapping[str, Any]) -> list[str]:
-    """Resolved settings that differ between the arms' ``/server_info`` (should be none).
-
-    The command lines pin these, but SGLang resolves some after parsing; this compares what
-    the servers report they run with. Keys missing on either side are skipped.
-    """
-    lines = []
-    for key in _PAIRED_ARGS:
-        if key in spec_info and key in base_info and spec_info[key] != base_info[key]:
-            lines.append(f"{key}: {spec_info[key]!r} (speculative) vs {base_info[key]!r} (baseline)")
-    return lines
-
-
 def cuda_graph_setting(engine: Mapping[str, Any]) -> dict[str, Any] | None:
     """Every ``*cuda_graph*`` setting an engine description records, or None.
 

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from typing import Callable
+from typing import Iterator
 from typing import Sequence
 
 #: Seconds between checks of the child and of the parent pid (the pipe needs no polling).
@@ -66,25 +67,27 @@ def _pdeathsig_setter(signum: int = signal.SIGKILL) -> Callable[[], None] | None
     return set_pdeathsig
 
 
-def group_members(pgid: int) -> list[int]:
-    """Pids in process group ``pgid`` (from ``/proc``; empty where there is none)."""
-    members = []
+def proc_stats() -> Iterator[tuple[int, list[str]]]:
+    """(pid, its ``/proc/PID/stat`` fields after the command: state, ppid, pgrp, ...) of every
+    process; nothing where there is no ``/proc``."""
     try:
         names = os.listdir("/proc")
     except OSError:
-        return []
+        return
     for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        # Fields after the command: state, ppid, pgrp, ...; a zombie needs no signal.
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            members.append(int(name))
-    return members
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            yield int(name), fields
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids in process group ``pgid`` (from ``/proc``; empty where there is none)."""
+    # A zombie needs no signal.
+    return [pid for pid, fields in proc_stats() if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z"]
 
 
 def _kill_others(pgid: int) -> None:

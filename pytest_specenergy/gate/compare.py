@@ -214,10 +214,9 @@ def unpaired_reason(record: CaseRecord) -> str | None:
     and blocked arms (``order.interleaved`` false: one GPU, one engine at a time) ran one after
     the other: repeat i of the baseline shares no drift with repeat i of the drafter then.
     """
-    order = record.order or {}
-    if order.get("baseline_from"):
-        return f"baseline shared from {order['baseline_from']}"
-    if order.get("interleaved") is False:
+    if record.baseline_from:
+        return f"baseline shared from {record.baseline_from}"
+    if not record.interleaved:
         return "arms blocked (one engine at a time)"
     if len(record.baseline.samples) != len(record.speculative.samples):
         return "baseline and speculative repeat counts differ"
@@ -556,7 +555,7 @@ def compare_in_job(record: CaseRecord, limits: Sequence[FailLimit],
             continue
         ref, cand = _paired_values(record, limit.metric)
         # Blocked arms: the candidate's and the reference's repeats ran in separate blocks.
-        blocked = (record.order or {}).get("interleaved") is False and limit.metric in _DRIFTING
+        blocked = not record.interleaved and limit.metric in _DRIFTING
         rows.append(compare_metric(limit, ref, cand, alpha, plan=plan, paired=True,
                                    requests=_accept_requests(limit, record, "reference", record),
                                    seed=seed, resamples=resamples, drift=plan.block_drift if blocked else 0.0,

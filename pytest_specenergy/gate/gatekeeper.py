@@ -122,11 +122,6 @@ class Gatekeeper:
         self._run_error: str | None = None
         self._unreadable: str | None = None
 
-    @property
-    def reference_unreadable(self) -> str | None:
-        """Why the compare run exists but cannot be used (unreadable, interrupted), if so."""
-        return self._unreadable
-
     def reference_run(self, machine_key: str) -> tuple[RunDocument | None, Path | None, str | None]:
         """The whole compare run (document, path), or why there is none (read once per session)."""
         if self._run is None and self._run_error is None and self._unreadable is None:

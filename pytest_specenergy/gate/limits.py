@@ -140,21 +140,6 @@ def parse_fail_expr(text: str) -> FailLimit:
     return FailLimit(metric=metric, stat=stat, threshold=threshold, relative=relative, expr=raw)
 
 
-def parse_fail_exprs(texts: Iterable[str | FailLimit] | str) -> list[FailLimit]:
-    """Parse several expressions (an iterable, or one string split on whitespace/commas).
-
-    A later expression for the same metric and statistic replaces an earlier one, so an ini
-    default can be overridden on the command line.
-    """
-    if isinstance(texts, str):
-        texts = [t for t in re.split(r"[\s,]+", texts) if t]
-    by_key: dict[tuple[str, str], FailLimit] = {}
-    for text in texts:
-        limit = text if isinstance(text, FailLimit) else parse_fail_expr(text)
-        by_key[(limit.metric, limit.stat)] = limit
-    return list(by_key.values())
-
-
 _NUMBER = re.compile(r"^[+]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 
 

@@ -405,15 +405,6 @@ class GoldenStore:
             raise StorageError(f"{exc}; the baseline is corrupted; the file was left untouched") from None
         return Golden(path, nodeid, record, dict(data.get("run_info") or {}))
 
-    def write(self, machine_key: str, nodeid: str, record: CaseRecord,
-              run_info: dict[str, Any] | None = None) -> Path:
-        """Atomically write the golden of ``nodeid`` now; an existing unreadable file is refused."""
-        path = self.path(machine_key, nodeid)
-        if path.exists():
-            self.load(machine_key, nodeid)  # raises on a corrupt/foreign file: never overwrite it
-        write_json_atomic(path, _golden_file(nodeid, record, run_info))
-        return path
-
     def update(self, machine_key: str, nodeid: str, record: CaseRecord, *, mode: str,
                mismatched: bool, run_info: dict[str, Any] | None = None) -> GoldenUpdate:
         """Decide snapshot-style what happens to one golden, and queue the write.

@@ -44,13 +44,6 @@ class SuiteVerdict:
     latency_comparisons: tuple[CaseComparison, ...] = ()
 
 
-def fdr_rows(record: CaseRecord) -> list[dict[str, Any]]:
-    """The comparison rows of a record that enter the FDR family (those with a sequential
-    p-value: the per-repeat metrics)."""
-    rows = (record.comparison or {}).get("rows") or []
-    return [r for r in rows if r.get("p_sequential") is not None]
-
-
 def fdr_pending(key: str, comparison: CaseComparison, q: float, n_tests: int) -> tuple[tuple[str, ...], list[str]]:
     """``--specenergy-fdr`` while a test runs: its comparisons whose p-value lies in (Q/N, Q],
     which pass for now and are decided when the session finishes, with a warning for each.
@@ -68,7 +61,7 @@ def fdr_pending(key: str, comparison: CaseComparison, q: float, n_tests: int) ->
 def _fdr(records: Sequence[CaseRecord], q: float, n_collected: int) -> tuple[Section, dict[str, Any]]:
     """BH over every gated comparison of the suite; a pending one it rejects fails the
     session, since its test already passed."""
-    pvalues = {f"{r.key}::{row['metric']}": float(row["p_sequential"]) for r in records for row in fdr_rows(r)}
+    pvalues = {f"{r.key}::{m}": p for r in records for m, p in r.sequential_pvalues.items()}
     pending = {key for r in records for key in (r.fdr_pending or ())}
     result = suite_fdr(pvalues, q, pending=tuple(pending))
     lines = result.summary().splitlines()

@@ -114,12 +114,6 @@ def prompt_token_ids(client: EngineClient, prompts: Sequence[str],
     return out
 
 
-def continuation_logprobs(client: EngineClient, prompt_ids: Sequence[int],
-                          continuation: Sequence[int]) -> list[float]:
-    """Per-token log-probabilities of ``continuation`` after ``prompt_ids`` under the engine's model."""
-    return score_continuation(client, prompt_ids, continuation)[0]
-
-
 #: One position's top-N under the engine's model: (logprob, token id) pairs, best first.
 TopEntries = tuple[tuple[float, int], ...]
 

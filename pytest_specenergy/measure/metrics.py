@@ -24,14 +24,15 @@ class MetricInfo:
     change relative to the baseline. ``per_repeat``: None when the gate cannot check the
     metric; True when it has one sample per measured repeat (judged by the sequential rule,
     ``gate/sequential.py``); False for the exact-match fraction, compared deterministically.
-    ``samples`` says where the gate's samples come from. ``display`` formats one value.
+    ``samples`` says where the gate's samples come from. ``display`` (a format spec) and ``suffix`` write one value.
     """
 
     name: str
     unit: str
     better: str
     description: str
-    display: str = "{:.4g}"
+    display: str = ".4g"
+    suffix: str = ""
     percent_is_points: bool = False
     per_repeat: bool | None = None
     samples: str = ""
@@ -52,38 +53,38 @@ METRICS: dict[str, MetricInfo] = {m.name: m for m in (
     # stays reported and can still be gated by naming it).
     MetricInfo("energy_ratio", "x", "lower",
                "speculative energy_per_token / its matched baseline's, per repeat cycle "
-               "(within-session ratio)", display="{:.4f}", per_repeat=True,
+               "(within-session ratio)", display=".4f", per_repeat=True,
                samples="speculative/baseline J per committed token, repeat i of each arm paired "
                        "(interleaved in one session, so a session offset cancels)"),
     MetricInfo("energy_saving", "fraction", "higher",
-               "1 - speculative energy_per_token / baseline energy_per_token", display="{:+.1%}",
+               "1 - speculative energy_per_token / baseline energy_per_token", display="+.1%",
                percent_is_points=True, per_repeat=True,
                samples="1 - spec/baseline energy per token, repeats paired by index"),
     MetricInfo("accept_length", "tokens/step", "higher",
                "tokens committed per verify step: 1 + accepted drafts / verify steps",
-               display="{:.2f}", per_repeat=True,
+               display=".2f", per_repeat=True,
                samples="1 + accepted drafts / verify steps of each repeat (per-request accept "
                        "lengths when the samples carry them)"),
     MetricInfo("acceptance_rate", "fraction", "higher", "accepted drafts / proposed drafts",
-               display="{:.1%}", per_repeat=True,
+               display=".1%", per_repeat=True,
                samples="accepted/proposed drafts of each repeat"),
     MetricInfo("verified_per_step", "tokens", "-", "tokens the target verifies per request per step",
-               display="{:d}"),
+               display="d"),
     MetricInfo("tbt_ms", "ms", "lower", "mean time between tokens of the decode phase, per request",
-               display="{:.2f}", per_repeat=True,
+               display=".2f", per_repeat=True,
                samples="speculative arm's mean time between tokens, per repeat"),
-    MetricInfo("baseline_tbt_ms", "ms", "lower", "the baseline arm's tbt_ms", display="{:.2f}"),
-    MetricInfo("speedup", "x", "higher", "baseline tbt_ms / speculative tbt_ms", display="{:.2f}x",
+    MetricInfo("baseline_tbt_ms", "ms", "lower", "the baseline arm's tbt_ms", display=".2f"),
+    MetricInfo("speedup", "x", "higher", "baseline tbt_ms / speculative tbt_ms", display=".2f", suffix="x",
                per_repeat=True, samples="baseline/spec time between tokens, repeats paired by index"),
     MetricInfo("equivalence", "fraction", "higher",
-               "fraction of prompts whose output matches the baseline exactly", display="{:.0%}",
+               "fraction of prompts whose output matches the baseline exactly", display=".0%",
                percent_is_points=True, per_repeat=False,
                samples="fraction of prompts whose output matches the baseline exactly"),
     MetricInfo("exact_fraction", "fraction", "higher", "the equivalence fraction, as a report column",
-               display="{:.0%}", percent_is_points=True),
+               display=".0%", percent_is_points=True),
     MetricInfo("logprob_gap", "nats/token", "lower",
                "mean log-probability gap of the speculative continuation after a divergence",
-               display="{:.3f}"),
+               display=".3f"),
 )}
 
 
@@ -149,7 +150,15 @@ def energy_ratio(baseline_ept: float | None, speculative_ept: float | None) -> f
 def fmt(value: float | None, spec: str, suffix: str = "") -> str:
     """A number as text in ``spec``, ``n/a`` when it could not be computed: the one place
     an undefined figure becomes text."""
-    return "n/a" if value is None else format(value, spec) + suffix
+    if value is None:
+        return "n/a"
+    return format(int(value) if spec == "d" else value, spec) + suffix
+
+
+def show(metric: str, value: float | None) -> str:
+    """A metric's value in the registry's display format (``.4g`` for an unknown metric)."""
+    info = METRICS.get(metric)
+    return fmt(value, info.display, info.suffix) if info else fmt(value, ".4g")
 
 
 def median(values: Sequence[float | None]) -> float | None:

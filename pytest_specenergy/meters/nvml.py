@@ -19,6 +19,7 @@ from typing import Callable
 from typing import Mapping
 
 import pytest_specenergy.meters.devices as gpu_info
+from pytest_specenergy.engines.watchdog import proc_stats
 from pytest_specenergy.meters.base import EnergyWindow
 from pytest_specenergy.meters.base import EngineHandle
 from pytest_specenergy.meters.base import MeterError
@@ -90,19 +91,9 @@ def resolve_devices(nvml: gpu_info.Nvml, visible: str | None, device_order: str 
 def pid_tree(root: int) -> set[int]:
     """``root`` and all its descendants, from ``/proc`` (just ``{root}`` elsewhere)."""
     children: dict[int, list[int]] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return {root}
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(parent, []).append(int(name))
+    for pid, fields in proc_stats():
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(pid)
     tree, todo = {root}, [root]
     while todo:
         for child in children.get(todo.pop(), []):

@@ -1,7 +1,7 @@
 """The reference inference server: a real HF-transformers engine speaking SGLang's protocol subset.
 
 Start it as a process (``python -m pytest_specenergy.refserver --model tiny:dense ...``; every flag
-is documented in :mod:`.__main__` and ``--help``) or use the engine in-process
+is documented in ``--help``) or use the engine in-process
 (:class:`ReferenceEngine` with an :class:`EngineConfig`: ``generate`` blocks, ``submit`` returns a
 ticket). The engine batches continuously (:mod:`.scheduler`): requests from any number of callers
 join one running batch and leave it when they finish. Importing this package is cheap: torch and

@@ -7,46 +7,9 @@ Example::
 Prints ``reference server ready on http://HOST:PORT`` (to stderr) once it accepts requests.
 Bad arguments (unknown fault, missing model directory, ...) exit with status 2 and one clear line.
 
-Flags (``--help`` prints the same):
-
-* ``--model/--model-path NAME``: a ``tiny:*`` model (dense, moe, hybrid and their ``-draft``), a
-  ``random:SHAPE`` model or a local HF checkpoint directory (never downloaded).
-  ``random:SHAPE`` is a Qwen3 model with seeded random weights (``--seed``) and the dimensions of a
-  dense Qwen3 shape of the plugin's shape registry (``random:qwen3-0.6b``, ``random:qwen3-4b``,
-  ``random:qwen3-8b``), for energy calibration on a GPU: it is built directly on the device in the
-  compute dtype (auto: bfloat16 on CUDA, float32 on CPU) and priced as SHAPE by the modeled meter.
-  ``random:SHAPE:layers=N,hidden=N,mlp=N,vocab=N`` overrides dimensions for cheap CPU checks. It
-  uses the built-in byte tokenizer; generated ids that have no text decode to ``<|unused_ID|>``.
-  A random draft model (``--draft-model random:...``) needs the target's vocabulary.
-* ``--drafter {none,ngram,draft_model,block,replay}``: no speculation; prompt lookup; a chain draft
-  model (K one-token forwards per step); a block draft model (one forward per step proposes
-  ``B - 1`` drafts, DFlash/DSpark shape); replay of drafts recorded by an earlier run
-  (``return_spec_drafts`` -> ``meta_info.spec_drafts`` -> ``sampling_params.spec_replay_drafts``):
-  the same verify steps with no draft passes (verify-only run, for draft-cost removal).
-* ``--num-draft-tokens K``: drafts per step; the target verifies ``K + 1`` per row.
-* ``--block-size B``: block (or replay) drafter; the target verifies ``B`` (sets K = B - 1).
-* ``--draft-model NAME``: the draft model of ``draft_model`` and ``block`` (default: the tiny
-  target's derived ``-draft``; the target's own name makes a self-draft).
-* ``--draft-accept-p P``: controlled acceptance for calibration (with ``draft_model`` or
-  ``block``): verified drafts are the target's own greedy continuation, each token kept with
-  probability P; the drafter's own passes still run and are charged (see :mod:`.oracle`). An
-  untraced oracle (the target) computes that continuation: a board meter sees its forwards.
-* ``--replay-proposals`` (with ``draft_model`` or ``block``; not with ``--draft-accept-p``): the
-  drafter's passes run as without it, but step ``i`` of a request verifies the ``i``-th drafts it
-  brought in ``sampling_params.spec_replay_drafts`` (short ones padded, filler when none are left,
-  both counted in ``spec_replay_misses``). Replaying the drafts of a ``--draft-accept-p`` run
-  repeats its verify steps, accept counts and draft passes with no oracle running.
-* ``--ngram-min-match-window N``, ``--ngram-max-match-window N``: prompt-lookup n-gram sizes.
-* ``--dtype {auto,float64,float32,bfloat16,float16}``: auto = float64 for tiny models.
-* ``--device {auto,cpu,cuda,cuda:N}``, ``--seed/--random-seed N``.
-* ``--max-running-requests N``: the continuous-batching cap (rows per step); more wait queued.
-* ``--fault NAME`` (repeatable): a named bug (:mod:`.faults`); ``--numerical-noise-scale REL``
-  sizes the ``numerical-noise`` fault (default 2^-8, a bf16 ulp).
-* ``--host`` (loopback only), ``--port`` (0 = a free port), ``--http-timeout SECONDS`` (per
-  connection socket timeout, default 30: short bodies get 408, idle keep-alives close),
-  ``--request-timeout SECONDS`` (a whole request must arrive within it, default 10: slow clients
-  get 408) and ``--max-connections N`` (connections served at once, default 256; more get 503).
-* ``--threads N``: torch intra-op threads (0 = torch's default), ``--log-level LEVEL``.
+Flags: ``--help``. ``random:SHAPE`` models are described in :mod:`.random_models`, the
+drafters in :mod:`.drafters` and :mod:`.block`, controlled acceptance in :mod:`.oracle`, the
+faults in :mod:`.faults`.
 """
 
 from __future__ import annotations

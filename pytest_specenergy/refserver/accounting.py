@@ -81,11 +81,6 @@ class ModelShape:
         """Whether any layer has routed experts."""
         return any(layer.num_experts for layer in self.layers)
 
-    @property
-    def has_linear_attention(self) -> bool:
-        """Whether any layer keeps a recurrent (linear attention) state."""
-        return any(layer.kind == "linear_attention" for layer in self.layers)
-
     def to_json(self) -> dict[str, object]:
         """A JSON-friendly summary for ``/server_info``'s ``model_shape``."""
         kinds = [layer.kind for layer in self.layers]

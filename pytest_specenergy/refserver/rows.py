@@ -84,11 +84,6 @@ class Row:
     wrong_accept_count: bool = False  # fault: report the bonus token as an accepted draft
     stale_state: list[torch.Tensor] | None = None  # fault stale-state-after-empty-draft only
 
-    @property
-    def prompt_len(self) -> int:
-        """Tokens of the prompt (the rest of ``tokens`` is output)."""
-        return len(self.request.input_ids)
-
     def top(self, logp: torch.Tensor) -> TopEntries:
         """The top-N (logprob, id) of one position's log-softmax row, best first."""
         n = min(self.request.top_logprobs_num, int(logp.shape[-1]))

@@ -115,10 +115,6 @@ class ByteTokenizer:
             out += self._id_to_bytes[tid]
         return out.decode("utf-8", errors="replace")
 
-    def token_bytes(self, tid: int) -> bytes:
-        """The raw bytes of one non-special token (useful for tests and debugging)."""
-        return self._id_to_bytes[tid]
-
 
 UNUSED_TOKEN_TEXT = "<|unused_{}|>"  # decoded text of a model id the byte tokenizer has no bytes for
 

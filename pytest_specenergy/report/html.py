@@ -23,6 +23,7 @@ from typing import Iterable
 from typing import Sequence
 
 import pytest_specenergy.report.plots as _plots
+from pytest_specenergy.document import CaseRecord
 from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.compare import CaseComparison
 from pytest_specenergy.gate.history import DEFAULT_STEP
@@ -31,16 +32,17 @@ from pytest_specenergy.gate.history import history_series
 from pytest_specenergy.gate.latency import latency_choices
 from pytest_specenergy.gate.verdict import WORST_FIRST
 from pytest_specenergy.gate.verdict import Verdict
-from pytest_specenergy.report.format import fmt
-from pytest_specenergy.report.format import worse_arrow
-from pytest_specenergy.report.rows import ReportRow
-from pytest_specenergy.report.rows import rows_from_document
+from pytest_specenergy.measure.metrics import METRICS
+from pytest_specenergy.measure.metrics import fmt
+from pytest_specenergy.measure.metrics import show
+from pytest_specenergy.report.rows import intensity
 from pytest_specenergy.report.rows import sources
 
 DEFAULT_TITLE = "pytest-specenergy report"
 TABLES_ONLY_NOTE = ("Figures are not shown: matplotlib is not installed "
                     "(pip install 'pytest-specenergy[report]'); tables only.")
 PLOTS_OFF_NOTE = "Figures are turned off for this report; tables only."
+_WORSE_ARROW = {"up": "\u2191", "down": "\u2193"}
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#1b1b1b;background:#fff}
@@ -91,33 +93,26 @@ def _td(value: object) -> str:
 
 
 def _num(metric: str, value: float | int | None) -> str:
-    return f'<td class="num">{_e(fmt(metric, value))}</td>'
+    return f'<td class="num">{_e(show(metric, value))}</td>'
 
 
-def _intensity(row: ReportRow) -> str:
-    if row.verify_intensity is None:
-        return "n/a"
-    balance = f" ({row.balance_point:.0f})" if row.balance_point is not None else ""
-    return f"{row.verify_intensity:.0f}{balance}{', compute-bound' if row.compute_bound else ''}"
-
-
-def _checks_cell(row: ReportRow) -> str:
+def _checks_cell(row: CaseRecord) -> str:
     if not row.checks:
         return "<td>" + _badge("ok", "ok") + "</td>"
     return "<td>" + "".join(_badge(c.name, c.severity, c.message) for c in row.checks) + "</td>"
 
 
-def _row_class(row: ReportRow) -> str:
-    return "fail" if row.failed else "warn" if row.tripped else ""
+def _row_class(row: CaseRecord) -> str:
+    return "fail" if row.failed else "warn" if row.checks else ""
 
 
-def _verdict(rows: Sequence[ReportRow], comparisons: Sequence[CaseComparison] | None,
+def _verdict(rows: Sequence[CaseRecord], comparisons: Sequence[CaseComparison] | None,
              baseline_label: str) -> str:
     """The page's first lines: how many cases regressed, stayed inconclusive, were unchanged
     (every gate verdict, worst first), and how many tripped a check."""
     fails = sum(1 for r in rows if r.failed)
     checks = (f"{fails} case(s) with a failed validity check" if fails else "no failed validity check") + \
-        f", {sum(1 for r in rows if r.tripped and not r.failed)} with a warning only"
+        f", {sum(1 for r in rows if r.checks and not r.failed)} with a warning only"
     if comparisons is None:
         return (f'<p class="verdict">{len(rows)} cases, not compared with a baseline; {_e(checks)}.</p>')
     counts = {v: sum(1 for c in comparisons if c.verdict is v) for v in WORST_FIRST}
@@ -128,17 +123,17 @@ def _verdict(rows: Sequence[ReportRow], comparisons: Sequence[CaseComparison] | 
             f"{_e(baseline_label or 'the baseline run')}; {_e(checks)}.</p>")
 
 
-def _summary(run: RunDocument, rows: Sequence[ReportRow],
+def _summary(run: RunDocument, rows: Sequence[CaseRecord],
              comparisons: Sequence[CaseComparison] | None) -> str:
     fails = sum(1 for r in rows if r.failed)
-    warns = sum(1 for r in rows if r.tripped and not r.failed)
+    warns = sum(1 for r in rows if r.checks and not r.failed)
     facts = [
         ("cases", str(len(rows))),
         ("models", ", ".join(sorted({r.model for r in rows}))),
         ("drafters", ", ".join(sorted({r.drafter_id for r in rows}))),
         ("batches", ", ".join(str(b) for b in sorted({r.batch for r in rows
                                                        if r.batch is not None}))),
-        ("corpora", ", ".join(sorted({r.corpus for r in rows}))),
+        ("corpora", ", ".join(sorted({r.corpus_name for r in rows}))),
         ("cases with a failed check", str(fails)),
         ("cases with a warning only", str(warns)),
         ("engine starts", str(run.engine_starts)),
@@ -171,7 +166,7 @@ def _plain(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 
-def _figures(rows: Sequence[ReportRow], history: Sequence[RunDocument],
+def _figures(rows: Sequence[CaseRecord], history: Sequence[RunDocument],
              targets: Sequence[float]) -> str:
     figs: list[tuple[str, Callable[[], str]]] = [
         ("Energy per token vs batch: one line per drafter, the dashed line is the "
@@ -200,9 +195,9 @@ def _figures(rows: Sequence[ReportRow], history: Sequence[RunDocument],
     return "".join(out)
 
 
-def _latency_table(rows: Sequence[ReportRow], targets: Sequence[float]) -> str:
+def _latency_table(rows: Sequence[CaseRecord], targets: Sequence[float]) -> str:
     body = []
-    for c in latency_choices([r.record for r in rows if r.record], targets):
+    for c in latency_choices(rows, targets):
         p = c.choice
         cells = [_td(c.model), _td(c.corpus), _td(f"{c.target_ms:g} ms")]
         if p is None:
@@ -221,22 +216,22 @@ _CASE_HEADERS = ["case", "model", "drafter", "batch", "corpus", "source", "basel
                  "baseline TBT (ms)", "spec TBT (ms)", "speedup", "exact match", "logprob gap", "checks"]
 
 
-def _case_table(rows: Sequence[ReportRow]) -> str:
+def _case_table(rows: Sequence[CaseRecord]) -> str:
     body = []
     for r in rows:
         cells = [_td(r.case_id), _td(r.model),
                  f'<td title="{_e(r.drafter_name)}">{_e(r.drafter_id)}</td>',
-                 _num("batch", r.batch), _td(r.corpus),
+                 _num("batch", r.batch), _td(r.corpus_name),
                  "<td>" + _badge(r.source, "src") + "</td>",
-                 _num("energy_per_token", r.baseline_energy_per_token),
+                 _num("energy_per_token", r.baseline.energy_per_token),
                  _num("energy_per_token", r.energy_per_token),
                  _num("energy_saving", r.energy_saving), _num("accept_length", r.accept_length),
                  _num("acceptance_rate", r.acceptance_rate),
                  _num("verified_per_step", r.verified_per_step),
-                 '<td class="num">' + _e(_intensity(r)) + "</td>",
+                 '<td class="num">' + _e(intensity(r)) + "</td>",
                  f'<td class="num" title="{_e(r.draft_share_method or "not measured")}">'
-                 + _e("n/a" if r.draft_share is None else f"{r.draft_share:.0%}") + "</td>",
-                 _num("tbt_ms", r.baseline_tbt_ms), _num("tbt_ms", r.tbt_ms),
+                 + _e(fmt(r.draft_share, ".0%")) + "</td>",
+                 _num("tbt_ms", r.baseline.tbt_ms), _num("tbt_ms", r.tbt_ms),
                  _num("speedup", r.speedup), _num("exact_fraction", r.exact_fraction),
                  _num("logprob_gap", r.logprob_gap), _checks_cell(r)]
         body.append((_row_class(r), cells))
@@ -264,12 +259,12 @@ def _comparison_table(comparisons: Sequence[CaseComparison]) -> str:
                 cells.append(_td("n/a"))
                 continue
             cells.append(f'<td class="num {_e(row.verdict.value)}" title="{_e(row.describe())}">'
-                         f"{_e(fmt(metric, row.baseline))} &rarr; {_e(fmt(metric, row.current))}"
+                         f"{_e(show(metric, row.baseline))} &rarr; {_e(show(metric, row.current))}"
                          f"<br><b>{_e(row.change_text())}</b></td>")
         body.append((c.verdict.value if c.verdict in (Verdict.REGRESSED, Verdict.IMPROVED) else "",
                      cells))
     headers = ["case", "verdict", "why not compared"] + [
-        f"{m} ({worse_arrow(m)} worse)" for m in metrics]
+        f"{m} ({_WORSE_ARROW.get(METRICS[m].worse if m in METRICS else '-', '')} worse)" for m in metrics]
     return _table(headers, body)
 
 
@@ -292,7 +287,7 @@ def _history_steps(history: Sequence[RunDocument], threshold: float) -> str:
                    "after (median)", "change"], body)
 
 
-def _checks_detail(rows: Sequence[ReportRow]) -> str:
+def _checks_detail(rows: Sequence[CaseRecord]) -> str:
     body = [("fail" if c.severity == "fail" else "warn",
              [_td(r.case_id), "<td>" + _badge(c.severity, c.severity) + "</td>", _td(c.name),
               _td(c.message), "<td>" + _badge(r.source, "src") + "</td>"])
@@ -315,7 +310,7 @@ def render_html(run: RunDocument, comparisons: Sequence[CaseComparison] | None =
     ``run`` is appended as the latest unless it is already last. ``plots``: None draws figures
     when matplotlib is installed, False never draws them. ``step``: smallest history step shown.
     """
-    rows = rows_from_document(run)
+    rows = run.results
     hist = list(history)
     if hist and hist[-1] != run:
         hist.append(run)

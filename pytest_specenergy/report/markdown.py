@@ -15,13 +15,12 @@ import re
 from collections import Counter
 from typing import Sequence
 
+from pytest_specenergy.document import CaseRecord
 from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.compare import CaseComparison
 from pytest_specenergy.gate.verdict import WORST_FIRST
 from pytest_specenergy.gate.verdict import Verdict
-from pytest_specenergy.report.format import fmt
-from pytest_specenergy.report.rows import ReportRow
-from pytest_specenergy.report.rows import rows_from_document
+from pytest_specenergy.measure.metrics import show
 from pytest_specenergy.report.rows import sources
 
 #: The metrics a Markdown comparison shows, with their column titles.
@@ -47,18 +46,18 @@ def md_escape(value: object) -> str:
 MAX_ROWS = 15
 
 
-def _source(row: ReportRow, single: bool) -> str:
+def _source(row: CaseRecord, single: bool) -> str:
     if single:
         return ""
-    label = md_escape(row.source) if row.source == row.baseline_source else \
-        f"{md_escape(row.baseline_source)} / {md_escape(row.source)}"
+    label = md_escape(row.source) if row.source == row.baseline.source else \
+        f"{md_escape(row.baseline.source)} / {md_escape(row.source)}"
     return f" {label} |"
 
 
 def _header(run: RunDocument, extra: str = "") -> str:
-    rows = rows_from_document(run)
+    rows = run.results
     failed = sum(1 for r in rows if r.failed)
-    warned = sum(1 for r in rows if r.tripped and not r.failed)
+    warned = sum(1 for r in rows if r.checks and not r.failed)
     labels = ", ".join(md_escape(s) for s in sources(rows)) or "no data"
     return (f"**specenergy**: {len(rows)} cases{extra} \u00b7 {failed} with failed checks, "
             f"{warned} with warnings \u00b7 energy figures: {labels}")
@@ -78,8 +77,8 @@ def _comparison(run: RunDocument, comparisons: Sequence[CaseComparison]) -> str:
                if any(r.metric == m for c in comparisons for r in c.rows)] or \
         list(dict.fromkeys(r.metric for c in comparisons for r in c.rows))
     titles = dict(MARKDOWN_METRICS)
-    run_rows = rows_from_document(run)
-    by_case = {**{r.case_id: r for r in run_rows}, **{r.record.key: r for r in run_rows if r.record is not None}}
+    run_rows = run.results
+    by_case = {**{r.case_id: r for r in run_rows}, **{r.key: r for r in run_rows}}
     single = len(sources(run_rows)) <= 1
     # Unchanged cases are counted in the header, not listed: the table is what needs a look.
     listed = sorted((c for c in comparisons if c.verdict is not Verdict.PASSED),
@@ -98,7 +97,7 @@ def _comparison(run: RunDocument, comparisons: Sequence[CaseComparison]) -> str:
                 cells.append("n/a")
                 continue
             mark = " **worse**" if row.verdict is Verdict.REGRESSED else ""
-            cells.append(f"{fmt(metric, row.baseline)} \u2192 {fmt(metric, row.current)} "
+            cells.append(f"{show(metric, row.baseline)} \u2192 {show(metric, row.current)} "
                          f"({row.change_text()}){mark}")
         status = _STATUS_TEXT.get(c.verdict, md_escape(c.verdict.value))
         shown = by_case.get(c.case_id)
@@ -113,21 +112,21 @@ def _comparison(run: RunDocument, comparisons: Sequence[CaseComparison]) -> str:
 
 
 def _current(run: RunDocument) -> str:
-    rows = rows_from_document(run)
+    rows = run.results
     single = len(sources(rows)) <= 1
     lines = [_header(run), "",
              "| case | baseline J/token | spec J/token | energy saving | accept length | "
              "TBT (ms) baseline \u2192 spec | checks |" + ("" if single else " source |"),
              "|---|---|---|---|---|---|---|" + ("" if single else "---|")]
     # Cases with a tripped check first: they are what needs a look.
-    for r in sorted(rows, key=lambda r: (not r.failed, not r.tripped))[:MAX_ROWS]:
+    for r in sorted(rows, key=lambda r: (not r.failed, not r.checks))[:MAX_ROWS]:
         checks = ", ".join(md_escape(f"{c.severity}: {c.name}") for c in r.checks) or "ok"
         lines.append(f"| {md_escape(r.case_id)}"
-                     f" | {fmt('energy_per_token', r.baseline_energy_per_token)}"
-                     f" | {fmt('energy_per_token', r.energy_per_token)}"
-                     f" | {fmt('energy_saving', r.energy_saving)}"
-                     f" | {fmt('accept_length', r.accept_length)}"
-                     f" | {fmt('tbt_ms', r.baseline_tbt_ms)} \u2192 {fmt('tbt_ms', r.tbt_ms)}"
+                     f" | {show('energy_per_token', r.baseline.energy_per_token)}"
+                     f" | {show('energy_per_token', r.energy_per_token)}"
+                     f" | {show('energy_saving', r.energy_saving)}"
+                     f" | {show('accept_length', r.accept_length)}"
+                     f" | {show('tbt_ms', r.baseline.tbt_ms)} \u2192 {show('tbt_ms', r.tbt_ms)}"
                      f" | {checks} |" + _source(r, single))
     lines += _more(min(len(rows), MAX_ROWS), len(rows), "cases")
     return "\n".join(lines) + "\n"

@@ -20,13 +20,12 @@ from typing import Any
 from typing import Callable
 from typing import Sequence
 
+from pytest_specenergy.document import CaseRecord
 from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.history import detect_steps
 from pytest_specenergy.gate.history import history_series
 from pytest_specenergy.gate.latency import config_points
 from pytest_specenergy.gate.latency import latency_choices
-from pytest_specenergy.report.rows import ReportRow
-from pytest_specenergy.report.rows import rows_from_document
 from pytest_specenergy.report.rows import sources
 
 #: Colour of the non-speculative baseline; drafters take PALETTE in sorted-id order.
@@ -58,7 +57,7 @@ def _source_label(labels: Sequence[str]) -> str:
     return "[" + ", ".join(labels) + "]" if labels else "[no data]"
 
 
-def drafter_colors(rows: Sequence[ReportRow]) -> dict[str, str]:
+def drafter_colors(rows: Sequence[CaseRecord]) -> dict[str, str]:
     """A stable colour per drafter id, shared by every figure of a report."""
     ids = sorted({r.drafter_id for r in rows})
     return {d: PALETTE[i % len(PALETTE)] for i, d in enumerate(ids)}
@@ -128,10 +127,10 @@ def _size(count: int, cols: int = 3, w: float = 4.2, h: float = 3.1) -> tuple[fl
     return (w * cols, h * -(-count // cols) + 0.4)
 
 
-def _workloads(rows: Sequence[ReportRow]) -> dict[tuple[str, str], list[ReportRow]]:
-    groups: dict[tuple[str, str], list[ReportRow]] = {}
+def _workloads(rows: Sequence[CaseRecord]) -> dict[tuple[str, str], list[CaseRecord]]:
+    groups: dict[tuple[str, str], list[CaseRecord]] = {}
     for r in rows:
-        groups.setdefault(r.workload, []).append(r)
+        groups.setdefault((r.model, r.corpus_name), []).append(r)
     return groups
 
 
@@ -148,12 +147,12 @@ def _batch_axis(ax: Any, batches: Sequence[int]) -> None:
     ax.set_xlabel("batch")
 
 
-def _tripped_note(fig: Any, rows: Sequence[ReportRow]) -> None:
-    if any(r.tripped for r in rows):
+def _tripped_note(fig: Any, rows: Sequence[CaseRecord]) -> None:
+    if any(r.checks for r in rows):
         fig.supxlabel(TRIPPED_NOTE, fontsize=8, color="#a33")  # short: fits the narrowest figure
 
 
-def _per_batch_figure(rows: Sequence[ReportRow], metric: str, ylabel: str, title: str,
+def _per_batch_figure(rows: Sequence[CaseRecord], metric: str, ylabel: str, title: str,
                       baseline_metric: str | None, prefix: str, zero_line: bool) -> str:
     groups = _workloads(rows)
     colors = drafter_colors(rows)
@@ -165,8 +164,8 @@ def _per_batch_figure(rows: Sequence[ReportRow], metric: str, ylabel: str, title
             if baseline_metric:
                 base = {}
                 for r in group:
-                    if r.batch is not None and r.value(baseline_metric) is not None:
-                        base.setdefault(r.batch, r.value(baseline_metric))
+                    if r.batch is not None and getattr(r.baseline, baseline_metric) is not None:
+                        base.setdefault(r.batch, getattr(r.baseline, baseline_metric))
                 xs = sorted(base)
                 ax.plot(xs, [base[b] for b in xs], color=BASELINE_COLOR, linestyle="--",
                         linewidth=2, marker="s", markersize=5, label="baseline (no speculation)")
@@ -174,9 +173,9 @@ def _per_batch_figure(rows: Sequence[ReportRow], metric: str, ylabel: str, title
                 ax.axhline(0.0, color=BASELINE_COLOR, linestyle="--", linewidth=1.2,
                            label="break-even")
             for drafter in sorted({r.drafter_id for r in group}):
-                pts = sorted((r.batch, r.value(metric), r.tripped) for r in group
+                pts = sorted((r.batch, getattr(r, metric), bool(r.checks)) for r in group
                              if r.drafter_id == drafter and r.batch is not None
-                             and r.value(metric) is not None)
+                             and getattr(r, metric) is not None)
                 if not pts:
                     continue
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colors[drafter],
@@ -202,19 +201,19 @@ def _percent_formatter() -> Any:
     return PercentFormatter(xmax=1.0, decimals=0)
 
 
-def energy_vs_batch_svg(rows: Sequence[ReportRow], prefix: str = "ept") -> str:
+def energy_vs_batch_svg(rows: Sequence[CaseRecord], prefix: str = "ept") -> str:
     """(a) Energy per token vs batch: one line per drafter plus the baseline, per workload."""
     return _per_batch_figure(rows, "energy_per_token", "J/token", "Energy per token vs batch",
-                             "baseline_energy_per_token", prefix, zero_line=False)
+                             "energy_per_token", prefix, zero_line=False)
 
 
-def saving_vs_batch_svg(rows: Sequence[ReportRow], prefix: str = "saving") -> str:
+def saving_vs_batch_svg(rows: Sequence[CaseRecord], prefix: str = "saving") -> str:
     """(b) Energy saving vs batch per drafter, with the break-even line at 0."""
     return _per_batch_figure(rows, "energy_saving", "energy saving vs baseline",
                              "Energy saving vs batch", None, prefix, zero_line=True)
 
 
-def accept_length_svg(rows: Sequence[ReportRow], prefix: str = "accept") -> str:
+def accept_length_svg(rows: Sequence[CaseRecord], prefix: str = "accept") -> str:
     """(c) Accept length by corpus, one bar per drafter (median over batches), per model."""
     colors = drafter_colors(rows)
     models = sorted({r.model for r in rows})
@@ -224,17 +223,17 @@ def accept_length_svg(rows: Sequence[ReportRow], prefix: str = "accept") -> str:
         import statistics
         for ax, model in zip(_grid(fig, len(models), cols=2), models):
             group = [r for r in rows if r.model == model]
-            corpora = sorted({r.corpus for r in group})
+            corpora = sorted({r.corpus_name for r in group})
             drafters = sorted({r.drafter_id for r in group})
             width = 0.8 / max(1, len(drafters))
             for k, drafter in enumerate(drafters):
                 for c, corpus in enumerate(corpora):
-                    cell = [r for r in group if r.drafter_id == drafter and r.corpus == corpus
+                    cell = [r for r in group if r.drafter_id == drafter and r.corpus_name == corpus
                             and r.accept_length is not None]
                     if not cell:
                         continue
                     value = statistics.median(r.accept_length for r in cell)
-                    hollow = any(r.tripped for r in cell)
+                    hollow = any(r.checks for r in cell)
                     ax.bar(c + (k - (len(drafters) - 1) / 2) * width, value, width * 0.9,
                            color="none" if hollow else colors[drafter],
                            edgecolor=colors[drafter], linewidth=1.5, hatch="//" if hollow else None,
@@ -253,15 +252,14 @@ def accept_length_svg(rows: Sequence[ReportRow], prefix: str = "accept") -> str:
     return render_svg(draw, _size(len(models), cols=2, w=5.5), prefix)
 
 
-def latency_svg(rows: Sequence[ReportRow], targets_ms: Sequence[float] = (25.0, 10.0),
+def latency_svg(rows: Sequence[CaseRecord], targets_ms: Sequence[float] = (25.0, 10.0),
                 prefix: str = "latency") -> str:
     """(d) Time between tokens vs energy per token per workload, with latency-target lines and,
     per target, the lowest-energy configuration that meets it ringed and named."""
     colors = drafter_colors(rows)
-    records = [r.record for r in rows if r.record]
-    points = config_points(records)
+    points = config_points(rows)
     groups = _workloads(rows)
-    choices = latency_choices(records, targets_ms)
+    choices = latency_choices(rows, targets_ms)
     label = _source_label(sorted({p.source for p in points}))
     target_styles = ("-.", ":", "--")
 
@@ -307,7 +305,7 @@ def latency_svg(rows: Sequence[ReportRow], targets_ms: Sequence[float] = (25.0, 
 def history_svg(documents: Sequence[RunDocument], threshold: float = 0.05,
                 prefix: str = "history", max_cases: int = 10) -> str:
     """(e) Key metrics across stored runs (oldest first), detected steps marked."""
-    all_rows = [r for d in documents for r in rows_from_document(d)]
+    all_rows = [r for d in documents for r in d.results]
     label = _source_label(sources(all_rows))
     ticks = [d.datetime[:10] or f"run {i}" for i, d in enumerate(documents)]
 
@@ -333,7 +331,7 @@ def history_svg(documents: Sequence[RunDocument], threshold: float = 0.05,
                 ax.yaxis.set_major_formatter(_percent_formatter())
         handles, labels = fig.axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside right upper")
-        more = len({c for d in documents for c in (r.case_id for r in rows_from_document(d))})
+        more = len({r.case_id for d in documents for r in d.results})
         extra = f"; first {max_cases} of {more} cases" if more > max_cases else ""
         _suptitle(fig, f"History across {len(documents)} runs (\u25bc = detected step{extra})", label)
 

@@ -14,8 +14,7 @@ from pytest_specenergy.gate.suite import verdict_counts
 from pytest_specenergy.gate.verdict import Section
 from pytest_specenergy.gate.verdict import Verdict
 from pytest_specenergy.measure.metrics import fmt
-from pytest_specenergy.report.rows import ReportRow
-from pytest_specenergy.report.rows import row_from_result
+from pytest_specenergy.report.rows import intensity
 from pytest_specenergy.report.summary import SummaryReport
 
 #: Every column, in order (``-v``): the verdict (when the gate compared anything) and the
@@ -33,28 +32,19 @@ _SHRINKABLE = {"flags": 10, "test": 16}
 _GAP = "  "
 
 
-def _intensity(row: ReportRow) -> str:
-    """``142/163`` (verify step's FLOP/byte over the GPU's balance point), ``!`` past it."""
-    if row.verify_intensity is None:
-        return "n/a"
-    balance = f"/{row.balance_point:.0f}" if row.balance_point is not None else ""
-    return f"{'!' if row.compute_bound else ''}{row.verify_intensity:.0f}{balance}"
-
-
 def _verdict(verdict: str | None) -> str:
     return f"{Verdict(verdict).mark} {verdict}" if verdict else "-"
 
 
-def table_row(row: ReportRow, label: str | None = None) -> dict[str, str]:
+def table_row(row: CaseRecord, label: str | None = None) -> dict[str, str]:
     """One row's cells by column name (``!`` marks a fail-closed check)."""
     flags = ", ".join(("!" if c.severity == "fail" else "") + c.name for c in row.checks)
-    record = row.record
-    return {"verdict": _verdict(record.verdict if record is not None else None),
+    return {"verdict": _verdict(row.verdict),
             "saving": fmt(row.energy_saving, "+.1%"), "test": label or row.case_id, "source": row.source,
-            "base J/tok": fmt(row.baseline_energy_per_token, ".4g"), "spec J/tok": fmt(row.energy_per_token, ".4g"),
+            "base J/tok": fmt(row.baseline.energy_per_token, ".4g"), "spec J/tok": fmt(row.energy_per_token, ".4g"),
             "accept len": fmt(row.accept_length, ".2f"), "accept rate": fmt(row.acceptance_rate, ".2f"),
-            "verified/step": fmt(row.verified_per_step, "d"), "verify FLOP/B": _intensity(row),
-            "draft share": fmt(row.draft_share, ".0%"), "base tbt ms": fmt(row.baseline_tbt_ms, ".3f"),
+            "verified/step": fmt(row.verified_per_step, "d"), "verify FLOP/B": intensity(row),
+            "draft share": fmt(row.draft_share, ".0%"), "base tbt ms": fmt(row.baseline.tbt_ms, ".3f"),
             "spec tbt ms": fmt(row.tbt_ms, ".3f"), "speedup": fmt(row.speedup, ".2f", "x"),
             "exact": fmt(row.exact_fraction, ".0%"), "logprob gap": fmt(row.logprob_gap, ".3f"), "flags": flags or "-"}
 
@@ -112,7 +102,7 @@ def render_table(records: Iterable[CaseRecord], verbose: bool = False, width: in
     columns = [c for c in (HEADERS if verbose else COMPACT)
                if (c != "verdict" or gated) and (c != "source" or len(numbers) > 1 or verbose)]
     # The test's own name: one case may be measured once and used by several tests.
-    rows = [table_row(row_from_result(r), (r.nodeid or "").split("::")[-1] or None) for r in records]
+    rows = [table_row(r, (r.nodeid or "").split("::")[-1] or None) for r in records]
     if not verbose:
         for row in rows:
             row["source"] = numbers[row["source"]]

@@ -12,7 +12,6 @@ from pytest_specenergy.engines.meta_info import RequestCounters
 from pytest_specenergy.engines.meta_info import concurrency_between
 from pytest_specenergy.engines.meta_info import parse_concurrency
 from pytest_specenergy.engines.meta_info import parse_meta_info
-from pytest_specenergy.engines.meta_info import server_args_difference
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "sglang"
 
@@ -115,14 +114,6 @@ def test_concurrency_merges_dp_ranks_and_differences_reads():
     assert delta["mean_running"] == pytest.approx((4 * 4 + 8 * 2) / 6)
     with pytest.raises(MetaInfoError, match="shrank"):
         concurrency_between(after, before)
-
-
-def test_server_args_difference_names_what_resolved_differently():
-    spec = load("server_info_0.5.23.json")
-    base = dict(spec, attention_backend="fa3")
-    assert server_args_difference(spec, dict(spec)) == []
-    assert server_args_difference(spec, base) == [
-        "attention_backend: 'flashinfer' (speculative) vs 'fa3' (baseline)"]
 
 
 def test_concurrency_min_and_merge_over_windows():

@@ -27,11 +27,18 @@ from pytest_specenergy.gate.compare import gate_plan
 from pytest_specenergy.gate.compare import repeats_needed
 from pytest_specenergy.gate.compare import resolve_inconclusive
 from pytest_specenergy.gate.limits import limits_for
-from pytest_specenergy.gate.limits import parse_fail_exprs
+from pytest_specenergy.gate.limits import merge_limits
+from pytest_specenergy.gate.limits import parse_fail_expr
 from pytest_specenergy.measure.metrics import METRICS
 from pytest_specenergy.measure.results import PairResult
 from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
+
+
+def parse_fail_exprs(texts):
+    """Limits from expressions, a later one for the same metric and statistic winning."""
+    return merge_limits([parse_fail_expr(t) for t in texts])
+
 
 CASE = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
             corpus=load_corpus("code"))

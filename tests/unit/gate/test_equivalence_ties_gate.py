@@ -18,13 +18,20 @@ from pytest_specenergy.gate.compare import Verdict
 from pytest_specenergy.gate.compare import compare_case
 from pytest_specenergy.gate.compare import compare_in_job
 from pytest_specenergy.gate.limits import DEFAULT_LIMITS
-from pytest_specenergy.gate.limits import parse_fail_exprs
+from pytest_specenergy.gate.limits import merge_limits
+from pytest_specenergy.gate.limits import parse_fail_expr
 from pytest_specenergy.measure.coherence import Coherence
 from pytest_specenergy.measure.degeneracy import degeneracy
 from pytest_specenergy.measure.equivalence import DivergenceMargin
 from pytest_specenergy.measure.results import PairResult
 from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
+
+
+def parse_fail_exprs(texts):
+    """Limits from expressions, a later one for the same metric and statistic winning."""
+    return merge_limits([parse_fail_expr(t) for t in texts])
+
 
 CASE = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=2,
                corpus=load_corpus("code"))

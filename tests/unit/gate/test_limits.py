@@ -8,8 +8,8 @@ import pytest
 
 from pytest_specenergy.gate.limits import GATE_METRICS
 from pytest_specenergy.gate.limits import FailExprError
+from pytest_specenergy.gate.limits import merge_limits
 from pytest_specenergy.gate.limits import parse_fail_expr
-from pytest_specenergy.gate.limits import parse_fail_exprs
 
 
 @pytest.mark.parametrize("text, metric, stat, threshold, relative", [
@@ -97,8 +97,6 @@ def test_argparse_type_shows_our_message(capsys):
 
 
 def test_repeatable_later_overrides_earlier():
-    limits = parse_fail_exprs(["ratio:5%", "accept:0.1", "energy:median:3%"])
+    limits = merge_limits([parse_fail_expr(t) for t in ["ratio:5%", "accept:0.1", "energy:median:3%"]])
     assert [(lim.metric, lim.threshold) for lim in limits] == [("energy_ratio", 0.03),
                                                          ("accept_length", 0.1)]
-    # an ini value: whitespace or comma separated
-    assert len(parse_fail_exprs("energy:5% tbt_ms:mean:10%,equivalence:0")) == 3

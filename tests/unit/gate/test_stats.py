@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from pytest_specenergy.gate.stats import summarize
@@ -12,12 +10,9 @@ from pytest_specenergy.gate.stats import summarize
 def test_summary_by_hand():
     s = summarize([1, 2, 3, 4, 10])
     assert (s.n, s.min, s.max, s.mean, s.median) == (5, 1.0, 10.0, 4.0, 3.0)
-    assert (s.q1, s.q3, s.iqr) == (2.0, 4.0, 2.0)
-    assert s.stddev == pytest.approx(math.sqrt(12.5))  # sum of squares 50 / (n - 1)
-    assert s.relative_spread == pytest.approx(math.sqrt(12.5) / 4)
     assert s.stat("median") == 3.0 and s.stat("max") == 10.0
     one = summarize([2.5, None])
-    assert one.n == 1 and one.stddev is None and one.relative_spread is None
+    assert one.n == 1 and one.median == 2.5
     with pytest.raises(ValueError, match="empty sample"):
         summarize([None])
     with pytest.raises(ValueError, match="non-finite"):

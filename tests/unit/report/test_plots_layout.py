@@ -12,7 +12,6 @@ import pytest
 
 from pytest_specenergy.document import RunDocument
 from pytest_specenergy.report import plots
-from pytest_specenergy.report.rows import rows_from_document
 
 pytest.importorskip("matplotlib")
 
@@ -57,7 +56,7 @@ def titles_checked(monkeypatch) -> list[str]:
 @pytest.mark.parametrize("workloads", [1, 2])
 def test_no_figure_clips_a_title(titles_checked, workloads):
     docs = _documents(workloads)
-    rows = rows_from_document(docs[-1])
+    rows = docs[-1].results
     plots.energy_vs_batch_svg(rows)
     plots.saving_vs_batch_svg(rows)
     plots.accept_length_svg(rows)

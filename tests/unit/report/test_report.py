@@ -161,20 +161,20 @@ def baseline_doc() -> RunDocument:
 
 
 # -- model ----------------------------------------------------------------------------------
-def test_rows_carry_every_column(run_doc):
-    rows = rr.rows_from_document(run_doc)
+def test_records_carry_every_column(run_doc):
+    rows = run_doc.results
     assert len(rows) == 2 * 3 * 3
     r = next(r for r in rows if r.case_id == "code-eagle3-b16")
-    assert (r.model, r.drafter_id, r.drafter_name, r.batch, r.corpus) == \
+    assert (r.model, r.drafter_id, r.drafter_name, r.batch, r.corpus_name) == \
         (MODEL, "eagle3", "eagle3", 16, "code")
-    assert r.source == r.baseline_source == "modeled (h200)"
-    assert r.energy_saving == pytest.approx(1 - r.energy_per_token / r.baseline_energy_per_token)
+    assert r.source == r.baseline.source == "modeled (h200)"
+    assert r.energy_saving == pytest.approx(1 - r.energy_per_token / r.baseline.energy_per_token)
     assert r.accept_length == pytest.approx(3.4) and r.verified_per_step == 4
-    assert r.speedup == pytest.approx(r.baseline_tbt_ms / r.tbt_ms)
-    assert r.exact_fraction == 1.0 and r.logprob_gap is None and not r.tripped
+    assert r.speedup == pytest.approx(r.baseline.tbt_ms / r.tbt_ms)
+    assert r.exact_fraction == 1.0 and r.logprob_gap is None and not r.checks
     warn = next(r for r in rows if r.case_id == "conversation-ngram-b64")
     assert [(c.name, c.severity) for c in warn.checks] == [("concurrency-below-batch", "warn")]
-    assert warn.tripped and not warn.failed
+    assert warn.checks and not warn.failed
     assert rr.sources(rows) == ["modeled (h200)"]
 
 
@@ -262,7 +262,7 @@ def test_latency_choices_per_workload(run_doc):
 
 def test_latency_plot_rings_and_names_each_choice(run_doc):
     pytest.importorskip("matplotlib")
-    rows = rr.rows_from_document(run_doc)
+    rows = run_doc.results
     svg = plots.latency_svg(rows, (25.0, 10.0))
     for c in rl.latency_choices(run_doc.results, (25.0, 10.0)):
         assert c.choice is not None and f"ms: {c.choice.label}" in svg
@@ -358,7 +358,7 @@ def test_html_draws_every_figure(run_doc, baseline_doc):
 
 def test_svg_is_deterministic(run_doc):
     pytest.importorskip("matplotlib")
-    rows = rr.rows_from_document(run_doc)
+    rows = run_doc.results
     a, b = plots.latency_svg(rows), plots.latency_svg(rows)
     assert a == b and "<metadata" not in a and "<!--" not in a
     assert render_html(run_doc) == render_html(run_doc)
@@ -452,7 +452,7 @@ def test_fixture_documents_still_render():
     """The stored fixtures (regenerate: run this file as a script) still fit the schema."""
     run = typed(json.loads((FIXTURES / "run.json").read_text()))
     baseline = typed(json.loads((FIXTURES / "baseline.json").read_text()))
-    assert len(rr.rows_from_document(run)) == 18
+    assert len(run.results) == 18
     comparisons = compare_documents(baseline, run, LIMITS)
     assert any(c.verdict is Verdict.REGRESSED for c in comparisons)
     assert "<h2>Cases" in render_html(run, comparisons, plots=False)
