@@ -452,9 +452,10 @@ def resolved_args_difference(spec_info: Any, base_info: Any) -> list[str]:
     """Resolved settings outside ``speculative_*`` that differ between two ``/server_info``.
 
     Every key both servers report is compared (not a fixed list of keys), except
-    ``speculative_*``, the keys of :data:`RESOLVED_IGNORED` (each with its reason) and, when both arms have decode CUDA graphs off, the decode capture list
-    (never captured). One line per difference; empty for a matched pair. A KV-capacity
-    difference ends with :data:`CAPACITY_HINT`, which says how to pin it.
+    ``speculative_*``, the keys of :data:`RESOLVED_IGNORED` (each with its reason) and, when
+    both arms have decode CUDA graphs off, the decode capture list (never captured). One line
+    per difference; empty for a matched pair. A KV-capacity difference ends with
+    :data:`CAPACITY_HINT`, which says how to pin it.
     """
     lines = []
     capacity = False
