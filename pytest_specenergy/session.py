@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     from pytest_specenergy.report.summary import SummaryReport
 
 # Collection needs only the markers: measurement, gate and report modules (numpy, HTTP,
-# subprocess supervision) are imported when first used, so a suite collects about as fast as
-# plain parametrize (benchmarks/plugin_overhead.py).
+# subprocess supervision, the run document) are imported when first used, so every pytest start
+# does not pay for them; benchmarks/plugin_overhead.py measures collection against plain
+# parametrize, tests/unit/test_lazy_imports.py keeps them off the collection path.
 
 SESSION_KEY = pytest.StashKey["SpecEnergySession"]()
 #: The pair a test measured, for the post-call validity checks and the gate.

@@ -9,6 +9,7 @@ plugin turns it into a collection error without a traceback.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import re
@@ -18,6 +19,7 @@ from typing import Callable
 
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.case import Generation
+from pytest_specenergy.cases.case import model_short_name
 from pytest_specenergy.cases.corpora import Corpus
 from pytest_specenergy.cases.corpora import CorpusError
 from pytest_specenergy.cases.corpora import load_corpus
@@ -95,43 +97,57 @@ def build_cases(test: str, closest: MarkerLookup, config: CaseDefaults) -> list[
     generation = _generation(test, closest("generation"), pool)
     reference = _reference(test, closest("reference_drafter"))
     cases: list[Case] = []
-    for (model, opts), corpus, drafter, batch in itertools.product(models, corpora, drafters, batches):
-        engine = opts["engine"]
-        if drafter.name not in ENGINE_DRAFTERS[engine]:
-            raise MarkerError(
-                f"{test}: marker drafter value {drafter!r} is not implemented by the {engine} "
-                f"engine; expected one of {', '.join(ENGINE_DRAFTERS[engine])}"
-            )
-        if drafter.draft_model:
-            _check_model_path(test, "drafter", drafter.draft_model, engine)
-        for marker, declared in (("drafter", drafter), ("reference_drafter", reference)):
-            if declared is not None and engine != "reference" and dict(declared.settings).get("accept_p") is not None:
-                raise MarkerError(
-                    f"{test}: marker {marker} value {declared!r}: accept_p (controlled acceptance) is a "
-                    f"reference-server calibration knob; the {engine} engine has no such setting")
-        if reference is not None:
-            if reference.name not in ENGINE_DRAFTERS[engine]:
-                raise MarkerError(
-                    f"{test}: marker reference_drafter value {reference!r} is not implemented by the "
-                    f"{engine} engine; expected one of {', '.join(ENGINE_DRAFTERS[engine])}")
-            if reference.draft_model:
-                _check_model_path(test, "reference_drafter", reference.draft_model, engine)
-            if reference == drafter:
-                raise MarkerError(
-                    f"{test}: marker reference_drafter {reference!r} is the candidate drafter itself; "
-                    f"name the drafter the candidate replaces (e.g. the old draft checkpoint)")
-        case = Case.of(engine=engine, model=model, drafter=drafter, batch=batch, corpus=corpus,
-                    generation=generation, model_in_id=len(models) > 1, reference=reference,
-                    **{k: v for k, v in opts.items() if k != "engine"})
-        cases.append(case)
+    # Everything but the batch and the corpus is checked and built once per (model, drafter): a
+    # 500-case matrix of 10 drafters builds 10 engine configs, not 500 (issue 24, item 8).
+    specs: dict[tuple[int, int], tuple[EngineConfig, str]] = {}
+    for (m, (model, opts)), corpus, (d, drafter), batch in itertools.product(
+            enumerate(models), corpora, enumerate(drafters), batches):
+        if (m, d) not in specs:
+            specs[m, d] = _spec(test, model, opts, drafter, reference)
+        spec, model_id = specs[m, d]
+        cases.append(Case(spec, batch, corpus, generation, reference, model_id=model_id,
+                          model_in_id=len(models) > 1))
     ids = [c.id for c in cases]
-    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    duplicates = sorted(i for i, n in collections.Counter(ids).items() if n > 1)
     if duplicates:
         raise MarkerError(
             f"{test}: the matrix has several cases with id {duplicates[0]!r}; give each "
             f"Drafter a distinct id= (for example Drafter('ngram', num_draft_tokens=4, id='ngram-4'))"
         )
     return cases
+
+
+def _spec(test: str, model: str, opts: dict[str, Any], drafter: Drafter,
+          reference: Drafter | None) -> tuple[EngineConfig, str]:
+    """The speculative engine of one (model, drafter) pair, checked, and the model's id part."""
+    engine = opts["engine"]
+    if drafter.name not in ENGINE_DRAFTERS[engine]:
+        raise MarkerError(
+            f"{test}: marker drafter value {drafter!r} is not implemented by the {engine} "
+            f"engine; expected one of {', '.join(ENGINE_DRAFTERS[engine])}"
+        )
+    if drafter.draft_model:
+        _check_model_path(test, "drafter", drafter.draft_model, engine)
+    for marker, declared in (("drafter", drafter), ("reference_drafter", reference)):
+        if declared is not None and engine != "reference" and dict(declared.settings).get("accept_p") is not None:
+            raise MarkerError(
+                f"{test}: marker {marker} value {declared!r}: accept_p (controlled acceptance) is a "
+                f"reference-server calibration knob; the {engine} engine has no such setting")
+    if reference is not None:
+        if reference.name not in ENGINE_DRAFTERS[engine]:
+            raise MarkerError(
+                f"{test}: marker reference_drafter value {reference!r} is not implemented by the "
+                f"{engine} engine; expected one of {', '.join(ENGINE_DRAFTERS[engine])}")
+        if reference.draft_model:
+            _check_model_path(test, "reference_drafter", reference.draft_model, engine)
+        if reference == drafter:
+            raise MarkerError(
+                f"{test}: marker reference_drafter {reference!r} is the candidate drafter itself; "
+                f"name the drafter the candidate replaces (e.g. the old draft checkpoint)")
+    spec = EngineConfig(engine=engine, model=model, drafter=drafter,
+                        options=opts["engine_options"],
+                        **{k: v for k, v in opts.items() if k not in ("engine", "engine_options")})
+    return spec, model_short_name(model)
 
 
 def _values(test: str, name: str, mark: Any, expected: str) -> tuple[Any, ...]:

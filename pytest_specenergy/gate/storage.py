@@ -29,21 +29,18 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import Iterable
 from typing import Iterator
 
-import pytest_specenergy.gate.machine as machine
-from pytest_specenergy.atomic import create_json_exclusive
-from pytest_specenergy.atomic import write_json_atomic
-from pytest_specenergy.atomic import write_text_atomic
-from pytest_specenergy.document import GOLDEN_KIND
-from pytest_specenergy.document import RUN_KIND
-from pytest_specenergy.document import SCHEMA_VERSION
-from pytest_specenergy.document import SUPPORTED_SCHEMAS
-from pytest_specenergy.document import CaseRecord
-from pytest_specenergy.document import DocumentError
-from pytest_specenergy.document import RunDocument
+if TYPE_CHECKING:
+    from pytest_specenergy.document import CaseRecord
+    from pytest_specenergy.document import RunDocument
+
+# The plugin imports this module at every start, for the option defaults and storage_path; the
+# document, machine and atomic-write modules load in the functions that read or write a file,
+# so a collection that never touches the history does not pay for them (issue 24, item 8).
 
 #: The run history's folder and the committed golden baselines' folder, unless told otherwise.
 DEFAULT_STORAGE = ".specenergy"
@@ -111,6 +108,8 @@ def ensure_storage(storage: str | Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     ignore = root / ".gitignore"
     if not ignore.exists():
+        from pytest_specenergy.atomic import write_text_atomic
+
         write_text_atomic(ignore, "# created by pytest-specenergy: run history is local\n*\n")
     return root
 
@@ -118,6 +117,8 @@ def ensure_storage(storage: str | Path) -> Path:
 # -- validation -------------------------------------------------------------------------
 def _read_json(path: Path, kind: str) -> dict[str, Any]:
     """Load ``path`` and check its kind and schema; never modifies the file."""
+    from pytest_specenergy.document import SUPPORTED_SCHEMAS
+
     untouched = "the file was left untouched"
     try:
         raw = path.read_bytes()
@@ -156,6 +157,10 @@ def _read_json(path: Path, kind: str) -> dict[str, Any]:
 def load_run(path: str | Path) -> RunDocument:
     """Load and validate a run file (a saved run or a ``--specenergy-json`` document); raises
     :class:`StorageError` naming the file, the record and the field it refuses."""
+    from pytest_specenergy.document import RUN_KIND
+    from pytest_specenergy.document import DocumentError
+    from pytest_specenergy.document import RunDocument
+
     file = Path(path)
     data = _read_json(file, RUN_KIND)
     try:
@@ -220,6 +225,10 @@ class RunStore:
         replaces an existing file, even when many processes save under one name in the same
         second; each takes the next free counter.
         """
+        import pytest_specenergy.gate.machine as machine
+        from pytest_specenergy.atomic import create_json_exclusive
+        from pytest_specenergy.document import RUN_KIND
+
         run_name = AUTO_NAME if name is None else validate_run_name(name)
         if document.kind != RUN_KIND:
             raise StorageError(f"cannot save a {document.kind!r} document as a run; "
@@ -345,6 +354,9 @@ GOLDEN_MODES = ("check", "update", "regen-all", "new-only")
 
 def _golden_file(nodeid: str, record: CaseRecord, run_info: dict[str, Any] | None) -> dict[str, Any]:
     """The JSON of one golden file."""
+    from pytest_specenergy.document import GOLDEN_KIND
+    from pytest_specenergy.document import SCHEMA_VERSION
+
     return {"schema_version": SCHEMA_VERSION, "kind": GOLDEN_KIND, "nodeid": nodeid,
             "run_info": dict(run_info or {}), "record": record.as_dict()}
 
@@ -388,6 +400,10 @@ class GoldenStore:
 
     def load(self, machine_key: str, nodeid: str) -> Golden | None:
         """The golden of ``nodeid``, or None when none exists; a bad file raises StorageError."""
+        from pytest_specenergy.document import GOLDEN_KIND
+        from pytest_specenergy.document import CaseRecord
+        from pytest_specenergy.document import DocumentError
+
         path = self.path(machine_key, nodeid)
         if not path.exists():
             return None
@@ -436,6 +452,8 @@ class GoldenStore:
 
     def flush(self) -> tuple[list[Path], list[str]]:
         """Write every queued golden; returns (written paths, why each other one was not)."""
+        from pytest_specenergy.atomic import write_json_atomic
+
         written, failed = [], []
         for path, data in self._queue.items():
             try:

@@ -11,8 +11,9 @@ from dataclasses import field
 from typing import Any
 
 from .faults import validate_faults
-from .random_models import is_random_model
-from .random_models import parse_random_model
+
+# random_models (and the tokenizer it builds on) load in _check_random_models: the plugin reads
+# this module for its name lists (DTYPES, DRAFTERS) at every start and never builds a config.
 
 DRAFTERS = ("none", "ngram", "draft_model", "block", "replay")
 DTYPES = ("auto", "float64", "float32", "bfloat16", "float16")
@@ -95,6 +96,9 @@ class EngineConfig:
 
     def _check_random_models(self) -> None:
         # A bad random:* name or override fails here, in milliseconds, not after a target has loaded.
+        from .random_models import is_random_model
+        from .random_models import parse_random_model
+
         specs = {name: parse_random_model(name) for name in (self.model, self.draft_model) if is_random_model(name)}
         if self.drafter not in ("draft_model", "block") or len(specs) < 2:
             return
