@@ -183,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", type=int, default=32, help="prompts per pool (default 32)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--cap-at-batch", action="store_true",
-                        help="engines admit exactly the batch (max_running_requests=B): one request "
-                             "waits queued, so refills leave no slot empty")
+                        help="declare max_running_requests=B in each case (one engine per batch point); "
+                             "without it the reference server's cap is set to the batch at run time")
     parser.add_argument("--quick", action="store_true",
                         help="three rows: ngram b1 and b8, block b4, on code")
     args = parser.parse_args(argv)
