@@ -69,6 +69,12 @@ class ReportRow:
         """A fail-closed check tripped: the row's numbers must not be trusted."""
         return any(c.severity == "fail" for c in self.checks)
 
+    @property
+    def blocked(self) -> bool:
+        """The arms ran in blocked order (one engine at a time on one GPU): the gate judged the
+        case with a block drift allowance, and the tables say so."""
+        return self.record is not None and (self.record.order or {}).get("interleaved") is False
+
     def value(self, metric: str) -> float | None:
         """A metric of the row by name (the speculative arm's for per-arm metrics)."""
         return getattr(self, metric)

@@ -50,7 +50,8 @@ def table_row(row: ReportRow, label: str | None = None) -> dict[str, str]:
     flags = ", ".join(("!" if c.severity == "fail" else "") + c.name for c in row.checks)
     record = row.record
     return {"verdict": _verdict(record.verdict if record is not None else None),
-            "saving": fmt(row.energy_saving, "+.1%"), "test": label or row.case_id, "source": row.source,
+            "saving": fmt(row.energy_saving, "+.1%"),
+            "test": (label or row.case_id) + (" (blocked order)" if row.blocked else ""), "source": row.source,
             "base J/tok": fmt(row.baseline_energy_per_token, ".4g"), "spec J/tok": fmt(row.energy_per_token, ".4g"),
             "accept len": fmt(row.accept_length, ".2f"), "accept rate": fmt(row.acceptance_rate, ".2f"),
             "verified/step": fmt(row.verified_per_step, "d"), "verify FLOP/B": _intensity(row),
