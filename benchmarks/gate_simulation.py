@@ -346,15 +346,21 @@ def wired_agreement(scenario: Scenario, plan: SequentialPlan, seed: int, cases: 
 
 # -- measurement orders and block drift, through Gatekeeper.judge -----------------------------
 #: The orders the plugin's measurer records (``measure/pairs.py``): interleaved with its own
-#: baseline (ABAB), interleaved against a baseline shared from a sibling drafter, blocked (one
-#: GPU: every baseline repeat, then every speculative one), blocked against a baseline measured
-#: ahead with a sibling.
+#: baseline (ABAB: the CPU, or one GPU with both engines resident), interleaved against a
+#: baseline shared from a sibling drafter, blocked (one GPU, one engine at a time: every
+#: baseline repeat, then every speculative one, per settle round), blocked against a baseline
+#: measured ahead with a sibling.
 ORDERS = {
     "interleaved": {"interleaved": True},
     "shared": {"interleaved": True, "baseline_from": "sibling"},
     "blocked": {"interleaved": False},
     "blocked+shared": {"interleaved": False, "baseline_from": "sibling (measured ahead)"},
 }
+#: (order, mode) cells of the table. In A/B mode the candidate is judged against the reference
+#: drafter of its own repeats and the baseline cancels, so a shared baseline changes nothing:
+#: interleaved A/B stands for shared A/B too, blocked A/B for blocked+shared A/B.
+ORDER_MODES = (("interleaved", "stored"), ("shared", "stored"), ("blocked", "stored"),
+               ("blocked+shared", "stored"), ("interleaved", "a/b"), ("blocked", "a/b"))
 
 
 def _order_case(rng: np.random.Generator, order: str, mode: str, theta: float, drift: float, noise: float,
@@ -362,11 +368,13 @@ def _order_case(rng: np.random.Generator, order: str, mode: str, theta: float, d
     """One case's per-repeat J/token up to the cap: (current spec, current base, stored spec,
     stored base) in stored mode, (candidate, base, reference, None) in A/B mode.
 
-    Block drift ``drift`` is the adverse worst case: the later block costs that much more. In an
-    interleaved order it is a slow drift across the session that ABAB moves both arms through
-    alike (the speculative repeat half a cycle later); a sibling's speculative block (shared
-    baseline) and a blocked arm run a whole block after their baseline; in blocked A/B the
-    candidate's block is costlier than the reference's. The stored run is drift-free."""
+    Block drift ``drift`` is the adverse worst case for each run. In an interleaved order it is
+    a slow drift across the session that ABAB moves both arms through alike (the speculative
+    repeat half a cycle later). A sibling's speculative block (shared baseline) and a blocked
+    arm run a whole block after their baseline: the current run's later block costs ``drift``
+    more, and the stored run (15 repeats, same order) drifted ``drift`` the other way, its later
+    block cheaper - two sessions' drifts need not agree, and opposite ones are the worst case
+    for the comparison. In blocked A/B the candidate's block is costlier than the reference's."""
     level, ratio = math.log(rng.uniform(0.3, 3.0)), math.log(rng.uniform(0.5, 0.9))
     paired_slow = order == "interleaved"
     t = np.arange(cap) / max(cap - 1, 1)
@@ -383,86 +391,126 @@ def _order_case(rng: np.random.Generator, order: str, mode: str, theta: float, d
         else:  # interleaved, shared baseline: candidate and reference still alternate
             spec, ref = spec - step + math.log1p(drift) / 2, ref + math.log1p(drift) / 2
         return np.exp(spec + theta), np.exp(base), np.exp(ref), None
+    stored_step = 0.0 if paired_slow else -math.log1p(drift)
     ref_base = level + noise * rng.standard_normal(stored)
-    ref_spec = level + ratio + noise * rng.standard_normal(stored)
+    ref_spec = level + ratio + stored_step + noise * rng.standard_normal(stored)
     return np.exp(spec + theta), np.exp(base), np.exp(ref_spec), np.exp(ref_base)
 
 
-def order_drift_table(plan: SequentialPlan, seed: int, cases: int = 200, noise: float = 0.03,
-                      drifts: Sequence[float] = (0.0, 0.01, 0.02, 0.03), stored: int = 15,
-                      modes: Sequence[str] = ("stored", "a/b"),
-                      changes: Sequence[float] = (0.0, 0.05, 0.10)) -> list[tuple]:
-    """Per order x mode x block drift x true change: (P(REGRESSED), P(INCONCLUSIVE at the
-    cap), P(passed: unchanged or improved), mean current repeats), every case a run record
-    with the plugin's ``order`` judged by ``Gatekeeper.judge`` (stored mode: against a stored
-    record of the same order with ``stored`` repeats, as the history serves it), repeats added
-    per ``NeedsRepeats`` as the settle loop does. Session offset +-U(2%,3%) per case."""
+@dataclass(frozen=True)
+class OrderCell:
+    """One cell of the order x drift table."""
+
+    order: str
+    mode: str
+    drift: float
+    change: float
+    cases: int
+    regressed: float
+    inconclusive: float
+    passed: float
+    repeats: float
+
+    def over_alpha(self, alpha: float) -> bool:
+        """P(REGRESSED) above ``alpha`` by more than two binomial standard errors."""
+        return self.regressed > alpha + 2.0 * math.sqrt(alpha * (1.0 - alpha) / self.cases)
+
+
+class _OneRun:
+    """The run history holding one stored document (``Gatekeeper(runs=...)``)."""
+
+    def __init__(self) -> None:
+        self.document = None
+
+    def find_any(self, machine_key: str, reference: str) -> Path:
+        return Path("stored.json")
+
+    def load(self, path: Path):  # noqa: ANN201 - a RunDocument
+        return self.document
+
+
+def judge_order_case(plan: SequentialPlan, order: str, mode: str, spec: np.ndarray, base: np.ndarray,
+                     other: np.ndarray, other_base: np.ndarray | None) -> tuple[str, int]:
+    """One simulated case through ``Gatekeeper.judge`` as the session runs it: the record
+    carries the plugin's ``order``, repeats are added per ``NeedsRepeats`` up to the cap.
+    Returns (verdict value, current repeats used)."""
     from pytest_specenergy.document import RunDocument
     from pytest_specenergy.gate.gatekeeper import Gatekeeper
     from pytest_specenergy.gate.gatekeeper import NeedsRepeats
     from pytest_specenergy.gate.limits import parse_fail_expr
-    from pytest_specenergy.gate.verdict import Verdict as GateVerdict
-
-    class OneRun:  # the run history holding one stored document
-        document: RunDocument
-
-        def find_any(self, machine_key: str, reference: str) -> Path:
-            return Path("stored.json")
-
-        def load(self, path: Path) -> RunDocument:
-            return self.document
 
     limits = [parse_fail_expr("energy_ratio:5%")]
+    recorded = ORDERS[order]
+    runs = _OneRun()
+    if other_base is not None:
+        runs.document = RunDocument(results=(replace(_record(other, other_base, order=recorded), nodeid="t"),),
+                                    machine_key="k")
+    # A gatekeeper per case: it reads its stored run once per session.
+    gate = Gatekeeper(runs=runs, compare=None if mode == "a/b" else "stored", plan=plan)  # type: ignore[arg-type]
+    n = plan.start
+    while True:
+        record = _record(spec[:n], base[:n], other[:n] if mode == "a/b" else None, order=recorded)
+        decision = gate.judge(replace(record, nodeid="t", machine_key="k"), limits)
+        if not isinstance(decision, NeedsRepeats):
+            break
+        n += decision.extra
+    assert decision.comparison is not None
+    return decision.comparison.verdict.value, n
+
+
+def order_drift_table(plan: SequentialPlan, seed: int, cases: int = 400, other_cases: int = 100,
+                      noise: float = 0.03, drifts: Sequence[float] = (0.0, 0.01, 0.02, 0.03), stored: int = 15,
+                      cells: Sequence[tuple[str, str]] = ORDER_MODES,
+                      changes: Sequence[float] = (0.0, 0.05, 0.10)) -> list[OrderCell]:
+    """Per order x mode x block drift x true change: P(REGRESSED), P(INCONCLUSIVE at the cap),
+    P(passed: unchanged or improved) and mean current repeats, every case a run record with
+    the plugin's ``order`` judged by ``Gatekeeper.judge`` (:func:`judge_order_case`; stored
+    mode: against a stored record of the same order with ``stored`` repeats, as the history
+    serves it). ``cases`` per cell at the limit (+5%), ``other_cases`` at the other changes.
+    Session offset +-U(2%,3%) per case (it cancels within a session)."""
     rng = np.random.default_rng(seed)
     rows = []
-    for order, recorded in ORDERS.items():
-        for mode in modes:
-            for drift in drifts:
-                for change in changes:
-                    runs = OneRun()
-                    counts = {"regressed": 0, "inconclusive": 0, "passed": 0}
-                    used = []
-                    for _ in range(cases):
-                        offset = rng.uniform(0.02, 0.03) * rng.choice([-1.0, 1.0])
-                        spec, base, other, other_base = _order_case(rng, order, mode, math.log1p(change), drift,
-                                                                    noise, stored, plan.cap, offset)
-                        if other_base is not None:
-                            stored_record = replace(_record(other, other_base, order=recorded), nodeid="t")
-                            runs.document = RunDocument(results=(stored_record,), machine_key="k")
-                        # A gatekeeper per case: it reads its stored run once per session.
-                        gate = Gatekeeper(runs=runs, compare=None if mode == "a/b" else "stored",  # type: ignore[arg-type]
-                                          plan=plan)
-                        n = plan.start
-                        while True:
-                            record = _record(spec[:n], base[:n], other[:n] if mode == "a/b" else None,
-                                             order=recorded)
-                            decision = gate.judge(replace(record, nodeid="t", machine_key="k"), limits)
-                            if isinstance(decision, NeedsRepeats):
-                                n += decision.extra
-                                continue
-                            break
-                        verdict = decision.comparison.verdict if decision.comparison else None
-                        key = ("regressed" if verdict is GateVerdict.REGRESSED else
-                               "inconclusive" if verdict is GateVerdict.INCONCLUSIVE else "passed")
-                        counts[key] += 1
-                        used.append(n)
-                    rows.append((order, mode, drift, change, counts["regressed"] / cases,
-                                 counts["inconclusive"] / cases, counts["passed"] / cases, float(np.mean(used))))
+    for order, mode in cells:
+        for drift in drifts:
+            for change in changes:
+                n_cases = cases if abs(change - 0.05) < 1e-9 else other_cases
+                counts = {"regressed": 0, "inconclusive": 0, "passed": 0}
+                used = []
+                for _ in range(n_cases):
+                    offset = rng.uniform(0.02, 0.03) * rng.choice([-1.0, 1.0])
+                    sample = _order_case(rng, order, mode, math.log1p(change), drift, noise, stored, plan.cap,
+                                         offset)
+                    verdict, n = judge_order_case(plan, order, mode, *sample)
+                    counts[verdict if verdict in ("regressed", "inconclusive") else "passed"] += 1
+                    used.append(n)
+                rows.append(OrderCell(order, mode, drift, change, n_cases, counts["regressed"] / n_cases,
+                                      counts["inconclusive"] / n_cases, counts["passed"] / n_cases,
+                                      float(np.mean(used))))
     return rows
 
 
-def format_order_table(rows: Sequence[tuple], plan: SequentialPlan, cases: int, stored: int) -> list[str]:
+def format_order_table(rows: Sequence[OrderCell], plan: SequentialPlan, stored: int = 15) -> list[str]:
     """The order x drift table as printed lines."""
+    at_limit = max((r.cases for r in rows if abs(r.change - 0.05) < 1e-9), default=0)
     lines = [f"Measurement orders and block drift through Gatekeeper.judge (energy_ratio:5%, 3% per-arm noise, "
-             f"{cases} cases per cell, stored runs of {stored} repeats in the same order, plan {plan.start}.."
-             f"{plan.cap}, block drift allowance {plan.block_drift:.0%}): REG / INC / passed, mean repeats. "
-             "The drift is the adverse worst case (the later block costlier); bound alpha = "
-             f"{plan.alpha:g} at the limit (+5%).",
-             f"{'order':<15} {'mode':<7} {'drift':>5} {'change':>6} {'REG':>6} {'INC':>6} {'passed':>6} {'reps':>5}"]
-    for order, mode, drift, change, reg, inc, ok, reps in rows:
-        flag = "  <- above alpha" if abs(change - 0.05) < 1e-9 and reg > plan.alpha + 0.02 else ""
-        lines.append(f"{order:<15} {mode:<7} {drift:>5.0%} {change:>+6.0%} {reg:>6.1%} {inc:>6.1%} {ok:>6.1%} "
-                     f"{reps:>5.1f}{flag}")
+             f"{at_limit} cases per cell at the limit, stored runs of {stored} repeats in the same order, plan "
+             f"{plan.start}..{plan.cap}, block drift allowance {plan.block_drift:.0%} per run not measured "
+             "alongside its baseline): REG / INC (at the cap) / passed (unchanged or improved), mean repeats. "
+             "The drift is the adverse worst case: the current run's later block costlier, a blocked or shared "
+             f"stored run's drift the other way. Bound: alpha = {plan.alpha:g} at the limit (+5%); '<- over "
+             "alpha' marks a cell more than two binomial standard errors above it. A/B: interleaved stands for "
+             "shared too, blocked for blocked+shared (the baseline cancels).",
+             f"{'order':<15} {'mode':<7} {'drift':>5} {'change':>6} {'cases':>5} {'REG':>6} {'INC':>6} "
+             f"{'passed':>6} {'reps':>5}"]
+    for r in rows:
+        flag = "  <- over alpha" if abs(r.change - 0.05) < 1e-9 and r.over_alpha(plan.alpha) else ""
+        lines.append(f"{r.order:<15} {r.mode:<7} {r.drift:>5.0%} {r.change:>+6.0%} {r.cases:>5} {r.regressed:>6.1%} "
+                     f"{r.inconclusive:>6.1%} {r.passed:>6.1%} {r.repeats:>5.1f}{flag}")
+    worst = max((r for r in rows if abs(r.change - 0.05) < 1e-9), key=lambda r: r.regressed, default=None)
+    if worst is not None:
+        lines.append(f"Largest P(REGRESSED) at the limit: {worst.regressed:.1%} ({worst.order} {worst.mode}, drift "
+                     f"{worst.drift:.0%}, {worst.cases} cases; two standard errors at alpha: "
+                     f"{2.0 * math.sqrt(plan.alpha * (1.0 - plan.alpha) / worst.cases):.1%}).")
     return lines
 
 
@@ -729,7 +777,7 @@ def _fmt(v: float, pct: bool = False) -> str:
 
 
 def format_report(noises: Sequence[float], modes: Sequence[str], plan: SequentialPlan, suites: int,
-                  seed: int) -> str:
+                  seed: int, order_cases: int = 400) -> str:
     """Run every table and return the printed report."""
     lines = [
         "Gate statistics on simulated suites (benchmarks/gate_simulation.py)",
@@ -800,8 +848,8 @@ def format_report(noises: Sequence[float], modes: Sequence[str], plan: Sequentia
               f"{'noise':>5} {'P(REG) unchanged':>16} {'INCONCLUSIVE':>12} {'P(REG) +10%':>11} {'bare 5% rule':>12}"]
     for noise, false, inc, power, point in latency_table(plan, seed + 6, sessions=max(100, 8 * suites)):
         lines.append(f"{noise:>5.0%} {false:>16.2%} {inc:>12.1%} {power:>11.1%} {point:>12.1%}")
-    order_cases = max(50, 2 * suites)
-    lines += [""] + format_order_table(order_drift_table(plan, seed + 7, cases=order_cases), plan, order_cases, 15)
+    lines += [""] + format_order_table(order_drift_table(plan, seed + 7, cases=order_cases,
+                                                         other_cases=max(25, order_cases // 4)), plan)
     lines += ["", "The figures are the wired gate's: the same samples run through the plugin's own path "
               "(run records -> Gatekeeper.judge / compare_case, repeats added per NeedsRepeats as the "
               "settle loop does) give the same verdicts and repeat counts as the tables' engine "
@@ -828,13 +876,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--step", type=int, default=2)
     parser.add_argument("--cap", type=int, default=11)
     parser.add_argument("--block-drift", type=float, default=DEFAULT_BLOCK_DRIFT,
-                        help="the gate's block drift allowance for unpaired arms")
+                        help="the gate's block drift allowance per run not measured alongside its baseline")
+    parser.add_argument("--order-cases", type=int, default=None,
+                        help="cases per order x drift cell at the limit (default 400, --quick 100); a "
+                             "quarter of it at no change and at +10%%")
+    parser.add_argument("--orders-only", action="store_true",
+                        help="print only the measurement order x block drift table")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="write the report there, headed by the command that made it, instead of printing it")
     args = parser.parse_args(argv)
     plan = SequentialPlan(start=args.start, step=args.step, cap=args.cap, alpha=args.alpha,
                           spending=args.spending, block_drift=args.block_drift)
+    order_cases = args.order_cases or (100 if args.quick else 400)
     began = time.monotonic()
-    print(format_report((0.01, 0.03, 0.05), MODES, plan, 10 if args.quick else args.suites, args.seed))
-    print(f"\n({time.monotonic() - began:.0f} s)")
+    if args.orders_only:
+        report = "\n".join(format_order_table(order_drift_table(plan, args.seed + 7, cases=order_cases,
+                                                                other_cases=max(25, order_cases // 4)), plan))
+    else:
+        report = format_report((0.01, 0.03, 0.05), MODES, plan, 10 if args.quick else args.suites, args.seed,
+                               order_cases)
+    report += f"\n\n({time.monotonic() - began:.0f} s)"
+    if args.output is None:
+        print(report)
+        return 0
+    given = list(sys.argv[1:] if argv is None else argv)
+    at = given.index("--output") if "--output" in given else -1
+    shown = given[:at] + given[at + 2:] if at >= 0 else [a for a in given if not a.startswith("--output=")]
+    command = " ".join(["python benchmarks/gate_simulation.py", *shown, "--output", str(args.output)])
+    args.output.write_text(f"# {command}   (simulated data, 1 CPU; regenerate with this one command)\n{report}\n")
     return 0
 
 

@@ -27,7 +27,9 @@ MIN_VERSION: Version = (0, 5, 9)
 NEWEST_READ: Version = (0, 5, 23)
 
 #: Engine options the plugin consumes itself; they never become server flags.
-PLUGIN_OPTIONS = frozenset({"sglang_version", "hybrid", "python"})
+#: ``resident``, ``weights_gb``: whether both arms' engines may share one GPU
+#: (``engines/sglang_residency.py``).
+PLUGIN_OPTIONS = frozenset({"sglang_version", "hybrid", "python", "resident", "weights_gb"})
 #: Fields the backend sets from the engine config; an option may not override them.
 RESERVED_FIELDS = frozenset({"model_path", "host", "port"})
 #: A value that SGLang's argparse would take for a flag (``-x``, ``--x``), not a negative number.

@@ -22,7 +22,13 @@ measured alongside its drafter (``order.baseline_from``: shared from a sibling d
 ``order.interleaved`` false: blocked arms on one GPU) is judged unpaired: each repeat against
 the baseline's geometric mean, the baseline's spread carried into the test, and a block drift
 of ``SequentialPlan.block_drift`` (3%) allowed for either way (:func:`unpaired_reason`; the
-row's method says ``unpaired: ...``). Accept length uses per-request
+row's method says ``unpaired: ...``, a blocked run's says ``blocked order``). Against a stored
+run the allowance is per run not measured alongside its baseline: a blocked run compared with
+a blocked stored run allows both runs' drifts, ``(1.03)^2 - 1`` (:func:`drift_allowance`), as
+the two sessions' block drifts need not agree. This holds P(REGRESSED) <= alpha at the limit
+for any block drift up to the allowance in each run (``benchmarks/gate_simulation.py``, order
+x drift table); the price is power, so one GPU runs both engines resident and interleaved
+where they fit (``measure/pairs.py``). Accept length uses per-request
 accept lengths when the samples carry them (a bootstrap over requests), per-repeat values
 otherwise. Looks, levels and the cap: :func:`gate_plan`.
 
@@ -206,6 +212,26 @@ _PAIR_METRICS = {
 }
 
 
+#: What the gate and the report call arms measured one after the other (one engine at a time).
+BLOCKED_ORDER = "blocked order (one engine at a time)"
+
+
+def blocked_order(record: CaseRecord) -> bool:
+    """Whether ``record``'s arms ran blocked (``order.interleaved`` false: every repeat of one
+    arm, then every repeat of the next, on one engine at a time)."""
+    return not record.interleaved
+
+
+def drift_allowance(block_drift: float, sides: int) -> float:
+    """The block drift allowed for a comparison with ``sides`` runs whose arms were not
+    measured alongside each other (0, 1 or 2: the current run, the stored one, or both).
+
+    Each such run carries a block drift of its own, up to ``block_drift`` either way, and two
+    runs' drifts need not agree (one session's later block ran warmer, the other's cooler), so
+    the allowances add up on the log scale: ``(1 + block_drift) ** sides - 1``."""
+    return (1.0 + block_drift) ** sides - 1.0 if sides > 0 else 0.0
+
+
 def unpaired_reason(record: CaseRecord) -> str | None:
     """Why ``record``'s baseline repeats cannot be paired with its drafter arms by index, or
     None when they can (``record.order``: interleaved, the baseline measured with this case).
@@ -217,7 +243,7 @@ def unpaired_reason(record: CaseRecord) -> str | None:
     if record.baseline_from:
         return f"baseline shared from {record.baseline_from}"
     if not record.interleaved:
-        return "arms blocked (one engine at a time)"
+        return BLOCKED_ORDER
     if len(record.baseline.samples) != len(record.speculative.samples):
         return "baseline and speculative repeat counts differ"
     return None
@@ -491,10 +517,11 @@ def _stored_row(limit: FailLimit, baseline_record: CaseRecord, current_record: C
     why = [f"{side} {r}" for side, r in (("current", unpaired_reason(current_record)),
                                         ("stored", unpaired_reason(baseline_record))) if r]
     unpaired = "; ".join(why) if limit.metric in _PAIR_METRICS else ""
+    # Each run not measured alongside its baseline brings its own block drift: both allowed for.
+    drift = drift_allowance(plan.block_drift, len(why)) if unpaired else 0.0
     return compare_metric(limit, base, cur, alpha, plan=plan,
                           requests=_accept_requests(limit, baseline_record, "speculative", current_record),
-                          seed=seed, resamples=resamples, spreads=spreads,
-                          drift=plan.block_drift if unpaired else 0.0, unpaired=unpaired)
+                          seed=seed, resamples=resamples, spreads=spreads, drift=drift, unpaired=unpaired)
 
 
 def _with_ties(row: MetricRow, baseline_ties: int, current_ties: int, baseline_side: str = "baseline"
@@ -555,11 +582,12 @@ def compare_in_job(record: CaseRecord, limits: Sequence[FailLimit],
             continue
         ref, cand = _paired_values(record, limit.metric)
         # Blocked arms: the candidate's and the reference's repeats ran in separate blocks.
-        blocked = not record.interleaved and limit.metric in _DRIFTING
+        blocked = blocked_order(record) and limit.metric in _DRIFTING
         rows.append(compare_metric(limit, ref, cand, alpha, plan=plan, paired=True,
                                    requests=_accept_requests(limit, record, "reference", record),
                                    seed=seed, resamples=resamples, drift=plan.block_drift if blocked else 0.0,
-                                   unpaired="candidate and reference arms blocked" if blocked else ""))
+                                   unpaired=f"{BLOCKED_ORDER}: candidate and reference in separate blocks"
+                                   if blocked else ""))
     return CaseComparison(case_id, worst(r.verdict for r in rows), tuple(rows), (), alpha, reference=label)
 
 
@@ -608,4 +636,5 @@ __all__ = ["CaseComparison", "DEFAULT_ALPHA", "DEFAULT_CAP", "INCONCLUSIVE_POLIC
            "Resolution", "Verdict", "arm_repeat_values", "comparable", "compare_case",
            "compare_documents", "compare_in_job", "compare_metric", "document_run_info", "gate_plan",
            "metric_samples", "repeats_needed", "baseline_spread", "BaselineSpread", "unpaired_reason",
+           "BLOCKED_ORDER", "blocked_order", "drift_allowance",
            "request_accept_lengths", "resolve_inconclusive", "run_info"]

@@ -15,9 +15,18 @@ from), so one baseline serves every drafter at the cost of one measurement. Only
 pairing is drift-paired; re-measuring the baseline per drafter would pair every drafter but
 double the baseline's cost and give one case several baselines, so it is not done.
 
-When only one engine may run at a time (one GPU: ``pool.max_live == 1``), alternating the
-arms would restart an engine per repeat; the arms then run blocked (every baseline repeat,
-then every speculative one) and ``order`` says so (``interleaved: false``). Nothing is paired
+**One GPU.** Where the arms' SGLang engines fit on the GPU side by side
+(:mod:`pytest_specenergy.engines.sglang_residency`: the weights against an equal share of the
+GPU's memory from NVML, or ``resident=`` on the model marker), they are all resident at once:
+each engine gets the same ``--mem-fraction-static`` share and ``--sleep-on-idle``, the pool
+holds that many engines (``max_live``), and the repeats interleave as on the CPU, without a
+restart. ``order.residency`` records the decision, the share and why.
+
+When only one engine may run at a time (they do not fit, the size or the GPU's memory is
+unknown, ``resident=False``, or a non-SGLang engine on the GPU: ``pool.max_live == 1``),
+alternating the arms would restart an engine per repeat; the arms then run blocked (every
+baseline repeat, then every speculative one) and ``order`` says so (``interleaved: false``),
+and the gate allows for a block drift between them (``gate/compare.py``). Nothing is paired
 against drift then anyway, so while the baseline engine runs, the baselines of every other
 planned case on the same engine are measured too, and the engine starts once. A sibling that
 fails there is not this case's failure: it is left unmeasured and measured again, once, by the
@@ -35,6 +44,7 @@ The measurer takes plain values; it knows nothing of pytest, the gate or the ses
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -44,6 +54,9 @@ from pytest_specenergy.cases.case import Case
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.launch import ServerProcess
 from pytest_specenergy.engines.pool import EnginePool
+from pytest_specenergy.engines.sglang_residency import Residency
+from pytest_specenergy.engines.sglang_residency import decide as decide_residency
+from pytest_specenergy.engines.sglang_residency import resident_config
 from pytest_specenergy.measure.arm import ArmMeasurer
 from pytest_specenergy.measure.arm import ArmRepeat
 from pytest_specenergy.measure.arm import Drafts
@@ -68,7 +81,9 @@ class PairMeasurer:
     def __init__(self, *, log_dir: Path, startup_timeout: float, meter: str, repeats: int,
                  warmup: int | None, meter_factory: MeterFactory | None = None,
                  pool: EnginePool | None = None, cooldown_s: float = 0.0,
-                 draft_removal: str = "auto", progress: Callable[[int, str], None] | None = None) -> None:
+                 draft_removal: str = "auto", progress: Callable[[int, str], None] | None = None,
+                 gpu_memory: Callable[[], int | None] | None = None,
+                 server_fields: Callable[[], frozenset[str] | None] | None = None) -> None:
         if cooldown_s < 0:
             raise ValueError(f"cooldown must be >= 0 seconds, got {cooldown_s!r}")
         self.draft_removal = check_mode(draft_removal)
@@ -81,6 +96,12 @@ class PairMeasurer:
         self.warmup = warmup  # None: auto
         self.meter_factory = meter_factory
         self.planned: list[Case] = []
+        #: How the GPU's engines run (None: no GPU case planned); ``plan`` decides it.
+        self.residency: Residency | None = None
+        #: The GPU's total memory in bytes (NVML by default) and the installed SGLang's
+        #: ServerArgs fields: what residency is decided from (tests pass their own).
+        self.gpu_memory = gpu_memory or gpu_memory_bytes
+        self.server_fields = server_fields or _installed_server_fields
         self.meters: dict[str, Meter] = {}
         self._baselines: dict[tuple[Any, ...], RunResult] = {}
         self._baseline_from: dict[tuple[Any, ...], str] = {}
@@ -91,12 +112,25 @@ class PairMeasurer:
         self._recorded: dict[tuple[Any, ...], Drafts] = {}
 
     def plan(self, cases: list[Case]) -> None:
-        """Record the collected cases; one GPU runs one engine at a time (a CPU SGLang engine
-        holds no GPU, so CPU cases keep the unbounded pool and their arms interleave)."""
+        """Record the collected cases and decide how the GPU's engines run: all of a case's
+        SGLang engines resident, interleaved (when they fit), else one at a time, blocked. A
+        CPU SGLang engine holds no GPU, so CPU cases keep the unbounded pool and interleave."""
         self.planned = cases
-        if any((c.engine == "sglang" and c.device != "cpu") or c.device.startswith("cuda")
-               for c in cases):
-            self.pool.max_live = 1
+        gpu = [c for c in cases if (c.engine == "sglang" and c.device != "cpu") or c.device.startswith("cuda")]
+        if not gpu:
+            return
+        engines = max(3 if c.reference is not None else 2 for c in gpu)
+        if any(c.engine != "sglang" for c in gpu):
+            self.residency = Residency(False, 1, None, "a non-SGLang engine on the GPU (no memory split)")
+        else:
+            configs = [config for c in gpu for config in _engine_configs(c)]
+            self.residency = decide_residency(configs, engines, self.gpu_memory(), self.server_fields())
+        self.pool.max_live = self.residency.engines if self.residency.resident else 1
+
+    def engine_config(self, config: EngineConfig) -> EngineConfig:
+        """The config an arm's engine is started with: with its share of the GPU's memory and
+        ``sleep_on_idle`` when the engines are resident (:meth:`plan`), else ``config``."""
+        return resident_config(config, self.residency) if self.residency is not None else config
 
     def meter_for(self, server: ServerProcess) -> Meter:
         """The meter for an engine, built once per kind (a conftest hook may supply it)."""
@@ -109,7 +143,7 @@ class PairMeasurer:
 
     def _arm(self, config: EngineConfig, case: Case, repeats: int,
              warmup: int | None, replay: Drafts | None = None) -> ArmMeasurer:
-        server = self.pool.get(config)
+        server = self.pool.get(self.engine_config(config))
         meter = self.meter_for(server)
         if warmup is None:
             warmup = self.warmup
@@ -122,7 +156,7 @@ class PairMeasurer:
         """The arms measured on replay engines (``measure/removal.py``): each one's engine and
         the drafting arm whose recorded drafts it replays. ``first`` is the engine the case
         starts first anyway: its meter decides."""
-        kind = self.meter_for(self.pool.get(first)).kind
+        kind = self.meter_for(self.pool.get(self.engine_config(first))).kind
         replays: dict[str, tuple[EngineConfig, Case]] = {}
         for name, arm_case in arms:
             if replays_proposals(arm_case.drafter, arm_case.engine, kind):
@@ -161,7 +195,8 @@ class PairMeasurer:
         replays = self._replay_arms(case, drafting, case.baseline_config() if with_baseline else case.spec_config())
         removal = [("removal", case)] if "removal" in replays else []
         arms = baseline + drafting + removal
-        interleave = len(arms) > 1 and getattr(self.pool, "max_live", 0) != 1
+        live = getattr(self.pool, "max_live", 0)  # 0: unbounded; else the engines the GPU holds at once
+        interleave = len(arms) > 1 and (not live or live >= len(arms))
 
         def measurer(name: str, arm_case: Case) -> ArmMeasurer:
             if name in replays:
@@ -196,7 +231,8 @@ class PairMeasurer:
                          key=lambda e: e["started"])
         order = {"interleaved": interleave, "cooldown_s": self.cooldown_s,
                  "order": [e["arm"] for e in entries], "repeats": entries,
-                 **({"restarts": restarts} if restarts else {})}
+                 **({"restarts": restarts} if restarts else {}),
+                 **({"residency": self.residency.as_dict()} if self.residency is not None else {})}
         results = {name: measurers[name].result(name, rs) for name, rs in done.items()}
         return results, measurers["speculative"].server, order
 
@@ -313,6 +349,36 @@ class PairMeasurer:
         self.pool.close()
         for meter in self.meters.values():
             meter.close()
+
+
+def _engine_configs(case: Case) -> list[EngineConfig]:
+    """Every engine config a case's arms start (baseline, speculative, in-job reference)."""
+    configs = [case.baseline_config(), case.spec_config()]
+    if case.reference is not None:
+        configs.append(dataclasses.replace(case.spec, drafter=case.reference))
+    return configs
+
+
+def gpu_memory_bytes() -> int | None:
+    """Total memory of the first GPU the engines see (``CUDA_VISIBLE_DEVICES``), from NVML;
+    None when NVML is not there or does not say (residency is then not guessed)."""
+    try:
+        from pytest_specenergy.meters.devices import Nvml
+        from pytest_specenergy.meters.nvml import resolve_devices
+
+        with Nvml() as nvml:
+            gpu = resolve_devices(nvml, os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                  os.environ.get("CUDA_DEVICE_ORDER"))[0]
+            total = getattr(nvml.optional("nvmlDeviceGetMemoryInfo", gpu.handle), "total", None)
+            return int(total) if total else None
+    except Exception:  # noqa: BLE001 - no NVML, no GPU, a MIG slice: not known
+        return None
+
+
+def _installed_server_fields() -> frozenset[str] | None:
+    from pytest_specenergy.engines.sglang_args import installed_server_args_fields
+
+    return installed_server_args_fields()
 
 
 def _special_ids(server: Any) -> tuple[int, ...]:

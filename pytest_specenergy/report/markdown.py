@@ -102,12 +102,17 @@ def _comparison(run: RunDocument, comparisons: Sequence[CaseComparison]) -> str:
         status = _STATUS_TEXT.get(c.verdict, md_escape(c.verdict.value))
         shown = by_case.get(c.case_id)
         source = _source(shown, single) if shown is not None else ("" if single else " - |")
-        lines.append(f"| {status} | {md_escape(c.case_id)} | " + " | ".join(cells) + " |" + source)
+        blocked = " (blocked order)" if shown is not None and not shown.interleaved else ""
+        lines.append(f"| {status} | {md_escape(c.case_id)}{blocked} | " + " | ".join(cells) + " |" + source)
     lines += _more(min(len(listed), MAX_ROWS), len(listed), "changed cases")
     limits = sorted({r.limit.expr for c in comparisons for r in c.rows})
     lines += ["", f"The gate's verdicts (limits {md_escape(', '.join(limits) or 'none')}): a metric "
               "regresses only when its change's confidence interval lies beyond its limit "
               "(the sequential rule; energy on the within-session ratio)."]
+    if any(not r.interleaved for r in run_rows):
+        lines += ["", "Cases marked *blocked order* ran one engine at a time on one GPU (every baseline repeat, "
+                  "then every speculative one): they are judged with a block drift allowance per blocked run "
+                  "(the verdict's note states it), so a change must clear the limit by that much more."]
     return "\n".join(lines) + "\n"
 
 

@@ -40,7 +40,8 @@ def table_row(row: CaseRecord, label: str | None = None) -> dict[str, str]:
     """One row's cells by column name (``!`` marks a fail-closed check)."""
     flags = ", ".join(("!" if c.severity == "fail" else "") + c.name for c in row.checks)
     return {"verdict": _verdict(row.verdict),
-            "saving": fmt(row.energy_saving, "+.1%"), "test": label or row.case_id, "source": row.source,
+            "saving": fmt(row.energy_saving, "+.1%"),
+            "test": (label or row.case_id) + ("" if row.interleaved else " (blocked order)"), "source": row.source,
             "base J/tok": fmt(row.baseline.energy_per_token, ".4g"), "spec J/tok": fmt(row.energy_per_token, ".4g"),
             "accept len": fmt(row.accept_length, ".2f"), "accept rate": fmt(row.acceptance_rate, ".2f"),
             "verified/step": fmt(row.verified_per_step, "d"), "verify FLOP/B": intensity(row),

@@ -102,3 +102,17 @@ def test_latency_targets_judged_by_the_sequential_rule_hold_false_failures_under
     plan = SequentialPlan(start=3, step=2, cap=11, alpha=0.05)
     (noise, false, _, power, point), = simulate.latency_table(plan, seed=7, sessions=150, noises=(0.03,))
     assert false <= 0.01 and point > 0.05, (false, point)
+
+
+def test_order_drift_table_smoke() -> None:
+    """The order x drift table runs through Gatekeeper.judge and prints every cell with its count."""
+    plan = SequentialPlan(block_drift=0.03)
+    rows = simulate.order_drift_table(plan, seed=1, cases=8, other_cases=4, drifts=(0.02,),
+                                      cells=(("blocked", "stored"), ("interleaved", "a/b")), changes=(0.0, 0.05))
+    assert [(r.order, r.mode, r.change, r.cases) for r in rows] == [
+        ("blocked", "stored", 0.0, 4), ("blocked", "stored", 0.05, 8),
+        ("interleaved", "a/b", 0.0, 4), ("interleaved", "a/b", 0.05, 8)]
+    assert all(math.isclose(r.regressed + r.inconclusive + r.passed, 1.0) for r in rows)
+    lines = simulate.format_order_table(rows, plan)
+    assert "blocked         stored     2%    +5%     8" in "\n".join(lines)
+    assert lines[-1].startswith("Largest P(REGRESSED) at the limit")

@@ -65,7 +65,7 @@ def test_blocked_arms_allow_for_block_drift():
     blocked = compare_case(stored, record(spec, base, {"interleaved": False}), ENERGY, plan=gate_plan())
     assert interleaved.verdict is Verdict.REGRESSED
     assert blocked.verdict is Verdict.INCONCLUSIVE
-    assert "unpaired: current arms blocked (one engine at a time)" in blocked.rows[0].method
+    assert "unpaired: current blocked order (one engine at a time)" in blocked.rows[0].method
     # Beyond limit + drift it still fails.
     spec, base = _noisy(rng, 11, 0.5 * 1.12)
     assert compare_case(stored, record(spec, base, {"interleaved": False}), ENERGY,
@@ -82,7 +82,8 @@ def test_blocked_in_job_candidate_against_reference_allows_for_drift():
     together = Gatekeeper(runs=None, plan=plan).judge(record(cand, base, {"interleaved": True}, ref), ENERGY)
     assert together.comparison.verdict is Verdict.REGRESSED
     assert blocked.comparison.verdict is Verdict.INCONCLUSIVE
-    assert "candidate and reference arms blocked" in blocked.comparison.rows[0].method
+    method = blocked.comparison.rows[0].method
+    assert "blocked order (one engine at a time): candidate and reference in separate blocks" in method
 
 
 class _OneRun:

@@ -625,3 +625,65 @@ def test_tbt_is_the_decode_steps_time_and_never_negative():
     subtracted = _sample(window(0.5, tokens=1), window(0.9))
     assert subtracted.tbt_ms == pytest.approx(50.0)  # (0.9 - 0.5) s over 8 gaps
     assert _sample(window(1.5, tokens=1), window(0.9)).tbt_ms is None
+
+
+# -- issue 22 item 1: one GPU, both engines resident when they fit ------------------------------
+def _gpu_case(tmp_path, gib: float, drafter: Drafter, reference: Drafter | None = None) -> Case:
+    folder = tmp_path / f"model-{gib:g}"
+    if not folder.exists():
+        folder.mkdir()
+        with open(folder / "model.safetensors", "wb") as handle:
+            handle.truncate(int(gib * 1024 ** 3))
+    return Case.of(engine="sglang", model=str(folder), device="cuda", drafter=drafter, batch=2, corpus=CORPUS,
+                   reference=reference)
+
+
+def _gpu_measurer(pool, meter, gpu_gib: float | None) -> PairMeasurer:
+    return PairMeasurer(log_dir=None, startup_timeout=1.0, meter="auto", repeats=2, warmup=0,
+                        meter_factory=lambda kind, server: meter, pool=pool,
+                        gpu_memory=lambda: None if gpu_gib is None else int(gpu_gib * 1024 ** 3),
+                        server_fields=lambda: None)
+
+
+def test_on_one_gpu_engines_that_fit_stay_resident_and_the_arms_interleave(tmp_path):
+    pool, meter = FakePool(), TokenMeter(1.0)
+    measurer = _gpu_measurer(pool, meter, 141)
+    case = _gpu_case(tmp_path, 16.4, Drafter("ngram"))
+    measurer.plan([case])
+    assert pool.max_live == 2  # both engines at once: no restart per arm switch
+    pair = measurer.measure(case)
+    assert pair.order["interleaved"] is True
+    assert pair.order["order"] == ["baseline", "speculative"] * 2
+    assert pair.order["residency"]["resident"] is True and pair.order["residency"]["mem_fraction_static"] == 0.40
+    # Each engine started once, with the same share and --sleep-on-idle.
+    assert len(pool.starts) == 2
+    assert {(c.option("mem_fraction_static"), c.option("sleep_on_idle")) for c in pool.starts} == {(0.40, True)}
+    more = measurer.add_repeats(case, 2)
+    assert more.order["interleaved"] is True and len(pool.starts) == 2
+
+
+def test_on_one_gpu_engines_that_do_not_fit_run_blocked_and_say_why(tmp_path):
+    pool, meter = FakePool(), TokenMeter(1.0)
+    measurer = _gpu_measurer(pool, meter, 80)
+    case = _gpu_case(tmp_path, 28.0, Drafter("ngram"))  # 0.6 x 0.40 x 80 GiB = 19.2 GiB < 28
+    measurer.plan([case])
+    assert pool.max_live == 1
+    pair = measurer.measure(case)
+    assert pair.order["interleaved"] is False
+    assert pair.order["order"] == ["baseline", "baseline", "speculative", "speculative"]
+    assert pair.order["residency"]["resident"] is False and "blocked order" in pair.order["residency"]["reason"]
+    assert all(c.option("sleep_on_idle") is None for c in pool.starts)
+
+
+def test_in_job_ab_keeps_three_engines_resident_or_none(tmp_path):
+    pool, meter = FakePool(), TokenMeter(1.0)
+    measurer = _gpu_measurer(pool, meter, 141)
+    case = _gpu_case(tmp_path, 16.4, Drafter("ngram"), reference=Drafter("ngram", num_draft_tokens=4))
+    measurer.plan([case])
+    assert pool.max_live == 3
+    pair = measurer.measure(case)
+    assert pair.order["interleaved"] is True and pair.order["residency"]["mem_fraction_static"] == 0.26
+    # Unknown GPU memory: not guessed, blocked.
+    blocked = _gpu_measurer(FakePool(), meter, None)
+    blocked.plan([case])
+    assert blocked.pool.max_live == 1 and "no NVML" in blocked.residency.reason
