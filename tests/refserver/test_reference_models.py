@@ -22,7 +22,7 @@ from pytest_specenergy.refserver.tokenizer import ByteTokenizer
 GOLDEN = {
     "tiny:dense": "feefb0f8bc1ab1033ecfb4976e8272a3770036d541d29079d95b348cf963a7b0",
     "tiny:moe": "5de3245c6d4de1a98750cb081f248efe49a8e42b053fb6f79800e4d2806550d5",
-    "tiny:hybrid": "a607d78865f57c0f759d4dfef3080eb67d3ebaed46fd3ef8f9c573cf7d26248a",
+    "tiny:hybrid": "99e40862bfd25148bfe00b1e4977d43e44d70fb6758ff525e4ec22160fba7163",
 }
 
 
