@@ -15,7 +15,8 @@ The model (log scale, every effect multiplicative)
 
 Modes: ``stored-5`` / ``stored-11`` / ``stored-15`` (a stored run with 5, 11 or 15 repeats;
 only the current side grows; 15 is the nightly default, ``--specenergy-save-repeats``) and
-``a/b`` (candidate and reference drafters interleaved in one session; both grow). Our gate compares session ratios (stored) or candidate/reference (A/B).
+``a/b`` (candidate and reference drafters interleaved in one session; both grow). Our gate
+compares session ratios (stored) or candidate/reference (A/B).
 pytest-benchmark and asv compare what they would be given, the speculative arm's absolute
 J/token per repeat, at a fixed repeat count (5, or 11 = our cap); in A/B mode the same two
 arms of one session.
