@@ -27,10 +27,12 @@ def test_quickstart_hybrid_check_passes_healthy_and_fails_without_state_rollback
 
     faulted = run_suite("-k", "hybrid", "--specenergy-fault=skip-state-rollback", repeats=1)
     faulted.assert_outcomes(failed=2)
-    faulted.stdout.fnmatch_lines([
-        "*speculative output is incoherent: first divergence at token * of prompt *; "
-        "log-probability gap * nats/token*",
-    ])
+    # Either of assert_coherent's two detectors may name it: the mean log-probability gap
+    # ("incoherent: ... log-probability gap") or the per-token one ("not the target's greedy
+    # text: ... ranks ... below its best"); since the hybrid accepts drafts (issue 22 item 9)
+    # the skipped rollback's text is often no less likely on average, so the per-token one fires.
+    faulted.stdout.fnmatch_lines(
+        ["*SpecEnergyAssertionError: speculative output is *first divergence at token * of prompt *"])
 
 
 CORPORA_SUITE = """
@@ -69,7 +71,9 @@ def test_stale_state_after_an_empty_draft_is_caught_on_every_corpus(pytester: py
     divergence itself is what fails there."""
     # Longer answers, run past EOS: the bug needs a step that accepted drafts followed by one
     # with none, and the tiny hybrid's n-gram drafts are accepted mostly once its text repeats.
-    suite = CORPORA_SUITE.replace("max_new_tokens=24, prompts=4", "max_new_tokens=64, prompts=4, ignore_eos=True")
+    # Eight prompts: with the hybrid's longer-memory state (issue 22 item 9) the first four of
+    # the code corpus run 64 tokens without a divergence; prompts 5 and 6 diverge at 25 and 49.
+    suite = CORPORA_SUITE.replace("max_new_tokens=24, prompts=4", "max_new_tokens=64, prompts=8, ignore_eos=True")
     # On CPU (float64) greedy output is exact, so no divergence is a numerical tie: tie_margin=0.
     # At the default bf16 margin the news corpus's divergence (token 22) reads as a tie.
     exact = "r.assert_coherent()\n    r.assert_equivalent(tie_margin=0)"
