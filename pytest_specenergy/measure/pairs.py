@@ -196,7 +196,9 @@ class PairMeasurer:
         removal = [("removal", case)] if "removal" in replays else []
         arms = baseline + drafting + removal
         live = getattr(self.pool, "max_live", 0)  # 0: unbounded; else the engines the GPU holds at once
-        interleave = len(arms) > 1 and (not live or live >= len(arms))
+        # A lone arm (a drafter whose baseline is shared from a sibling) has nothing to alternate
+        # with: it is not blocked; its record says where the baseline came from (baseline_from).
+        interleave = len(arms) < 2 or not live or live >= len(arms)
 
         def measurer(name: str, arm_case: Case) -> ArmMeasurer:
             if name in replays:

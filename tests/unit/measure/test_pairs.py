@@ -111,6 +111,9 @@ def test_one_baseline_serves_every_drafter_and_counters_come_from_meta_info():
     measurer.plan([ngram, draft])
     first, second = measurer.measure(ngram), measurer.measure(draft)
     assert first.baseline is second.baseline  # measured once, shared
+    # The second drafter runs its arm alone: not "blocked" (it was labelled so in the tables);
+    # its record names where the baseline came from.
+    assert second.order["interleaved"] is True and second.order["baseline_from"] == first.case.id
     assert measurer.measure(ngram) is first  # cached
     assert first.accept_length is not None and first.accept_length > 1.0
     assert all(s.decode_tokens > 0 for s in first.speculative.samples)
