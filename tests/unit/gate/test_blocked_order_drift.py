@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from test_unpaired_orders import _OneRun  # the same one-stored-run store (this folder is on sys.path)
 
 from pytest_specenergy.document import CaseRecord
-from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.compare import drift_allowance
 from pytest_specenergy.gate.compare import gate_plan
 from pytest_specenergy.gate.gatekeeper import Gatekeeper
@@ -33,17 +33,6 @@ def _arm(values) -> dict:
 def _record(spec, base) -> CaseRecord:
     return CaseRecord.from_dict({"case_id": "c", "source": "s", "baseline": _arm(base), "speculative": _arm(spec),
                                  "order": BLOCKED, "nodeid": "t", "machine_key": "k"})
-
-
-class _OneRun:
-    def __init__(self, stored: CaseRecord) -> None:
-        self.document = RunDocument(results=(stored,), machine_key="k")
-
-    def find_any(self, key, reference):
-        return "stored.json"
-
-    def load(self, path):
-        return self.document
 
 
 def test_blocked_order_with_2pct_block_drift_holds_alpha_at_the_limit():
