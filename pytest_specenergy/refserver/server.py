@@ -1,7 +1,8 @@
 """Stdlib HTTP server speaking SGLang's protocol subset in front of a :class:`ReferenceEngine`.
 
 Endpoints: ``POST/PUT /generate``, ``GET /server_info`` (and the older ``/get_server_info``),
-``GET/POST /flush_cache``, ``POST /abort_request``, ``GET /health``, ``GET /health_generate``, ``GET /ready``,
+``GET/POST /flush_cache``, ``POST /abort_request``, ``POST /set_internal_state`` (the admission cap
+``max_running_requests`` only), ``GET /health``, ``GET /health_generate``, ``GET /ready``,
 ``GET /model_info`` and our extension ``GET /work_trace?start=K``. Requests are handled on threads;
 every concurrent ``/generate`` call hands its requests to the engine's continuous-batching
 scheduler, so they join one running batch, and each call returns as soon as its own requests have
