@@ -99,18 +99,7 @@ def arm_bias(run: RunResult) -> ArmBias:
         plugin += sample.decode_joules
         steps += sum(by_phase.get(p, 0.0) for p in DECODE_PHASES) / full["loops"]
         tokens += sample.decode_tokens
-    return ArmBias(plugin, steps, tokens, coverage_of(run), run.concurrency.get("mean_running"))
-
-
-def coverage_of(run: RunResult) -> float | None:
-    """The share of the pool's decode tokens inside the window (mean over repeats)."""
-    recorded = getattr(run, "coverage", None)
-    if recorded is not None:
-        return recorded
-    pool = sum(max(len(o) - 1, 0) for o in run.outputs)
-    if not pool or not run.samples:
-        return None
-    return sum(s.decode_tokens for s in run.samples) / len(run.samples) / pool
+    return ArmBias(plugin, steps, tokens, run.coverage, run.concurrency.get("mean_running"))
 
 
 def bias_row(pair: PairResult, seconds: float = 0.0) -> BiasRow:
@@ -123,7 +112,7 @@ def make_cases(drafters: Sequence[str], batches: Sequence[int], corpora: Sequenc
                max_new_tokens: int, cap_at_batch: bool = False) -> list[Case]:
     """The matrix: every corpus x batch x drafter, one pool per corpus (as the plugin shares it).
     ``cap_at_batch`` starts each batch point's engines admitting exactly the batch
-    (``max_running_requests=B``), so the measurer keeps one request queued beyond it."""
+    (``max_running_requests=B``) instead of the reference server's cap set at run time."""
     generation = Generation(max_new_tokens=max_new_tokens, prompts=pool, ignore_eos=True)
     return [Case.of(engine="reference", model="tiny:dense", drafter=DRAFTERS[d], batch=b,
                     corpus=load_corpus(c), generation=generation,

@@ -8,6 +8,7 @@ measurement serves every drafter tested against it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from dataclasses import field
@@ -128,6 +129,11 @@ class Case:
     def baseline_config(self) -> EngineConfig:
         """The non-speculative twin, derived from the speculative config."""
         return self.spec.twin()
+
+    def reference_config(self) -> EngineConfig | None:
+        """The in-job A/B reference drafter's engine (the speculative config with the reference
+        drafter), or None without one."""
+        return None if self.reference is None else dataclasses.replace(self.spec, drafter=self.reference)
 
     def baseline_key(self) -> tuple[Any, ...]:
         """What the baseline arm depends on: everything but the drafter."""

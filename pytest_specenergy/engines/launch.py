@@ -115,7 +115,7 @@ class ServerProcess:
         self.request_timeout_s = request_timeout_s or DEFAULT_REQUEST_TIMEOUT_S
         self.server_info: dict[str, Any] = {}
         #: The admission cap the measurer set at run time (``/set_internal_state``); None: the
-        #: engine's own, as started.
+        #: engine's own, as started (a restarted engine is a new ServerProcess).
         self.admission_cap: int | None = None
         #: How the identity check proved the answering server is ours (see identity.py).
         self.identity: str | None = None
@@ -223,7 +223,6 @@ class ServerProcess:
         assert proc is not None
         try:
             self.server_info = self.client.server_info()
-            self.admission_cap = None  # a fresh process starts with its configured cap
             if not isinstance(self.server_info, dict):
                 raise EngineIdentityError(
                     f"/server_info on {self.host}:{self.port} answered "

@@ -216,12 +216,6 @@ _PAIR_METRICS = {
 BLOCKED_ORDER = "blocked order (one engine at a time)"
 
 
-def blocked_order(record: CaseRecord) -> bool:
-    """Whether ``record``'s arms ran blocked (``order.interleaved`` false: every repeat of one
-    arm, then every repeat of the next, on one engine at a time)."""
-    return not record.interleaved
-
-
 def drift_allowance(block_drift: float, sides: int) -> float:
     """The block drift allowed for a comparison with ``sides`` runs whose arms were not
     measured alongside each other (0, 1 or 2: the current run, the stored one, or both).
@@ -582,7 +576,7 @@ def compare_in_job(record: CaseRecord, limits: Sequence[FailLimit],
             continue
         ref, cand = _paired_values(record, limit.metric)
         # Blocked arms: the candidate's and the reference's repeats ran in separate blocks.
-        blocked = blocked_order(record) and limit.metric in _DRIFTING
+        blocked = not record.interleaved and limit.metric in _DRIFTING
         rows.append(compare_metric(limit, ref, cand, alpha, plan=plan, paired=True,
                                    requests=_accept_requests(limit, record, "reference", record),
                                    seed=seed, resamples=resamples, drift=plan.block_drift if blocked else 0.0,
@@ -636,5 +630,5 @@ __all__ = ["CaseComparison", "DEFAULT_ALPHA", "DEFAULT_CAP", "INCONCLUSIVE_POLIC
            "Resolution", "Verdict", "arm_repeat_values", "comparable", "compare_case",
            "compare_documents", "compare_in_job", "compare_metric", "document_run_info", "gate_plan",
            "metric_samples", "repeats_needed", "baseline_spread", "BaselineSpread", "unpaired_reason",
-           "BLOCKED_ORDER", "blocked_order", "drift_allowance",
+           "BLOCKED_ORDER", "drift_allowance",
            "request_accept_lengths", "resolve_inconclusive", "run_info"]

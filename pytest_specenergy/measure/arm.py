@@ -225,14 +225,14 @@ class ArmMeasurer:
         ``batch`` threads each send one single-request ``/generate`` at a time and take the
         next prompt as soon as theirs returns. With ``steady``, the first thread to find the
         pool empty while fewer than ``batch`` others are in flight aborts them (the window's
-        end; a thread of the one queued beyond the batch just stops); otherwise every
+        end; a thread of a request queued beyond the batch just stops); otherwise every
         request runs to its finish. The client opens a fresh connection per request and keeps
         no state, so the threads share it. The first error stops the refill and is raised once
         every thread has returned. A replay arm's decoding requests carry their recorded drafts
         (``spec_replay_drafts``); ``record`` asks for each verify step's drafts back. ``sent``,
         if given, receives each request's send time (for send-time prefill grouping).
         """
-        self._admission_cap()  # the engine admits the batch before any request is sent
+        cap = self._admission_cap()  # the engine admits the batch before any request is sent
         prompts = [self.prompts[i] for i in indices]
         batch = max(self.case.batch, 1)
         replay = self.replay if sampling.get("max_new_tokens", 0) > 1 else None
@@ -259,8 +259,8 @@ class ArmMeasurer:
                     index = next(cursor, None)
                     if index is None:
                         # The window ends when a finish leaves fewer than the batch in
-                        # flight; with one request queued beyond the batch, the first
-                        # worker to find the pool empty still leaves the batch running.
+                        # flight; with requests queued beyond the batch, the first workers
+                        # to find the pool empty still leave the batch running.
                         end_now = (steady and bool(in_flight) and len(in_flight) < batch
                                    and not state["ended"])
                         state["ended"] = state["ended"] or end_now
@@ -293,7 +293,7 @@ class ArmMeasurer:
                         in_flight.discard(rid)
                 answers[index] = answer[0]
 
-        width = max(1, min(width or self._width(steady), len(prompts)))
+        width = max(1, min(width or self._width(steady, cap), len(prompts)))
         if width == 1:
             worker()
         else:
@@ -310,15 +310,15 @@ class ArmMeasurer:
             raise RuntimeError(f"{len(missing)} of {len(prompts)} requests got no answer")
         return answers  # type: ignore[return-value]
 
-    def _width(self, steady: bool) -> int:
+    def _width(self, steady: bool, cap: int | None) -> int:
         """Requests to keep in flight: the batch, or, in a steady-state window on an engine
         that admits exactly the batch, twice that - the extra ones wait in the engine's queue
         and are admitted the iteration slots free (as many as free at once), where a refill
         sent on the answer would leave its slot empty for a client round trip (issue 21 item
         4). The window still closes with no request queued: it ends when fewer than the batch
-        are in flight, queued ones included."""
+        are in flight, queued ones included. ``cap``: :meth:`_admission_cap`'s answer."""
         batch = max(self.case.batch, 1)
-        return 2 * batch if steady and self._admission_cap() == batch else batch
+        return 2 * batch if steady and cap == batch else batch
 
     def _admission_cap(self) -> int | None:
         """The engine's cap on running requests for this case's runs.

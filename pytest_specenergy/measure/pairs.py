@@ -186,8 +186,7 @@ class PairMeasurer:
         the speculative arm. Returns each arm's result by name."""
         drafting: list[tuple[str, Case]] = [("speculative", case)]
         if case.reference is not None:
-            reference = dataclasses.replace(case.spec, drafter=case.reference)
-            drafting.append(("reference", dataclasses.replace(case, spec=reference, reference=None)))
+            drafting.append(("reference", dataclasses.replace(case, spec=case.reference_config(), reference=None)))
         baseline = [("baseline", case)] if with_baseline else []
         start_together = getattr(self.pool, "start_together", None)
         if start_together is not None:  # an unbounded pool starts the arms' engines side by side
@@ -355,10 +354,8 @@ class PairMeasurer:
 
 def _engine_configs(case: Case) -> list[EngineConfig]:
     """Every engine config a case's arms start (baseline, speculative, in-job reference)."""
-    configs = [case.baseline_config(), case.spec_config()]
-    if case.reference is not None:
-        configs.append(dataclasses.replace(case.spec, drafter=case.reference))
-    return configs
+    reference = case.reference_config()
+    return [case.baseline_config(), case.spec_config(), *([reference] if reference else [])]
 
 
 def gpu_memory_bytes() -> int | None:
