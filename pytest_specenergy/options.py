@@ -20,15 +20,18 @@ from typing import Callable
 import pytest
 
 from pytest_specenergy.engines.base import ENGINES
-from pytest_specenergy.gate.limits import DEFAULT_ALPHA
-from pytest_specenergy.gate.limits import DEFAULT_CAP
-from pytest_specenergy.gate.limits import DEFAULT_LIMITS
-from pytest_specenergy.gate.limits import parse_fail_expr
-from pytest_specenergy.gate.storage import DEFAULT_GOLDEN_FOLDER
-from pytest_specenergy.gate.storage import DEFAULT_STORAGE
-from pytest_specenergy.gate.storage import storage_path
+from pytest_specenergy.gate.settings import DEFAULT_ALPHA
+from pytest_specenergy.gate.settings import DEFAULT_CAP
+from pytest_specenergy.gate.settings import DEFAULT_GOLDEN_FOLDER
+from pytest_specenergy.gate.settings import DEFAULT_LIMITS
+from pytest_specenergy.gate.settings import DEFAULT_STORAGE
+from pytest_specenergy.gate.settings import StorageError
+from pytest_specenergy.gate.settings import storage_path
 from pytest_specenergy.measure.removal import DRAFT_REMOVAL_MODES
 from pytest_specenergy.refserver.faults import FAULTS  # torch-free: the names only
+
+# The gate's defaults come from gate.settings, without the gate: gate.limits (the fail-expression
+# parser) and gate.storage load when an option value needs them (issue 24, item 8).
 
 #: The largest prompt pool an option may ask for (a pool holds its prompts' requests in memory).
 MAX_POOL = 4096
@@ -146,6 +149,8 @@ def _validated(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 def _fail_expr(text: str) -> Any:
+    from pytest_specenergy.gate.limits import parse_fail_expr
+
     return parse_fail_expr(text)
 
 
@@ -159,8 +164,6 @@ def _meter(text: str) -> str:
 
 
 def _storage(text: str) -> str:
-    from pytest_specenergy.gate.storage import StorageError
-
     try:
         storage_path(text)  # a URL: only local folders are supported
     except StorageError as exc:
@@ -209,16 +212,19 @@ def _under(root: Path, path: str) -> Path:
     return expanded if expanded.is_absolute() else root / expanded
 
 
-def _nvml_library_missing() -> bool:
-    """True where NVML's library cannot be loaded, so that NVML cannot start here (a CPU machine).
+def _nvml_unavailable() -> bool:
+    """True where NVML cannot start here (a CPU machine): no NVIDIA kernel driver is loaded (on
+    Linux, no ``/proc/driver/nvidia``), or NVML's library cannot be loaded.
 
     nvidia-ml-py's ``nvmlInit`` opens ``libnvidia-ml.so.1`` the same way outside Windows and fails
-    when it cannot; trying that first spares a collection on a CPU machine the import of
+    when it cannot, or when the driver is not loaded; looking first spares a collection on a CPU machine the import of
     nvidia-ml-py and the meters (about a tenth of a 500-case collection, issue 24 item 8). A
     ``pynvml`` already imported (a fake, or NVML in use) is always asked instead.
     """
     if sys.platform.startswith("win") or "pynvml" in sys.modules:
         return False
+    if sys.platform.startswith("linux") and not os.path.exists("/proc/driver/nvidia"):
+        return True  # no NVIDIA kernel driver loaded (containers see the host's): no GPU for NVML
     import ctypes  # deferred: needed only for this probe
 
     try:
@@ -349,7 +355,7 @@ class SpecEnergyConfig:
             return True
         if self.meter != "auto" or self.engine != "reference" or self.device == "cuda":
             return False
-        if _nvml_library_missing():
+        if _nvml_unavailable():
             return True  # what nvml_gpu_count() would find, without loading nvidia-ml-py to find it
         # Deferred (with nvidia-ml-py, a large module): only the auto meter asks.
         from pytest_specenergy.meters.devices import nvml_gpu_count

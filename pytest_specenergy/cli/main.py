@@ -27,11 +27,11 @@ from pytest_specenergy.gate.compare import gate_plan
 from pytest_specenergy.gate.history import detect_history_steps
 from pytest_specenergy.gate.latency import LATENCY_LIMIT
 from pytest_specenergy.gate.latency import compare_latency
-from pytest_specenergy.gate.limits import DEFAULT_CAP
 from pytest_specenergy.gate.limits import limits_for
 from pytest_specenergy.gate.limits import parse_fail_expr
 from pytest_specenergy.gate.merge import MergeError
 from pytest_specenergy.gate.merge import merge_documents
+from pytest_specenergy.gate.settings import DEFAULT_CAP
 from pytest_specenergy.gate.storage import RunStore
 from pytest_specenergy.gate.verdict import Verdict
 from pytest_specenergy.options import add_cli_options

@@ -11,7 +11,7 @@ from typing import Mapping
 from typing import Protocol
 
 from pytest_specenergy.engines.config import EngineConfig
-from pytest_specenergy.refserver.records import DTYPES as REFERENCE_DTYPES  # torch-free: names only
+from pytest_specenergy.refserver.names import DTYPES as REFERENCE_DTYPES  # import-free: names only
 
 
 class EngineConfigError(ValueError):

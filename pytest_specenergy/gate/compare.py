@@ -60,15 +60,15 @@ import pytest_specenergy.gate.stats as stats
 import pytest_specenergy.measure.metrics as metrics
 from pytest_specenergy.document import CaseRecord
 from pytest_specenergy.document import RunDocument
-from pytest_specenergy.gate.limits import DEFAULT_ALPHA
 from pytest_specenergy.gate.limits import DEFAULT_BLOCK_DRIFT
-from pytest_specenergy.gate.limits import DEFAULT_CAP
 from pytest_specenergy.gate.limits import GATE_METRICS
 from pytest_specenergy.gate.limits import FailLimit
 from pytest_specenergy.gate.machine import comparable
 from pytest_specenergy.gate.machine import document_run_info
 from pytest_specenergy.gate.machine import run_info
 from pytest_specenergy.gate.sequential import SequentialPlan
+from pytest_specenergy.gate.settings import DEFAULT_ALPHA
+from pytest_specenergy.gate.settings import DEFAULT_CAP
 from pytest_specenergy.gate.verdict import Verdict
 from pytest_specenergy.gate.verdict import worst
 

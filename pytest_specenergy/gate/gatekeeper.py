@@ -29,10 +29,10 @@ from pytest_specenergy.gate.compare import compare_in_job
 from pytest_specenergy.gate.compare import gate_plan
 from pytest_specenergy.gate.compare import repeats_needed
 from pytest_specenergy.gate.compare import resolve_inconclusive
-from pytest_specenergy.gate.limits import DEFAULT_ALPHA
-from pytest_specenergy.gate.limits import DEFAULT_CAP
 from pytest_specenergy.gate.limits import FailLimit
 from pytest_specenergy.gate.sequential import SequentialPlan
+from pytest_specenergy.gate.settings import DEFAULT_ALPHA
+from pytest_specenergy.gate.settings import DEFAULT_CAP
 from pytest_specenergy.gate.storage import GoldenStore
 from pytest_specenergy.gate.storage import RunNotFound
 from pytest_specenergy.gate.storage import RunStore

@@ -27,6 +27,7 @@ from typing import Iterable
 from typing import Mapping
 from typing import Sequence
 
+from pytest_specenergy.gate.settings import DEFAULT_LIMITS
 from pytest_specenergy.measure.metrics import METRICS
 from pytest_specenergy.measure.metrics import MetricInfo
 
@@ -164,18 +165,10 @@ def _trim(value: float) -> str:
     return f"{value:.6g}"
 
 
-#: P(REGRESSED) bound for a true change exactly at the limit, over every look of the
-#: sequential plan (``gate/sequential.py``), unless ``--specenergy-alpha`` says otherwise.
-DEFAULT_ALPHA = 0.05
-#: Repeat cap of the sequential plan unless ``--specenergy-max-repeats`` says otherwise.
-DEFAULT_CAP = 11
 #: The block drift (either way) that the gate allows for between arms that were not measured
 #: alongside each other: blocked arms on one GPU, a drafter judged against a baseline shared from
 #: another case. Block offsets of 0-3% are what an engine restart and a warming GPU give.
 DEFAULT_BLOCK_DRIFT = 0.03
-#: Limits when neither the command line, the ini file nor a marker names any. Energy is
-#: gated on the within-session ratio (speculative over its matched baseline, per repeat).
-DEFAULT_LIMITS = ("energy_ratio:5%", "accept_length:5%", "equivalence:0")
 
 
 def tolerance_limits(args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[FailLimit]:

@@ -88,8 +88,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from pytest_specenergy.gate.limits import DEFAULT_ALPHA
-from pytest_specenergy.gate.limits import DEFAULT_CAP
+from pytest_specenergy.gate.settings import DEFAULT_ALPHA
+from pytest_specenergy.gate.settings import DEFAULT_CAP
 from pytest_specenergy.gate.tdist import t_ppf
 from pytest_specenergy.gate.tdist import t_sf
 from pytest_specenergy.gate.verdict import Verdict

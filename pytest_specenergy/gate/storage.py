@@ -34,17 +34,18 @@ from typing import Any
 from typing import Iterable
 from typing import Iterator
 
+from pytest_specenergy.gate.settings import DEFAULT_GOLDEN_FOLDER
+from pytest_specenergy.gate.settings import DEFAULT_STORAGE
+from pytest_specenergy.gate.settings import StorageError
+from pytest_specenergy.gate.settings import storage_path
+
 if TYPE_CHECKING:
     from pytest_specenergy.document import CaseRecord
     from pytest_specenergy.document import RunDocument
 
-# The plugin imports this module at every start, for the option defaults and storage_path; the
-# document, machine and atomic-write modules load in the functions that read or write a file,
+# The document, machine and atomic-write modules load in the functions that read or write a file,
 # so a collection that never touches the history does not pay for them (issue 24, item 8).
 
-#: The run history's folder and the committed golden baselines' folder, unless told otherwise.
-DEFAULT_STORAGE = ".specenergy"
-DEFAULT_GOLDEN_FOLDER = "specenergy_baselines"
 AUTO_NAME = "auto"
 #: Bytes a run name may take: ``NNNN_<name>_YYYYmmdd_HHMMSS.json`` must fit 255 bytes.
 MAX_RUN_NAME = 200
@@ -54,29 +55,12 @@ _RUN_FILE = re.compile(r"^(?P<counter>\d{4,})_(?P<name>.+)_(?P<stamp>\d{8}_\d{6}
 _COUNTER = re.compile(r"^(\d{4,})_")
 
 
-class StorageError(Exception):
-    """A stored file is missing, unreadable, corrupted or of a foreign schema."""
-
-
 class RunNotFound(StorageError):
     """A ``--specenergy-compare`` reference matched no saved run."""
 
 
 class InvalidRunName(StorageError, argparse.ArgumentTypeError, ValueError):
     """A run name cannot be used in a file name (usable as an argparse ``type=`` error)."""
-
-
-def storage_path(storage: str | Path) -> Path:
-    """The directory of a storage setting; ``file://./.specenergy`` URIs are accepted."""
-    text = str(storage)
-    if text.startswith("file://"):
-        text = text[len("file://"):]
-    elif "://" in text:
-        raise StorageError(f"storage {text!r}: only local directories (PATH or file://PATH) "
-                           "are supported")
-    if not text:
-        raise StorageError("storage path is empty; expected a directory such as .specenergy")
-    return Path(text)
 
 
 def validate_run_name(name: str) -> str:

@@ -20,16 +20,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .faults import FAULTS
-from .faults import validate_faults
-from .records import DRAFTERS
-from .records import EngineConfig
-from .records import FinishReason
-from .records import GenerationRequest
-from .records import GenerationResult
-from .records import SamplingParams
-from .records import SpecStats
-
 __all__ = [
     "DRAFTERS",
     "FAULTS",
@@ -46,7 +36,18 @@ __all__ = [
     "validate_faults",
 ]
 
+# Every name loads on first use, so that importing a submodule (``.names``, ``.faults``) runs
+# only this file and that submodule.
 _LAZY = {
+    "DRAFTERS": ".names",
+    "FAULTS": ".faults",
+    "validate_faults": ".faults",
+    "EngineConfig": ".records",
+    "FinishReason": ".records",
+    "GenerationRequest": ".records",
+    "GenerationResult": ".records",
+    "SamplingParams": ".records",
+    "SpecStats": ".records",
     "ReferenceEngine": ".engine",
     "ReferenceHTTPServer": ".server",
     "TraceStep": ".trace",
@@ -55,7 +56,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """Import the heavy parts (torch, transformers) on first use."""
+    """Import a public name's module on first use (torch and transformers with the engine)."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

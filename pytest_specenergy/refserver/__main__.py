@@ -23,9 +23,9 @@ import threading
 from collections.abc import Sequence
 
 from .faults import FAULTS
-from .records import DEVICES
-from .records import DRAFTERS
-from .records import DTYPES
+from .names import DEVICES
+from .names import DRAFTERS
+from .names import DTYPES
 from .records import EngineConfig
 from .server import DEFAULT_HTTP_TIMEOUT_S
 from .server import DEFAULT_MAX_CONNECTIONS

@@ -11,13 +11,11 @@ from dataclasses import field
 from typing import Any
 
 from .faults import validate_faults
+from .names import DEVICES
+from .names import DRAFTERS
+from .names import DTYPES
 
-# random_models (and the tokenizer it builds on) load in _check_random_models: the plugin reads
-# this module for its name lists (DTYPES, DRAFTERS) at every start and never builds a config.
-
-DRAFTERS = ("none", "ngram", "draft_model", "block", "replay")
-DTYPES = ("auto", "float64", "float32", "bfloat16", "float16")
-DEVICES = ("auto", "cpu", "cuda")
+# random_models (and the tokenizer it builds on) load in _check_random_models.
 
 
 @dataclass(frozen=True)

@@ -302,3 +302,19 @@ def test_non_utf8_file(tmp_path: Path) -> None:
 
 def test_corpus_error_is_value_error() -> None:
     assert issubclass(CorpusError, ValueError)
+
+
+def test_a_packaged_corpus_parsed_at_once_gives_the_prompts_and_errors_of_line_by_line():
+    """The one-parse fast path of the packaged corpora reads what the JSONL reader reads, and a
+    line it cannot take falls back to that reader, whose message names the line."""
+    from pytest_specenergy.cases.corpora.loader import _builtin_prompts
+    from pytest_specenergy.cases.corpora.loader import _iter_prompts
+
+    good = '{"id": "a", "prompt": "one"}\n\n{"prompt": "two \\u00e9"}\n'
+    assert _builtin_prompts(good, "w") == tuple(_iter_prompts(good.splitlines(), "w")) == ("one", "two é")
+    assert _builtin_prompts('{"text": "only text"}\n', "w") == ("only text",)  # the reader's fallback field
+    for bad, expected in (('{"prompt": "ok"}\n{"prompt": \n', "line 2: not valid JSON"),
+                          ('{"prompt": "ok"}\n[1]\n', "line 2: expected a JSON object"),
+                          ('{"prompt": "ok"}\n{"prompt": "  "}\n', "line 2: no non-empty string")):
+        with pytest.raises(CorpusError, match=expected):
+            _builtin_prompts(bad, "built-in corpus 'x'")

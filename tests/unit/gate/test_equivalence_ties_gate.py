@@ -17,9 +17,9 @@ from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.gate.compare import Verdict
 from pytest_specenergy.gate.compare import compare_case
 from pytest_specenergy.gate.compare import compare_in_job
-from pytest_specenergy.gate.limits import DEFAULT_LIMITS
 from pytest_specenergy.gate.limits import merge_limits
 from pytest_specenergy.gate.limits import parse_fail_expr
+from pytest_specenergy.gate.settings import DEFAULT_LIMITS
 from pytest_specenergy.measure.coherence import Coherence
 from pytest_specenergy.measure.degeneracy import degeneracy
 from pytest_specenergy.measure.equivalence import DivergenceMargin

@@ -26,8 +26,8 @@ from pytest_specenergy.gate import history as gh
 from pytest_specenergy.gate import latency as rl
 from pytest_specenergy.gate.compare import Verdict
 from pytest_specenergy.gate.compare import compare_documents
-from pytest_specenergy.gate.limits import DEFAULT_LIMITS
 from pytest_specenergy.gate.limits import parse_fail_expr
+from pytest_specenergy.gate.settings import DEFAULT_LIMITS
 from pytest_specenergy.measure.metrics import METRICS
 from pytest_specenergy.measure.results import PairResult
 from pytest_specenergy.measure.results import RepeatSample

@@ -21,8 +21,8 @@ import pytest
 
 from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.compare import compare_documents
-from pytest_specenergy.gate.limits import DEFAULT_LIMITS
 from pytest_specenergy.gate.limits import parse_fail_expr
+from pytest_specenergy.gate.settings import DEFAULT_LIMITS
 from pytest_specenergy.report.html import render_html
 from pytest_specenergy.report.plots import BASELINE_COLOR
 from pytest_specenergy.report.plots import PALETTE
