@@ -127,6 +127,9 @@ def measure_rows(cases: Sequence[Case], meter: str = "modeled:h200", log_dir: Pa
     pool = EnginePool(log_dir or Path(tempfile.mkdtemp(prefix="specenergy-bias-")), startup_timeout_s=300)
     measurer = PairMeasurer(log_dir=pool.log_dir, startup_timeout=300, meter=meter, repeats=1,
                             warmup=0, pool=pool)
+    # The plugin prices a modeled window's prefill from its own steps; this script checks the
+    # twin that a board meter needs against those steps, so the twin runs.
+    measurer.run_twin = True
     measurer.plan(list(cases))
     rows = []
     try:

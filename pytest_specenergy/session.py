@@ -28,10 +28,9 @@ if TYPE_CHECKING:
     from pytest_specenergy.options import SpecEnergyConfig
     from pytest_specenergy.report.summary import SummaryReport
 
-# Collection needs only the markers: measurement, gate and report modules (numpy, HTTP,
-# subprocess supervision, the run document) are imported when first used, so every pytest start
-# does not pay for them; benchmarks/plugin_overhead.py measures collection against plain
-# parametrize, tests/unit/test_lazy_imports.py keeps them off the collection path.
+# Collection needs only the markers: measurement, gate and report modules (numpy, HTTP, the run
+# document) load when first used, so a pytest start does not pay for them (benchmarks/
+# plugin_overhead.py measures it, tests/unit/test_lazy_imports.py keeps them off that path).
 
 SESSION_KEY = pytest.StashKey["SpecEnergySession"]()
 #: The pair a test measured, for the post-call validity checks and the gate.
@@ -44,6 +43,7 @@ class SpecEnergySession:
     def __init__(self, config: SpecEnergyConfig, hook: Any = None, progress: Any = None) -> None:
         self.config, self.hook, self.progress = config, hook, progress  # progress: progress.Progress
         self.planned: list[Case] = []
+        self.xdist_worker = False  # a worker collects every case and runs the ones it is sent
         self._measurer: PairMeasurer | None = None
         self._gate: Gatekeeper | None = None
         #: One record per test that measured a pair, with its verdict (xdist: every worker's).
@@ -64,6 +64,8 @@ class SpecEnergySession:
         if self._measurer is None:
             self._measurer = self.config.pair_measurer(self._hook_meter, self.progress)
             self._measurer.plan(self.planned)
+            if not self.xdist_worker:
+                self._measurer.start_planned()
         return self._measurer
 
     @property
@@ -137,7 +139,8 @@ class SpecEnergySession:
             return
         definition = metafunc.definition
         try:  # the tolerance marker too: a typo is a collection error, not found after measuring
-            self.limits_for(definition)
+            if definition.get_closest_marker("tolerance") is not None:  # else only parsed options
+                self.limits_for(definition)
             cases = build_cases(definition.nodeid, definition.get_closest_marker, self.config.case_defaults())
         except (MarkerError, pytest.UsageError) as exc:  # the message, not a traceback from the plugin
             raise pytest.Collector.CollectError(f"specenergy: {exc}") from None
@@ -148,6 +151,7 @@ class SpecEnergySession:
         items = [item for item in session.items
                  if hasattr(item, "callspec") and "specenergy_case" in item.callspec.params]
         self.planned = [item.callspec.params["specenergy_case"] for item in items]
+        self.xdist_worker = xdist.is_worker(session.config)
         if self.config.fdr:
             self.fdr_tests = self._count_gated(items)
         if self._measurer is not None:
@@ -213,10 +217,10 @@ class SpecEnergySession:
     def finish(self, hook: Any, interrupted: bool) -> bool:
         """Judge the suite, write the run document and the queued goldens, build the summary;
         returns whether the session must fail (a suite verdict, or an output not written)."""
-        from pytest_specenergy.report.summary import SummaryReport
-
-        if not self.records:
-            self.report = SummaryReport.of_nothing(self.xdist_skipped)
+        if not self.records:  # a collection, or nothing measured: no gate; a summary only for xdist
+            if self.xdist_skipped:
+                from pytest_specenergy.report.summary import SummaryReport
+                self.report = SummaryReport.of_nothing(self.xdist_skipped)
             return False
         import pytest_specenergy.gate.machine as machine
         from pytest_specenergy.document import RunDocument

@@ -3,7 +3,9 @@
 Per arm: warm-up runs are discarded; then, per repeat, the cache (and the n-gram table) is
 flushed and the full run is measured in one meter window, then, flushed again, a prefill-only
 run (``max_new_tokens=1``) of the same prompts in another; decode energy is their difference -
-so prefill never sits in the energy figure (paper s.10).
+so prefill never sits in the energy figure (paper s.10). Under a meter that prices the engine's
+own steps (the modeled meter) the second window is not run: it is the full window's prefill
+steps, priced (:meth:`ArmMeasurer._prefill_window`).
 
 **The twin replays the full window's prefill forwards, group for group** (issue 21). A
 prefill forward's cost is not additive in its rows: at a real shape a one-row prefill is bound
@@ -101,6 +103,10 @@ Drafts = tuple[tuple[tuple[int, ...], ...], ...]
 # Send times and a window's wall time read ``_clock`` (perf_counter): a test that steps
 # ``time.monotonic`` to drive the loop count must not see these reads.
 
+#: The ``grouping`` of a prefill-only window that was priced from the full window's own prefill
+#: steps rather than run (:meth:`ArmMeasurer._prefill_window`).
+PRICED = "priced from the full window's prefill steps"
+
 _rid_counter = itertools.count()
 _rid_lock = threading.Lock()
 
@@ -197,8 +203,11 @@ class ArmMeasurer:
     """Runs the protocol for one arm of one case on a running server."""
 
     def __init__(self, server: ServerProcess, meter: Meter, case: Case,
-                 repeats: int, warmup: int, replay: Drafts | None = None) -> None:
+                 repeats: int, warmup: int, replay: Drafts | None = None, run_twin: bool = False) -> None:
         self.server = server
+        #: Run the prefill-only twin even where the meter priced the full window's own prefill
+        #: steps (``benchmarks/window_bias.py`` checks the twin against those steps).
+        self.run_twin = run_twin
         self.meter = meter
         self.case = case
         self.repeats = repeats
@@ -396,6 +405,23 @@ class ArmMeasurer:
                        replay_misses=_misses(before, after) if self.replay is not None else 0,
                        sent=tuple(sent), wall_s=wall_s, groups=groups or (), grouping=grouping)
 
+    def _prefill_window(self, full: _Window) -> _Window:
+        """The prefill-only window of what ``full`` prefilled.
+
+        A meter that prices the engine's own steps (the modeled meter) already holds it: the
+        full window's prefill forwards are exactly the forwards the twin replays group for
+        group, so their price is what the twin would read (``window_bias.py``, twin run: 0.00
+        points between the two in all 24 rows), and running it would only repeat them (the
+        quickstart: 80-85 s instead of 93-109 s, issue 24 item 2). Otherwise, or with
+        ``run_twin``, the twin runs.
+        """
+        priced = full.energy.prefill_only
+        if priced is None or self.run_twin or full.energy.request_decode_seconds is None:
+            return self._prefill_twin(full)
+        prefilled = full.prefilled()
+        return _Window(priced, full.loops, (), (), {}, tuple(full.indices[p] for p in prefilled),
+                       grouping=PRICED)
+
     def _prefill_twin(self, full: _Window) -> _Window:
         """The prefill-only window of what ``full`` prefilled, grouped as ``full`` prefilled it."""
         prefilled = full.prefilled()
@@ -470,7 +496,7 @@ class ArmMeasurer:
         started = time.time()
         full = self._window(self.full, range(len(self.prompts)), steady=True)
         outputs, finish = self._complete(full)
-        prefill = self._prefill_twin(full)
+        prefill = self._prefill_window(full)
         problems: list[str] = []
         if arm != "baseline":  # the speculative arm, an A/B reference or a replay
             for loop in full.loop_counters:
@@ -690,6 +716,10 @@ def _total(counters: Sequence[RequestCounters], field: str) -> int | None:
 
 
 def _window_facts(window: _Window) -> dict[str, Any]:
+    if window.grouping == PRICED:  # no run: the full window's prefill steps, priced
+        return {"joules": window.energy.joules, "seconds": window.energy.seconds, "loops": window.loops,
+                "requests": len(window.indices), "source": window.energy.source,
+                "details": dict(window.energy.details), "grouping": PRICED}
     return {"joules": window.energy.joules, "seconds": window.energy.seconds,
             "loops": window.loops, "tokens_per_loop": window.tokens_per_loop,
             "requests": len(window.indices), "prefilled": [len(window.prefilled(n)) for n in range(window.loops)],

@@ -39,6 +39,9 @@ class EnergyWindow:
     request_seconds: Mapping[str, float] | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
     request_decode_seconds: Mapping[str, float] | None = None
+    #: The window's prefill forwards alone, where the meter prices the engine's own steps (the
+    #: modeled meter): what a prefill-only twin replaying them would read. None: a board meter.
+    prefill_only: EnergyWindow | None = None
 
 
 class EngineHandle(Protocol):

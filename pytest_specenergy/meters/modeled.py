@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from dataclasses import dataclass
 from dataclasses import field
+from dataclasses import replace
 from typing import Any
 from typing import Iterable
 from typing import Mapping
@@ -332,7 +333,8 @@ class ModeledMeter:
         _, steps = self._advance(token)
         pricing = self.pricing(token)
         self._label = pricing.label
-        return window_from_steps(steps, self.gpu, pricing)
+        prefill = window_from_steps([s for s in steps if s.get("phase") == "prefill"], self.gpu, pricing)
+        return replace(window_from_steps(steps, self.gpu, pricing), prefill_only=prefill)
 
     def close(self) -> None:
         """Nothing to release."""

@@ -21,6 +21,7 @@ from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.measure import arm as arm_module
 from pytest_specenergy.measure.arm import ArmMeasurer
+from pytest_specenergy.measure.pairs import PRESTART_MAX
 from pytest_specenergy.measure.pairs import PairMeasurer
 from pytest_specenergy.meters.base import EnergyWindow
 
@@ -254,10 +255,12 @@ def test_an_engine_capped_at_the_batch_gets_requests_queued_beyond_it():
 
 
 class CapSettingClient(BatchingClient):
-    """Records ``/set_internal_state`` calls, as the reference server takes them."""
+    """Records ``/set_internal_state`` calls, as the reference server takes them. Each request
+    takes 0.1 s, so that the requests a window keeps in flight overlap even when starting a
+    thread takes tens of milliseconds on a loaded machine (10 ms once read a peak of 7 for 8)."""
 
     def __init__(self) -> None:
-        super().__init__(True, [])
+        super().__init__(True, [], delay=0.1)
         self.set_calls: list[dict] = []
 
     def set_internal_state(self, **values):
@@ -690,3 +693,51 @@ def test_in_job_ab_keeps_three_engines_resident_or_none(tmp_path):
     blocked = _gpu_measurer(FakePool(), meter, None)
     blocked.plan([case])
     assert blocked.pool.max_live == 1 and "no NVML" in blocked.residency.reason
+
+
+class PrestartPool(InterleavePool):
+    """Records what :meth:`PairMeasurer.start_planned` asks to start side by side."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.together: list[list] = []
+
+    def start_together(self, configs) -> None:
+        self.together.append(list(configs))
+
+
+def test_the_planned_reference_engines_start_side_by_side_before_the_first_case():
+    pool = PrestartPool()
+    measurer = _measurer(pool, TokenMeter(1.0))
+    ngram, draft = _case(Drafter("ngram")), _case(Drafter("draft_model", draft_model="tiny:dense-draft"))
+    on_sglang = Case.of(engine="sglang", model="/models/x", drafter=Drafter("ngram"), batch=2, corpus=CORPUS,
+                        device="cpu")
+    many = [_case(Drafter("ngram", num_draft_tokens=k)) for k in range(1, 9)]
+    measurer.plan([ngram, draft, on_sglang, *many])
+    measurer.start_planned()
+    (started,) = pool.together
+    # The baseline once, each drafter's engine, in plan order; no SGLang engine; at most PRESTART_MAX.
+    assert started[:3] == [ngram.baseline_config(), ngram.spec_config(), draft.spec_config()]
+    assert len(started) == PRESTART_MAX == len(set(started))
+    assert all(c.engine == "reference" for c in started)
+    # A bounded pool (engines on one GPU, one or a few at a time) starts each when its case comes.
+    bounded = PrestartPool()
+    bounded.max_live = 2
+    measurer = _measurer(bounded, TokenMeter(1.0))
+    measurer.plan([ngram, draft])
+    measurer.start_planned()
+    assert bounded.together == []
+
+
+@pytest.mark.parametrize("worker", [False, True], ids=["controller", "xdist-worker"])
+def test_the_session_starts_the_planned_engines_except_on_an_xdist_worker(worker):
+    """A worker plans every collected case but runs only those it is sent: it starts none early."""
+    from pytest_specenergy.session import SpecEnergySession
+
+    calls = []
+    fake = SimpleNamespace(plan=lambda cases: calls.append(("plan", len(cases))),
+                           start_planned=lambda: calls.append(("start_planned",)))
+    session = SpecEnergySession(SimpleNamespace(pair_measurer=lambda meter, progress: fake))
+    session.planned, session.xdist_worker = [_case(Drafter("ngram"))], worker
+    assert session.measurer is fake
+    assert calls == [("plan", 1)] + ([] if worker else [("start_planned",)])
