@@ -63,7 +63,10 @@ class NoisyMeter(ModeledMeter):
 
     def stop(self, token):
         window = super().stop(token)
-        return replace(window, joules=window.joules * (1 + self.rng.gauss(0, self.noise)))
+        factor = 1 + self.rng.gauss(0, self.noise)
+        # The prefill part of the window (what the plugin subtracts) is read at the same power.
+        prefill = replace(window.prefill_only, joules=window.prefill_only.joules * factor)
+        return replace(window, joules=window.joules * factor, prefill_only=prefill)
 
 
 def pytest_specenergy_make_meter(kind, engine):

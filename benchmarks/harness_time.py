@@ -1,5 +1,6 @@
 """Prints where a suite's wall time goes, per case and in total: engine starts, warm-up,
-draft recording, measured windows (full runs and their prefill-only twins, inside the meter's
+draft recording, measured windows (full runs and their prefill-only twins - none under the
+modeled meter, which prices the full run's own prefill steps - inside the meter's
 start/stop, and the flushes and /server_info reads around them), re-generating the prompts a
 window's end cut short, the equivalence and coherence passes, engine stops, and the rest
 (pytest, collection, the plugin's own bookkeeping, the report).

@@ -41,6 +41,7 @@ class EnergyWindow:
     request_decode_seconds: Mapping[str, float] | None = None
     #: The window's prefill forwards alone, where the meter prices the engine's own steps (the
     #: modeled meter): what a prefill-only twin replaying them would read. None: a board meter.
+    #: A meter that adjusts a window's readings (a test's noise) adjusts this one alike.
     prefill_only: EnergyWindow | None = None
 
 

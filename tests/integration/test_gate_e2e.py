@@ -53,7 +53,9 @@ class NoisyMeter(ModeledMeter):
         factor = self.scale * (1 + self.rng.gauss(0, self.noise))
         if token.config.is_speculative:
             factor *= self.spec_scale
-        return replace(window, joules=window.joules * factor)
+        # The prefill part of the window (what the plugin subtracts) is read at the same power.
+        prefill = replace(window.prefill_only, joules=window.prefill_only.joules * factor)
+        return replace(window, joules=window.joules * factor, prefill_only=prefill)
 
 
 def pytest_specenergy_make_meter(kind, engine):

@@ -43,7 +43,7 @@ ALLOWED: dict[str, set[str]] = {
     "plugin": {"cases", "fixtures", "hookspec", "options", "outputs", "progress", "session", "xdist"},
 }
 #: What the plugin may read of the reference server: its torch-free name lists.
-REFSERVER_NAMES = {"pytest_specenergy.refserver.records", "pytest_specenergy.refserver.faults"}
+REFSERVER_NAMES = {"pytest_specenergy.refserver.names", "pytest_specenergy.refserver.faults"}
 #: The only modules of ``measure`` that the document, ``gate`` and ``report`` may import.
 MEASURE_FOR_DOCUMENT = MEASURE_FOR_GATE = {"pytest_specenergy.measure.metrics"}
 MEASURE_FOR_REPORT = {"pytest_specenergy.measure.metrics", "pytest_specenergy.measure.checks"}
@@ -130,7 +130,7 @@ def test_the_contract_catches_an_upward_import(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("entry", ["pytest_specenergy.refserver", "pytest_specenergy.refserver.records",
-                                   "pytest_specenergy.refserver.faults"])
+                                   "pytest_specenergy.refserver.faults", "pytest_specenergy.refserver.names"])
 def test_importing_the_reference_server_loads_no_plugin_module(entry):
     code = (f"import sys, {entry}; "
             "print(sorted(m for m in sys.modules if m.startswith('pytest_specenergy.') "
