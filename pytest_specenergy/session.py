@@ -121,8 +121,7 @@ class SpecEnergySession:
                 pair = self.measurer.add_repeats(pair.case, decision.extra)
                 record = pair.record(item.nodeid, key)
                 decision = self.gate.judge(record, limits)
-            judgement = decision
-            record = judgement.applied_to(record)
+            judgement, record = decision, decision.applied_to(record)
         self.records.append(record)
         item.stash[xdist.RECORD_KEY] = record  # under xdist it travels on the test's report
         outcome.add_properties(item, record)
