@@ -217,9 +217,9 @@ def _nvml_unavailable() -> bool:
     Linux, no ``/proc/driver/nvidia``), or NVML's library cannot be loaded.
 
     nvidia-ml-py's ``nvmlInit`` opens ``libnvidia-ml.so.1`` the same way outside Windows and fails
-    when it cannot, or when the driver is not loaded; looking first spares a collection on a CPU machine the import of
-    nvidia-ml-py and the meters (about a tenth of a 500-case collection, issue 24 item 8). A
-    ``pynvml`` already imported (a fake, or NVML in use) is always asked instead.
+    when it cannot, or when the driver is not loaded; looking first spares a collection on a CPU
+    machine the import of nvidia-ml-py and the meters (about a tenth of a 500-case collection,
+    issue 24 item 8). A ``pynvml`` already imported (a fake, or NVML in use) is always asked instead.
     """
     if sys.platform.startswith("win") or "pynvml" in sys.modules:
         return False

@@ -412,8 +412,8 @@ class ArmMeasurer:
         full window's prefill forwards are exactly the forwards the twin replays group for
         group, so their price is what the twin would read (``window_bias.py``, twin run: 0.00
         points between the two in all 24 rows), and running it would only repeat them (the
-        quickstart: 80-85 s instead of 93-109 s, issue 24 item 2). Otherwise, or with
-        ``run_twin``, the twin runs.
+        quickstart: 88.9 s instead of 106.1 s, medians of ``benchmarks/quickstart_time.py``,
+        issue 24 item 2). Otherwise, or with ``run_twin``, the twin runs.
         """
         priced = full.energy.prefill_only
         if priced is None or self.run_twin or full.energy.request_decode_seconds is None:
@@ -716,15 +716,14 @@ def _total(counters: Sequence[RequestCounters], field: str) -> int | None:
 
 
 def _window_facts(window: _Window) -> dict[str, Any]:
-    if window.grouping == PRICED:  # no run: the full window's prefill steps, priced
-        return {"joules": window.energy.joules, "seconds": window.energy.seconds, "loops": window.loops,
-                "requests": len(window.indices), "source": window.energy.source,
-                "details": dict(window.energy.details), "grouping": PRICED}
-    return {"joules": window.energy.joules, "seconds": window.energy.seconds,
-            "loops": window.loops, "tokens_per_loop": window.tokens_per_loop,
-            "requests": len(window.indices), "prefilled": [len(window.prefilled(n)) for n in range(window.loops)],
+    facts = {"joules": window.energy.joules, "seconds": window.energy.seconds, "loops": window.loops,
+             "requests": len(window.indices), "source": window.energy.source,
+             "details": dict(window.energy.details)}
+    if window.grouping == PRICED:  # no run: no requests' counters, only the priced steps
+        return {**facts, "grouping": PRICED}
+    return {**facts, "tokens_per_loop": window.tokens_per_loop,
+            "prefilled": [len(window.prefilled(n)) for n in range(window.loops)],
             "aborted": [len(window.aborted(n)) for n in range(window.loops)],
-            "concurrency": window.concurrency, "source": window.energy.source,
-            "details": dict(window.energy.details),
+            "concurrency": window.concurrency,
             **({"groups": [len(g) for g in window.groups], "grouping": window.grouping}
                if window.grouping else {})}
