@@ -151,7 +151,16 @@ def _concurrency_checks(run: Any, batch: int) -> list[Check]:
     return [Check("concurrency-below-batch", "fail",
                   f"{run.arm} arm ran {worst:.1f} requests per step on average (min "
                   f"{c.get('min_running')}, max {c.get('max_running')}), below "
-                  f"{MIN_CONCURRENCY_SHARE:.0%} of the batch {batch}{hint}")]
+                  f"{MIN_CONCURRENCY_SHARE:.0%} of the batch {batch}{hint}{_reruns_said(run)}")]
+
+
+def _reruns_said(*runs: Any) -> str:
+    """What the measurer already did about a disturbed window (``rerun_means``), for a
+    concurrency check's message: a failure after a re-run is not the host's passing noise."""
+    said = [f"{run.arm} arm's {', '.join(f'{m:.2f}' for m in run.concurrency['rerun_means'])}"
+            for run in runs if run.concurrency.get("rerun_means")]
+    return (f" (windows run again after falling below their peak: {'; '.join(said)})"
+            if said else "")
 
 
 #: Largest gap between the arms' mean running requests per decode step, as a share of the
@@ -196,7 +205,8 @@ def arm_agreement_checks(base: Any, spec: Any, batch: int) -> list[Check]:
         found.append(Check("concurrency-differs", "fail",
                            f"the arms ran different batches: {means[0]:.2f} (baseline) vs {means[1]:.2f} "
                            f"(speculative) requests per step, more than {MAX_CONCURRENCY_GAP_SHARE:.0%} "
-                           f"of the batch {batch} apart; J/token depends on the rows sharing each step"))
+                           f"of the batch {batch} apart; J/token depends on the rows sharing each step"
+                           f"{_reruns_said(base, spec)}"))
     cover = (getattr(base, "coverage", None), getattr(spec, "coverage", None))
     if None in cover or abs(cover[0] - cover[1]) <= MAX_COVERAGE_GAP:
         return found

@@ -4,10 +4,16 @@ A speculative engine that admits fewer requests than the baseline's (SGLang size
 engine's KV pool with the draft's layers, so it can hold fewer) runs its arm at a lower
 concurrency: the per-token figures of the two arms then describe different workloads, and the
 pair must fail ``concurrency-differs`` with both arms' figures in the message.
+
+A window the host disturbed (its ramp-up slowed, so it ran far below its own peak for a while)
+is run again once and the new one kept; one disturbed in every run is kept all the same, and
+the check that fails says it was run again.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +21,7 @@ import pytest
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.case import Generation
 from pytest_specenergy.cases.corpora import load_corpus
+from pytest_specenergy.engines.client import EngineClient
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.pool import EnginePool
 from pytest_specenergy.measure.pairs import PairMeasurer
@@ -23,19 +30,48 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 
-def _pair(tmp_path: Path, spec_cap: int | None):
+class SlowRampClient(EngineClient):
+    """The real client, with the ramp-up of the windows numbered in ``windows`` (counted by
+    flushes: each full window starts with one) slowed the way a loaded host slows it: every
+    request after the window's first, up to twice the batch, is sent ``lag_s`` late, so the
+    first runs alone for a while."""
+
+    def __init__(self, base_url: str, windows: set[int], lag_s: float, width: int) -> None:
+        super().__init__(base_url, timeout_s=120)
+        self.windows, self.lag_s, self.width = windows, lag_s, width
+        self.window = self.sent = 0
+        self.lock = threading.Lock()
+
+    def flush_cache(self) -> None:
+        super().flush_cache()
+        with self.lock:
+            self.window, self.sent = self.window + 1, 0
+
+    def generate(self, *args, **kwargs):
+        with self.lock:
+            position, window = self.sent, self.window
+            self.sent += 1
+        if window in self.windows and 0 < position < self.width:
+            time.sleep(self.lag_s)
+        return super().generate(*args, **kwargs)
+
+
+def _pair(tmp_path: Path, spec_cap: int | None = None, slow_windows: set[int] = frozenset()):
     """One b4 n-gram pair measured on live engines; ``spec_cap``: what the speculative engine
-    really admits while the measurer believes it set the batch."""
+    really admits while the measurer believes it set the batch; ``slow_windows``: the
+    speculative engine's windows whose ramp-up is slowed (:class:`SlowRampClient`)."""
     case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
                    corpus=load_corpus("code"), generation=Generation(max_new_tokens=24, prompts=12))
     pool = EnginePool(tmp_path, startup_timeout_s=300)
-    measurer = PairMeasurer(log_dir=tmp_path, startup_timeout=300, meter="modeled:h200", repeats=1,
-                            warmup=0, pool=pool)
+    measurer = PairMeasurer(log_dir=tmp_path, startup_timeout=300, meter="modeled:h200",
+                            repeats=1, warmup=0, pool=pool)
     try:
+        spec = pool.get(case.spec_config())
         if spec_cap is not None:
-            spec = pool.get(case.spec_config())
             spec.client.set_internal_state(max_running_requests=spec_cap)
             spec.admission_cap = case.batch  # the measurer leaves a cap it believes set alone
+        if slow_windows:
+            spec.client = SlowRampClient(spec.client.base_url, set(slow_windows), 0.3, 2 * case.batch)
         return measurer.measure(case)
     finally:
         pool.close()
@@ -52,3 +88,23 @@ def test_arms_run_at_different_concurrency_fail_concurrency_differs(tmp_path: Pa
 def test_arms_at_the_same_concurrency_do_not(tmp_path: Path) -> None:
     pair = _pair(tmp_path, spec_cap=None)
     assert "concurrency-differs" not in {c.name for c in pair.checks}, pair.describe()
+
+
+def test_a_window_the_host_disturbed_is_run_again_and_the_new_one_kept(tmp_path: Path) -> None:
+    pair = _pair(tmp_path, slow_windows={1})
+    spec = pair.speculative.concurrency
+    [dropped] = spec["rerun_means"]
+    assert dropped < 0.95 * 4, spec  # the slowed ramp-up really left the window below its peak
+    assert spec["window_means"][0] > dropped + 0.3, spec  # the window kept is the one run again
+    assert "rerun_means" not in pair.baseline.concurrency
+    assert not {"concurrency-differs", "concurrency-below-batch"} & {c.name for c in pair.checks}, \
+        pair.describe()
+
+
+def test_a_window_disturbed_again_is_kept_and_the_check_says_it_was_run_again(tmp_path: Path) -> None:
+    pair = _pair(tmp_path, slow_windows={1, 2})
+    spec = pair.speculative.concurrency
+    assert len(spec["rerun_means"]) == 1 and spec["window_means"][0] < 0.95 * 4, spec
+    [differs] = [c for c in pair.failed_checks if c.name == "concurrency-differs"]
+    assert "windows run again after falling below their peak: speculative arm's " in differs.message
+    assert f"{spec['rerun_means'][0]:.2f}" in differs.message, differs.message

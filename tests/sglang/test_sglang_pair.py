@@ -83,14 +83,19 @@ def engines(spec_pair):
             "logs": sorted({str(s.log_path) for s in pool._live.values()})}
 
 
+def steps(window):
+    """A window's decode steps by rows running: where a loaded host shows."""
+    return (window.get("concurrency") or {}).get("steps_by_running")
+
+
 def facts_of(pair):
     return {"checks": [str(c) for c in pair.failed_checks],
             "source": pair.baseline.source,
             "concurrency": {arm: {k: getattr(pair, arm).concurrency.get(k)
                                   for k in ("mean_running", "min_running", "max_running",
-                                            "max_running_requests")}
+                                            "max_running_requests", "rerun_means")}
                             for arm in ("baseline", "speculative")},
-            "windows": [s.window["full"] | {"details": None, "concurrency": None}
+            "windows": [s.window["full"] | {"details": None, "concurrency": steps(s.window["full"])}
                         for s in pair.baseline.samples + pair.speculative.samples],
             "samples": [s.as_dict() | {"window": None}
                         for s in pair.baseline.samples + pair.speculative.samples],

@@ -21,6 +21,8 @@ from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.measure import arm as arm_module
 from pytest_specenergy.measure.arm import ArmMeasurer
+from pytest_specenergy.measure.arm import arm_concurrency
+from pytest_specenergy.measure.arm import disturbed_mean
 from pytest_specenergy.measure.pairs import PRESTART_MAX
 from pytest_specenergy.measure.pairs import PairMeasurer
 from pytest_specenergy.meters.base import EnergyWindow
@@ -136,8 +138,8 @@ def test_added_repeats_extend_both_arms():
 
 
 class BatchingClient(FakeClient):
-    """Counts requests in flight and records, per call, how many ran beside it (a stand-in
-    for SGLang's ``step_time_dict``, which flush resets)."""
+    """Counts requests in flight and records, per call not cut by the close, how many ran
+    beside it (a stand-in for SGLang's ``step_time_dict``, which flush resets)."""
 
     def __init__(self, speculative: bool, log: list, delay: float = 0.01) -> None:
         super().__init__(speculative, log)
@@ -170,10 +172,12 @@ class BatchingClient(FakeClient):
             aborts = getattr(self, "aborts", 0)
         time.sleep(self.delay)
         with self.lock:
-            if sampling_params["max_new_tokens"] > 1:
+            cut = getattr(self, "aborts", 0) > aborts
+            # A request the close cut stops at the abort (SGLang's does): it ran no steps at
+            # the falling concurrency after the close, so it records none.
+            if sampling_params["max_new_tokens"] > 1 and not cut:
                 self.steps.setdefault(str(self.in_flight), []).append(0.0)
             self.in_flight -= 1
-            cut = getattr(self, "aborts", 0) > aborts
         if not cut:
             return super().generate(text, sampling_params, rids)
         # Aborted mid-run: the tokens made so far, finish_reason abort (as SGLang answers).
@@ -741,3 +745,17 @@ def test_the_session_starts_the_planned_engines_except_on_an_xdist_worker(worker
     session.planned, session.xdist_worker = [_case(Drafter("ngram"))], worker
     assert session.measurer is fake
     assert calls == [("plan", 1)] + ([] if worker else [("start_planned",)])
+
+
+def test_a_window_is_disturbed_when_it_ran_well_below_its_own_peak():
+    # A real SGLang window on a loaded host: 14 steps at 1 row and 4 at 3 beside 174 at 4.
+    loaded = {"mean_running": (14 + 12 + 174 * 4) / 192, "max_running": 4}
+    assert disturbed_mean(loaded) == pytest.approx(3.76, abs=0.01)
+    assert disturbed_mean({"mean_running": 3.93, "max_running": 4}) is None  # ordinary edges
+    # An engine admitting 2 of a batch of 4 runs at its own peak: the checks judge it, no rerun.
+    assert disturbed_mean({"mean_running": 1.99, "max_running": 2}) is None
+    assert disturbed_mean({"mean_running": None, "max_running": None}) is None  # no step record
+    merged = arm_concurrency(4, [{"steps_by_running": {4: 10}, "mean_running": 4.0, "rerun_means": [2.8]},
+                                 {"steps_by_running": {4: 10}, "mean_running": 4.0}], 12)
+    assert merged["rerun_means"] == [2.8] and merged["window_means"] == [4.0, 4.0]
+    assert "rerun_means" not in arm_concurrency(4, [{"steps_by_running": {4: 10}, "mean_running": 4.0}], 12)
