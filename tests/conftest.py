@@ -10,9 +10,12 @@ from typing import Callable
 import numpy  # noqa: F401
 import pytest
 
+import pytest_specenergy.engines.zygote  # noqa: F401
+
 # pytester's in-process runs drop every module a run imported; the plugin imports numpy only
 # when a case is compared, and numpy cannot be imported twice in one process. Importing it
-# here, before any pytester run, keeps it loaded across runs.
+# here, before any pytester run, keeps it loaded across runs. The engine zygote likewise: kept
+# loaded, its one process (torch and transformers imported) serves every run of the worker.
 
 
 def fast_options(repeats: int = 1) -> list[str]:

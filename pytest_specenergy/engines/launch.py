@@ -7,6 +7,8 @@ memory. Start-up refuses a port that something already listens on, waits for ``/
 with a timeout, notices an early exit, and checks that the server answering is the one it
 started (:mod:`pytest_specenergy.engines.identity`). Requests have a timeout; a request that
 gets no answer is reported with the engine's exit code or the timeout, and its log tail.
+A CPU reference engine is forked from this process's zygote (:mod:`.zygote`: torch and
+transformers imported once) under the same watchdog, instead of a fresh interpreter.
 Teardown terminates the whole group and waits, so GPU memory is released before the next
 engine starts. Never an in-process ``sglang.Engine``: its shutdown kills every child of the
 host (reference/sglang-api.md s.4).
@@ -34,6 +36,8 @@ from pytest_specenergy.engines.identity import EngineStartError
 from pytest_specenergy.engines.identity import PortTakenError
 from pytest_specenergy.engines.identity import check_identity
 from pytest_specenergy.engines.identity import port_in_use
+from pytest_specenergy.engines.zygote import ZygoteChild
+from pytest_specenergy.engines.zygote import zygote_for
 
 __all__ = ["EngineIdentityError", "EngineStartError", "ServerProcess", "free_port", "log_tail",
            "python_executable"]
@@ -87,7 +91,7 @@ def describe_exit(code: int) -> str:
     return str(code)
 
 
-def _killpg(proc: subprocess.Popen[bytes] | None, sig: int) -> None:
+def _killpg(proc: subprocess.Popen[bytes] | ZygoteChild | None, sig: int) -> None:
     """Signal ``proc``'s whole process group, if it has not gone already."""
     if proc is not None:
         try:
@@ -119,7 +123,7 @@ class ServerProcess:
         self.admission_cap: int | None = None
         #: How the identity check proved the answering server is ours (see identity.py).
         self.identity: str | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: subprocess.Popen[bytes] | ZygoteChild | None = None
         #: Write end of the watchdog's pipe: the kernel closes it when we die, whatever kills us.
         self._lifeline: int | None = None
         self._use_port(free_port(host))
@@ -190,9 +194,9 @@ class ServerProcess:
             with open(self.log_path, "ab") as log:
                 log.write(f"$ {' '.join(self.argv)}\n".encode())
                 log.flush()
-                self._proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL, env=self.env,
-                                              start_new_session=True, pass_fds=(read_end,))
+                self._proc = self._spawn_forked(read_end) or subprocess.Popen(
+                    command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=self.env, start_new_session=True, pass_fds=(read_end,))
         except BaseException:
             self._close_lifeline()
             raise
@@ -216,6 +220,17 @@ class ServerProcess:
         raise EngineStartError(
             f"engine {self.config.label()} did not answer /health within "
             f"{self.startup_timeout_s:.0f} s; log {self.log_path}:\n{log_tail(self.log_path)}")
+
+    def _spawn_forked(self, lifeline: int) -> ZygoteChild | None:
+        """The engine forked from this process's zygote (a reference server: torch and
+        transformers already imported), or None where the plain start applies."""
+        zygote = zygote_for(self.argv, self.env)
+        if zygote is None:
+            return None
+        try:
+            return zygote.spawn(self.argv, self.env, self.log_path, lifeline)
+        except OSError:
+            return None  # the zygote died: this and every later engine start the plain way
 
     def _check_identity(self) -> None:
         """``/health`` answered: prove it was our engine, or stop ours and say what answered."""

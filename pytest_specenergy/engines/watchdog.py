@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 from typing import Callable
 from typing import Iterator
 from typing import Sequence
@@ -122,13 +123,16 @@ class Watchdog:
     """Runs one server command and ties its process group's life to a parent process."""
 
     def __init__(self, command: Sequence[str], parent: int, fd: int | None,
-                 grace_s: float = DEFAULT_GRACE_S) -> None:
+                 grace_s: float = DEFAULT_GRACE_S, spawn: Callable[[], Any] | None = None) -> None:
         self.command = list(command)
+        #: How the server starts: ``Popen(command)``, or a fork of a process that already
+        #: imported it (:mod:`.zygote`), which returns a ``Popen``-like child.
+        self.spawn = spawn or (lambda: subprocess.Popen(self.command, preexec_fn=_pdeathsig_setter()))
         self.parent = parent
         self.fd = fd
         self.grace_s = grace_s
         self.stopping: str | None = None
-        self.child: subprocess.Popen[bytes] | None = None
+        self.child: Any = None
         if os.getpgrp() != os.getpid():
             # Started without start_new_session: lead a group of our own, or stopping "our"
             # group would signal whoever started us, and everything in their group.
@@ -171,7 +175,7 @@ class Watchdog:
             _say(f"parent {self.parent} is already gone; not starting the server")
             return 1
         try:
-            child = self.child = subprocess.Popen(self.command, preexec_fn=_pdeathsig_setter())
+            child = self.child = self.spawn()
         except OSError as exc:
             _say(f"cannot start {self.command[0]!r}: {exc}")
             return 127
@@ -189,7 +193,7 @@ class Watchdog:
                 _say(f"{gone}: stopping server group {self.pgid}")
                 self._stop_group(child, signal_first=True)
 
-    def _stop_group(self, child: subprocess.Popen[bytes], signal_first: bool) -> None:
+    def _stop_group(self, child: Any, signal_first: bool) -> None:
         """SIGTERM the group (unless the launcher already did), wait, then SIGKILL it all."""
         if signal_first:
             try:

@@ -51,8 +51,10 @@ else:
     from fake_engine import FakeBackend
     config, backend = EngineConfig(engine="fake", model="m"), FakeBackend(**json.loads(sys.argv[2]))
 server = ServerProcess(config, backend, Path(sys.argv[3])).start()
-print(json.dumps({"pgid": server.pid, "log": str(server.log_path), "identity": server.identity}),
-      flush=True)
+from pytest_specenergy.engines import zygote
+print(json.dumps({"pgid": server.pid, "log": str(server.log_path), "identity": server.identity,
+                  "forked": type(server._proc).__name__,
+                  "zygote": zygote._zygote.proc.pid if zygote._zygote else None}), flush=True)
 time.sleep(600)
 """
 
@@ -131,10 +133,14 @@ def test_kill_9_of_pytest_frees_a_real_reference_server(start_child, reap_group)
     members = group_members(facts["pgid"])
     assert len(members) >= 2  # the watchdog and the reference server
     assert facts["identity"].startswith(("pid ", "port "))  # it was proven to be ours
+    # Forked from the launcher's zygote (engines/zygote.py), which must not outlive it either.
+    assert facts["forked"] == "ZygoteChild" and facts["zygote"], facts
+    reap_group(facts["zygote"])
     child.kill()
     child.wait()
     took = wait_gone(facts["pgid"], within_s=20.0)
     print(f"reference server group gone {took:.1f} s after kill -9 of its launcher")
+    wait_gone(facts["zygote"], within_s=20.0)
 
 
 def test_sigterm_ends_the_session_like_ctrl_c_and_stops_the_engines(start_child, reap_group):

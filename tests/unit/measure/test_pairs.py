@@ -219,6 +219,10 @@ class ForwardNumberingClient(BatchingClient):
         super().__init__(True, [], delay=0.005)
         self.batch, self.full_seen = batch, 0
 
+    def flush_cache(self) -> None:
+        super().flush_cache()  # a window (first, or run again) opens with its own first group
+        self.full_seen = 0
+
     def generate(self, text, sampling_params, rids):
         answers = super().generate(text, sampling_params, rids)
         if sampling_params["max_new_tokens"] > 1:

@@ -1,0 +1,335 @@
+"""A fork server for reference engines: torch and transformers imported once per pytest process.
+
+Starting a reference server spent about 3.5 s of CPU importing torch and transformers before it
+built a tiny model in a fraction of that; a test session starting 150 of them spent minutes
+on the same imports. The zygote is a process started once per pytest process (its first
+reference engine) that imports them and then only forks: each engine is a fork of it, so its
+start costs the model build alone.
+
+Nothing of the supervision changes (:mod:`.watchdog`): the zygote's fork ``C`` makes a new
+session (``setsid``, as ``start_new_session`` does), points its output at the engine's log,
+takes the engine's environment and working directory, and runs the watchdog with the
+launcher's lifeline pipe (passed over the socket, ``SCM_RIGHTS``); the watchdog forks the
+server ``S`` in its group as it would have started it, with the parent-death signal set. The
+launcher holds a :class:`ZygoteChild` for ``C`` in place of a ``Popen``: the same ``pid``
+(the group), ``poll``, ``wait`` and ``returncode``, the exit status sent by the zygote, which
+reaps ``C``. When pytest dies the socket closes and the zygote exits; each watchdog sees its
+lifeline close and stops its group, as before.
+
+Used only for a reference-server command run by this interpreter on a CPU (:func:`zygote_for`),
+and never with ``SPECENERGY_ZYGOTE=0``; a zygote that fails to start or dies leaves every later
+start on the plain path (a new interpreter per engine). The zygote runs no torch op before it
+forks: a fork after OpenMP's threads exist can hang the child.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import traceback
+import weakref
+from pathlib import Path
+from typing import Any
+from typing import Sequence
+
+#: The module path of the reference server's command (``python -m ...``).
+REFSERVER = "pytest_specenergy.refserver"
+#: Largest message on the socket (a request carries the engine's whole environment).
+MAX_MESSAGE = 1 << 20
+#: Environment variable that turns the zygote off (``0``): every engine a fresh interpreter.
+SWITCH = "SPECENERGY_ZYGOTE"
+#: transformers names the reference server's models and caches use (imported in the zygote).
+PRELOAD = ("Qwen3Config", "Qwen3ForCausalLM", "Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+           "Qwen3NextConfig", "Qwen3NextForCausalLM", "DynamicCache", "AutoModelForCausalLM")
+
+
+class ForkedChild:
+    """A forked child of this process with ``Popen``'s ``pid``/``poll``/``wait``/``send_signal``
+    (what the watchdog needs of its server)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else _now() + timeout
+        while self.poll() is None:
+            if deadline is not None and _now() >= deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+            threading.Event().wait(0.02)
+        return self.returncode  # type: ignore[return-value]
+
+    def send_signal(self, signum: int) -> None:
+        os.kill(self.pid, signum)
+
+
+def _now() -> float:
+    import time
+
+    return time.monotonic()
+
+
+def _fork_server(argv: Sequence[str]) -> ForkedChild:
+    """The watchdog's server: a fork running the reference server's ``main`` on ``argv``'s
+    flags, killed with its watchdog (parent-death signal), exiting with ``main``'s status."""
+    from pytest_specenergy.engines.watchdog import _pdeathsig_setter
+
+    set_pdeathsig = _pdeathsig_setter()
+    pid = os.fork()
+    if pid:
+        return ForkedChild(pid)
+    status = 1
+    try:
+        if set_pdeathsig is not None:
+            set_pdeathsig()
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)  # the watchdog's handlers, as exec would reset
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # What ``python -m`` does: the server is a program of its own (the layers), run as
+        # __main__ on its flags; its __main__ block exits with main's status.
+        sys.argv = [REFSERVER, *argv[3:]]
+        runpy.run_module(REFSERVER, run_name="__main__", alter_sys=True)
+        status = 0
+    except SystemExit as exc:  # argparse's bad flag: status 2, its line already printed
+        status = exc.code if isinstance(exc.code, int) else 2
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        import logging
+
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+
+def _engine_child(request: dict[str, Any], lifeline: int, zygote_fds: Sequence[int]) -> None:
+    """In the zygote's fork: become the engine's session leader and run its watchdog."""
+    status = 70
+    try:
+        for fd in zygote_fds:
+            os.close(fd)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.close(null)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        from pytest_specenergy.engines import watchdog
+
+        argv = request["argv"]
+        dog = watchdog.Watchdog(argv, os.getppid(), lifeline, spawn=lambda: _fork_server(argv))
+        watchdog._exit_like(dog.run())
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+    os._exit(status)
+
+
+def _preload() -> None:
+    """Import the libraries a reference server spends its start on, running no torch op (the
+    server's own modules are small, and a program of their own: they load in the fork)."""
+    import torch  # noqa: F401
+    import transformers
+
+    for name in PRELOAD:
+        try:
+            getattr(transformers, name)
+        except (AttributeError, ImportError):
+            pass  # an older transformers without that model: the server imports what it needs
+
+
+def serve(sock: socket.socket) -> int:
+    """The zygote's loop: fork an engine per request, report each engine's exit; return when
+    the launcher's end of the socket closes."""
+    _preload()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.set_wakeup_fd(wake_w)
+    sock.send(json.dumps({"ready": os.getpid()}).encode())
+    while True:
+        readable, _, _ = select.select([sock, wake_r], [], [])
+        if wake_r in readable:
+            os.read(wake_r, 4096)
+        while True:  # reap every ended engine, and say how it ended
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if not pid:
+                break
+            sock.send(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
+        if sock in readable:
+            message, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 1)
+            if not message:
+                return 0
+            pid = os.fork()
+            if pid == 0:
+                _engine_child(json.loads(message), fds[0], (sock.fileno(), wake_r, wake_w))
+            for fd in fds:
+                os.close(fd)
+            sock.send(json.dumps({"started": pid}).encode())
+
+
+def _read(ref: weakref.ref[Zygote], sock: socket.socket) -> None:
+    """The launcher's reader: replies and exit statuses from the zygote, until it ends or the
+    :class:`Zygote` is gone."""
+    while True:
+        readable, _, _ = select.select([sock], [], [], 1.0)
+        zygote = ref()
+        if zygote is None:
+            sock.close()
+            return
+        if not readable:
+            del zygote
+            continue
+        try:
+            message = sock.recv(MAX_MESSAGE)
+        except OSError:
+            message = b""
+        with zygote.changed:
+            if not message:
+                zygote.alive = False
+                zygote.changed.notify_all()
+                return
+            answer = json.loads(message)
+            if "exited" in answer:
+                zygote.exits[answer["exited"]] = answer["code"]
+            else:
+                zygote.replies.append(answer)
+            zygote.changed.notify_all()
+        del zygote
+
+
+class ZygoteChild:
+    """The launcher's handle on one engine the zygote forked: ``Popen``'s ``pid``, ``poll``,
+    ``wait`` and ``returncode``, with the exit status the zygote reported."""
+
+    def __init__(self, zygote: Zygote, pid: int) -> None:
+        self.zygote = zygote
+        self.pid = pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.zygote.exits.get(self.pid)
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        with self.zygote.changed:
+            if not self.zygote.changed.wait_for(lambda: self.pid in self.zygote.exits, timeout):
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+            return self.zygote.exits[self.pid]
+
+
+class Zygote:
+    """The launcher's side: one zygote process and the socket to it."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock = ours
+        self.exits: dict[int, int] = {}
+        self.changed = threading.Condition()
+        self.replies: list[dict[str, Any]] = []
+        self.lock = threading.Lock()  # one request at a time: replies come in order
+        self.alive = True
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", __name__, "--fd", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+        finally:
+            theirs.close()
+        # The reader holds the zygote weakly: a zygote nobody refers to any more (its module
+        # dropped by an in-process pytester run) closes the socket, and the process exits.
+        threading.Thread(target=_read, args=(weakref.ref(self), ours), name="specenergy-zygote",
+                         daemon=True).start()
+        ready = self._reply()
+        if "ready" not in ready:
+            raise OSError(f"the engine zygote did not start: {ready}")
+
+    def _reply(self) -> dict[str, Any]:
+        with self.changed:
+            self.changed.wait_for(lambda: self.replies or not self.alive, 120)
+            if not self.replies:
+                return {"error": "the zygote exited" if not self.alive else "no answer in 120 s"}
+            return self.replies.pop(0)
+
+    def spawn(self, argv: Sequence[str], env: dict[str, str], log_path: Path,
+              lifeline: int) -> ZygoteChild:
+        """Fork one engine (its watchdog, then its server) from the zygote."""
+        request = {"argv": list(argv), "env": env, "cwd": os.getcwd(), "log": str(log_path)}
+        with self.lock:
+            socket.send_fds(self.sock, [json.dumps(request).encode()], [lifeline])
+            answer = self._reply()
+        if "started" not in answer:
+            self.alive = False
+            raise OSError(f"the engine zygote did not fork: {answer.get('error', answer)}")
+        return ZygoteChild(self, int(answer["started"]))
+
+
+_zygote: Zygote | None = None
+_zygote_failed = False
+_zygote_lock = threading.Lock()
+
+
+def _on_gpu(argv: Sequence[str]) -> bool:
+    """Whether the server's ``--device`` is (or, ``auto``, may resolve to) a GPU."""
+    device = argv[argv.index("--device") + 1] if "--device" in argv[:-1] else "auto"
+    return device.startswith("cuda") or (device == "auto" and os.path.exists("/proc/driver/nvidia"))
+
+
+def zygote_for(argv: Sequence[str], env: dict[str, str]) -> Zygote | None:
+    """This process's zygote (started on first use) when ``argv`` starts a reference server
+    with this interpreter on a CPU and the zygote is not switched off, else None (the plain
+    path). A GPU engine starts fresh: CUDA in a fork of a process that imported torch has not
+    been tried on a GPU, and there the model's load outweighs the imports anyway."""
+    global _zygote, _zygote_failed
+    if (list(argv[:3]) != [sys.executable, "-m", REFSERVER] or env.get(SWITCH, "1") == "0"
+            or _on_gpu(argv) or not hasattr(socket, "send_fds") or not hasattr(os, "fork")):
+        return None
+    with _zygote_lock:
+        if _zygote is not None and not _zygote.alive:
+            _zygote, _zygote_failed = None, True
+        if _zygote is None and not _zygote_failed:
+            try:
+                _zygote = Zygote(env)
+            except OSError:
+                _zygote_failed = True
+        return _zygote
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m pytest_specenergy.engines.zygote --fd N``: serve on the inherited socket."""
+    parser = argparse.ArgumentParser(prog=f"python -m {__name__}", description=__doc__.splitlines()[0])
+    parser.add_argument("--fd", type=int, required=True, help="the launcher's socket (SOCK_SEQPACKET)")
+    args = parser.parse_args(argv)
+    return serve(socket.socket(fileno=args.fd))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
