@@ -240,10 +240,14 @@ class ZygoteChild:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        with self.zygote.changed:
-            if not self.zygote.changed.wait_for(lambda: self.pid in self.zygote.exits, timeout):
+        zygote = self.zygote
+        with zygote.changed:
+            # A dead zygote reports no more exits (its engines stop with it: their watchdogs
+            # see their parent go), so waiting on it ends as a timeout, never a hang.
+            zygote.changed.wait_for(lambda: self.pid in zygote.exits or not zygote.alive, timeout)
+            if self.pid not in zygote.exits:
                 raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
-            return self.zygote.exits[self.pid]
+            return zygote.exits[self.pid]
 
 
 class Zygote:

@@ -44,7 +44,8 @@ pool's decode tokens inside its window) is recorded per repeat, and the arms are
 against each other as well as against the batch (``concurrency-differs``, ``coverage-differs``).
 A full window whose mean rows per step fell more than 5% below its own peak (a loaded host
 slowing the ramp-up or the close) is run again, once (:func:`disturbed_mean`); the last one
-run is kept, and the dropped window's mean is recorded (``rerun_means``).
+run is kept, and the dropped window's mean is recorded (``rerun_means``). Likewise a repeat
+whose decode time (full window minus prefill-only window) is not positive is measured again once.
 
 **The window is the steady state:** it opens as the first ``batch`` requests are sent and closes
 the first time a request finishes and the pool can no longer refill it. At that moment every
@@ -508,11 +509,26 @@ class ArmMeasurer:
         return full, tuple(dropped)
 
     def measure_repeat(self, arm: str) -> ArmRepeat:
-        """One flushed steady-state window, then a flushed prefill-only window of what it prefilled."""
+        """One flushed steady-state window, then a flushed prefill-only window of what it
+        prefilled. A repeat whose full window took no longer than its prefill-only one (a
+        stall in one of them: no decode was timed) is measured again, at
+        most :data:`WINDOW_RERUNS` times; the last is kept whatever it shows, so the checks
+        still fail one that never measures decode, and the dropped repeats' decode seconds are
+        recorded (``window["rerun_decode_seconds"]``)."""
         started = time.time()
-        full, dropped = self._steady_window()
-        outputs, finish = self._complete(full)
-        prefill = self._prefill_window(full)
+        dropped: list[float] = []
+        unlike: list[float] = []
+        while True:
+            full, disturbed = self._steady_window()
+            dropped += disturbed
+            outputs, finish = self._complete(full)
+            prefill = self._prefill_window(full)
+            sample = _sample(prefill, full)
+            if sample.decode_seconds > 0 or len(unlike) >= WINDOW_RERUNS:
+                break
+            unlike.append(sample.decode_seconds)
+        if unlike:
+            sample = dataclasses.replace(sample, window={**sample.window, "rerun_decode_seconds": unlike})
         problems: list[str] = []
         if arm != "baseline":  # the speculative arm, an A/B reference or a replay
             for loop in full.loop_counters:
@@ -522,7 +538,7 @@ class ArmMeasurer:
             replay_problems = (f"{full.replay_misses} verify step(s) had no recorded draft of the "
                                f"drafter's width to replay: the run is not like for like",)
         return ArmRepeat(
-            sample=dataclasses.replace(_sample(prefill, full), coverage=coverage(full, outputs)),
+            sample=dataclasses.replace(sample, coverage=coverage(full, outputs)),
             outputs=outputs,
             finish=finish,
             concurrency={**full.concurrency, "rerun_means": list(dropped)} if dropped else full.concurrency,
@@ -614,7 +630,8 @@ def abort_until_answered(client: Any, pending: Callable[[], set[str]], *,
                 raise AbortError(f"/abort_request for rid {rid} failed: {exc}") from None
 
 
-#: Times one repeat's full window is run again when the host disturbed it (:func:`disturbed_mean`).
+#: Times one repeat's full window is run again when the host disturbed it (:func:`disturbed_mean`),
+#: and times a repeat is measured again when it measured no decode (``measure_repeat``).
 WINDOW_RERUNS = 1
 
 

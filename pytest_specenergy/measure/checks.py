@@ -278,6 +278,14 @@ def _pairing_checks(base: Any, spec: Any) -> list[Check]:
     return found
 
 
+def _remeasured(run: Any) -> str:
+    """For a no-decode check's message: the repeats already measured again (the measurer's
+    ``rerun_decode_seconds``), so the failure is known not to be one passing stall."""
+    again = [t for s in run.samples for t in (s.window or {}).get("rerun_decode_seconds", ())]
+    return (f" (measured again after repeats whose decode time was "
+            f"{', '.join(f'{t:.3g}' for t in again)} s)" if again else "")
+
+
 def _window_checks(base: Any, spec: Any) -> list[Check]:
     """Decode energy is the full window minus the prefill-only window: it must stay positive,
     and a prefill share above half leaves little decode to measure."""
@@ -291,7 +299,7 @@ def _window_checks(base: Any, spec: Any) -> list[Check]:
                                f"{run.arm} arm: decode time {min(times):.3g} s (full-run window "
                                f"minus its prefill-only window) is not positive, so no decode was "
                                f"timed; the windows ran unlike work (a drain, a stall or a cold "
-                               f"engine in one of them)"))
+                               f"engine in one of them){_remeasured(run)}"))
             continue
         if any(s.decode_joules <= 0 for s in run.samples):
             found.append(Check("prefill-in-window", "fail",

@@ -91,8 +91,11 @@ class TokenMeter:
         return engine
 
     def stop(self, token):
+        # Windows close in pairs, the full one first: it takes longer than its prefill-only
+        # twin, or the measurer would find no decode timed and measure the repeat again.
         self.calls += 1
-        return EnergyWindow(joules=self.per_call * self.calls, seconds=1.0, source=self.label)
+        return EnergyWindow(joules=self.per_call * self.calls, seconds=2.0 if self.calls % 2 else 1.0,
+                            source=self.label)
 
     def close(self):
         pass
@@ -454,8 +457,8 @@ class LoopingMeter(TokenMeter):
     min_window_s = 2.5
 
     def stop(self, token):
-        self.calls += 1
-        return EnergyWindow(joules=30.0, seconds=3.0, source=self.label)
+        self.calls += 1  # the full window (3 loops) takes longer than its prefill-only twin's
+        return EnergyWindow(joules=30.0, seconds=3.0 if self.calls % 2 else 1.5, source=self.label)
 
 
 def test_tokens_are_counted_over_every_loop_like_the_energy(monkeypatch):
@@ -763,3 +766,38 @@ def test_a_window_is_disturbed_when_it_ran_well_below_its_own_peak():
                                  {"steps_by_running": {4: 10}, "mean_running": 4.0}], 12)
     assert merged["rerun_means"] == [2.8] and merged["window_means"] == [4.0, 4.0]
     assert "rerun_means" not in arm_concurrency(4, [{"steps_by_running": {4: 10}, "mean_running": 4.0}], 12)
+
+
+class ScriptedMeter(TokenMeter):
+    """Reads each window from a script of (joules, seconds), in the order the windows close."""
+
+    def __init__(self, script) -> None:
+        super().__init__(0.0)
+        self.script = list(script)
+
+    def stop(self, token):
+        joules, seconds = self.script.pop(0)
+        return EnergyWindow(joules=joules, seconds=seconds, source=self.label)
+
+
+def _baseline_arm(meter):
+    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=2,
+                   corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=4))
+    return ArmMeasurer(_server(FakeClient(False, [])), meter, case, repeats=1, warmup=0).measure("baseline")
+
+
+def test_a_repeat_whose_prefill_window_stalled_is_measured_again():
+    # full window, then its prefill-only twin: the first twin stalled past the full window.
+    run = _baseline_arm(ScriptedMeter([(10.0, 1.0), (12.0, 1.2), (10.0, 1.0), (2.0, 0.2)]))
+    [sample] = run.samples
+    assert sample.decode_seconds == pytest.approx(0.8) and sample.decode_joules == pytest.approx(8.0)
+    assert sample.window["rerun_decode_seconds"] == [pytest.approx(-0.2)]
+
+
+def test_a_repeat_that_never_measures_decode_is_kept_and_fails_saying_it_was_measured_again():
+    from pytest_specenergy.measure.checks import _window_checks
+
+    stalled = _baseline_arm(ScriptedMeter([(10.0, 1.0), (12.0, 1.2), (10.0, 1.0), (11.0, 1.1)]))
+    assert stalled.samples[0].decode_seconds == pytest.approx(-0.1)
+    [check] = [c for c in _window_checks(stalled, stalled) if c.name == "decode-time-not-positive"][:1]
+    assert "measured again after repeats whose decode time was -0.2 s" in check.message
