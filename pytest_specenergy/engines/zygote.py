@@ -34,6 +34,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import traceback
 import weakref
 from pathlib import Path
@@ -67,26 +68,20 @@ class ForkedChild:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else _now() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
-            if deadline is not None and _now() >= deadline:
+            if deadline is not None and time.monotonic() >= deadline:
                 raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
-            threading.Event().wait(0.02)
+            time.sleep(0.02)
         return self.returncode  # type: ignore[return-value]
 
     def send_signal(self, signum: int) -> None:
         os.kill(self.pid, signum)
 
 
-def _now() -> float:
-    import time
-
-    return time.monotonic()
-
-
 def _fork_server(argv: Sequence[str]) -> ForkedChild:
-    """The watchdog's server: a fork running the reference server's ``main`` on ``argv``'s
-    flags, killed with its watchdog (parent-death signal), exiting with ``main``'s status."""
+    """The watchdog's server: a fork running the reference server as ``python -m`` would on
+    ``argv``'s flags, killed with its watchdog (parent-death signal), exiting with its status."""
     from pytest_specenergy.engines.watchdog import _pdeathsig_setter
 
     set_pdeathsig = _pdeathsig_setter()
