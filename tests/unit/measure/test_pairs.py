@@ -30,6 +30,14 @@ from pytest_specenergy.meters.base import EnergyWindow
 CORPUS = load_corpus("code")
 
 
+@pytest.fixture(autouse=True)
+def no_reruns(monkeypatch):
+    """The fake engines here tally requests, not decode steps, and their meters script
+    windows: a loaded host could make a fake window look disturbed and re-run it, changing the
+    calls these tests count. The re-run tests turn it back on (``monkeypatch``)."""
+    monkeypatch.setattr(arm_module, "WINDOW_RERUNS", 0)
+
+
 class FakeClient:
     def __init__(self, speculative: bool, log: list) -> None:
         self.speculative, self.log = speculative, log
@@ -786,7 +794,8 @@ def _baseline_arm(meter):
     return ArmMeasurer(_server(FakeClient(False, [])), meter, case, repeats=1, warmup=0).measure("baseline")
 
 
-def test_a_repeat_whose_prefill_window_stalled_is_measured_again():
+def test_a_repeat_whose_prefill_window_stalled_is_measured_again(monkeypatch):
+    monkeypatch.setattr(arm_module, "WINDOW_RERUNS", 1)
     # full window, then its prefill-only twin: the first twin stalled past the full window.
     run = _baseline_arm(ScriptedMeter([(10.0, 1.0), (12.0, 1.2), (10.0, 1.0), (2.0, 0.2)]))
     [sample] = run.samples
@@ -794,8 +803,10 @@ def test_a_repeat_whose_prefill_window_stalled_is_measured_again():
     assert sample.window["rerun_decode_seconds"] == [pytest.approx(-0.2)]
 
 
-def test_a_repeat_that_never_measures_decode_is_kept_and_fails_saying_it_was_measured_again():
+def test_a_repeat_that_never_measures_decode_is_kept_and_fails_saying_it_was_measured_again(monkeypatch):
     from pytest_specenergy.measure.checks import _window_checks
+
+    monkeypatch.setattr(arm_module, "WINDOW_RERUNS", 1)
 
     stalled = _baseline_arm(ScriptedMeter([(10.0, 1.0), (12.0, 1.2), (10.0, 1.0), (11.0, 1.1)]))
     assert stalled.samples[0].decode_seconds == pytest.approx(-0.1)
