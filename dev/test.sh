@@ -11,7 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash dev/setup.sh --test
-pytest_run() { .venv/bin/python -m pytest -p no:cacheprovider -n 2 "$@"; }
+# worksteal: the end-to-end tests take 10-90 s each; handed out up front they left one worker
+# running the last of them alone for minutes while the other idled.
+pytest_run() { .venv/bin/python -m pytest -p no:cacheprovider -n 2 --dist worksteal "$@"; }
 
 if [ "${SPECENERGY_SKIP_SGLANG:-0}" = 1 ]; then
     pytest_run tests "$@"

@@ -32,3 +32,18 @@ def test_the_readme_headline_example_runs_as_written(pytester: pytest.Pytester):
     result = pytester.runpytest("-k", "code-ngram-b1", "--specenergy-repeats=1", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, deselected=3)
     result.stdout.fnmatch_lines(["*energy figures: modeled*"])
+
+
+def test_the_quickstart_command_needs_no_test_tools():
+    """The quickstart's .venv (``dev/setup.sh`` without ``--test``) has no pytest-xdist: the
+    project's pytest settings must not name its options (``--dist`` in ``addopts`` made the
+    README's first command a usage error on a fresh machine). Run here with xdist blocked."""
+    import subprocess
+    import sys
+
+    root = README.parent
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider",
+                           "--collect-only", "-q", "example_suites/quickstart"],
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "7 tests collected" in done.stdout, done.stdout[-2000:]
