@@ -25,8 +25,8 @@ engine process, the way a user declares a control pair. Cases:
 * after the session (outer test): every engine's process group is gone, and their logs show
   SGLang's graceful SIGTERM drain.
 
-The meter is a CPU-time stand-in (the engine group's CPU seconds as 1 J per second, labelled "not
-energy"): NVML cannot exist here and SGLang has no work trace for the modeled meter.
+The meter is a wall-clock stand-in (1 J per second, labelled "not energy"): NVML cannot exist
+here and SGLang has no work trace for the modeled meter.
 """
 
 from __future__ import annotations
@@ -40,58 +40,7 @@ import pytest
 from sglang_envs import NEWEST
 from sglang_envs import REPO
 from sglang_envs import sglang_python
-
-#: The A/A pair's arms are two engine processes on 2 shared cores: by wall clock one of them ran
-#: 5x slower than its twin in both repeats of one run (TBT 57-62 ms vs 7-15 ms, the other
-#: worker's SGLang tests beside it), and the in-job gate rightly called that a regression. The
-#: engine group's own CPU time does not count the time it waited for a core.
-CONFTEST = '''
-import os
-
-from pytest_specenergy.engines.watchdog import group_members
-from pytest_specenergy.meters.base import EnergyWindow
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pgid):
-    total = 0
-    for pid in group_members(pgid):
-        try:
-            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone since it was listed
-        total += int(fields[11]) + int(fields[12])  # utime + stime
-    return total / TICK
-
-
-class CpuTimeStandInMeter:
-    """Hand-written stand-in for NVML, which cannot exist on this CPU-only machine: the CPU
-    seconds the engine's process group spent in each window, reported as 1 J per second and
-    labelled so nobody reads it as energy."""
-
-    kind = "nvml"
-    label = "cpu-time stand-in (not energy: no GPU)"
-    min_window_s = 0.0
-
-    def describe(self):
-        return {"kind": self.kind, "label": self.label}
-
-    def start(self, engine):
-        return engine.pid, cpu_seconds(engine.pid)
-
-    def stop(self, token):
-        pgid, before = token
-        seconds = cpu_seconds(pgid) - before
-        return EnergyWindow(joules=seconds, seconds=seconds, source=self.label)
-
-    def close(self):
-        pass
-
-
-def pytest_specenergy_make_meter(kind, engine):
-    return CpuTimeStandInMeter()
-'''
+from test_sglang_live import CONFTEST
 
 SUITE = '''
 import dataclasses
@@ -327,7 +276,7 @@ def test_spec_pair_end_to_end_on_live_sglang(pytester: pytest.Pytester, tiny_mod
 
     # A/A: twin check, every check and the gate held, over two repeats on the same engines.
     aa = got["aa"]
-    assert aa["checks"] == [] and aa["source"].startswith("cpu-time stand-in"), aa
+    assert aa["checks"] == [] and aa["source"].startswith("wall-clock stand-in"), aa
     assert all(s["decode_seconds"] > 0 and s["decode_tokens"] > 0 for s in aa["samples"])
     document = json.loads(report.read_text())
     verdicts = {r["nodeid"].split("::")[-1].split("[")[0]: r.get("verdict") for r in document["results"]}
