@@ -135,10 +135,11 @@ class PairMeasurer:
 
         A start is mostly imports and model building, single-threaded and partly I/O, so starts
         overlap well: the quickstart's five engines, started per case (two, one, two), took 15.2 s;
-        together, 12.0 s (``benchmarks/harness_time.py``). At most :data:`PRESTART_MAX`, the
-        first cases' first; the rest start when their case comes. SGLang engines are not started
-        early (a CPU one takes most of a minute and the cores; GPU ones follow :meth:`plan`'s
-        residency)."""
+        together, 12.0 s (``benchmarks/harness_time.py``, before reference engines were forked
+        from the zygote, :mod:`~pytest_specenergy.engines.zygote`: 4.3 s now, zygote included).
+        At most :data:`PRESTART_MAX`, the first cases' first; the rest start when their case
+        comes. SGLang engines are not started early (a CPU one takes most of a minute and the
+        cores; GPU ones follow :meth:`plan`'s residency)."""
         if self.pool.max_live or not hasattr(self.pool, "start_together"):
             return
         configs = [self.engine_config(config) for case in self.planned for config in _engine_configs(case)
