@@ -52,6 +52,19 @@ def sglang_python(version: str) -> Path:
     return python
 
 
+def serve_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment of a live SGLang CPU server started by the plugin under test: SGLang's
+    CPU engine (sglang-audit.md part (c)), no hub access, and one OpenMP thread per process.
+
+    Without the last, each server's scheduler took both cores' threads; with three or four
+    servers and the other xdist worker on 2 cores, their OpenMP threads spun against each
+    other: one of two identical A/A engines read 11x the other's stand-in energy, and
+    tests/sglang took 202 s. With one thread it took 159 s, and the A/A arms read within 2x."""
+    monkeypatch.setenv("SGLANG_USE_CPU_ENGINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
 def tiny_models() -> tuple[str, str]:
     """A 2-layer random Llama target and a 1-layer draft (local paths: SGLang's resolution reads
     their ``config.json``), made once from a seed and kept beside the environments."""

@@ -31,6 +31,7 @@ import pytest
 from sglang_envs import NEWEST
 from sglang_envs import REPO
 from sglang_envs import run_worker
+from sglang_envs import serve_on_cpu
 from sglang_envs import sglang_python
 
 from pytest_specenergy.engines.sglang import resolved_args_difference
@@ -205,8 +206,7 @@ def test_plugin_against_a_live_sglang_cpu_server(pytester: pytest.Pytester, tiny
     facts = tmp_path / "facts.json"
     base_log, spec_log = tmp_path / "standin-baseline.jsonl", tmp_path / "standin-spec.jsonl"
     monkeypatch.setenv("SPECENERGY_LIVE_FACTS", str(facts))
-    monkeypatch.setenv("SGLANG_USE_CPU_ENGINE", "1")  # SGLang's CPU engine (audit part (c))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    serve_on_cpu(monkeypatch)
     monkeypatch.setenv("SPECENERGY_STANDIN_LOG", str(base_log))  # the suite switches it per arm
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_live_suite=SUITE.replace("MODEL", repr(model))
