@@ -49,8 +49,10 @@ class FakeClient:
         return {}
 
     def abort(self, rid=None) -> None:
-        """SGLang's /abort_request: requests answered after it are cut (see BatchingClient)."""
-        self.log.append("abort")
+        """SGLang's /abort_request: requests answered after it are cut (see BatchingClient).
+        Logged as ``"abort"`` (abort_all, the close) or ``("abort", rid)`` (a retry by rid, which
+        a loaded host may make before a fake request's sleep ends)."""
+        self.log.append("abort" if rid is None else ("abort", rid))
 
     def generate(self, text, sampling_params, rids):
         n = sampling_params["max_new_tokens"]
@@ -569,7 +571,7 @@ def test_the_window_is_the_steady_state_and_ends_by_aborting_what_is_in_flight()
     measurer = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=1, warmup=0)
     repeat = measurer.measure_repeat("speculative")
     full = repeat.sample.window["full"]
-    assert client.log.count("abort") == 1
+    assert client.log.count("abort") == 1  # one close (retries by rid are logged apart)
     assert full["requests"] == 12 and full["aborted"] == [3] and full["prefilled"] == [12]
     # 9 whole requests of 8 tokens and 3 cut at 4: decode tokens are those after each first.
     assert repeat.sample.decode_tokens == 9 * 7 + 3 * 3
