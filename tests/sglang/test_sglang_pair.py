@@ -264,7 +264,11 @@ def test_spec_pair_end_to_end_on_live_sglang(pytester: pytest.Pytester, tiny_mod
     t0 = time.perf_counter()
     result = pytester.runpytest("--specenergy-engine=sglang", "--specenergy-startup-timeout=300",
                                 "--specenergy-repeats=2", "--specenergy-max-repeats=2",
-                                "--specenergy-warmup=0", "-p", "no:cacheprovider", "-rA",
+                                # One warm-up run per arm (a batch of 4, ~0.5 s): without it
+                                # the session's first windows also paid the engines' and the
+                                # client's first requests, and in quiet runs the baseline (the
+                                # first arm measured) was the one whose window ran again.
+                                "--specenergy-warmup=1", "-p", "no:cacheprovider", "-rA",
                                 # The A/A control drafts nothing: no accept-length limit. The
                                 # stand-in's energy on 2 shared cores with several SGLang CPU
                                 # engines alive: with each scheduler on both cores' OpenMP
