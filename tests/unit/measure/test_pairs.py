@@ -154,9 +154,15 @@ class BatchingClient(FakeClient):
     """Counts requests in flight and records, per call not cut by the close, how many ran
     beside it (a stand-in for SGLang's ``step_time_dict``, which flush resets)."""
 
-    def __init__(self, speculative: bool, log: list, delay: float = 0.01) -> None:
+    def __init__(self, speculative: bool, log: list, delay: float = 0.01,
+                 hold_until: int | None = None) -> None:
         super().__init__(speculative, log)
         self.delay, self.lock = delay, threading.Lock()
+        #: Hold each request until this many have been in flight at once (at most 5 s), so a
+        #: peak is read as the measurer sends it: on a loaded host starting its threads can
+        #: take longer than a short fake request runs (a peak of 7 was read for 8).
+        self.hold_until = hold_until
+        self.arrived = threading.Condition(self.lock)
         self.in_flight = self.peak = 0
         self.steps: dict[str, list] = {}
         self.texts: list = []
@@ -180,6 +186,9 @@ class BatchingClient(FakeClient):
         with self.lock:
             self.in_flight += 1
             self.peak = max(self.peak, self.in_flight)
+            if self.hold_until is not None:
+                self.arrived.notify_all()
+                self.arrived.wait_for(lambda: self.peak >= self.hold_until, timeout=5.0)
             self.texts.append(list(text))
             self.calls.append((list(text), sampling_params["max_new_tokens"]))
             aborts = getattr(self, "aborts", 0)
@@ -208,7 +217,7 @@ def _server(client):
 
 def test_arm_keeps_the_batch_in_flight_one_request_per_call():
     # Old: one /generate of 4 prompts per chunk, waited for whole: one call in flight.
-    client = BatchingClient(True, [])
+    client = BatchingClient(True, [], hold_until=4)
     case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
                 corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
     run = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=1, warmup=0).measure("speculative")
@@ -267,7 +276,7 @@ def test_an_engine_capped_at_the_batch_gets_requests_queued_beyond_it():
     case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
                    corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
     for cap, peak in ((4, 8), (32, 4)):
-        client = BatchingClient(True, [])
+        client = BatchingClient(True, [], hold_until=peak)
         server = SimpleNamespace(client=client, server_info={"device": "cpu", "max_running_requests": cap},
                                  describe=lambda: {"engine": "fake"})
         measurer = ArmMeasurer(server, TokenMeter(1.0), case, repeats=1, warmup=0)
