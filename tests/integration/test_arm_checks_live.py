@@ -13,7 +13,6 @@ the check that fails says it was run again.
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
