@@ -52,9 +52,7 @@ if wait "$build"; then
     cat .sglang-envs/build.log
     echo "dev/test.sh: SGLang environments ready after $(( $(date +%s) - started )) s; running tests/sglang/"
     sglang_status=0
-    # loadgroup: the two tests with live SGLang servers share one worker (LIVE_SERVERS in
-    # tests/sglang/sglang_envs.py), so neither measures beside the other's servers.
-    pytest_run --dist loadgroup tests/sglang "$@" || sglang_status=$?
+    pytest_run tests/sglang "$@" || sglang_status=$?
 else
     cat .sglang-envs/build.log >&2
     echo "dev/test.sh: the SGLang environments did not build; tests/sglang/ not run" >&2

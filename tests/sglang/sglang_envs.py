@@ -52,13 +52,6 @@ def sglang_python(version: str) -> Path:
     return python
 
 
-#: The tests that run live SGLang CPU servers, kept on one xdist worker (``dev/test.sh`` runs
-#: this folder with ``--dist loadgroup``) so that their servers never measure beside each
-#: other's: on 2 cores, the live pair's A/A windows fell below the batch (CI: 3.0 and 3.2
-#: requests per step at batch 4) while the other worker's servers started and decoded.
-LIVE_SERVERS = pytest.mark.xdist_group("live-sglang-servers")
-
-
 def serve_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """The environment of a live SGLang CPU server started by the plugin under test: SGLang's
     CPU engine (sglang-audit.md part (c)), no hub access, and one OpenMP thread per process.

@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 import pytest
-from sglang_envs import LIVE_SERVERS
 from sglang_envs import NEWEST
 from sglang_envs import REPO
 from sglang_envs import run_worker
@@ -200,7 +199,6 @@ def _events(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-@LIVE_SERVERS
 def test_plugin_against_a_live_sglang_cpu_server(pytester: pytest.Pytester, tiny_models,
                                                  monkeypatch, tmp_path):
     python = sglang_python(NEWEST)

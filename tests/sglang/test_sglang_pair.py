@@ -37,7 +37,6 @@ import re
 import time
 
 import pytest
-from sglang_envs import LIVE_SERVERS
 from sglang_envs import NEWEST
 from sglang_envs import REPO
 from sglang_envs import serve_on_cpu
@@ -249,7 +248,6 @@ def _group_alive(pgid: int) -> list[str]:
     return left
 
 
-@LIVE_SERVERS
 def test_spec_pair_end_to_end_on_live_sglang(pytester: pytest.Pytester, tiny_models, monkeypatch,
                                               tmp_path):
     python = sglang_python(NEWEST)
