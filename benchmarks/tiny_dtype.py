@@ -95,16 +95,25 @@ def _gaps_and_noise(model: str, dtype: str, prompts, tokens: int) -> tuple[list[
 
 
 def measure_rows(models: list[str], prompts: int = 8, tokens: int = 64, rounds: int = 3) -> list[DtypeRow]:
-    """Every model in both dtypes, the timings interleaved round by round."""
-    import numpy as np
+    """Every model in both dtypes, the timings interleaved round by round, on one torch thread."""
     import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the plugin runs tiny models (engines/refserver.py)
+    try:
+        return _measure(models, prompts, tokens, rounds)
+    finally:
+        torch.set_num_threads(threads)  # a test calling this leaves its worker as it found it
+
+
+def _measure(models: list[str], prompts: int, tokens: int, rounds: int) -> list[DtypeRow]:
+    import numpy as np
 
     from pytest_specenergy.cases.corpora.loader import BUILTIN_CORPORA
     from pytest_specenergy.cases.corpora.loader import load_corpus
     from pytest_specenergy.refserver.engine import ReferenceEngine
     from pytest_specenergy.refserver.records import EngineConfig
 
-    torch.set_num_threads(1)  # as the plugin runs tiny models (engines/refserver.py)
     engines = {}
     for model in models:
         for dtype in DTYPES:
