@@ -1,6 +1,6 @@
 """The quickstart: two drafters against the non-speculative twin on the built-in tiny model.
 
-Runs anywhere on CPU: the reference server (HF transformers, float64) serves ``tiny:dense``
+Runs anywhere on CPU: the reference server (HF transformers, float32 on CPU) serves ``tiny:dense``
 and the modeled meter (``modeled (h200, priced as Qwen3-8B)``) prices its work trace at the
 shapes the tiny models stand for.
 """

@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype",
         choices=DTYPES,
         default="auto",
-        help="auto: float64 for tiny models, bfloat16 on CUDA / float32 on CPU otherwise",
+        help="auto: float32 on CPU; on CUDA float64 for tiny models, bfloat16 otherwise",
     )
     p.add_argument("--device", default="auto", help=f"one of {DEVICES} or cuda:N")
     p.add_argument("--seed", "--random-seed", dest="seed", type=int, default=0, help="tiny/random-model weights seed")

@@ -1,16 +1,23 @@
 """Load a model for the reference engine: a built-in ``tiny:*`` model, a ``random:*`` model of a
 real model's shape (:mod:`.random_models`) or a local HF checkpoint.
 
-dtype ``auto`` means float64 for the tiny models (on any device) and bfloat16 on CUDA / float32 on
-CPU for ``random:*`` models and checkpoints (a random model is built in that dtype on that device).
-Why float64 for tiny models: random weights leave near-ties between the top two logits (gaps of
-~1e-5 in float32), and a (K+1)-token verify pass reduces in a different order than a one-token
-decode step, so in float32 an argmax can flip and speculative output would differ from the
-baseline for reasons that have nothing to do with speculation. In float64 the reduction noise
-(~1e-15) is far below any gap the tiny models produce, so equality is exact in practice. (Caveat:
-transformers computes RMSNorm statistics and RoPE angles in float32 internally. On the CPU these are
-the same whatever the step shape, so paths agree bit for bit; on CUDA their reductions depend on the
-shape and paths differ by ~1e-7, still far below the tiny models' top-2 gaps.)
+dtype ``auto`` means float32 for the tiny models on the CPU and float64 on CUDA, and bfloat16 on
+CUDA / float32 on CPU for ``random:*`` models and checkpoints (a random model is built in that dtype
+on that device).
+
+Why float32 is safe for the tiny models on the CPU: a (K+1)-token verify pass reduces in another
+order than a one-token decode step, so the two paths' logits differ by rounding noise, and where
+the top two logits nearly tie an argmax could flip and the speculative output differ from the
+baseline for reasons that have nothing to do with speculation. In float32 that noise is at most
+~1e-5 nats on the tiny models, against a smallest top-2 gap of 1.3e-3 (dense) and 2.5e-5 (hybrid)
+in 2,560 greedy steps, and no prompt of 480 (every built-in corpus, 64 tokens, n-gram with 8
+drafts, batch 8) diverged on either model (``benchmarks/tiny_dtype.py``, issue 24 item 7). A flip
+it ever made would be a numerical tie, which the equivalence check tells apart from a real
+divergence by its margin (:mod:`pytest_specenergy.measure.equivalence`). float64 halves the
+speed for nothing a CPU run needs; CUDA keeps it, where it costs little and makes greedy output
+exact in practice. (Caveat: transformers computes RMSNorm statistics and RoPE angles in float32
+internally; on CUDA their reductions depend on the shape, so float64 paths there differ by
+~1e-7.)
 """
 
 from __future__ import annotations
@@ -66,7 +73,7 @@ def resolve_dtype(spec: str, model: str, device: torch.device) -> torch.dtype:
     if spec != "auto":
         return _DTYPES[spec]
     if model.startswith("tiny:"):
-        return torch.float64
+        return torch.float64 if device.type == "cuda" else torch.float32
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 

@@ -50,8 +50,9 @@ import pytest
 def test_hybrid(spec_pair):
     r = spec_pair.measure()
     r.assert_coherent()
-    # CPU float64: greedy output is exact, so no divergence is a numerical tie.
-    r.assert_equivalent(tie_margin=0)
+    # CPU float32: the arms' logits differ by at most ~1e-5 nats, so a divergence at a wider
+    # margin is no numerical tie (the default margin is sized for bf16 GPUs).
+    r.assert_equivalent(tie_margin=1e-4)
 """
 
 

@@ -84,7 +84,7 @@ def make_requests() -> Callable[..., list[GenerationRequest]]:
 def _one_torch_thread():
     """Run these tests on one intra-op thread, restoring the setting afterwards.
 
-    Tiny float64 models gain little from a second thread, and on a shared 2-core machine OpenMP
+    Tiny models gain little from a second thread, and on a shared 2-core machine OpenMP
     spin-waiting makes two threads up to 10x slower whenever another process is busy.
     """
     before = torch.get_num_threads()

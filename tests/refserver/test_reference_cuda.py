@@ -28,8 +28,9 @@ def test_cuda_speculative_equals_baseline(engine_for, make_requests, model):
             engine = engine_for(model=model, device="cuda", drafter=drafter, num_draft_tokens=4)
             got = engine.generate(make_requests(engine, batch, 32))
             assert [r.output_ids for r in got] == [r.output_ids for r in want], (model, drafter, batch)
-    # the same tokens as on the CPU: the weights and the float64 arithmetic agree
-    cpu = engine_for(model=model, device="cpu")
+    # the same tokens as on the CPU in float64 (the CPU's default is float32): the weights and
+    # the float64 arithmetic agree
+    cpu = engine_for(model=model, device="cpu", dtype="float64")
     assert [r.output_ids for r in cpu.generate(make_requests(cpu, 2, 16))] == [
         r.output_ids for r in base.generate(make_requests(base, 2, 16))
     ]

@@ -5,15 +5,18 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from pytest_specenergy.refserver.records import GenerationRequest
 from pytest_specenergy.refserver.records import SamplingParams
 
 
 def _tol(engine) -> float:
-    # float64 paths agree to rounding on the CPU. On CUDA, transformers computes the RoPE angles in
-    # float32 with shape-dependent kernels, so a prefill and a decode step differ by ~1e-7.
-    return 1e-9 if engine.target.device.type == "cpu" else 1e-5
+    # A prefill and a decode step reduce in different orders. On the CPU the tiny models run in
+    # float32: the two paths' logits differ by up to ~1e-5 (benchmarks/results/tiny_dtype.txt,
+    # "path noise"). On CUDA they run in float64, but transformers computes the RoPE angles in
+    # float32 with shape-dependent kernels, so the paths differ by ~1e-7.
+    return 1e-4 if engine.target.dtype == torch.float32 else 1e-5
 
 
 def _req(ids, max_new=6, start=-1, logprob=True):
