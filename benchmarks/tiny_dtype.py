@@ -30,8 +30,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -97,16 +99,24 @@ def _gaps_and_noise(model: str, dtype: str, prompts, tokens: int) -> tuple[list[
     return gaps, noise
 
 
-def measure_rows(models: list[str], prompts: int = 8, tokens: int = 64, rounds: int = 3) -> list[DtypeRow]:
-    """Every model in both dtypes, the timings interleaved round by round, on one torch thread."""
+@contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    """One intra-op thread, as the plugin runs tiny models (engines/refserver.py); the caller's
+    setting comes back after, so a test calling a benchmark leaves its worker as it found it."""
     import torch
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the plugin runs tiny models (engines/refserver.py)
+    torch.set_num_threads(1)
     try:
-        return _measure(models, prompts, tokens, rounds)
+        yield
     finally:
-        torch.set_num_threads(threads)  # a test calling this leaves its worker as it found it
+        torch.set_num_threads(threads)
+
+
+def measure_rows(models: list[str], prompts: int = 8, tokens: int = 64, rounds: int = 3) -> list[DtypeRow]:
+    """Every model in both dtypes, the timings interleaved round by round, on one torch thread."""
+    with _one_torch_thread():
+        return _measure(models, prompts, tokens, rounds)
 
 
 def _measure(models: list[str], prompts: int, tokens: int, rounds: int) -> list[DtypeRow]:
@@ -165,17 +175,13 @@ def count_divergences(models: list[str], dtype: str, prompts: int, tokens: int, 
     the table's 40 prompts are too small to bound a rare flip with. Each line names the prompts
     that differ, as (corpus, prompt index, first differing token). ``faults`` go to the
     speculative engine (the reference server's fault switches: a test's bad case)."""
-    import torch
-
     from pytest_specenergy.cases.corpora.loader import BUILTIN_CORPORA
     from pytest_specenergy.cases.corpora.loader import load_corpus
     from pytest_specenergy.refserver.engine import ReferenceEngine
     from pytest_specenergy.refserver.records import EngineConfig
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     lines = []
-    try:
+    with _one_torch_thread():
         for model in models:
             base = ReferenceEngine(EngineConfig(model=model, drafter="none", dtype=dtype))
             spec = ReferenceEngine(EngineConfig(model=model, drafter="ngram", num_draft_tokens=8, dtype=dtype,
@@ -193,8 +199,6 @@ def count_divergences(models: list[str], dtype: str, prompts: int, tokens: int, 
                             differ.append((corpus, start + offset, first))
             lines.append(f"{model:<12} {dtype:<8} spec != base: {len(differ)} of {total} prompts "
                          f"({total * tokens} tokens, batch {batch}) {differ if differ else ''}".rstrip())
-    finally:
-        torch.set_num_threads(threads)
     return lines
 
 

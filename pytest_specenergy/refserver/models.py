@@ -72,9 +72,9 @@ def resolve_dtype(spec: str, model: str, device: torch.device) -> torch.dtype:
     """The compute dtype for ``model`` (see the module docstring for ``auto``)."""
     if spec != "auto":
         return _DTYPES[spec]
-    if model.startswith("tiny:"):
-        return torch.float64 if device.type == "cuda" else torch.float32
-    return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if device.type != "cuda":
+        return torch.float32
+    return torch.float64 if model.startswith("tiny:") else torch.bfloat16
 
 
 def _eos_ids(model: torch.nn.Module) -> list[int]:
