@@ -16,6 +16,16 @@ launcher holds a :class:`ZygoteChild` for ``C`` in place of a ``Popen``: the sam
 reaps ``C``. When pytest dies the socket closes and the zygote exits; each watchdog sees its
 lifeline close and stops its group, as before.
 
+The processes a pytest process starts share its zygote: a pytest run in a subprocess (a
+``pytester`` subprocess run, a CI job's nested suite, its xdist workers) would otherwise import
+torch and transformers again in a zygote of its own, 4.7 s of CPU each. The zygote also listens
+on a Unix socket in a private folder, which the process that started it names in
+:data:`SHARED`; a process that inherits that variable connects there (same interpreter only)
+instead of starting one. Each connection's engines get their exit statuses on that connection,
+and their lifelines are their own launcher's, so a client that dies stops its engines as
+before. The zygote still ends with the process that started it, and with it the engines of its
+clients (their watchdogs see their parent go): a client outliving it starts the plain way.
+
 Used only for a reference-server command run by this interpreter on a CPU (:func:`zygote_for`),
 and never with ``SPECENERGY_ZYGOTE=0``; a zygote that fails to start or dies leaves every later
 start on the plain path (a new interpreter per engine). The zygote runs no torch op before it
@@ -25,6 +35,7 @@ forks: a fork after OpenMP's threads exist can hang the child.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import runpy
@@ -33,6 +44,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -47,6 +59,9 @@ REFSERVER = "pytest_specenergy.refserver"
 MAX_MESSAGE = 1 << 20
 #: Environment variable that turns the zygote off (``0``): every engine a fresh interpreter.
 SWITCH = "SPECENERGY_ZYGOTE"
+#: Environment variable naming the Unix socket of the zygote this process's parent started
+#: (set in that process's environment, inherited by the processes it starts).
+SHARED = "SPECENERGY_ZYGOTE_SOCKET"
 #: transformers names the reference server's models and caches use (imported in the zygote).
 PRELOAD = ("Qwen3Config", "Qwen3ForCausalLM", "Qwen3MoeConfig", "Qwen3MoeForCausalLM",
            "Qwen3NextConfig", "Qwen3NextForCausalLM", "DynamicCache", "AutoModelForCausalLM")
@@ -156,37 +171,83 @@ def _preload() -> None:
             pass  # an older transformers without that model: the server imports what it needs
 
 
-def serve(sock: socket.socket) -> int:
-    """The zygote's loop: fork an engine per request, report each engine's exit; return when
-    the launcher's end of the socket closes."""
+def serve(sock: socket.socket, listen: str | None = None) -> int:
+    """The zygote's loop: fork an engine per request, report each engine's exit to the
+    connection that asked for it; return when the launcher's end of ``sock`` closes. With
+    ``listen``, other launchers connect at that path (:data:`SHARED`)."""
     _preload()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     signal.set_wakeup_fd(wake_w)
-    sock.send(json.dumps({"ready": os.getpid()}).encode())
-    while True:
-        readable, _, _ = select.select([sock, wake_r], [], [])
-        if wake_r in readable:
-            os.read(wake_r, 4096)
-        while True:  # reap every ended engine, and say how it ended
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if not pid:
-                break
-            sock.send(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
-        if sock in readable:
-            message, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 1)
-            if not message:
-                return 0
-            pid = os.fork()
-            if pid == 0:
-                _engine_child(json.loads(message), fds[0], (sock.fileno(), wake_r, wake_w))
-            for fd in fds:
-                os.close(fd)
-            sock.send(json.dumps({"started": pid}).encode())
+    listener = None
+    if listen:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            listener.bind(listen)
+            listener.listen(16)
+        except OSError:  # a TMPDIR too long for a socket path: serve this launcher alone
+            listener.close()
+            listener, listen = None, None
+    ready = json.dumps({"ready": os.getpid(), "python": sys.executable, "shared": listen}).encode()
+    clients = [sock]  # the first is the launcher that started this zygote
+    asked_by: dict[int, socket.socket] = {}
+    sock.send(ready)
+    try:
+        while True:
+            waiting = [*clients, wake_r] + ([listener] if listener is not None else [])
+            readable, _, _ = select.select(waiting, [], [])
+            if wake_r in readable:
+                os.read(wake_r, 4096)
+            while True:  # reap every ended engine, and say how it ended
+                try:
+                    pid, status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if not pid:
+                    break
+                client = asked_by.pop(pid, None)
+                if client in clients:
+                    _send(client, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+            if listener is not None and listener in readable:
+                conn, _ = listener.accept()
+                if _send(conn, json.loads(ready)):
+                    clients.append(conn)
+            for client in [c for c in clients if c in readable]:
+                try:
+                    message, fds, _, _ = socket.recv_fds(client, MAX_MESSAGE, 1)
+                except OSError:
+                    message, fds = b"", []
+                if not message:
+                    if client is sock:
+                        return 0
+                    clients.remove(client)
+                    client.close()
+                    continue
+                pid = os.fork()
+                if pid == 0:
+                    inherited = [c.fileno() for c in clients] + [wake_r, wake_w]
+                    if listener is not None:
+                        inherited.append(listener.fileno())
+                    _engine_child(json.loads(message), fds[0], inherited)
+                for fd in fds:
+                    os.close(fd)
+                asked_by[pid] = client
+                _send(client, {"started": pid})
+    finally:
+        if listen:
+            with contextlib.suppress(OSError):
+                os.unlink(listen)
+                os.rmdir(os.path.dirname(listen))
+
+
+def _send(conn: socket.socket, message: dict[str, Any]) -> bool:
+    """``message`` to one launcher; False when it has gone (its engines' exits go nowhere)."""
+    try:
+        conn.send(json.dumps(message).encode())
+        return True
+    except OSError:
+        return False
 
 
 def _read(ref: weakref.ref[Zygote], sock: socket.socket) -> None:
@@ -246,30 +307,60 @@ class ZygoteChild:
 
 
 class Zygote:
-    """The launcher's side: one zygote process and the socket to it."""
+    """The launcher's side: the socket to one zygote, which this process started
+    (:meth:`start`) or its parent did (:meth:`connect`)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.sock = ours
+    def __init__(self, sock: socket.socket, proc: subprocess.Popen[bytes] | None = None) -> None:
+        self.sock = sock
+        self.proc = proc
         self.exits: dict[int, int] = {}
         self.changed = threading.Condition()
         self.replies: list[dict[str, Any]] = []
         self.lock = threading.Lock()  # one request at a time: replies come in order
         self.alive = True
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", __name__, "--fd", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, env=env, start_new_session=True)
-        finally:
-            theirs.close()
         # The reader holds the zygote weakly: a zygote nobody refers to any more (its module
         # dropped by an in-process pytester run) closes the socket, and the process exits.
-        threading.Thread(target=_read, args=(weakref.ref(self), ours), name="specenergy-zygote",
+        threading.Thread(target=_read, args=(weakref.ref(self), sock), name="specenergy-zygote",
                          daemon=True).start()
         ready = self._reply()
         if "ready" not in ready:
             raise OSError(f"the engine zygote did not start: {ready}")
+        self.pid = int(ready["ready"])
+        #: The socket path other launchers connect at (None: this launcher's alone).
+        self.shared: str | None = ready.get("shared")
+        if ready.get("python") != sys.executable:
+            self.sock.close()
+            raise OSError(f"the engine zygote runs {ready.get('python')}, not {sys.executable}")
+
+    @classmethod
+    def start(cls, env: dict[str, str]) -> Zygote:
+        """A zygote of this process's own, listening for the processes it starts
+        (:data:`SHARED`, set in ``os.environ``)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        listen = os.path.join(tempfile.mkdtemp(prefix="specenergy-zygote-"), "socket")
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", __name__, "--fd", str(theirs.fileno()), "--listen", listen],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+        finally:
+            theirs.close()
+        zygote = cls(ours, proc)
+        if zygote.shared:
+            os.environ[SHARED] = zygote.shared
+        return zygote
+
+    @classmethod
+    def connect(cls, path: str) -> Zygote:
+        """The zygote a parent process started, at its socket ``path``; OSError when it is
+        gone or runs another interpreter."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            sock.connect(path)
+        except OSError:
+            sock.close()
+            raise
+        return cls(sock)
 
     def _reply(self) -> dict[str, Any]:
         with self.changed:
@@ -314,9 +405,12 @@ def zygote_for(argv: Sequence[str], env: dict[str, str]) -> Zygote | None:
     with _zygote_lock:
         if _zygote is not None and not _zygote.alive:
             _zygote, _zygote_failed = None, True
+        if _zygote is None and not _zygote_failed and os.environ.get(SHARED):
+            with contextlib.suppress(OSError):
+                _zygote = Zygote.connect(os.environ[SHARED])
         if _zygote is None and not _zygote_failed:
             try:
-                _zygote = Zygote(env)
+                _zygote = Zygote.start(env)
             except OSError:
                 _zygote_failed = True
         return _zygote
@@ -326,8 +420,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m pytest_specenergy.engines.zygote --fd N``: serve on the inherited socket."""
     parser = argparse.ArgumentParser(prog=f"python -m {__name__}", description=__doc__.splitlines()[0])
     parser.add_argument("--fd", type=int, required=True, help="the launcher's socket (SOCK_SEQPACKET)")
+    parser.add_argument("--listen", help="a Unix socket path where other launchers connect")
     args = parser.parse_args(argv)
-    return serve(socket.socket(fileno=args.fd))
+    return serve(socket.socket(fileno=args.fd), args.listen)
 
 
 if __name__ == "__main__":

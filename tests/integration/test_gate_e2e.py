@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -70,15 +71,28 @@ def run(pytester, *args, **env):
 
 
 @pytest.fixture(scope="module")
-def main_history(tmp_path_factory):
-    """One saved ``main`` run (ngram, 8 drafted tokens), shared by the tests that compare with it."""
-    folder = tmp_path_factory.mktemp("main")
-    (folder / "test_gate_suite.py").write_text(SUITE)
-    env = {**os.environ, "GATE_NGRAM_K": "8"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", *FAST, "--specenergy-save=main",
-                           "--rootdir", str(folder), str(folder)],
-                          cwd=folder, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:]
+def main_history(tmp_path_factory, worker_id):
+    """One saved ``main`` run (ngram, 8 drafted tokens), shared by the tests that compare with it.
+
+    Made once per test run: xdist's worksteal hands this module's tests to both workers and
+    between other modules, and a module fixture made per worker and per return cost 6.7 s each
+    time (three times in one run). The workers share their base folder's parent; a lock makes
+    the other worker wait for the one making it."""
+    root = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        root = root.parent
+    folder = root / "gate-e2e-main"
+    with open(root / "gate-e2e-main.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / ".specenergy").is_dir():
+            shutil.rmtree(folder, ignore_errors=True)  # a run that failed before saving
+            folder.mkdir()
+            (folder / "test_gate_suite.py").write_text(SUITE)
+            env = {**os.environ, "GATE_NGRAM_K": "8"}
+            proc = subprocess.run([sys.executable, "-m", "pytest", *FAST, "--specenergy-save=main",
+                                   "--rootdir", str(folder), str(folder)],
+                                  cwd=folder, env=env, capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stdout[-3000:]
     return folder / ".specenergy"
 
 

@@ -5,6 +5,7 @@ working directory as a fresh interpreter, and the plain start when it is off or 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -62,9 +63,11 @@ def test_off_or_dead_the_zygote_leaves_the_plain_start(tmp_path, monkeypatch, re
     assert isinstance(server._proc, subprocess.Popen)
     server.stop(grace_s=5.0)
     monkeypatch.delenv(zygote_module.SWITCH)
-    dead = Zygote(dict(os.environ))
+    monkeypatch.delenv(zygote_module.SHARED, raising=False)  # restored after: the dead one's path
+    dead = Zygote.start(dict(os.environ))
     dead.proc.send_signal(signal.SIGKILL)
     dead.proc.wait()
+    shutil.rmtree(os.path.dirname(dead.shared))  # what its own exit would have removed
     deadline = time.monotonic() + 5
     while dead.alive and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -74,6 +77,56 @@ def test_off_or_dead_the_zygote_leaves_the_plain_start(tmp_path, monkeypatch, re
     reap_group(server.pid)
     assert isinstance(server._proc, subprocess.Popen) and zygote_module._zygote_failed
     server.stop(grace_s=5.0)
+
+
+CLIENT = """
+import json, os, sys
+from pathlib import Path
+from pytest_specenergy.engines import zygote
+from pytest_specenergy.engines.config import EngineConfig
+from pytest_specenergy.engines.launch import ServerProcess
+from pytest_specenergy.engines.refserver import ReferenceBackend
+
+server = ServerProcess(EngineConfig(engine="reference", model="tiny:dense"), ReferenceBackend(),
+                       Path(sys.argv[1])).start()
+[answer] = server.client.generate(text=["def f(x):"], sampling_params={"max_new_tokens": 4})
+with open(f"/proc/{server.pid}/stat") as stat:  # the engine's watchdog: whose fork is it?
+    forked_by = int(stat.read().rsplit(")", 1)[1].split()[1])
+child = server._proc
+server.stop(grace_s=5.0)
+print(json.dumps({"own": zygote._zygote.proc is not None, "zygote": zygote._zygote.pid,
+                  "listens": zygote._zygote.shared,
+                  "forked_by": forked_by, "exit": child.returncode,
+                  "tokens": answer["meta_info"]["completion_tokens"]}))
+"""
+
+
+def test_a_process_this_one_starts_forks_its_engines_from_this_zygote(tmp_path):
+    """A pytest run in a subprocess (pytester's, a CI job's nested suite) inherits the zygote's
+    socket (SHARED): its engine is forked by this process's zygote, its exit status comes back
+    on its own connection. Where the socket is gone, the child starts a zygote of its own
+    (which, its TMPDIR too long for a socket path, serves that child alone)."""
+    import json
+    import sys
+
+    ref = [sys.executable, "-m", "pytest_specenergy.refserver", "--device", "cpu"]
+    ours = zygote_module.zygote_for(ref, dict(os.environ))
+    assert ours is not None and ours.alive and os.environ[zygote_module.SHARED]
+
+    def client(env: dict[str, str]) -> dict:
+        done = subprocess.run([sys.executable, "-c", CLIENT, str(tmp_path / "logs")], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout)
+
+    shared = client(dict(os.environ))
+    assert shared == {"own": False, "zygote": ours.pid, "listens": ours.shared, "forked_by": ours.pid,
+                      "exit": 0, "tokens": 4}
+    long_tmp = tmp_path / ("t" * 110)  # AF_UNIX paths end at 108 bytes
+    long_tmp.mkdir()
+    alone = client({**os.environ, zygote_module.SHARED: str(tmp_path / "gone" / "socket"), "TMPDIR": str(long_tmp)})
+    assert alone["own"] and alone["zygote"] == alone["forked_by"] != ours.pid and alone["exit"] == 0
+    assert alone["listens"] is None and alone["tokens"] == 4
 
 
 def test_only_a_cpu_reference_server_of_this_interpreter_is_forked(monkeypatch):
