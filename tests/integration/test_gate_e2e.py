@@ -71,7 +71,7 @@ def run(pytester, *args, **env):
 
 
 @pytest.fixture(scope="module")
-def main_history(tmp_path_factory, worker_id):
+def main_history(tmp_path_factory):
     """One saved ``main`` run (ngram, 8 drafted tokens), shared by the tests that compare with it.
 
     Made once per test run: xdist's worksteal hands this module's tests to both workers and
@@ -79,7 +79,7 @@ def main_history(tmp_path_factory, worker_id):
     time (three times in one run). The workers share their base folder's parent; a lock makes
     the other worker wait for the one making it."""
     root = tmp_path_factory.getbasetemp()
-    if worker_id != "master":
+    if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent
     folder = root / "gate-e2e-main"
     with open(root / "gate-e2e-main.lock", "w") as lock:

@@ -265,8 +265,13 @@ def test_plugin_against_a_live_sglang_cpu_server(pytester: pytest.Pytester, tiny
     # the worker resolves the speculative argv with the same SGLang code, on the same device.
     # /server_info redacts secrets ("<redacted>"); those keys are left out of both sides.
     live = {k: v for k, v in info.items() if v != "<redacted>"}
+    # The live server's free port becomes the speculative argv's: the port is not compared
+    # (RESOLVED_IGNORED), and with it fixed the worker's answer is cached like the conformance
+    # lines' (an SGLang import and resolution, 12 s of CPU, each run otherwise).
+    baseline_argv = argv[3:]
+    baseline_argv[baseline_argv.index("--port") + 1] = "30000"
     resolved = run_worker(NEWEST, "cpu", [{"id": "spec", "argv": got["spec_argv"][3:]},
-                                          {"id": "baseline", "argv": argv[3:]}])
+                                          {"id": "baseline", "argv": baseline_argv}])
     assert resolved["spec"]["ok"] and resolved["baseline"]["ok"], resolved
     # The worker's resolution is what the live server resolved (so the conformance worker
     # speaks for real servers), and the speculative arm resolves as the baseline's twin
