@@ -20,11 +20,12 @@ The processes a pytest process starts share its zygote: a pytest run in a subpro
 ``pytester`` subprocess run, a CI job's nested suite, its xdist workers) would otherwise import
 torch and transformers again in a zygote of its own, 4.7 s of CPU each. The zygote also listens
 on a Unix socket in a private folder, which the process that started it names in
-:data:`SHARED`; a process that inherits that variable connects there (same interpreter only)
-instead of starting one. Each connection's engines get their exit statuses on that connection,
-and their lifelines are their own launcher's, so a client that dies stops its engines as
-before. The zygote still ends with the process that started it, and with it the engines of its
-clients (their watchdogs see their parent go): a client outliving it starts the plain way.
+:data:`SHARED`; a process that inherits that variable connects there (same interpreter and
+same copy of this package only) instead of starting one. Each connection's engines get their
+exit statuses on that connection, and their lifelines are their own launcher's, so a client
+that dies stops its engines as before. The zygote still ends with the process that started
+it, and with it the engines of its clients (their watchdogs see their parent go): a client
+outliving it starts the plain way.
 
 Used only for a reference-server command run by this interpreter on a CPU (:func:`zygote_for`),
 and never with ``SPECENERGY_ZYGOTE=0``; a zygote that fails to start or dies leaves every later
@@ -189,7 +190,8 @@ def serve(sock: socket.socket, listen: str | None = None) -> int:
         except OSError:  # a TMPDIR too long for a socket path: serve this launcher alone
             listener.close()
             listener, listen = None, None
-    ready = json.dumps({"ready": os.getpid(), "python": sys.executable, "shared": listen}).encode()
+    ready = json.dumps({"ready": os.getpid(), "python": sys.executable, "package": _package(),
+                        "shared": listen}).encode()
     clients = [sock]  # the first is the launcher that started this zygote
     asked_by: dict[int, socket.socket] = {}
     sock.send(ready)
@@ -239,6 +241,11 @@ def serve(sock: socket.socket, listen: str | None = None) -> int:
             with contextlib.suppress(OSError):
                 os.unlink(listen)
                 os.rmdir(os.path.dirname(listen))
+
+
+def _package() -> str:
+    """The folder of the pytest_specenergy this process imported."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _send(conn: socket.socket, message: dict[str, Any]) -> bool:
@@ -328,9 +335,12 @@ class Zygote:
         self.pid = int(ready["ready"])
         #: The socket path other launchers connect at (None: this launcher's alone).
         self.shared: str | None = ready.get("shared")
-        if ready.get("python") != sys.executable:
+        # A fork runs the zygote's interpreter and the zygote's copy of this package (a nested
+        # run of another checkout must not get this one's reference server).
+        theirs, ours = (ready.get("python"), ready.get("package")), (sys.executable, _package())
+        if theirs != ours:
             self.sock.close()
-            raise OSError(f"the engine zygote runs {ready.get('python')}, not {sys.executable}")
+            raise OSError(f"the engine zygote runs {theirs}, not {ours}")
 
     @classmethod
     def start(cls, env: dict[str, str]) -> Zygote:

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -95,7 +96,7 @@ with open(f"/proc/{server.pid}/stat") as stat:  # the engine's watchdog: whose f
 child = server._proc
 server.stop(grace_s=5.0)
 print(json.dumps({"own": zygote._zygote.proc is not None, "zygote": zygote._zygote.pid,
-                  "listens": zygote._zygote.shared,
+                  "listens": zygote._zygote.shared, "package": zygote.__file__,
                   "forked_by": forked_by, "exit": child.returncode,
                   "tokens": answer["meta_info"]["completion_tokens"]}))
 """
@@ -104,8 +105,8 @@ print(json.dumps({"own": zygote._zygote.proc is not None, "zygote": zygote._zygo
 def test_a_process_this_one_starts_forks_its_engines_from_this_zygote(tmp_path):
     """A pytest run in a subprocess (pytester's, a CI job's nested suite) inherits the zygote's
     socket (SHARED): its engine is forked by this process's zygote, its exit status comes back
-    on its own connection. Where the socket is gone, the child starts a zygote of its own
-    (which, its TMPDIR too long for a socket path, serves that child alone)."""
+    on its own connection. A child running another copy of the package is refused and starts
+    a zygote of its own (which, its TMPDIR too long for a socket path, serves it alone)."""
     import json
     import sys
 
@@ -115,18 +116,21 @@ def test_a_process_this_one_starts_forks_its_engines_from_this_zygote(tmp_path):
 
     def client(env: dict[str, str]) -> dict:
         done = subprocess.run([sys.executable, "-c", CLIENT, str(tmp_path / "logs")], env=env,
-                              capture_output=True, text=True, timeout=120)
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout)
 
     shared = client(dict(os.environ))
-    assert shared == {"own": False, "zygote": ours.pid, "listens": ours.shared, "forked_by": ours.pid,
-                      "exit": 0, "tokens": 4}
+    assert shared == {"own": False, "zygote": ours.pid, "listens": ours.shared, "package": zygote_module.__file__,
+                      "forked_by": ours.pid, "exit": 0, "tokens": 4}
     long_tmp = tmp_path / ("t" * 110)  # AF_UNIX paths end at 108 bytes
     long_tmp.mkdir()
-    alone = client({**os.environ, zygote_module.SHARED: str(tmp_path / "gone" / "socket"), "TMPDIR": str(long_tmp)})
+    other = tmp_path / "other"
+    shutil.copytree(Path(zygote_module.__file__).parents[1], other / "pytest_specenergy",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    alone = client({**os.environ, "PYTHONPATH": str(other), "TMPDIR": str(long_tmp)})
     assert alone["own"] and alone["zygote"] == alone["forked_by"] != ours.pid and alone["exit"] == 0
-    assert alone["listens"] is None and alone["tokens"] == 4
+    assert alone["listens"] is None and alone["tokens"] == 4 and alone["package"].startswith(str(other))
 
 
 def test_only_a_cpu_reference_server_of_this_interpreter_is_forked(monkeypatch):
