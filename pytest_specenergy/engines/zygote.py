@@ -41,6 +41,7 @@ import json
 import os
 import runpy
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -339,7 +340,7 @@ class Zygote:
         # run of another checkout must not get this one's reference server).
         theirs, ours = (ready.get("python"), ready.get("package")), (sys.executable, _package())
         if theirs != ours:
-            self.sock.close()
+            self.sock.shutdown(socket.SHUT_RDWR)  # the reader sees it end, and so does the zygote
             raise OSError(f"the engine zygote runs {theirs}, not {ours}")
 
     @classmethod
@@ -355,7 +356,11 @@ class Zygote:
                 stderr=subprocess.DEVNULL, env=env, start_new_session=True)
         finally:
             theirs.close()
-        zygote = cls(ours, proc)
+        try:
+            zygote = cls(ours, proc)
+        except OSError:
+            shutil.rmtree(os.path.dirname(listen), ignore_errors=True)
+            raise
         if zygote.shared:
             os.environ[SHARED] = zygote.shared
         return zygote
@@ -363,7 +368,7 @@ class Zygote:
     @classmethod
     def connect(cls, path: str) -> Zygote:
         """The zygote a parent process started, at its socket ``path``; OSError when it is
-        gone or runs another interpreter."""
+        gone or runs another interpreter or another copy of this package."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             sock.connect(path)
