@@ -191,11 +191,10 @@ def serve(sock: socket.socket, listen: str | None = None) -> int:
         except OSError:  # a TMPDIR too long for a socket path: serve this launcher alone
             listener.close()
             listener, listen = None, None
-    ready = json.dumps({"ready": os.getpid(), "python": sys.executable, "package": _package(),
-                        "shared": listen}).encode()
+    ready = {"ready": os.getpid(), "python": sys.executable, "package": _package(), "shared": listen}
     clients = [sock]  # the first is the launcher that started this zygote
     asked_by: dict[int, socket.socket] = {}
-    sock.send(ready)
+    sock.send(json.dumps(ready).encode())
     try:
         while True:
             waiting = [*clients, wake_r] + ([listener] if listener is not None else [])
@@ -214,7 +213,7 @@ def serve(sock: socket.socket, listen: str | None = None) -> int:
                     _send(client, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
             if listener is not None and listener in readable:
                 conn, _ = listener.accept()
-                if _send(conn, json.loads(ready)):
+                if _send(conn, ready):
                     clients.append(conn)
             for client in [c for c in clients if c in readable]:
                 try:
