@@ -25,6 +25,7 @@ from fake_engine import group_members
 from fake_engine import wait_gone
 
 from pytest_specenergy.engines import pool as pool_module
+from pytest_specenergy.engines import zygote as zygote_module
 from pytest_specenergy.engines.client import DEFAULT_REQUEST_TIMEOUT_S
 from pytest_specenergy.engines.client import EngineClient
 from pytest_specenergy.engines.client import EngineError
@@ -54,7 +55,8 @@ server = ServerProcess(config, backend, Path(sys.argv[3])).start()
 from pytest_specenergy.engines import zygote
 print(json.dumps({"pgid": server.pid, "log": str(server.log_path), "identity": server.identity,
                   "forked": type(server._proc).__name__,
-                  "zygote": zygote._zygote.proc.pid if zygote._zygote else None}), flush=True)
+                  "zygote": zygote._zygote.pid if zygote._zygote else None,
+                  "own_zygote": bool(zygote._zygote and zygote._zygote.proc)}), flush=True)
 time.sleep(600)
 """
 
@@ -65,6 +67,7 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from fake_engine import FakeBackend
 from pytest_specenergy.engines import pool as pool_module
+from pytest_specenergy.engines import zygote as zygote_module
 from pytest_specenergy.engines.config import EngineConfig
 pool_module.get_backend = lambda name: FakeBackend(**json.loads(sys.argv[2]))
 pool = pool_module.EnginePool(Path(sys.argv[3]))
@@ -86,8 +89,8 @@ def start_child(tmp_path):
     it prints. Children still running after the test are killed."""
     children: list[subprocess.Popen[str]] = []
 
-    def start(script: str, mode: str, *, wait_s: float = 60.0):
-        return _start_child(children, script, tmp_path, mode, wait_s)
+    def start(script: str, mode: str, *, wait_s: float = 60.0, shared_zygote: bool = False):
+        return _start_child(children, script, tmp_path, mode, wait_s, shared_zygote)
 
     yield start
     for child in children:
@@ -96,8 +99,11 @@ def start_child(tmp_path):
             child.wait()
 
 
-def _start_child(children: list, script: str, tmp_path: Path, mode: str, wait_s: float):
+def _start_child(children: list, script: str, tmp_path: Path, mode: str, wait_s: float,
+                 shared_zygote: bool):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), HERE])}
+    if not shared_zygote:  # the child starts its own, as a pytest process of its own would
+        env.pop(zygote_module.SHARED, None)
     errors = (tmp_path / "child.stderr").open("w+")
     child = subprocess.Popen([sys.executable, "-c", script, HERE, mode, str(tmp_path)],
                              stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
@@ -126,21 +132,34 @@ def test_kill_9_of_the_launcher_stops_the_server_group(tmp_path, start_child, re
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                     reason="the reference server needs torch")
-def test_kill_9_of_pytest_frees_a_real_reference_server(start_child, reap_group):
+@pytest.mark.parametrize("shared_zygote", [False, True], ids=["own-zygote", "parents-zygote"])
+def test_kill_9_of_pytest_frees_a_real_reference_server(start_child, reap_group, shared_zygote):
     # The probe of fault-audit 2b/7b: a dead pytest (or xdist worker) left its server running.
-    child, facts = start_child(LAUNCHER, "reference", wait_s=240.0)
+    # parents-zygote: a nested pytest run forking its engines from this process's zygote
+    # (SPECENERGY_ZYGOTE_SOCKET); its engines must stop with it, the zygote stays ours.
+    ours = None
+    if shared_zygote:
+        ours = zygote_module.zygote_for([sys.executable, "-m", zygote_module.REFSERVER, "--device", "cpu"],
+                                        dict(os.environ))
+        assert ours is not None and ours.shared
+    child, facts = start_child(LAUNCHER, "reference", wait_s=240.0, shared_zygote=shared_zygote)
     reap_group(facts["pgid"])
     members = group_members(facts["pgid"])
     assert len(members) >= 2  # the watchdog and the reference server
     assert facts["identity"].startswith(("pid ", "port "))  # it was proven to be ours
-    # Forked from the launcher's zygote (engines/zygote.py), which must not outlive it either.
     assert facts["forked"] == "ZygoteChild" and facts["zygote"], facts
-    reap_group(facts["zygote"])
+    assert facts["own_zygote"] is not shared_zygote, facts
+    if not shared_zygote:
+        # Forked from the launcher's zygote (engines/zygote.py), which must not outlive it either.
+        reap_group(facts["zygote"])
     child.kill()
     child.wait()
     took = wait_gone(facts["pgid"], within_s=20.0)
     print(f"reference server group gone {took:.1f} s after kill -9 of its launcher")
-    wait_gone(facts["zygote"], within_s=20.0)
+    if shared_zygote:
+        assert facts["zygote"] == ours.pid and ours.alive  # the parent's zygote serves on
+    else:
+        wait_gone(facts["zygote"], within_s=20.0)
 
 
 def test_sigterm_ends_the_session_like_ctrl_c_and_stops_the_engines(start_child, reap_group):
