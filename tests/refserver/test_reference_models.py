@@ -7,6 +7,7 @@ import hashlib
 import pytest
 import torch
 
+from pytest_specenergy.refserver import tiny_models
 from pytest_specenergy.refserver.models import load_model
 from pytest_specenergy.refserver.tiny_models import TINY_MODELS
 from pytest_specenergy.refserver.tiny_models import build_tiny_model
@@ -67,6 +68,22 @@ def test_tokenizer_fixed_ids_and_merges():
 @pytest.mark.parametrize("name", sorted(GOLDEN))
 def test_weights_are_bit_identical_for_a_seed(name):
     assert _digest(build_tiny_model(name, 0)) == GOLDEN[name]
+
+
+@pytest.mark.parametrize("name", sorted(TINY_MODELS))
+def test_a_build_without_the_random_init_has_the_same_tensors(name, monkeypatch):
+    """Builds skip the modules' random initialisers (seed_weights overwrites what they draw): every
+    parameter and buffer, non-persistent ones (rotary frequencies) too, equals a build with them."""
+    import transformers
+
+    def tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        return {**dict(model.named_parameters()), **{f"buffer {k}": v for k, v in model.named_buffers()}}
+
+    fast = tensors(build_tiny_model(name, 0))
+    monkeypatch.setattr(tiny_models, "_construct", lambda cls_name, config: getattr(transformers, cls_name)(config))
+    initialised = tensors(build_tiny_model(name, 0))
+    assert fast.keys() == initialised.keys()
+    assert [k for k in fast if fast[k].dtype != initialised[k].dtype or not torch.equal(fast[k], initialised[k])] == []
 
 
 def test_other_seed_gives_other_weights():
