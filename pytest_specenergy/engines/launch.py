@@ -284,7 +284,16 @@ class ServerProcess:
         return self._proc.poll() if self._proc is not None else None
 
     def terminate(self) -> None:
-        """Ask the process group to exit (SIGTERM) without waiting; :meth:`stop` finishes."""
+        """Ask the engine to exit without waiting, the way :meth:`stop` starts; :meth:`stop`
+        finishes. A leader-only backend (SGLang) gets SIGUSR1 to its watchdog, which sends
+        SIGTERM to the server alone: SIGTERM to the whole group made SGLang's scheduler die
+        mid-drain ("crashed with exit code -15. Triggering SIGQUIT") at every session's end."""
+        if self._proc is not None and getattr(self.backend, "stop_signal_leader_only", False):
+            try:
+                os.kill(self._proc.pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+            return
         _killpg(self._proc, signal.SIGTERM)
 
     def kill(self) -> None:

@@ -348,3 +348,7 @@ def test_spec_pair_end_to_end_on_live_sglang(pytester: pytest.Pytester, tiny_mod
     for log in set(aa["logs"]) | set(got["skewed"]["logs"]):
         body = open(log, errors="replace").read()
         assert "Traceback" not in body, log
+        # The session's end drains each server (SIGTERM to it alone), as stop() does: SIGTERM
+        # to the whole group killed the scheduler mid-drain and SGLang logged it as a crash.
+        assert "Draining requests and shutting down" in body, log
+        assert "crashed with exit code" not in body and "SIGQUIT received" not in body, body[-3000:]

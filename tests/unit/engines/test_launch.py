@@ -102,6 +102,44 @@ def test_stop_kills_the_whole_process_group(tmp_path):
     assert not alive(child)
 
 
+# A server like SGLang's: on SIGTERM it drains (writes a marker) and exits; its child (the
+# scheduler) records a SIGTERM of its own, which only a signal to the whole group sends.
+DRAINING = r"""
+import http.server, json, pathlib, signal, subprocess, sys
+port, out = int(sys.argv[1]), pathlib.Path(sys.argv[2])
+child = subprocess.Popen([sys.executable, "-c", "import pathlib, signal, sys, time\n"
+    f"mark = pathlib.Path({str(out / 'child')!r})\n"
+    "signal.signal(signal.SIGTERM, lambda *_: (mark.write_text('term'), sys.exit(0)))\n"
+    "time.sleep(600)"])
+def drain(*_):
+    (out / "server").write_text("drained")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, drain)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"engine": "fake", "device": "cpu"}).encode()
+        self.send_response(200); self.end_headers(); self.wfile.write(body)
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+@pytest.mark.parametrize("leader_only", [True, False])
+def test_pool_close_stops_each_engine_the_way_its_backend_asks(tmp_path, monkeypatch, leader_only):
+    """A leader-only backend (SGLang) drains: at the session's end only the server gets SIGTERM
+    and its children are left to it (SGLang's scheduler killed by a group SIGTERM logged a crash
+    and skipped its release). Any other backend's whole group gets SIGTERM."""
+    backend = ScriptBackend(DRAINING, str(tmp_path))
+    backend.stop_signal_leader_only = leader_only
+    monkeypatch.setattr("pytest_specenergy.engines.pool.get_backend", lambda name: backend)
+    pool = EnginePool(tmp_path)
+    server = pool.get(CONFIG)
+    pool.close()
+    assert not server.alive()
+    assert (tmp_path / "server").read_text() == "drained"
+    assert (tmp_path / "child").exists() is not leader_only
+
+
 def test_pool_starts_each_config_once_and_remembers_failures(tmp_path, monkeypatch):
     backends = {"script": ScriptBackend(HEALTHY, str(tmp_path / "c.pid")),
                 "broken": ScriptBackend("import sys; sys.exit(1)")}
