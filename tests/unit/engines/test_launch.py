@@ -110,7 +110,8 @@ port, out = int(sys.argv[1]), pathlib.Path(sys.argv[2])
 child = subprocess.Popen([sys.executable, "-c", "import pathlib, signal, sys, time\n"
     f"mark = pathlib.Path({str(out / 'child')!r})\n"
     "signal.signal(signal.SIGTERM, lambda *_: (mark.write_text('term'), sys.exit(0)))\n"
-    "time.sleep(600)"])
+    "print('ready', flush=True)\ntime.sleep(600)"], stdout=subprocess.PIPE)
+child.stdout.readline()  # its handler is set: a SIGTERM from now on leaves the mark
 def drain(*_):
     (out / "server").write_text("drained")
     sys.exit(0)
