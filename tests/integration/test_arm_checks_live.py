@@ -119,7 +119,11 @@ def test_a_window_the_host_disturbed_is_run_again_and_the_new_one_kept(tmp_path:
     [dropped] = spec["rerun_means"]
     assert dropped < 0.95 * 4, spec  # the slowed ramp-up really left the window below its peak
     assert spec["window_means"][0] > dropped + 0.3, spec  # the window kept is the one run again
-    assert "rerun_means" not in pair.baseline.concurrency
+    # The baseline's windows are not slowed, but a loaded host can still disturb one (CI builds
+    # the SGLang environments beside these tests: 3.73 of 4 once). Then the same rule holds.
+    base = pair.baseline.concurrency
+    for dropped in base.get("rerun_means", []):
+        assert dropped < 0.95 * 4 and base["window_means"][0] >= 0.95 * 4, base
     assert not {"concurrency-differs", "concurrency-below-batch"} & {c.name for c in pair.checks}, \
         pair.describe()
 
