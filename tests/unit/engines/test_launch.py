@@ -15,13 +15,8 @@ from pytest_specenergy.engines.launch import EngineStartError
 from pytest_specenergy.engines.launch import ServerProcess
 from pytest_specenergy.engines.pool import EnginePool
 
-# A minimal server speaking just enough of the protocol for the lifecycle: /health and
-# /server_info. It also starts a grandchild to prove the whole process group is stopped.
-HEALTHY = r"""
-import http.server, json, subprocess, sys
-port = int(sys.argv[1])
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-open(sys.argv[2], "w").write(str(child.pid))
+# Just enough of the protocol for the lifecycle: /health and /server_info, on ``port``.
+SERVE = r"""
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         body = json.dumps({"engine": "fake", "device": "cpu"}).encode()
@@ -29,6 +24,14 @@ class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a): pass
 http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 """
+
+# A minimal server that also starts a grandchild to prove the whole process group is stopped.
+HEALTHY = r"""
+import http.server, json, subprocess, sys
+port = int(sys.argv[1])
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open(sys.argv[2], "w").write(str(child.pid))
+""" + SERVE
 
 
 class ScriptBackend:
@@ -116,13 +119,7 @@ def drain(*_):
     (out / "server").write_text("drained")
     sys.exit(0)
 signal.signal(signal.SIGTERM, drain)
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = json.dumps({"engine": "fake", "device": "cpu"}).encode()
-        self.send_response(200); self.end_headers(); self.wfile.write(body)
-    def log_message(self, *a): pass
-http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
-"""
+""" + SERVE
 
 
 @pytest.mark.parametrize("leader_only", [True, False])
