@@ -89,7 +89,8 @@ class BatchKV:
             # length): plain causal attention, no mask given. SDPA then skips the masked half
             # instead of adding the dtype minimum to it, with the same values bit for bit on
             # the CPU (tests/refserver/test_prefill_mask.py): a 2,400-token prefill of
-            # tiny:dense took 0.59 s instead of 0.83 s. Both arms prefill alike either way.
+            # tiny:dense took 0.55 s instead of 0.78 s (benchmarks/engine_setup.py). Both
+            # arms prefill alike either way.
             return None, positions
         causal = torch.ones((q, q), dtype=torch.bool, device=self.device).tril()
         eye = torch.eye(q, dtype=torch.bool, device=self.device)

@@ -277,9 +277,10 @@ def _construct(cls_name: str, config: object) -> torch.nn.Module:
 
     :func:`seed_weights` overwrites every random parameter, and the constant ones (norm scales,
     ``dt_bias``) and buffers are set by the modules' constructors, so the initialisers'
-    draws were thrown away: they were the larger part of a build (``tiny:dense`` 0.12 s ->
-    0.05 s), paid by every engine start. The weights are bit-identical either way
-    (``tests/refserver/test_reference_models.py`` compares every tensor)."""
+    draws were thrown away: they were the larger part of a build (``tiny:dense`` 0.074 s ->
+    0.031 s, ``benchmarks/engine_setup.py``), paid by every engine start. The weights are
+    bit-identical either way (``tests/refserver/test_reference_models.py`` compares every
+    tensor)."""
     import transformers
     from transformers.initialization import no_init_weights
 
