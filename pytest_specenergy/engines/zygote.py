@@ -190,8 +190,9 @@ def serve(sock: socket.socket, listen: str | None = None) -> int:
             listener.listen(16)
         except OSError:  # a TMPDIR too long for a socket path: serve this launcher alone
             listener.close()
-            listener, listen = None, None
-    ready = {"ready": os.getpid(), "python": sys.executable, "package": _package(), "shared": listen}
+            listener = None
+    shared = listen if listener is not None else None
+    ready = {"ready": os.getpid(), "python": sys.executable, "package": _package(), "shared": shared}
     clients = [sock]  # the first is the launcher that started this zygote
     asked_by: dict[int, socket.socket] = {}
     sock.send(json.dumps(ready).encode())
@@ -237,9 +238,10 @@ def serve(sock: socket.socket, listen: str | None = None) -> int:
                 asked_by[pid] = client
                 _send(client, {"started": pid})
     finally:
-        if listen:
+        if listen:  # the socket, if it was bound, and its folder, made for it either way
             with contextlib.suppress(OSError):
                 os.unlink(listen)
+            with contextlib.suppress(OSError):
                 os.rmdir(os.path.dirname(listen))
 
 
