@@ -16,6 +16,7 @@ host (reference/sglang-api.md s.4).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -288,13 +289,17 @@ class ServerProcess:
         finishes. A leader-only backend (SGLang) gets SIGUSR1 to its watchdog, which sends
         SIGTERM to the server alone: SIGTERM to the whole group made SGLang's scheduler die
         mid-drain ("crashed with exit code -15. Triggering SIGQUIT") at every session's end."""
-        if self._proc is not None and getattr(self.backend, "stop_signal_leader_only", False):
-            try:
-                os.kill(self._proc.pid, signal.SIGUSR1)
-            except ProcessLookupError:
-                pass
-            return
-        _killpg(self._proc, signal.SIGTERM)
+        if not self._ask_leader(self._proc):
+            _killpg(self._proc, signal.SIGTERM)
+
+    def _ask_leader(self, proc: subprocess.Popen[bytes] | ZygoteChild | None) -> bool:
+        """For a leader-only backend, SIGUSR1 to the group's leader (the watchdog), which sends
+        SIGTERM to the server alone; False for any other backend (nothing sent)."""
+        if proc is None or not getattr(self.backend, "stop_signal_leader_only", False):
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGUSR1)
+        return True
 
     def kill(self) -> None:
         """SIGKILL the whole group at once, without waiting (a second SIGTERM to pytest)."""
@@ -306,15 +311,11 @@ class ServerProcess:
         if proc is None:
             self._close_lifeline()
             return
-        if getattr(self.backend, "stop_signal_leader_only", False):
-            # SGLang drains cleanly on SIGTERM to its leader; SIGTERM to the whole group makes
-            # its children log a crash and sleep before exiting. The group's leader is the
-            # watchdog, which on SIGUSR1 sends SIGTERM to the server alone.
-            try:
-                os.kill(proc.pid, signal.SIGUSR1)
+        # SGLang drains cleanly on SIGTERM to the server alone; SIGTERM to the whole group makes
+        # its children log a crash and sleep before exiting.
+        if self._ask_leader(proc):
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=grace_s)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                pass
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
             if proc.poll() is not None:
                 break
