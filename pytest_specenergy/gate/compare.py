@@ -1,47 +1,9 @@
 """The regression gate: compare one case's record against its baseline and give a verdict.
 
-Per-repeat metrics (``energy_ratio`` by default, ``energy_per_token``, ``tbt_ms``,
-``speedup``, ``energy_saving``, ``accept_length``, ``acceptance_rate``) follow one rule, the
-sequential limit test of :mod:`pytest_specenergy.gate.sequential`: the null hypothesis is
-"the change is within the limit", so
-
-* **REGRESSED** iff the change's lower confidence bound lies beyond the limit (P(REGRESSED)
-  <= alpha for any true change at or inside it, at every repeat count);
-* **PASSED** (unchanged) iff its upper bound lies inside the limit, **IMPROVED** iff beyond
-  the limit on the better side;
-* **INCONCLUSIVE** otherwise: the gate asks for repeats up to the plan's next look
-  (:func:`repeats_needed`), and at the cap the ``--specenergy-inconclusive`` policy applies
-  (:func:`resolve_inconclusive`). Never decided by the point estimate.
-
-Against a stored run the current per-repeat values meet the stored ones in Welch's t (on
-logs for relative limits, on values for absolute ones); in-job A/B (:func:`compare_in_job`)
-pairs sample i of candidate and reference (one repeat cycle) in a paired t. The energy
-default is the within-session ratio speculative/baseline per repeat: the arms run
-interleaved, so a session offset moves both and cancels. A record whose baseline was not
-measured alongside its drafter (``order.baseline_from``: shared from a sibling drafter;
-``order.interleaved`` false: blocked arms on one GPU) is judged unpaired: each repeat against
-the baseline's geometric mean, the baseline's spread carried into the test, and a block drift
-of ``SequentialPlan.block_drift`` (3%) allowed for either way (:func:`unpaired_reason`; the
-row's method says ``unpaired: ...``, a blocked run's says ``blocked order``). Against a stored
-run the allowance is per run not measured alongside its baseline: a blocked run compared with
-a blocked stored run allows both runs' drifts, ``(1.03)^2 - 1`` (:func:`drift_allowance`), as
-the two sessions' block drifts need not agree. This holds P(REGRESSED) <= alpha at the limit
-for any block drift up to the allowance in each run (``benchmarks/gate_simulation.py``, order
-x drift table); the price is power, so one GPU runs both engines resident and interleaved
-where they fit (``measure/pairs.py``). Accept length uses per-request
-accept lengths when the samples carry them (a bootstrap over requests), per-repeat values
-otherwise. Looks, levels and the cap: :func:`gate_plan`.
-
-The match fraction (``equivalence``) is one number per run and compared as a fact. It counts
-real divergences only: a prompt whose first divergence is a numerical tie (the baseline's two
-best tokens nearly tie there, :mod:`pytest_specenergy.measure.equivalence`) matches, as it
-does for ``assert_equivalent``; the ties are reported beside it (``MetricRow.ties`` and the
-row's note), so bf16 noise on a GPU does not fail the default ``equivalence:0`` limit while a
-wrong token still does. A file written before ties were classified is read by its exact fraction.
-
-Runs that differ in machine key, meter, engine name or version, CUDA-graph setting or the
-scenario (model, batch, corpus digest, generation) are INCOMPARABLE with the reasons listed:
-never a silent comparison of numbers that cannot be compared.
+Per-repeat metrics follow the sequential limit rule (:mod:`.sequential`), the match fraction is
+compared as a fact, and runs that differ in machine, meter, engine or scenario are INCOMPARABLE.
+Pairing, unpaired baselines, block drift and ties: docs/design/gate.md, section
+``pytest_specenergy/gate/compare.py``.
 """
 
 from __future__ import annotations
@@ -79,13 +41,10 @@ INCONCLUSIVE_POLICIES = ("fail", "warn", "xfail")
 class MetricRow:
     """One metric of one case against its baseline.
 
-    ``change_rel`` is ``current / baseline - 1`` of the limit's statistic (None for a zero
-    baseline); ``method`` says what decided: ``sequential <test>, look k/K`` or
-    ``deterministic`` (``none`` when nothing could be judged). ``p_value`` is the one-sided
-    p of "within the limit" at the deciding look, ``p_sequential`` the repeated p-value over
-    the looks (the one FDR uses); ``interval`` and ``estimate`` are on the change scale
-    (relative change for a relative limit, difference for an absolute one);
-    ``more_repeats`` is what an INCONCLUSIVE row asks for before the cap.
+    ``change_rel``: ``current / baseline - 1`` of the limit's statistic (None for a zero
+    baseline); ``method``: ``sequential <test>, look k/K``, ``deterministic`` or ``none``.
+    ``p_value``: the one-sided p of "within the limit" at the deciding look; ``p_sequential``:
+    the repeated p-value (FDR's). ``interval`` and ``estimate`` are on the change scale.
     """
 
     metric: str
@@ -139,16 +98,10 @@ class MetricRow:
         return f"{line} - {self.note}" if self.note else line
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready record."""
-        return {"metric": self.metric, "stat": self.stat, "unit": self.unit,
-                "baseline": self.baseline, "current": self.current,
-                "change_abs": self.change_abs, "change_rel": self.change_rel,
-                "limit": self.limit.expr, "p_value": self.p_value, "method": self.method,
-                "n_baseline": self.n_baseline, "n_current": self.n_current,
-                "interval": list(self.interval) if self.interval else None,
-                "verdict": self.verdict.value, "note": self.note,
-                "p_sequential": self.p_sequential, "more_repeats": self.more_repeats,
-                "estimate": self.estimate, "ties": list(self.ties) if self.ties is not None else None}
+        """A JSON-ready record (the fields in order)."""
+        record = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {**record, "limit": self.limit.expr, "interval": list(self.interval) if self.interval else None,
+                "verdict": self.verdict.value, "ties": list(self.ties) if self.ties is not None else None}
 
 
 @dataclass(frozen=True)
@@ -168,8 +121,7 @@ class CaseComparison:
         return [r for r in self.rows if r.verdict is verdict]
 
     def failure_message(self, baseline_path: str | Path | None) -> str:
-        """What a failing test shows: per metric the baseline and current values, change,
-        limit, p-value and verdict, plus the baseline file."""
+        """What a failing test shows: every metric's row, and the baseline file."""
         source = f"baseline {baseline_path}" if baseline_path else "its baseline"
         if self.reference is not None:
             source = f"reference drafter {self.reference} (in-job A/B)"
@@ -185,18 +137,15 @@ class CaseComparison:
 
     def summary(self) -> str:
         """One short line: the verdict and the deciding metrics."""
-        deciding = [r for r in self.rows if r.verdict is self.verdict and r.verdict
-                    is not Verdict.PASSED]
+        deciding = [r for r in self.rows if r.verdict is self.verdict and r.verdict is not Verdict.PASSED]
         detail = ", ".join(f"{r.metric} {r.change_text()}" for r in deciding)
         return f"{self.case_id}: {self.verdict.value}" + (f" ({detail})" if detail else "")
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record."""
-        return {"case_id": self.case_id, "verdict": self.verdict.value,
-                "reasons": list(self.reasons), "alpha": self.alpha,
-                "mode": "in-job" if self.reference is not None else "baseline",
-                "reference": self.reference,
-                "rows": [r.as_dict() for r in self.rows]}
+        return {"case_id": self.case_id, "verdict": self.verdict.value, "reasons": list(self.reasons),
+                "alpha": self.alpha, "mode": "in-job" if self.reference is not None else "baseline",
+                "reference": self.reference, "rows": [r.as_dict() for r in self.rows]}
 
 
 # -- samples ------------------------------------------------------------------------------
@@ -217,23 +166,16 @@ BLOCKED_ORDER = "blocked order (one engine at a time)"
 
 
 def drift_allowance(block_drift: float, sides: int) -> float:
-    """The block drift allowed for a comparison with ``sides`` runs whose arms were not
-    measured alongside each other (0, 1 or 2: the current run, the stored one, or both).
-
-    Each such run carries a block drift of its own, up to ``block_drift`` either way, and two
-    runs' drifts need not agree (one session's later block ran warmer, the other's cooler), so
-    the allowances add up on the log scale: ``(1 + block_drift) ** sides - 1``."""
+    """The block drift allowed for a comparison with ``sides`` (0-2) runs whose arms were not
+    measured alongside each other. Two runs' drifts need not agree (one session's later block
+    ran warmer, the other's cooler), so the allowances add up on the log scale."""
     return (1.0 + block_drift) ** sides - 1.0 if sides > 0 else 0.0
 
 
 def unpaired_reason(record: CaseRecord) -> str | None:
     """Why ``record``'s baseline repeats cannot be paired with its drafter arms by index, or
-    None when they can (``record.order``: interleaved, the baseline measured with this case).
-
-    A baseline shared from another case (``order.baseline_from``) was measured at another time,
-    and blocked arms (``order.interleaved`` false: one GPU, one engine at a time) ran one after
-    the other: repeat i of the baseline shares no drift with repeat i of the drafter then.
-    """
+    None when they can. A baseline shared from another case was measured at another time, and
+    blocked arms ran one after the other: repeat i of each shares no drift then."""
     if record.baseline_from:
         return f"baseline shared from {record.baseline_from}"
     if not record.interleaved:
@@ -255,13 +197,9 @@ def _baseline_level(record: CaseRecord, key: str) -> tuple[float | None, float, 
 
 def arm_repeat_values(record: CaseRecord, metric: str, arm: str = "speculative") -> list[float | None]:
     """Per-repeat values of ``metric`` for a drafter arm (``speculative`` or ``reference``),
-    one entry per repeat, None where a repeat cannot give it.
-
-    Pair metrics use the baseline sample of the same cycle where the arms ran interleaved
-    with a baseline of their own (repeat i of each arm pairs up, so a session offset or slow
-    drift cancels); otherwise (:func:`unpaired_reason`) each repeat against the baseline's
-    geometric mean over all its repeats, whose own spread the gate carries into the test
-    (:func:`baseline_spread`).
+    None where a repeat cannot give it. Pair metrics use the same cycle's baseline sample where
+    the arms ran interleaved (a session offset or slow drift cancels), else (:func:`unpaired_reason`)
+    the baseline's geometric mean, whose spread the gate carries into the test (:func:`baseline_spread`).
     """
     drafter = record.arm(arm)
     if drafter is None:
@@ -279,10 +217,9 @@ def arm_repeat_values(record: CaseRecord, metric: str, arm: str = "speculative")
 
 @dataclass(frozen=True)
 class BaselineSpread:
-    """An unpaired record's baseline uncertainty in a pair metric: the variance of the log of
-    the baseline's geometric mean (shared by every repeat's value, so more drafter repeats do
-    not shrink it), its degrees of freedom, and the factor that takes a log-scale amount to the
-    metric's own scale at its level (|d value / d log baseline|)."""
+    """An unpaired record's baseline uncertainty in a pair metric: the variance of the log of the
+    baseline's geometric mean (shared by every repeat, so more drafter repeats do not shrink it),
+    its degrees of freedom, and |d value / d log baseline| at the metric's level."""
 
     var_log: float
     df: float
@@ -307,8 +244,7 @@ _DRIFTING = frozenset(_PAIR_METRICS) | {"energy_per_token", "tbt_ms"}
 
 def request_accept_lengths(record: CaseRecord, arm: str = "speculative") -> list[float] | None:
     """Each request's accept length averaged over the repeats, when every sample of ``arm``
-    carries per-request accept lengths for the same number (>= 2) of requests; else None
-    (the gate then judges accept length per repeat)."""
+    carries them for the same number (>= 2) of requests; else None (judged per repeat)."""
     drafter = record.arm(arm)
     lists = [s.accept_lengths for s in drafter.samples] if drafter is not None else []
     if not lists or any(v is None for v in lists) or len({len(v) for v in lists}) != 1 or len(lists[0]) < 2:
@@ -317,9 +253,8 @@ def request_accept_lengths(record: CaseRecord, arm: str = "speculative") -> list
 
 
 def metric_samples(record: CaseRecord, metric: str) -> list[float]:
-    """The values the gate compares for ``metric``: per-repeat samples of the speculative arm
-    (defined repeats only), or for ``equivalence`` the one match fraction that counts real
-    divergences only (numerical ties match; :attr:`CaseRecord.matched_fraction`)."""
+    """The values the gate compares for ``metric``: the speculative arm's defined per-repeat
+    samples, or for ``equivalence`` the one match fraction (:attr:`CaseRecord.matched_fraction`)."""
     if metric == "equivalence":
         value = record.matched_fraction
         return [] if value is None else [float(value)]
@@ -329,9 +264,8 @@ def metric_samples(record: CaseRecord, metric: str) -> list[float]:
 # -- comparison ---------------------------------------------------------------------------
 def gate_plan(alpha: float = DEFAULT_ALPHA, repeats: int = 3, cap: int = DEFAULT_CAP,
               block_drift: float = DEFAULT_BLOCK_DRIFT) -> SequentialPlan:
-    """The gate's sequential plan: looks at ``repeats``, ``repeats + 2``, ... and at ``cap``
-    repeats (at least 2 repeats for the first look), REGRESSED at total level ``alpha``;
-    comparisons of arms not measured alongside each other allow ``block_drift`` either way."""
+    """The gate's sequential plan: looks at ``repeats`` (at least 2), ``repeats + 2``, ... and
+    ``cap``, REGRESSED at total level ``alpha``, unpaired arms allowing ``block_drift``."""
     start = max(2, int(repeats))
     return SequentialPlan(start=start, step=2, cap=max(int(cap), start), alpha=alpha,
                           block_drift=block_drift)
@@ -341,14 +275,12 @@ def _sequential(limit: FailLimit, base: list[float], cur: list[float], b: float,
                 paired: bool, requests: tuple[list[float], list[float]] | None,
                 seed: int, resamples: int, spreads: Sequence[BaselineSpread] = (),
                 drift: float = 0.0) -> tuple[sequential.SequentialResult | None, str]:
-    """The sequential verdict of one per-repeat metric, or (None, why it cannot be judged).
-    ``spreads``: unpaired baselines' uncertainty (current and stored side); ``drift``: the
-    block drift allowed for (a fraction), both carried into the test on the limit's scale."""
+    """The sequential verdict of one per-repeat metric, or (None, why it cannot be judged)."""
     absolute, threshold = not limit.relative, limit.threshold
     level = abs(b)
     if not absolute and min(base + cur) <= 0:
-        # A relative limit on values that reach zero (a drafter accepting nothing): the same
-        # limit as an amount at the baseline's level, so a collapse still regresses.
+        # Values that reach zero (a drafter accepting nothing): the limit as an amount at the
+        # baseline's level, so a collapse still regresses.
         if b <= 0:
             return None, (f"a relative limit needs a positive baseline value, got {b:.4g}; use "
                           f"an absolute limit ({limit.metric}:<amount in {limit.unit}>)")
@@ -399,16 +331,12 @@ def compare_metric(limit: FailLimit, base: Sequence[float], cur: Sequence[float]
                    drift: float = 0.0, unpaired: str = "") -> MetricRow:
     """Compare one metric's reference and current samples under ``limit``.
 
-    ``spreads``, ``drift``, ``unpaired``: a comparison whose arms were not measured alongside
-    their baseline (:func:`unpaired_reason`, named in ``unpaired``) carries each unpaired
-    baseline's spread into the test and allows for a block drift of ``drift`` either way
-    (``SequentialPlan.block_drift``); the row's method says so.
-
-    Per-repeat metrics follow the sequential rule (``gate/sequential.py``) under ``plan``
-    (default :func:`gate_plan` at ``alpha``): Welch's t against a stored run, a paired t for
-    in-job A/B (``paired``: sample i of both sides from one repeat cycle), or a bootstrap over
-    requests when ``requests`` gives per-request values (reference, current). The
-    exact-match fraction is compared as a fact.
+    Per-repeat metrics follow the sequential rule under ``plan`` (default :func:`gate_plan` at
+    ``alpha``): Welch's t against a stored run, a paired t when ``paired`` (sample i of both
+    sides from one repeat cycle), or a bootstrap over ``requests`` (reference, current
+    per-request values). The exact-match fraction is compared as a fact. Arms not measured
+    alongside their baseline (named in ``unpaired``) carry the baselines' ``spreads`` and allow
+    a block drift of ``drift`` either way; the row's method says so.
     """
     info = GATE_METRICS[limit.metric]
     base, cur = list(base), list(cur)
@@ -478,12 +406,8 @@ def compare_case(baseline_record: CaseRecord | None, current_record: CaseRecord,
                  current_info: dict[str, Any] | None = None,
                  plan: SequentialPlan | None = None,
                  seed: int = 0, resamples: int = 5000) -> CaseComparison:
-    """Compare a case's record with its baseline record.
-
-    ``baseline_info`` / ``current_info`` add run-level facts (``machine_key``) to what the
-    records themselves say (meter, engine, CUDA graphs, scenario); see :func:`run_info`.
-    ``plan``: the sequential plan (default :func:`gate_plan` at ``alpha``).
-    """
+    """Compare a case's record with its baseline record. ``baseline_info`` / ``current_info``
+    add run-level facts (``machine_key``) to what the records say (:func:`run_info`)."""
     case_id = current_record.key
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
@@ -502,9 +426,8 @@ def compare_case(baseline_record: CaseRecord | None, current_record: CaseRecord,
 
 def _stored_row(limit: FailLimit, baseline_record: CaseRecord, current_record: CaseRecord, alpha: float,
                 plan: SequentialPlan, seed: int, resamples: int) -> MetricRow:
-    """One metric of a case against its stored record. A pair metric of a record whose
-    baseline was not measured alongside its drafter (:func:`unpaired_reason`, either side) is
-    judged unpaired: the baseline's spread carried in, the plan's block drift allowed for."""
+    """One metric of a case against its stored record; a pair metric of an unpaired record
+    (either side) carries the baseline's spread and allows the plan's block drift."""
     base, cur = metric_samples(baseline_record, limit.metric), metric_samples(current_record, limit.metric)
     spreads = [s for s in (baseline_spread(baseline_record, limit.metric, base),
                            baseline_spread(current_record, limit.metric, cur)) if s is not None]
@@ -541,14 +464,10 @@ def _paired_values(record: CaseRecord, metric: str) -> tuple[list[float], list[f
 def compare_in_job(record: CaseRecord, limits: Sequence[FailLimit],
                    alpha: float = DEFAULT_ALPHA, *, plan: SequentialPlan | None = None,
                    seed: int = 0, resamples: int = 5000) -> CaseComparison:
-    """In-job A/B: the candidate (speculative arm) against the reference drafter's arm
-    measured in the same repeat cycles of the same session (``record.reference``).
-
-    Every per-repeat metric uses the paired sequential rule on sample i of both arms (energy
-    on ``log(candidate_r / reference_r)``; the shared baseline cancels), with the same limits
-    as a stored comparison. No stored baseline is needed. ``equivalence`` compares the
-    candidate's match fraction (ties match) with ``record.reference_equivalence``'s when present,
-    else with 1.0 (what a lossless reference gives on a deterministic engine).
+    """In-job A/B: the candidate (speculative arm) against the reference drafter's arm of the
+    same repeat cycles (``record.reference``), by the paired sequential rule (the shared baseline
+    cancels); no stored baseline needed. ``equivalence`` compares the match fraction with the
+    reference's when recorded, else with 1.0 (a lossless reference on a deterministic engine).
     """
     case_id = record.key
     if not 0.0 < alpha < 1.0:
@@ -588,8 +507,7 @@ def compare_in_job(record: CaseRecord, limits: Sequence[FailLimit],
 def compare_documents(baseline_document: RunDocument, current_document: RunDocument,
                       limits: Sequence[FailLimit], alpha: float = DEFAULT_ALPHA,
                       **kwargs: Any) -> list[CaseComparison]:
-    """Compare every result of a run with the matching result (by nodeid, else case id) of a
-    baseline run; current results without a match get NO_BASELINE."""
+    """Compare every result of a run with the baseline run's of the same key (or NO_BASELINE)."""
     baseline = {r.key: r for r in baseline_document.results}
     b_info, c_info = document_run_info(baseline_document), document_run_info(current_document)
     return [compare_case(baseline.get(r.key), r, limits, alpha, baseline_info=b_info,
@@ -598,9 +516,8 @@ def compare_documents(baseline_document: RunDocument, current_document: RunDocum
 
 
 def repeats_needed(comparison: CaseComparison) -> int:
-    """How many repeats of every arm the next look of the plan needs (0: decided, or at the
-    cap): the largest ``more_repeats`` of the INCONCLUSIVE per-repeat rows. Only asked when
-    nothing else decides the case (a REGRESSED or INCOMPARABLE row does)."""
+    """How many repeats of every arm the plan's next look needs: the largest ``more_repeats``
+    of the INCONCLUSIVE per-repeat rows (0 when anything else decides the case)."""
     if comparison.verdict is not Verdict.INCONCLUSIVE:
         return 0
     return max((r.more_repeats for r in comparison.rows_with(Verdict.INCONCLUSIVE)
@@ -609,8 +526,7 @@ def repeats_needed(comparison: CaseComparison) -> int:
 
 @dataclass(frozen=True)
 class Resolution:
-    """What to do with a case still INCONCLUSIVE at the repeat cap: ``fail`` the test,
-    ``warn`` and pass, or ``xfail`` it; ``message`` is ready to show."""
+    """What to do with a case INCONCLUSIVE at the cap (``fail``, ``warn``, ``xfail``), and the message."""
 
     action: str
     message: str

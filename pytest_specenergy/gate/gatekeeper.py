@@ -1,17 +1,9 @@
 """The gate inside a test run: each measured case against its baseline, as a :class:`Judgement`.
 
-Where the baseline comes from: ``--specenergy-compare=last|NAME|NNNN|PATH`` (a stored run of
-this machine key) or ``--specenergy-golden=MODE`` (committed golden files, one per test).
-Limits come from ``--specenergy-compare-fail`` / ``specenergy_compare_fail`` and, per test,
-the ``tolerance(...)`` marker (marker > command line > ini). The gatekeeper decides; the
-session applies the decision to the test (:mod:`pytest_specenergy.outcome`). When more
-repeats could settle a case, :meth:`Gatekeeper.judge` says so with :class:`NeedsRepeats`
-and the caller measures them and asks again: the gate never calls back into the session.
-
-A record with a reference drafter's arm (``record.reference``, in-job A/B) is judged
-against that arm with the paired sequential rule and needs no stored baseline. Every
-verdict follows the sequential plan (:func:`~pytest_specenergy.gate.compare.gate_plan`):
-looks at ``repeats, repeats + 2, ...`` up to ``max_repeats``; the policies apply at the cap.
+Baselines come from a stored run (``--specenergy-compare``), golden files
+(``--specenergy-golden``) or, in-job, a reference drafter's arm; :class:`NeedsRepeats` asks the
+caller for more repeats (the gate never calls back into the session). More:
+docs/design/gate.md, section ``pytest_specenergy/gate/gatekeeper.py``.
 """
 
 from __future__ import annotations
@@ -77,8 +69,7 @@ class Judgement:
 
 @dataclass(frozen=True)
 class NeedsRepeats:
-    """The case is INCONCLUSIVE and ``extra`` more repeats of every arm (the plan's next
-    look) could settle it."""
+    """The case is INCONCLUSIVE; ``extra`` more repeats of every arm (the next look) could settle it."""
 
     extra: int
 
@@ -97,11 +88,10 @@ class GatePolicies:
 class Gatekeeper:
     """Finds each case's baseline, compares, and returns the verdict as a :class:`Judgement`.
 
-    Built from plain values and store objects, so it is tested without pytest: ``runs`` (the
-    run history that ``compare`` names a run of) and ``goldens`` (with ``golden``, the
-    committed golden baselines, whose writes are queued until :meth:`GoldenStore.flush`).
-    ``plan`` overrides the sequential plan built from ``alpha``, ``repeats`` and
-    ``max_repeats`` (the FDR mode's).
+    Built from plain values and stores, so it is tested without pytest: ``runs`` (the history
+    ``compare`` names a run of), ``goldens`` (with ``golden``; writes queued until
+    :meth:`GoldenStore.flush`). ``plan`` (the FDR mode's) overrides the one built from ``alpha``,
+    ``repeats`` and ``max_repeats``.
     """
 
     def __init__(self, *, runs: RunStore, goldens: GoldenStore | None = None, compare: str | None = None,
@@ -125,32 +115,27 @@ class Gatekeeper:
     def reference_run(self, machine_key: str) -> tuple[RunDocument | None, Path | None, str | None]:
         """The whole compare run (document, path), or why there is none (read once per session)."""
         if self._run is None and self._run_error is None and self._unreadable is None:
+            # An unreadable or interrupted run is not a missing baseline: it fails every case.
             try:
                 path = self.runs.find_any(machine_key, str(self.compare))
+                document = self.runs.load(path)
             except RunNotFound as exc:
                 self._run_error = str(exc)
+            except StorageError as exc:
+                self._unreadable = f"specenergy: the baseline run cannot be read: {exc}"
             else:
-                # A file that exists but cannot be read, or that an interrupted session wrote,
-                # is not a missing baseline: it fails every case compared against it.
-                try:
-                    document = self.runs.load(path)
-                except StorageError as exc:
-                    self._unreadable = f"specenergy: the baseline run cannot be read: {exc}"
+                if document.interrupted:
+                    self._unreadable = (f"specenergy: the baseline run {path} was saved by an "
+                                        f"interrupted session; compare with a complete run")
                 else:
-                    if document.interrupted:
-                        self._unreadable = (f"specenergy: the baseline run {path} was saved by an "
-                                            f"interrupted session; compare with a complete run")
-                    else:
-                        self._run = (document, path)
+                    self._run = (document, path)
         if self._run is None:
             return None, None, self._run_error or self._unreadable
         return self._run[0], self._run[1], None
 
     def latency_references(self, machine_keys: set[str | None]) -> dict[str, tuple[RunDocument | None, str, bool]]:
-        """Per machine key, the compare run that latency targets are judged against: (the run
-        or None, its file or why there is none, whether a missing one fails the session).
-        Empty without ``compare``. A reference that exists but cannot be used fails, as it
-        does every case."""
+        """Per machine key, the compare run latency targets are judged against: (the run or None,
+        its file or why there is none, whether that fails the session: an unusable one does)."""
         if not self.compare:
             return {}
         refs = {}
@@ -161,12 +146,10 @@ class Gatekeeper:
         return refs
 
     def judge(self, record: CaseRecord, limits: Sequence[FailLimit]) -> Judgement | NeedsRepeats:
-        """Compare ``record`` (its ``nodeid`` and ``machine_key`` set) with its baseline.
-
-        Returns :class:`NeedsRepeats` while the case is INCONCLUSIVE on a per-repeat metric
-        and below the repeat cap; the caller adds the repeats and judges the new record. A
-        record with a reference arm is judged in-job against it (no baseline needed). Under
-        ``fdr`` the comparisons that BH must decide at session end pass with a warning.
+        """Compare ``record`` (its ``nodeid`` and ``machine_key`` set) with its baseline, or
+        in-job with its reference arm. :class:`NeedsRepeats` while INCONCLUSIVE below the cap
+        (the caller adds repeats and asks again); under ``fdr`` the comparisons BH decides at
+        session end pass with a warning.
         """
         decision = self._decide(record, limits)
         if self.fdr and isinstance(decision, Judgement) and decision.comparison is not None:
@@ -210,12 +193,10 @@ class Gatekeeper:
             judgement.fail.append(comparison.failure_message(path))
         elif verdict is Verdict.INCONCLUSIVE:
             resolution = resolve_inconclusive(self.policies.inconclusive, comparison, path)
-            if resolution.action == "fail":
-                judgement.fail.append(resolution.message)
-            elif resolution.action == "xfail":
+            if resolution.action == "xfail":
                 judgement.xfail = resolution.message
             else:
-                judgement.warn.append(resolution.message)
+                judgement.apply_policy(resolution.action, resolution.message)
         elif verdict is Verdict.INCOMPARABLE:
             judgement.apply_policy(self.policies.incomparable, comparison.failure_message(path))
         return judgement

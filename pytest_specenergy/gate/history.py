@@ -1,9 +1,6 @@
 """Step detection over the stored run history (what ``specenergy history`` prints and the
-report's history section draws).
-
-A nightly job saves one run per night; a drafter or engine change shows as a sustained
-level shift in a case's metric. :func:`detect_steps` ignores lone spikes, so one noisy night
-is not a step.
+report's history section draws): a drafter or engine change shows as a sustained level shift
+in a case's nightly metric, while a lone spike (one noisy night) is not a step.
 """
 
 from __future__ import annotations

@@ -61,11 +61,8 @@ def _defined(values: Sequence[float | None]) -> tuple[float, ...]:
 
 
 def best_under_target(points: Iterable[ConfigPoint], target_ms: float) -> ConfigPoint | None:
-    """The lowest-energy configuration whose time between tokens meets ``target_ms``.
-
-    Configurations with a failed check are never chosen: their numbers cannot be trusted.
-    Ties go to the lower time between tokens, then the label, so the choice is stable.
-    """
+    """The lowest-energy configuration whose time between tokens meets ``target_ms``, never one
+    with a failed check (its numbers cannot be trusted); ties go to the lower TBT, then the label."""
     eligible = [p for p in points if p.tbt_ms <= target_ms and not p.failed]
     return min(eligible, key=lambda p: (p.energy_per_token, p.tbt_ms, p.label), default=None)
 
@@ -114,12 +111,9 @@ def latency_choices(records: Iterable[CaseRecord], targets_ms: Sequence[float]) 
 def compare_latency(reference: Iterable[CaseRecord], current: Iterable[CaseRecord], targets_ms: Sequence[float],
                     limit: FailLimit, plan: SequentialPlan) -> list[CaseComparison]:
     """Per workload and latency target, the current lowest-energy configuration meeting it
-    against the reference run's, judged like every other limit: the sequential rule on the
-    two configurations' per-repeat J/token (:func:`~pytest_specenergy.gate.compare.compare_metric`).
-
-    A target nothing meets any more regresses; figures from different meters are
-    INCOMPARABLE; a workload or target absent from the reference, or one it could not meet
-    either, is not judged.
+    against the reference run's, by :func:`~pytest_specenergy.gate.compare.compare_metric` on
+    their per-repeat J/token. A target nothing meets any more regresses, different meters are
+    INCOMPARABLE, and one absent from the reference or unmet there is not judged.
     """
     before = {(c.model, c.corpus, c.target_ms): c.choice for c in latency_choices(reference, targets_ms)}
     found = []

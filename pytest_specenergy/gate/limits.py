@@ -1,19 +1,6 @@
-"""``METRIC[:STAT]:LIMIT`` fail expressions for the regression gate.
-
-Examples: ``energy_ratio:5%`` (alias ``energy``), ``energy_per_token:5%``, ``accept_length:median:0.1``,
-``energy_saving:2%``, ``tbt_ms:mean:10%``, ``equivalence:0``. An expression says how far a
-metric may move in its *worse* direction before a change counts as a regression. Every
-metric knows that direction (energy and time get worse going up, acceptance, savings and
-equivalence going down), so unlike pytest-benchmark's increase-only checks the same syntax
-works for both kinds.
-
-``LIMIT`` is ``N%`` (relative to the baseline's value) or a bare number in the metric's own
-unit. ``energy_saving`` and ``equivalence`` are fractions that may sit at or cross zero, where
-a relative change means nothing, so for them ``N%`` means N percentage points (``2%`` = 0.02).
-
-:func:`parse_fail_expr` raises :class:`FailExprError`, which is both a ``ValueError`` and an
-``argparse.ArgumentTypeError``, so it works as an argparse ``type=`` and argparse shows our
-message rather than a generic "invalid value".
+"""``METRIC[:STAT]:LIMIT`` fail expressions for the regression gate (e.g. ``energy_ratio:5%``,
+``accept_length:median:0.1``, ``equivalence:0``): how far a metric may move in its worse
+direction. Syntax and meaning: docs/design/gate.md, section ``pytest_specenergy/gate/limits.py``.
 """
 
 from __future__ import annotations
@@ -63,11 +50,8 @@ class FailExprError(argparse.ArgumentTypeError, ValueError):
 
 @dataclass(frozen=True)
 class FailLimit:
-    """One parsed fail expression.
-
-    ``threshold`` is what the worse-direction change is compared against: a fraction of the
-    baseline value when ``relative`` (5% -> 0.05), else an amount in the metric's unit.
-    """
+    """One parsed fail expression: ``threshold`` bounds the worse-direction change, a fraction of
+    the baseline value when ``relative`` (5% -> 0.05), else an amount in the metric's unit."""
 
     metric: str
     stat: str
@@ -101,11 +85,8 @@ class FailLimit:
         return f"{amount} {self.worse}"
 
     def worse_amount(self, baseline: float, current: float) -> float:
-        """How far ``current`` moved in the worse direction, in this limit's terms.
-
-        Positive means worse, negative better. Relative limits measure the change as a
-        fraction of the baseline (a zero baseline with a changed current is infinitely far).
-        """
+        """How far ``current`` moved in the worse direction (negative: better), in this limit's
+        terms; relative to a zero baseline, any change is infinitely far."""
         sign = 1.0 if self.worse == "up" else -1.0
         if not self.relative:
             return sign * (current - baseline)
@@ -147,27 +128,22 @@ _NUMBER = re.compile(r"^[+]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 def _parse_limit(raw: str, limit: str, info: MetricInfo) -> tuple[float, bool]:
     percent = limit.endswith("%")
     number = limit[:-1].strip() if percent else limit
-    # A strict pattern rather than float(): float() accepts "nan", "inf" and "-5", none of
-    # which is a usable limit.
+    # A strict pattern: float() accepts "nan", "inf" and "-5", none of which is a usable limit.
     if not _NUMBER.match(number):
         raise FailExprError(f"fail expression {raw!r}: limit {limit!r} is not a non-negative "
                             f"number or percentage; expected N% (e.g. 5%) or an absolute "
                             f"value in {info.unit} (e.g. 0.1)")
-    value = float(number)
-    if percent:
-        if info.percent_is_points:
-            return value / 100.0, False
-        return value / 100.0, True
-    return value, False
+    if percent:  # N% is N points for a fraction that may sit at or cross zero
+        return float(number) / 100.0, not info.percent_is_points
+    return float(number), False
 
 
 def _trim(value: float) -> str:
     return f"{value:.6g}"
 
 
-#: The block drift (either way) that the gate allows for between arms that were not measured
-#: alongside each other: blocked arms on one GPU, a drafter judged against a baseline shared from
-#: another case. Block offsets of 0-3% are what an engine restart and a warming GPU give.
+#: The block drift (either way) allowed for between arms not measured alongside each other (blocked
+#: arms, a shared baseline): 0-3% is what an engine restart and a warming GPU give.
 DEFAULT_BLOCK_DRIFT = 0.03
 
 
@@ -207,6 +183,5 @@ def limits_of_test(configured: Sequence[FailLimit], tolerance: Any = None) -> li
 
 
 def per_repeat_count(limit_lists: Iterable[Sequence[FailLimit]]) -> int:
-    """How many per-repeat comparisons (test x limit) these tests' limits make: the
-    false-discovery rate's N."""
+    """How many per-repeat comparisons (test x limit) these tests' limits make: the FDR's N."""
     return sum(1 for limits in limit_lists for limit in limits if GATE_METRICS[limit.metric].per_repeat)

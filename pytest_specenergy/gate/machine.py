@@ -1,24 +1,8 @@
-"""Machine description and the machine *key* that run history is stored under.
+"""Machine description and the machine *key* that run history is stored under, and the
+comparability facts the gate checks (:func:`run_info`, :func:`comparable`).
 
-The key is built from stable fields only - GPU model and count, power limit, driver, engine
-name and version, meter kind - so that a rerun on the same kind of machine lands in the same
-history directory, while volatile readings (clocks, temperature, host name, GPU UUID) stay in
-``machine_info`` for the record but never split the history (pytest-benchmark #255: a
-changing ``hz_actual`` made one machine look like many; #276: a key that is too fine leaves CI
-without a baseline). Modeled runs are keyed by the GPU preset and ``cpu``: the model's
-numbers do not depend on the host, so any CPU runner shares one history.
-
-The ``info`` dict that :func:`machine_key` reads (what :func:`machine_info` returns)::
-
-    {"system", "release", "machine", "python", "python_implementation", "cpu", "cpu_count",
-     "node",                                      # recorded, never keyed
-     "gpus": [{"name", "power_limit_w", "driver", "uuid", "clocks", ...}],
-     "driver": str | None,                        # used when the GPU entries lack one
-     "engine": {"name": "sglang", "version": "0.5.9"} | None,
-     "meter": {"kind": "nvml" | "modeled:h200", ...}  # a meter's describe() output}
-
-It also holds the comparability facts the gate checks (:func:`run_info`, :func:`comparable`):
-machine key, meter, engine name and version, CUDA-graph setting and the scenario.
+The key is built from stable fields only; why, and the ``info`` dict it reads:
+docs/design/gate.md, section ``pytest_specenergy/gate/machine.py``.
 """
 
 from __future__ import annotations
@@ -84,8 +68,7 @@ def _power_w(gpu: Mapping[str, Any]) -> int | None:
                        ("enforced_power_limit_mw", 1e-3), ("power_limit_mw", 1e-3)):
         value = gpu.get(key)
         if isinstance(value, (int, float)) and value > 0:
-            # Whole watts: NVML reports milliwatts, and a rounding difference must not split
-            # a history.
+            # Whole watts: NVML reports milliwatts, and a rounding difference must not split a history.
             return int(round(value * scale))
     return None
 
@@ -141,12 +124,9 @@ _PARTS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
 
 
 def machine_key(info: Mapping[str, Any], fields: Sequence[str] | None = None) -> str:
-    """A stable, path-safe key from the stable fields of ``info``.
-
-    ``fields`` picks a subset of :data:`KEY_FIELDS` (the ``specenergy_machine_key`` setting);
-    absent facts are left out rather than written as ``unknown``. E.g.
-    ``1xnvidia-h200-700w-drv550.54.15-sglang-0.5.9-nvml`` or ``modeled-h200-cpu-reference-0.1.0``.
-    """
+    """A stable, path-safe key from the stable fields of ``info`` (``fields``: a subset of
+    :data:`KEY_FIELDS`); absent facts are left out, e.g. ``1xnvidia-h200-700w-drv550.54.15-sglang-0.5.9-nvml``
+    or ``modeled-h200-cpu-reference-0.1.0``."""
     chosen = KEY_FIELDS if fields is None else tuple(fields)
     unknown = [f for f in chosen if f not in _PARTS]
     if unknown:
@@ -155,8 +135,7 @@ def machine_key(info: Mapping[str, Any], fields: Sequence[str] | None = None) ->
     parts = [p for p in (_PARTS[f](info) for f in KEY_FIELDS if f in chosen) if p]
     key = slugify("-".join(parts))
     if len(key) > _MAX_KEY:
-        # Many GPU kinds could make a key too long for a directory name; keep it readable
-        # and unique with a digest of the full text.
+        # Too long for a directory name (many GPU kinds): a readable prefix, unique with a digest.
         digest = hashlib.sha256(key.encode()).hexdigest()[:10]
         key = f"{key[: _MAX_KEY - 11].rstrip('-.')}-{digest}"
     return key
@@ -177,12 +156,8 @@ def machine_info(meter: Mapping[str, Any] | None = None, *,
                  engine: Mapping[str, Any] | None = None,
                  gpus: Sequence[Mapping[str, Any]] | None = None,
                  driver: str | None = None) -> dict[str, Any]:
-    """Describe this machine without NVML: platform, Python and CPU, plus what callers know.
-
-    ``meter`` is a meter's ``describe()`` dict; ``gpus`` (name, power limit, driver, UUID,
-    clocks...) come from whoever opened NVML - the nvml meter's description is used when
-    ``gpus`` is not given. ``engine`` is ``{"name": ..., "version": ...}``.
-    """
+    """Describe this machine without NVML: platform, Python and CPU, plus what callers know
+    (``meter``: a meter's ``describe()``; ``gpus``: from whoever opened NVML, else the meter's)."""
     meter_desc = dict(meter) if meter else None
     gpu_list = [dict(g) for g in gpus] if gpus is not None else None
     if gpu_list is None and meter_desc and isinstance(meter_desc.get("gpus"), list):
@@ -205,8 +180,7 @@ def machine_info(meter: Mapping[str, Any] | None = None, *,
 
 def pair_machine(engine: Mapping[str, Any], meter: Mapping[str, Any] | None, source: str
                  ) -> tuple[str, dict[str, Any]]:
-    """The machine key and description of the run a pair was measured in, from its engine's
-    description and its meter's (meter + engine + GPUs)."""
+    """The machine key and description of the run a pair was measured in (meter, engine, GPUs)."""
     name, version = str(engine.get("engine")), str(engine.get("version"))
     version = version.removeprefix(f"{name}-")  # the reference server says "reference-0.1.0"
     info = machine_info(meter or {"kind": source, "label": source}, engine={"name": name, "version": version})
@@ -245,12 +219,8 @@ def run_info(record: CaseRecord) -> dict[str, Any]:
 
 
 def document_run_info(document: RunDocument) -> dict[str, Any]:
-    """Run-level comparability facts of a run document: its machine key.
-
-    The document's ``machine_key`` is used (the run store writes it); without one, a key is
-    computed only from a full :func:`machine_info` description (one that names its meter),
-    never guessed from a bare platform record.
-    """
+    """Run-level comparability facts of a run document: its machine key, else one computed
+    from a full :func:`machine_info` (one naming its meter), never from a bare platform record."""
     key = document.machine_key
     if not key and document.machine_info.get("meter"):
         key = machine_key(document.machine_info)
@@ -259,8 +229,7 @@ def document_run_info(document: RunDocument) -> dict[str, Any]:
 
 def _meter_reason(baseline: Any, current: Any) -> str:
     def split(label: Any) -> tuple[str, str]:
-        text = str(label)
-        kind, _, rest = text.partition(" (")
+        kind, _, rest = str(label).partition(" (")
         return kind, rest.rstrip(")")
 
     (b_kind, b_what), (c_kind, c_what) = split(baseline), split(current)
@@ -277,17 +246,12 @@ def _meter_reason(baseline: Any, current: Any) -> str:
 
 
 def comparable(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """Reasons why two runs cannot be compared (empty when they can).
-
-    ``baseline`` and ``current`` are run-info dicts (:func:`run_info` merged with
-    :func:`document_run_info`). A fact recorded on one side only is a reason too: a match
-    that cannot be shown is not assumed.
-    """
+    """Reasons why two runs' facts (:func:`run_info` with :func:`document_run_info`) cannot be
+    compared, empty when they can. A fact on one side only is a reason: a match that cannot be
+    shown is not assumed."""
     reasons = []
-    known = [k for k, _ in COMPARED_FIELDS]
-    extra = sorted((set(baseline) | set(current)) - set(known))
     labels = dict(COMPARED_FIELDS)
-    for key in [*known, *extra]:
+    for key in [*labels, *sorted((set(baseline) | set(current)) - set(labels))]:
         b, c = baseline.get(key), current.get(key)
         label = labels.get(key, key)
         if b == c:

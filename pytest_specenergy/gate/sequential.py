@@ -1,80 +1,8 @@
 """Sequential, limit-based verdicts for per-repeat samples (energy per token and the like).
 
-The question a gate answers
----------------------------
-A limit such as ``energy_per_token:5%`` says: fail when the metric got worse by *more than
-5%*. So the null hypothesis of every comparison here is "the change is within the limit"
-(H0: ratio <= 1 + L for a metric that gets worse going up), never "no change". One rule,
-one hypothesis, at every repeat count:
-
-* **REGRESSED** iff the lower confidence bound of the change lies beyond the limit: we are
-  confident (1 - alpha_k) that the regression exceeds the limit.
-* **UNCHANGED** iff the upper confidence bound lies inside the limit (confidence 1 - beta);
-  **IMPROVED** iff that bound lies beyond the limit on the better side as well.
-* **INCONCLUSIVE** otherwise: measure more repeats, up to the next look of the plan. At the
-  repeat cap the case stays INCONCLUSIVE and the plugin's ``--specenergy-inconclusive``
-  policy applies. It is *not* decided by the point estimate: that variant fails a true +4%
-  change 23-40% of the time (``results.txt``).
-
-Because the null is the limit itself, P(REGRESSED) is at most alpha, at any repeat count,
-for any true change at or inside the limit. For a change strictly inside the limit it *falls*
-as repeats are added, because the interval shrinks away from the limit. That is what "verdicts
-do not change meaning with the repeat count" requires. The rule "p < alpha against no change,
-plus a point estimate beyond the limit" (main's Mann-Whitney path) has the opposite behaviour.
-
-Statistics
-----------
-Everything is on the log scale: per-repeat log ratios are close to normal for energy noise,
-a ratio limit becomes a fixed offset, and the reported change is a ratio of geometric means.
-
-* Stored baseline (:func:`compare_stored`): compares the current run's per-repeat session
-  ratios ``q_r = spec_r / base_r`` with the stored run's ``q_j``. The arms are interleaved
-  ABAB in one session, so a session offset or a slow drift moves both and cancels. Welch's t
-  on ``log q``; only the current side can grow.
-* In-job A/B (:func:`compare_paired`): a candidate and a reference measured in the same
-  repeats, interleaved with the shared baseline. One-sample t on the per-repeat
-  ``log(candidate_r / reference_r)``; the shared baseline cancels exactly, and both sides grow.
-* ``session_sd`` (optional): the part of a session offset that does not cancel in the ratio
-  is a per-case bias that repeats cannot average away. Declared, it is added in quadrature to
-  the standard error (the history of an unchanged case's ratio across sessions estimates it).
-
-Sequential plan and error spending
-----------------------------------
-Looks at ``start, start + step, ...`` up to ``cap`` repeats (default 3, 5, 7, 9, 11). The
-REGRESSED level is split over the K looks by a union bound (Bonferroni). So P(REGRESSED |
-change exactly at the limit) <= alpha holds however the looks are correlated, for any noise
-level and any stopping:
-
-* ``spending="final"`` (default, Haybittle-Peto style): ``alpha x interim_share`` at each
-  interim look (0.02 x 5% = 0.001 by default) and the rest (4.6%) at the cap. Early looks
-  stop only on overwhelming evidence, and nearly the whole alpha is kept for the cap, where
-  the power is. At 3% noise in A/B mode this gives 95% power for a true +10%, against 83%
-  for an equal split and 96% for a single look at 11 repeats. Unchanged cases stop after 5.1
-  repeats on average instead of 11.
-* ``spending="equal"``: ``alpha / K`` at every look.
-
-UNCHANGED / IMPROVED (stopping for futility) use a fixed per-look level ``beta``. Stopping
-early that way can only lower P(REGRESSED). Each result carries the *repeated p-value*
-``p_sequential = min_j p_j / w_j`` over the looks taken (``w_j`` the share of alpha at look
-j). ``P(p_sequential <= a) <= a`` under H0 for every ``a``, however the plan stops, so it is
-the p-value to use for false-discovery-rate control across a suite (``fdr.py``).
-
-Blocked arms and block drift
-----------------------------
-Arms measured one after the other (one GPU holding one engine at a time: the *blocked order*;
-or a baseline shared from another case) share no drift: a block drift between them biases the
-ratio, and no number of repeats averages it away. The plan's ``block_drift`` D is an explicit
-allowance for it: the REGRESSED bound must clear the limit by ``log(1 + D)`` more, and the
-UNCHANGED bound likewise, so P(REGRESSED) <= alpha at the limit for any drift within D either
-way (the null widened to "within the limit plus a drift of at most D"). Against a stored run
-each run not measured alongside its baseline brings its own drift (``gate/compare.py``:
-``drift_allowance``). The verdict's note states the allowance; the price is power, which is
-why one GPU runs both engines resident and interleaved where they fit.
-
-Measured (``benchmarks/gate_simulation.py``, 5% limit, 2-3% session offset): false REGRESSED per 200 unchanged
-cases 0-0.02 at 3% per-arm noise; power at a true +10% within the cap of 11: 95% in A/B
-mode, 55% / 78% against a stored run of 5 / 11 repeats (a stored run of 21 repeats with a
-cap of 21 reaches 96%); P(REGRESSED) at a true +4%: 1-3%, not rising with the repeat count.
+Every comparison tests "the change is within the limit": REGRESSED iff the change's lower bound
+lies beyond it, at any repeat count. Statistics, the look plan, error spending and block drift:
+docs/design/gate.md, section ``pytest_specenergy/gate/sequential.py``.
 """
 
 from __future__ import annotations
@@ -106,12 +34,9 @@ INCONCLUSIVE, UNCHANGED, IMPROVED, REGRESSED = 0, 1, 2, 3
 
 @dataclass(frozen=True)
 class SequentialPlan:
-    """When to look and how much error each look may spend.
-
-    ``alpha`` bounds P(REGRESSED) for a true change exactly at the limit, over all looks.
-    ``beta`` is the per-look level of the UNCHANGED / IMPROVED bound. Looks are at
-    ``start, start + step, ...`` and always at ``cap``.
-    """
+    """When to look (``start, start + step, ...`` and ``cap``) and how much error each look may
+    spend: ``alpha`` bounds P(REGRESSED) at the limit over all looks, ``beta`` is the per-look
+    level of the UNCHANGED / IMPROVED bound."""
 
     start: int = 3
     step: int = 2
@@ -120,8 +45,7 @@ class SequentialPlan:
     beta: float = 0.05
     spending: str = "final"
     interim_share: float = 0.02
-    #: The block drift allowed for, either way, between arms not measured alongside each other
-    #: (a fraction; the gate applies it to such comparisons only: see ``gate/compare.py``).
+    #: The block drift (a fraction) allowed either way between arms not measured alongside each other.
     block_drift: float = 0.0
 
     def __post_init__(self) -> None:
@@ -191,16 +115,13 @@ DEFAULT_PLAN = SequentialPlan()
 class SequentialResult:
     """One comparison's verdict with every number behind it.
 
-    ``estimate`` is the relative change (current / reference - 1, from geometric means);
-    ``interval`` is the decision interval on the same scale: the bound on the worse side at
-    confidence ``1 - alpha_look``, the other at ``1 - beta`` (REGRESSED iff the interval lies
-    beyond the limit, UNCHANGED iff inside it). ``p_value`` is the one-sided p of "the change
-    is within the limit" at the deciding look, ``p_sequential`` the repeated p-value over the
-    looks taken (for FDR). ``more_repeats`` is how many repeats to add for the next look (0
-    when decided or at the cap); ``projected_repeats`` a rough total at which the case would
-    likely decide if the estimate and spread held, None when no number of current repeats
-    can decide it (a stored baseline with too few or too noisy repeats).
-    """
+    ``estimate``: the relative change (current / reference - 1, from geometric means);
+    ``interval``: the decision interval on that scale, the worse side's bound at confidence
+    ``1 - alpha_look``, the other's at ``1 - beta``. ``p_value``: the one-sided p of "within the
+    limit" at the deciding look; ``p_sequential``: the repeated p-value (for FDR). ``more_repeats``:
+    repeats to add for the next look (0 when decided or at the cap). ``projected_repeats``: a
+    rough total at which the case would likely decide if the estimate and spread held, None
+    when no number of current repeats can (a too small or noisy baseline)."""
 
     verdict: Verdict
     estimate: float
@@ -218,11 +139,6 @@ class SequentialResult:
     projected_repeats: int | None
     method: str
     note: str = ""
-
-    @property
-    def decided(self) -> bool:
-        """True unless INCONCLUSIVE."""
-        return self.verdict is not Verdict.INCONCLUSIVE
 
     def describe(self) -> str:
         """One line with the verdict, change, interval, limit, p-values and repeats."""
@@ -290,9 +206,8 @@ def _prefix_moments(x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 def _look_stats(current: np.ndarray, reference: np.ndarray | None, n: int,
                 ref_moments: tuple[np.ndarray, np.ndarray] | None, session_sd: float = 0.0,
                 session_df: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(estimate, standard error, degrees of freedom) at a look of ``n`` current repeats.
-    ``session_sd`` is added in quadrature; with ``session_df`` (the degrees of freedom of its
-    estimate: an unpaired baseline's repeats - 1) it enters Welch-Satterthwaite's df too."""
+    """(estimate, standard error, degrees of freedom) at a look of ``n`` current repeats; with
+    ``session_df`` (an unpaired baseline's repeats - 1) ``session_sd`` enters the df too."""
     mean_c, var_c = _prefix_moments(current, n)
     a = var_c / n
     if reference is None:  # paired: current holds per-repeat log differences
@@ -304,11 +219,9 @@ def _look_stats(current: np.ndarray, reference: np.ndarray | None, n: int,
         est, b = mean_c - mean_r, var_r / m
         terms = a * a / (n - 1) + b * b / (m - 1)
     c = session_sd ** 2
+    total = a + b  # a declared constant component: the df of the sampled terms only
     if session_df is not None:
-        terms = terms + c * c / session_df
-        total = a + b + c
-    else:  # the component is a declared constant: the df of the sampled terms only
-        total = a + b
+        terms, total = terms + c * c / session_df, total + c
     with np.errstate(divide="ignore", invalid="ignore"):
         df = total ** 2 / terms
     if reference is None and session_df is None:
@@ -331,30 +244,21 @@ def sequential_arrays(current: ArrayLike, reference: ArrayLike | None = None, *,
                       worse: str = "up", plan: SequentialPlan = DEFAULT_PLAN,
                       session_sd: float = 0.0, absolute: bool = False, drift: float = 0.0,
                       session_df: float | None = None) -> SequentialArrays:
-    """Run the sequential rule on many cases at once.
+    """Run the sequential rule on many cases at once (what :func:`compare_paired` and
+    :func:`compare_stored` run on one row).
 
     ``current`` is an (N, n) array of log values: per-repeat log differences for a paired
-    comparison (``reference`` None), or per-repeat log values of the current side with
-    ``reference`` an (N, m) array of the fixed reference side's log values. Each row is one
-    case; looks use prefixes of the current row (the plan's sizes up to n, the last look
-    using all n columns). This is exactly what :func:`compare_paired` and
-    :func:`compare_stored` run on one row.
+    comparison (``reference`` None), else the current side's, with ``reference`` (N, m) the
+    fixed side's. Looks use prefixes of each row (the last look all n columns).
 
-    ``session_sd`` (log scale, default 0) is a variance component that repeats cannot average
-    away - the part of a session offset that does not cancel in the ratio - added in
-    quadrature to every look's standard error.
-
-    ``absolute``: the values are plain values (not logs) and ``limit`` is an amount in their
-    unit: the same rule on the difference scale (for limits such as ``energy_saving:2%``,
-    which means 2 points, or ``accept_length:0.1``).
-
-    ``drift`` (same scale as the estimate, default 0): a bias the data cannot reveal and that
-    may lie either way up to this size - the block drift between arms that were not measured
-    alongside each other (blocked arms on one GPU, a baseline shared from another case). The
-    estimate is moved against each verdict by it: REGRESSED iff the lower bound still lies
-    beyond the limit after subtracting ``drift``, UNCHANGED / IMPROVED iff the upper bound plus
-    ``drift`` lies inside. So P(REGRESSED) <= alpha at the limit for any bias within ``drift``.
-    ``session_df``: the degrees of freedom of ``session_sd`` when it is an estimate.
+    ``session_sd`` (log scale): a variance component repeats cannot average away (the part of a
+    session offset that does not cancel in the ratio), added in quadrature to every look's
+    standard error; ``session_df``: its degrees of freedom when it is an estimate.
+    ``absolute``: plain values and ``limit`` an amount in their unit (``energy_saving:2%``, 2
+    points; ``accept_length:0.1``). ``drift`` (the estimate's scale): a bias the data cannot
+    reveal, up to this size either way (the block drift between arms not measured alongside each
+    other); each verdict's bound must clear the limit by it, so P(REGRESSED) <= alpha at the
+    limit for any bias within ``drift``.
     """
     if not drift >= 0:
         raise ValueError(f"drift must be non-negative, got {drift!r}")
@@ -378,14 +282,10 @@ def sequential_arrays(current: ArrayLike, reference: ArrayLike | None = None, *,
     df_out = np.full(rows, np.nan)
     p_out = np.ones(rows)  # no look yet: no evidence against "within the limit"
     p_seq = np.ones(rows)
-    if last == 0:  # not even the first look's repeats yet
-        if n >= 2:
-            ref_m = None if y is None else _prefix_moments(y, y.shape[1])
-            e, s, d = _look_stats(x, y, n, ref_m, session_sd, session_df)
-            est, se_out, df_out = e, s, d
-            p_out = _tail_p(((e - reg_bound) if up else (reg_bound - e)) - drift, s, d, upper=True)
-        return SequentialArrays(code, look, n_used, est, se_out, df_out, p_out, p_seq)
     ref_m = None if y is None else _prefix_moments(y, y.shape[1])
+    if last == 0 and n >= 2:  # not even the first look's repeats yet: the numbers so far
+        est, se_out, df_out = _look_stats(x, y, n, ref_m, session_sd, session_df)
+        p_out = _tail_p(((est - reg_bound) if up else (reg_bound - est)) - drift, se_out, df_out, upper=True)
     open_ = np.ones(rows, dtype=bool)
     for k in range(1, last + 1):
         size = n if k == last else plan.looks[k - 1]
@@ -414,12 +314,14 @@ def sequential_arrays(current: ArrayLike, reference: ArrayLike | None = None, *,
 
 
 # -- one case -----------------------------------------------------------------------------------
-def _positive(values: ArrayLike, what: str) -> np.ndarray:
+def _checked(values: ArrayLike, what: str, absolute: bool) -> np.ndarray:
+    """``values`` as a flat array, refused unless finite (and positive unless ``absolute``)."""
     array = np.asarray(values, dtype=float).ravel()
-    if array.size and not np.all(np.isfinite(array) & (array > 0)):
-        raise ValueError(f"{what} must be positive and finite, got {array.tolist()}")
+    valid = np.isfinite(array) if absolute else np.isfinite(array) & (array > 0)
+    if array.size and not np.all(valid):
+        kind = "finite" if absolute else "positive and finite"
+        raise ValueError(f"{what} must be {kind}, got {array.tolist()}")
     return array
-
 
 
 def _projection(est: float, se_per_unit: float, ref_var_term: float, bound: float,
@@ -435,15 +337,22 @@ def _projection(est: float, se_per_unit: float, ref_var_term: float, bound: floa
     return int(math.ceil(se_per_unit ** 2 / room))
 
 
-def rel_text(amount: float, absolute: bool) -> str:
-    """A drift amount in words: a relative one (log scale) as a percentage."""
-    return f"{amount:.4g}" if absolute else f"{math.expm1(amount):.1%}"
-
-
-def _result(arrays: SequentialArrays, *, limit: float, worse: str, plan: SequentialPlan,
-            n_current: int, n_reference: int, method: str, var_c: float,
-            ref_var_term: float, absolute: bool = False, drift: float = 0.0) -> SequentialResult:
-    code = int(arrays.code[0])
+def _one_case(x: np.ndarray, y: np.ndarray | None, method: str, *, limit: float, worse: str,
+              plan: SequentialPlan, session_sd: float, absolute: bool, drift: float,
+              session_df: float | None = None) -> SequentialResult:
+    """The sequential verdict of one case: ``x`` the current side's (log) values and ``y`` the
+    stored side's, or ``y`` None and ``x`` the paired per-repeat differences."""
+    if x.size < 2:  # no look possible yet: only the estimate so far
+        estimate = x.mean() - y.mean() if y is not None else (x.mean() if x.size else np.nan)
+        arrays = SequentialArrays(np.zeros(1, int), np.zeros(1, int), np.array([x.size]), np.array([estimate]),
+                                  np.array([np.nan]), np.array([np.nan]), np.ones(1), np.ones(1))
+    else:
+        arrays = sequential_arrays(x[None, :], None if y is None else y[None, :], limit=limit, worse=worse,
+                                   plan=plan, session_sd=session_sd, absolute=absolute, drift=drift,
+                                   session_df=session_df)
+    n_current = int(arrays.n_used[0])
+    var_c = float(np.var(x[:n_current], ddof=1)) if n_current > 1 else math.nan
+    ref_var_term = session_sd ** 2 if y is None else float(np.var(y, ddof=1)) / y.size + session_sd ** 2
     look = int(arrays.look[0])
     est, se, df = float(arrays.estimate[0]), float(arrays.se[0]), float(arrays.df[0])
     reg_bound, _ = _bounds(limit, worse, absolute)
@@ -454,14 +363,13 @@ def _result(arrays: SequentialArrays, *, limit: float, worse: str, plan: Sequent
         more = plan.looks[0] - n_current
         notes.append(f"first look at {plan.looks[0]} repeats")
     else:
-        verdict = CODES[code]
+        verdict = CODES[int(arrays.code[0])]
         nxt = plan.next_size(n_current)
         more = (nxt - n_current) if verdict is Verdict.INCONCLUSIVE and nxt is not None else 0
         if verdict is Verdict.INCONCLUSIVE and nxt is None:
             notes.append("inconclusive at the repeat cap")
     if math.isfinite(se) and se > 0 and math.isfinite(df):
-        lo_level = alpha_look if worse == "up" else plan.beta
-        hi_level = plan.beta if worse == "up" else alpha_look
+        lo_level, hi_level = (alpha_look, plan.beta) if worse == "up" else (plan.beta, alpha_look)
         # Both quantiles in one call (the Newton solve is vectorized; the gate runs it per look).
         t_lo, t_hi = (float(v) for v in t_ppf(np.array([1.0 - lo_level, 1.0 - hi_level]), df))
         low, high = est - t_lo * se, est + t_hi * se
@@ -471,8 +379,8 @@ def _result(arrays: SequentialArrays, *, limit: float, worse: str, plan: Sequent
         low, high = -math.inf, math.inf
     low, high = low - drift, high + drift  # the decision interval: what a bias within drift allows
     if drift:
-        notes.append(f"block drift allowance {rel_text(drift, absolute)} either way (arms not measured "
-                     "alongside each other)")
+        amount = f"{drift:.4g}" if absolute else f"{math.expm1(drift):.1%}"
+        notes.append(f"block drift allowance {amount} either way (arms not measured alongside each other)")
     projected = None
     if verdict is Verdict.INCONCLUSIVE and math.isfinite(est):
         worse_side = (est > reg_bound) if worse == "up" else (est < reg_bound)
@@ -489,16 +397,10 @@ def _result(arrays: SequentialArrays, *, limit: float, worse: str, plan: Sequent
     return SequentialResult(
         verdict=verdict, estimate=rel(est), interval=(rel(low), rel(high)),
         p_value=float(arrays.p_value[0]), p_sequential=float(arrays.p_sequential[0]),
-        limit=limit, worse=worse, n_current=n_current, n_reference=n_reference,
+        limit=limit, worse=worse, n_current=n_current,
+        n_reference=n_current if y is None else int(y.size),
         look=look, looks=len(plan.looks), alpha_look=alpha_look, more_repeats=int(more),
         projected_repeats=projected, method=method, note="; ".join(notes))
-
-
-def _finite(values: ArrayLike, what: str) -> np.ndarray:
-    array = np.asarray(values, dtype=float).ravel()
-    if array.size and not np.all(np.isfinite(array)):
-        raise ValueError(f"{what} must be finite, got {array.tolist()}")
-    return array
 
 
 def compare_stored(current: ArrayLike, reference: ArrayLike, *, limit: float, worse: str = "up",
@@ -508,35 +410,20 @@ def compare_stored(current: ArrayLike, reference: ArrayLike, *, limit: float, wo
     """Current run's per-repeat values (e.g. session ratios) against a stored run's.
 
     Welch's t on log values; the stored side is fixed, the current side grows with the plan.
-    Both need at least 2 positive values. Returns the sequential verdict at the look the
-    current repeat count reaches. ``session_sd``: see :func:`sequential_arrays` (the spread of
-    an unchanged case's ratio across stored sessions estimates it). ``absolute``: Welch's t on
-    the values themselves, ``limit`` an amount in their unit (values may be zero or negative).
-    ``drift``, ``session_df``: see :func:`sequential_arrays`.
+    Both need at least 2 positive values. ``session_sd``: the spread of an unchanged case's
+    ratio across stored sessions estimates it. ``absolute``: Welch's t on the values
+    themselves, ``limit`` an amount in their unit (values may be zero or negative). See
+    :func:`sequential_arrays` for ``session_sd``, ``session_df`` and ``drift``.
     """
-    check = _finite if absolute else _positive
-    cur, ref = check(current, "current samples"), check(reference, "reference samples")
+    cur, ref = _checked(current, "current samples", absolute), _checked(reference, "reference samples", absolute)
     if ref.size < 2:
         raise ValueError(f"the stored reference needs at least 2 repeats, got {ref.size}")
     if cur.size < 1:
         raise ValueError("no current samples")
     x, y = (cur, ref) if absolute else (np.log(cur), np.log(ref))
-    if cur.size < 2:
-        arrays = SequentialArrays(np.zeros(1, int), np.zeros(1, int), np.array([1]),
-                                  np.array([x.mean() - y.mean()]), np.array([np.nan]),
-                                  np.array([np.nan]), np.ones(1), np.ones(1))
-    else:
-        arrays = sequential_arrays(x[None, :], y[None, :], limit=limit, worse=worse, plan=plan,
-                                   session_sd=session_sd, absolute=absolute, drift=drift,
-                                   session_df=session_df)
-    used = int(arrays.n_used[0])
-    var_c = float(np.var(x[:used], ddof=1)) if used > 1 else math.nan
-    var_r = float(np.var(y, ddof=1))
-    return _result(arrays, limit=limit, worse=worse, plan=plan, n_current=used,
-                   n_reference=int(ref.size),
-                   method="welch-t on differences" if absolute else "welch-t on log ratios",
-                   var_c=var_c, ref_var_term=var_r / ref.size + session_sd ** 2, absolute=absolute,
-                   drift=drift)
+    return _one_case(x, y, "welch-t on differences" if absolute else "welch-t on log ratios", limit=limit,
+                     worse=worse, plan=plan, session_sd=session_sd, absolute=absolute, drift=drift,
+                     session_df=session_df)
 
 
 def compare_paired(candidate: ArrayLike, reference: ArrayLike, *, limit: float, worse: str = "up",
@@ -545,50 +432,32 @@ def compare_paired(candidate: ArrayLike, reference: ArrayLike, *, limit: float, 
     """Candidate against reference measured in the same repeats (in-job A/B).
 
     Per-repeat ``log(candidate_r / reference_r)``, one-sample t; both sides grow together.
-    Passing session ratios (each over the shared baseline of its repeat) gives the same
-    answer as passing raw J/token: the baseline cancels. ``absolute``: per-repeat differences
-    ``candidate_r - reference_r``, ``limit`` an amount in their unit. ``drift``: see
-    :func:`sequential_arrays` (candidate and reference measured in separate blocks).
+    Session ratios (each over its repeat's shared baseline) give the same answer as raw
+    J/token: the baseline cancels. ``absolute``: per-repeat differences, ``limit`` an amount in
+    their unit. ``drift``: see :func:`sequential_arrays` (arms measured in separate blocks).
     """
-    check = _finite if absolute else _positive
-    cand, ref = check(candidate, "candidate samples"), check(reference, "reference samples")
+    cand, ref = _checked(candidate, "candidate samples", absolute), _checked(reference, "reference samples", absolute)
     if cand.size != ref.size:
         raise ValueError(f"paired samples need equal lengths, got {cand.size} and {ref.size}")
     d = (cand - ref) if absolute else (np.log(cand) - np.log(ref))
-    if d.size < 2:
-        arrays = SequentialArrays(np.zeros(1, int), np.zeros(1, int), np.array([d.size]),
-                                  np.array([d.mean() if d.size else np.nan]), np.array([np.nan]),
-                                  np.array([np.nan]), np.ones(1), np.ones(1))
-    else:
-        arrays = sequential_arrays(d[None, :], None, limit=limit, worse=worse, plan=plan,
-                                   session_sd=session_sd, absolute=absolute, drift=drift)
-    used = int(arrays.n_used[0])
-    var_c = float(np.var(d[:used], ddof=1)) if used > 1 else math.nan
-    return _result(arrays, limit=limit, worse=worse, plan=plan, n_current=used,
-                   n_reference=used,
-                   method="paired t on differences" if absolute else "paired t on log ratios",
-                   var_c=var_c, ref_var_term=session_sd ** 2, absolute=absolute, drift=drift)
+    return _one_case(d, None, "paired t on differences" if absolute else "paired t on log ratios", limit=limit,
+                     worse=worse, plan=plan, session_sd=session_sd, absolute=absolute, drift=drift)
 
 
 # -- per-request metrics (accept length, acceptance rate) ---------------------------------------
-#: Below this many bootstrap replicates in a tail the empirical share says little more than
-#: "under (count + 1) / (resamples + 1)": the resampling resolution, 2e-4 at 5000 resamples.
-#: Such a tail is read from the replicates' normal fit instead (see :func:`_bootstrap_share`).
+#: Below this many replicates in a tail the empirical share says little more than "under the
+#: resampling resolution" (2e-4 at 5000): such a tail is read from the replicates' normal fit.
 TAIL_MIN_REPLICATES = 10
 
 
 def _bootstrap_share(boot: np.ndarray, bound: float, *, above: bool) -> float:
     """The share of bootstrap replicates at or ``above`` ``bound`` (else at or below), as a
-    one-sided p-value, resolved beyond the resampling resolution.
-
-    With at least :data:`TAIL_MIN_REPLICATES` replicates in the tail it is the usual
-    ``(1 + count) / (resamples + 1)``. With fewer, that floor would cap how small p can get
-    (so Benjamini-Hochberg over a large suite could never reject: at 1,000 comparisons and
-    Q = 0.05 the smallest p must reach 5e-5 over the plan's look weight), and the tail is
-    instead the normal tail of the replicates' own mean and spread, ``P(N(m, s) beyond
-    bound)``: the usual large-sample form of a bootstrap test, accurate where the replicates
-    of a log ratio of pooled means are near normal, as they are over a few dozen requests.
-    It is continuous down to about 1e-300.
+    one-sided p-value: ``(1 + count) / (resamples + 1)`` with at least
+    :data:`TAIL_MIN_REPLICATES` in the tail, else ``P(N(m, s) beyond bound)`` of the replicates'
+    mean and spread (the large-sample bootstrap test; replicates of a log ratio of pooled means
+    are near normal over a few dozen requests). That floor would otherwise cap how small p gets,
+    so Benjamini-Hochberg over a large suite could never reject (at 1,000 comparisons and
+    Q = 0.05 the smallest p must reach 5e-5 over the look weight).
     """
     count = int(np.sum(boot >= bound if above else boot <= bound))
     if count >= TAIL_MIN_REPLICATES:
@@ -607,18 +476,14 @@ def compare_per_request(current_num: ArrayLike, current_den: ArrayLike, referenc
                         seed: int = 0) -> SequentialResult:
     """A pooled per-request metric ``offset + sum(num) / sum(den)`` judged on its requests.
 
-    accept_length: ``num`` = accepted drafts, ``den`` = verify steps, ``offset`` = 1;
-    acceptance_rate: ``num`` = accepted, ``den`` = proposed drafts, ``offset`` = 0. Each entry
-    is one request's total over the run's repeats. The change is the ratio of the pooled
-    metrics, current over reference; its interval is a seeded percentile bootstrap over
-    requests - resampling the same request indices on both sides when ``paired`` (the same
-    fixed prompt set in both runs, so prompt difficulty cancels), each side on its own
-    otherwise. The decision is the same limit rule as the energy gate, at the level of the
-    look ``n_repeats`` reaches (the cap's when None). A deterministic engine gives identical
-    per-request values, so an unchanged drafter is UNCHANGED at once and a changed one is
-    decided by how consistently its requests moved. ``p_sequential`` is this look's
-    ``p / w_look``; a caller that judges the metric at several looks keeps the minimum over
-    them (that minimum is the repeated p-value).
+    accept_length: ``num`` accepted drafts, ``den`` verify steps, ``offset`` 1; acceptance_rate:
+    ``num`` accepted, ``den`` proposed drafts, ``offset`` 0; one entry per request (its total
+    over the repeats). The change is the ratio of the pooled metrics, its interval a seeded
+    percentile bootstrap over requests (the same indices on both sides when ``paired``: one
+    fixed prompt set, so prompt difficulty cancels). Same limit rule as the energy gate, at the
+    level of the look ``n_repeats`` reaches (the cap's when None); a deterministic engine's
+    unchanged drafter is UNCHANGED at once. ``p_sequential`` is this look's ``p / w_look``; a
+    caller judging several looks keeps the minimum (the repeated p-value).
     """
     cn, cd = np.asarray(current_num, float).ravel(), np.asarray(current_den, float).ravel()
     rn, rd = np.asarray(reference_num, float).ravel(), np.asarray(reference_den, float).ravel()
@@ -651,8 +516,7 @@ def compare_per_request(current_num: ArrayLike, current_den: ArrayLike, referenc
     if boot.size == 0:
         raise ValueError("no bootstrap replicate had a defined metric on both sides")
     up = worse == "up"
-    # One-sided bootstrap p of H0 "within the limit": the share of replicates not beyond it
-    # (beyond the resampling resolution, the bootstrap's normal tail: _bootstrap_share).
+    # One-sided bootstrap p of H0 "within the limit": the share of replicates not beyond it.
     p_reg = _bootstrap_share(boot, reg_bound, above=not up)
     p_ok = _bootstrap_share(boot, reg_bound, above=up)
     p_imp = _bootstrap_share(boot, imp_bound, above=up) if math.isfinite(imp_bound) else 1.0
@@ -660,9 +524,7 @@ def compare_per_request(current_num: ArrayLike, current_den: ArrayLike, referenc
         beyond = point > reg_bound if up else point < reg_bound
         inside = point < reg_bound if up else point > reg_bound
         better = (point < imp_bound if up else point > imp_bound) if math.isfinite(imp_bound) else False
-        p_reg = 0.0 if beyond else 1.0
-        p_ok = 0.0 if inside else 1.0
-        p_imp = 0.0 if better else 1.0
+        p_reg, p_ok, p_imp = (0.0 if shown else 1.0 for shown in (beyond, inside, better))
     if p_reg <= alpha_look:
         verdict = Verdict.REGRESSED
     elif p_ok <= plan.beta:
@@ -671,12 +533,10 @@ def compare_per_request(current_num: ArrayLike, current_den: ArrayLike, referenc
         verdict = Verdict.INCONCLUSIVE
     lo_level, hi_level = (alpha_look, plan.beta) if up else (plan.beta, alpha_look)
     low, high = (float(np.quantile(boot, lo_level)), float(np.quantile(boot, 1.0 - hi_level)))
-    nxt = plan.next_size(n_repeats) if n_repeats is not None else None
-    more = 0
-    if verdict is Verdict.INCONCLUSIVE and nxt is not None and n_repeats is not None:
-        more = nxt - n_repeats
-    note = ""
+    more, note = 0, ""
     if verdict is Verdict.INCONCLUSIVE:
+        if n_repeats is not None and (nxt := plan.next_size(n_repeats)) is not None:
+            more = nxt - n_repeats
         note = ("the spread is across requests: more repeats of the same prompts narrow it "
                 "only where outputs vary run to run; more prompts narrow it for sure")
     return SequentialResult(

@@ -1,22 +1,7 @@
 """Run history and committed golden baselines, on disk: :class:`RunStore` and :class:`GoldenStore`.
 
-Run history (``--specenergy-save`` / ``--specenergy-compare``) lives under a storage dir,
-default ``.specenergy/``, one folder per machine key::
-
-    .specenergy/.gitignore                                   # "*": history is never committed
-    .specenergy/<machine_key>/0001_main_20260509_143000.json
-    .specenergy/<machine_key>/0002_auto_20260510_090112.json
-
-The counter grows like a Django migration number; a run saved without a name is ``auto``.
-Golden baselines are committed and reviewed like ``__snapshots__``: one file per test node id
-under a folder (default ``specenergy_baselines/``; callers wanting per-machine goldens pass
-``folder / machine_key``).
-
-Every file carries ``schema_version`` and ``kind``. A file that is corrupted, truncated or of
-a foreign schema raises :class:`StorageError` naming the file and the problem, and is never
-overwritten or deleted: it may be the only copy of a baseline someone needs. Writes go
-through :func:`pytest_specenergy.atomic.write_json_atomic`, so an interrupted run leaves the
-earlier history intact and no half-written file behind.
+Files are validated on load and never overwritten or deleted when bad; writes are atomic. The
+layout and the rules: docs/design/gate.md, section ``pytest_specenergy/gate/storage.py``.
 """
 
 from __future__ import annotations
@@ -195,19 +180,12 @@ class RunStore:
                 runs.append(StoredRun(path, int(match["counter"]), match["name"], match["stamp"]))
         return sorted(runs, key=lambda r: (r.counter, r.timestamp, r.path.name))
 
-    def ensure(self) -> Path:
-        """Create the folder with a ``.gitignore`` of ``*`` on first use; return its path."""
-        return ensure_storage(self.root)
-
     def save(self, document: RunDocument, name: str | None = None, *,
              now: dt.datetime | None = None) -> Path:
-        """Save ``document`` as ``<root>/<machine_key>/<NNNN>_<name>_<stamp>.json``.
-
-        The key is the document's ``machine_key``, else one computed from its
-        ``machine_info``. An interrupted document keeps ``interrupted: true``: :meth:`find`
-        never picks it as a baseline. The file is created exclusively and atomically: it never
-        replaces an existing file, even when many processes save under one name in the same
-        second; each takes the next free counter.
+        """Save ``document`` as ``<root>/<machine_key>/<NNNN>_<name>_<stamp>.json`` (the key from
+        its ``machine_info`` when it has none). Created exclusively and atomically: never over an
+        existing file, even when many processes save one name in the same second. An interrupted
+        document keeps ``interrupted: true``, so :meth:`find` never picks it as a baseline.
         """
         import pytest_specenergy.gate.machine as machine
         from pytest_specenergy.atomic import create_json_exclusive
@@ -221,7 +199,7 @@ class RunStore:
         if machine.slugify(key) != key:
             raise StorageError(f"machine key {key!r} is not path-safe; expected something like "
                                f"{machine.slugify(key)!r} (see machine.machine_key)")
-        folder = self.ensure() / key
+        folder = ensure_storage(self.root) / key
         folder.mkdir(parents=True, exist_ok=True)
         stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y%m%d_%H%M%S")
         saved = dataclasses.replace(document, name=run_name, machine_key=key).as_dict()
@@ -296,8 +274,7 @@ class RunStore:
 
 
 def _next_counter(folder: Path) -> int:
-    # Every NNNN_ file counts, corrupt ones included, so a new run never reuses the number
-    # (and never the path) of a file we refused to read.
+    # Every NNNN_ file counts, corrupt ones too: a new run never reuses a refused file's number.
     numbers = [int(m.group(1)) for p in folder.iterdir() if (m := _COUNTER.match(p.name))]
     return max(numbers, default=0) + 1
 
@@ -336,21 +313,11 @@ def _safe_component(text: str) -> str:
 GOLDEN_MODES = ("check", "update", "regen-all", "new-only")
 
 
-def _golden_file(nodeid: str, record: CaseRecord, run_info: dict[str, Any] | None) -> dict[str, Any]:
-    """The JSON of one golden file."""
-    from pytest_specenergy.document import GOLDEN_KIND
-    from pytest_specenergy.document import SCHEMA_VERSION
-
-    return {"schema_version": SCHEMA_VERSION, "kind": GOLDEN_KIND, "nodeid": nodeid,
-            "run_info": dict(run_info or {}), "record": record.as_dict()}
-
-
 @dataclass(frozen=True)
 class GoldenUpdate:
-    """What :meth:`GoldenStore.update` decided: ``action`` is created, updated, regenerated,
-    kept or unchanged; ``written`` says whether the golden is (to be) rewritten, ``fails``
-    whether the test must fail because of it (pytest-regressions: a created or force-updated
-    baseline fails the test so a human reviews it)."""
+    """What :meth:`GoldenStore.update` decided (created, updated, regenerated, kept, unchanged),
+    whether it is rewritten, and whether the test fails for it (as in pytest-regressions: a
+    created or force-updated baseline fails so a human reviews it)."""
 
     action: str
     written: bool
@@ -407,12 +374,10 @@ class GoldenStore:
 
     def update(self, machine_key: str, nodeid: str, record: CaseRecord, *, mode: str,
                mismatched: bool, run_info: dict[str, Any] | None = None) -> GoldenUpdate:
-        """Decide snapshot-style what happens to one golden, and queue the write.
-
-        ``check`` (default run): a missing golden is created and the test fails. ``update``:
-        also rewrites mismatching goldens, failing those tests. ``regen-all``: rewrites every
-        golden and passes. ``new-only``: writes missing goldens only, and passes. ``mismatched``
-        is the caller's verdict (the gate regressed or improved against the golden).
+        """Decide snapshot-style what happens to one golden, and queue the write. ``check``: a
+        missing golden is created and the test fails; ``update``: mismatching ones (``mismatched``,
+        the gate's verdict) are rewritten too, failing; ``regen-all``: all rewritten, passing;
+        ``new-only``: missing ones written, passing.
         """
         if mode not in GOLDEN_MODES:
             raise ValueError(f"unknown golden mode {mode!r}; expected one of {', '.join(GOLDEN_MODES)}")
@@ -431,7 +396,11 @@ class GoldenStore:
         else:
             what = "kept (differs)" if mismatched else "unchanged"
             return GoldenUpdate(what.split()[0], False, False, path, f"baseline {path} {what}")
-        self._queue[path] = _golden_file(nodeid, record, run_info)
+        from pytest_specenergy.document import GOLDEN_KIND
+        from pytest_specenergy.document import SCHEMA_VERSION
+
+        self._queue[path] = {"schema_version": SCHEMA_VERSION, "kind": GOLDEN_KIND, "nodeid": nodeid,
+                             "run_info": dict(run_info or {}), "record": record.as_dict()}
         return update
 
     def flush(self) -> tuple[list[Path], list[str]]:

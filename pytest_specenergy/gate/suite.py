@@ -1,11 +1,6 @@
-"""Suite-level verdicts: what the gate decides once every case of a session is in.
-
-Three things are decided over the whole suite rather than per test: the false-discovery
-rate (``--specenergy-fdr``: Benjamini-Hochberg over every gated comparison), latency targets
-(``--specenergy-latency-target``: the lowest-energy configuration meeting each, judged
-against the compare run), and the counts of each verdict, INCONCLUSIVE included, which pass
-by default and must never pass unseen. :func:`judge_suite` returns them as one frozen
-:class:`SuiteVerdict`; the session only applies its exit bit and prints its lines.
+"""Suite-level verdicts: what the gate decides once every case of a session is in (FDR, latency
+targets, verdict counts), as one :class:`SuiteVerdict`; the session only applies its exit bit
+and prints its lines. More: docs/design/gate.md, section ``pytest_specenergy/gate/suite.py``.
 """
 
 from __future__ import annotations
@@ -40,8 +35,6 @@ class SuiteVerdict:
     failed: bool = False
     fdr: dict[str, Any] | None = None
     latency_targets: dict[str, Any] | None = None
-    #: The latency targets' comparisons against the reference run (shown like every limit).
-    latency_comparisons: tuple[CaseComparison, ...] = ()
 
 
 def fdr_pending(key: str, comparison: CaseComparison, q: float, n_tests: int) -> tuple[tuple[str, ...], list[str]]:
@@ -59,8 +52,7 @@ def fdr_pending(key: str, comparison: CaseComparison, q: float, n_tests: int) ->
 
 
 def _fdr(records: Sequence[CaseRecord], q: float, n_collected: int) -> tuple[Section, dict[str, Any]]:
-    """BH over every gated comparison of the suite; a pending one it rejects fails the
-    session, since its test already passed."""
+    """BH over the suite's gated comparisons; a pending one it rejects fails the session (its test passed)."""
     pvalues = {f"{r.key}::{m}": p for r in records for m, p in r.sequential_pvalues.items()}
     pending = {key for r in records for key in (r.fdr_pending or ())}
     result = suite_fdr(pvalues, q, pending=tuple(pending))
@@ -75,10 +67,9 @@ def _fdr(records: Sequence[CaseRecord], q: float, n_collected: int) -> tuple[Sec
 
 
 def _latency(records: Sequence[CaseRecord], targets: Sequence[float], references: dict[str, Any],
-             plan: SequentialPlan) -> tuple[Section, dict[str, Any], list[CaseComparison]]:
-    """Per latency target the lowest-energy configuration meeting it; with references (machine
-    key -> the compare run and its file, or why there is none and whether that fails), each
-    choice judged against the reference's."""
+             plan: SequentialPlan) -> tuple[Section, dict[str, Any]]:
+    """Per latency target the lowest-energy configuration meeting it, each judged against the
+    reference run's where ``references`` has one for its machine key."""
     choices = latency_choices(records, targets)
     lines = [choice.line() for choice in choices]
     failures: list[str] = []
@@ -97,12 +88,11 @@ def _latency(records: Sequence[CaseRecord], targets: Sequence[float], references
                 lines.append(comparison.failure_message(where))
     block = {"targets_ms": list(targets), "limit": LATENCY_LIMIT, "choices": [c.as_dict() for c in choices],
              "comparisons": [c.as_dict() for c in comparisons], "failures": failures}
-    return Section("specenergy latency targets", tuple(lines + failures), bool(failures)), block, comparisons
+    return Section("specenergy latency targets", tuple(lines + failures), bool(failures)), block
 
 
 def verdict_counts(records: Sequence[CaseRecord]) -> str | None:
-    """``N regressed · M incomparable · I inconclusive · ... · K unchanged``, or None when
-    nothing was compared."""
+    """``N regressed · M incomparable · ... · K unchanged``, or None when nothing was compared."""
     counts = Counter(r.verdict for r in records if r.verdict)
     if not counts:
         return None
@@ -113,18 +103,14 @@ def judge_suite(records: Sequence[CaseRecord], *, plan: SequentialPlan, fdr_q: f
                 fdr_collected: int = 0, latency_targets: Sequence[float] = (),
                 references: dict[str, tuple[RunDocument | None, str, bool]] | None = None
                 ) -> SuiteVerdict:
-    """Every suite-level verdict of a finished session.
-
-    ``references`` (latency targets with a compare run) maps each machine key to (the compare
-    run, else None; its file, else why it is missing; whether a missing one fails the session).
-    """
+    """Every suite-level verdict of a finished session; ``references``: as
+    :meth:`~pytest_specenergy.gate.gatekeeper.Gatekeeper.latency_references` gives them."""
     sections: list[Section] = []
     fdr = latency = None
-    comparisons: list[CaseComparison] = []
     if latency_targets:
-        section, latency, comparisons = _latency(records, latency_targets, references or {}, plan)
+        section, latency = _latency(records, latency_targets, references or {}, plan)
         sections.append(section)
     if fdr_q:
         section, fdr = _fdr(records, fdr_q, fdr_collected)
         sections.append(section)
-    return SuiteVerdict(tuple(sections), any(s.failed for s in sections), fdr, latency, tuple(comparisons))
+    return SuiteVerdict(tuple(sections), any(s.failed for s in sections), fdr, latency)

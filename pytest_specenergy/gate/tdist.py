@@ -1,14 +1,7 @@
 """Student's t distribution with numpy only (scipy is not a dependency of the plugin).
 
-Vectorized: every function takes arrays (or scalars) and broadcasts, so the simulation can
-evaluate tens of thousands of cases in one call and the gate gets the very same numbers.
-
-- :func:`betainc`: the regularized incomplete beta function I_x(a, b), by its continued
-  fraction (modified Lentz), switched to the fast-converging side with I_x(a,b) = 1 - I_{1-x}(b,a).
-- :func:`t_sf`: upper tail P(T > t) of Student's t with ``df`` degrees of freedom (``df`` may be
-  fractional, as Welch-Satterthwaite gives; ``df = inf`` is the normal distribution).
-- :func:`t_pdf`: the density.
-- :func:`t_ppf`: the quantile, by Newton steps safeguarded with bisection.
+Vectorized, so the simulation and the gate get the very same numbers; the methods:
+docs/design/gate.md, section ``pytest_specenergy/gate/tdist.py``.
 """
 
 from __future__ import annotations
@@ -76,9 +69,7 @@ def _betacf(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 def betainc(a: ArrayLike, b: ArrayLike, x: ArrayLike) -> np.ndarray:
     """Regularized incomplete beta function I_x(a, b) for a, b > 0 and 0 <= x <= 1."""
-    a, b, x = np.broadcast_arrays(np.asarray(a, float), np.asarray(b, float),
-                                  np.asarray(x, float))
-    a, b, x = a.astype(float).copy(), b.astype(float).copy(), x.astype(float).copy()
+    a, b, x = np.broadcast_arrays(np.asarray(a, float), np.asarray(b, float), np.asarray(x, float))
     out = np.empty(x.shape)
     low, high = x <= 0.0, x >= 1.0
     out[low], out[high] = 0.0, 1.0
@@ -99,10 +90,6 @@ def betainc(a: ArrayLike, b: ArrayLike, x: ArrayLike) -> np.ndarray:
     return out
 
 
-def _normal_sf(z: np.ndarray) -> np.ndarray:
-    return 0.5 * np.vectorize(math.erfc, otypes=[float])(z / math.sqrt(2.0))
-
-
 def t_sf(t: ArrayLike, df: ArrayLike) -> np.ndarray:
     """Upper-tail probability P(T > t) of Student's t with ``df`` > 0 degrees of freedom.
 
@@ -114,7 +101,7 @@ def t_sf(t: ArrayLike, df: ArrayLike) -> np.ndarray:
     out = np.empty(t.shape)
     normal = np.isinf(df)
     if normal.any():
-        out[normal] = _normal_sf(t[normal])
+        out[normal] = 0.5 * np.vectorize(math.erfc, otypes=[float])(t[normal] / math.sqrt(2.0))
     finite = ~normal
     if finite.any():
         tf, dff = t[finite], df[finite]
