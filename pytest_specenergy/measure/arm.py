@@ -1,75 +1,8 @@
-"""The measurement protocol for one arm.
+"""The measurement protocol for one arm: warm-up, then per repeat a flushed steady-state full window and a
+prefill-only window of what it prefilled; decode energy is their difference.
 
-Per arm: warm-up runs are discarded; then, per repeat, the cache (and the n-gram table) is
-flushed and the full run is measured in one meter window, then, flushed again, a prefill-only
-run (``max_new_tokens=1``) of the same prompts in another; decode energy is their difference -
-so prefill never sits in the energy figure (paper s.10). Under a meter that prices the engine's
-own steps (the modeled meter) the second window is not run: it is the full window's prefill
-steps, priced (:meth:`ArmMeasurer._prefill_window`).
-
-**The twin replays the full window's prefill forwards, group for group** (issue 21). A
-prefill forward's cost is not additive in its rows: at a real shape a one-row prefill is bound
-by the weight read, so a refill prefilled alone costs nearly what a forward of eight prompts
-costs. Sending the twin's prompts ``batch`` at a time (as before) subtracted a few big forwards
-where the full window had run many one-row refills, and 5-10% of the speculative arm's
-"decode" energy was prefill. The twin now sends each group of prompts the full window
-prefilled together as one batched ``/generate`` call, and the next only once it is answered,
-so an idle engine prefills each group in one forward of exactly those rows, from an empty cache
-like the refill's own prefill (:mod:`.prefill_groups`). The groups come from the engine's own
-record where it keeps one (the reference server's ``meta_info.prefill_forward``, under any
-meter), else from when the full window sent each request. Why it holds beyond the modeled
-meter: the subtraction is of the same forwards, not of a model of them, so it needs no meter
-to be linear in rows; SGLang also prefills a refill in a forward of its own (its scheduler
-runs a prefill batch of whatever is waiting before the next decode step), and a batched call
-to an idle SGLang engine is one prefill batch. What stays unverified there: SGLang reports no
-prefill grouping, so its groups are inferred from send times (refills sent within half a
-decode step of each other are one forward), which a loaded host could blur; and under a board
-meter (NVML) the twin idles for one client round trip between groups, which the full window
-does not - that idle energy is subtracted as if it were prefill (at about idle power for ~1 ms
-per group), an over-subtraction no CPU run can size.
-
-**Constant concurrency.** A run draws from the case's prompt pool (one pool per corpus and
-generation, the same at every batch point and in both arms; :meth:`Case.pool`)
-through ``batch`` worker threads, each holding one single-request ``/generate`` call in flight
-and taking the next prompt the moment its request finishes. An engine that batches continuously
-(SGLang, the reference server) therefore runs ``batch`` requests at every step - except while a
-refill travels: a slot stays empty for the client's round trip. An engine whose admission cap
-is the batch (``model(max_running_requests=B)``: the reference server's
-``--max-running-requests``, SGLang's ``max_running_requests``) gets ``2 x batch`` requests in a
-steady-state window instead: the extra ones wait in the engine's queue and are admitted the
-iteration slots free, so no slot is left empty. The reference server's cap is set at run time
-to the batch (``/set_internal_state``) unless the case declares one, so this is its default;
-SGLang's is its declared ``max_running_requests``. The coverage of each arm (the share of the
-pool's decode tokens inside its window) is recorded per repeat, and the arms are checked
-against each other as well as against the batch (``concurrency-differs``, ``coverage-differs``).
-A full window whose mean rows per step fell more than 5% below its own peak (a loaded host
-slowing the ramp-up or the close) is run again, once (:func:`disturbed_mean`); the last one
-run is kept, and the dropped window's mean is recorded (``rerun_means``). Likewise a repeat
-whose decode time (full window minus prefill-only window) is not positive is measured again once.
-
-**The window is the steady state:** it opens as the first ``batch`` requests are sent and closes
-the first time a request finishes and the pool can no longer refill it. At that moment every
-request still in flight is aborted (SGLang's ``/abort_request``; each answers with the tokens
-it made so far, counted in its ``meta_info``), so no drain at falling concurrency is measured and
-every token made inside the window is counted, partial ones included. The abort always lands
-(:func:`abort_until_answered`): the measurer knows the rid of every request it has in flight, and
-after one ``abort_all`` it aborts each unanswered rid again, every ``ABORT_RETRY_S``, until every
-one has answered - a request sent just before the close (SGLang drops an abort for a rid its
-tokenizer has not registered yet: 2 of 3 such requests ran to ``max_new_tokens``) is cut at the
-next retry instead of running on alone inside the window. The aborted prompts are
-then generated again, outside any window, for their complete outputs (equivalence and coherence
-need whole answers). A prompt aborted while still queued was never prefilled; the prefill-only
-window holds exactly the prompts the full window prefilled. So the decode figure is the steady
-state at the declared batch; what that leaves out is the late positions of the last ``batch - 1``
-requests (their outputs are still checked). A pool no larger than the batch never reaches a
-steady state and the concurrency check fails it. The engine's own step record gives the
-concurrency that really ran (mean and minimum rows per decode step, per arm); the
-``concurrency-below-batch`` check fails a pair whose mean falls under 90% of the batch in either
-arm.
-
-A window shorter than the meter can resolve is filled by running the pool again (``loops``),
-never reported as zero; energy, seconds and tokens are all per-loop means, the tokens counted
-from every loop's engine counters (not the first loop's alone).
+Why the twin replays prefill groups, how constant concurrency and the steady-state window are kept, and what stays
+unverified: ``docs/design/measure.md``, section ``pytest_specenergy/measure/arm.py``.
 """
 
 from __future__ import annotations
@@ -79,7 +12,6 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass
-from dataclasses import field
 from time import perf_counter as _clock
 from typing import Any
 from typing import Callable
@@ -105,11 +37,11 @@ from pytest_specenergy.meters.base import Meter
 #: Per pool prompt, the drafts of every verify step (``meta_info.spec_drafts``).
 Drafts = tuple[tuple[tuple[int, ...], ...], ...]
 
-# Send times and a window's wall time read ``_clock`` (perf_counter): a test that steps
-# ``time.monotonic`` to drive the loop count must not see these reads.
+# Send times and a window's wall time read ``_clock`` (perf_counter): a test that steps ``time.monotonic`` to drive
+# the loop count must not see these reads.
 
-#: The ``grouping`` of a prefill-only window that was priced from the full window's own prefill
-#: steps rather than run (:meth:`ArmMeasurer._prefill_window`).
+#: The ``grouping`` of a prefill-only window that was priced from the full window's own prefill steps rather than
+#: run (:meth:`ArmMeasurer._prefill_window`).
 PRICED = "priced from the full window's prefill steps"
 
 _rid_counter = itertools.count()
@@ -201,7 +133,6 @@ class ArmRepeat:
     replay_problems: tuple[str, ...] = ()
     started: float = 0.0
     finished: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class ArmMeasurer:
@@ -210,41 +141,36 @@ class ArmMeasurer:
     def __init__(self, server: ServerProcess, meter: Meter, case: Case,
                  repeats: int, warmup: int, replay: Drafts | None = None, run_twin: bool = False) -> None:
         self.server = server
-        #: Run the prefill-only twin even where the meter priced the full window's own prefill
-        #: steps (``benchmarks/window_bias.py`` checks the twin against those steps).
+        #: Run the prefill-only twin even where the meter priced the full window's own prefill steps
+        #: (``benchmarks/window_bias.py`` checks the twin against those steps).
         self.run_twin = run_twin
         self.meter = meter
         self.case = case
         self.repeats = repeats
         self.warmup = warmup
-        gen = case.generation
         self.prompts = case.pool()
         #: Per pool prompt, the drafts of each verify step to replay (a replay engine's arm).
         self.replay = replay
         if replay is not None and len(replay) != len(self.prompts):
             raise ValueError(f"{len(replay)} recorded draft lists for a pool of {len(self.prompts)} prompts")
-        self.full = {"max_new_tokens": gen.max_new_tokens, "temperature": 0.0,
-                     "ignore_eos": gen.ignore_eos}
+        self.full = {"max_new_tokens": case.generation.max_new_tokens, "temperature": 0.0,
+                     "ignore_eos": case.generation.ignore_eos}
         #: Per pool prompt, a whole output and its finish reason from an earlier repeat.
         self._whole: dict[int, tuple[tuple[int, ...], str]] = {}
         # One token: the prompt's prefill and the first token, nothing else.
         self.prefill = {"max_new_tokens": 1, "temperature": 0.0, "ignore_eos": True}
 
-    def _run(self, sampling: dict[str, Any], indices: Sequence[int], steady: bool = False,
-             width: int | None = None, record: bool = False,
+    def _run(self, sampling: dict[str, Any], indices: Sequence[int], steady: bool = False, record: bool = False,
              sent: list[float | None] | None = None) -> list[dict[str, Any]]:
-        """Every prompt of ``indices`` (into the pool) sent, ``batch`` requests in flight while
-        the pool can refill them.
+        """Every prompt of ``indices`` (into the pool) sent, ``batch`` requests in flight while the pool can refill
+        them: each thread sends one single-request ``/generate`` at a time and takes the next prompt as soon as its
+        own returns.
 
-        ``batch`` threads each send one single-request ``/generate`` at a time and take the
-        next prompt as soon as theirs returns. With ``steady``, the first thread to find the
-        pool empty while fewer than ``batch`` others are in flight aborts them (the window's
-        end; a thread of a request queued beyond the batch just stops); otherwise every
-        request runs to its finish. The client opens a fresh connection per request and keeps
-        no state, so the threads share it. The first error stops the refill and is raised once
-        every thread has returned. A replay arm's decoding requests carry their recorded drafts
-        (``spec_replay_drafts``); ``record`` asks for each verify step's drafts back. ``sent``,
-        if given, receives each request's send time (for send-time prefill grouping).
+        With ``steady``, the first thread to find the pool empty while fewer than ``batch`` others are in flight
+        aborts them (the window's end; a thread of a request queued beyond the batch just stops). The client keeps
+        no state (a fresh connection per request), so the threads share it. The first error stops the refill and is
+        raised once every thread has returned. A replay arm's decoding requests carry their recorded drafts;
+        ``record`` asks for each verify step's drafts back; ``sent`` receives each request's send time.
         """
         cap = self._admission_cap()  # the engine admits the batch before any request is sent
         prompts = [self.prompts[i] for i in indices]
@@ -272,15 +198,13 @@ class ArmMeasurer:
                         return
                     index = next(cursor, None)
                     if index is None:
-                        # The window ends when a finish leaves fewer than the batch in
-                        # flight; with requests queued beyond the batch, the first workers
-                        # to find the pool empty still leave the batch running.
-                        end_now = (steady and bool(in_flight) and len(in_flight) < batch
-                                   and not state["ended"])
+                        # The window ends when a finish leaves fewer than the batch in flight; with requests queued
+                        # beyond the batch, the first workers to find the pool empty still leave the batch running.
+                        end_now = steady and bool(in_flight) and len(in_flight) < batch and not state["ended"]
                         state["ended"] = state["ended"] or end_now
                     else:
-                        # Registered before the request is sent, so a close that comes
-                        # before it reaches the engine still knows to abort it.
+                        # Registered before the request is sent, so a close that comes before it reaches the engine
+                        # still knows to abort it.
                         rid = _next_rid()
                         in_flight.add(rid)
                 if index is None:
@@ -296,8 +220,7 @@ class ArmMeasurer:
                         **sampling, "spec_replay_drafts": [list(d) for d in replay[indices[index]]]}
                     if sent is not None:
                         sent[index] = _clock()
-                    answer = client.generate(text=[prompts[index]], sampling_params=params,
-                                             rids=[rid], **asked)
+                    answer = client.generate(text=[prompts[index]], sampling_params=params, rids=[rid], **asked)
                 except BaseException as exc:  # re-raised in the caller's thread
                     with lock:
                         errors.append(exc)
@@ -307,7 +230,11 @@ class ArmMeasurer:
                         in_flight.discard(rid)
                 answers[index] = answer[0]
 
-        width = max(1, min(width or self._width(steady, cap), len(prompts)))
+        # On an engine that admits exactly the batch, a steady-state window keeps twice the batch in flight: the
+        # extra ones wait in the engine's queue and are admitted the iteration slots free, where a refill sent on
+        # the answer would leave its slot empty for a client round trip (issue 21 item 4). The window still closes
+        # with no request queued: it ends when fewer than the batch are in flight, queued ones included.
+        width = max(1, min(2 * batch if steady and cap == batch else batch, len(prompts)))
         if width == 1:
             worker()
         else:
@@ -324,25 +251,10 @@ class ArmMeasurer:
             raise RuntimeError(f"{len(missing)} of {len(prompts)} requests got no answer")
         return answers  # type: ignore[return-value]
 
-    def _width(self, steady: bool, cap: int | None) -> int:
-        """Requests to keep in flight: the batch, or, in a steady-state window on an engine
-        that admits exactly the batch, twice that - the extra ones wait in the engine's queue
-        and are admitted the iteration slots free (as many as free at once), where a refill
-        sent on the answer would leave its slot empty for a client round trip (issue 21 item
-        4). The window still closes with no request queued: it ends when fewer than the batch
-        are in flight, queued ones included. ``cap``: :meth:`_admission_cap`'s answer."""
-        batch = max(self.case.batch, 1)
-        return 2 * batch if steady and cap == batch else batch
-
     def _admission_cap(self) -> int | None:
-        """The engine's cap on running requests for this case's runs.
-
-        An engine whose cap can be set at run time (the reference server lists
-        ``max_running_requests`` in ``settable_internal_state``) and was not declared by the
-        case is set to admit exactly the batch, both arms alike, so refills queue in the engine
-        rather than travel (and one engine still serves every batch point). A declared cap,
-        or an engine that cannot change it (SGLang), is left as it is.
-        """
+        """The engine's cap on running requests for this case's runs: an engine that can set it at run time
+        (``settable_internal_state``) and whose case declares none is set to admit exactly the batch, both arms
+        alike, so refills queue in the engine rather than travel (one engine still serves every batch point)."""
         server, batch = self.server, max(self.case.batch, 1)
         info = getattr(server, "server_info", None)
         info = info if isinstance(info, dict) else {}
@@ -358,10 +270,9 @@ class ArmMeasurer:
 
     def _replay_groups(self, sampling: dict[str, Any], indices: Sequence[int], groups: Groups
                        ) -> list[dict[str, Any]]:
-        """The prompts of ``indices`` (into the pool), one batched ``/generate`` call per group of
-        positions, each call answered before the next is sent: an idle engine admits a batched
-        call's requests in one iteration, so each group is one prefill forward, as it was in the
-        full window."""
+        """The prompts of ``indices`` (into the pool), one batched ``/generate`` call per group of positions, each
+        call answered before the next is sent: an idle engine admits a batched call's requests in one iteration, so
+        each group is one prefill forward, as it was in the full window."""
         self._admission_cap()
         answers: list[dict[str, Any] | None] = [None] * len(indices)
         for group in groups:
@@ -369,8 +280,7 @@ class ArmMeasurer:
             got = self.server.client.generate(text=[self.prompts[indices[p]] for p in group],
                                               sampling_params=sampling, rids=rids)
             if len(got) != len(group):
-                raise RuntimeError(f"a batched /generate of {len(group)} prefill-only prompts got "
-                                   f"{len(got)} answers")
+                raise RuntimeError(f"a batched /generate of {len(group)} prefill-only prompts got {len(got)} answers")
             for position, answer in zip(group, got):
                 answers[position] = answer
         missing = [i for i, a in enumerate(answers) if a is None]
@@ -380,8 +290,8 @@ class ArmMeasurer:
 
     def _window(self, sampling: dict[str, Any], indices: Sequence[int], steady: bool,
                 groups: Groups | None = None, grouping: str = "") -> _Window:
-        """One flushed, metered window: ``indices`` run ``batch`` at a time (refilled), or, with
-        ``groups``, replayed group by group (the prefill-only twin)."""
+        """One flushed, metered window: ``indices`` run ``batch`` at a time (refilled), or, with ``groups``,
+        replayed group by group (the prefill-only twin)."""
         client = self.server.client
         client.flush_cache()
         before = client.server_info()
@@ -396,8 +306,8 @@ class ArmMeasurer:
         started, began = time.monotonic(), _clock()
         answers = [run(True)]
         wall_s = _clock() - began
-        # A board counter updates every few ms and is noisy: extend short windows with
-        # identical work rather than report a number the meter cannot resolve.
+        # A board counter updates every few ms and is noisy: extend short windows with identical work rather than
+        # report a number the meter cannot resolve.
         while self.meter.min_window_s and time.monotonic() - started < self.meter.min_window_s:
             answers.append(run(False))
         energy = self.meter.stop(token)
@@ -411,15 +321,9 @@ class ArmMeasurer:
                        sent=tuple(sent), wall_s=wall_s, groups=groups or (), grouping=grouping)
 
     def _prefill_window(self, full: _Window) -> _Window:
-        """The prefill-only window of what ``full`` prefilled.
-
-        A meter that prices the engine's own steps (the modeled meter) already holds it: the
-        full window's prefill forwards are exactly the forwards the twin replays group for
-        group, so their price is what the twin would read (``window_bias.py``, twin run: 0.00
-        points between the two in all 24 rows), and running it would only repeat them (the
-        quickstart: 88.9 s instead of 106.1 s, medians of ``benchmarks/quickstart_time.py``,
-        issue 24 item 2). Otherwise, or with ``run_twin``, the twin runs.
-        """
+        """The prefill-only window of what ``full`` prefilled: priced from the full window's own prefill forwards
+        under a meter that prices the engine's steps (they are the forwards the twin would replay), else, or with
+        ``run_twin``, the twin run (why and the figures: ``docs/design/measure.md``, "Pricing the twin")."""
         priced = full.energy.prefill_only
         if priced is None or self.run_twin or full.energy.request_decode_seconds is None:
             return self._prefill_twin(full)
@@ -438,12 +342,9 @@ class ArmMeasurer:
                             groups=twin_groups, grouping=source)
 
     def _complete(self, full: _Window) -> tuple[tuple[tuple[int, ...], ...], tuple[str, ...]]:
-        """Whole outputs and finish reasons for the pool: the window's, with the prompts its end
-        cut short generated again, unmetered.
-
-        A cut prompt whose partial output is a prefix of the whole output an earlier repeat of
-        this arm made takes that one: every token this repeat made is still compared (greedy
-        decoding), and only the tail that no window measured is not generated again."""
+        """Whole outputs and finish reasons for the pool: the window's, with the prompts its end cut short
+        generated again, unmetered - or, where the partial output is a prefix of a whole output an earlier repeat
+        made, that one (every token this repeat made is still compared)."""
         outputs, finish = list(full.outputs), [c.finish_type or "?" for c in full.counters]
         cut = set(full.aborted())
         for i, output in enumerate(outputs):
@@ -483,9 +384,8 @@ class ArmMeasurer:
             self._run(self.full, range(min(max(self.case.batch, 1), len(self.prompts))))
 
     def record_drafts(self) -> Drafts:
-        """One unmetered run of the whole pool asking for every verify step's drafts (the
-        reference server's ``meta_info.spec_drafts``), per prompt. A replay engine given these
-        drafts makes the same verify steps and accepts."""
+        """Per prompt, every verify step's drafts (``meta_info.spec_drafts``) from one unmetered run of the whole
+        pool: a replay engine given them makes the same verify steps and accepts."""
         answers = self._run(self.full, range(len(self.prompts)), record=True)
         drafts = []
         for index, answer in enumerate(answers):
@@ -497,10 +397,9 @@ class ArmMeasurer:
         return tuple(drafts)
 
     def _steady_window(self) -> tuple[_Window, tuple[float, ...]]:
-        """The full window of one repeat, run again (at most :data:`WINDOW_RERUNS` times) while
-        the host disturbed it (:func:`disturbed_mean`); also the mean rows per step of each
-        window run again, for the record. The last window run is kept whatever it shows, so an
-        engine that cannot hold its own peak still fails the concurrency checks."""
+        """The full window of one repeat, run again (at most :data:`WINDOW_RERUNS` times) while the host disturbed
+        it (:func:`disturbed_mean`), and the dropped windows' means. The last one run is kept whatever it shows, so
+        an engine that cannot hold its own peak still fails the concurrency checks."""
         full = self._window(self.full, range(len(self.prompts)), steady=True)
         dropped: list[float] = []
         while len(dropped) < WINDOW_RERUNS and (mean := disturbed_mean(full.concurrency)) is not None:
@@ -509,12 +408,9 @@ class ArmMeasurer:
         return full, tuple(dropped)
 
     def measure_repeat(self, arm: str) -> ArmRepeat:
-        """One flushed steady-state window, then a flushed prefill-only window of what it
-        prefilled. A repeat whose full window took no longer than its prefill-only one (a
-        stall in one of them: no decode was timed) is measured again, at
-        most :data:`WINDOW_RERUNS` times; the last is kept whatever it shows, so the checks
-        still fail one that never measures decode, and the dropped repeats' decode seconds are
-        recorded (``window["rerun_decode_seconds"]``)."""
+        """One flushed steady-state window, then a flushed prefill-only window of what it prefilled. A repeat that
+        timed no decode (a stall) is measured again, at most :data:`WINDOW_RERUNS` times; the last is kept whatever
+        it shows, so the checks still fail one that never measures decode (``window["rerun_decode_seconds"]``)."""
         started = time.time()
         dropped: list[float] = []
         unlike: list[float] = []
@@ -539,16 +435,10 @@ class ArmMeasurer:
             replay_problems = (f"{full.replay_misses} verify step(s) had no recorded draft of the "
                                f"drafter's width to replay: the run is not like for like",)
         return ArmRepeat(
-            sample=dataclasses.replace(sample, coverage=coverage(full, outputs)),
-            outputs=outputs,
-            finish=finish,
+            sample=dataclasses.replace(sample, coverage=coverage(full, outputs)), outputs=outputs, finish=finish,
             concurrency={**full.concurrency, "rerun_means": list(dropped)} if dropped else full.concurrency,
-            stable=full.loops_agree,
-            problems=tuple(problems),
-            replay_problems=replay_problems,
-            started=started,
-            finished=time.time(),
-        )
+            stable=full.loops_agree, problems=tuple(problems), replay_problems=replay_problems,
+            started=started, finished=time.time())
 
     def result(self, arm: str, repeats: Sequence[ArmRepeat]) -> RunResult:
         """The arm's record over ``repeats``."""
@@ -556,19 +446,14 @@ class ArmMeasurer:
         first = repeats[0].outputs if repeats else ()
         problems = [p for r in repeats for p in r.problems]
         return RunResult(
-            arm=arm,
-            engine=self.server.describe(),
-            source=self.meter.label,
-            samples=tuple(r.sample for r in repeats),
-            outputs=first,
+            arm=arm, engine=self.server.describe(), source=self.meter.label,
+            samples=tuple(r.sample for r in repeats), outputs=first,
             finish_reasons=repeats[-1].finish if repeats else (),
             verified_per_step=drafter.num_draft_tokens + 1 if drafter else 1,
-            concurrency=arm_concurrency(self.case.batch, [r.concurrency for r in repeats],
-                                        len(self.prompts)),
+            concurrency=arm_concurrency(self.case.batch, [r.concurrency for r in repeats], len(self.prompts)),
             outputs_stable=all(r.stable and r.outputs == first for r in repeats),
             counter_problems=tuple(dict.fromkeys(problems)),
-            replay_problems=tuple(dict.fromkeys(p for r in repeats for p in r.replay_problems)),
-        )
+            replay_problems=tuple(dict.fromkeys(p for r in repeats for p in r.replay_problems)))
 
     def measure(self, arm: str) -> RunResult:
         """Warm up, then ``repeats`` flushed prefill/full window pairs back to back."""
@@ -576,9 +461,9 @@ class ArmMeasurer:
         return self.result(arm, [self.measure_repeat(arm) for _ in range(self.repeats)])
 
 
-#: Seconds between two rounds of per-rid aborts at a window's close. Shorter than one decode
-#: step of any engine here (about 40 ms on a CPU SGLang server), so a request the first round
-#: missed runs at most a step or two more; each round is one small HTTP call per request.
+#: Seconds between two rounds of per-rid aborts at a window's close. Shorter than one decode step of any engine
+#: here (about 40 ms on a CPU SGLang server), so a request the first round missed runs at most a step or two more;
+#: each round is one small HTTP call per request.
 ABORT_RETRY_S = 0.02
 
 
@@ -588,29 +473,22 @@ class AbortError(RuntimeError):
 
 def abort_until_answered(client: Any, pending: Callable[[], set[str]], *,
                          retry_s: float = ABORT_RETRY_S, deadline_s: float | None = None) -> int:
-    """End a steady-state window: abort every request of ``pending()`` until none is left.
+    """End a steady-state window: abort every request of ``pending()`` (the rids sent and not answered yet) until
+    none is left; returns the number of per-rid rounds it took.
 
-    ``pending`` returns the rids sent and not answered yet (the caller removes a rid when its
-    answer arrives). One ``abort_all`` first: it cuts at once whatever the engine already
-    schedules, running or queued. It is not enough alone: SGLang's tokenizer drops an abort
-    for a rid it has not registered yet, so a request sent within about a millisecond of the
-    close runs on to ``max_new_tokens``. So every rid still pending is then aborted by rid,
-    every ``retry_s``, until each has answered (aborted, or finished on its own).
-
-    Why by rid, and not ``abort_all`` repeated: a retry can come after the window's last answer
-    (the caller's next step may already have sent new requests, e.g. the prefill-only window
-    or the re-runs of cut prompts); a rid names only a request of this window, and a rid that
-    already answered is ignored by SGLang. Returns the number of per-rid rounds it took.
-    Raises :class:`AbortError` if requests are still running after ``deadline_s`` (default:
-    the client's request timeout), or the engine refuses ``/abort_request``.
+    One ``abort_all`` first cuts whatever the engine already schedules. SGLang's tokenizer drops an abort for a rid
+    it has not registered yet, so every rid still pending is then aborted by rid, every ``retry_s``, until each has
+    answered. By rid, not ``abort_all`` again: a retry may come after the caller sent its next requests, and a rid
+    names only a request of this window (why in full: ``docs/design/measure.md``, "Aborting by rid"). Raises
+    :class:`AbortError` past ``deadline_s`` (default: the client's request timeout) or when the engine refuses
+    ``/abort_request``.
     """
     limit = deadline_s if deadline_s is not None else float(getattr(client, "timeout_s", 300.0))
     try:
         client.abort()
     except Exception as exc:
-        raise AbortError(
-            f"the engine refused /abort_request ({exc}); the steady-state window needs it to end "
-            f"without a drain at falling concurrency") from None
+        raise AbortError(f"the engine refused /abort_request ({exc}); the steady-state window needs it to end "
+                         f"without a drain at falling concurrency") from None
     started = time.monotonic()
     rounds = 0
     while True:
@@ -619,10 +497,9 @@ def abort_until_answered(client: Any, pending: Callable[[], set[str]], *,
         if not left:
             return rounds
         if time.monotonic() - started > limit:
-            raise AbortError(
-                f"{len(left)} request(s) ({', '.join(sorted(left))}) still unanswered {limit:g} s "
-                f"after the window closed, through {rounds} round(s) of aborts by rid: the engine "
-                f"does not honour /abort_request, so the window would include a drain")
+            raise AbortError(f"{len(left)} request(s) ({', '.join(sorted(left))}) still unanswered {limit:g} s after "
+                             f"the window closed, through {rounds} round(s) of aborts by rid: the engine does not "
+                             f"honour /abort_request, so the window would include a drain")
         rounds += 1
         for rid in sorted(left):
             try:
@@ -631,21 +508,19 @@ def abort_until_answered(client: Any, pending: Callable[[], set[str]], *,
                 raise AbortError(f"/abort_request for rid {rid} failed: {exc}") from None
 
 
-#: Times one repeat's full window is run again when the host disturbed it (:func:`disturbed_mean`),
-#: and times a repeat is measured again when it measured no decode (``measure_repeat``).
+#: Times one repeat's full window is run again when the host disturbed it (:func:`disturbed_mean`), and times a
+#: repeat is measured again when it measured no decode (``measure_repeat``).
 WINDOW_RERUNS = 1
 
 
 def disturbed_mean(concurrency: dict[str, Any]) -> float | None:
     """A full window's mean rows per decode step when the host disturbed it, else None.
 
-    Disturbed: the mean fell more than :data:`~pytest_specenergy.measure.checks.MAX_CONCURRENCY_GAP_SHARE`
-    of the window's own peak below that peak. A window's edges are where a loaded host shows:
-    on 2 shared cores a real SGLang A/A window of 188 decode steps, every one at 4 rows when
-    quiet, ran 14 steps at 1 row and 4 at 3 (mean 3.76), enough to fail ``concurrency-differs``
-    against the other arm (CI: 3.80 vs 4.00 over two repeats) although nothing differed but the host. An engine
-    that admits fewer than the batch runs at its own lower peak and is not disturbed by this
-    measure, so the checks still see it; a window without a step record is not judged."""
+    Disturbed: the mean fell more than :data:`~pytest_specenergy.measure.checks.MAX_CONCURRENCY_GAP_SHARE` of the
+    window's own peak below that peak, as a loaded host makes a window's edges (an example:
+    ``docs/design/measure.md``, "Disturbed windows"). An engine that admits fewer than the batch runs at its own
+    lower peak and is not disturbed by this measure, so the checks still see it; a window without a step record is
+    not judged."""
     mean, peak = concurrency.get("mean_running"), concurrency.get("max_running")
     if mean is None or not peak or mean >= (1 - MAX_CONCURRENCY_GAP_SHARE) * peak:
         return None
@@ -653,9 +528,9 @@ def disturbed_mean(concurrency: dict[str, Any]) -> float | None:
 
 
 def arm_concurrency(batch: int, windows: Sequence[dict[str, Any]], pool: int) -> dict[str, Any]:
-    """What ran, over every full window of an arm: the merged step record, plus each window's
-    mean (``window_means``) so the worst repeat is visible, and the means of the windows run
-    again because the host disturbed them (``rerun_means``, only when any was)."""
+    """What ran, over every full window of an arm: the merged step record, plus each window's mean
+    (``window_means``) so the worst repeat is visible, and the means of the windows run again because the host
+    disturbed them (``rerun_means``, only when any was)."""
     merged = merge_concurrency(windows) if windows else {}
     means = [w.get("mean_running") for w in windows]
     reruns = [m for w in windows for m in w.get("rerun_means", ())]
@@ -665,8 +540,8 @@ def arm_concurrency(batch: int, windows: Sequence[dict[str, Any]], pool: int) ->
 
 
 def _send_gap_s(full: _Window) -> float:
-    """Send-time grouping's gap: half a decode step of the full window (wall clock), so refills
-    of one step group and refills of the next do not; the default when no steps were recorded."""
+    """Send-time grouping's gap: half a decode step of the full window (wall clock), so refills of one step group
+    and refills of the next do not; the default when no steps were recorded."""
     steps = full.concurrency.get("steps")
     if steps and full.wall_s > 0:
         return 0.5 * full.wall_s / steps
@@ -682,8 +557,8 @@ def _misses(before: dict[str, Any], after: dict[str, Any]) -> int:
 
     start, end = count(before), count(after)
     if start is None or end is None:
-        raise RuntimeError("the replay engine reports no spec_replay_misses in /server_info, so "
-                           "whether it replayed like for like cannot be known")
+        raise RuntimeError("the replay engine reports no spec_replay_misses in /server_info, so whether it replayed "
+                           "like for like cannot be known")
     return end - start
 
 
@@ -701,44 +576,39 @@ def _sample(prefill: _Window, full: _Window) -> RepeatSample:
         if decode_known is not None:  # the meter timed the request's decode steps themselves
             decode_s = decode_known.get(counter.rid)
         elif counter.decode_seconds is not None:
-            # The engine timed them (the reference server's meta_info.decode_seconds): the
-            # request's own decode, whatever the twin's prefill cost (issue 21 item 5).
+            # The engine timed them (the reference server's meta_info.decode_seconds): the request's own decode,
+            # whatever the twin's prefill cost (issue 21 item 5).
             decode_s = counter.decode_seconds
         else:  # the request's time minus its prefill-only twin's (e2e latency under a board meter)
             full_s, prefill_s = full.request_seconds(index), prefill.request_seconds(at_prefill)
             decode_s = None if full_s is None or prefill_s is None else full_s - prefill_s
-        # A decode time that is not positive was not measured (a prefill-only twin that queued
-        # longer than the request itself): left out, never reported as a figure.
+        # A decode time that is not positive was not measured (a prefill-only twin that queued longer than the
+        # request itself): left out, never reported as a figure.
         tbts.append(metrics.request_tbt_ms(decode_s, counter.completion_tokens)
                     if decode_s is not None and decode_s > 0 else None)
     return RepeatSample(
-        decode_joules=joules,
-        decode_seconds=seconds,
-        decode_tokens=tokens,
-        tbt_ms=metrics.mean_tbt_ms(tbts),
+        decode_joules=joules, decode_seconds=seconds, decode_tokens=tokens, tbt_ms=metrics.mean_tbt_ms(tbts),
         verify_steps=_per_loop_total(full, "spec_verify_ct"),
         correct_drafts=_per_loop_total(full, "spec_num_correct_drafts"),
-        proposed_drafts=_per_loop_total(full, "spec_num_proposed_drafts"),
-        loops=full.loops,
+        proposed_drafts=_per_loop_total(full, "spec_num_proposed_drafts"), loops=full.loops,
         window={"full": _window_facts(full), "prefill": _window_facts(prefill)},
-        accept_lengths=request_accept_lengths(full.counters),
-    )
+        accept_lengths=request_accept_lengths(full.counters))
 
 
 def coverage(full: _Window, outputs: Sequence[Sequence[int]]) -> float | None:
-    """The share of the pool's decode tokens made inside ``full`` (per loop): its decode tokens
-    over every prompt's whole output less the first token (prefill's). Arms whose windows
-    close at different points cover different requests (issue 21 item 3)."""
+    """The share of the pool's decode tokens made inside ``full`` (per loop): its decode tokens over every prompt's
+    whole output less the first token (prefill's). Arms whose windows close at different points cover different
+    requests (issue 21 item 3)."""
     pool = sum(max(len(o) - 1, 0) for o in outputs)
     return full.decode_tokens_per_loop / pool if pool else None
 
 
 def request_accept_lengths(counters: Sequence[RequestCounters]) -> tuple[float, ...] | None:
-    """Per request that verified, committed decode tokens per verify step (its first token is
-    the prefill's); None when no request carries speculative counters (a baseline arm).
+    """Per request that verified, committed decode tokens per verify step (its first token is the prefill's); None
+    when no request carries speculative counters (a baseline arm).
 
-    The first loop only: later loops run the same prompts again, so their requests would
-    repeat these samples rather than add independent ones.
+    The first loop only: later loops run the same prompts again, so their requests would repeat these samples
+    rather than add independent ones.
     """
     if all(c.spec_verify_ct is None for c in counters):
         return None
@@ -747,29 +617,17 @@ def request_accept_lengths(counters: Sequence[RequestCounters]) -> tuple[float, 
 
 
 def _per_loop_total(window: _Window, field_name: str) -> int | float | None:
-    """A speculative counter's total per loop (mean over loops, like the energy)."""
-    totals = [_total(loop, field_name) for loop in window.loop_counters]
-    if any(t is None for t in totals):
-        return None
-    mean = sum(totals) / len(totals)  # type: ignore[arg-type]
-    return int(mean) if mean == int(mean) else mean
-
-
-def _total(counters: Sequence[RequestCounters], field: str) -> int | None:
-    """Sum of a speculative counter over requests; None if a request that decoded lacks it.
-
-    A request that finished in its prefill legitimately has no counters (SGLang omits them),
-    so it adds nothing; any other gap makes the total unknown, never a silent 0.
-    """
-    total = 0
-    for counter in counters:
-        value = getattr(counter, field)
-        if value is None:
-            if counter.completion_tokens <= 1:
-                continue
+    """A speculative counter's total per loop (mean over loops, like the energy); None if a request that decoded
+    lacks it. A request that finished in its prefill legitimately has no counters (SGLang omits them), so it adds
+    nothing; any other gap makes the total unknown, never a silent 0."""
+    totals = []
+    for loop in window.loop_counters:
+        values = [getattr(c, field_name) for c in loop if c.completion_tokens > 1 or getattr(c, field_name) is not None]
+        if not loop or None in values:
             return None
-        total += int(value)
-    return total if counters else None
+        totals.append(sum(int(v) for v in values))
+    mean = sum(totals) / len(totals)
+    return int(mean) if mean == int(mean) else mean
 
 
 def _window_facts(window: _Window) -> dict[str, Any]:

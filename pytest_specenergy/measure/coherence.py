@@ -1,17 +1,7 @@
-"""Coherence: score each arm's continuation under the target, for when exact equality cannot
-hold (GPU numerics, sampling) and to name *how* broken a diverging arm is.
+"""Coherence: score each arm's continuation under the target, for when exact equality cannot hold (GPU numerics,
+sampling) and to name *how* broken a diverging arm is.
 
-Scoring uses SGLang's input-logprob protocol on the non-speculative engine: send
-``prompt_ids + continuation_ids`` with ``max_new_tokens=0``, ``return_logprob=True`` and
-``logprob_start_len = len(prompt_ids) - 1``. ``input_token_logprobs[k]`` is the log-probability
-of ``input_ids[start + k]`` given everything before it, and entry 0 is always None, so the
-continuation's logprobs are entries 1 onwards.
-
-The same scoring of the baseline's continuation, with ``top_logprobs_num=2``, gives the
-baseline model's two best tokens at each prompt's first divergence (``input_top_logprobs``,
-aligned with ``input_token_logprobs``): the margin that tells a numerical tie from a real
-divergence (:class:`~pytest_specenergy.measure.equivalence.DivergenceMargin`). It costs no
-extra request except where the baseline's answer ends at the divergence.
+The scoring protocol: ``docs/design/measure.md``, section ``pytest_specenergy/measure/coherence.py``.
 """
 
 from __future__ import annotations
@@ -34,8 +24,8 @@ class CoherenceError(RuntimeError):
 
 @dataclass(frozen=True)
 class Coherence:
-    """Per prompt, the mean log-probability under the target of each arm's continuation from
-    the first divergence on (0.0 for both when the continuations are identical)."""
+    """Per prompt, the mean log-probability under the target of each arm's continuation from the first divergence
+    on (0.0 for both when the continuations are identical)."""
 
     baseline_logprob: tuple[float, ...]
     speculative_logprob: tuple[float, ...]
@@ -46,8 +36,8 @@ class Coherence:
 
     @property
     def gaps(self) -> tuple[float, ...]:
-        """Per prompt: baseline mean logprob minus speculative (positive = speculative text is
-        less likely under the target than the target's own greedy text)."""
+        """Per prompt: baseline mean logprob minus speculative (positive = speculative text is less likely under
+        the target than the target's own greedy text)."""
         return tuple(b - s for b, s in zip(self.baseline_logprob, self.speculative_logprob))
 
     @property
@@ -57,10 +47,9 @@ class Coherence:
         return statistics.fmean(gaps) if gaps else 0.0
 
     def off_greedy(self, tie_margin: float) -> list[tuple[int, DivergenceMargin]]:
-        """(prompt, margin) of each prompt whose speculative text, from its first divergence on,
-        commits a token more than ``tie_margin`` nats below the target's best at its position
-        (``DivergenceMargin.later_gap``): not a greedy choice up to a numerical tie. Prompts
-        whose margins were not scored are not judged here."""
+        """(prompt, margin) of each prompt whose speculative text, from its first divergence on, commits a token
+        more than ``tie_margin`` nats below the target's best at its position (``DivergenceMargin.later_gap``): not
+        a greedy choice up to a numerical tie. Prompts whose margins were not scored are not judged here."""
         return [(i, m) for i, m in enumerate(self.margins) if m is not None and m.later_gap > tie_margin]
 
     @property
@@ -70,8 +59,7 @@ class Coherence:
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record."""
-        return {"baseline_logprob": list(self.baseline_logprob),
-                "speculative_logprob": list(self.speculative_logprob),
+        return {"baseline_logprob": list(self.baseline_logprob), "speculative_logprob": list(self.speculative_logprob),
                 "diverged": list(self.diverged), "mean_gap": self.mean_gap, "worst_gap": self.worst_gap,
                 "margins": [None if m is None else m.as_dict() for m in self.margins],
                 "degeneracy": self.degeneracy.as_dict()}
@@ -81,11 +69,10 @@ def prompt_token_ids(client: EngineClient, prompts: Sequence[str],
                      return_prompt_token_ids: bool | None = None) -> list[list[int]]:
     """The engine's own tokenisation of each prompt (never re-tokenised here).
 
-    ``return_prompt_token_ids=True`` asks ``/generate`` for ``prompt_token_ids`` (SGLang >=
-    0.5.13 and the reference server). Otherwise (False, or None = unknown) the field is not
-    sent, since older SGLang has no such field: the prompt is scored from its first token
-    (``return_logprob``, ``logprob_start_len=0``) and the ids are read from
-    ``input_token_logprobs``, whose entry k carries ``input_ids[k]`` on every release.
+    ``return_prompt_token_ids=True`` asks ``/generate`` for ``prompt_token_ids`` (SGLang >= 0.5.13 and the
+    reference server). Otherwise (False, or None = unknown) the field is not sent, since older SGLang has no such
+    field: the prompt is scored from its first token (``return_logprob``, ``logprob_start_len=0``) and the ids are
+    read from ``input_token_logprobs``, whose entry k carries ``input_ids[k]`` on every release.
     """
     params = {"max_new_tokens": 0, "temperature": 0.0}
     if return_prompt_token_ids:
@@ -94,9 +81,8 @@ def prompt_token_ids(client: EngineClient, prompts: Sequence[str],
         try:
             return [list(a["prompt_token_ids"]) for a in answers]
         except KeyError:
-            raise CoherenceError("the engine did not return prompt_token_ids; it needs "
-                                 "return_prompt_token_ids support (SGLang >= 0.5.13); pass "
-                                 "return_prompt_token_ids=False to read them from "
+            raise CoherenceError("the engine did not return prompt_token_ids; it needs return_prompt_token_ids "
+                                 "support (SGLang >= 0.5.13); pass return_prompt_token_ids=False to read them from "
                                  "input_token_logprobs") from None
     answers = client.generate(text=list(prompts), sampling_params=params, return_logprob=True,
                               logprob_start_len=0)
@@ -120,9 +106,9 @@ TopEntries = tuple[tuple[float, int], ...]
 
 def score_continuation(client: EngineClient, prompt_ids: Sequence[int], continuation: Sequence[int],
                        top_logprobs_num: int = 0) -> tuple[list[float], list[TopEntries]]:
-    """Per-token log-probabilities of ``continuation`` after ``prompt_ids`` and, with
-    ``top_logprobs_num=N``, the model's N best tokens at each of those positions (``tops[k]``
-    is the distribution ``continuation[k]`` was drawn from, given everything before it)."""
+    """Per-token log-probabilities of ``continuation`` after ``prompt_ids`` and, with ``top_logprobs_num=N``, the
+    model's N best tokens at each of those positions (``tops[k]`` is the distribution ``continuation[k]`` was drawn
+    from, given everything before it)."""
     if not continuation:
         return [], []
     start = len(prompt_ids) - 1
@@ -145,8 +131,8 @@ def score_continuation(client: EngineClient, prompt_ids: Sequence[int], continua
 
 
 def _top_entries(positions: Any, n: int, top_n: int, start: int) -> list[TopEntries]:
-    """``input_top_logprobs`` (entry 0 None, then per position [[logprob, id, text], ...] best
-    first) as (logprob, id) tuples for the ``n`` continuation positions."""
+    """``input_top_logprobs`` (entry 0 None, then per position [[logprob, id, text], ...] best first) as (logprob,
+    id) tuples for the ``n`` continuation positions."""
     shape = (f"input_top_logprobs should have {n + 1} entries, entry 0 None and each other a list of "
              f"{top_n} [logprob, token_id, text] best first (top_logprobs_num={top_n}, "
              f"logprob_start_len={start})")
@@ -166,8 +152,8 @@ def _top_entries(positions: Any, n: int, top_n: int, start: int) -> list[TopEntr
 
 def later_gap(spec_logprobs: Sequence[float], spec_best: Sequence[TopEntries], start: int
               ) -> tuple[float, int | None]:
-    """Largest shortfall of a speculative token below the target's best at its position, from
-    ``start`` on (scored on the speculative text), and where; (0.0, None) when none follow."""
+    """Largest shortfall of a speculative token below the target's best at its position, from ``start`` on (scored
+    on the speculative text), and where; (0.0, None) when none follow."""
     gaps = [(best[0][0] - lp, k) for k, (lp, best) in enumerate(zip(spec_logprobs, spec_best)) if k >= start]
     if not gaps:
         return 0.0, None
@@ -180,9 +166,9 @@ def divergence_margin(top: TopEntries, baseline_token: int | None, speculative_t
                       ) -> DivergenceMargin:
     """The baseline's top-2 margin at a divergence and whether the arms' tokens are those two.
 
-    ``None`` for a token: that arm's answer ended there; its "token" was a stop, so the other
-    top-2 entry must be one of ``stop_ids`` (without them, the divergence cannot be shown to
-    be a tie). ``later``: :func:`later_gap` of the speculative text.
+    ``None`` for a token: that arm's answer ended there; its "token" was a stop, so the other top-2 entry must be
+    one of ``stop_ids`` (without them, the divergence cannot be shown to be a tie). ``later``: :func:`later_gap` of
+    the speculative text.
     """
     (best_lp, best), (second_lp, second) = top[0], top[1]
     pair = {best, second}
@@ -204,14 +190,11 @@ def measure_coherence(client: EngineClient, prompts: Sequence[str], baseline: Se
                       return_prompt_token_ids: bool | None = None, tie_margins: bool = False) -> Coherence:
     """Score both arms' continuations on the (non-speculative) ``client`` engine.
 
-    Each prompt is scored from its first divergence on: the shared prefix is equally likely
-    in both arms and would only dilute the gap. Identical continuations are not rescored.
-    ``return_prompt_token_ids``: whether the engine supports that ``/generate`` field (set it
-    from the server's version, e.g. ``SGLangBackend.supports_prompt_token_ids``); None means
-    unknown and is treated as no (see :func:`prompt_token_ids`). ``tie_margins``: the baseline
-    continuation's scoring also asks for the top-2 logprobs (``top_logprobs_num=2``), for each
-    divergence's margin (``margins``); without it every divergence stays unclassified, which
-    equivalence judges as real (exact equality).
+    Each prompt is scored from its first divergence on: the shared prefix is equally likely in both arms and would
+    only dilute the gap. Identical continuations are not rescored. ``return_prompt_token_ids``: whether the engine
+    supports that field (e.g. ``SGLangBackend.supports_prompt_token_ids``; None: unknown, treated as no).
+    ``tie_margins``: also score the baseline's top-2 for each divergence's margin (``margins``); without it every
+    divergence stays unclassified, which equivalence judges as real (exact equality).
     """
     if all(list(b) == list(s) for b, s in zip(baseline, speculative)):
         n = len(baseline)  # nothing diverged: nothing to score
@@ -245,7 +228,7 @@ def _margin_at(client: EngineClient, prompt_ids: Sequence[int], base: list[int],
     if at < len(base):  # the baseline's own scoring already holds that position
         return divergence_margin(base_top[at], base[at], spec[at] if at < len(spec) else None, stop_ids,
                                  later)
-    # The baseline's answer ended here (its stop token not in output_ids): score the common
-    # prefix plus the speculative arm's next token, which puts the position in the input.
+    # The baseline's answer ended here (its stop token not in output_ids): score the common prefix plus the
+    # speculative arm's next token, which puts the position in the input.
     top = score_continuation(client, prompt_ids, base + [spec[at]], top_logprobs_num=2)[1]
     return divergence_margin(top[at], None, spec[at], stop_ids, later)

@@ -1,9 +1,9 @@
 """Degeneracy detectors: text statistics that expose broken speculation without a reference.
 
-Random-weight and small models loop on their own, so every detector compares the speculative
-arm with the baseline's own continuations of the same prompts: a broken drafter shows up as
-*more* repetition, *fewer* distinct n-grams, leaked special tokens or answers far longer than
-the baseline's - never as a judgement on the baseline itself.
+Random-weight and small models loop on their own, so every detector compares the speculative arm with the
+baseline's own continuations of the same prompts: a broken drafter shows up as *more* repetition, *fewer* distinct
+n-grams, leaked special tokens or answers far longer than the baseline's - never as a judgement on the baseline
+itself.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Sequence
 
 
 def repeated_suffix_fraction(tokens: Sequence[int], max_period: int = 16) -> float:
-    """Share of the sequence covered by its final loop: the longest tail made of one short
-    period repeated at least twice (0.0 = no loop, close to 1.0 = a loop from the start)."""
+    """Share of the sequence covered by its final loop: the longest tail made of one short period repeated at least
+    twice (0.0 = no loop, close to 1.0 = a loop from the start)."""
     n = len(tokens)
     best = 0
     for period in range(1, min(max_period, n // 2) + 1):

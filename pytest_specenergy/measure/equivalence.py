@@ -1,22 +1,8 @@
-"""Output equivalence between the speculative arm and its non-speculative twin.
+"""Output equivalence between the speculative arm and its non-speculative twin: the engine's ``output_ids``
+compared per request, each divergence classified as a numerical tie or a real one.
 
-Greedy speculation must reproduce the baseline's tokens. Per request we record the first
-index where the two token-id sequences differ; the pair reports the exact-match fraction and
-the minimum and median common prefix. Text is never re-tokenised: the engine's ``output_ids``
-are compared.
-
-**Numerical ties.** On a GPU greedy speculative output is not bit-exact: batch-dependent bf16
-kernels round the logits differently for the verify step's shape than for a decode step's, so
-where the target's two best tokens nearly tie, the arms may pick different ones. Exact equality
-cannot tell that from a broken drafter, so each divergence is classified by the *baseline*
-model's top-2 log-probability margin at the first diverging position, given the common prefix
-(:class:`DivergenceMargin`, scored after measurement by :mod:`.coherence`): a divergence whose
-margin is below ``tie_margin`` and whose two tokens are the baseline's two best is a
-**numerical tie**; any other, or one whose margin could not be measured, is a **real
-divergence** (fail closed). So is a near-tie after which the speculative text is not the
-target's greedy text up to near-ties (``DivergenceMargin.later_gap``): a drafter bug that
-first strikes where the target hesitates does not pass as noise. The text after a tie is
-also judged by coherence.
+Why ties exist and how they are told apart: ``docs/design/measure.md``, section
+``pytest_specenergy/measure/equivalence.py``.
 """
 
 from __future__ import annotations
@@ -27,14 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 from typing import Sequence
 
-#: Below this baseline top-2 log-probability margin (nats) a divergence is a numerical tie.
-#: Why 0.125: a log-probability margin is a logit difference, and a bf16 logit carries 8
-#: significant bits, so one rounding step (ulp) of a logit in [16, 32) - where the top logits of
-#: real LLMs lie - is 2**(4 - 7) = 0.125. Two kernels that round or reduce in another order
-#: move each of two near-tied logits by up to half an ulp, which swaps any pair closer than one
-#: ulp; a bug's wrong token sits at a typical top-2 margin, around a nat. The reference
-#: server's ``numerical-noise`` fault (relative 2**-8 at logits of a few units) swaps only pairs
-#: under about 0.05 nats, well inside it.
+#: Below this baseline top-2 log-probability margin (nats) a divergence is a numerical tie. Why 0.125: a margin is
+#: a logit difference, and one ulp of a bf16 logit (8 significant bits) in [16, 32), where the top logits of real
+#: LLMs lie, is 2**(4 - 7) = 0.125; kernels that round in another order move each of two near-tied logits by up to
+#: half an ulp, while a bug's wrong token sits at a typical margin, around a nat. The reference server's
+#: ``numerical-noise`` fault swaps only pairs under about 0.05 nats, well inside it.
 DEFAULT_TIE_MARGIN = 0.125
 
 #: The classes of one prompt's comparison.
@@ -45,16 +28,13 @@ EXACT, TIE, REAL = "exact", "tie", "real"
 class DivergenceMargin:
     """The baseline model's two best tokens at a prompt's first diverging position.
 
-    ``margin`` is the log-probability of the best minus that of the second best (>= 0).
-    ``between_top2`` says whether the arms' two tokens there are exactly those two (when one
-    arm stopped, whether the other's token is one of them and the rest a stop token): only
-    then can a small margin explain the divergence.
+    ``margin`` is the log-probability of the best minus that of the second best (>= 0). ``between_top2`` says
+    whether the arms' two tokens there are exactly those two (when one arm stopped, whether the other's token is
+    one of them and the rest a stop token): only then can a small margin explain the divergence.
 
-    ``later_gap`` guards the text after the tie: over the speculative arm's tokens from the
-    divergence on, the largest shortfall (nats) of a token's log-probability below the
-    target's best at its position, scored on the speculative text itself (``later_index``:
-    where). Greedy decoding under noise picks the best token or a near-tie at every position,
-    so a drafter bug that first shows at a near-tie still shows as a large shortfall later.
+    ``later_gap`` guards the text after the tie: the largest shortfall (nats) of a speculative token below the
+    target's best at its position, from the divergence on (``later_index``: where). Greedy decoding under noise
+    picks the best token or a near-tie everywhere, so a drafter bug first showing at a near-tie still shows here.
     """
 
     margin: float
@@ -65,8 +45,7 @@ class DivergenceMargin:
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record."""
-        return {"margin": self.margin, "top_ids": list(self.top_ids), "between_top2": self.between_top2,
-                "later_gap": self.later_gap, "later_index": self.later_index}
+        return {**dataclasses.asdict(self), "top_ids": list(self.top_ids)}
 
 
 @dataclass(frozen=True)
@@ -86,8 +65,8 @@ class RequestEquivalence:
         return None if self.divergence_margin is None else self.divergence_margin.margin
 
     def kind(self, tie_margin: float = DEFAULT_TIE_MARGIN) -> str:
-        """``exact``, ``tie`` (a near-tie of the baseline's two best tokens) or ``real``; a
-        divergence whose margin was not measured is ``real``: nothing shows it is noise."""
+        """``exact``, ``tie`` (a near-tie of the baseline's two best tokens) or ``real``; a divergence whose margin
+        was not measured is ``real``: nothing shows it is noise."""
         if self.first_divergence is None:
             return EXACT
         m = self.divergence_margin
@@ -120,9 +99,7 @@ class RequestEquivalence:
     @property
     def common_prefix(self) -> int:
         """Tokens equal from the start."""
-        if self.first_divergence is None:
-            return self.baseline_tokens
-        return self.first_divergence
+        return self.baseline_tokens if self.first_divergence is None else self.first_divergence
 
     @property
     def exact(self) -> bool:
@@ -185,8 +162,8 @@ class Equivalence:
         return min(diverged, key=lambda r: r.common_prefix, default=None)
 
     def summary(self) -> str:
-        """``8/8 exact`` or ``6/8 exact, first divergence at token 12 (prompt 3)``, plus
-        ``, 1 numerical tie(s), 1 real`` once the divergences' margins were measured."""
+        """``8/8 exact`` or ``6/8 exact, first divergence at token 12 (prompt 3)``, plus ``, 1 numerical tie(s), 1
+        real`` once the divergences' margins were measured."""
         exact = sum(r.exact for r in self.requests)
         text = f"{exact}/{len(self.requests)} exact"
         worst = self.first_divergent
@@ -198,22 +175,17 @@ class Equivalence:
 
     def as_dict(self) -> dict[str, object]:
         """A JSON-ready description."""
-        return {
-            "exact_fraction": self.exact_fraction,
-            "min_common_prefix": self.min_common_prefix,
-            "median_common_prefix": self.median_common_prefix,
-            "first_divergence": [r.first_divergence for r in self.requests],
-            "tie_margin": self.tie_margin,
-            "ties": len(self.ties),
-            "real_divergences": len(self.real_divergences),
-            "matched_fraction": self.matched_fraction,
-            "divergences": [r.as_dict(self.tie_margin) for r in self.requests if not r.exact],
-        }
+        return {"exact_fraction": self.exact_fraction, "min_common_prefix": self.min_common_prefix,
+                "median_common_prefix": self.median_common_prefix,
+                "first_divergence": [r.first_divergence for r in self.requests], "tie_margin": self.tie_margin,
+                "ties": len(self.ties), "real_divergences": len(self.real_divergences),
+                "matched_fraction": self.matched_fraction,
+                "divergences": [r.as_dict(self.tie_margin) for r in self.requests if not r.exact]}
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """Index of the first differing token, the shorter length if one is a prefix of the
-    other, or None when identical."""
+    """Index of the first differing token, the shorter length if one is a prefix of the other, or None when
+    identical."""
     for index, (x, y) in enumerate(zip(a, b)):
         if x != y:
             return index
@@ -225,8 +197,8 @@ def compare_outputs(baseline: Sequence[Sequence[int]], speculative: Sequence[Seq
                     tie_margin: float = DEFAULT_TIE_MARGIN) -> Equivalence:
     """Compare the two arms prompt by prompt (same prompts, same order).
 
-    ``margins``: per prompt, the baseline's top-2 at the first divergence (``Coherence.margins``);
-    empty when not measured, which leaves every divergence real.
+    ``margins``: per prompt, the baseline's top-2 at the first divergence (``Coherence.margins``); empty when not
+    measured, which leaves every divergence real.
     """
     if len(baseline) != len(speculative):
         raise ValueError(f"arms answered different numbers of prompts: baseline {len(baseline)}, "

@@ -1,9 +1,8 @@
 """Metric definitions: one function per metric, each the single place it is defined.
 
-Only accepted tokens count: drafted-but-rejected tokens never enter a denominator, and
-token counts come from the engine's own counters over exactly the measured requests. A
-metric that cannot be computed (no verify steps, no tokens, missing counters) is ``None``,
-never a number that would let an assertion pass silently.
+Only accepted tokens count: drafted-but-rejected tokens never enter a denominator, and token counts come from the
+engine's own counters over exactly the measured requests. A metric that cannot be computed (no verify steps, no
+tokens, missing counters) is ``None``, never a number that would let an assertion pass silently.
 """
 
 from __future__ import annotations
@@ -19,12 +18,12 @@ from typing import Sequence
 class MetricInfo:
     """Everything the gate and the reports need to know about one metric.
 
-    ``better`` is the good direction (``lower``, ``higher`` or ``-``). ``percent_is_points``:
-    a fraction that sits at or crosses zero, so ``N%`` means N percentage points, never a
-    change relative to the baseline. ``per_repeat``: None when the gate cannot check the
-    metric; True when it has one sample per measured repeat (judged by the sequential rule,
-    ``gate/sequential.py``); False for the exact-match fraction, compared deterministically.
-    ``samples`` says where the gate's samples come from. ``display`` (a format spec) and ``suffix`` write one value.
+    ``better`` is the good direction (``lower``, ``higher`` or ``-``). ``percent_is_points``: a fraction that sits
+    at or crosses zero, so ``N%`` means N percentage points, never a change relative to the baseline.
+    ``per_repeat``: None when the gate cannot check the metric; True when it has one sample per measured repeat
+    (judged by the sequential rule, ``gate/sequential.py``); False for the exact-match fraction, compared
+    deterministically. ``samples`` says where the gate's samples come from. ``display`` (a format spec) and
+    ``suffix`` write one value.
     """
 
     name: str
@@ -48,9 +47,9 @@ METRICS: dict[str, MetricInfo] = {m.name: m for m in (
     MetricInfo("energy_per_token", "J/token", "lower",
                "decode-window energy / output tokens committed in that window",
                per_repeat=True, samples="speculative arm's decode J per committed token, per repeat"),
-    # The gate's default energy metric: a GPU that runs 3% warmer today moves both arms of a
-    # repeat cycle, so their ratio keeps only the drafter's effect (absolute J/token above
-    # stays reported and can still be gated by naming it).
+    # The gate's default energy metric: a GPU that runs 3% warmer today moves both arms of a repeat cycle, so their
+    # ratio keeps only the drafter's effect (absolute J/token above stays reported and can still be gated by naming
+    # it).
     MetricInfo("energy_ratio", "x", "lower",
                "speculative energy_per_token / its matched baseline's, per repeat cycle "
                "(within-session ratio)", display=".4f", per_repeat=True,
@@ -148,8 +147,8 @@ def energy_ratio(baseline_ept: float | None, speculative_ept: float | None) -> f
 
 
 def fmt(value: float | None, spec: str, suffix: str = "") -> str:
-    """A number as text in ``spec``, ``n/a`` when it could not be computed: the one place
-    an undefined figure becomes text."""
+    """A number as text in ``spec``, ``n/a`` when it could not be computed: the one place an undefined figure
+    becomes text."""
     if value is None:
         return "n/a"
     return format(int(value) if spec == "d" else value, spec) + suffix
@@ -168,8 +167,8 @@ def median(values: Sequence[float | None]) -> float | None:
 
 
 def compute_bound(verify_intensity: float | None, balance_point: float | None) -> bool | None:
-    """Whether a verify step of ``verify_intensity`` FLOP/byte lies past the GPU's balance
-    point (where speculation's saving turns into a loss); None when either is unknown."""
+    """Whether a verify step of ``verify_intensity`` FLOP/byte lies past the GPU's balance point (where
+    speculation's saving turns into a loss); None when either is unknown."""
     if verify_intensity is None or balance_point is None:
         return None
     return verify_intensity > balance_point
@@ -177,9 +176,9 @@ def compute_bound(verify_intensity: float | None, balance_point: float | None) -
 
 def removal_draft_share(speculative_ept: Sequence[float | None],
                         verify_only_ept: Sequence[float | None]) -> float | None:
-    """The draft passes' share of decode energy by draft removal (paper s.8): per repeat
-    cycle ``1 - verify-only J/token / speculative J/token``, the mean over cycles; None when
-    a cycle lacks either figure (a share that cannot be paired is not reported)."""
+    """The draft passes' share of decode energy by draft removal (paper s.8): per repeat cycle ``1 - verify-only
+    J/token / speculative J/token``, the mean over cycles; None when a cycle lacks either figure (a share that
+    cannot be paired is not reported)."""
     if not speculative_ept or len(speculative_ept) != len(verify_only_ept):
         return None
     shares = []

@@ -1,44 +1,8 @@
 """From a :class:`Case` to a :class:`PairResult`: engines, meters, shared baselines, repeats.
 
-Each case is measured once and cached. **Interleaved arms:** a pair's repeats alternate the
-arms - baseline repeat 0, speculative repeat 0, baseline repeat 1, ... (ABAB), with an
-optional ``cooldown_s`` pause before every repeat - so slow drift (the GPU warming, leakage
-power rising) falls on both arms alike and the paired statistics (repeat ``i`` of one arm
-against repeat ``i`` of the other) cancel it. The order ran, with wall-clock times, is
-recorded as ``PairResult.order``.
-
-**Shared baselines.** The baseline arm of one (engine config, batch, corpus, generation)
-does not depend on the drafter. The pair measured first for a baseline key interleaves its
-own baseline repeats and keeps them; a later drafter on the same key reuses those samples
-(``order`` lists only its speculative repeats and ``baseline_from`` names the pair they came
-from), so one baseline serves every drafter at the cost of one measurement. Only the first
-pairing is drift-paired; re-measuring the baseline per drafter would pair every drafter but
-double the baseline's cost and give one case several baselines, so it is not done.
-
-**One GPU.** Where the arms' SGLang engines fit on the GPU side by side
-(:mod:`pytest_specenergy.engines.sglang_residency`: the weights against an equal share of the
-GPU's memory from NVML, or ``resident=`` on the model marker), they are all resident at once:
-each engine gets the same ``--mem-fraction-static`` share and ``--sleep-on-idle``, the pool
-holds that many engines (``max_live``), and the repeats interleave as on the CPU, without a
-restart. ``order.residency`` records the decision, the share and why.
-
-When only one engine may run at a time (they do not fit, the size or the GPU's memory is
-unknown, ``resident=False``, or a non-SGLang engine on the GPU: ``pool.max_live == 1``),
-alternating the arms would restart an engine per repeat; the arms then run blocked (every
-baseline repeat, then every speculative one) and ``order`` says so (``interleaved: false``),
-and the gate allows for a block drift between them (``gate/compare.py``). Nothing is paired
-against drift then anyway, so while the baseline engine runs, the baselines of every other
-planned case on the same engine are measured too, and the engine starts once. A sibling that
-fails there is not this case's failure: it is left unmeasured and measured again, once, by the
-case that needs it.
-
-**Replay arms** (:mod:`pytest_specenergy.measure.removal`): with draft removal a ``removal``
-arm - a verify-only engine replaying the speculative arm's recorded drafts - runs last in every
-cycle; a controlled-acceptance drafter under a board meter is measured on an engine replaying
-the proposals recorded from its controlled run. Drafts are recorded once per drafter and pool.
-On an unbounded pool (CPU) the arms' engines start side by side.
-
-The measurer takes plain values; it knows nothing of pytest, the gate or the session.
+Interleaved arms, shared baselines, GPU residency and replay arms: ``docs/design/measure.md``, section
+``pytest_specenergy/measure/pairs.py``. The measurer takes plain values; it knows nothing of pytest, the gate or
+the session.
 """
 
 from __future__ import annotations
@@ -70,8 +34,8 @@ from pytest_specenergy.meters import make_meter
 from pytest_specenergy.meters import meter_kind_for
 from pytest_specenergy.meters.base import Meter
 
-#: Builds the meter of a kind for an engine, or returns None for the built-in one
-#: (the session passes the ``pytest_specenergy_make_meter`` hook here).
+#: Builds the meter of a kind for an engine, or returns None for the built-in one (the session passes the
+#: ``pytest_specenergy_make_meter`` hook here).
 MeterFactory = Callable[[str, ServerProcess], "Meter | None"]
 
 
@@ -100,8 +64,8 @@ class PairMeasurer:
         self.planned: list[Case] = []
         #: How the GPU's engines run (None: no GPU case planned); ``plan`` decides it.
         self.residency: Residency | None = None
-        #: The GPU's total memory in bytes (NVML by default) and the installed SGLang's
-        #: ServerArgs fields: what residency is decided from (tests pass their own).
+        #: The GPU's total memory in bytes (NVML by default) and the installed SGLang's ServerArgs fields: what
+        #: residency is decided from (tests pass their own).
         self.gpu_memory = gpu_memory or gpu_memory_bytes
         self.server_fields = server_fields or _installed_server_fields
         self.meters: dict[str, Meter] = {}
@@ -114,9 +78,9 @@ class PairMeasurer:
         self._recorded: dict[tuple[Any, ...], Drafts] = {}
 
     def plan(self, cases: list[Case]) -> None:
-        """Record the collected cases and decide how the GPU's engines run: all of a case's
-        SGLang engines resident, interleaved (when they fit), else one at a time, blocked. A
-        CPU SGLang engine holds no GPU, so CPU cases keep the unbounded pool and interleave."""
+        """Record the collected cases and decide how the GPU's engines run: all of a case's SGLang engines
+        resident, interleaved (when they fit), else one at a time, blocked. A CPU SGLang engine holds no GPU, so
+        CPU cases keep the unbounded pool and interleave."""
         self.planned = cases
         gpu = [c for c in cases if (c.engine == "sglang" and c.device != "cpu") or c.device.startswith("cuda")]
         if not gpu:
@@ -130,16 +94,11 @@ class PairMeasurer:
         self.pool.max_live = self.residency.engines if self.residency.resident else 1
 
     def start_planned(self) -> None:
-        """Start the reference engines of the planned cases side by side, before the first case
-        measures, when the pool is unbounded (every engine is kept to the session's end anyway).
-
-        A start is mostly imports and model building, single-threaded and partly I/O, so starts
-        overlap well: the quickstart's five engines, started per case (two, one, two), took 15.2 s;
-        together, 12.0 s (``benchmarks/harness_time.py``, before reference engines were forked
-        from the zygote, :mod:`~pytest_specenergy.engines.zygote`: 4.3 s now, zygote included).
-        At most :data:`PRESTART_MAX`, the first cases' first; the rest start when their case
-        comes. SGLang engines are not started early (a CPU one takes most of a minute and the
-        cores; GPU ones follow :meth:`plan`'s residency)."""
+        """Start the reference engines of the planned cases side by side, before the first case measures, when the
+        pool is unbounded (every engine is kept to the session's end anyway): starts overlap well (figures:
+        ``docs/design/measure.md``, "Starting engines together"). At most :data:`PRESTART_MAX`, the first cases'
+        first; SGLang engines are not started early (a CPU one takes most of a minute and the cores; GPU ones
+        follow :meth:`plan`'s residency)."""
         if self.pool.max_live or not hasattr(self.pool, "start_together"):
             return
         configs = [self.engine_config(config) for case in self.planned for config in _engine_configs(case)
@@ -147,8 +106,8 @@ class PairMeasurer:
         self.pool.start_together(list(dict.fromkeys(configs))[:PRESTART_MAX])
 
     def engine_config(self, config: EngineConfig) -> EngineConfig:
-        """The config an arm's engine is started with: with its share of the GPU's memory and
-        ``sleep_on_idle`` when the engines are resident (:meth:`plan`), else ``config``."""
+        """The config an arm's engine is started with: with its share of the GPU's memory and ``sleep_on_idle``
+        when the engines are resident (:meth:`plan`), else ``config``."""
         return resident_config(config, self.residency) if self.residency is not None else config
 
     def meter_for(self, server: ServerProcess) -> Meter:
@@ -164,17 +123,16 @@ class PairMeasurer:
              warmup: int | None, replay: Drafts | None = None) -> ArmMeasurer:
         server = self.pool.get(self.engine_config(config))
         meter = self.meter_for(server)
-        if warmup is None:
-            warmup = self.warmup
+        warmup = self.warmup if warmup is None else warmup
         if warmup is None:  # auto: only a measured window needs the engine warm
             warmup = 0 if meter.kind.startswith("modeled:") else 1
         return ArmMeasurer(server, meter, case, repeats, warmup, replay=replay, run_twin=self.run_twin)
 
     def _replay_arms(self, case: Case, arms: list[tuple[str, Case]], first: EngineConfig
                      ) -> dict[str, tuple[EngineConfig, Case]]:
-        """The arms measured on replay engines (``measure/removal.py``): each one's engine and
-        the drafting arm whose recorded drafts it replays. ``first`` is the engine the case
-        starts first anyway: its meter decides."""
+        """The arms measured on replay engines (``measure/removal.py``): each one's engine and the drafting arm
+        whose recorded drafts it replays. ``first`` is the engine the case starts first anyway: its meter
+        decides."""
         kind = self.meter_for(self.pool.get(self.engine_config(first))).kind
         replays: dict[str, tuple[EngineConfig, Case]] = {}
         for name, arm_case in arms:
@@ -182,16 +140,15 @@ class PairMeasurer:
                 replays[name] = (arm_case.spec_config().replaying("proposals"), arm_case)
         if removes_drafts(self.draft_removal, case, kind):
             if case.engine != "reference":
-                raise RuntimeError(
-                    f"draft removal replays recorded drafts, which only the reference engine can "
-                    f"(--drafter replay); {case.id} runs on {case.engine}: use "
-                    f"--specenergy-draft-removal=auto or off for it")
+                raise RuntimeError(f"draft removal replays recorded drafts, which only the reference engine can "
+                                   f"(--drafter replay); {case.id} runs on {case.engine}: use "
+                                   f"--specenergy-draft-removal=auto or off for it")
             replays["removal"] = (case.spec_config().replaying("verify"), case)
         return replays
 
     def _drafts(self, arm_case: Case) -> Drafts:
-        """The drafts of ``arm_case``'s drafter on its pool, recorded once (unmetered) on its
-        own engine; every replay of the same drafter, batch and pool shares them."""
+        """The drafts of ``arm_case``'s drafter on its pool, recorded once (unmetered) on its own engine; every
+        replay of the same drafter, batch and pool shares them."""
         key = (arm_case.spec_config(), arm_case.batch, arm_case.corpus_key, arm_case.generation)
         if key not in self._recorded:
             self._recorded[key] = self._arm(arm_case.spec_config(), arm_case, 0, 0).record_drafts()
@@ -199,10 +156,9 @@ class PairMeasurer:
 
     def _interleaved(self, case: Case, repeats: int, warmup: int | None, with_baseline: bool
                      ) -> tuple[dict[str, RunResult], ServerProcess, dict[str, Any]]:
-        """``repeats`` of each arm, interleaved: per cycle the baseline, then the speculative
-        arm and (in-job A/B) the reference, whose order alternates between cycles so neither
-        always runs right after the baseline, then (draft removal) the verify-only replay of
-        the speculative arm. Returns each arm's result by name."""
+        """``repeats`` of each arm, interleaved: per cycle the baseline, then the speculative arm and (in-job A/B)
+        the reference, whose order alternates between cycles so neither always runs right after the baseline, then
+        (draft removal) the verify-only replay of the speculative arm. Returns each arm's result by name."""
         drafting: list[tuple[str, Case]] = [("speculative", case)]
         if case.reference is not None:
             drafting.append(("reference", dataclasses.replace(case, spec=case.reference_config(), reference=None)))
@@ -214,8 +170,8 @@ class PairMeasurer:
         removal = [("removal", case)] if "removal" in replays else []
         arms = baseline + drafting + removal
         live = getattr(self.pool, "max_live", 0)  # 0: unbounded; else the engines the GPU holds at once
-        # A lone arm (a drafter whose baseline is shared from a sibling) has nothing to alternate
-        # with: it is not blocked; its record says where the baseline came from (baseline_from).
+        # A lone arm (a drafter whose baseline is shared from a sibling) has nothing to alternate with: it is not
+        # blocked; its record says where the baseline came from (baseline_from).
         interleave = len(arms) < 2 or not live or live >= len(arms)
 
         def measurer(name: str, arm_case: Case) -> ArmMeasurer:
@@ -228,23 +184,26 @@ class PairMeasurer:
         done: dict[str, list[ArmRepeat]] = {name: [] for name, _ in arms}
         measurers: dict[str, ArmMeasurer] = {}
         restarts: list[dict[str, Any]] = []
+
+        def measure_next(name: str) -> None:
+            index = len(done[name])
+            self._rewarm_if_restarted(measurers[name], name, index, restarts)
+            done[name].append(self._timed(measurers[name], name, index, repeats))
+
         if interleave:
             for name, arm_case in arms:
                 measurers[name] = measurer(name, arm_case)
             for each in measurers.values():
                 each.warm_up()
             for cycle in range(repeats):
-                turn = drafting if cycle % 2 == 0 else drafting[::-1]
-                for name, _ in baseline + turn + removal:
-                    self._rewarm_if_restarted(measurers[name], name, len(done[name]), restarts)
-                    done[name].append(self._timed(measurers[name], name, cycle, repeats))
+                for name, _ in baseline + (drafting if cycle % 2 == 0 else drafting[::-1]) + removal:
+                    measure_next(name)
         else:
             for name, arm_case in arms:  # one engine at a time: each arm's repeats together
                 measurers[name] = measurer(name, arm_case)
                 measurers[name].warm_up()
-                for i in range(repeats):
-                    self._rewarm_if_restarted(measurers[name], name, i, restarts)
-                    done[name].append(self._timed(measurers[name], name, i, repeats))
+                for _ in range(repeats):
+                    measure_next(name)
                 if name == "baseline":
                     self._measure_siblings(case)
         entries = sorted((_entry(name, i, r) for name, rs in done.items() for i, r in enumerate(rs)),
@@ -258,8 +217,8 @@ class PairMeasurer:
 
     def _rewarm_if_restarted(self, measurer: ArmMeasurer, name: str, before_repeat: int,
                              restarts: list[dict[str, Any]]) -> None:
-        """Before a repeat: the pool's engine again, in case it died and was restarted. A cold
-        engine is warmed up again before it is measured, and the case is flagged."""
+        """Before a repeat: the pool's engine again, in case it died and was restarted. A cold engine is warmed up
+        again before it is measured, and the case is flagged."""
         server = self.pool.get(measurer.server.config)
         if server is not measurer.server:
             measurer.server = server
@@ -315,14 +274,14 @@ class PairMeasurer:
             baseline = self._baselines[key]
             if shared:
                 order["baseline_from"] = self._baseline_from[key]
-            # Scoring is a prefill (max_new_tokens=0) on the engine already running; it never
-            # speculates, so the speculative engine scores as its twin would.
+            # Scoring is a prefill (max_new_tokens=0) on the engine already running; it never speculates, so the
+            # speculative engine scores as its twin would.
             speculative = arms["speculative"]
             coherence = measure_coherence(server.client, case.pool(), baseline.outputs, speculative.outputs,
                                           _special_ids(server), tie_margins=True)
             reference = arms.get("reference")
-            # The reference drafter's divergences are classified too: an A/B compares match
-            # fractions, ties counting as matches on both sides.
+            # The reference drafter's divergences are classified too: an A/B compares match fractions, ties
+            # counting as matches on both sides.
             reference_coherence = None if reference is None else measure_coherence(
                 server.client, case.pool(), baseline.outputs, reference.outputs, _special_ids(server),
                 tie_margins=True)
@@ -332,8 +291,8 @@ class PairMeasurer:
         return self._pairs[case]
 
     def add_repeats(self, case: Case, extra: int) -> PairResult:
-        """Measure ``extra`` more repeats of every arm, interleaved (an INCONCLUSIVE verdict
-        asks for them); the shared baseline grows with them."""
+        """Measure ``extra`` more repeats of every arm, interleaved (an INCONCLUSIVE verdict asks for them); the
+        shared baseline grows with them."""
         pair = self.measure(case)
         more, _, order = self._interleaved(case, extra, 0, with_baseline=True)
         baseline = _extend(pair.baseline, more["baseline"])
@@ -371,8 +330,8 @@ class PairMeasurer:
             meter.close()
 
 
-#: Reference engines :meth:`PairMeasurer.start_planned` starts at once (a tiny model's takes
-#: about 0.4 GB; a checkpoint's more).
+#: Reference engines :meth:`PairMeasurer.start_planned` starts at once (a tiny model's takes about 0.4 GB; a
+#: checkpoint's more).
 PRESTART_MAX = 6
 
 
@@ -383,8 +342,8 @@ def _engine_configs(case: Case) -> list[EngineConfig]:
 
 
 def gpu_memory_bytes() -> int | None:
-    """Total memory of the first GPU the engines see (``CUDA_VISIBLE_DEVICES``), from NVML;
-    None when NVML is not there or does not say (residency is then not guessed)."""
+    """Total memory of the first GPU the engines see (``CUDA_VISIBLE_DEVICES``), from NVML; None when NVML is not
+    there or does not say (residency is then not guessed)."""
     try:
         from pytest_specenergy.meters.devices import Nvml
         from pytest_specenergy.meters.nvml import resolve_devices
@@ -405,8 +364,8 @@ def _installed_server_fields() -> frozenset[str] | None:
 
 
 def _special_ids(server: Any) -> tuple[int, ...]:
-    """The engine's special token ids: ``ServerProcess.special_token_ids`` (SGLang's come from
-    the checkpoint, its ``/server_info`` has none), else what ``/server_info`` reports."""
+    """The engine's special token ids: ``ServerProcess.special_token_ids`` (SGLang's come from the checkpoint, its
+    ``/server_info`` has none), else what ``/server_info`` reports."""
     ids = getattr(server, "special_token_ids", None)
     return tuple(ids) if ids is not None else tuple(server.server_info.get("special_token_ids", ()))
 

@@ -1,20 +1,7 @@
 """How a full window's requests were prefilled: which ones shared a prefill forward.
 
-The prefill-only twin (:mod:`.arm`) replays these groups forward for forward, so the prefill
-energy it subtracts is the energy of the prefill forwards the full window really ran. The
-grouping matters because a prefill forward's cost is not additive in its rows: at a real
-shape a single-row prefill is weight-read bound, so eight one-row refills cost several times
-one eight-row prefill of the same prompts (issue 21: the old twin, sending ``batch`` prompts
-at a time, left 4.7-10.1% of the speculative arm's "decode" energy as unsubtracted prefill).
-
-Two sources, best first:
-
-* **the engine's own record** - the reference server numbers each prefill forward and returns
-  the number in ``meta_info.prefill_forward``: requests that share it were prefilled together;
-* **send-time grouping** - an engine that reports no such number (SGLang) prefills the requests
-  waiting when its scheduler forms the next batch. Refills sent within ``gap_s`` of each other
-  (requests that finished in the same step are answered, and refilled, within about a
-  millisecond) are taken as one prefill forward.
+Why the grouping matters and its two sources: ``docs/design/measure.md``, section
+``pytest_specenergy/measure/prefill_groups.py``.
 """
 
 from __future__ import annotations
@@ -23,8 +10,8 @@ from typing import Sequence
 
 from pytest_specenergy.engines.meta_info import RequestCounters
 
-#: Send-time grouping when the step time is unknown: refills of one step leave the client
-#: within about a millisecond of each other, while GPU decode steps take 5 ms or more.
+#: Send-time grouping when the step time is unknown: refills of one step leave the client within about a
+#: millisecond of each other, while GPU decode steps take 5 ms or more.
 DEFAULT_SEND_GAP_S = 0.002
 
 #: Groups: each a tuple of positions (into the window's requests), in the order prefilled.
@@ -32,8 +19,8 @@ Groups = tuple[tuple[int, ...], ...]
 
 
 def engine_groups(counters: Sequence[RequestCounters], positions: Sequence[int]) -> Groups | None:
-    """``positions`` grouped by the prefill forward the engine reports for each; None when any
-    of them lacks that number (an engine that does not report it)."""
+    """``positions`` grouped by the prefill forward the engine reports for each; None when any of them lacks that
+    number (an engine that does not report it)."""
     forwards: dict[int, list[int]] = {}
     for position in positions:
         forward = counters[position].prefill_forward
@@ -44,8 +31,8 @@ def engine_groups(counters: Sequence[RequestCounters], positions: Sequence[int])
 
 
 def send_groups(sent: Sequence[float | None], positions: Sequence[int], gap_s: float) -> Groups:
-    """``positions`` grouped by when they were sent: a request sent more than ``gap_s`` after the
-    one before it opens a new group. A position with no send time is a group of its own."""
+    """``positions`` grouped by when they were sent: a request sent more than ``gap_s`` after the one before it
+    opens a new group. A position with no send time is a group of its own."""
     timed = sorted((p for p in positions if sent[p] is not None), key=lambda p: sent[p])  # type: ignore[arg-type, return-value]
     groups: list[list[int]] = []
     last: float | None = None

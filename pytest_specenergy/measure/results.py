@@ -1,9 +1,9 @@
 """Measurement records: one :class:`RunResult` per arm, a :class:`PairResult` per case.
 
-Per-arm metrics read on the pair (``r.energy_per_token``, ``r.tbt_ms``, ``r.accept_length``)
-are the speculative arm's; pair metrics (``energy_saving``, ``speedup``, equivalence) compare
-the arms. Every ``assert_*`` helper fails with the value, the limit, both arms, the case and
-where the figures came from (``measured (nvml)`` or ``modeled (<gpu>)``).
+Per-arm metrics read on the pair (``r.energy_per_token``, ``r.tbt_ms``, ``r.accept_length``) are the speculative
+arm's; pair metrics (``energy_saving``, ``speedup``, equivalence) compare the arms. Every ``assert_*`` helper fails
+with the value, the limit, both arms, the case and where the figures came from (``measured (nvml)`` or ``modeled
+(<gpu>)``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,11 @@ from pytest_specenergy.measure.equivalence import compare_outputs
 
 class SpecEnergyAssertionError(AssertionError):
     """An ``assert_*`` helper failed; the message carries the numbers."""
+
+
+def _speculative(name: str, doc: str) -> property:
+    """A per-arm metric read on the pair: the speculative arm's ``name``."""
+    return property(lambda pair: getattr(pair.speculative, name), doc=doc)
 
 
 @dataclass(frozen=True)
@@ -61,14 +66,12 @@ class RunResult:
 
     @property
     def coverage(self) -> float | None:
-        """Mean over repeats of the share of the pool's decode tokens inside the window (None
-        when a repeat did not record it)."""
-        values = [s.coverage for s in self.samples]
-        if not values or any(v is None for v in values):
-            return None
-        return sum(values) / len(values)
+        """Mean over repeats of the share of the pool's decode tokens inside the window (None when a repeat did not
+        record it)."""
+        total = self._pooled("coverage")
+        return None if total is None else total / len(self.samples)
 
-    def _pooled(self, attr: str) -> int | None:
+    def _pooled(self, attr: str) -> int | float | None:
         values = [getattr(s, attr) for s in self.samples]
         return None if not values or any(v is None for v in values) else sum(values)
 
@@ -106,45 +109,26 @@ class PairResult:
     baseline: RunResult
     speculative: RunResult
     coherence: Coherence | None = None
-    #: How the repeats ran: ``order`` (arm per repeat, in run order), ``repeats`` (arm, index,
-    #: wall-clock start and finish), ``interleaved``, ``cooldown_s``, and ``baseline_from``
-    #: when the baseline's samples were measured with another drafter's pair.
+    #: How the repeats ran: ``order`` (arm per repeat, in run order), ``repeats`` (arm, index, wall-clock start and
+    #: finish), ``interleaved``, ``cooldown_s``, and ``baseline_from`` when the baseline's samples were measured
+    #: with another drafter's pair.
     order: dict[str, Any] = field(default_factory=dict, compare=False)
-    #: In-job A/B: the reference drafter's arm (``case.reference``), measured in the same
-    #: repeat cycles as both other arms, so sample i of each comes from one cycle.
+    #: In-job A/B: the reference drafter's arm (``case.reference``), measured in the same repeat cycles as both
+    #: other arms, so sample i of each comes from one cycle.
     reference: RunResult | None = None
-    #: Draft removal: the verify-only replay of the speculative arm's recorded drafts (the same
-    #: verify steps over the same contexts, no draft passes), sample i in cycle i.
+    #: Draft removal: the verify-only replay of the speculative arm's recorded drafts (the same verify steps over
+    #: the same contexts, no draft passes), sample i in cycle i.
     removal: RunResult | None = None
-    #: In-job A/B: the reference arm's text scored against the baseline (its divergences'
-    #: top-2 margins), so the reference's ties are told from real divergences as the candidate's are.
+    #: In-job A/B: the reference arm's text scored against the baseline (its divergences' top-2 margins), so the
+    #: reference's ties are told from real divergences as the candidate's are.
     reference_coherence: Coherence | None = None
 
     # Per-arm metrics are the speculative arm's.
-    @property
-    def energy_per_token(self) -> float | None:
-        """Speculative J per committed token (median over repeats)."""
-        return self.speculative.energy_per_token
-
-    @property
-    def tbt_ms(self) -> float | None:
-        """Speculative mean time between tokens, ms."""
-        return self.speculative.tbt_ms
-
-    @property
-    def accept_length(self) -> float | None:
-        """Speculative tokens committed per verify step."""
-        return self.speculative.accept_length
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        """Speculative accepted / proposed drafts."""
-        return self.speculative.acceptance_rate
-
-    @property
-    def verified_per_step(self) -> int:
-        """Tokens the target verifies per request per step."""
-        return self.speculative.verified_per_step
+    energy_per_token = _speculative("energy_per_token", "Speculative J per committed token (median over repeats).")
+    tbt_ms = _speculative("tbt_ms", "Speculative mean time between tokens, ms.")
+    accept_length = _speculative("accept_length", "Speculative tokens committed per verify step.")
+    acceptance_rate = _speculative("acceptance_rate", "Speculative accepted / proposed drafts.")
+    verified_per_step = _speculative("verified_per_step", "Tokens the target verifies per request per step.")
 
     @property
     def energy_saving(self) -> float | None:
@@ -163,8 +147,8 @@ class PairResult:
 
     @property
     def verify_intensity(self) -> float | None:
-        """The verify step's arithmetic intensity, FLOP/byte, under the meter's GPU and shape
-        (mean over repeats; None where the meter does not model steps, e.g. nvml)."""
+        """The verify step's arithmetic intensity, FLOP/byte, under the meter's GPU and shape (mean over repeats;
+        None where the meter does not model steps, e.g. nvml)."""
         values = self._meter_detail("verify_intensity")
         return sum(values) / len(values) if values else None
 
@@ -183,11 +167,10 @@ class PairResult:
     def draft_share(self) -> float | None:
         """The drafter's share of speculative decode energy, labelled by :attr:`source`.
 
-        With draft removal (:attr:`removal`) it is measured: per repeat cycle,
-        ``1 - removal J/token / speculative J/token``, the mean over cycles (on a board meter
-        it can come out slightly negative for a drafter with no draft passes: noise, kept as
-        measured). Without, it is what the modeled meter priced for the draft passes apart
-        from verification; None where neither exists (a board meter without removal).
+        With draft removal (:attr:`removal`) it is measured: per repeat cycle, ``1 - removal J/token / speculative
+        J/token``, the mean over cycles (on a board meter it can come out slightly negative for a drafter with no
+        draft passes: noise, kept as measured). Without, it is what the modeled meter priced for the draft passes
+        apart from verification; None where neither exists (a board meter without removal).
         :attr:`draft_share_method` says which.
         """
         if self.removal is not None:
@@ -203,8 +186,8 @@ class PairResult:
 
     @property
     def draft_share_method(self) -> str | None:
-        """``removal`` (a verify-only replay was measured), ``priced`` (the modeled meter's
-        split of the work trace) or None (not known)."""
+        """``removal`` (a verify-only replay was measured), ``priced`` (the modeled meter's split of the work
+        trace) or None (not known)."""
         if self.removal is not None:
             return "removal"
         return "priced" if self.draft_share_priced is not None else None
@@ -288,16 +271,12 @@ class PairResult:
                           tie_margin: float = DEFAULT_TIE_MARGIN) -> PairResult:
         """Greedy outputs match the baseline's token ids, up to numerical ties.
 
-        A prompt whose first divergence is a numerical tie (the baseline's two best tokens there
-        are the arms' two tokens, less than ``tie_margin`` nats apart: see
-        :mod:`~pytest_specenergy.measure.equivalence`) counts as matching, here and towards both
-        bounds: its text after the tie is judged by :meth:`assert_coherent`, not here. Any other
-        divergence is real, and so is one whose margin was not measured. With no arguments
-        every prompt must match exactly or at a tie, so any real divergence fails;
-        ``min_common_prefix=N`` asks each prompt to agree on its first N tokens (or all of them,
-        if the answer is shorter) unless it diverged at a tie; ``min_exact_fraction`` bounds the
-        share of prompts that match (exactly or at a tie). ``tie_margin=0`` is exact equality.
-        Ties are counted in the JSON (``equivalence.ties``) and in :meth:`describe`.
+        A prompt whose first divergence is a numerical tie (the baseline's two best tokens there are the arms' two
+        tokens, less than ``tie_margin`` nats apart: :mod:`~pytest_specenergy.measure.equivalence`) counts as
+        matching; its text after the tie is judged by :meth:`assert_coherent`. Any other divergence is real, and so
+        is one whose margin was not measured. With no arguments any real divergence fails; ``min_common_prefix=N``
+        asks each prompt to agree on its first N tokens (or all of a shorter answer) unless it diverged at a tie;
+        ``min_exact_fraction`` bounds the share of prompts that match. ``tie_margin=0`` is exact equality.
         """
         __tracebackhide__ = True
         eq = self.equivalence.classified(tie_margin)
@@ -324,20 +303,15 @@ class PairResult:
 
     def assert_coherent(self, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_GAP,
                         tie_margin: float = DEFAULT_TIE_MARGIN) -> PairResult:
-        """The speculative text is as likely under the target as the baseline's own text, every
-        token of it is one the target would pick up to a numerical tie, and it shows no
-        degeneracy (loops, distinct-n collapse, special-token leakage, length blow-up).
+        """The speculative text is as likely under the target as the baseline's own text, every token of it is one
+        the target would pick up to a numerical tie, and it shows no degeneracy (loops, distinct-n collapse,
+        special-token leakage, length blow-up). For where exact equality cannot hold (GPU numerics).
 
-        The per-token check: from each prompt's first divergence on, no speculative token may
-        lie more than ``tie_margin`` nats below the target's best at its position (scored on
-        the speculative text; ``DivergenceMargin.later_gap``). Greedy decoding under numerical
-        noise picks the best token or a near-tie everywhere, so noise passes; a verify bug that
-        commits a token the target rejected (``accept-off-by-one``) fails even where the mean
-        gap is small. It applies where the divergences' top-2 were scored (the plugin always
-        scores them); ``tie_margin=inf`` turns it off.
-
-        Use it where exact equality cannot hold (GPU numerics); on CPU it also names how badly
-        a diverging arm is broken: first divergence and log-probability gap.
+        The per-token check: from each prompt's first divergence on, no speculative token may lie more than
+        ``tie_margin`` nats below the target's best at its position (``DivergenceMargin.later_gap``). Greedy
+        decoding under numerical noise picks the best token or a near-tie everywhere, so noise passes; a verify bug
+        that commits a token the target rejected fails even where the mean gap is small. It applies where the
+        divergences' top-2 were scored (the plugin always scores them); ``tie_margin=inf`` turns it off.
         """
         __tracebackhide__ = True
         coherence = self.coherence
