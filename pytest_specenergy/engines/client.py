@@ -36,9 +36,7 @@ Diagnose = Callable[[str, BaseException, bool], "str | None"]
 
 
 def _timed_out(exc: BaseException) -> bool:
-    reason = getattr(exc, "reason", exc)
-    return isinstance(exc, (socket.timeout, TimeoutError)) or isinstance(
-        reason, (socket.timeout, TimeoutError))
+    return any(isinstance(e, (socket.timeout, TimeoutError)) for e in (exc, getattr(exc, "reason", exc)))
 
 
 class EngineClient:
@@ -47,8 +45,7 @@ class EngineClient:
     def __init__(self, base_url: str, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
                  diagnose: Diagnose | None = None, flush_path: str = "/flush_cache") -> None:
         if not timeout_s > 0:
-            raise ValueError(f"request timeout must be a positive number of seconds, "
-                             f"got {timeout_s!r}")
+            raise ValueError(f"request timeout must be a positive number of seconds, got {timeout_s!r}")
         if not flush_path.startswith("/flush_cache"):
             raise ValueError(f"flush_path must be a /flush_cache request path, got {flush_path!r}")
         self.base_url = base_url.rstrip("/")
@@ -79,8 +76,7 @@ class EngineClient:
             # The launcher knows which (exit code, log); ask it before giving up.
             timed_out = _timed_out(exc)
             what = f"{method} {path}"
-            plain = (f"{what} got no answer within {timeout:g} s" if timed_out
-                     else f"{what} failed: {exc}")
+            plain = f"{what} got no answer within {timeout:g} s" if timed_out else f"{what} failed: {exc}"
             fuller = self.diagnose(what, exc, timed_out) if diagnose and self.diagnose else None
             if fuller:
                 raise EngineError(f"{fuller}\n({plain})") from None
@@ -116,11 +112,9 @@ class EngineClient:
         self._request("POST", self.flush_path)
 
     def abort(self, rid: str | None = None) -> None:
-        """SGLang's ``/abort_request``: cut request ``rid`` (None: every request on the engine).
-
-        An aborted ``/generate`` call still answers, with ``finish_reason`` ``{"type": "abort"}``
-        and the tokens generated so far counted in its ``meta_info``.
-        """
+        """SGLang's ``/abort_request``: cut request ``rid`` (None: every request on the engine). An
+        aborted ``/generate`` call still answers, with ``finish_reason`` ``{"type": "abort"}`` and the
+        tokens generated so far counted in its ``meta_info``."""
         self._request("POST", "/abort_request", {"rid": rid} if rid is not None else {"abort_all": True})
 
     def set_internal_state(self, **values: Any) -> dict[str, Any]:

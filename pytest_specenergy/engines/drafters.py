@@ -30,20 +30,16 @@ class _Setting:
     help: str = ""
 
 
-def _int(default: int | None, minimum: int = 1, help: str = "", required: bool = False) -> _Setting:
-    return _Setting(int, default, required, minimum, help)
+def _int(default: int, minimum: int = 1, help: str = "") -> _Setting:
+    return _Setting(int, default, False, minimum, help)
 
 
 def _path(required: bool, help: str) -> _Setting:
     return _Setting(str, None, required, None, help)
 
 
-def _probability(help: str) -> _Setting:
-    return _Setting(float, None, False, None, help)
-
-
-_ACCEPT_P = _probability("controlled acceptance (reference server, calibration): verify the target's own "
-                         "greedy continuation with each drafted token kept with this probability")
+_ACCEPT_P = _Setting(float, help="controlled acceptance (reference server, calibration): verify the target's own "
+                                 "greedy continuation with each drafted token kept with this probability")
 
 
 def _tree(required: bool, help: str) -> dict[str, _Setting]:
@@ -113,17 +109,13 @@ class Drafter:
 
     def __init__(self, name: str, id: str | None = None, **kwargs: Any) -> None:
         if not isinstance(name, str) or name.lower() not in SCHEMAS:
-            raise DrafterError(
-                f"unknown drafter {name!r}; expected one of {', '.join(DRAFTER_NAMES)}"
-            )
+            raise DrafterError(f"unknown drafter {name!r}; expected one of {', '.join(DRAFTER_NAMES)}")
         name = name.lower()
         settings = _validate(name, kwargs)
         if id is None:
             id = _default_id(name, settings)
         elif not isinstance(id, str) or not _ID_RE.match(id):
-            raise DrafterError(
-                f"Drafter id {id!r} must be a non-empty string of letters, digits, '_', '.', '+', '-'"
-            )
+            raise DrafterError(f"Drafter id {id!r} must be a non-empty string of letters, digits, '_', '.', '+', '-'")
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "settings", tuple(sorted(settings.items())))
         object.__setattr__(self, "id", id)
@@ -165,9 +157,7 @@ def _validate(name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(kwargs) - set(schema))
     if unknown:
         raise DrafterError(
-            f"Drafter({name!r}) got unknown setting(s) {', '.join(unknown)}; "
-            f"valid settings are {', '.join(schema)}"
-        )
+            f"Drafter({name!r}) got unknown setting(s) {', '.join(unknown)}; valid settings are {', '.join(schema)}")
     values: dict[str, Any] = {}
     for key, spec in schema.items():
         value = kwargs.get(key, spec.default)
@@ -176,14 +166,8 @@ def _validate(name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
                 raise DrafterError(f"Drafter({name!r}) needs {key}= ({spec.help})")
             continue
         if spec.kind is int:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise DrafterError(
-                    f"Drafter({name!r}) {key}={value!r}: expected an integer >= {spec.minimum}"
-                )
-            if spec.minimum is not None and value < spec.minimum:
-                raise DrafterError(
-                    f"Drafter({name!r}) {key}={value!r}: expected an integer >= {spec.minimum}"
-                )
+            if isinstance(value, bool) or not isinstance(value, int) or value < spec.minimum:
+                raise DrafterError(f"Drafter({name!r}) {key}={value!r}: expected an integer >= {spec.minimum}")
         elif spec.kind is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
                 raise DrafterError(f"Drafter({name!r}) {key}={value!r}: expected a probability in [0, 1]")
@@ -192,10 +176,8 @@ def _validate(name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
             raise DrafterError(f"Drafter({name!r}) {key}={value!r}: expected a path or model name")
         values[key] = str(value) if spec.kind is str else value
     if name == "ngram" and values["min_match_window"] > values["max_match_window"]:
-        raise DrafterError(
-            f"Drafter('ngram') min_match_window={values['min_match_window']} exceeds "
-            f"max_match_window={values['max_match_window']}"
-        )
+        raise DrafterError(f"Drafter('ngram') min_match_window={values['min_match_window']} exceeds "
+                           f"max_match_window={values['max_match_window']}")
     return values
 
 

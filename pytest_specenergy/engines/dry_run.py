@@ -39,12 +39,9 @@ def show_dry_run(cases: Iterable[Any], reporter: Any) -> str | None:
 
 
 def render_dry_run(cases: Iterable[Any]) -> str:
-    """One block per distinct speculative engine, listing the cases it serves.
-
-    ``cases`` are :class:`pytest_specenergy.cases.case.Case` objects (anything with ``id``,
-    ``spec_config()`` and ``baseline_config()``); engines sit below cases, so this takes them
-    by their shape.
-    """
+    """One block per distinct speculative engine, listing the cases it serves. ``cases`` are
+    :class:`pytest_specenergy.cases.case.Case` objects (anything with ``id``, ``spec_config()`` and
+    ``baseline_config()``); engines sit below cases, so this takes them by their shape."""
     cases = list(cases)
     groups: dict[object, list[Any]] = {}
     for case in cases:
@@ -61,10 +58,8 @@ def render_dry_run(cases: Iterable[Any]) -> str:
 
 def dry_run_lines(config: EngineConfig, backend: EngineBackend | None = None,
                   host: str = "127.0.0.1", port: int = 30000) -> list[str]:
-    """Human-readable launch lines for ``config`` and (if speculative) its baseline twin.
-
-    Works for any backend with ``command()``/``environment()``; refusals become lines too.
-    """
+    """Human-readable launch lines for ``config`` and (if speculative) its baseline twin, for any
+    backend with ``command()``/``environment()``; refusals become lines too."""
     backend = backend or get_backend(config.engine)
     lines = [f"# {config.label()} on the {backend.name} engine"]
     notes = getattr(backend, "dry_run_notes", None)

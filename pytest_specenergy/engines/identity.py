@@ -1,15 +1,6 @@
 """Engine identity: the server that answers on our port is the one we started.
 
-``free_port()`` closes its probe socket before the child binds, so another process (often
-another session's engine) can take the port in between. Its ``/health`` answers 200, and
-without these checks it silently became "the engine" that both arms measured. So:
-
-* before the launch, :func:`port_in_use` catches a port something already listens on;
-* after ``/health``, :func:`check_identity` compares ``/server_info`` with the config (model,
-  and drafter where the server reports it) and proves the answering process is ours: its
-  reported ``pid`` (the reference server's) must be in our process group; a server that
-  reports none (SGLang) must hold the listening socket from a process of our group, found
-  through ``/proc/net/tcp*`` inodes and ``/proc/PID/fd`` links (no psutil needed).
+See docs/design/engines.md, ``engines/identity.py``.
 """
 
 from __future__ import annotations
@@ -50,7 +41,7 @@ def port_in_use(host: str, port: int, timeout_s: float = 0.5) -> bool:
 def _pgid(pid: int) -> int | None:
     try:
         return os.getpgid(pid)
-    except (ProcessLookupError, PermissionError, OSError):
+    except OSError:
         return None
 
 
@@ -67,22 +58,17 @@ def listening_inodes(port: int, proc: Path = Path("/proc")) -> set[str] | None:
         for line in lines:
             fields = line.split()
             # sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
-            if len(fields) > 9 and fields[3] == _TCP_LISTEN:
-                if int(fields[1].rsplit(":", 1)[1], 16) == port:
-                    found.add(fields[9])
+            if len(fields) > 9 and fields[3] == _TCP_LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                found.add(fields[9])
     return found if readable else None
 
 
 def socket_holders(inodes: set[str], pgid: int, proc: Path = Path("/proc")) -> list[int]:
     """Pids of group ``pgid`` holding one of the socket ``inodes`` open."""
     wanted = {f"socket:[{inode}]" for inode in inodes}
-    holders = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or _pgid(int(entry.name)) != pgid:
-            continue
-        if any(link in wanted for link in _fd_links(entry / "fd")):
-            holders.append(int(entry.name))
-    return holders
+    return [int(entry.name) for entry in proc.iterdir()
+            if entry.name.isdigit() and _pgid(int(entry.name)) == pgid
+            and any(link in wanted for link in _fd_links(entry / "fd"))]
 
 
 def _fd_links(fd_dir: Path) -> Iterator[str]:
@@ -151,9 +137,8 @@ def check_identity(config: EngineConfig, info: Mapping[str, Any], pgid: int, hos
             how = "ownership skipped: /server_info has no pid and /proc/net/tcp is unreadable"
         elif not (holders := socket_holders(inodes, pgid, proc)):
             raise PortTakenError(
-                f"a foreign server answers on {host}:{port}: no process of the group {pgid} "
-                f"of engine {label} holds the listening socket (model "
-                f"{info.get('model_path')!r}); another process took the port")
+                f"a foreign server answers on {host}:{port}: no process of the group {pgid} of engine {label} holds "
+                f"the listening socket (model {info.get('model_path')!r}); another process took the port")
         else:
             how = f"port {port} held by pid {holders[0]} in group {pgid}"
     problems = config_mismatches(config, info)

@@ -1,17 +1,7 @@
 """Supervised server processes.
 
-Each engine runs in its own process group, logging to a file, under a parent-death watchdog
-(:mod:`pytest_specenergy.engines.watchdog`, the group leader): when pytest dies, even by
-``kill -9``, the watchdog stops the group, so no engine outlives the session holding GPU
-memory. Start-up refuses a port that something already listens on, waits for ``/health``
-with a timeout, notices an early exit, and checks that the server answering is the one it
-started (:mod:`pytest_specenergy.engines.identity`). Requests have a timeout; a request that
-gets no answer is reported with the engine's exit code or the timeout, and its log tail.
-A CPU reference engine is forked from this process's zygote (:mod:`.zygote`: torch and
-transformers imported once) under the same watchdog, instead of a fresh interpreter.
-Teardown terminates the whole group and waits, so GPU memory is released before the next
-engine starts. Never an in-process ``sglang.Engine``: its shutdown kills every child of the
-host (reference/sglang-api.md s.4).
+Each engine runs in its own process group under a parent-death watchdog, with start-up, identity
+and request checks; see docs/design/engines.md, ``engines/launch.py``.
 """
 
 from __future__ import annotations
@@ -85,20 +75,16 @@ def log_tail(path: Path, lines: int = 25) -> str:
 def describe_exit(code: int) -> str:
     """``3``, or ``-9 (SIGKILL)`` for a signal death."""
     if code < 0:
-        try:
+        with contextlib.suppress(ValueError):
             return f"{code} ({signal.Signals(-code).name})"
-        except ValueError:
-            pass
     return str(code)
 
 
 def _killpg(proc: subprocess.Popen[bytes] | ZygoteChild | None, sig: int) -> None:
     """Signal ``proc``'s whole process group, if it has not gone already."""
     if proc is not None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 class ServerProcess:
@@ -168,8 +154,7 @@ class ServerProcess:
             return "no /server_info: not an engine"
         if not isinstance(info, dict):
             return "not an engine"
-        return (f"an engine serving model {info.get('model_path')!r}, pid "
-                f"{info.get('pid', 'not reported')}")
+        return (f"an engine serving model {info.get('model_path')!r}, pid {info.get('pid', 'not reported')}")
 
     def start(self) -> ServerProcess:
         """Launch and wait until ``/health`` answers; raise :class:`EngineStartError` otherwise."""
@@ -209,18 +194,20 @@ class ServerProcess:
             code = self._proc.poll()
             if code is not None:
                 self.stop()
-                raise EngineStartError(
-                    f"engine {self.config.label()} exited with code {describe_exit(code)} during "
-                    f"start-up; log {self.log_path}:\n{log_tail(self.log_path)}")
+                raise EngineStartError(f"engine {self.config.label()} exited with code {describe_exit(code)} "
+                                       f"during start-up; {self._log()}")
             if self.client.health(timeout_s=2.0):
                 self._check_identity()
                 return self
             time.sleep(delay)
             delay = min(delay * 1.5, 0.2)
         self.stop()
-        raise EngineStartError(
-            f"engine {self.config.label()} did not answer /health within "
-            f"{self.startup_timeout_s:.0f} s; log {self.log_path}:\n{log_tail(self.log_path)}")
+        raise EngineStartError(f"engine {self.config.label()} did not answer /health within "
+                               f"{self.startup_timeout_s:.0f} s; {self._log()}")
+
+    def _log(self) -> str:
+        """The log's path and tail, for failure messages."""
+        return f"log {self.log_path}:\n{log_tail(self.log_path)}"
 
     def _spawn_forked(self, lifeline: int) -> ZygoteChild | None:
         """The engine forked from this process's zygote (a reference server: torch and
@@ -250,8 +237,7 @@ class ServerProcess:
             ours = ("exited with code " + describe_exit(code)) if code is not None else "was stopped"
             self.stop()
             error = PortTakenError if isinstance(exc, PortTakenError) else EngineIdentityError
-            raise error(f"{exc}; engine {self.config.label()} {ours}; log "
-                                      f"{self.log_path}:\n{log_tail(self.log_path)}") from None
+            raise error(f"{exc}; engine {self.config.label()} {ours}; {self._log()}") from None
 
     def _diagnose(self, what: str, exc: BaseException, timed_out: bool) -> str | None:
         """The client's hook for a request that got no answer: did the engine die or hang?"""
@@ -263,7 +249,7 @@ class ServerProcess:
             code = proc.wait(timeout=0 if timed_out else EXIT_WAIT_S)
         except subprocess.TimeoutExpired:
             code = None
-        log = f"log {self.log_path}:\n{log_tail(self.log_path)}"
+        log = self._log()
         if code is not None:
             self.stop()  # sweep what is left of its group, close the lifeline
             return f"engine {label} (pid {pid}) exited with code {describe_exit(code)} during {what}; {log}"
@@ -286,9 +272,8 @@ class ServerProcess:
 
     def terminate(self) -> None:
         """Ask the engine to exit without waiting, the way :meth:`stop` starts; :meth:`stop`
-        finishes. A leader-only backend (SGLang) gets SIGUSR1 to its watchdog, which sends
-        SIGTERM to the server alone: SIGTERM to the whole group made SGLang's scheduler die
-        mid-drain ("crashed with exit code -15. Triggering SIGQUIT") at every session's end."""
+        finishes. SIGTERM to SGLang's whole group made its scheduler die mid-drain ("crashed
+        with exit code -15. Triggering SIGQUIT") at every session's end, hence :meth:`_ask_leader`."""
         if not self._ask_leader(self._proc):
             _killpg(self._proc, signal.SIGTERM)
 
@@ -321,28 +306,23 @@ class ServerProcess:
                 break
             try:
                 os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
                 proc.wait(timeout=wait)
+                break
+            except ProcessLookupError:
                 break
             except subprocess.TimeoutExpired:
                 continue
         # The leader may be gone while other members of its group linger: sweep them too.
         _killpg(proc, signal.SIGKILL)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=1.0)  # reap it, so no zombie stays behind
-        except subprocess.TimeoutExpired:
-            pass
         self._close_lifeline()
 
     def _close_lifeline(self) -> None:
         lifeline, self._lifeline = self._lifeline, None
         if lifeline is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(lifeline)
-            except OSError:
-                pass
 
     def work_trace(self, start: int) -> tuple[int, list[dict[str, Any]]]:
         """Steps recorded since ``start`` (reference server only)."""

@@ -1,18 +1,7 @@
 """Reading SGLang's per-request ``meta_info`` and ``/server_info`` across releases.
 
-Key names changed between releases (SGLang's ``python/sglang/srt/managers/tokenizer_manager.py``
-and ``scheduler_output_processor_mixin.py`` build ``meta_info``; read in the 0.5.9-0.5.23 wheels):
-
-- 0.5.9: ``spec_accept_token_num`` (accepted drafts), ``spec_draft_token_num`` (proposed),
-  ``spec_accept_histogram``, ``total_retractions``;
-- 0.5.12-0.5.14: canonical ``spec_num_correct_drafts``, ``spec_num_proposed_drafts``,
-  ``spec_correct_drafts_histogram``, ``num_retractions``, plus aliases ``spec_accepted_drafts``,
-  ``spec_proposed_drafts``, ``spec_accept_histogram``;
-- 0.5.23: canonical names only. The reference server answers with these.
-
-A speculative counter that is absent stays ``None``: SGLang omits them for a request that
-finished in its prefill and for non-speculative engines, and a silent 0 would read as "nothing
-accepted".
+Key names changed between releases; an absent speculative counter stays ``None``. See
+docs/design/engines.md, ``engines/meta_info.py``.
 """
 
 from __future__ import annotations
@@ -29,11 +18,8 @@ class MetaInfoError(ValueError):
 
 @dataclass(frozen=True)
 class RequestCounters:
-    """One request's counters, under canonical (0.5.23) names.
-
-    ``spec_num_correct_drafts`` excludes the bonus token; ``correct_drafts_histogram[k]`` is the
-    number of verify steps that accepted exactly ``k`` drafts.
-    """
+    """One request's counters, under canonical (0.5.23) names. ``spec_num_correct_drafts`` excludes the
+    bonus token; ``correct_drafts_histogram[k]`` is the number of verify steps that accepted ``k`` drafts."""
 
     rid: str | None
     prompt_tokens: int
@@ -94,11 +80,9 @@ def parse_meta_info(meta: Mapping[str, Any]) -> RequestCounters:
     missing = [k for k in required if meta.get(k) is None]
     if missing:
         raise MetaInfoError(
-            f"meta_info lacks {', '.join(missing)} (every SGLang release sends them, except "
-            f"prompt_tokens for a request aborted while queued); keys present: "
-            f"{', '.join(sorted(meta)) or 'none'}")
-    finish_type: str | None = None
-    finish_detail: Any = None
+            f"meta_info lacks {', '.join(missing)} (every SGLang release sends them, except prompt_tokens for a "
+            f"request aborted while queued); keys present: {', '.join(sorted(meta)) or 'none'}")
+    finish_type, finish_detail = None, None
     if isinstance(finish, Mapping):
         finish_type = finish.get("type")
         # length -> the cap, stop -> the matched token or string, abort -> the message
@@ -108,33 +92,31 @@ def parse_meta_info(meta: Mapping[str, Any]) -> RequestCounters:
         finish_type = finish
     spec = {field: _first(meta, keys, field) for field, keys in _SPEC_KEYS.items()}
     hist = spec.pop("correct_drafts_histogram")
-    latency = meta.get("e2e_latency")
     return RequestCounters(
-        rid=None if meta.get("id") is None else str(meta["id"]),
+        rid=_or_none(str, meta.get("id")),
         # A request aborted in the waiting queue was never prefilled: no prompt token ran.
         prompt_tokens=0 if queued_abort else int(meta["prompt_tokens"]),
         completion_tokens=int(meta["completion_tokens"]),
         finish_type=finish_type,
         finish_detail=finish_detail,
-        e2e_latency=None if latency is None else float(latency),
+        e2e_latency=_or_none(float, meta.get("e2e_latency")),
         correct_drafts_histogram=None if hist is None else tuple(int(n) for n in hist),
-        cached_tokens=_int_or_none(meta.get("cached_tokens")),
-        retractions=_int_or_none(_first(meta, _RETRACTION_KEYS, "retractions")),
-        prefill_forward=_int_or_none(meta.get("prefill_forward")),
-        decode_seconds=None if meta.get("decode_seconds") is None else float(meta["decode_seconds"]),
-        **{k: _int_or_none(v) for k, v in spec.items()},
+        cached_tokens=_or_none(int, meta.get("cached_tokens")),
+        retractions=_or_none(int, _first(meta, _RETRACTION_KEYS, "retractions")),
+        prefill_forward=_or_none(int, meta.get("prefill_forward")),
+        decode_seconds=_or_none(float, meta.get("decode_seconds")),
+        **{k: _or_none(int, v) for k, v in spec.items()},
     )
 
 
 def _aborted_in_queue(meta: Mapping[str, Any]) -> bool:
     """Whether ``meta`` is SGLang's answer to a request aborted while still in its waiting queue.
 
-    SGLang (0.5.9 ``tokenizer_manager.py:2169-2187``, 0.5.23 ``_handle_abort_req`` ``:3577-3633``,
-    the scheduler's "abort method 1") answers such a request with only ``id``,
-    ``finish_reason`` (type ``abort``), ``weight_version``, ``e2e_latency`` and
-    ``completion_tokens`` - no ``prompt_tokens``, no speculative counters: it never ran. Only
-    that shape qualifies: an abort that made tokens, or any other finish, still needs
-    ``prompt_tokens``, so a payload that really lost it is still refused.
+    SGLang (0.5.9 ``tokenizer_manager.py:2169-2187``, 0.5.23 ``_handle_abort_req`` ``:3577-3633``, the
+    scheduler's "abort method 1") answers such a request with only ``id``, ``finish_reason`` (type
+    ``abort``), ``weight_version``, ``e2e_latency`` and ``completion_tokens`` - no ``prompt_tokens``, no
+    speculative counters: it never ran. Only that shape qualifies: an abort that made tokens, or any
+    other finish, still needs ``prompt_tokens``, so a payload that really lost it is still refused.
     """
     finish = meta.get("finish_reason")
     kind = finish.get("type") if isinstance(finish, Mapping) else finish
@@ -151,8 +133,7 @@ def _first(meta: Mapping[str, Any], keys: Sequence[str], field: str) -> Any:
     for other, other_value in found[1:]:
         if _normal(other_value) != _normal(value):
             raise MetaInfoError(
-                f"meta_info has {key}={value!r} and its alias {other}={other_value!r}; they "
-                f"must be equal ({field})")
+                f"meta_info has {key}={value!r} and its alias {other}={other_value!r}; they must be equal ({field})")
     return value
 
 
@@ -160,18 +141,18 @@ def _normal(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-def _int_or_none(value: Any) -> int | None:
-    return None if value is None else int(value)
+def _or_none(kind: Any, value: Any) -> Any:
+    """``kind(value)``, or None for None."""
+    return None if value is None else kind(value)
 
 
 def parse_concurrency(server_info: Mapping[str, Any]) -> dict[str, Any]:
     """How many requests actually ran per decode/verify step, from ``/server_info``.
 
-    SGLang records, with ``SGLANG_RECORD_STEP_TIME=1``, ``internal_states[*].step_time_dict``:
-    running batch size -> list of step times, one entry per ``decode_log_interval`` steps (the
-    backend sets 1). JSON turns the keys into strings. Data-parallel ranks are merged. The
-    totals accumulate over the engine's life; :func:`concurrency_between` differences them.
-    Values are None when the engine did not record steps.
+    SGLang records, with ``SGLANG_RECORD_STEP_TIME=1``, ``internal_states[*].step_time_dict``: running
+    batch size -> list of step times, one entry per ``decode_log_interval`` steps (the backend sets 1).
+    JSON turns the keys into strings; data-parallel ranks are merged. The totals accumulate over the
+    engine's life (:func:`concurrency_between` differences them); None when no steps were recorded.
     """
     states = server_info.get("internal_states") if isinstance(server_info, Mapping) else None
     steps: dict[int, int] | None = None
@@ -205,11 +186,8 @@ def concurrency_between(before: Mapping[str, Any], after: Mapping[str, Any]) -> 
 
 
 def merge_concurrency(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One summary over several windows' (:func:`concurrency_between`) step records.
-
-    None when any window lacks a record: a mean over only the windows that recorded steps
-    would hide the ones that did not.
-    """
+    """One summary over several windows' (:func:`concurrency_between`) step records; None when any
+    window lacks a record: a mean over only the windows that recorded steps would hide the others."""
     steps: dict[int, int] = {}
     cap = None
     for summary in summaries:
@@ -235,11 +213,9 @@ def _summary(steps: dict[int, int] | None, cap: Any) -> dict[str, Any]:
 
 
 def cuda_graph_setting(engine: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Every ``*cuda_graph*`` setting an engine description records, or None.
-
-    Read from the server's own ``/server_info`` and from the engine options the case asked
-    for: CUDA graphs change the result (paper), so any difference makes runs incomparable.
-    """
+    """Every ``*cuda_graph*`` setting an engine description records (its ``/server_info`` and the
+    case's engine options), or None: CUDA graphs change the result (paper), so any difference makes
+    runs incomparable."""
     found: dict[str, Any] = {}
     for source in (engine.get("server_info"), (engine.get("config") or {}).get("options")):
         if isinstance(source, Mapping):

@@ -1,19 +1,11 @@
 """The engine pool: one supervised server per distinct engine config, for the whole session.
 
-A config starts once and is reused by every case that needs it, whichever module the case
-sits in. ``max_live`` bounds how many servers run at once (one GPU holds one SGLang engine
-at a time); the plugin orders items so that cases of one engine are adjacent.
-
-SIGTERM (a CI cancellation, a job timeout) would kill pytest without any teardown, leaving
-its engines running. While the pool holds engines it handles SIGTERM in the main thread: the
-engines are told to stop at once, and :class:`EngineTerminated` (a ``KeyboardInterrupt``) is
-raised, so pytest ends the session as for Ctrl-C and the normal teardown waits for them. A
-second SIGTERM kills the engines outright and lets the signal end pytest. The parent-death
-watchdog of each server (engines/watchdog.py) covers what no handler can: ``kill -9``.
+Handles SIGTERM while it holds engines; see docs/design/engines.md, ``engines/pool.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -68,10 +60,8 @@ class EnginePool:
             raise self.failed[config]
         backend = get_backend(config.engine)
         backend.check(config)
-        if self.max_live:
-            while len(self._live) >= self.max_live:
-                _, oldest = self._live.popitem(last=False)
-                oldest.stop()
+        while self.max_live and len(self._live) >= self.max_live:
+            self._live.popitem(last=False)[1].stop()
         if server is not None:  # it died (or was stopped after a hang): sweep what is left
             self._live.pop(config, None)
             code = server.exit_code()
@@ -118,10 +108,8 @@ class EnginePool:
             thread.join()
 
     def _start_quietly(self, config: EngineConfig) -> None:
-        try:
+        with contextlib.suppress(Exception):  # kept in self.failed; get() raises it for the case
             self.get(config)
-        except Exception:  # noqa: BLE001 - kept in self.failed; get() raises it for the case
-            pass
 
     def close(self) -> None:
         """Stop every server (all are signalled first, so they shut down side by side)."""
@@ -149,8 +137,7 @@ class EnginePool:
             return
         # Only undo our own handler: something installed later keeps its place.
         if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
-            previous = self._previous_handler
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, self._previous_handler or signal.SIG_DFL)
         self._handling = False
         self._previous_handler = None
 
@@ -174,5 +161,4 @@ class EnginePool:
         previous = self._previous_handler
         if callable(previous):
             previous(signum, frame)  # chain: a handler installed before ours still runs
-        raise EngineTerminated(f"SIGTERM received: stopping {len(servers)} engine(s) and "
-                               "ending the session")
+        raise EngineTerminated(f"SIGTERM received: stopping {len(servers)} engine(s) and ending the session")

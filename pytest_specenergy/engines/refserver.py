@@ -38,8 +38,7 @@ class ReferenceBackend:
                 f"pip install 'pytest-specenergy[reference]' torch==2.13.0")
         if config.drafter and config.drafter.name not in self.drafters():
             raise EngineConfigError(
-                f"the reference engine implements drafters {', '.join(self.drafters())}, "
-                f"not {config.drafter.name!r}")
+                f"the reference engine implements drafters {', '.join(self.drafters())}, not {config.drafter.name!r}")
 
     def command(self, config: EngineConfig, host: str, port: int) -> list[str]:
         """The server's argv; only the drafter flags differ between the two arms."""

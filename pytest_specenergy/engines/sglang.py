@@ -1,13 +1,7 @@
 """The SGLang backend: ``python -m sglang.launch_server ...`` for one engine config.
 
-Both arms of a pair are built by the same function from the same config (the baseline is
-``config.twin()``), and everything SGLang would otherwise resolve differently for a
-speculative engine is pinned explicitly in both: attention backend (NGRAM's tree topk pushes
-the Hopper default from fa3 to flashinfer), ``max_running_requests`` (spec engines default to
-48), memory fraction, CUDA-graph batch cap *and* decode capture list (SGLang gives a
-speculative engine a finer list than a plain one at the same cap), radix cache, seed, dtype,
-TP size, and on releases before 0.5.14 the overlap scheduler. See
-shared/reference/sglang-api.md s.1, s.7, s.8, s.9 and sglang-audit.md item 1.
+Both arms are built from the same config, with everything SGLang would resolve differently for a
+speculative engine pinned in both; see docs/design/engines.md, ``engines/sglang.py``.
 """
 
 from __future__ import annotations
@@ -45,35 +39,33 @@ DEFAULT_TP_SIZE = 1
 DEFAULT_LOG_LEVEL = "warning"
 #: Seconds ``/flush_cache?timeout=`` waits for the scheduler to go idle (0.5.23+).
 FLUSH_CACHE_TIMEOUT_S = 30
-_DTYPES = {"auto": "auto", "half": "half", "float16": "float16", "fp16": "float16",
-           "bfloat16": "bfloat16", "bf16": "bfloat16", "float": "float", "float32": "float32",
-           "fp32": "float32"}
+_DTYPES = {"auto": "auto", "half": "half", "float16": "float16", "fp16": "float16", "bfloat16": "bfloat16",
+           "bf16": "bfloat16", "float": "float", "float32": "float32", "fp32": "float32"}
 _NEEDS_DRAFT_MODEL = frozenset({"draft_model", "eagle", "eagle3", "dflash", "dspark"})
+_TREE_DRAFTERS = ("eagle", "eagle3", "nextn")
 #: Architectures whose checkpoint carries its own MTP (NEXTN) layers, so SGLang fills
 #: ``speculative_draft_model_path`` with the target itself (0.5.9 ``server_args.py``,
 #: 0.5.23 ``speculative_hook.py:1120-1150``). Any other target run as NEXTN without
 #: ``draft_model`` resolves to EAGLE with no draft checkpoint at all.
 MTP_IN_TARGET_0_5_9 = frozenset({
-    "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM",
-    "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM", "BailingMoeForCausalLM",
-    "BailingMoeV2ForCausalLM", "BailingMoeV2_5ForCausalLM", "MistralLarge3ForCausalLM",
-    "PixtralForConditionalGeneration",
+    "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM",
+    "GlmMoeDsaForCausalLM", "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "BailingMoeV2_5ForCausalLM",
+    "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration",
 })
 MTP_IN_TARGET_0_5_23 = MTP_IN_TARGET_0_5_9 | {
-    "DeepseekV4ForCausalLM", "HYV3ForCausalLM", "HYV4ForCausalLM",
-    "Qwen4ExpForConditionalGeneration",
+    "DeepseekV4ForCausalLM", "HYV3ForCausalLM", "HYV4ForCausalLM", "Qwen4ExpForConditionalGeneration",
 }
 
 # Hybrid (linear-attention / state-space) checkpoints: SGLang's hybrid_arch.py config classes.
 HYBRID_MODEL_TYPES = frozenset({
-    "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "mamba",
-    "mamba2", "falcon_mamba", "falcon_h1", "nemotron_h", "nemotron_h_puzzle", "jamba",
-    "zamba2", "bamba", "granitemoehybrid", "kimi_linear", "bailing_hybrid", "minicpm_sala",
-    "lfm2", "lfm2_moe", "jet_nemotron", "intern_s2_preview", "zaya", "plamo2", "glm5_next",
+    "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "mamba", "mamba2", "falcon_mamba",
+    "falcon_h1", "nemotron_h", "nemotron_h_puzzle", "jamba", "zamba2", "bamba", "granitemoehybrid", "kimi_linear",
+    "bailing_hybrid", "minicpm_sala", "lfm2", "lfm2_moe", "jet_nemotron", "intern_s2_preview", "zaya", "plamo2",
+    "glm5_next",
 })
 _HYBRID_ARCH_PREFIXES = (
-    "Qwen3Next", "Qwen3_5", "Mamba", "FalconMamba", "FalconH1", "NemotronH", "Jamba", "Zamba",
-    "Bamba", "GraniteMoeHybrid", "KimiLinear", "BailingHybrid", "Lfm2", "JetNemotron", "Plamo2",
+    "Qwen3Next", "Qwen3_5", "Mamba", "FalconMamba", "FalconH1", "NemotronH", "Jamba", "Zamba", "Bamba",
+    "GraniteMoeHybrid", "KimiLinear", "BailingHybrid", "Lfm2", "JetNemotron", "Plamo2",
 )
 _HYBRID_NAME = re.compile(
     r"qwen3[-_]?next|qwen3\.[56](?!\d)|mamba|nemotron[-_]h(?![a-z])|falcon[-_]h1|jamba|zamba"
@@ -114,44 +106,35 @@ class SGLangBackend:
         installed = sa.installed_version()
         if installed is None:
             raise EngineConfigError(
-                "SGLang is not installed in this Python, so its command line cannot be built; "
-                "install sglang>=0.5.9,<0.6 on the GPU runner (pip install "
-                "'pytest-specenergy[sglang]'), or set the engine option "
-                "sglang_version='0.5.23' on pytest.mark.model(...) for a dry run")
+                "SGLang is not installed in this Python, so its command line cannot be built; install "
+                "sglang>=0.5.9,<0.6 on the GPU runner (pip install 'pytest-specenergy[sglang]'), or set the engine "
+                "option sglang_version='0.5.23' on pytest.mark.model(...) for a dry run")
         return sa.parse_version(installed), "installed"
 
-    def supports_prompt_token_ids(self, config: EngineConfig) -> bool:
-        """Whether the server's ``/generate`` takes ``return_prompt_token_ids`` (>= 0.5.13).
-
-        Pass it to :func:`pytest_specenergy.measure.coherence.measure_coherence` as
-        ``return_prompt_token_ids``; False (or unknown) makes coherence read the prompt ids
-        from ``input_token_logprobs`` instead.
-        """
+    def _facts(self, config: EngineConfig) -> sa.VersionFacts | None:
+        """The facts of ``config``'s SGLang version, or None when it cannot be known."""
         try:
-            version, _ = self.version(config)
+            return sa.facts_for(self.version(config)[0])
         except EngineConfigError:
-            return False
-        return sa.facts_for(version).return_prompt_token_ids
+            return None
+
+    def supports_prompt_token_ids(self, config: EngineConfig) -> bool:
+        """Whether the server's ``/generate`` takes ``return_prompt_token_ids`` (>= 0.5.13): pass it
+        to :func:`pytest_specenergy.measure.coherence.measure_coherence`; False (or unknown) makes
+        coherence read the prompt ids from ``input_token_logprobs`` instead."""
+        facts = self._facts(config)
+        return facts is not None and facts.return_prompt_token_ids
 
     def flush_cache_path(self, config: EngineConfig) -> str:
         """The ``/flush_cache`` request path: 0.5.23 waits for idle with ``?timeout=S``."""
-        try:
-            version, _ = self.version(config)
-        except EngineConfigError:
-            return "/flush_cache"
-        if sa.facts_for(version).flush_cache_timeout:
+        facts = self._facts(config)
+        if facts is not None and facts.flush_cache_timeout:
             return f"/flush_cache?timeout={FLUSH_CACHE_TIMEOUT_S}"
         return "/flush_cache"
 
     def special_token_ids(self, config: EngineConfig) -> tuple[int, ...]:
-        """The target's special token ids, read from its checkpoint: SGLang's ``/server_info``
-        carries none (0.5.9 and 0.5.23), and leak detection needs them.
-
-        From ``config.json`` and ``generation_config.json`` (``bos/eos/pad_token_id``, an int
-        or a list) and the tokenizer's added tokens marked ``special`` (``tokenizer.json``
-        ``added_tokens``, ``tokenizer_config.json`` ``added_tokens_decoder``); a local directory
-        or the Hugging Face cache. Empty when none of those files can be read.
-        """
+        """The target's special token ids, read from its checkpoint (:func:`checkpoint_special_token_ids`):
+        SGLang's ``/server_info`` carries none (0.5.9 and 0.5.23), and leak detection needs them."""
         return checkpoint_special_token_ids(config.model)
 
     def check(self, config: EngineConfig) -> None:
@@ -160,10 +143,9 @@ class SGLangBackend:
         if version < sa.MIN_VERSION:
             raise EngineConfigError(
                 f"SGLang {sa.format_version(version)} ({source}) is older than "
-                f"{sa.format_version(sa.MIN_VERSION)}, the oldest release this plugin drives; "
-                "upgrade sglang")
+                f"{sa.format_version(sa.MIN_VERSION)}, the oldest release this plugin drives; upgrade sglang")
         facts = sa.facts_for(version)
-        user = self._user_args(config, facts)
+        user = sa.translate_options(dict(config.options), facts)
         sa.validate_fields(list(user), *self._field_list(version, source))
         _check_model_path("model", config.model)
         _dtype(config.dtype)
@@ -189,8 +171,7 @@ class SGLangBackend:
         algorithm = ALGORITHMS.get(drafter.name)
         if algorithm is None:
             raise EngineConfigError(
-                f"drafter {drafter.name!r} has no SGLang algorithm; expected one of "
-                f"{', '.join(ALGORITHMS)}")
+                f"drafter {drafter.name!r} has no SGLang algorithm; expected one of {', '.join(ALGORITHMS)}")
         if algorithm not in facts.algorithms:
             since = sa.format_version(sa.ALGORITHM_SINCE[algorithm])
             raise EngineConfigError(
@@ -199,43 +180,38 @@ class SGLangBackend:
                 f"sglang, or use one of {', '.join(sorted(facts.algorithms))}")
         if drafter.name in _NEEDS_DRAFT_MODEL and not drafter.draft_model:
             raise EngineConfigError(
-                f"drafter {drafter.name!r} ({algorithm}) needs draft_model= (the draft "
-                "checkpoint path or hub id)")
+                f"drafter {drafter.name!r} ({algorithm}) needs draft_model= (the draft checkpoint path or hub id)")
         if drafter.draft_model:
             _check_model_path("draft model", drafter.draft_model)
-        if drafter.name == "nextn" and not drafter.draft_model:
+        elif drafter.name == "nextn":
             _check_mtp_in_target(config.model, facts.version)
         clash = sorted(k for k in user if k in _speculative_args(drafter, facts))
         if clash:
             raise EngineConfigError(
                 f"engine option(s) {', '.join(clash)} would override the drafter's own "
                 f"setting; set it on Drafter({drafter.name!r}, ...) instead")
-        if drafter.name in ("eagle", "eagle3", "nextn") and drafter.get("topk") == 1 \
+        if drafter.name in _TREE_DRAFTERS and drafter.get("topk") == 1 \
                 and drafter.num_draft_tokens != drafter.get("num_steps"):
             raise EngineConfigError(
                 f"Drafter({drafter.name!r}) with topk=1 proposes one token per step, so "
                 f"num_draft_tokens must equal num_steps ({drafter.get('num_steps')}), not "
                 f"{drafter.num_draft_tokens}; SGLang would silently reset it")
-        if drafter.name == "ngram":
-            hybrid, why = detect_hybrid(config.model, config.option("hybrid"))
-            if hybrid and not facts.ngram_commits_hybrid_state:
-                raise EngineConfigError(
-                    f"NGRAM on the hybrid model {config.model} ({why}) needs SGLang >= 0.5.14; "
-                    f"{version} never commits the Mamba/GDN recurrent state after NGRAM verify "
-                    "(fixed by PR #26351), so outputs are corrupted while acceptance looks "
-                    "healthy. Upgrade sglang, or pass hybrid=False to pytest.mark.model if the "
-                    "model has no linear-attention or state-space layers")
-            backend = user.get("attention_backend", DEFAULT_ATTENTION_BACKEND)
-            page = user.get("page_size")
-            if drafter.get("max_bfs_breadth") > 1 and page not in (None, 1) \
-                    and backend != "flashinfer":
-                raise EngineConfigError(
-                    f"NGRAM with max_bfs_breadth={drafter.get('max_bfs_breadth')} (a draft tree) "
-                    f"and page_size={page} runs only on attention_backend='flashinfer', not "
-                    f"{backend!r}; SGLang rejects it (sglang-api.md s.1.2)")
-
-    def _user_args(self, config: EngineConfig, facts: sa.VersionFacts) -> dict[str, Any]:
-        return sa.translate_options(dict(config.options), facts)
+        if drafter.name != "ngram":
+            return
+        hybrid, why = detect_hybrid(config.model, config.option("hybrid"))
+        if hybrid and not facts.ngram_commits_hybrid_state:
+            raise EngineConfigError(
+                f"NGRAM on the hybrid model {config.model} ({why}) needs SGLang >= 0.5.14; {version} never commits "
+                f"the Mamba/GDN recurrent state after NGRAM verify (fixed by PR #26351), so outputs are corrupted "
+                "while acceptance looks healthy. Upgrade sglang, or pass hybrid=False to pytest.mark.model if the "
+                "model has no linear-attention or state-space layers")
+        backend = user.get("attention_backend", DEFAULT_ATTENTION_BACKEND)
+        page = user.get("page_size")
+        if drafter.get("max_bfs_breadth") > 1 and page not in (None, 1) and backend != "flashinfer":
+            raise EngineConfigError(
+                f"NGRAM with max_bfs_breadth={drafter.get('max_bfs_breadth')} (a draft tree) "
+                f"and page_size={page} runs only on attention_backend='flashinfer', not "
+                f"{backend!r}; SGLang rejects it (sglang-api.md s.1.2)")
 
     def _field_list(self, version: sa.Version, source: str) -> tuple[frozenset[str], str]:
         installed = sa.installed_server_args_fields() if source == "installed" else None
@@ -245,8 +221,7 @@ class SGLangBackend:
 
     def server_args(self, config: EngineConfig) -> dict[str, Any]:
         """ServerArgs field -> value for ``config``: pinned, then speculative, then user options."""
-        version, _ = self.version(config)
-        facts = sa.facts_for(version)
+        facts = sa.facts_for(self.version(config)[0])
         running = config.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
         cap_field, list_field = facts.cuda_graph_max_bs_field, facts.cuda_graph_bs_field
         args: dict[str, Any] = {
@@ -268,15 +243,15 @@ class SGLangBackend:
             "log_level": DEFAULT_LOG_LEVEL,
         }
         if facts.spec_disables_overlap or config.device == "cpu":
-            # SGLang turns the overlap scheduler off for a speculative engine below 0.5.14, and
-            # on CPU in 0.5.23 (speculative_hook.py:66-75, _disable_overlap_schedule_for_cpu;
-            # seen live): off in both arms, so that the baseline stays the spec engine's twin.
+            # SGLang turns the overlap scheduler off for a speculative engine below 0.5.14, and on
+            # CPU in 0.5.23 (speculative_hook.py:66-75, _disable_overlap_schedule_for_cpu; seen
+            # live): off in both arms, so that the baseline stays the spec engine's twin.
             args["disable_overlap_schedule"] = True
         if config.device not in ("auto", ""):
             args["device"] = config.device
         if config.drafter is not None:
             args.update(_speculative_args(config.drafter, facts))
-        user = self._user_args(config, facts)
+        user = sa.translate_options(dict(config.options), facts)
         if config.drafter is None:
             # Spec-only tuning (e.g. speculative_ngram_max_trie_depth) means nothing to the twin.
             user = {k: v for k, v in user.items() if not k.startswith("speculative_")}
@@ -340,11 +315,10 @@ class SGLangBackend:
 def decode_cuda_graph_batch_sizes(cap: int, padding: bool = True) -> list[int]:
     """The decode CUDA-graph capture list pinned in both arms, from the cap alone.
 
-    SGLang's own default depends on the arm: a speculative engine gets the finer "less padding"
-    list (0.5.23 ``cuda_graph_hook.py:500-532``, 0.5.9 ``server_args.py:1083-1104``), a plain
-    one ``[1, 2, 4, 8, 12, 16, 24, ...]``, so the baseline would pad odd batches more (3 -> 4,
-    9 -> 12, 17 -> 24). This is SGLang's speculative list, given to both; with
-    ``padding=False`` (``disable_cuda_graph_padding``) every size up to the cap.
+    SGLang's own default depends on the arm: a speculative engine gets the finer "less padding" list
+    (0.5.23 ``cuda_graph_hook.py:500-532``, 0.5.9 ``server_args.py:1083-1104``), a plain one ``[1, 2,
+    4, 8, 12, 16, 24, ...]``, so the baseline would pad odd batches more (3 -> 4, 9 -> 12, 17 -> 24).
+    This is SGLang's speculative list, given to both; with ``padding=False`` every size up to the cap.
     """
     if cap < 1:
         raise EngineConfigError(f"CUDA-graph batch cap must be >= 1, got {cap}")
@@ -363,31 +337,28 @@ def python_sglang_version(python: str) -> str | None:
     """``importlib.metadata.version('sglang')`` as seen by the interpreter ``python``, or None."""
     code = "import importlib.metadata as m; print(m.version('sglang'))"
     try:
-        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60,
-                              check=False)
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     lines = done.stdout.strip().splitlines()
     return lines[-1].strip() if done.returncode == 0 and lines else None
 
 
-#: ``/server_info`` keys the twin check skips, each with why it is not configuration. Derived
-#: from what real SGLang sends: 0.5.9 answers ``asdict(server_args)`` + the scheduler's init info
-#: + ``internal_states`` + ``version`` (``http_server.py:593-610``, ``scheduler.py:3141-3157``);
-#: 0.5.23 answers ``resolved_dict()`` + ``launch_command`` + the scheduler's init info +
-#: ``kv_events`` + ``startup_time`` + ``internal_states`` + ``version`` + ``frontend``
-#: (``http_server.py:863-890``, ``utils/common.py:3584``, ``scheduler.py:1937-1960``), and two
-#: live 0.5.23 servers of one config differ in exactly ``port``,
-#: ``launch_command`` and ``startup_time`` (tests/data/sglang/live-0.5.23/). Everything else is
-#: compared - including the keys that are not ``ServerArgs`` fields but must still be equal:
-#: ``version`` and ``frontend`` (the same SGLang), ``status``, and ``max_total_num_tokens`` /
-#: ``max_req_input_len`` (the KV pool's real capacity: a speculative engine whose pool also holds
-#: draft layers is smaller, see :data:`CAPACITY_HINT`). ``speculative_*`` fields are the drafter.
+#: ``/server_info`` keys the twin check skips, each with why it is not configuration. Derived from
+#: what real SGLang sends: 0.5.9 answers ``asdict(server_args)`` + the scheduler's init info +
+#: ``internal_states`` + ``version`` (``http_server.py:593-610``, ``scheduler.py:3141-3157``); 0.5.23
+#: answers ``resolved_dict()`` + ``launch_command`` + the scheduler's init info + ``kv_events`` +
+#: ``startup_time`` + ``internal_states`` + ``version`` + ``frontend`` (``http_server.py:863-890``,
+#: ``utils/common.py:3584``, ``scheduler.py:1937-1960``), and two live 0.5.23 servers of one config
+#: differ in exactly ``port``, ``launch_command`` and ``startup_time`` (tests/data/sglang/live-0.5.23/).
+#: Everything else is compared - including the keys that are not ``ServerArgs`` fields but must still
+#: be equal: ``version`` and ``frontend`` (the same SGLang), ``status``, and ``max_total_num_tokens`` /
+#: ``max_req_input_len`` (the KV pool's real capacity: a speculative engine whose pool also holds draft
+#: layers is smaller, see :data:`CAPACITY_HINT`). ``speculative_*`` fields are the drafter.
 RESOLVED_IGNORED: dict[str, str] = {
     # Not ServerArgs fields: facts about this one start.
     "launch_command": "0.5.23: the argv as given, with this server's --port and the arm's own "
-                      "--speculative-* flags; the value every flag resolved to is compared as its "
-                      "own field",
+                      "--speculative-* flags; the value every flag resolved to is compared as its own field",
     "startup_time": "0.5.23: seconds each start-up phase took (weights, KV allocation, graphs): a "
                     "timing of this start, different every time",
     "internal_states": "live scheduler state per DP rank (throughput, memory use, step records; "
@@ -396,8 +367,7 @@ RESOLVED_IGNORED: dict[str, str] = {
                  "(kv_events_config) are compared",
     "kv_event_sources": "0.5.23, with grpc_port: this worker's KV-event endpoints",
     "hicache_object_layout": "0.5.23: a report of this process's hierarchical-cache storage pools, "
-                             "derived from enable_hierarchical_cache and the compared hicache_* "
-                             "fields",
+                             "derived from enable_hierarchical_cache and the compared hicache_* fields",
     "tp_rank": "0.5.9, remote-instance weight loading only: the answering rank",
     "remote_instance_transfer_engine_session_id": "0.5.9, remote-instance weight loading only: "
                                                   "this process's transfer-engine session",
@@ -408,27 +378,19 @@ RESOLVED_IGNORED: dict[str, str] = {
     "port": "the port this server listens on (free port per start)",
     "nccl_port": "resolved to a free port per start when unset",
     "dist_init_addr": "multi-node rendezvous address of this server's processes",
-    "disaggregation_bootstrap_port": "a port of this server",
-    "engine_info_bootstrap_port": "a port of this server",
-    "grpc_port": "a port of this server",
-    "encoder_bootstrap_port": "a port of this server",
-    "gated_launch_port": "a port of this server",
-    "smg_http_sidecar_port": "a port of this server",
-    "grpc_http_sidecar_port": "a port of this server",
+    **dict.fromkeys(("disaggregation_bootstrap_port", "engine_info_bootstrap_port", "grpc_port",
+                     "encoder_bootstrap_port", "gated_launch_port", "smg_http_sidecar_port",
+                     "grpc_http_sidecar_port"), "a port of this server"),
     "forward_pass_metrics_ipc_name": "an IPC socket name chosen per process",
 }
-_RESOLVED_IGNORED = frozenset(RESOLVED_IGNORED)
 
 #: Why a speculative arm's KV pool can hold fewer tokens than its twin's, and the fix.
 CAPACITY_HINT = (
-    "the arms' KV pools hold different numbers of tokens: for EAGLE, EAGLE3, NEXTN and "
-    "STANDALONE, SGLang 0.5.23 sizes the speculative engine's pool with the draft model's "
-    "layers too (pool_configurator.py:259-314), so it admits less; pin the same pool in both "
-    "arms with the engine option max_total_tokens=<the smaller value> on "
+    "the arms' KV pools hold different numbers of tokens: for EAGLE, EAGLE3, NEXTN and STANDALONE, SGLang 0.5.23 "
+    "sizes the speculative engine's pool with the draft model's layers too (pool_configurator.py:259-314), so it "
+    "admits less; pin the same pool in both arms with the engine option max_total_tokens=<the smaller value> on "
     "pytest.mark.model(...)")
 _CAPACITY_KEYS = frozenset({"max_total_num_tokens", "max_req_input_len"})
-
-
 # Decode CUDA-graph capture lists: SGLang resolves a finer one for a speculative engine even
 # when decode graphs are off (nothing is captured then), and the plugin pins none in that case.
 _DECODE_CAPTURE_LISTS = frozenset({"cuda_graph_bs", "cuda_graph_bs_decode"})
@@ -451,26 +413,22 @@ def _without_decode_list(config: Any) -> Any:
 def resolved_args_difference(spec_info: Any, base_info: Any) -> list[str]:
     """Resolved settings outside ``speculative_*`` that differ between two ``/server_info``.
 
-    Every key both servers report is compared (not a fixed list of keys), except
-    ``speculative_*``, the keys of :data:`RESOLVED_IGNORED` (each with its reason) and, when
-    both arms have decode CUDA graphs off, the decode capture list (never captured). One line
-    per difference; empty for a matched pair. A KV-capacity difference ends with
+    Every key both servers report is compared (not a fixed list), except ``speculative_*``, the keys
+    of :data:`RESOLVED_IGNORED` and, when both arms have decode CUDA graphs off, the decode capture
+    list (never captured). One line per difference; a KV-capacity difference ends with
     :data:`CAPACITY_HINT`, which says how to pin it.
     """
     lines = []
     capacity = False
     graphless = _decode_graphs_off(spec_info) and _decode_graphs_off(base_info)
     for key in sorted(set(spec_info) & set(base_info)):
-        if key.startswith("speculative_") or key in _RESOLVED_IGNORED:
+        if key.startswith("speculative_") or key in RESOLVED_IGNORED or (graphless and key in _DECODE_CAPTURE_LISTS):
             continue
         spec_value, base_value = spec_info[key], base_info[key]
-        if graphless and key in _DECODE_CAPTURE_LISTS:
-            continue
         if graphless and key == "cuda_graph_config":
             spec_value, base_value = _without_decode_list(spec_value), _without_decode_list(base_value)
         if spec_value != base_value:
-            lines.append(f"{key}: {spec_info[key]!r} (speculative) vs {base_info[key]!r} "
-                         "(baseline)")
+            lines.append(f"{key}: {spec_info[key]!r} (speculative) vs {base_info[key]!r} (baseline)")
             capacity = capacity or key in _CAPACITY_KEYS
     if capacity:
         lines.append(CAPACITY_HINT)
@@ -482,8 +440,7 @@ def _speculative_args(drafter: Drafter, facts: sa.VersionFacts) -> dict[str, Any
     if drafter.name == "none":
         return {}  # the A/A control runs the twin's own command line in a second process
     proposed = drafter.num_draft_tokens
-    algorithm = ALGORITHMS[drafter.name]
-    args: dict[str, Any] = {"speculative_algorithm": algorithm}
+    args: dict[str, Any] = {"speculative_algorithm": ALGORITHMS[drafter.name]}
     if drafter.draft_model:
         args["speculative_draft_model_path"] = drafter.draft_model
     if drafter.name == "ngram":
@@ -494,7 +451,7 @@ def _speculative_args(drafter: Drafter, facts: sa.VersionFacts) -> dict[str, Any
         if facts.ngram_match_windows:
             args["speculative_ngram_min_match_window_size"] = drafter.get("min_match_window")
             args["speculative_ngram_max_match_window_size"] = drafter.get("max_match_window")
-    elif drafter.name in ("eagle", "eagle3", "nextn"):
+    elif drafter.name in _TREE_DRAFTERS:
         # Steps, topk and draft tokens go together: SGLang auto-picks all three if one is unset.
         args["speculative_num_steps"] = drafter.get("num_steps")
         args["speculative_eagle_topk"] = drafter.get("topk")
@@ -514,18 +471,16 @@ def _speculative_args(drafter: Drafter, facts: sa.VersionFacts) -> dict[str, Any
 def _check_mtp_in_target(model: str, version: sa.Version) -> None:
     """Refuse NEXTN without ``draft_model`` unless the target's architecture carries MTP layers."""
     known = MTP_IN_TARGET_0_5_23 if version >= (0, 5, 23) else MTP_IN_TARGET_0_5_9
-    config = _read_model_config(model)
-    archs = [str(a) for a in (config or {}).get("architectures") or []]
+    archs = [str(a) for a in (_read_model_config(model) or {}).get("architectures") or []]
     if archs and archs[0] in known:
         return
     found = (f"its config.json names architecture {archs[0]}" if archs
              else "no config.json naming its architecture was found")
     raise EngineConfigError(
-        f"Drafter('nextn') without draft_model= on {model}: {found}, which SGLang "
-        f"{sa.format_version(version)} does not know to carry MTP layers (it fills the draft "
-        f"path only for {', '.join(sorted(known))}), so the engine would resolve to EAGLE with no "
-        "draft checkpoint; pass draft_model= (the MTP/EAGLE head), or use a checkpoint whose "
-        "architecture has its own MTP layers")
+        f"Drafter('nextn') without draft_model= on {model}: {found}, which SGLang {sa.format_version(version)} does "
+        f"not know to carry MTP layers (it fills the draft path only for {', '.join(sorted(known))}), so the engine "
+        f"would resolve to EAGLE with no draft checkpoint; pass draft_model= (the MTP/EAGLE head), or use a "
+        "checkpoint whose architecture has its own MTP layers")
 
 
 def _dtype(dtype: str) -> str:
@@ -533,8 +488,7 @@ def _dtype(dtype: str) -> str:
         return _DTYPES[dtype.lower()]
     except KeyError:
         raise EngineConfigError(
-            f"dtype {dtype!r} is not an SGLang dtype; expected one of "
-            f"{', '.join(sorted(set(_DTYPES)))}") from None
+            f"dtype {dtype!r} is not an SGLang dtype; expected one of {', '.join(sorted(_DTYPES))}") from None
 
 
 def _check_model_path(what: str, model: str) -> None:
@@ -543,17 +497,14 @@ def _check_model_path(what: str, model: str) -> None:
             f"{what} {model!r} is a built-in tiny model of the reference server; SGLang needs a "
             "checkpoint directory or a Hugging Face hub id")
     # "org/name" is a hub id; only explicit paths can be checked here.
-    looks_local = model.startswith(("/", "./", "../", "~"))
-    if looks_local and not Path(model).expanduser().exists():
+    if model.startswith(("/", "./", "../", "~")) and not Path(model).expanduser().exists():
         raise EngineConfigError(f"{what} path {model} does not exist on this machine")
 
 
 def detect_hybrid(model: str, option: Any = None) -> tuple[bool, str]:
-    """Whether ``model`` has linear-attention / state-space layers, and how that was decided.
-
-    The engine option ``hybrid=`` wins; then the checkpoint's ``config.json`` (a local
-    directory or the Hugging Face cache); then the model name.
-    """
+    """Whether ``model`` has linear-attention / state-space layers, and how that was decided: the
+    engine option ``hybrid=`` wins; then the checkpoint's ``config.json`` (a local directory or the
+    Hugging Face cache); then the model name."""
     if option is not None:
         return bool(option), f"engine option hybrid={bool(option)}"
     config = _read_model_config(model)
@@ -562,11 +513,10 @@ def detect_hybrid(model: str, option: Any = None) -> tuple[bool, str]:
         text = config.get("text_config")
         if isinstance(text, dict):
             types.add(str(text.get("model_type", "")))
-        archs = [str(a) for a in config.get("architectures") or []]
         hit = sorted(types & HYBRID_MODEL_TYPES)
         if hit:
             return True, f"config.json model_type {hit[0]}"
-        for arch in archs:
+        for arch in [str(a) for a in config.get("architectures") or []]:
             if arch.startswith(_HYBRID_ARCH_PREFIXES):
                 return True, f"config.json architecture {arch}"
         return False, "config.json names no hybrid architecture"
@@ -576,7 +526,11 @@ def detect_hybrid(model: str, option: Any = None) -> tuple[bool, str]:
 
 
 def checkpoint_special_token_ids(model: str) -> tuple[int, ...]:
-    """Special token ids a checkpoint declares (see :meth:`SGLangBackend.special_token_ids`)."""
+    """Special token ids a checkpoint declares: ``bos/eos/pad_token_id`` (an int or a list) of
+    ``config.json`` and ``generation_config.json``, and the tokenizer's added tokens marked
+    ``special`` (``tokenizer.json`` ``added_tokens``, ``tokenizer_config.json``
+    ``added_tokens_decoder``); a local directory or the Hugging Face cache. Empty when none of
+    those files can be read."""
     ids: set[int] = set()
 
     def add(value: Any) -> None:
@@ -588,8 +542,7 @@ def checkpoint_special_token_ids(model: str) -> tuple[int, ...]:
         data = _read_model_config(model, name) or {}
         for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
             add(data.get(key))
-    tokenizer = _read_model_config(model, "tokenizer.json") or {}
-    for token in tokenizer.get("added_tokens") or []:
+    for token in (_read_model_config(model, "tokenizer.json") or {}).get("added_tokens") or []:
         if isinstance(token, dict) and token.get("special"):
             add(token.get("id"))
     decoder = (_read_model_config(model, "tokenizer_config.json") or {}).get("added_tokens_decoder")
@@ -606,8 +559,7 @@ def _read_model_config(model: str, name: str = "config.json") -> dict[str, Any] 
             os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub")
         snapshots = Path(hub) / ("models--" + model.replace("/", "--")) / "snapshots"
         if snapshots.is_dir():
-            candidates += sorted(snapshots.glob(f"*/{name}"),
-                                 key=lambda p: p.stat().st_mtime, reverse=True)
+            candidates += sorted(snapshots.glob(f"*/{name}"), key=lambda p: p.stat().st_mtime, reverse=True)
     for path in candidates:
         try:
             data = json.loads(path.read_text())
@@ -616,6 +568,3 @@ def _read_model_config(model: str, name: str = "config.json") -> dict[str, Any] 
         if isinstance(data, dict):
             return data
     return None
-
-
-# Flags that may differ between the arms: SGLang's and the reference server's drafter flags.

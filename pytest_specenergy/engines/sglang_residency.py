@@ -1,34 +1,6 @@
 """Both arms' SGLang engines resident on one GPU: the memory split, and whether it fits.
 
-On one GPU the plugin used to run one engine at a time, so the arms ran *blocked* (every
-baseline repeat, then every speculative one) and every arm switch restarted an engine. A block
-drift between the arms biases the ratio and no number of repeats averages it away, so the
-gate has to allow for it (``gate/sequential.py``, "Blocked arms"), at a large cost in power.
-Where the engines fit side by side they are started together and the repeats alternate (ABAB)
-without restarts:
-
-* each engine gets the same share of the GPU's memory, ``--mem-fraction-static`` =
-  ``RESIDENT_MEM_TOTAL / engines`` rounded down to a hundredth (0.40 for two engines, 0.26 for
-  three: in-job A/B adds the reference drafter's engine), so SGLang's total static pool stays
-  what one engine gets by default (0.80) and the arms' KV pools are equal (the twin check
-  compares them as any other resolved setting);
-* ``--sleep-on-idle`` on every engine, so the engine not being measured sleeps in its
-  scheduler loop instead of spinning, and adds no work to the other's window.
-
-"Fits" is decided from what is known before anything starts: the weights of the largest
-engine (target, plus the draft model on the speculative engine) against the share, where the
-weights may take at most ``WEIGHTS_SHARE`` of it (the rest is KV cache for the batch). The
-weights come from the ``weights_gb=`` model-marker option, else from the sizes of the
-checkpoint files of a local model directory; the GPU's memory from NVML (read by
-``measure/pairs.py``, which may use the meters). What is not known
-(a hub id with no ``weights_gb=``, no NVML) is not guessed: the arms run blocked and the run
-says why. ``resident=False`` on the model marker forces blocked, ``resident=True`` skips the
-size check (the user vouches that it fits); a ``mem_fraction_static=`` of the user's own is
-kept, and resident only when all engines' shares together stay within the default total.
-
-Not verified on a GPU in this repository's CI (no GPU): the argv and the decision are
-unit-tested; SGLang's own non-static memory (CUDA graphs, activations) of two processes must
-fit in what the static shares leave.
+See docs/design/engines.md, ``engines/sglang_residency.py``.
 """
 
 from __future__ import annotations

@@ -1,30 +1,14 @@
 """A parent-death watchdog for one engine server: no orphan engines, even after ``kill -9``.
 
-The launcher starts every server as ``python -m pytest_specenergy.engines.watchdog --parent
-PID --fd N -- CMD...``. The watchdog leads a new process group (the launcher starts it with
-``start_new_session``), runs ``CMD`` as its child in that group, and stops the whole group
-when the process that started it goes away, however that happens: ``kill -9`` of pytest, a
-crashed xdist worker, or a SIGTERM nobody handled. It works for any engine (SGLang cannot be
-changed) because it only needs a process group.
-
-Parent death is seen two ways:
-
-* ``--fd N`` is the read end of a pipe whose only write end lives in the parent. The kernel
-  closes it when the parent dies, so the read returns EOF at once (no polling delay).
-* ``os.getppid()`` is polled as a fallback, for a write end that leaked into a fork()ed
-  grandchild of the parent and keeps the pipe open.
-
-When the server exits by itself, the watchdog exits with the same status (re-raising the
-signal that killed it), so the launcher still reads the server's real exit code. A SIGTERM
-to the group (the launcher's normal stop) is forwarded and waited for, with SIGKILL after
-the grace period. ``SIGUSR1`` asks the watchdog to send SIGTERM to the server alone (its
-leader; SGLang drains cleanly that way, while SIGTERM to its whole group takes its crash path).
-Stdlib only, and nothing from the plugin: it must start in milliseconds.
+``python -m pytest_specenergy.engines.watchdog --parent PID --fd N -- CMD...`` runs ``CMD`` in its
+own process group and stops the group when the parent goes. Stdlib only, and nothing from the
+plugin: it must start in milliseconds. See docs/design/engines.md, ``engines/watchdog.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import signal
@@ -48,11 +32,9 @@ def _say(message: str) -> None:
 
 
 def _pdeathsig_setter(signum: int = signal.SIGKILL) -> Callable[[], None] | None:
-    """A ``preexec_fn`` making the server die too if the watchdog itself is killed (Linux).
-
-    Without it a SIGKILL of the watchdog alone (the OOM killer) would orphan the server.
-    ctypes is loaded here, before the fork, so the child only makes one system call.
-    """
+    """A ``preexec_fn`` making the server die too if the watchdog itself is killed (Linux): without
+    it a SIGKILL of the watchdog alone (the OOM killer) would orphan the server. ctypes is loaded
+    here, before the fork, so the child only makes one system call."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -93,13 +75,9 @@ def group_members(pgid: int) -> list[int]:
 
 def _kill_others(pgid: int) -> None:
     """SIGKILL every member of the group but us: stragglers of a server that has exited."""
-    me = os.getpid()
-    for pid in group_members(pgid):
-        if pid != me:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+    for pid in [p for p in group_members(pgid) if p != os.getpid()]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _exit_like(code: int) -> None:
@@ -107,15 +85,12 @@ def _exit_like(code: int) -> None:
     if code >= 0:
         os._exit(code)
     signum = -code
-    try:
-        signal.signal(signum, signal.SIG_DFL)  # our handler of SIGTERM would catch it
-    except (OSError, ValueError):
-        pass  # SIGKILL and SIGSTOP have no handler to reset
-    try:
+    # Our handler of SIGTERM would catch it; SIGKILL and SIGSTOP have no handler to reset.
+    with contextlib.suppress(OSError, ValueError):
+        signal.signal(signum, signal.SIG_DFL)
+    with contextlib.suppress(OSError):
         os.kill(os.getpid(), signum)
         time.sleep(1.0)  # the signal is delivered before this returns
-    except OSError:
-        pass
     os._exit(128 + signum)
 
 
@@ -144,10 +119,8 @@ class Watchdog:
         # here we only remember to wait for it (and SIGKILL it after the grace period).
         # SIGUSR1 is the leader-only stop: the server has not been signalled, so we do it.
         if signum == signal.SIGUSR1 and self.child is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 self.child.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         if self.stopping is None:
             self.stopping = f"received {signal.Signals(signum).name}"
 
@@ -196,10 +169,8 @@ class Watchdog:
     def _stop_group(self, child: Any, signal_first: bool) -> None:
         """SIGTERM the group (unless the launcher already did), wait, then SIGKILL it all."""
         if signal_first:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pgid, signal.SIGTERM)
-            except (ProcessLookupError, PermissionError):
-                pass
         try:
             code = child.wait(timeout=self.grace_s)
         except subprocess.TimeoutExpired:

@@ -1,36 +1,7 @@
 """A fork server for reference engines: torch and transformers imported once per pytest process.
 
-Starting a reference server spent about 3.5 s of CPU importing torch and transformers before it
-built a tiny model in a fraction of that; a test session starting 150 of them spent minutes
-on the same imports. The zygote is a process started once per pytest process (its first
-reference engine) that imports them and then only forks: each engine is a fork of it, so its
-start costs the model build alone.
-
-Nothing of the supervision changes (:mod:`.watchdog`): the zygote's fork ``C`` makes a new
-session (``setsid``, as ``start_new_session`` does), points its output at the engine's log,
-takes the engine's environment and working directory, and runs the watchdog with the
-launcher's lifeline pipe (passed over the socket, ``SCM_RIGHTS``); the watchdog forks the
-server ``S`` in its group as it would have started it, with the parent-death signal set. The
-launcher holds a :class:`ZygoteChild` for ``C`` in place of a ``Popen``: the same ``pid``
-(the group), ``poll``, ``wait`` and ``returncode``, the exit status sent by the zygote, which
-reaps ``C``. When pytest dies the socket closes and the zygote exits; each watchdog sees its
-lifeline close and stops its group, as before.
-
-The processes a pytest process starts share its zygote: a pytest run in a subprocess (a
-``pytester`` subprocess run, a CI job's nested suite, its xdist workers) would otherwise import
-torch and transformers again in a zygote of its own, 4.7 s of CPU each. The zygote also listens
-on a Unix socket in a private folder, which the process that started it names in
-:data:`SHARED`; a process that inherits that variable connects there (same interpreter and
-same copy of this package only) instead of starting one. Each connection's engines get their
-exit statuses on that connection, and their lifelines are their own launcher's, so a client
-that dies stops its engines as before. The zygote still ends with the process that started
-it, and with it the engines of its clients (their watchdogs see their parent go): a client
-outliving it starts the plain way.
-
-Used only for a reference-server command run by this interpreter on a CPU (:func:`zygote_for`),
-and never with ``SPECENERGY_ZYGOTE=0``; a zygote that fails to start or dies leaves every later
-start on the plain path (a new interpreter per engine). The zygote runs no torch op before it
-forks: a fork after OpenMP's threads exist can hang the child.
+Each CPU reference engine is a fork of the zygote, under the same watchdog; processes a pytest
+process starts share its zygote (:data:`SHARED`). See docs/design/engines.md, ``engines/zygote.py``.
 """
 
 from __future__ import annotations
@@ -70,8 +41,7 @@ PRELOAD = ("Qwen3Config", "Qwen3ForCausalLM", "Qwen3MoeConfig", "Qwen3MoeForCaus
 
 
 class ForkedChild:
-    """A forked child of this process with ``Popen``'s ``pid``/``poll``/``wait``/``send_signal``
-    (what the watchdog needs of its server)."""
+    """A forked child of this process with the ``Popen`` methods the watchdog needs of its server."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -98,7 +68,7 @@ class ForkedChild:
 
 def _fork_server(argv: Sequence[str]) -> ForkedChild:
     """The watchdog's server: a fork running the reference server as ``python -m`` would on
-    ``argv``'s flags, killed with its watchdog (parent-death signal), exiting with its status."""
+    ``argv``'s flags, killed with its watchdog (parent-death signal)."""
     from pytest_specenergy.engines.watchdog import _pdeathsig_setter
 
     set_pdeathsig = _pdeathsig_setter()
@@ -141,9 +111,8 @@ def _engine_child(request: dict[str, Any], lifeline: int, zygote_fds: Sequence[i
         os.setsid()
         log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
+        for fd, target in ((null, 0), (log, 1), (log, 2)):
+            os.dup2(fd, target)
         os.close(log)
         os.close(null)
         os.chdir(request["cwd"])
@@ -167,39 +136,36 @@ def _preload() -> None:
     import transformers
 
     for name in PRELOAD:
-        try:
+        # An older transformers without that model: the server imports what it needs.
+        with contextlib.suppress(AttributeError, ImportError):
             getattr(transformers, name)
-        except (AttributeError, ImportError):
-            pass  # an older transformers without that model: the server imports what it needs
 
 
 def serve(sock: socket.socket, listen: str | None = None) -> int:
-    """The zygote's loop: fork an engine per request, report each engine's exit to the
-    connection that asked for it; return when the launcher's end of ``sock`` closes. With
-    ``listen``, other launchers connect at that path (:data:`SHARED`)."""
+    """The zygote's loop: fork an engine per request, report each engine's exit to the connection
+    that asked for it, until the launcher's ``sock`` closes; others connect at ``listen``."""
     _preload()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     signal.set_wakeup_fd(wake_w)
-    listener = None
+    listening = []  # the socket other launchers connect at, once bound
     if listen:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             listener.bind(listen)
             listener.listen(16)
+            listening.append(listener)
         except OSError:  # a TMPDIR too long for a socket path: serve this launcher alone
             listener.close()
-            listener = None
-    shared = listen if listener is not None else None
+    shared = listen if listening else None
     ready = {"ready": os.getpid(), "python": sys.executable, "package": _package(), "shared": shared}
     clients = [sock]  # the first is the launcher that started this zygote
     asked_by: dict[int, socket.socket] = {}
     sock.send(json.dumps(ready).encode())
     try:
         while True:
-            waiting = [*clients, wake_r] + ([listener] if listener is not None else [])
-            readable, _, _ = select.select(waiting, [], [])
+            readable, _, _ = select.select([*clients, wake_r, *listening], [], [])
             if wake_r in readable:
                 os.read(wake_r, 4096)
             while True:  # reap every ended engine, and say how it ended
@@ -212,8 +178,8 @@ def serve(sock: socket.socket, listen: str | None = None) -> int:
                 client = asked_by.pop(pid, None)
                 if client in clients:
                     _send(client, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
-            if listener is not None and listener in readable:
-                conn, _ = listener.accept()
+            if listening and listening[0] in readable:
+                conn, _ = listening[0].accept()
                 if _send(conn, ready):
                     clients.append(conn)
             for client in [c for c in clients if c in readable]:
@@ -229,9 +195,7 @@ def serve(sock: socket.socket, listen: str | None = None) -> int:
                     continue
                 pid = os.fork()
                 if pid == 0:
-                    inherited = [c.fileno() for c in clients] + [wake_r, wake_w]
-                    if listener is not None:
-                        inherited.append(listener.fileno())
+                    inherited = [c.fileno() for c in [*clients, *listening]] + [wake_r, wake_w]
                     _engine_child(json.loads(message), fds[0], inherited)
                 for fd in fds:
                     os.close(fd)
@@ -260,8 +224,7 @@ def _send(conn: socket.socket, message: dict[str, Any]) -> bool:
 
 
 def _read(ref: weakref.ref[Zygote], sock: socket.socket) -> None:
-    """The launcher's reader: replies and exit statuses from the zygote, until it ends or the
-    :class:`Zygote` is gone."""
+    """The launcher's reader: the zygote's replies and exit statuses, until it or the :class:`Zygote` is gone."""
     while True:
         readable, _, _ = select.select([sock], [], [], 1.0)
         zygote = ref()
@@ -290,8 +253,7 @@ def _read(ref: weakref.ref[Zygote], sock: socket.socket) -> None:
 
 
 class ZygoteChild:
-    """The launcher's handle on one engine the zygote forked: ``Popen``'s ``pid``, ``poll``,
-    ``wait`` and ``returncode``, with the exit status the zygote reported."""
+    """The launcher's ``Popen``-like handle on one engine the zygote forked, with the exit status it reported."""
 
     def __init__(self, zygote: Zygote, pid: int) -> None:
         self.zygote = zygote
@@ -346,8 +308,7 @@ class Zygote:
 
     @classmethod
     def start(cls, env: dict[str, str]) -> Zygote:
-        """A zygote of this process's own, listening for the processes it starts
-        (:data:`SHARED`, set in ``os.environ``)."""
+        """A zygote of this process's own, listening for the processes it starts (:data:`SHARED`)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         listen = os.path.join(tempfile.mkdtemp(prefix="specenergy-zygote-"), "socket")
         try:
@@ -368,8 +329,7 @@ class Zygote:
 
     @classmethod
     def connect(cls, path: str) -> Zygote:
-        """The zygote a parent process started, at its socket ``path``; OSError when it is
-        gone or runs another interpreter or another copy of this package."""
+        """The zygote a parent process started, at ``path``; OSError when it is gone or not ours."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             sock.connect(path)
@@ -410,10 +370,10 @@ def _on_gpu(argv: Sequence[str]) -> bool:
 
 
 def zygote_for(argv: Sequence[str], env: dict[str, str]) -> Zygote | None:
-    """This process's zygote (started on first use) when ``argv`` starts a reference server
-    with this interpreter on a CPU and the zygote is not switched off, else None (the plain
-    path). A GPU engine starts fresh: CUDA in a fork of a process that imported torch has not
-    been tried on a GPU, and there the model's load outweighs the imports anyway."""
+    """This process's zygote (started on first use) when ``argv`` starts a reference server with
+    this interpreter on a CPU and the zygote is not switched off, else None (the plain path). A GPU
+    engine starts fresh: CUDA in a fork of a process that imported torch has not been tried there,
+    and the model's load outweighs the imports anyway."""
     global _zygote, _zygote_failed
     if (list(argv[:3]) != [sys.executable, "-m", REFSERVER] or env.get(SWITCH, "1") == "0"
             or _on_gpu(argv) or not hasattr(socket, "send_fds") or not hasattr(os, "fork")):
