@@ -1,40 +1,13 @@
 """The reference inference server: a real HF-transformers engine speaking SGLang's protocol subset.
 
-Start it as a process (``python -m pytest_specenergy.refserver --model tiny:dense ...``; every flag
-is documented in ``--help``) or use the engine in-process
-(:class:`ReferenceEngine` with an :class:`EngineConfig`: ``generate`` blocks, ``submit`` returns a
-ticket). The engine batches continuously (:mod:`.scheduler`): requests from any number of callers
-join one running batch and leave it when they finish. Importing this package is cheap: torch and
-transformers load only when an engine is built. It imports nothing from the rest of
-``pytest_specenergy``.
-
-Map: ``records`` (config, requests, results), ``protocol`` and ``server`` (HTTP), ``engine``
-(models, prefill, decode), ``scheduler`` (continuous batching), ``verify`` (one speculative
-step), ``drafters``/``draft_model``/``block``/``oracle`` (proposers), ``kv`` and ``runner``
-(batched forwards with holes and recurrent-state rollback), ``rows`` and ``stats`` (counters),
-``trace`` and ``accounting`` (work trace), ``faults``, ``models``/``tiny_models``/``random_models``/
-``tokenizer``.
+Run it with ``python -m pytest_specenergy.refserver`` or in-process as :class:`ReferenceEngine`. Importing
+this package is cheap (torch loads with the engine) and imports nothing else of ``pytest_specenergy``. Usage
+and module map: ``docs/design/refserver.md``, section ``pytest_specenergy/refserver/__init__.py``.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-__all__ = [
-    "DRAFTERS",
-    "FAULTS",
-    "EngineConfig",
-    "FinishReason",
-    "GenerationRequest",
-    "GenerationResult",
-    "ReferenceEngine",
-    "ReferenceHTTPServer",
-    "SamplingParams",
-    "SpecStats",
-    "TraceStep",
-    "WorkTrace",
-    "validate_faults",
-]
 
 # Every name loads on first use, so that importing a submodule (``.names``, ``.faults``) runs
 # only this file and that submodule.
@@ -53,6 +26,7 @@ _LAZY = {
     "TraceStep": ".trace",
     "WorkTrace": ".trace",
 }
+__all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str) -> Any:

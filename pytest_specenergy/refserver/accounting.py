@@ -1,24 +1,7 @@
-"""What one forward pass would cost on a GPU: weight bytes, KV/state bytes and FLOPs.
+"""What one forward pass would cost on a GPU: weight bytes, KV/state bytes and FLOPs (charged at bf16).
 
-All per-architecture knowledge of the work trace lives here. :class:`ModelShape` is read once from a
-loaded model (by walking its modules, not by trusting config formulas), and
-:meth:`ModelShape.step_cost` turns the facts of one real step (rows, query tokens, context lengths,
-experts the router really picked) into bytes and FLOPs. Sizes are charged at bf16 (2 bytes per
-parameter or cache element) whatever dtype the CPU engine computes in, because the numbers feed a
-GPU roofline model.
-
-Conventions:
-
-* weights: every weight the step reads, once per step (a GPU streams each matrix once for the whole
-  batch): all layers' dense weights, the routed experts the step's tokens touched (union over the
-  step's tokens, per layer), the final norm, ``lm_head`` if any logits were computed, and one
-  embedding row per distinct token id looked up;
-* FLOPs: 2 x matmul parameters used per token x tokens, plus attention score/value FLOPs
-  (4 x heads x head_dim per query-key pair, causal inside the step), plus the linear-attention state
-  update per token, plus ``lm_head`` per logit row;
-* KV: full attention reads K and V of the context and writes them for the new tokens; linear
-  attention reads its fixed-size state once per row and writes it once per row (once per query
-  token in a verify step, where the per-position states are kept for the rollback, as SGLang does).
+All per-architecture knowledge of the work trace lives here; the charging conventions:
+``docs/design/refserver.md``, section ``pytest_specenergy/refserver/accounting.py``.
 """
 
 from __future__ import annotations
@@ -83,7 +66,6 @@ class ModelShape:
 
     def to_json(self) -> dict[str, object]:
         """A JSON-friendly summary for ``/server_info``'s ``model_shape``."""
-        kinds = [layer.kind for layer in self.layers]
         first_moe = next((layer for layer in self.layers if layer.num_experts), None)
         return {
             "architecture": self.architecture,
@@ -91,7 +73,7 @@ class ModelShape:
             "num_layers": self.num_layers,
             "hidden_size": self.hidden_size,
             "vocab_size": self.vocab_size,
-            "layer_types": kinds,
+            "layer_types": [layer.kind for layer in self.layers],
             "num_experts": first_moe.num_experts if first_moe else 0,
             "num_experts_per_tok": first_moe.experts_per_token if first_moe else 0,
             "expert_params": first_moe.expert_params if first_moe else 0,
@@ -99,21 +81,13 @@ class ModelShape:
             "layers": [asdict(layer) for layer in self.layers],
         }
 
-    def step_cost(
-        self,
-        query_tokens: Sequence[int],
-        context_lens: Sequence[int],
-        logit_rows: int,
-        distinct_tokens: int,
-        experts_touched: Sequence[int] | None = None,
-        per_position_states: bool = False,
-    ) -> StepCost:
+    def step_cost(self, query_tokens: Sequence[int], context_lens: Sequence[int], logit_rows: int, distinct_tokens: int,
+                  experts_touched: Sequence[int] | None = None, per_position_states: bool = False) -> StepCost:
         """Cost of one forward over ``len(query_tokens)`` rows.
 
-        ``experts_touched[l]`` is the number of distinct experts layer ``l`` ran in this step (ignored
-        for dense layers; when missing, the worst case ``min(E, tokens * top_k)`` is charged).
-        ``per_position_states`` marks a verify step, where linear attention writes one state per
-        query token.
+        ``experts_touched[l]``: distinct experts layer ``l`` ran (when missing, the worst case
+        ``min(E, tokens * top_k)`` is charged). ``per_position_states`` marks a verify step, where
+        linear attention writes one state per query token.
         """
         tokens = int(sum(query_tokens))
         pair_sum = sum(q * c + q * (q + 1) // 2 for q, c in zip(query_tokens, context_lens))
@@ -199,16 +173,9 @@ def _layer_shape(layer: torch.nn.Module, kind: str, config: object) -> LayerShap
         kv_elems = 2 * kv_heads * head_dim
         attn_pair = 4 * heads * head_dim
     return LayerShape(
-        kind=kind,
-        mixer_matmul_params=_numel(mixer, matmul=True),
-        mlp_dense_matmul_params=mlp_dense,
-        small_params=small,
-        expert_params=expert_params,
-        num_experts=num_experts,
-        experts_per_token=top_k,
-        kv_elems_per_token=kv_elems,
-        attn_flops_per_pair=attn_pair,
-        state_elems_per_row=state_elems,
+        kind=kind, mixer_matmul_params=_numel(mixer, matmul=True), mlp_dense_matmul_params=mlp_dense,
+        small_params=small, expert_params=expert_params, num_experts=num_experts, experts_per_token=top_k,
+        kv_elems_per_token=kv_elems, attn_flops_per_pair=attn_pair, state_elems_per_row=state_elems,
         state_flops_per_token=state_flops,
     )
 

@@ -1,27 +1,7 @@
 """The block drafter: a draft model proposes a whole block of drafts in ONE forward pass.
 
-This is the shape of DFlash and DSpark drafters. With block size ``B`` the target verifies ``B``
-positions per request and step (the last committed token + ``B - 1`` drafts, so
-``verified_per_step == B`` and ``num_draft_tokens == B - 1``), and the draft model runs one
-forward per step that feeds, per row, the block ``[last committed, P x (B - 1)]`` - ``P`` a
-placeholder token (the pad id) standing for the positions still to be predicted. A causal HF
-model reads draft ``j`` off position ``j - 1`` (the last committed token predicts ``d1``,
-placeholder ``j - 1`` predicts ``d_j``), so the last placeholder's logits go unused; DFlash reads
-draft ``j`` off placeholder ``j``: the same ``B`` positions fed, the same cost. With random tiny
-weights drafts after the first are mostly wrong: acceptance is low, which is fine for the machinery.
-
-Context: the draft cache holds every committed token but the ones committed by the last verify
-(``pending``: the accepted drafts and the bonus token). Those are fed at the front of the next
-block, so a step's draft forward feeds ``pending + B - 1`` tokens per row (``B`` after a step that
-accepted nothing). DFlash gets that context from the target's hidden states instead; a tiny draft
-model has to run the tokens, in the same single pass. Rows are right-padded to one width, so
-padding only ever follows a row's real tokens.
-
-Rollback: placeholders and padding never stay. After the forward each row keeps exactly its
-pending tokens in the draft KV (the rest become holes) and, for a hybrid draft model, its
-recurrent state is restored from the snapshot taken before the forward and the pending tokens are
-replayed (:meth:`.runner.ModelRunner.rollback_linear`). So the next block starts from exactly the
-committed context, whatever was accepted.
+Block shape, context and rollback: ``docs/design/refserver.md``, section
+``pytest_specenergy/refserver/block.py``.
 """
 
 from __future__ import annotations
@@ -61,9 +41,8 @@ class BlockDrafter(DraftCache):
             r_idx.extend([b] * k)
             c_idx.extend(range(len(p) - 1, len(p) - 1 + k))
         snapshot = kv.snapshot_linear() if kv.has_linear else []
-        out = self.runner.forward(
-            kv, ids, valid, torch.tensor(r_idx), torch.tensor(c_idx), "draft", self.rids, capture_linear=kv.has_linear
-        )
+        out = self.runner.forward(kv, ids, valid, torch.tensor(r_idx), torch.tensor(c_idx), "draft", self.rids,
+                                  capture_linear=kv.has_linear)
         assert out.logits is not None
         drafts = out.logits.view(n, k, -1).argmax(dim=-1).tolist()
         keep = [len(p) for p in pending]

@@ -1,10 +1,7 @@
-"""Drafters that run a draft model: the shared cache bookkeeping and the chain drafter.
+"""Drafters that run a draft model: the shared cache bookkeeping (:class:`DraftCache`) and the chain drafter.
 
-:class:`DraftCache` keeps the draft model's :class:`~.kv.BatchKV` in step with the running batch.
-Rows that join are prefilled on their prompts at once, in a forward of their own recorded as phase
-``prefill`` (model ``draft``) in the same scheduler step as the target's prefill, so a prefill-only
-window (``max_new_tokens=1``) holds every prefill a full run holds. ``cached[b]`` counts the
-committed tokens of row ``b`` already in the draft cache; the rest are fed before drafting.
+How joining rows are prefilled on the draft model: ``docs/design/refserver.md``, section
+``pytest_specenergy/refserver/draft_model.py``.
 """
 
 from __future__ import annotations
@@ -22,12 +19,7 @@ COMPACT_SLACK = 32  # holes per row tolerated before the draft cache is compacte
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token lists."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 class DraftCache:
@@ -71,15 +63,12 @@ class DraftCache:
 class DraftModelDrafter(DraftCache):
     """A small model drafting greedily, K batched one-token steps per verify.
 
-    A round runs ``F = max(pending) + K - 1`` one-token forwards, where ``pending[b]`` is the
-    number of committed tokens not yet in the draft cache (1, or 2 after a step that accepted all
-    K drafts; up to K + 1 under controlled acceptance, where the verified drafts are not this
-    drafter's). A row with fewer pending tokens than the longest reaches its K drafts before the
-    last forward and goes on feeding its own drafts (proposing only the first K), so the draft
-    cache is as far ahead as possible and no forward ever feeds padding (padding would corrupt a
-    recurrent state). After the verify, the row's drafts that were not
-    committed become holes in the draft cache and, for a hybrid draft, its recurrent state is taken
-    from the per-forward snapshot after its last kept token.
+    A round runs ``F = max(pending) + K - 1`` one-token forwards, ``pending[b]`` being the committed
+    tokens not yet in the draft cache (1, or 2 after a step that accepted all K drafts; up to K + 1
+    under controlled acceptance). A row with fewer pending tokens reaches its K drafts early and
+    goes on feeding its own drafts (proposing only the first K), so no forward ever feeds padding
+    (padding would corrupt a recurrent state). After the verify, uncommitted drafts become holes
+    and a hybrid draft's state is taken from the snapshot after its last kept token.
     """
 
     def __init__(self, runner: ModelRunner, k: int, pad_id: int, stale_cache: bool = False) -> None:
@@ -122,10 +111,9 @@ class DraftModelDrafter(DraftCache):
     def after_verify(self, accepted: Sequence[int], committed: Sequence[Sequence[int]]) -> None:
         """Turn drafts that were not committed into holes; roll hybrid draft state back, row by row.
 
-        A row keeps the leading fed drafts that were committed: normally its ``accepted`` drafts.
-        When the verified drafts were not this drafter's own (controlled acceptance), only the
-        prefix of its own drafts that matches the committed tokens is kept. It never keeps the
-        bonus token's slot, so at least one token is pending next round.
+        A row keeps the leading fed drafts that were committed (its ``accepted`` ones, or under
+        controlled acceptance the prefix of its own drafts matching the committed tokens), never
+        the bonus token's slot, so at least one token is pending next round.
         """
         kv = self.kv
         assert self._round is not None

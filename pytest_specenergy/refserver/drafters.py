@@ -1,24 +1,15 @@
 """Drafters: propose exactly K tokens per running row per speculative step.
 
-* :class:`NgramDrafter` - prompt lookup in each request's own tokens (no forward pass).
-* :class:`ReplayDrafter` - the drafts a request brought with it (``spec_replay_drafts``), recorded
-  from an earlier speculative run: the same verify steps with no draft passes at all.
-* :class:`~.draft_model.DraftModelDrafter` - a second, smaller model, K sequential greedy steps.
-* :class:`~.block.BlockDrafter` - a draft model proposing a whole block in one forward.
-* :class:`~.oracle.ControlledAcceptance` - any draft-pass drafter whose proposals are replaced by
-  the target's own greedy continuation, corrupted with a seeded probability.
-* :class:`~.oracle.ReplayedProposals` - any draft-pass drafter whose proposals are replaced by the
-  recorded drafts a :class:`ReplayDrafter` would verify (the draft passes still run).
-
-The scheduler keeps one drafter for the running batch, whose rows change every step: ``join``
-appends the rows admitted in this step (prefilled; ``row.tokens`` ends with the first output
-token), ``propose`` runs before each verify, ``after_verify`` reports what each row accepted and
-committed, and ``select_rows`` drops the rows that finished.
+The :class:`Drafter` protocol and the drafters without draft passes (n-gram, replay); the drafter catalogue
+and the ``join``/``propose``/``after_verify``/``select_rows`` cycle: ``docs/design/refserver.md``, section
+``pytest_specenergy/refserver/drafters.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Protocol
 
 from .ngram import NgramIndex
@@ -43,17 +34,15 @@ class Drafter(Protocol):
         """Only rows ``keep`` stay in the batch (in that order)."""
 
 
+@dataclass(eq=False)
 class NgramDrafter:
     """Prompt lookup over each request's own prompt and output."""
 
-    def __init__(self, k: int, min_window: int, max_window: int) -> None:
-        self.k = k
-        self.min_window = min_window
-        self.max_window = max_window
-        self.indexes: list[NgramIndex] = []
-        self.empty: list[bool] = []
-        self.matched_steps = 0  # proposals that came from a real match (the rest are filler)
-        self.filler_steps = 0
+    k: int
+    min_window: int
+    max_window: int
+    indexes: list[NgramIndex] = field(default_factory=list)
+    empty: list[bool] = field(default_factory=list)
 
     def join(self, rows: Sequence[Row]) -> None:
         """Index every new row's tokens."""
@@ -61,17 +50,9 @@ class NgramDrafter:
 
     def propose(self, rows: Sequence[Row]) -> list[list[int]]:
         """Look every row up in its own index."""
-        out = []
-        self.empty = []
-        for index in self.indexes:
-            drafts, matched = index.propose(self.k)
-            if matched:
-                self.matched_steps += 1
-            else:
-                self.filler_steps += 1
-            self.empty.append(not matched)
-            out.append(drafts)
-        return out
+        proposals = [index.propose(self.k) for index in self.indexes]
+        self.empty = [not matched for _, matched in proposals]
+        return [drafts for drafts, _ in proposals]
 
     def after_verify(self, accepted: Sequence[int], committed: Sequence[Sequence[int]]) -> None:
         """Index the newly committed tokens."""
@@ -86,12 +67,11 @@ class NgramDrafter:
 class ReplayDrafter:
     """Verify-only runs: step ``i`` of a request verifies the ``i``-th drafts it brought along.
 
-    Given the same drafts over the same committed context, the target accepts the same number,
-    so the run repeats the recorded run's verify steps exactly, minus every draft pass (and the
-    draft model's prefill). Recorded drafts shorter than K are padded with their last token, and
-    a request that runs out (or brought none) gets filler (its last token); both are counted in
-    :attr:`misses` (``spec_replay_misses`` in ``/server_info``): a replay that misses is no longer
-    a like-for-like verify-only run. Record with the same K (or block size) as the replay.
+    Same drafts over the same context, same accepts: the run repeats the recorded verify steps
+    minus every draft pass (and draft prefill). Drafts shorter than K are padded with their last
+    token, a request that runs out (or brought none) gets filler (its last token); both count in
+    :attr:`misses` (``spec_replay_misses`` in ``/server_info``): such a replay is no longer like
+    for like. Record with the same K (or block size) as the replay.
     """
 
     def __init__(self, k: int) -> None:

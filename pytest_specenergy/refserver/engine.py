@@ -1,21 +1,7 @@
 """The reference engine: greedy, continuously batched decoding, optionally speculative, on HF models.
 
-Requests join one running batch (see :mod:`.scheduler`): each is prefilled in the iteration it is
-admitted, then every iteration advances every running row by
-
-* plain engine: one ``decode`` forward feeding each row's last committed token;
-* speculative engine: the drafter proposes K tokens per row, and one ``verify`` forward feeds
-  ``[last committed, d1..dK]`` for every row. Row ``b`` accepts the longest prefix of drafts that
-  equals the target's own greedy choices plus one bonus token (ragged acceptance inside the
-  batch); its rejected slots become holes in the KV cache, and for linear attention its recurrent
-  state is rolled back (see :meth:`.runner.ModelRunner.rollback_linear`).
-
-Because the target's greedy choice at every committed position is computed from exactly the
-committed prefix (per-row positions and masks; joined rows are merged with holes, never
-recomputed), speculative output equals the plain engine's token for token, whatever step a row
-joined at (the tests prove it for every drafter, K and batch size). Finished rows leave the batch
-at once, so every forward contains only running rows, and the work trace and ``step_time_dict``
-record what really ran. Counting follows SGLang (see :mod:`.rows`).
+Why speculative output equals the plain engine's token for token: ``docs/design/refserver.md``, section
+``pytest_specenergy/refserver/engine.py``.
 """
 
 from __future__ import annotations
@@ -81,10 +67,8 @@ class ReferenceEngine:
         draft = self.target if name == config.model else load_model(name, config.dtype, config.device, config.seed)
         if draft.vocab_size != self.target.vocab_size:
             hint = " (a random:* model's vocabulary is set with :vocab=N)" if "random:" in name + config.model else ""
-            raise ValueError(
-                f"draft model {name!r} has vocabulary {draft.vocab_size}, "
-                f"the target {self.target.vocab_size}: they must share a tokenizer{hint}"
-            )
+            raise ValueError(f"draft model {name!r} has vocabulary {draft.vocab_size}, "
+                             f"the target {self.target.vocab_size}: they must share a tokenizer{hint}")
         return draft
 
     # --------------------------------------------------------------------------------- public
@@ -101,19 +85,16 @@ class ReferenceEngine:
     def warmup(self) -> None:
         """Run one small batch through every path (as SGLang does before it reports ready).
 
-        First calls pay one-time costs (lazy allocations, kernel selection); doing them here keeps
-        them out of the first measured request. The since-flush counters are flushed afterwards;
-        the steps stay in the work trace (read by cursor) and in the lifetime counters.
+        This keeps first-call costs (lazy allocations, kernel selection) out of the first measured
+        request; the since-flush counters are flushed after it (the trace and lifetime counters keep it).
         """
         sampling = SamplingParams(max_new_tokens=8, ignore_eos=True)
         self.generate([GenerationRequest(p, sampling) for p in ((3, 4, 5, 6, 7), (8, 9))])
         self.flush_cache()
 
     def flush_cache(self) -> bool:
-        """Reset the since-flush counters (``step_time_dict``, accept length); False while busy.
-
-        As SGLang, only an idle engine flushes; the trace and the lifetime counters stay.
-        """
+        """Reset the since-flush counters (``step_time_dict``, accept length); the trace and the lifetime
+        counters stay. False while busy: as SGLang, only an idle engine flushes."""
         if self.busy:
             return False
         with self.lock:
@@ -127,10 +108,8 @@ class ReferenceEngine:
             if any(not 0 <= t < self.target.vocab_size for t in req.input_ids):
                 raise ValueError(f"input_ids must be token ids in [0, {self.target.vocab_size})")
             if len(req.input_ids) + req.sampling.max_new_tokens > limit:
-                raise ValueError(
-                    f"prompt ({len(req.input_ids)}) + max_new_tokens ({req.sampling.max_new_tokens}) "
-                    f"exceeds the model's context of {limit} tokens"
-                )
+                raise ValueError(f"prompt ({len(req.input_ids)}) + max_new_tokens ({req.sampling.max_new_tokens}) "
+                                 f"exceeds the model's context of {limit} tokens")
         k = self.config.num_draft_tokens if self.config.speculative else 0
         rows = [
             Row(rid=req.rid or uuid.uuid4().hex, request=req, ticket=None, k=k, tokens=list(req.input_ids))
@@ -164,7 +143,7 @@ class ReferenceEngine:
         """Stop the scheduler thread (queued requests fail)."""
         self.scheduler.close()
 
-    # ------------------------------------------------------------------- scheduler's Stepper
+    # ------------------------------------------------------------------- driven by the scheduler
     def new_kv(self) -> BatchKV:
         """An empty target cache."""
         return BatchKV(self.target.model, 0)
@@ -206,9 +185,8 @@ class ReferenceEngine:
             spans.append((len(r_idx), width - first))
             r_idx.extend([b] * (width - first))
             c_idx.extend(range(first, width))
-        out = self.runner.forward(
-            kv, ids, valid, torch.tensor(r_idx), torch.tensor(c_idx), "prefill", [r.rid for r in rows]
-        )
+        out = self.runner.forward(kv, ids, valid, torch.tensor(r_idx), torch.tensor(c_idx), "prefill",
+                                  [r.rid for r in rows])
         assert out.logits is not None
         logp = self.logprobs_if_asked(rows, out.logits)
         eos = self.target.eos_token_ids
@@ -253,9 +231,8 @@ class ReferenceEngine:
         """One plain decode step: feed each row's last token, commit the argmax."""
         ids = torch.tensor([[r.tokens[-1]] for r in rows], dtype=torch.long)
         n = len(rows)
-        out = self.runner.forward(
-            kv, ids, None, torch.arange(n), torch.zeros(n, dtype=torch.long), "decode", [r.rid for r in rows]
-        )
+        out = self.runner.forward(kv, ids, None, torch.arange(n), torch.zeros(n, dtype=torch.long), "decode",
+                                  [r.rid for r in rows])
         assert out.logits is not None
         nxt = out.logits.argmax(dim=-1).tolist()
         logp = self.logprobs_if_asked(rows, out.logits)

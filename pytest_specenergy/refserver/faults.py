@@ -50,21 +50,13 @@ FAULTS: dict[str, str] = {
 
 
 def validate_faults(names: Iterable[str]) -> tuple[str, ...]:
-    """Check fault names; return them de-duplicated in the given order.
-
-    Raises ``ValueError`` naming the unknown ones and listing the valid ones.
-    """
-    out: list[str] = []
-    unknown = []
-    for name in names:
-        if name not in FAULTS:
-            unknown.append(name)
-        elif name not in out:
-            out.append(name)
+    """Check fault names (``ValueError`` names the unknown and the valid ones); return them de-duplicated, in order."""
+    names = list(names)
+    unknown = [name for name in names if name not in FAULTS]
     if unknown:
         valid = ", ".join(sorted(FAULTS))
         raise ValueError(f"unknown fault name(s) {', '.join(map(repr, unknown))}; valid faults: {valid}")
-    return tuple(out)
+    return tuple(dict.fromkeys(names))
 
 
 def numerical_noise(logits: Any, scale: float, key: tuple[Any, ...]) -> Any:

@@ -1,28 +1,7 @@
 """A batched KV cache with holes, plus snapshot/restore of recurrent (linear attention) state.
 
-Rows of a batch accept different numbers of drafted tokens, but one batched forward needs one
-tensor layout. So every forward appends the same number of physical slots to every row, and a
-boolean ``valid`` matrix says which slots hold committed tokens. Rejected drafts and prompt padding
-stay in the cache as masked *holes*; every row keeps its own logical positions (RoPE positions are
-passed explicitly), and :meth:`BatchKV.compact` squeezes the holes out now and then.
-
-Continuous batching uses the same holes: requests that join a running batch are prefilled in a
-cache of their own, and :meth:`BatchKV.merge` appends those rows, left-padding the shorter of the
-two slot ranges with holes. Nothing already cached is recomputed (a rebuild would re-prefill every
-running row at every join, and put that work in the trace), and because masks and positions are
-per row, a joined row attends to exactly its own tokens at exactly its own positions.
-
-The attention mask is built here as an explicit 4-D additive mask (0 = visible, dtype minimum =
-hidden), which both the SDPA and eager attention paths of transformers 5.x accept as-is; a fresh
-cache without padding gets none (plain causal attention, which the model builds itself). Every
-query may also see its own slot, so a padding query never has an all-masked row (an all-masked
-row gives NaN in some kernels, and a NaN stored in a hole would poison later steps through
-``0 * NaN``).
-
-Linear attention layers have no positions to mask: their conv and recurrent state has already
-absorbed every token fed. For them this module offers :meth:`BatchKV.snapshot_linear` and
-:meth:`BatchKV.restore_linear_rows`; the runner and the drafters use them to put each row's state
-back to its last accepted token.
+How holes, joins (merge), masks and linear-attention rollback work: ``docs/design/refserver.md``, section
+``pytest_specenergy/refserver/kv.py``.
 """
 
 from __future__ import annotations
@@ -39,10 +18,8 @@ def layer_types(config: object, num_layers: int) -> list[str]:
     kinds = list(getattr(config, "layer_types", None) or ["full_attention"] * num_layers)
     bad = sorted(set(kinds) - set(SUPPORTED_LAYER_TYPES))
     if bad:
-        raise ValueError(
-            f"the reference engine supports layer types {SUPPORTED_LAYER_TYPES}, but this model has {bad} "
-            "(sliding-window and other masks are not implemented)"
-        )
+        raise ValueError(f"the reference engine supports layer types {SUPPORTED_LAYER_TYPES}, but this model has {bad} "
+                         "(sliding-window and other masks are not implemented)")
     return kinds
 
 
@@ -85,12 +62,10 @@ class BatchKV:
         positions = start[:, None] + torch.cumsum(q_valid.long(), dim=1) - 1
         positions = torch.where(q_valid, positions, torch.zeros_like(positions))
         if s0 == 0 and bool(q_valid.all()):
-            # A fresh cache without padding (a prompt prefilled alone, or prompts of one
-            # length): plain causal attention, no mask given. SDPA then skips the masked half
-            # instead of adding the dtype minimum to it, with the same values bit for bit on
-            # the CPU (tests/refserver/test_prefill_mask.py): a 2,400-token prefill of
-            # tiny:dense took 0.55 s instead of 0.78 s (benchmarks/engine_setup.py). Both
-            # arms prefill alike either way.
+            # A fresh cache without padding: plain causal attention, no mask given. SDPA then skips
+            # the masked half instead of adding the dtype minimum to it, bit for bit the same on the
+            # CPU (tests/refserver/test_prefill_mask.py) and faster: a 2,400-token tiny:dense prefill
+            # took 0.55 s, not 0.78 s (benchmarks/engine_setup.py). Both arms prefill alike either way.
             return None, positions
         causal = torch.ones((q, q), dtype=torch.bool, device=self.device).tril()
         eye = torch.eye(q, dtype=torch.bool, device=self.device)
@@ -114,23 +89,20 @@ class BatchKV:
 
     def drop_last(self, counts: Sequence[int]) -> None:
         """Turn the last ``counts[b]`` slots of row ``b`` into holes (rejected drafts)."""
-        if not any(counts):
-            return
-        c = torch.tensor(list(counts), dtype=torch.long, device=self.device)
-        idx = torch.arange(self.num_slots, device=self.device)
-        tail = idx[None, :] >= (self.num_slots - c)[:, None]
-        self.valid &= ~tail
-        self.n_valid = [n - int(k) for n, k in zip(self.n_valid, counts)]
+        if any(counts):
+            self._holes_from([self.num_slots - c for c in counts])
 
     def keep_first_of_last(self, width: int, keep: Sequence[int]) -> None:
         """Of the last ``width`` slots (one forward's), row ``b`` keeps only its first ``keep[b]``.
 
-        For a right-padded forward (the block drafter's), where the slots to drop are not at the
-        tail of every row: the rest become holes, padding included.
+        For a right-padded forward (the block drafter's): the rest become holes, padding included.
         """
-        start = torch.tensor([self.num_slots - width + k for k in keep], dtype=torch.long, device=self.device)
-        idx = torch.arange(self.num_slots, device=self.device)
-        tail = idx[None, :] >= start[:, None]
+        self._holes_from([self.num_slots - width + k for k in keep])
+
+    def _holes_from(self, start: Sequence[int]) -> None:
+        # slots from start[b] on become holes in row b
+        first = torch.tensor(list(start), dtype=torch.long, device=self.device)
+        tail = torch.arange(self.num_slots, device=self.device)[None, :] >= first[:, None]
         dropped = (self.valid & tail).sum(dim=1).tolist()
         self.valid &= ~tail
         self.n_valid = [n - int(d) for n, d in zip(self.n_valid, dropped)]
@@ -139,10 +111,8 @@ class BatchKV:
     def _layer_tensors(self) -> list[tuple[object, str]]:
         out: list[tuple[object, str]] = []
         for layer in self.cache.layers:
-            for name in ("keys", "values"):
-                t = getattr(layer, name, None)
-                if isinstance(t, torch.Tensor) and t.ndim == 4:
-                    out.append((layer, name))
+            tensors = [(name, getattr(layer, name, None)) for name in ("keys", "values")]
+            out.extend((layer, name) for name, t in tensors if isinstance(t, torch.Tensor) and t.ndim == 4)
         return out
 
     def select_rows(self, keep: Sequence[int]) -> None:
@@ -210,25 +180,15 @@ class BatchKV:
         return False
 
     # ------------------------------------------------------------------------ recurrent state
-    def _linear_dicts(self) -> list[dict]:
-        out = []
-        for layer in self.cache.layers:
-            for name in ("conv_states", "recurrent_states"):
-                d = getattr(layer, name, None)
-                if isinstance(d, dict):
-                    out.append(d)
-        return out
+    def _linear_dicts(self, layer_idx: int | None = None) -> list[dict]:
+        layers = self.cache.layers if layer_idx is None else [self.cache.layers[layer_idx]]
+        states = [getattr(layer, name, None) for layer in layers for name in ("conv_states", "recurrent_states")]
+        return [d for d in states if isinstance(d, dict)]
 
     def linear_tensors(self, layer_idx: int | None = None) -> list[torch.Tensor]:
         """The live conv/recurrent state tensors (all layers, or one layer), in a fixed order."""
-        layers = self.cache.layers if layer_idx is None else [self.cache.layers[layer_idx]]
-        out: list[torch.Tensor] = []
-        for layer in layers:
-            for name in ("conv_states", "recurrent_states"):
-                d = getattr(layer, name, None)
-                if isinstance(d, dict):
-                    out.extend(t for _, t in sorted(d.items()) if isinstance(t, torch.Tensor))
-        return out
+        dicts = self._linear_dicts(layer_idx)
+        return [t for d in dicts for _, t in sorted(d.items()) if isinstance(t, torch.Tensor)]
 
     def row_state(self, row: int) -> list[torch.Tensor]:
         """Copies of one row's live recurrent state (for the stale-state fault)."""
@@ -243,13 +203,11 @@ class BatchKV:
         """Copies of the live recurrent state (empty list for a model without linear attention)."""
         return [t.clone() for t in self.linear_tensors(layer_idx)]
 
-    def restore_linear_rows(
-        self, snapshot: Sequence[torch.Tensor], rows: torch.Tensor, layer_idx: int | None = None
-    ) -> None:
+    def restore_linear_rows(self, snapshot: Sequence[torch.Tensor], rows: torch.Tensor,
+                            layer_idx: int | None = None) -> None:
         """Copy ``snapshot`` into the live state for the rows where ``rows`` (bool [B]) is True.
 
-        Copies in place: transformers keeps these tensors at static addresses.
-        """
+        In place: transformers keeps these tensors at static addresses."""
         live = self.linear_tensors(layer_idx)
         if len(live) != len(snapshot):
             raise RuntimeError("linear-attention snapshot does not match the cache layout")

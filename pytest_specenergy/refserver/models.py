@@ -1,23 +1,8 @@
-"""Load a model for the reference engine: a built-in ``tiny:*`` model, a ``random:*`` model of a
-real model's shape (:mod:`.random_models`) or a local HF checkpoint.
+"""Load a model for the reference engine: a built-in ``tiny:*`` model, a ``random:*`` model of a real model's
+shape (:mod:`.random_models`) or a local HF checkpoint.
 
-dtype ``auto`` means float32 for the tiny models on the CPU and float64 on CUDA, and bfloat16 on
-CUDA / float32 on CPU for ``random:*`` models and checkpoints (a random model is built in that dtype
-on that device).
-
-Why float32 is safe for the tiny models on the CPU: a (K+1)-token verify pass reduces in another
-order than a one-token decode step, so the two paths' logits differ by rounding noise, and where
-the top two logits nearly tie an argmax could flip and the speculative output differ from the
-baseline for reasons that have nothing to do with speculation. In float32 that noise is at most
-~1e-5 nats on the tiny models, against a smallest top-2 gap of 1.3e-3 (dense) and 2.5e-5 (hybrid)
-in 2,560 greedy steps, and no prompt of 480 (every built-in corpus, 64 tokens, n-gram with 8
-drafts, batch 8) diverged on either model (``benchmarks/tiny_dtype.py``, issue 24 item 7). A flip
-it ever made would be a numerical tie, which the equivalence check tells apart from a real
-divergence by its margin (:mod:`pytest_specenergy.measure.equivalence`). float64 halves the
-speed for nothing a CPU run needs; CUDA keeps it, where it costs little and makes greedy output
-exact in practice. (Caveat: transformers computes RMSNorm statistics and RoPE angles in float32
-internally; on CUDA their reductions depend on the shape, so float64 paths there differ by
-~1e-7.)
+dtype ``auto``: float32 on the CPU; on CUDA float64 for tiny models, bfloat16 otherwise. Why float32 is safe
+for the tiny models on the CPU: ``docs/design/refserver.md``, section ``pytest_specenergy/refserver/models.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +15,6 @@ import torch
 from .random_models import build_random_model
 from .random_models import is_random_model
 from .random_models import parse_random_model
-from .tiny_models import TINY_MODELS
 from .tiny_models import build_tiny_model
 from .tiny_models import tiny_model_names
 from .tokenizer import TokenizerLike
@@ -80,11 +64,9 @@ def resolve_dtype(spec: str, model: str, device: torch.device) -> torch.dtype:
 def _eos_ids(model: torch.nn.Module) -> list[int]:
     ids: list[int] = []
     for source in (getattr(model, "generation_config", None), model.config):
-        value = getattr(source, "eos_token_id", None) if source is not None else None
-        for tid in value if isinstance(value, (list, tuple)) else [value]:
-            if tid is not None and int(tid) not in ids:
-                ids.append(int(tid))
-    return ids
+        value = getattr(source, "eos_token_id", None)
+        ids.extend(value if isinstance(value, (list, tuple)) else [value])
+    return list(dict.fromkeys(int(tid) for tid in ids if tid is not None))
 
 
 # Built-in (tiny and random) models are shared within a process (tests build many engines over the
@@ -96,18 +78,15 @@ _TINY_CACHE: dict[tuple[str, int, torch.dtype, str], LoadedModel] = {}
 def _build(name: str, seed: int, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
     """The model behind ``name`` in eval mode (the caller moves and casts it where still needed)."""
     if name.startswith("tiny:"):
-        if name not in TINY_MODELS:
-            raise ValueError(f"unknown tiny model {name!r}; expected one of {', '.join(tiny_model_names())}")
         return build_tiny_model(name, seed)
     if is_random_model(name):
         # built in place: a 4B random model never exists in float32 on the CPU
         return build_random_model(parse_random_model(name), seed, dtype, device)
     path = Path(name)
     if not path.is_dir():
-        raise ValueError(
-            f"model {name!r} is neither a built-in tiny model ({', '.join(tiny_model_names())}), a random:NAME "
-            "model nor an existing local checkpoint directory (the reference server never downloads weights)"
-        )
+        raise ValueError(f"model {name!r} is neither a built-in tiny model ({', '.join(tiny_model_names())}), "
+                         "a random:NAME model nor an existing local checkpoint directory (the reference server "
+                         "never downloads weights)")
     from transformers import AutoModelForCausalLM
 
     # SDPA or eager honour the explicit 4-D masks the engine builds; flash-attention would not.
@@ -130,16 +109,9 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto", seed: int =
     config = model.config
     eos = _eos_ids(model)
     tokenizer = load_tokenizer(name, eos, vocab_size=int(config.vocab_size))
-    for tid in tokenizer.eos_token_ids:
-        if tid not in eos:
-            eos.append(tid)
     loaded = LoadedModel(
-        name=name,
-        model=model,
-        tokenizer=tokenizer,
-        dtype=torch_dtype,
-        device=dev,
-        eos_token_ids=tuple(eos),
+        name=name, model=model, tokenizer=tokenizer, dtype=torch_dtype, device=dev,
+        eos_token_ids=tuple(dict.fromkeys([*eos, *tokenizer.eos_token_ids])),
         max_context=int(getattr(config, "max_position_embeddings", 0) or 1 << 20),
         vocab_size=int(config.vocab_size),
     )

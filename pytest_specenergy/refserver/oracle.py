@@ -1,34 +1,7 @@
 """Drafters with draft passes, and controlled acceptance for calibration (``--draft-accept-p P``).
 
-:class:`ControlledAcceptance` wraps a chain (``draft_model``) or block drafter. The wrapped drafter
-runs exactly as it would - its draft passes are real forwards of the draft model, recorded in the
-work trace as phase ``draft``, so the step costs what that drafter costs - but the drafts sent to
-verification are the target's own greedy continuation, each token kept with probability ``P`` and
-otherwise replaced by a different token (seeded, see :meth:`ControlledAcceptance.corrupt`). Each
-step then accepts ``j`` drafts with probability ``P^j (1 - P)`` (all ``K`` with ``P^K``): the mean
-accepted drafts per step is ``sum(P^j, j = 1..K)``, a knob. The target still verifies every draft,
-so output stays exactly the baseline's.
-
-The continuation comes from an *oracle*: the target model run as a chain draft model (K one-token
-greedy forwards per step on a cache of its own) through an untraced runner, because no engine being
-modelled would run it. Two consequences, both deliberate:
-
-* the modeled meter, which prices the work trace, sees the wrapped drafter's passes only;
-* a board meter (NVML) and wall-clock timings do see the oracle. For those, use the chain shape
-  with the target as its own draft model (``--drafter draft_model --draft-model <the target>``):
-  then the drafter *is* the oracle and its traced passes are all that runs; or record the run's
-  drafts and replay them (below).
-
-Corruption is keyed by (seed, prompt, context length, draft index), not by batch position or
-time, so the same requests get the same acceptance in every run and batch composition.
-
-:class:`ReplayedProposals` (``--replay-proposals``) is the same wrapper with a recording as its
-truth: the drafts verified at step ``i`` of a request are the ``i``-th drafts it brought in
-``spec_replay_drafts`` (a :class:`~.drafters.ReplayDrafter`'s rules: short ones padded, filler when
-none are left, both counted in ``spec_replay_misses``), kept as they are. No oracle runs. Replaying
-the drafts of a controlled-acceptance run (recorded with ``return_spec_drafts``) therefore repeats
-its verify steps, its accept counts and - since the wrapped drafter sees the same commits - its
-draft passes, with nothing untraced on the device: a board meter measures exactly the work trace.
+:class:`ControlledAcceptance` and :class:`ReplayedProposals`, their oracle and its consequences for meters:
+``docs/design/refserver.md``, section ``pytest_specenergy/refserver/oracle.py``.
 """
 
 from __future__ import annotations
@@ -74,31 +47,23 @@ def build_draft_pass_drafter(engine: ReferenceEngine, cfg: EngineConfig, runner:
 class ControlledAcceptance:
     """Proposals = the target's greedy continuation, each token kept with probability ``p``."""
 
-    def __init__(
-        self,
-        shape: DraftModelDrafter | BlockDrafter,
-        oracle: Drafter | None,
-        p: float,
-        seed: int,
-        vocab_size: int,
-    ) -> None:
+    def __init__(self, shape: DraftModelDrafter | BlockDrafter, oracle: Drafter | None, p: float, seed: int,
+                 vocab_size: int) -> None:
         self.shape = shape
         # the truth source; None: the shape drafter is the target itself, its drafts are the oracle's
         self.oracle = oracle
+        self.drafters = [shape] if oracle is None else [shape, oracle]
         self.k = shape.k
         self.p = p
         self.seed = seed
         self.vocab_size = vocab_size
         self.keys: list[bytes] = []
         self.empty: list[bool] = []
-        self.kept = 0  # drafted tokens left as the target's own
-        self.corrupted = 0
 
     def join(self, rows: Sequence[Row]) -> None:
         """New rows: the wrapped drafter prefills (traced); so does the oracle (untraced)."""
-        self.shape.join(rows)
-        if self.oracle is not None:
-            self.oracle.join(rows)
+        for drafter in self.drafters:
+            drafter.join(rows)
         for row in rows:
             prompt = b"".join(t.to_bytes(4, "little") for t in row.request.input_ids)
             self.keys.append(hashlib.blake2b(prompt, digest_size=16, key=str(self.seed).encode()).digest())
@@ -107,18 +72,14 @@ class ControlledAcceptance:
         """Keep each token with probability ``p``; otherwise swap in a different one (seeded)."""
         out = []
         for j, token in enumerate(tokens):
-            h = hashlib.blake2b(
-                self.keys[row] + context_len.to_bytes(8, "little") + j.to_bytes(4, "little"), digest_size=16
-            )
-            raw = h.digest()
+            key = self.keys[row] + context_len.to_bytes(8, "little") + j.to_bytes(4, "little")
+            raw = hashlib.blake2b(key, digest_size=16).digest()
             u = int.from_bytes(raw[:8], "little") / 2.0**64
             if u < self.p:
                 out.append(int(token))
-                self.kept += 1
             else:
                 shift = 1 + int.from_bytes(raw[8:], "little") % (self.vocab_size - 1)
                 out.append((int(token) + shift) % self.vocab_size)
-                self.corrupted += 1
         return out
 
     def propose(self, rows: Sequence[Row]) -> list[list[int]]:
@@ -131,24 +92,20 @@ class ControlledAcceptance:
 
     def after_verify(self, accepted: Sequence[int], committed: Sequence[Sequence[int]]) -> None:
         """Both drafters keep the committed prefix of their own drafts."""
-        self.shape.after_verify(accepted, committed)
-        if self.oracle is not None:
-            self.oracle.after_verify(accepted, committed)
+        for drafter in self.drafters:
+            drafter.after_verify(accepted, committed)
 
     def select_rows(self, keep: Sequence[int]) -> None:
         """Drop finished rows."""
-        self.shape.select_rows(keep)
-        if self.oracle is not None:
-            self.oracle.select_rows(keep)
+        for drafter in self.drafters:
+            drafter.select_rows(keep)
         self.keys = [self.keys[i] for i in keep]
 
 
 class ReplayedProposals(ControlledAcceptance):
     """Proposals = the drafts each request brought (``spec_replay_drafts``), verified unchanged.
 
-    The wrapped drafter's passes run as under :class:`ControlledAcceptance`; the truth is a
-    :class:`~.drafters.ReplayDrafter` instead of an oracle, and no token is corrupted.
-    """
+    The wrapped drafter's passes run; the truth is a :class:`~.drafters.ReplayDrafter`, not an oracle."""
 
     def __init__(self, shape: DraftModelDrafter | BlockDrafter, replay: ReplayDrafter) -> None:
         super().__init__(shape, replay, 1.0, 0, 0)
@@ -161,5 +118,4 @@ class ReplayedProposals(ControlledAcceptance):
 
     def corrupt(self, row: int, context_len: int, tokens: Sequence[int]) -> list[int]:
         """Keep every token: the recording already holds whatever was verified."""
-        self.kept += len(tokens)
         return [int(t) for t in tokens]

@@ -1,10 +1,8 @@
-"""SGLang's ``/generate`` protocol subset: parse request bodies, shape answers.
+"""SGLang's ``/generate`` protocol subset: parse request bodies, shape answers. A rejection is a
+:class:`ProtocolError` naming the field, what was given and what is expected (HTTP 400).
 
-Parsing is strict where a silent difference would corrupt a measurement (sampling that is not
-greedy, streaming, a flag that is not a boolean, unknown fields) and lenient where SGLang clients
-commonly send neutral values (``top_p: 1.0``, ``stream: false``, ``lora_path: null``). Every rejection is a
-:class:`ProtocolError` whose message names the field, what was given and what is expected; the
-server turns it into HTTP 400 ``{"error": {"message": ...}}``.
+Where parsing is strict and where lenient, and why: ``docs/design/refserver.md``, section
+``pytest_specenergy/refserver/protocol.py``.
 """
 
 from __future__ import annotations
@@ -36,17 +34,8 @@ NEUTRAL_SAMPLING: dict[str, Callable[[Any], bool]] = {
     "no_stop_trim": lambda v: True,
 }
 TOP_LEVEL = (
-    "input_ids",
-    "text",
-    "sampling_params",
-    "return_logprob",
-    "logprob_start_len",
-    "return_prompt_token_ids",
-    "return_text_in_logprobs",
-    "rid",
-    "stream",
-    "top_logprobs_num",
-    "return_spec_drafts",
+    "input_ids", "text", "sampling_params", "return_logprob", "logprob_start_len", "return_prompt_token_ids",
+    "return_text_in_logprobs", "rid", "stream", "top_logprobs_num", "return_spec_drafts",
 )
 
 
@@ -69,8 +58,7 @@ def _is_int_list(value: Any) -> bool:
 
 
 def _sampling(raw: Any, where: str) -> SamplingParams:
-    if raw is None:
-        raw = {}
+    raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ProtocolError(f"{where} must be a JSON object, got {type(raw).__name__}")
     for key, value in raw.items():
@@ -78,14 +66,12 @@ def _sampling(raw: Any, where: str) -> SamplingParams:
             continue
         check = NEUTRAL_SAMPLING.get(key)
         if check is None:
-            raise ProtocolError(
-                f"{where}.{key} is not supported by the reference server; supported: "
-                f"{', '.join(SUPPORTED_SAMPLING)} (plus neutral values of {', '.join(NEUTRAL_SAMPLING)})"
-            )
+            raise ProtocolError(f"{where}.{key} is not supported by the reference server; supported: "
+                                f"{', '.join(SUPPORTED_SAMPLING)} (plus neutral values of "
+                                f"{', '.join(NEUTRAL_SAMPLING)})")
         if not check(value):
-            raise ProtocolError(
-                f"{where}.{key}={value!r} would change greedy decoding; only neutral values are accepted"
-            )
+            raise ProtocolError(f"{where}.{key}={value!r} would change greedy decoding; only neutral values "
+                                "are accepted")
     mnt = raw.get("max_new_tokens", 128)
     if not isinstance(mnt, int) or isinstance(mnt, bool) or mnt < 0:
         raise ProtocolError(f"{where}.max_new_tokens must be an integer >= 0, got {mnt!r}")
@@ -100,15 +86,10 @@ def _sampling(raw: Any, where: str) -> SamplingParams:
         raise ProtocolError(f"{where}.stop_token_ids must be a list of integer token ids, got {stops!r}")
     replay = raw.get("spec_replay_drafts")
     if replay is not None and not (isinstance(replay, list) and all(_is_int_list(d) for d in replay)):
-        raise ProtocolError(
-            f"{where}.spec_replay_drafts must be a list (one per verify step) of lists of token ids, "
-            "as meta_info.spec_drafts returns them"
-        )
+        raise ProtocolError(f"{where}.spec_replay_drafts must be a list (one per verify step) of lists of token ids, "
+                            "as meta_info.spec_drafts returns them")
     return SamplingParams(
-        max_new_tokens=mnt,
-        temperature=0.0,
-        ignore_eos=ignore_eos,
-        stop_token_ids=tuple(stops),
+        max_new_tokens=mnt, temperature=0.0, ignore_eos=ignore_eos, stop_token_ids=tuple(stops),
         replay_drafts=tuple(tuple(d) for d in replay) if replay is not None else None,
     )
 
@@ -129,9 +110,8 @@ def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
         raise ProtocolError('the body must be a JSON object like {"input_ids": [[...]], "sampling_params": {...}}')
     for key, value in body.items():
         if key not in TOP_LEVEL and value not in (None, False, [], {}):
-            raise ProtocolError(
-                f"field {key!r} is not supported by the reference server; supported: {', '.join(TOP_LEVEL)}"
-            )
+            raise ProtocolError(f"field {key!r} is not supported by the reference server; supported: "
+                                f"{', '.join(TOP_LEVEL)}")
     if _flag(body, "stream"):
         raise ProtocolError("stream=true is not supported by the reference server; send stream=false")
     top_n = body.get("top_logprobs_num") or 0
@@ -139,9 +119,8 @@ def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
         raise ProtocolError(f"top_logprobs_num must be an integer >= 0, got {top_n!r}")
     has_ids, has_text = body.get("input_ids") is not None, body.get("text") is not None
     if has_ids == has_text:
-        raise ProtocolError(
-            "give exactly one of 'input_ids' (list of ints, or list of lists) and 'text' (string or list)"
-        )
+        raise ProtocolError("give exactly one of 'input_ids' (list of ints, or list of lists) and 'text' "
+                            "(string or list)")
     if has_ids:
         ids = body["input_ids"]
         if _is_int_list(ids) and ids:
@@ -164,9 +143,8 @@ def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
     raw_sp = body.get("sampling_params")
     if isinstance(raw_sp, list):
         if len(raw_sp) != len(prompts):
-            raise ProtocolError(
-                f"sampling_params has {len(raw_sp)} entries for {len(prompts)} prompts; give one or one per prompt"
-            )
+            raise ProtocolError(f"sampling_params has {len(raw_sp)} entries for {len(prompts)} prompts; give one "
+                                "or one per prompt")
         sps = [_sampling(sp, f"sampling_params[{i}]") for i, sp in enumerate(raw_sp)]
     else:
         sps = [_sampling(raw_sp, "sampling_params")] * len(prompts)
@@ -174,9 +152,7 @@ def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
     if top_n and not ret_lp:
         raise ProtocolError("top_logprobs_num needs return_logprob=true (SGLang returns top logprobs only then)")
     return_drafts = _flag(body, "return_spec_drafts")
-    start = body.get("logprob_start_len", -1)
-    if start is None:
-        start = -1
+    start = -1 if body.get("logprob_start_len") is None else body["logprob_start_len"]
     if not isinstance(start, int) or isinstance(start, bool) or start < -1:
         raise ProtocolError(f"logprob_start_len must be an integer >= -1, got {start!r}")
     if ret_lp:
@@ -189,23 +165,13 @@ def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
         if not (isinstance(rids, list) and len(rids) == len(prompts) and all(isinstance(r, str) for r in rids)):
             raise ProtocolError("rid must be a string (single input) or a list of strings, one per prompt")
     requests = tuple(
-        GenerationRequest(
-            input_ids=tuple(p),
-            sampling=sps[i],
-            return_logprob=ret_lp,
-            logprob_start_len=start,
-            rid=rids[i] if rids else None,
-            top_logprobs_num=top_n,
-            return_spec_drafts=return_drafts,
-        )
+        GenerationRequest(input_ids=tuple(p), sampling=sps[i], return_logprob=ret_lp, logprob_start_len=start,
+                          rid=rids[i] if rids else None, top_logprobs_num=top_n, return_spec_drafts=return_drafts)
         for i, p in enumerate(prompts)
     )
-    return ParsedGenerate(
-        requests=requests,
-        batched=batched,
-        return_prompt_token_ids=_flag(body, "return_prompt_token_ids"),
-        return_text_in_logprobs=_flag(body, "return_text_in_logprobs"),
-    )
+    return ParsedGenerate(requests=requests, batched=batched,
+                          return_prompt_token_ids=_flag(body, "return_prompt_token_ids"),
+                          return_text_in_logprobs=_flag(body, "return_text_in_logprobs"))
 
 
 def _lp_entries(entries: Any, tokenizer: TokenizerLike, with_text: bool) -> list[list[Any]]:
@@ -217,12 +183,8 @@ def _top_entries(positions: Any, tokenizer: TokenizerLike, with_text: bool) -> l
     return [None if top is None else _lp_entries(top, tokenizer, with_text) for top in positions]
 
 
-def result_json(
-    result: GenerationResult,
-    tokenizer: TokenizerLike,
-    return_prompt_token_ids: bool = False,
-    return_text_in_logprobs: bool = False,
-) -> dict[str, Any]:
+def result_json(result: GenerationResult, tokenizer: TokenizerLike, return_prompt_token_ids: bool = False,
+                return_text_in_logprobs: bool = False) -> dict[str, Any]:
     """One ``/generate`` answer entry with SGLang's keys (``reference/sglang-api.md`` section 2)."""
     meta: dict[str, Any] = {
         "id": result.rid,

@@ -1,31 +1,7 @@
 """Randomly initialised models of a real model's shape: ``random:NAME`` (no files, no downloads).
 
-The energy of a forward pass depends on the model's shapes, not on its trained weights, so a GPU
-can be calibrated on a model of the right size whose weights are random. ``random:NAME`` builds a
-``transformers`` ``Qwen3ForCausalLM`` with the published dimensions of ``NAME``
-(:data:`PUBLISHED_SHAPES`, the same as the plugin's shape registry entry of that name): layers,
-hidden, MLP width, query / KV heads, head dim, vocabulary and tied embeddings; everything else
-(RMSNorm epsilon, RoPE theta, context length) is ``Qwen3Config``'s default. The dense Qwen3
-shapes qualify: see :func:`random_model_names`.
-
-Overrides shrink a model for cheap CPU checks while keeping the rest of the shape:
-``random:qwen3-4b:layers=2,vocab=1024`` (keys :data:`OVERRIDE_KEYS`, positive integers; the
-vocabulary must hold the byte tokenizer's ids). The price tag stays the named shape: a
-``random:qwen3-4b:...`` model is priced as ``qwen3-4b``, as a tiny model is priced as the shape it
-stands for.
-
-Weights come from transformers' own initialiser under ``torch.manual_seed(seed)`` (the global RNG
-state is restored afterwards): the same seed gives the same weights on the same device and
-software. The model is built directly on the target device in the target dtype (a
-``torch.device`` context and a temporary default dtype), so a 4B model never materialises in
-float32 on the CPU first.
-
-Text: these models use the built-in byte tokenizer, padded to the model's vocabulary
-(:class:`.tokenizer.PaddedByteTokenizer`): prompts encode to byte-tokenizer ids, and generated ids
-the byte tokenizer has no text for decode to a placeholder.
-
-Parsing needs no torch (the configuration is checked before anything heavy loads); building
-imports torch and transformers.
+Shapes, overrides, pricing, seeding and tokenizer: ``docs/design/refserver.md``, section
+``pytest_specenergy/refserver/random_models.py``.
 """
 
 from __future__ import annotations
@@ -123,9 +99,8 @@ def parse_random_model(name: str) -> RandomModelSpec:
     if overrides:
         spec = replace(spec, **_parse_overrides(overrides, name))
     if spec.vocab < MIN_VOCAB:
-        raise ValueError(
-            f"override vocab={spec.vocab} in {name!r} is smaller than the byte tokenizer's {MIN_VOCAB} ids"
-        )
+        raise ValueError(f"override vocab={spec.vocab} in {name!r} is smaller than the byte tokenizer's "
+                         f"{MIN_VOCAB} ids")
     return spec
 
 
@@ -139,17 +114,9 @@ def qwen3_config(spec: RandomModelSpec) -> Any:
     from transformers import Qwen3Config
 
     return Qwen3Config(
-        vocab_size=spec.vocab,
-        hidden_size=spec.hidden,
-        intermediate_size=spec.mlp,
-        num_hidden_layers=spec.layers,
-        num_attention_heads=spec.q_heads,
-        num_key_value_heads=spec.kv_heads,
-        head_dim=spec.head_dim,
-        tie_word_embeddings=spec.tied_embeddings,
-        pad_token_id=PAD_ID,
-        bos_token_id=BOS_ID,
-        eos_token_id=EOS_ID,
+        vocab_size=spec.vocab, hidden_size=spec.hidden, intermediate_size=spec.mlp, num_hidden_layers=spec.layers,
+        num_attention_heads=spec.q_heads, num_key_value_heads=spec.kv_heads, head_dim=spec.head_dim,
+        tie_word_embeddings=spec.tied_embeddings, pad_token_id=PAD_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
         # SDPA honours the explicit 4-D masks the engine builds; flash-attention would not.
         attn_implementation="sdpa",
     )

@@ -49,10 +49,8 @@ class EngineConfig:
         if self.num_draft_tokens < 1:
             raise ValueError(f"num_draft_tokens must be >= 1, got {self.num_draft_tokens}")
         if not 1 <= self.ngram_min_match_window <= self.ngram_max_match_window:
-            raise ValueError(
-                "need 1 <= ngram_min_match_window <= ngram_max_match_window, got "
-                f"{self.ngram_min_match_window} and {self.ngram_max_match_window}"
-            )
+            raise ValueError("need 1 <= ngram_min_match_window <= ngram_max_match_window, got "
+                             f"{self.ngram_min_match_window} and {self.ngram_max_match_window}")
         if self.max_running_requests < 1:
             raise ValueError(f"max_running_requests must be >= 1, got {self.max_running_requests}")
         object.__setattr__(self, "faults", validate_faults(self.faults))
@@ -60,37 +58,28 @@ class EngineConfig:
             if self.drafter not in ("block", "replay"):
                 raise ValueError(f"block_size is for the block (or replay) drafter, not {self.drafter!r}")
             if self.block_size < 2:
-                raise ValueError(
-                    f"block_size must be >= 2 (the last committed token + >= 1 draft), got {self.block_size}"
-                )
+                raise ValueError(f"block_size must be >= 2 (the last committed token + >= 1 draft), "
+                                 f"got {self.block_size}")
             # a block of B positions verifies the last committed token and B - 1 drafts
             object.__setattr__(self, "num_draft_tokens", self.block_size - 1)
         elif self.drafter == "block":
             object.__setattr__(self, "block_size", self.num_draft_tokens + 1)
         if self.draft_accept_p is not None:
             if self.drafter not in ("draft_model", "block"):
-                raise ValueError(
-                    f"draft_accept_p needs a drafter with draft passes (draft_model or block), not {self.drafter!r}"
-                )
+                raise ValueError("draft_accept_p needs a drafter with draft passes (draft_model or block), "
+                                 f"not {self.drafter!r}")
             if not 0.0 <= self.draft_accept_p <= 1.0:
                 raise ValueError(f"draft_accept_p must be in [0, 1], got {self.draft_accept_p}")
-        if self.replay_proposals:
-            self._check_replay_proposals()
+        if self.replay_proposals and self.drafter not in ("draft_model", "block"):
+            raise ValueError("replay_proposals replays recorded drafts through a drafter with draft passes "
+                             f"(draft_model or block), not {self.drafter!r}; drafter 'replay' verifies recorded "
+                             "drafts with no draft passes")
+        if self.replay_proposals and self.draft_accept_p is not None:
+            raise ValueError("replay_proposals and draft_accept_p are mutually exclusive: the verified drafts are "
+                             "either the recorded ones or the oracle's")
         if not 0.0 < self.numerical_noise_scale < 1.0:
             raise ValueError(f"numerical_noise_scale must be in (0, 1), got {self.numerical_noise_scale}")
         self._check_random_models()
-
-    def _check_replay_proposals(self) -> None:
-        if self.drafter not in ("draft_model", "block"):
-            raise ValueError(
-                "replay_proposals replays recorded drafts through a drafter with draft passes (draft_model or "
-                f"block), not {self.drafter!r}; drafter 'replay' verifies recorded drafts with no draft passes"
-            )
-        if self.draft_accept_p is not None:
-            raise ValueError(
-                "replay_proposals and draft_accept_p are mutually exclusive: the verified drafts are either "
-                "the recorded ones or the oracle's"
-            )
 
     def _check_random_models(self) -> None:
         # A bad random:* name or override fails here, in milliseconds, not after a target has loaded.
@@ -102,10 +91,8 @@ class EngineConfig:
             return
         target, draft = specs[self.model], specs[self.draft_model]  # type: ignore[index]
         if target.vocab != draft.vocab:
-            raise ValueError(
-                f"draft model {draft.name!r} has vocabulary {draft.vocab}, the target {target.name!r} "
-                f"{target.vocab}: they must share a tokenizer (set both with :vocab=N)"
-            )
+            raise ValueError(f"draft model {draft.name!r} has vocabulary {draft.vocab}, the target {target.name!r} "
+                             f"{target.vocab}: they must share a tokenizer (set both with :vocab=N)")
 
     @property
     def speculative(self) -> bool:
@@ -115,16 +102,11 @@ class EngineConfig:
     @property
     def speculative_algorithm(self) -> str | None:
         """SGLang's name for the algorithm (``None`` for a plain engine)."""
-        return {"none": None, "ngram": "NGRAM", "draft_model": "DRAFT_MODEL", "block": "BLOCK", "replay": "REPLAY"}[
-            self.drafter
-        ]
+        return None if self.drafter == "none" else self.drafter.upper()
 
     @property
     def verified_per_step(self) -> int | None:
-        """Tokens the target verifies per request per step: the last committed token + K drafts.
-
-        For a block drafter that is the block size (``block_size == K + 1``), for a chain ``K + 1``.
-        """
+        """Tokens the target verifies per request per step: the last committed token + K drafts (a block's size)."""
         return self.num_draft_tokens + 1 if self.speculative else None
 
 
@@ -162,9 +144,8 @@ class GenerationRequest:
         if len(self.input_ids) == 0:
             raise ValueError("input_ids must not be empty")
         if self.return_logprob and self.logprob_start_len > len(self.input_ids):
-            raise ValueError(
-                f"logprob_start_len ({self.logprob_start_len}) is larger than the prompt ({len(self.input_ids)} tokens)"
-            )
+            raise ValueError(f"logprob_start_len ({self.logprob_start_len}) is larger than the prompt "
+                             f"({len(self.input_ids)} tokens)")
 
 
 @dataclass(frozen=True)
@@ -178,13 +159,9 @@ class FinishReason:
     message: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """``{"type": "length", "length": N}``, ``{"type": "stop", "matched": id}`` or
-        ``{"type": "abort", "message": text}``."""
-        if self.type == "length":
-            return {"type": "length", "length": self.length}
-        if self.type == "abort":
-            return {"type": "abort", "message": self.message}
-        return {"type": "stop", "matched": self.matched}
+        """``{"type": "length", "length": N}``, ``{"type": "stop", "matched": id}`` or ``{"type": "abort", ...}``."""
+        detail = {"length": "length", "stop": "matched", "abort": "message"}[self.type]
+        return {"type": self.type, detail: getattr(self, detail)}
 
 
 @dataclass(frozen=True)

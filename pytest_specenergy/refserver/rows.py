@@ -1,10 +1,7 @@
 """One request's mutable state while it is queued or running, and its SGLang-shaped result.
 
-A :class:`Row` is created when a request is submitted, joins the running batch when the
-scheduler admits it, and leaves the batch the step it finishes. Its counters follow SGLang: the
-first output token comes from prefill (not a verify step); per verify step a row commits ``c``
-tokens (accepted drafts + bonus, cut at a finish) and counts ``c - 1`` correct drafts, so
-``completion_tokens == 1 + spec_verify_ct + spec_num_correct_drafts``.
+The row's life and its SGLang counters: ``docs/design/refserver.md``, section
+``pytest_specenergy/refserver/rows.py``.
 """
 
 from __future__ import annotations
@@ -91,10 +88,8 @@ class Row:
         return tuple((float(v), int(i)) for v, i in zip(values.tolist(), ids.tolist()))
 
     def commit(self, token: int, logp: torch.Tensor | None, eos_ids: tuple[int, ...]) -> bool:
-        """Append one token (``logp``: its position's log-softmax row); True if the row finished.
-
-        Length is checked before stop tokens, as SGLang does.
-        """
+        """Append one token (``logp``: its position's log-softmax row); True if the row finished
+        (length is checked before stop tokens, as SGLang does)."""
         self.output.append(token)
         self.tokens.append(token)
         if logp is not None and self.request.return_logprob:
@@ -128,12 +123,8 @@ class Row:
                 # the classic slip: counting accept_lens (bonus included) as correct drafts
                 correct += self.verify_ct
                 hist = [0] + hist
-            spec = SpecStats(
-                verify_ct=self.verify_ct,
-                num_correct_drafts=correct,
-                num_proposed_drafts=self.verify_ct * self.k,
-                correct_drafts_histogram=tuple(hist),
-            )
+            spec = SpecStats(verify_ct=self.verify_ct, num_correct_drafts=correct,
+                             num_proposed_drafts=self.verify_ct * self.k, correct_drafts_histogram=tuple(hist))
         req = self.request
         return GenerationResult(
             rid=self.rid,

@@ -39,8 +39,7 @@ class _Probes:
         self.routed: dict[int, torch.Tensor] = {}  # layer -> expert indices [tokens, top_k]
         self.linear_inputs: dict[int, torch.Tensor] = {}  # layer -> hidden states [B, Q, H]
         self.linear_modules: dict[int, torch.nn.Module] = {}
-        config = model.config
-        self.top_k = int(getattr(config, "num_experts_per_tok", 0) or 0)
+        self.top_k = int(getattr(model.config, "num_experts_per_tok", 0) or 0)
         for idx, layer in enumerate(model.get_decoder().layers):
             mlp = getattr(layer, "mlp", None)
             gate = getattr(mlp, "gate", None) if mlp is not None else None
@@ -68,8 +67,7 @@ class _Probes:
     def _linear_hook(self, idx: int):
         def hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
             if self.capture_linear:
-                hidden = kwargs.get("hidden_states", args[0] if args else None)
-                self.linear_inputs[idx] = hidden
+                self.linear_inputs[idx] = kwargs.get("hidden_states", args[0] if args else None)
 
         return hook
 
@@ -112,21 +110,10 @@ class ModelRunner:
             torch.cuda.synchronize(self.device)
 
     @torch.inference_mode()
-    def forward(
-        self,
-        kv: BatchKV,
-        tokens: torch.Tensor,
-        q_valid: torch.Tensor | None,
-        logit_rows: torch.Tensor,
-        logit_cols: torch.Tensor,
-        phase: str,
-        rids: Sequence[str],
-        capture_linear: bool = False,
-    ) -> StepOutput:
-        """Feed ``tokens`` [B, Q] into ``kv``; return logits at ``(logit_rows[i], logit_cols[i])``.
-
-        Appends the new slots to ``kv`` and one :class:`TraceStep` to the trace.
-        """
+    def forward(self, kv: BatchKV, tokens: torch.Tensor, q_valid: torch.Tensor | None, logit_rows: torch.Tensor,
+                logit_cols: torch.Tensor, phase: str, rids: Sequence[str], capture_linear: bool = False) -> StepOutput:
+        """Feed ``tokens`` [B, Q] into ``kv`` (appending its slots and one :class:`TraceStep` to the
+        trace); return logits at ``(logit_rows[i], logit_cols[i])``."""
         tokens = tokens.to(self.device)
         if q_valid is None:
             q_valid = torch.ones(tokens.shape, dtype=torch.bool, device=self.device)
@@ -141,18 +128,11 @@ class ModelRunner:
         self._sync()
         t0 = time.perf_counter()
         try:
-            out = self.decoder(
-                input_ids=tokens,
-                attention_mask=mask,
-                position_ids=positions,
-                use_cache=True,
-                **{self.cache_kw: kv.cache},
-            )
-            hidden = out.last_hidden_state
+            out = self.decoder(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True,
+                               **{self.cache_kw: kv.cache})
             logits = None
             if logit_rows.numel():
-                picked = hidden[logit_rows.to(self.device), logit_cols.to(self.device)]
-                logits = self.head(picked)
+                logits = self.head(out.last_hidden_state[logit_rows.to(self.device), logit_cols.to(self.device)])
                 if self.noise_scale is not None:
                     from .faults import numerical_noise
 
@@ -163,21 +143,12 @@ class ModelRunner:
             probes.capture_linear = False
         wall = time.perf_counter() - t0
         kv.append(q_valid)
-        if self.trace is None:
-            return StepOutput(logits=logits, wall_s=wall)
-        self._record(phase, rids, tokens, q_valid, context, int(logit_rows.numel()), wall)
+        if self.trace is not None:
+            self._record(phase, rids, tokens, q_valid, context, int(logit_rows.numel()), wall)
         return StepOutput(logits=logits, wall_s=wall)
 
-    def _record(
-        self,
-        phase: str,
-        rids: Sequence[str],
-        tokens: torch.Tensor,
-        q_valid: torch.Tensor,
-        context: list[int],
-        logit_rows: int,
-        wall: float,
-    ) -> None:
+    def _record(self, phase: str, rids: Sequence[str], tokens: torch.Tensor, q_valid: torch.Tensor,
+                context: list[int], logit_rows: int, wall: float) -> None:
         query = [int(c) for c in q_valid.sum(dim=1).tolist()]
         distinct = int(torch.unique(tokens[q_valid]).numel())
         touched: list[int] | None = None
@@ -186,49 +157,28 @@ class ModelRunner:
             touched = []
             for idx in range(self.shape.num_layers):
                 routed = self.probes.routed.get(idx)
-                if routed is None or routed.shape[0] != flat_valid.numel():
-                    touched.append(0)
-                    continue
-                touched.append(int(torch.unique(routed[flat_valid]).numel()))
+                usable = routed is not None and routed.shape[0] == flat_valid.numel()
+                touched.append(int(torch.unique(routed[flat_valid]).numel()) if usable else 0)
         assert self.trace is not None
-        cost = self.shape.step_cost(
-            query, context, logit_rows, distinct, touched, per_position_states=(phase == "verify")
-        )
-        self.trace.append(
-            TraceStep(
-                phase=phase,
-                model=self.role,
-                rids=tuple(rids),
-                query_tokens=tuple(query),
-                context_lens=tuple(context),
-                weight_bytes=cost.weight_bytes,
-                kv_bytes=cost.kv_bytes,
-                flops=cost.flops,
-                wall_s=wall,
-                experts_touched=tuple(touched) if touched is not None else None,
-            )
-        )
+        verify = phase == "verify"
+        cost = self.shape.step_cost(query, context, logit_rows, distinct, touched, per_position_states=verify)
+        self.trace.append(TraceStep(
+            phase=phase, model=self.role, rids=tuple(rids), query_tokens=tuple(query), context_lens=tuple(context),
+            weight_bytes=cost.weight_bytes, kv_bytes=cost.kv_bytes, flops=cost.flops, wall_s=wall,
+            experts_touched=tuple(touched) if touched is not None else None,
+        ))
 
     @torch.inference_mode()
-    def rollback_linear(
-        self,
-        kv: BatchKV,
-        snapshot: Sequence[torch.Tensor],
-        keep: Sequence[int],
-        width: int,
-        keep_inputs: bool = False,
-    ) -> None:
+    def rollback_linear(self, kv: BatchKV, snapshot: Sequence[torch.Tensor], keep: Sequence[int], width: int,
+                        keep_inputs: bool = False) -> None:
         """Return each row's recurrent state to the state after its first ``keep[b]`` of ``width`` tokens.
 
-        ``snapshot`` is :meth:`BatchKV.snapshot_linear` taken before the forward, and the forward
-        must have run with ``capture_linear=True``. Masking cannot undo a recurrent update, so the
-        rows that rejected something are restored from the snapshot and their accepted tokens are
-        replayed one at a time through each linear-attention layer (the captured layer inputs of
-        accepted positions do not depend on the rejected ones, by causality). Rows that kept all
-        ``width`` tokens keep the state the forward left. Right padding (the block drafter's) is
-        rolled back like rejected drafts.
-
-        ``keep_inputs`` leaves the captured inputs for a second rollback of the same forward.
+        ``snapshot`` is :meth:`BatchKV.snapshot_linear` from before a forward run with
+        ``capture_linear=True``. Masking cannot undo a recurrent update, so rows that dropped
+        tokens (rejected drafts, right padding) are restored from the snapshot and their kept
+        tokens replayed one at a time through each linear-attention layer (by causality their
+        captured inputs do not depend on the dropped ones). ``keep_inputs`` keeps the captured
+        inputs for a second rollback of the same forward.
         """
         rows_fix = [b for b, k in enumerate(keep) if k < width]
         if not rows_fix or not self.probes.linear_modules:

@@ -1,28 +1,7 @@
 """Continuous batching, as SGLang's scheduler does it: one running batch that requests join and leave.
 
-Requests arrive through :meth:`Scheduler.submit` from any thread (every concurrent HTTP
-``/generate`` call, or the rows of one batched call) and wait in a FIFO queue. One scheduler
-thread loops over iterations; each iteration
-
-1. admits queued requests while fewer than ``max_running_requests`` rows run, prefills them in a
-   forward of their own (phase ``prefill``; for a draft-model drafter the draft model is prefilled
-   on the same prompts right after, also phase ``prefill``), and appends them to the running
-   batch (:meth:`.kv.BatchKV.merge`);
-2. runs one decode step (plain engine) or one draft + verify step (speculative engine) over every
-   running row, and records it (``step_time_dict`` keyed by the rows that really ran);
-3. drops the rows that finished at once and wakes the callers whose requests are all done.
-
-:meth:`Scheduler.abort` (SGLang's ``/abort_request``) marks the rows it names that are queued,
-being admitted or running at that moment; at the start of the next iteration each marked row
-still unfinished finishes with ``{"type": "abort"}`` and keeps the output it has (a queued one has
-none), as SGLang answers an aborted non-streaming request. The mark lives on the row, so a row
-that finishes in the iteration under way takes it along: an abort never reaches a request
-submitted after it.
-
-So a finished row is replaced in the very next iteration, and the running batch stays full while
-requests are queued. A caller is blocked only until its own requests finish. If an iteration
-raises, every request in the batch fails with that error and the engine starts from empty caches
-(the failure is the caller's answer, not a dead server).
+The iteration, aborts and failure handling: ``docs/design/refserver.md``, section
+``pytest_specenergy/refserver/scheduler.py``.
 """
 
 from __future__ import annotations
@@ -32,44 +11,26 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import torch
 
-from .drafters import Drafter
-from .kv import BatchKV
 from .records import FinishReason
 from .rows import Row
 from .stats import EngineStats
+
+if TYPE_CHECKING:  # the engine's new_kv, new_drafter, prefill, decode and verify are the steps driven here
+    from .engine import ReferenceEngine
 
 log = logging.getLogger("pytest_specenergy.refserver")
 
 COMPACT_SLACK = 32  # holes per row tolerated before the target cache is compacted
 
 
-class Stepper(Protocol):
-    """The forward passes the scheduler drives (implemented by :class:`.engine.ReferenceEngine`)."""
-
-    def new_kv(self) -> BatchKV:
-        """An empty target cache."""
-
-    def new_drafter(self) -> Drafter | None:
-        """A drafter with no rows (None for a plain engine)."""
-
-    def prefill(self, rows: Sequence[Row]) -> BatchKV:
-        """Prefill ``rows`` in a fresh cache and commit each row's first output token."""
-
-    def decode(self, rows: Sequence[Row], kv: BatchKV) -> None:
-        """One plain decode step over ``rows``."""
-
-    def verify(self, rows: Sequence[Row], kv: BatchKV, drafter: Drafter) -> None:
-        """One draft + verify step over ``rows``."""
-
-
 class Scheduler:
     """The queue, the running batch and the thread that advances it."""
 
-    def __init__(self, stepper: Stepper, stats: EngineStats, max_running: int, lock: threading.Lock) -> None:
+    def __init__(self, stepper: ReferenceEngine, stats: EngineStats, max_running: int, lock: threading.Lock) -> None:
         self.stepper = stepper
         self.stats = stats
         self.max_running = max_running
@@ -82,7 +43,6 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._stop = False
         self._admitting: list[Row] = []  # popped from the queue, not yet in the running batch
-        self.iterations = 0
         self.prefill_forwards = 0  # numbers each admission's prefill (meta_info.prefill_forward)
 
     # ------------------------------------------------------------------------------ callers
@@ -182,7 +142,6 @@ class Scheduler:
 
     @torch.inference_mode()
     def _iteration(self, admit: list[Row]) -> None:
-        self.iterations += 1
         if admit:
             self.prefill_forwards += 1
             for row in admit:

@@ -1,29 +1,12 @@
 """Stdlib HTTP server speaking SGLang's protocol subset in front of a :class:`ReferenceEngine`.
 
-Endpoints: ``POST/PUT /generate``, ``GET /server_info`` (and the older ``/get_server_info``),
-``GET/POST /flush_cache``, ``POST /abort_request``, ``POST /set_internal_state`` (the admission cap
-``max_running_requests`` only), ``GET /health``, ``GET /health_generate``, ``GET /ready``,
-``GET /model_info`` and our extension ``GET /work_trace?start=K``. Requests are handled on threads;
-every concurrent ``/generate`` call hands its requests to the engine's continuous-batching
-scheduler, so they join one running batch, and each call returns as soon as its own requests have
-finished. ``/flush_cache`` answers 400 while requests run (as SGLang does when it is not idle).
-
-Robustness: every error is an HTTP status with a JSON body ``{"error": {"message": ...}}``, never a
-dropped connection - a bad body on any endpoint (not JSON, wrong types, unknown fields, a body
-where none is taken) is 400, an unreadable ``Content-Length`` 400, a body over 64 MiB 413, a
-method the server does not have 405.
-
-Slow clients cannot hold the server: every read waits at most ``--http-timeout`` (30 s), and a
-whole request (request line, headers and body) must arrive within ``--request-timeout`` (10 s)
-of the server starting to wait for it, so a client dripping a byte at a time is cut off too. Past
-either limit the connection is closed, with a 408 if part of the request had arrived (an idle
-keep-alive connection is closed silently: a 408 nobody asked for could be read as the answer to
-the request its client sends at that moment). At most ``--max-connections`` (256) connections
-are served at once, one thread each; a connection past that gets a 503 and is closed at once.
+Endpoints, error answers and the slow-client limits: ``docs/design/refserver.md``, section
+``pytest_specenergy/refserver/server.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -99,9 +82,8 @@ class _DeadlineReader(io.RawIOBase):
             n = self.sock.recv_into(buffer)
         except TimeoutError:
             if time.monotonic() >= self.deadline:
-                raise RequestTimeout(
-                    f"the request was not read within --request-timeout {self.request_timeout:g} s"
-                ) from None
+                raise RequestTimeout(f"the request was not read within --request-timeout "
+                                     f"{self.request_timeout:g} s") from None
             raise RequestTimeout(f"no data for --http-timeout {self.idle_timeout:g} s") from None
         finally:
             self.sock.settimeout(self.idle_timeout)  # writes keep the plain socket timeout
@@ -141,16 +123,11 @@ class _Handler(BaseHTTPRequestHandler):
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """The stdlib's own errors (bad request line, unknown method, ...) as JSON too."""
         self.close_connection = True
-        try:
+        with contextlib.suppress(OSError):
             self._error(code, message or explain or "bad request")
-        except OSError:
-            pass
 
     def _send(self, status: int, payload: Any, content_type: str = "application/json") -> None:
-        if content_type == "application/json":
-            data = json.dumps(payload).encode("utf-8")
-        else:
-            data = str(payload).encode("utf-8")
+        data = (json.dumps(payload) if content_type == "application/json" else str(payload)).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
@@ -180,19 +157,16 @@ class _Handler(BaseHTTPRequestHandler):
         if length > MAX_BODY_BYTES:
             self.close_connection = True  # the unread body would be parsed as the next request
             raise HTTPError(413, f"request body of {length} bytes is larger than {MAX_BODY_BYTES}")
-        chunks: list[bytes] = []
-        got = 0
+        raw = bytearray()
         why = "the client closed the connection"
         try:  # read1 in a loop, so a timeout keeps what did arrive (for the message)
-            while got < length:
-                chunk = self.rfile.read1(min(1 << 16, length - got))
+            while len(raw) < length:
+                chunk = self.rfile.read1(min(1 << 16, length - len(raw)))
                 if not chunk:
                     break
-                chunks.append(chunk)
-                got += len(chunk)
+                raw += chunk
         except RequestTimeout as exc:
             why = str(exc)
-        raw = b"".join(chunks)
         if len(raw) < length:
             self.close_connection = True
             raise HTTPError(408, f"the body ended after {len(raw)} of {length} bytes (Content-Length): {why}")
@@ -250,9 +224,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif url.path in ("/server_info", "/get_server_info"):
             self._send(200, engine.server_info())
         elif url.path in ("/model_info", "/get_model_info"):
-            self._send(
-                200, {"model_path": engine.config.model, "tokenizer_path": engine.config.model, "is_generation": True}
-            )
+            model = engine.config.model
+            self._send(200, {"model_path": model, "tokenizer_path": model, "is_generation": True})
         elif url.path == "/work_trace":
             self._work_trace(url.query)
         elif url.path == "/flush_cache":
@@ -284,12 +257,9 @@ class _Handler(BaseHTTPRequestHandler):
         rid, everything = body.get("rid"), body.get("abort_all", False)
         if not isinstance(everything, bool) or (rid is not None and not isinstance(rid, str)):
             raise HTTPError(400, f"/abort_request: rid must be a string and abort_all a boolean, got {body!r}")
-        if everything:
-            self.server.engine.abort(None)
-        elif rid:
-            self.server.engine.abort(rid)
-        else:
+        if not (everything or rid):
             raise HTTPError(400, '/abort_request needs a "rid" or "abort_all": true')
+        self.server.engine.abort(None if everything else rid)
         self._send(200, "", "text/plain")
 
     def _set_internal_state(self, body: Any) -> None:
@@ -311,24 +281,18 @@ class _Handler(BaseHTTPRequestHandler):
             result_json(r, engine.tokenizer, parsed.return_prompt_token_ids, parsed.return_text_in_logprobs)
             for r in results
         ]
-        log.info(
-            "generate: %d request(s), %d output tokens in %.3f s",
-            len(results),
-            sum(r.completion_tokens for r in results),
-            time.perf_counter() - t0,
-        )
+        log.info("generate: %d request(s), %d output tokens in %.3f s", len(results),
+                 sum(r.completion_tokens for r in results), time.perf_counter() - t0)
         self._send(200, answers if parsed.batched else answers[0])
 
     def _health_generate(self) -> None:
-        parsed = parse_generate(
-            {"input_ids": [1], "sampling_params": {"max_new_tokens": 1}}, self.server.engine.tokenizer
-        )
+        parsed = parse_generate({"input_ids": [1], "sampling_params": {"max_new_tokens": 1}},
+                                self.server.engine.tokenizer)
         self.server.engine.generate(parsed.requests)
         self._send(200, "OK", "text/plain")
 
     def _work_trace(self, query: str) -> None:
-        params = parse_qs(query)
-        raw = params.get("start", ["0"])[0]
+        raw = parse_qs(query).get("start", ["0"])[0]
         try:
             start = int(raw)
         except ValueError:
@@ -354,19 +318,12 @@ class ReferenceHTTPServer(ThreadingHTTPServer):
     # for a batch of 16-64 at once (uvicorn, in front of SGLang, keeps 2048).
     request_queue_size = 1024
 
-    def __init__(
-        self,
-        engine: ReferenceEngine,
-        host: str = "127.0.0.1",
-        port: int = 30000,
-        http_timeout: float = DEFAULT_HTTP_TIMEOUT_S,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S,
-        max_connections: int = DEFAULT_MAX_CONNECTIONS,
-    ) -> None:
+    def __init__(self, engine: ReferenceEngine, host: str = "127.0.0.1", port: int = 30000,
+                 http_timeout: float = DEFAULT_HTTP_TIMEOUT_S, request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         if host not in LOOPBACK_HOSTS:
-            raise ValueError(
-                f"the reference server binds loopback only; --host must be one of {LOOPBACK_HOSTS}, got {host!r}"
-            )
+            raise ValueError(f"the reference server binds loopback only; --host must be one of {LOOPBACK_HOSTS}, "
+                             f"got {host!r}")
         for flag, value in (("--http-timeout", http_timeout), ("--request-timeout", request_timeout)):
             if not value > 0:
                 raise ValueError(f"{flag} must be > 0 seconds, got {value}")
@@ -401,19 +358,14 @@ class ReferenceHTTPServer(ThreadingHTTPServer):
             self._slots.release()
 
     def _refuse(self, request: socket.socket) -> None:
-        body = json.dumps(
-            {"error": {"message": f"the server is serving --max-connections {self.max_connections} connections"}}
-        ).encode()
-        head = (
-            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
-        )
+        message = f"the server is serving --max-connections {self.max_connections} connections"
+        body = json.dumps({"error": {"message": message}}).encode()
+        head = ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n")
         log.warning("refused a connection: %d are being served (--max-connections)", self.max_connections)
-        try:  # non-blocking: this runs on the accepting thread, which must never wait on a client
+        with contextlib.suppress(OSError):  # non-blocking: the accepting thread must never wait on a client
             request.setblocking(False)
             request.send(head.encode() + body)
-        except OSError:
-            pass
 
     @property
     def url(self) -> str:

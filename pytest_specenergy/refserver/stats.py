@@ -1,16 +1,7 @@
 """Engine counters for ``/server_info``: what SGLang reports, plus cumulative concurrency counters.
 
-Two kinds, on purpose:
-
-* Since the last ``flush_cache`` (SGLang's semantics): ``step_time_dict`` (running rows -> list of
-  step times, one entry per decode/verify step, as with ``SGLANG_RECORD_STEP_TIME=1`` and
-  ``decode_log_interval=1``), ``avg_spec_accept_length``, ``min_running``/``max_running``.
-* Since the engine started, never reset, so a client can difference two reads around any window
-  whatever flushed in between: ``decode_steps``, ``decode_row_steps`` (rows summed over those
-  steps) and ``decode_steps_by_running`` (running rows -> steps). Over a window, mean concurrency
-  is ``d(decode_row_steps) / d(decode_steps)`` and the minimum is the smallest key whose count
-  grew. Prefill forwards are counted apart (``prefill_steps``, ``prefill_rows``): like SGLang's,
-  they are not decode steps.
+Which counters ``flush_cache`` resets and which never are, and why: ``docs/design/refserver.md``, section
+``pytest_specenergy/refserver/stats.py``.
 """
 
 from __future__ import annotations
@@ -72,16 +63,13 @@ class EngineStats:
     def decode_step(self, running: int, seconds: float) -> None:
         """One decode or verify step over ``running`` rows."""
         with self._lock:
-            self._decode_step(running, seconds)
-
-    def _decode_step(self, running: int, seconds: float) -> None:
-        f, life = self.flushable, self.lifetime
-        f.step_times[str(running)].append(seconds)
-        f.min_running = running if f.min_running is None else min(f.min_running, running)
-        f.max_running = running if f.max_running is None else max(f.max_running, running)
-        life.decode_steps += 1
-        life.decode_row_steps += running
-        life.steps_by_running[running] += 1
+            f, life = self.flushable, self.lifetime
+            f.step_times[str(running)].append(seconds)
+            f.min_running = running if f.min_running is None else min(f.min_running, running)
+            f.max_running = running if f.max_running is None else max(f.max_running, running)
+            life.decode_steps += 1
+            life.decode_row_steps += running
+            life.steps_by_running[running] += 1
 
     def verified(self, committed: int) -> None:
         """One row's verify step committed ``committed`` tokens."""
@@ -97,22 +85,19 @@ class EngineStats:
     def to_json(self) -> dict[str, Any]:
         """The counters' part of ``internal_states[0]``."""
         with self._lock:
-            return self._to_json()
-
-    def _to_json(self) -> dict[str, Any]:
-        f, life = self.flushable, self.lifetime
-        out: dict[str, Any] = {
-            "step_time_dict": {key: list(v) for key, v in f.step_times.items()},
-            "min_running": f.min_running,
-            "max_running": f.max_running,
-            "decode_steps": life.decode_steps,
-            "decode_row_steps": life.decode_row_steps,
-            "decode_steps_by_running": {str(k): v for k, v in sorted(life.steps_by_running.items())},
-            "prefill_steps": life.prefill_steps,
-            "prefill_rows": life.prefill_rows,
-            "num_requests_finished": life.requests_finished,
-        }
-        avg = self.avg_spec_accept_length()
+            f, life = self.flushable, self.lifetime
+            out: dict[str, Any] = {
+                "step_time_dict": {key: list(v) for key, v in f.step_times.items()},
+                "min_running": f.min_running,
+                "max_running": f.max_running,
+                "decode_steps": life.decode_steps,
+                "decode_row_steps": life.decode_row_steps,
+                "decode_steps_by_running": {str(k): v for k, v in sorted(life.steps_by_running.items())},
+                "prefill_steps": life.prefill_steps,
+                "prefill_rows": life.prefill_rows,
+                "num_requests_finished": life.requests_finished,
+            }
+            avg = self.avg_spec_accept_length()
         if avg is not None:
             out["avg_spec_accept_length"] = avg
         return out

@@ -1,34 +1,7 @@
 """Built-in tiny models, made deterministically from a seed (no files, no downloads).
 
-Every weight is drawn from its own PCG64 stream keyed by ``(seed, parameter name)`` and converted to
-floats with exact integer arithmetic, so the same seed gives bit-identical weights on any machine,
-any torch version and any transformers version that names the parameters the same way. The
-modules' own initialisers are used only for constant parameters (norm scales, ``dt_bias``), which
-carry no randomness.
-
-Targets and drafts:
-
-* ``tiny:dense`` (``Qwen3ForCausalLM``) and ``tiny:dense-draft``;
-* ``tiny:moe`` (``Qwen3MoeForCausalLM``, routed experts) and ``tiny:moe-draft``;
-* ``tiny:hybrid`` (``Qwen3NextForCausalLM``, gated-delta-net linear attention + full attention)
-  and ``tiny:hybrid-draft``.
-
-A draft is *derived* from its target: the target's embeddings, first layers, final norm and
-``lm_head``. The target's later layers write to the residual stream with a reduced scale, so the
-truncated draft predicts the target's greedy token often enough for realistic acceptance, as a
-trained draft model would. The registry (:data:`TINY_MODELS`, :func:`register_tiny_model`) is
-open for more entries.
-
-Each entry also names the real model shape it stands for (``priced_as``, a key of the plugin's
-shape registry, served in ``/server_info``), so a roofline meter prices its work trace at that
-size instead of at the tiny one, where fixed per-step overheads would dominate:
-
-* ``tiny:dense`` as Qwen3-8B, its draft ``tiny:dense-draft`` as Qwen3-0.6B;
-* ``tiny:moe`` as Qwen3-30B-A3B, ``tiny:moe-draft`` as Qwen3-0.6B (its usual draft model);
-* ``tiny:hybrid`` as Qwen3.6-27B (3 Gated DeltaNet layers per full-attention layer),
-  ``tiny:hybrid-draft`` as Qwen3-0.6B (a ~0.6B draft; no small hybrid draft is published).
-
-The tiny models' own dimensions are unchanged: only the price tag is real-sized.
+How weights are seeded, how drafts are derived and what each model is priced as:
+``docs/design/refserver.md``, section ``pytest_specenergy/refserver/tiny_models.py``.
 """
 
 from __future__ import annotations
@@ -55,16 +28,15 @@ DEEP_RESIDUAL_SCALE = 0.15
 LOGIT_SCALE = 3.0  # std of the logits for a unit-RMS final hidden state: keeps top-2 gaps wide
 ROUTER_SCALE = 2.0
 ATTN_OUT_SCALE = 0.25
-# The hybrid's gated-delta-net (linear attention) layers, issue 22 item 9. With the decay rates the
-# architecture's initialiser draws (A in [1, 16]: a state that forgets in about one token) and
-# out_proj at ATTN_OUT_SCALE alone (its input is unit-RMS after the gated norm, where softmax
-# attention hands o_proj an average of values: it wrote ~3x what the full-attention layer did), the
-# few latest tokens steered the text like a high-order Markov chain: greedy answers cycled only after
-# ~40 tokens, so n-gram drafts were never accepted in a 32-token answer. A state that remembers
-# tens of tokens (A in [0.01, 0.1], as a trained layer's long-memory heads) writing under the
-# full-attention layer settles the text into short cycles as the dense model's does (n-gram accept
-# length 1.4 on code at 32 tokens, 1.6-1.9 on every built-in corpus at 64), while a corrupted
-# state still persists long enough to change tokens: every state-rollback fault shows.
+# The hybrid's gated-delta-net (linear attention) layers, issue 22 item 9. With the initialiser's decay
+# rates (A in [1, 16]: a state that forgets in about one token) and out_proj at ATTN_OUT_SCALE alone (its
+# input is unit-RMS after the gated norm, where softmax attention hands o_proj an average of values: it
+# wrote ~3x what the full-attention layer did), the latest tokens steered the text like a high-order
+# Markov chain: answers cycled only after ~40 tokens, so n-gram drafts were never accepted in a 32-token
+# answer. A state remembering tens of tokens (A in [0.01, 0.1], as a trained layer's long-memory heads)
+# writing under the full-attention layer settles the text into short cycles like the dense model's (n-gram
+# accept length 1.4 on code at 32 tokens, 1.6-1.9 on every built-in corpus at 64), while a corrupted state
+# persists long enough to change tokens: every state-rollback fault shows.
 LINEAR_ATTN_OUT_SCALE = 0.2
 GDN_DECAY_RANGE = (0.01, 0.1)
 
@@ -103,21 +75,15 @@ def priced_as_for(model: str, draft: str | None = None) -> dict[str, str] | None
     its overrides). None when the target is neither (a real checkpoint is priced at its own
     size); the draft entry is left out when there is no draft model or it declares no shape.
     """
-    target = _priced_as(model)
-    if target is None:
+    shapes = {"target": _priced_as(model), "draft": _priced_as(draft) if draft else None}
+    if shapes["target"] is None:
         return None
-    out = {"target": target}
-    draft_shape = _priced_as(draft) if draft else None
-    if draft_shape is not None:
-        out["draft"] = draft_shape
-    return out
+    return {role: shape for role, shape in shapes.items() if shape is not None}
 
 
 def _priced_as(name: str) -> str | None:
     spec = TINY_MODELS.get(name)
-    if spec is not None:
-        return spec.priced_as
-    return random_priced_as(name)
+    return spec.priced_as if spec is not None else random_priced_as(name)
 
 
 def build_tiny_model(name: str, seed: int = 0) -> torch.nn.Module:
@@ -149,9 +115,8 @@ def _layer_index(name: str) -> int | None:
     return None
 
 
-def _residual_writer(name: str) -> bool:
-    # These projections add into the residual stream; scaling them scales a layer's contribution.
-    return name.endswith(("o_proj.weight", "down_proj.weight", "out_proj.weight", "experts.down_proj"))
+# These projections add into the residual stream; scaling them scales a layer's contribution.
+_RESIDUAL_WRITERS = ("o_proj.weight", "down_proj.weight", "out_proj.weight", "experts.down_proj")
 
 
 def seed_weights(model: torch.nn.Module, seed: int) -> torch.nn.Module:
@@ -180,7 +145,7 @@ def seed_weights(model: torch.nn.Module, seed: int) -> torch.nn.Module:
                 if name.endswith("mlp.gate.weight"):
                     bound *= ROUTER_SCALE
                 layer = _layer_index(name)
-                if _residual_writer(name) and layer is not None and layer >= DRAFT_LAYERS:
+                if name.endswith(_RESIDUAL_WRITERS) and layer is not None and layer >= DRAFT_LAYERS:
                     bound *= DEEP_RESIDUAL_SCALE
                 if name.endswith(("o_proj.weight", "linear_attn.out_proj.weight")):
                     bound *= ATTN_OUT_SCALE
@@ -201,9 +166,15 @@ def _finish(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def _common(vocab: int) -> dict[str, object]:
+def _common(num_layers: int) -> dict[str, object]:
+    # what every family shares: attention shape, byte-tokenizer vocabulary and special ids
     return dict(
-        vocab_size=vocab,
+        hidden_size=256,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        vocab_size=ByteTokenizer().vocab_size,
         pad_token_id=PAD_ID,
         bos_token_id=BOS_ID,
         eos_token_id=EOS_ID,
@@ -218,33 +189,20 @@ def _common(vocab: int) -> dict[str, object]:
 def _dense_config(num_layers: int):
     from transformers import Qwen3Config
 
-    return Qwen3Config(
-        hidden_size=256,
-        intermediate_size=768,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        **_common(ByteTokenizer().vocab_size),
-    )
+    return Qwen3Config(intermediate_size=768, **_common(num_layers))
 
 
 def _moe_config(num_layers: int):
     from transformers import Qwen3MoeConfig
 
     return Qwen3MoeConfig(
-        hidden_size=256,
         intermediate_size=768,
         moe_intermediate_size=192,
         num_experts=16,
         num_experts_per_tok=2,
         norm_topk_prob=True,
         decoder_sparse_step=1,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        **_common(ByteTokenizer().vocab_size),
+        **_common(num_layers),
     )
 
 
@@ -255,32 +213,25 @@ def _hybrid_config(num_layers: int):
     from transformers import Qwen3NextConfig
 
     return Qwen3NextConfig(
-        hidden_size=256,
         intermediate_size=512,
-        num_hidden_layers=num_layers,
         layer_types=list(HYBRID_LAYER_TYPES[:num_layers]),
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
         linear_conv_kernel_dim=4,
         linear_key_head_dim=32,
         linear_value_head_dim=32,
         linear_num_key_heads=2,
         linear_num_value_heads=4,
         num_experts=0,  # dense MLPs: the hybrid tests the recurrent state, tiny:moe tests routing
-        **_common(ByteTokenizer().vocab_size),
+        **_common(num_layers),
     )
 
 
 def _construct(cls_name: str, config: object) -> torch.nn.Module:
     """An instance of the transformers class ``cls_name`` without its random initialisation.
 
-    :func:`seed_weights` overwrites every random parameter, and the constant ones (norm scales,
-    ``dt_bias``) and buffers are set by the modules' constructors, so the initialisers'
-    draws were thrown away: they were the larger part of a build (``tiny:dense`` 0.074 s ->
-    0.031 s, ``benchmarks/engine_setup.py``), paid by every engine start. The weights are
-    bit-identical either way (``tests/refserver/test_reference_models.py`` compares every
-    tensor)."""
+    :func:`seed_weights` overwrites every random parameter and the constructors set the constant
+    ones, so the initialisers' draws were thrown away, at most of a build's cost (``tiny:dense``
+    0.074 s -> 0.031 s, ``benchmarks/engine_setup.py``); the weights are bit-identical either way
+    (``tests/refserver/test_reference_models.py`` compares every tensor)."""
     import transformers
     from transformers.initialization import no_init_weights
 
@@ -311,55 +262,28 @@ def _make_draft(target: ModelBuilder, config_fn: Callable[[int], object], cls_na
     return build
 
 
-_dense = _make_target(_dense_config, "Qwen3ForCausalLM", 6)
-_moe = _make_target(_moe_config, "Qwen3MoeForCausalLM", 4)
-_hybrid = _make_target(_hybrid_config, "Qwen3NextForCausalLM", 4)
+# Registered in this order, each target followed by its draft (first DRAFT_LAYERS layers + embeddings + lm_head).
+_FAMILIES = (
+    # family, transformers class, config, layers, description, priced as, draft description
+    ("dense", "Qwen3ForCausalLM", _dense_config, 6, "Qwen3 dense, 6 layers, hidden 256", "qwen3-8b",
+     "first 2 layers + embeddings + lm_head of tiny:dense"),
+    ("moe", "Qwen3MoeForCausalLM", _moe_config, 4, "Qwen3-MoE, 4 layers, 16 experts top-2", "qwen3-30b-a3b",
+     "first 2 layers + embeddings + lm_head of tiny:moe"),
+    ("hybrid", "Qwen3NextForCausalLM", _hybrid_config, 4, "Qwen3-Next, 4 layers: linear/full attention alternating",
+     "qwen3.6-27b", "first 2 layers (linear + full attention) + embeddings + lm_head of tiny:hybrid"),
+)
 
-register_tiny_model(
-    TinyModelSpec("tiny:dense", "dense", _dense, "Qwen3 dense, 6 layers, hidden 256", priced_as="qwen3-8b")
-)
-register_tiny_model(
-    TinyModelSpec(
-        "tiny:dense-draft",
-        "dense",
-        _make_draft(_dense, _dense_config, "Qwen3ForCausalLM"),
-        "first 2 layers + embeddings + lm_head of tiny:dense",
-        draft_for="tiny:dense",
-        priced_as="qwen3-0.6b",
-    )
-)
-register_tiny_model(
-    TinyModelSpec("tiny:moe", "moe", _moe, "Qwen3-MoE, 4 layers, 16 experts top-2", priced_as="qwen3-30b-a3b")
-)
-register_tiny_model(
-    TinyModelSpec(
-        "tiny:moe-draft",
-        "moe",
-        _make_draft(_moe, _moe_config, "Qwen3MoeForCausalLM"),
-        "first 2 layers + embeddings + lm_head of tiny:moe",
-        draft_for="tiny:moe",
-        priced_as="qwen3-0.6b",
-    )
-)
-register_tiny_model(
-    TinyModelSpec(
-        "tiny:hybrid",
-        "hybrid",
-        _hybrid,
-        "Qwen3-Next, 4 layers: linear/full attention alternating",
-        priced_as="qwen3.6-27b",
-    )
-)
-register_tiny_model(
-    TinyModelSpec(
-        "tiny:hybrid-draft",
-        "hybrid",
-        _make_draft(_hybrid, _hybrid_config, "Qwen3NextForCausalLM"),
-        "first 2 layers (linear + full attention) + embeddings + lm_head of tiny:hybrid",
-        draft_for="tiny:hybrid",
-        priced_as="qwen3-0.6b",
-    )
-)
+
+def _register_families() -> None:
+    for family, cls_name, config_fn, layers, description, priced_as, draft_description in _FAMILIES:
+        target = _make_target(config_fn, cls_name, layers)
+        register_tiny_model(TinyModelSpec(f"tiny:{family}", family, target, description, priced_as=priced_as))
+        draft = _make_draft(target, config_fn, cls_name)
+        register_tiny_model(TinyModelSpec(f"tiny:{family}-draft", family, draft, draft_description,
+                                          draft_for=f"tiny:{family}", priced_as="qwen3-0.6b"))
+
+
+_register_families()
 
 
 def default_draft_for(model: str) -> str | None:

@@ -1,12 +1,7 @@
-"""Tokenizers for the reference server.
+"""Tokenizers for the reference server: a built-in byte-level tokenizer with fixed merges, padded for
+``random:*`` models, and an adapter for a local Hugging Face checkpoint's own tokenizer.
 
-The built-in tiny models need a tokenizer that exists without any download, so this module defines
-one: byte-level (every UTF-8 byte is a token, so any text round-trips exactly, Romansh included) plus
-three special tokens at fixed ids and a small fixed list of multi-byte pieces ("merges") so that
-ordinary English text is not one token per character. A ``random:*`` model (:mod:`.random_models`)
-usually has a larger vocabulary than that: :class:`PaddedByteTokenizer` is the same tokenizer with
-a text placeholder for the ids beyond it. A local Hugging Face checkpoint directory brings its own
-tokenizer; :func:`load_tokenizer` wraps it behind the same small interface.
+Design: ``docs/design/refserver.md``, section ``pytest_specenergy/refserver/tokenizer.py``.
 """
 
 from __future__ import annotations
@@ -36,10 +31,7 @@ _MERGE_LINES = (
     " ch| tsch| da| la| il| en| ei| dal| cun| per| ina| in| ils| las| sco| ha| èn| è| ü| ö| ä|ün|ai|au|ia|ie|ua",
 )
 DEFAULT_MERGES: tuple[str, ...] = tuple(piece for line in _MERGE_LINES for piece in line.split("|")) + (
-    "\n\n",
-    "\n    ",
-    "\n        ",
-    '"""',
+    "\n\n", "\n    ", "\n        ", '"""',
 )
 
 
@@ -58,30 +50,21 @@ class TokenizerLike(Protocol):
 
 
 class ByteTokenizer:
-    """Byte-level tokenizer with fixed special tokens and optional fixed merges.
+    """Byte-level tokenizer: ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, byte ``b`` = ``3 + b``, then one id per merge.
 
-    Ids: ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, byte ``b`` = ``3 + b``, then one id per merge in
-    the order given. Encoding is greedy longest match over the merge pieces (as UTF-8 bytes), falling
-    back to single bytes, so ``decode(encode(s)) == s`` for every string ``s``.
+    Encoding is greedy longest match over the merge pieces (as UTF-8 bytes), falling back to single
+    bytes, so ``decode(encode(s)) == s`` for every string ``s``.
     """
 
     def __init__(self, merges: Sequence[str] = DEFAULT_MERGES) -> None:
-        pieces: list[bytes] = []
-        seen: set[bytes] = set()
-        for piece in merges:
-            raw = piece.encode("utf-8")
-            # Single bytes already have ids; duplicates would make encode() ambiguous.
-            if len(raw) < 2 or raw in seen:
-                continue
-            seen.add(raw)
-            pieces.append(raw)
+        # Single bytes already have ids; duplicates would make encode() ambiguous (the first one counts).
+        pieces = list(dict.fromkeys(raw for raw in (piece.encode("utf-8") for piece in merges) if len(raw) >= 2))
         self._piece_to_id: dict[bytes, int] = {p: BYTE_OFFSET + 256 + i for i, p in enumerate(pieces)}
         self._id_to_bytes: list[bytes] = [b""] * BYTE_OFFSET + [bytes([b]) for b in range(256)] + pieces
         self._max_piece = max((len(p) for p in pieces), default=1)
         self.vocab_size: int = len(self._id_to_bytes)
         self.eos_token_ids: tuple[int, ...] = (EOS_ID,)
         self.pad_token_id: int = PAD_ID
-        self.bos_token_id: int = BOS_ID
 
     def encode(self, text: str) -> list[int]:
         """Encode ``text`` (greedy longest match; never adds special tokens)."""
@@ -157,10 +140,8 @@ class HFTokenizer:
         from transformers import AutoTokenizer
 
         self._tok = AutoTokenizer.from_pretrained(str(path))
-        eos = [] if self._tok.eos_token_id is None else [int(self._tok.eos_token_id)]
-        for tid in extra_eos_ids:
-            if int(tid) not in eos:
-                eos.append(int(tid))
+        own = [] if self._tok.eos_token_id is None else [self._tok.eos_token_id]
+        eos = list(dict.fromkeys(int(tid) for tid in [*own, *extra_eos_ids]))
         self.eos_token_ids: tuple[int, ...] = tuple(eos)
         pad = self._tok.pad_token_id
         self.pad_token_id: int = int(pad) if pad is not None else (eos[0] if eos else 0)
@@ -176,10 +157,8 @@ class HFTokenizer:
 
 
 def load_tokenizer(model: str, extra_eos_ids: Sequence[int] = (), vocab_size: int | None = None) -> TokenizerLike:
-    """The tokenizer for a model name: built-in for ``tiny:*`` and ``random:*``, else the checkpoint's.
-
-    ``vocab_size`` is the model's vocabulary; a ``random:*`` model's byte tokenizer is padded to it.
-    """
+    """The tokenizer for a model name: built-in for ``tiny:*`` and ``random:*`` (padded to the
+    model's ``vocab_size``), else the checkpoint's."""
     if model.startswith("tiny:"):
         return ByteTokenizer()
     if model.startswith("random:"):

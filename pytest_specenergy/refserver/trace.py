@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from dataclasses import field
+from dataclasses import fields
 from typing import Any
 
 MAX_KEPT_STEPS = 500_000
@@ -34,20 +35,11 @@ class TraceStep:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON record served by ``/work_trace``."""
-        out: dict[str, Any] = {
-            "phase": self.phase,
-            "model": self.model,
-            "rids": list(self.rids),
-            "query_tokens": list(self.query_tokens),
-            "context_lens": list(self.context_lens),
-            "weight_bytes": self.weight_bytes,
-            "kv_bytes": self.kv_bytes,
-            "flops": self.flops,
-            "wall_s": self.wall_s,
-        }
-        if self.experts_touched is not None:
-            out["experts_touched"] = list(self.experts_touched)
-        return out
+        # every field in declaration order, tuples as lists; experts_touched only for an MoE model
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.experts_touched is None:
+            del out["experts_touched"]
+        return {key: list(v) if isinstance(v, tuple) else v for key, v in out.items()}
 
 
 @dataclass

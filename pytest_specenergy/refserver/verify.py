@@ -1,11 +1,7 @@
 """One speculative step over the running batch: draft, verify in one target forward, accept, commit.
 
-Every row feeds ``[last committed, d1..dK]`` (``K + 1`` = :attr:`.records.EngineConfig.verified_per_step`
-tokens; a block drafter's block is the same shape: block size ``B = K + 1``). Row ``b`` accepts the
-longest prefix of drafts equal to the target's greedy choices, plus the target's own next token
-(the bonus). Rejected slots become KV holes; recurrent state is rolled back to the last accepted
-token. The fault switches that live on this path are applied here, each at the line where the real
-bug lived.
+The step's shape, acceptance and rollback: ``docs/design/refserver.md``, section
+``pytest_specenergy/refserver/verify.py``.
 """
 
 from __future__ import annotations
@@ -35,16 +31,8 @@ def verify_step(engine: ReferenceEngine, rows: Sequence[Row], kv: BatchKV, draft
     if stale_fault:
         _read_stale_state(rows, kv, drafter.empty)
     snapshot = kv.snapshot_linear() if kv.has_linear else []
-    out = engine.runner.forward(
-        kv,
-        ids,
-        None,
-        torch.arange(n).repeat_interleave(k + 1),
-        torch.arange(k + 1).repeat(n),
-        "verify",
-        [r.rid for r in rows],
-        capture_linear=kv.has_linear,
-    )
+    out = engine.runner.forward(kv, ids, None, torch.arange(n).repeat_interleave(k + 1), torch.arange(k + 1).repeat(n),
+                                "verify", [r.rid for r in rows], capture_linear=kv.has_linear)
     assert out.logits is not None
     logits = out.logits.view(n, k + 1, -1)
     greedy = logits.argmax(dim=-1)  # [n, K+1]: the target's choice after each fed token
@@ -90,25 +78,18 @@ def _state_keep(accepted: Sequence[int], k: int, faults: Sequence[str]) -> list[
 def _read_stale_state(rows: Sequence[Row], kv: BatchKV, empty: Sequence[bool]) -> None:
     """Fault ``stale-state-after-empty-draft``: a zero-draft step reads the wrong state slot.
 
-    Engines that keep one recurrent state per verified position pick the slot of the last accepted
-    token after each verify. The bug (vLLM #39273, fixed in vLLM #52942 and SGLang #26351): the path
-    for a request with no drafts skips that selection and reads slot 0, the state after only the
-    first fed token. Harmless after a step that accepted nothing (slot 0 is then right), wrong
-    after one that accepted some: the accepted drafts vanish from the recurrent state.
+    Engines keeping one recurrent state per verified position pick the last accepted token's slot
+    after each verify; the path for a request with no drafts skipped that and read slot 0 (vLLM
+    #39273, fixed in vLLM #52942 and SGLang #26351): right after a step that accepted nothing,
+    wrong after one that accepted some (the accepted drafts vanish from the state).
     """
     for b, row in enumerate(rows):
         if empty[b] and row.stale_state is not None:
             kv.set_row_state(b, row.stale_state)
 
 
-def _remember_slot0_state(
-    engine: ReferenceEngine,
-    rows: Sequence[Row],
-    kv: BatchKV,
-    snapshot: Sequence[torch.Tensor],
-    accepted: Sequence[int],
-    width: int,
-) -> None:
+def _remember_slot0_state(engine: ReferenceEngine, rows: Sequence[Row], kv: BatchKV, snapshot: Sequence[torch.Tensor],
+                          accepted: Sequence[int], width: int) -> None:
     # Slot 0's state: restore the pre-verify snapshot and replay one token, then put the live state back.
     live = kv.snapshot_linear()
     engine.runner.rollback_linear(kv, snapshot, [1] * len(rows), width, keep_inputs=True)
