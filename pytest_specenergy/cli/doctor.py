@@ -223,8 +223,7 @@ def run_checks(nvml_module: Any = None, sglang_version: str | None = None,
     nvml_check, nvml = check_nvml(nvml_module)
     checks = [nvml_check]
     if nvml is None:
-        checks.append(Finding("gpus", FAIL, "not checked: NVML unavailable"))
-        checks.append(Finding("energy counter", FAIL, "not checked: NVML unavailable"))
+        checks += [Finding(name, FAIL, "not checked: NVML unavailable") for name in ("gpus", "energy counter")]
     else:
         try:
             checks += check_gpus(nvml)
@@ -233,10 +232,7 @@ def run_checks(nvml_module: Any = None, sglang_version: str | None = None,
                 checks.append(check_visible_devices(nvml, env))
         finally:
             nvml.close()
-    checks += check_sglang(sglang_version or sa.installed_version())
-    checks.append(check_torch())
-    checks.append(check_transformers())
-    return checks
+    return [*checks, *check_sglang(sglang_version or sa.installed_version()), check_torch(), check_transformers()]
 
 
 def main(argv: list[str] | None = None, *, nvml_module: Any = None, out: TextIO | None = None,

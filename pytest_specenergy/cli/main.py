@@ -20,6 +20,7 @@ import pytest_specenergy.gate.storage as storage
 from pytest_specenergy.atomic import write_json_atomic
 from pytest_specenergy.atomic import write_text_atomic
 from pytest_specenergy.cli.predict import add_predict_parser
+from pytest_specenergy.cli.predict import checked_number
 from pytest_specenergy.document import DocumentError
 from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.compare import compare_documents
@@ -203,14 +204,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _milliseconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a time between tokens in ms > 0, e.g. 25")
-    return value
+_milliseconds = checked_number(float, lambda v: 0 < v < float("inf"), "a time between tokens in ms > 0, e.g. 25")
 
 
 def build_parser() -> argparse.ArgumentParser:

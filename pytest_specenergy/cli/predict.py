@@ -1,9 +1,7 @@
 """``specenergy predict``: where a drafter's verify step sits against the balance point, before anything runs.
 
-For each batch it prints the verify step's arithmetic intensity (FLOP/byte), whether that is past
-the GPU's balance point (compute-bound), and the energy per token of speculation against plain
-decode, from the same roofline model the modeled meter applies to a work trace
-(:func:`pytest_specenergy.meters.prediction.predict`)::
+Per batch: the verify step's FLOP/byte, whether it is compute-bound, and speculation's energy per
+token against plain decode, from the modeled meter's roofline (:func:`.meters.prediction.predict`)::
 
     specenergy predict --shape qwen3-4b --verified 16 --context 260 --gpu h200 --accept-length 3
 """
@@ -32,7 +30,7 @@ def _shape(text: str) -> ModelShape:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _number(cast: Any, ok: Any, expected: str) -> Any:
+def checked_number(cast: Any, ok: Any, expected: str) -> Any:
     """An argparse ``type=``: ``text`` cast and checked, else an error saying what is expected."""
     def parse(text: str) -> Any:
         try:
@@ -45,10 +43,10 @@ def _number(cast: Any, ok: Any, expected: str) -> Any:
     return parse
 
 
-_positive_int = _number(int, lambda v: v >= 1, "a positive integer")
-_non_negative_int = _number(int, lambda v: v >= 0, "an integer >= 0")
-_finite_non_negative = _number(float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
-_accept_length = _number(float, lambda v: math.isfinite(v) and v >= 1, "an accept length >= 1 "
+_positive_int = checked_number(int, lambda v: v >= 1, "a positive integer")
+_non_negative_int = checked_number(int, lambda v: v >= 0, "an integer >= 0")
+_finite_non_negative = checked_number(float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
+_accept_length = checked_number(float, lambda v: math.isfinite(v) and v >= 1, "an accept length >= 1 "
                          "(tokens committed per verify step, the bonus token included)")
 
 

@@ -25,12 +25,11 @@ class MeterError(RuntimeError):
 class EnergyWindow:
     """Energy and time over one window.
 
-    ``request_seconds`` maps a request id to the time that request was active inside the
-    window, when the meter knows it (the modeled meter does; a board counter does not, and
-    the engine's own ``e2e_latency`` is used instead). ``request_decode_seconds`` is the part
-    of it spent in decode steps (decode, verify and draft passes, not its prefill), where the
-    meter can tell: a request's time between tokens without subtracting another window's
-    prefill, whose batching differs at large batch.
+    ``request_seconds``: each request's active time inside the window, when the meter knows it
+    (the modeled meter; with a board counter the engine's ``e2e_latency`` is used instead).
+    ``request_decode_seconds``: the part spent in decode, verify and draft passes, not prefill: a
+    request's time between tokens without subtracting another window's prefill, whose batching
+    differs at large batch.
     """
 
     joules: float

@@ -1,11 +1,7 @@
 """The one module that touches NVML: loading, device facts, GPU counts, errors.
 
-The meter (:mod:`.nvml`), ``specenergy doctor``, the xdist GPU pinning and
-:func:`gpu_path_unavailable` all go through it, as Zeus keeps ``pynvml`` in one file.
-
-``nvidia-ml-py`` (module ``pynvml``) is imported lazily so the plugin works without it; every
-NVML call that can be missing on an older driver or unsupported on a board is feature-detected
-(NVIDIA's NVML API reference lists which queries each architecture supports).
+Who goes through it and how missing calls are feature-detected: ``docs/design/meters-report-cli.md``,
+section ``pytest_specenergy/meters/devices.py``.
 """
 
 from __future__ import annotations
@@ -61,18 +57,13 @@ class GpuFacts:
         return asdict(self)
 
 
-def error_name(nvml: Any, exc: BaseException) -> str:
-    """``NOT_SUPPORTED`` for an NVMLError with that code; the class name otherwise."""
-    value = getattr(exc, "value", None)
-    for name in dir(nvml):
-        if name.startswith("NVML_ERROR_") and getattr(nvml, name) == value:
-            return name[len("NVML_ERROR_"):]
-    return type(exc).__name__
-
-
 def nvml_reason(nvml: Any, exc: BaseException) -> str:
     """A sentence saying what an NVML failure means and what to do about it."""
-    name = error_name(nvml, exc)
+    # ``NOT_SUPPORTED`` for an NVMLError with that code; the class name otherwise.
+    value = getattr(exc, "value", None)
+    codes = (n.removeprefix("NVML_ERROR_") for n in dir(nvml)
+             if n.startswith("NVML_ERROR_") and getattr(nvml, n) == value)
+    name = next(codes, type(exc).__name__)
     return _ADVICE.get(name, f"NVML error {name}: {exc}")
 
 
@@ -106,10 +97,8 @@ def _milliwatts(value: Any) -> float | None:
 class Nvml:
     """An open NVML library: the one object that calls ``pynvml`` (Zeus's ``nvidia.py``).
 
-    Every vendor call is a method here or on :class:`Gpu`. :meth:`call` maps a failure to
-    :class:`MeterError` with what it means and what to do; :meth:`optional` is for queries an
-    older driver lacks or a board refuses (NVIDIA's NVML reference lists which), and gives
-    None. One :meth:`close` (or ``with``) shuts NVML down for the one init.
+    Every vendor call is a method here or on :class:`Gpu`; :meth:`optional` is for queries an
+    older driver lacks or a board refuses. One :meth:`close` (or ``with``) ends the one init.
     """
 
     def __init__(self, module: Any = None) -> None:

@@ -1,24 +1,7 @@
 """The modeled meter: a roofline model of a GPU applied to the reference server's work trace.
 
-Each forward pass the server records (phase, rows, query tokens, context lengths, experts touched)
-is priced at the real model shape the served tiny model stands for - the server names it in
-``/server_info`` as ``priced_as = {"target": "qwen3-8b", "draft": "qwen3-0.6b"}`` - and becomes::
-
-    time   = max(bytes / bandwidth, flops / peak) + step overhead
-    energy = static power x time + energy/byte x bytes + energy/FLOP x flops
-
-(:mod:`.shapes` counts the bytes and FLOPs, :mod:`.roofline` holds the GPU presets and the step
-overhead: a graph replay per forward with CUDA graphs, ~5 us per kernel launch without; the
-engine's ``cuda_graph`` / ``disable_cuda_graph`` setting decides). A server that declares no shape
-is priced from the trace's own bytes and FLOPs, at its own size, with the old fixed 12 us step
-overhead, and the label says so (``priced_as="self"`` asks for that explicitly).
-
-Nothing about speculation is special-cased. The paper's first-order effects emerge from the
-trace: a memory-bound verify step costs about what a one-token decode step costs, so savings
-follow accepted tokens; verification, not drafting, dominates on dense models; batching shares
-the weight bytes, so savings shrink with batch; and many verified tokens at a large batch push a
-step past the balance point (peak / bandwidth), where the arithmetic shows. Every figure is
-labelled ``modeled (<gpu>, priced as <shape>)``: it is a model, not a measurement.
+How a trace is priced, and why nothing about speculation is special-cased:
+``docs/design/meters-report-cli.md``, section ``pytest_specenergy/meters/modeled.py``.
 """
 
 from __future__ import annotations
@@ -163,9 +146,7 @@ def _scaled_experts(step: Mapping[str, Any], shape: ModelShape, traced: TracedMo
     E' experts with top-k'. Real layer l reads tiny layer l x L_tiny / L_real.
     """
     touched = step.get("experts_touched")
-    if not shape.is_moe:
-        return None
-    if not touched or traced is None:
+    if not shape.is_moe or not touched or traced is None:
         return None  # forward_cost uses the uniform expectation for all tokens
     values = [float(t) for t in touched]
     out = []
@@ -241,20 +222,12 @@ def window_from_steps(steps: Iterable[Mapping[str, Any]], gpu: GpuPreset,
     verify_intensity = _intensity(*work[phase]) if phase else None
     decoding = joules_by_phase["decode"] + joules_by_phase["verify"] + joules_by_phase["draft"]
     details = {
-        "steps": count,
-        "bytes": moved,
-        "flops": flops,
-        "arithmetic_intensity": flops / moved if moved else 0.0,
-        "compute_bound_steps": compute_bound,
-        "by_phase": by_phase,
-        **pricing.describe(),
-        "verify_intensity": verify_intensity,
-        "intensity_phase": phase,
-        "decode_intensity": _intensity(*work["decode"]),
+        "steps": count, "bytes": moved, "flops": flops, "arithmetic_intensity": flops / moved if moved else 0.0,
+        "compute_bound_steps": compute_bound, "by_phase": by_phase, **pricing.describe(),
+        "verify_intensity": verify_intensity, "intensity_phase": phase, "decode_intensity": _intensity(*work["decode"]),
         "balance_point": gpu.balance_point,
         "compute_bound": verify_intensity > gpu.balance_point if verify_intensity is not None else None,
-        "joules_by_phase": joules_by_phase,
-        "joules_by_model": joules_by_model,
+        "joules_by_phase": joules_by_phase, "joules_by_model": joules_by_model,
         "draft_share": joules_by_phase["draft"] / decoding if decoding else None,
     }
     return EnergyWindow(joules, seconds, pricing.label, per_request, details, decoding_s)
@@ -280,15 +253,11 @@ class ModeledMeter:
         if self.override:
             _resolve(self.override)  # fail now, not at the first window
         self.kind = f"modeled:{gpu}"
-        self._label = f"modeled ({gpu_name})"
+        #: The label of the engine measured last (``modeled (h200, priced as Qwen3-8B)``).
+        self.label = f"modeled ({gpu_name})"
         self._cursors: dict[int, int] = {}
         self._pricing: dict[int, Pricing] = {}
         self.labels: list[str] = []
-
-    @property
-    def label(self) -> str:
-        """The label of the engine measured last (``modeled (h200, priced as Qwen3-8B)``)."""
-        return self._label
 
     def describe(self) -> dict[str, Any]:
         """The preset constants, the balance point, the step overhead and how engines were priced."""
@@ -310,11 +279,9 @@ class ModeledMeter:
             self._pricing[key] = pricing_for(self.gpu, info, engine, self.override)
         return self._pricing[key]
 
-    def _advance(self, engine: EngineHandle) -> tuple[int, list[dict[str, Any]]]:
-        start = self._cursors.get(id(engine), 0)
-        cursor, steps = engine.work_trace(start)
-        self._cursors[id(engine)] = cursor
-        return cursor, steps
+    def _advance(self, engine: EngineHandle) -> list[dict[str, Any]]:
+        self._cursors[id(engine)], steps = engine.work_trace(self._cursors.get(id(engine), 0))
+        return steps
 
     def start(self, engine: EngineHandle) -> Any:
         """Skip past everything recorded so far (warm-up, earlier windows)."""
@@ -323,16 +290,16 @@ class ModeledMeter:
                              f"server), not {engine.config.engine}; use --specenergy-meter=nvml")
         self._advance(engine)
         pricing = self.pricing(engine)
-        self._label = pricing.label
+        self.label = pricing.label
         if pricing.label not in self.labels:
             self.labels.append(pricing.label)
         return engine
 
     def stop(self, token: Any) -> EnergyWindow:
         """Model the steps recorded since :meth:`start`."""
-        _, steps = self._advance(token)
+        steps = self._advance(token)
         pricing = self.pricing(token)
-        self._label = pricing.label
+        self.label = pricing.label
         prefill = window_from_steps([s for s in steps if s.get("phase") == "prefill"], self.gpu, pricing)
         return replace(window_from_steps(steps, self.gpu, pricing), prefill_only=prefill)
 

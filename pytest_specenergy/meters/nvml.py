@@ -1,11 +1,7 @@
 """The ``nvml`` meter: GPU board energy counters, cross-checked by sampled power.
 
-Energy of a window is the sum, over every GPU the engine uses, of the difference of
-``nvmlDeviceGetTotalEnergyConsumption`` (mJ since driver load) between ``start`` and ``stop``.
-GPUs are resolved by UUID from the engine's ``CUDA_VISIBLE_DEVICES`` (indices or ``GPU-``
-UUIDs; ``MIG-`` slices are refused: NVML has no per-slice energy). A window shorter than
-``min_window_s`` is an error, never a zero: the counter ticks about every 100 ms and the
-board's power sensor is only trustworthy over >= 5 s (energy-measurement.md s.3.1, s.6).
+How GPUs are resolved and why short windows are refused: ``docs/design/meters-report-cli.md``,
+section ``pytest_specenergy/meters/nvml.py``.
 """
 
 from __future__ import annotations
@@ -165,13 +161,11 @@ class NvmlMeter:
         self._nvml = gpu_info.Nvml(nvml_module)
         self._closed = False
         try:
-            count = self._nvml.count()
+            if self._nvml.count() == 0:
+                raise MeterError("NVML started but sees no GPU; the nvml meter needs one")
         except MeterError:
             self.close()
             raise
-        if count == 0:
-            self.close()
-            raise MeterError("NVML started but sees no GPU; the nvml meter needs one")
         self._driver = self._nvml.driver()
 
     @classmethod
@@ -181,14 +175,10 @@ class NvmlMeter:
 
     def describe(self) -> dict[str, Any]:
         """The machine: driver, NVML version, every GPU's facts, and the meter's settings."""
-        gpus = [gpu.facts(self._driver) for gpu in self._nvml.gpus()]
+        gpus = [gpu.facts(self._driver).as_dict() for gpu in self._nvml.gpus()]
         return {"kind": self.kind, "label": self.label, "driver": self._driver,
-                "nvml_version": self._nvml.version(),
-                "gpus": [g.as_dict() for g in gpus], "min_window_s": self.min_window_s,
+                "nvml_version": self._nvml.version(), "gpus": gpus, "min_window_s": self.min_window_s,
                 "sample_hz": self.sample_hz, "contamination": self.contamination}
-
-    def _processes(self, devices: list[gpu_info.Gpu]) -> dict[int, set[int]]:
-        return {device.index: device.processes() for device in devices}
 
     def start(self, engine: EngineHandle) -> _Window:
         """Read every counter of the engine's GPUs and start the power sampler."""
@@ -198,7 +188,7 @@ class NvmlMeter:
         visible = env.get("CUDA_VISIBLE_DEVICES")
         devices = resolve_devices(self._nvml, visible, env.get("CUDA_DEVICE_ORDER"))
         pid = _engine_pid(engine)
-        processes = self._processes(devices)
+        processes = {d.index: d.processes() for d in devices}
         if self.contamination == "fail":
             self._contamination(devices, pid, processes, at_start=True)
         before = [d.facts(self._driver) for d in devices]
@@ -240,24 +230,21 @@ class NvmlMeter:
                 f"sampled power integrates to {sampled.joules:.1f} J but the energy counter says "
                 f"{joules:.1f} J ({gap:+.1%}, tolerance {self.max_power_gap:.0%}); the window "
                 "is suspect"), stacklevel=2)
-        processes = self._processes(token.devices)
+        processes = {d.index: d.processes() for d in token.devices}
         for index, pids in token.processes.items():
             processes[index] = processes.get(index, set()) | pids
         contamination = self._contamination(token.devices, token.engine_pid, processes)
         gpus = []
         for i, device in enumerate(token.devices):
-            after = device.facts(self._driver)
+            before, after = token.before[i].as_dict(), device.facts(self._driver).as_dict()
             mask = (token.masks[i] or 0) | (device.clock_events() or 0)
             reasons = gpu_info.decode_clock_events(mask)
             gpus.append({
-                **token.before[i].as_dict(),
+                **before,
                 "energy_j": deltas[i] / 1000.0,
                 "sampled_energy_j": sampled.joules_per_gpu[i],
-                "sm_clock_mhz": {"before": token.before[i].sm_clock_mhz, "after": after.sm_clock_mhz},
-                "mem_clock_mhz": {"before": token.before[i].mem_clock_mhz,
-                                  "after": after.mem_clock_mhz},
-                "temperature_c": {"before": token.before[i].temperature_c,
-                                  "after": after.temperature_c},
+                **{key: {"before": before[key], "after": after[key]}
+                   for key in ("sm_clock_mhz", "mem_clock_mhz", "temperature_c")},
                 "throttle_reasons": reasons,
                 "slowed_down": bool(gpu_info.SLOWDOWN_REASONS & set(reasons)),
             })

@@ -1,10 +1,7 @@
 """Pricing the work of a shape on a GPU, and predicting speculation's saving before anything runs.
 
-:func:`predict` compares, per batch, one verify forward of ``verified`` tokens per request (plus
-an optional draft) committing ``accept_length`` tokens, against one plain decode forward
-committing one, with the roofline the modeled meter uses (:func:`price` =
-:func:`.roofline.roofline` of :func:`.shapes.forward_cost`), so a prediction is what the meter
-would report for the same work.
+:func:`price` is the modeled meter's roofline (:func:`.roofline.roofline` of :func:`.shapes.forward_cost`),
+so a prediction is what the meter would report for the same work.
 """
 
 from __future__ import annotations
@@ -62,20 +59,10 @@ class Prediction:
         return dict(self.__dict__)
 
 
-def predict(
-    shape: ModelShape,
-    verified: int,
-    context: int,
-    gpu: str | GpuPreset,
-    accept_length: float | None = None,
-    batches: Sequence[int] = DEFAULT_BATCHES,
-    *,
-    draft_shape: ModelShape | None = None,
-    draft_passes: int = 1,
-    draft_tokens: int | None = None,
-    draft_cost: float = 0.0,
-    cuda_graph: bool = True,
-) -> list[Prediction]:
+def predict(shape: ModelShape, verified: int, context: int, gpu: str | GpuPreset, accept_length: float | None = None,
+            batches: Sequence[int] = DEFAULT_BATCHES, *, draft_shape: ModelShape | None = None,
+            draft_passes: int = 1, draft_tokens: int | None = None, draft_cost: float = 0.0,
+            cuda_graph: bool = True) -> list[Prediction]:
     """Intensity, compute-bound flag and energy saving of speculation vs plain decode, per batch.
 
     Baseline: one decode forward per step, committing one token per row. Speculative: one verify

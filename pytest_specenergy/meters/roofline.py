@@ -1,23 +1,7 @@
 """The roofline: GPU presets, step overhead, and the time and energy of moving bytes and doing FLOPs.
 
-One function, :func:`roofline`, turns (bytes moved, FLOPs, overhead) into a :class:`StepCost`::
-
-    time   = max(bytes / bandwidth, flops / peak) + step overhead
-    energy = static power x time + energy/byte x bytes + energy/FLOP x flops
-
-Both the modeled meter (pricing a work trace) and ``specenergy predict`` (pricing a step that has
-not run) call it, so a prediction is exactly what the meter would say for the same work.
-
-A step whose average power would exceed the board's power limit is stretched until it does not
-(the GPU lowers its clocks): compute-bound steps at large batch run at the limit, as real ones do.
-
-Calibration (re-checked at real shapes, see ``tests/unit/meters/test_shapes.py``): a batch-1 decode
-step of Qwen3-8B moves ~15.2 GB (bf16 layer weights + lm_head + a 260-token KV cache; the embedding
-table is read one row per token), so it takes ~3.6 ms on the H200 preset (4.3 TB/s) and ~5.9 ms on
-H100 (2.6 TB/s), and costs ~1.7 J and ~2.1 J per token: board power ~475 W (H200) and ~355 W (H100)
-of 700 W while memory-bound, and the 700 W limit when compute-bound. Qwen3-4B: ~0.9 J and ~1.1 J.
-That is the order of magnitude the paper reports at single stream on H100/H200 board counters
-(about a joule per token for 4B-8B dense models, falling by more than 10x by batch 64).
+The model, its power cap and its calibration: ``docs/design/meters-report-cli.md``, section
+``pytest_specenergy/meters/roofline.py``.
 """
 
 from __future__ import annotations
@@ -29,14 +13,12 @@ from dataclasses import dataclass
 class GpuPreset:
     """Roofline and energy constants of one GPU.
 
-    Bandwidth is an achievable copy rate, and peak is chosen so that ``peak / bandwidth``
-    equals the balance point the paper measured (316 FLOP/byte on H100, 163 on H200).
-    Static power covers idle and leakage; the per-byte and per-FLOP energies put a fully
-    memory-bound step at about 0.5 (H100) to 0.7 (H200) of the 700 W board power, and a
-    compute-bound one at the power limit (``power_limit_w``), where the step is slowed rather
-    than drawing more. ``step_overhead_s`` is the fixed per-step overhead used only when a trace
-    is priced at the tiny model's own size (``priced_as="self"``, the behaviour before real
-    shapes); priced shapes use :func:`step_overhead_s`.
+    Bandwidth is an achievable copy rate; peak makes ``peak / bandwidth`` the balance point the
+    paper measured (316 FLOP/byte on H100, 163 on H200). Static power covers idle and leakage; the
+    per-byte and per-FLOP energies put a memory-bound step at about 0.5 (H100) to 0.7 (H200) of the
+    700 W board power, and a compute-bound one at ``power_limit_w``, where the step slows instead.
+    ``step_overhead_s`` is used only for a trace priced at its own size (``priced_as="self"``);
+    priced shapes use :func:`step_overhead_s`.
     """
 
     name: str
@@ -82,12 +64,6 @@ KERNELS_LINEAR_EXTRA = 2
 KERNELS_PER_FORWARD = 4
 
 
-def eager_kernels(layers: int, moe: bool, linear_layers: int) -> int:
-    """Kernel launches of one eager forward of a model with this many (MoE, linear) layers."""
-    per_layer = KERNELS_DENSE_LAYER + (KERNELS_MOE_EXTRA if moe else 0)
-    return layers * per_layer + linear_layers * KERNELS_LINEAR_EXTRA + KERNELS_PER_FORWARD
-
-
 def step_overhead_s(layers: int, moe: bool = False, linear_layers: int = 0, cuda_graph: bool = True) -> float:
     """Fixed time of one forward on top of its roofline time.
 
@@ -97,7 +73,9 @@ def step_overhead_s(layers: int, moe: bool = False, linear_layers: int = 0, cuda
     """
     if cuda_graph:
         return GRAPH_STEP_S
-    return EAGER_STEP_S + KERNEL_LAUNCH_S * eager_kernels(layers, moe, linear_layers)
+    per_layer = KERNELS_DENSE_LAYER + (KERNELS_MOE_EXTRA if moe else 0)
+    kernels = layers * per_layer + linear_layers * KERNELS_LINEAR_EXTRA + KERNELS_PER_FORWARD
+    return EAGER_STEP_S + KERNEL_LAUNCH_S * kernels
 
 
 @dataclass(frozen=True)

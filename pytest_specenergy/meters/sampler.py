@@ -1,11 +1,7 @@
 """A power-sampling thread: the cross-check for the board energy counter.
 
-The counter is the measurement; integrating sampled power is an independent estimate whose
-disagreement flags a suspect window (Zeus issue #181 saw the two differ by tens of percent). Instantaneous power
-(``NVML_FI_DEV_POWER_INSTANT``) is preferred because ``nvmlDeviceGetPowerUsage`` is a 1-second
-average on Ampere and newer; the average is the fallback when the field is unsupported. A
-thread, never a subprocess: SGLang's in-process ``Engine.shutdown`` kills
-every child of its host process (``python/sglang/srt/utils.py``, ``kill_process_tree``).
+Why instantaneous power and why a thread: ``docs/design/meters-report-cli.md``, section
+``pytest_specenergy/meters/sampler.py``.
 """
 
 from __future__ import annotations
@@ -58,13 +54,10 @@ class PowerSampler:
             raise ValueError(f"power sampling at {hz} Hz is too coarse; use >= {MIN_HZ:g} Hz")
         self.hz = hz
         self._clock = clock
-        self._readers: list[Callable[[], float]] = []
-        sources = []
-        for gpu in gpus:
-            reader, kind = gpu.power_reader()
-            sources.append(SOURCE_INSTANT if kind == "instant" else SOURCE_AVERAGE)
-            self._readers.append(reader)
-        self.source = " + ".join(sorted(set(sources))) or SOURCE_AVERAGE
+        readers = [gpu.power_reader() for gpu in gpus]
+        self._readers: list[Callable[[], float]] = [reader for reader, _ in readers]
+        sources = {SOURCE_INSTANT if kind == "instant" else SOURCE_AVERAGE for _, kind in readers}
+        self.source = " + ".join(sorted(sources)) or SOURCE_AVERAGE
         self._times: list[float] = []
         self._watts: list[tuple[float, ...]] = []
         self._errors = 0

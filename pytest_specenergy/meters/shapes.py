@@ -1,33 +1,9 @@
 """Real model shapes, the work of one forward pass at a shape, and predictions before anything runs.
 
-The reference server runs tiny models; the modeled meter prices each forward of their work trace
-(rows, query tokens per row, context lengths, experts touched) at the shape of the model a tiny
-model stands for (:data:`SHAPES`). :func:`forward_cost` counts, at the shape's dtype:
-
-* FLOPs: 2 x matmul parameters used per token x tokens (dense layers, the ``experts_per_token``
-  routed experts and the shared experts of an MoE layer), attention scores and values
-  (4 x query heads x head_dim per query-key pair, causal inside the step), the Gated DeltaNet
-  state update and readout (6 x value heads x key dim x value dim per token) and its causal
-  conv, and ``lm_head`` for each row position that needs logits;
-* weight bytes: every weight read once per step (a GPU streams each matrix once for the whole
-  batch): all dense layer weights, the routed experts the step's tokens touch (expected count
-  under uniform routing, or as given), ``lm_head`` when logits are needed, one embedding row per
-  token; norm scales are negligible and not counted;
-* KV bytes: full attention reads K and V of every row's context and writes them for the new
-  tokens; linear attention reads each row's conv + recurrent state once and writes it once, or
-  once per query token in a verify step (the per-position states kept for rollback, as SGLang
-  does; this is why the paper's hybrid rollback buffers grow with drafted tokens x batch);
-* activation bytes: each GEMM reads its input and writes its output once per token, attention
-  reads its queries and writes its output, and the logits are written once; elementwise work
-  (norms, RoPE, SiLU*mul) is assumed fused into its neighbours and adds nothing.
-
-Arithmetic intensity = FLOPs / (weight + KV read + KV written + activation bytes). With the
-activations counted, DFlash-16 (16 verified) on Qwen3-4B at 260-token contexts crosses the
-balance point at batch 16 on H200 and 32 on H100, and DSpark-7 at 32 on H200 and not by 64 on
-H100, as the paper measured (s.9); without them DSpark-7 would cross on H100 at 64.
-
-Pricing that work on a GPU and predicting speculation's saving before anything runs is
-:mod:`.prediction` (``predict``, ``crossover_batch`` and ``Prediction`` are re-exported here).
+What :func:`forward_cost` counts (FLOPs, weight, KV/state and activation bytes) and how it was
+checked against the paper: ``docs/design/meters-report-cli.md``, section
+``pytest_specenergy/meters/shapes.py``. ``predict``, ``crossover_batch`` and ``Prediction`` live in
+:mod:`.prediction` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -198,19 +174,6 @@ class ModelShape:
             mlp = (h + 2 * self.mlp) + (self.mlp + h)
         return self.full_layers * attention + self.linear_layers * linear + self.layers * mlp
 
-    def describe(self) -> dict[str, object]:
-        """JSON-ready facts: dimensions and derived sizes."""
-        return {
-            "name": self.name, "layers": self.layers, "hidden": self.hidden, "mlp": self.mlp,
-            "q_heads": self.q_heads, "kv_heads": self.kv_heads, "head_dim": self.head_dim,
-            "vocab": self.vocab, "dtype_bytes": self.dtype_bytes, "tied_embeddings": self.tied_embeddings,
-            "experts": self.experts, "experts_per_token": self.experts_per_token,
-            "expert_mlp": self.expert_mlp, "shared_experts": self.shared_experts,
-            "layer_pattern": list(self.layer_pattern), "num_params": self.num_params,
-            "active_params": self.active_params, "kv_bytes_per_token": self.kv_bytes_per_token,
-            "state_bytes_per_row": self.state_bytes_per_row,
-        }
-
 
 class ForwardCost(NamedTuple):
     """FLOPs and bytes of one forward at a shape."""
@@ -249,24 +212,15 @@ def effective_tokens(touched: float, experts: int, per_token: int, tokens: int) 
     return min(max(n, 1.0), float(tokens))
 
 
-def forward_cost(
-    shape: ModelShape,
-    rows: int,
-    query_tokens_per_row: Sequence[int] | int,
-    context_lens_per_row: Sequence[int] | int,
-    experts_touched: Sequence[float] | None = None,
-    *,
-    logit_rows: int | None = None,
-    per_position_states: bool = False,
-) -> ForwardCost:
+def forward_cost(shape: ModelShape, rows: int, query_tokens_per_row: Sequence[int] | int,
+                 context_lens_per_row: Sequence[int] | int, experts_touched: Sequence[float] | None = None,
+                 *, logit_rows: int | None = None, per_position_states: bool = False) -> ForwardCost:
     """FLOPs, weight, KV/state and activation bytes of one forward of ``rows`` requests.
 
-    ``query_tokens_per_row`` / ``context_lens_per_row`` are per-row lists (or one int for every
-    row). ``experts_touched[l]`` is the number of distinct routed experts layer ``l`` reads
-    (when missing: the uniform-routing expectation for the step's tokens). ``logit_rows`` is
-    the number of positions that need logits (default: every query token, as in decode and
-    verify). ``per_position_states`` marks a verify step, where linear attention writes one
-    state per query token.
+    The per-row lengths may be one int for every row. ``experts_touched[l]``: distinct routed
+    experts layer ``l`` reads (default: the uniform-routing expectation). ``logit_rows``: positions
+    needing logits (default: every query token, as in decode and verify). ``per_position_states``
+    marks a verify step, where linear attention writes one state per query token.
     """
     query = [int(query_tokens_per_row)] * rows if isinstance(query_tokens_per_row, int) else \
         [int(q) for q in query_tokens_per_row]
@@ -281,8 +235,7 @@ def forward_cost(
     state_touches = sum((1 if c > 0 else 0) + (q if per_position_states else 1)
                         for q, c in zip(query, context) if q > 0)
 
-    # Routed experts read, summed over layers.
-    experts_read = 0.0
+    experts_read = 0.0  # routed experts read, summed over layers
     if shape.is_moe and tokens:
         if experts_touched is not None and len(experts_touched) == shape.layers:
             experts_read = float(sum(min(float(t), shape.experts) for t in experts_touched))

@@ -1,16 +1,7 @@
 """A single self-contained HTML report of a run: inline CSS, inline SVG figures, no scripts.
 
-The page opens with the verdict (regressed / inconclusive / unchanged counts and the gate's
-comparison table), then the cases and checks, then figures, latency targets and history, and
-ends with the run's details and its raw machine and meter descriptions folded (``<details>``).
-Wide tables scroll inside their own box (``.scroll``), so the page never overflows.
-
-The file opens offline and from any path: nothing is fetched. Every string that comes from a
-run document (case ids, model names, corpus names, check messages, machine details, ...) goes
-through :func:`_e` (``html.escape`` with quotes) and every attribute is double-quoted, because
-a corpus or model name is user input and a report is something people open in a browser.
-Figures come from :mod:`pytest_specenergy.report.plots`; matplotlib escapes the text it writes
-into SVG, and the tests check that too.
+The page's layout and why every run string goes through :func:`_e`:
+``docs/design/meters-report-cli.md``, section ``pytest_specenergy/report/html.py``.
 """
 
 from __future__ import annotations
@@ -131,8 +122,7 @@ def _summary(run: RunDocument, rows: Sequence[CaseRecord],
         ("cases", str(len(rows))),
         ("models", ", ".join(sorted({r.model for r in rows}))),
         ("drafters", ", ".join(sorted({r.drafter_id for r in rows}))),
-        ("batches", ", ".join(str(b) for b in sorted({r.batch for r in rows
-                                                       if r.batch is not None}))),
+        ("batches", ", ".join(str(b) for b in sorted({r.batch for r in rows if r.batch is not None}))),
         ("corpora", ", ".join(sorted({r.corpus_name for r in rows}))),
         ("cases with a failed check", str(fails)),
         ("cases with a warning only", str(warns)),
@@ -145,20 +135,16 @@ def _summary(run: RunDocument, rows: Sequence[CaseRecord],
     if comparisons is not None:
         regressed = sum(1 for c in comparisons if c.verdict is Verdict.REGRESSED)
         facts.append(("regressions vs baseline", f"{regressed} of {len(comparisons)} cases"))
-    out = [_table(["", ""], (("", [f"<th>{_e(k)}</th>", _td(v)]) for k, v in facts))]
-    out.append("<p>Sources: " + " ".join(_badge(s, "src") for s in sources(rows)) + "</p>")
-    return "".join(out)
+    return (_table(["", ""], (("", [f"<th>{_e(k)}</th>", _td(v)]) for k, v in facts))
+            + "<p>Sources: " + " ".join(_badge(s, "src") for s in sources(rows)) + "</p>")
 
 
 def _raw(run: RunDocument) -> str:
     """The machine and meter descriptions, folded: raw JSON that few readers need."""
-    out = []
-    if run.machine_info:
-        out.append("<details><summary>Machine</summary>" + _table(["key", "value"], (
-            ("", [_td(k), _td(_plain(v))]) for k, v in run.machine_info.items())) + "</details>")
-    if run.meters:
-        out.append("<details><summary>Meters</summary>" + _table(["meter", "description"], (
-            ("", [_td(k), _td(_plain(v))]) for k, v in run.meters.items())) + "</details>")
+    parts = (("Machine", ["key", "value"], run.machine_info), ("Meters", ["meter", "description"], run.meters))
+    out = [f"<details><summary>{title}</summary>"
+           + _table(headers, (("", [_td(k), _td(_plain(v))]) for k, v in described.items())) + "</details>"
+           for title, headers, described in parts if described]
     return "".join(out) or "<p>No machine or meter description in this run.</p>"
 
 
@@ -186,12 +172,10 @@ def _figures(rows: Sequence[CaseRecord], history: Sequence[RunDocument],
     out = []
     for caption, make in figs:
         try:
-            svg = make()
+            out.append(f"<figure>{make()}<figcaption>{_e(caption)}</figcaption></figure>")
         except Exception as exc:  # a figure must never cost the user the tables
             out.append(f'<p class="note">Figure not drawn ({_e(caption)}): '
                        f"{_e(type(exc).__name__)}: {_e(exc)}</p>")
-            continue
-        out.append(f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>")
     return "".join(out)
 
 
@@ -304,11 +288,10 @@ def render_html(run: RunDocument, comparisons: Sequence[CaseComparison] | None =
                 baseline_label: str = "", step: float = DEFAULT_STEP) -> str:
     """One self-contained HTML page for ``run`` (a run document).
 
-    ``comparisons``: the gate's comparison of ``run`` against a baseline run
-    (:func:`pytest_specenergy.gate.compare.compare_documents`), shown regressions first;
-    the report never compares on its own. ``history``: stored run documents, oldest first;
-    ``run`` is appended as the latest unless it is already last. ``plots``: None draws figures
-    when matplotlib is installed, False never draws them. ``step``: smallest history step shown.
+    ``comparisons``: the gate's comparison against a baseline (``gate.compare.compare_documents``);
+    the report never compares on its own. ``history``: stored runs, oldest first; ``run`` is
+    appended unless already last. ``plots``: None draws figures when matplotlib is
+    installed, False never. ``step``: smallest history step shown.
     """
     rows = run.results
     hist = list(history)

@@ -1,12 +1,7 @@
 """A Markdown summary of a run for a CI step summary (``$GITHUB_STEP_SUMMARY``) or a PR comment.
 
-Short enough to read in a pull-request comment: one header line with the verdict counts and the
-energy figures' source, then at most :data:`MAX_ROWS` case rows. With a baseline, the cases that
-did not come out unchanged (regressions first), each with the baseline, current value and change
-of the key metrics; without one, the current figures, cases with a tripped check first. The
-source is named once in the header (a modeled number must never be read as a measured one), and
-per row only when the rows' sources differ. Strings from the run are escaped so a
-case id or model name cannot break the table or inject markup/HTML into the comment.
+What it shows, and why run strings are escaped: ``docs/design/meters-report-cli.md``, section
+``pytest_specenergy/report/markdown.py``.
 """
 
 from __future__ import annotations
@@ -73,9 +68,8 @@ def _comparison(run: RunDocument, comparisons: Sequence[CaseComparison]) -> str:
     verdicts = " \u00b7 ".join(
         (f"**{counts[v]} {v.label}**" if v is Verdict.REGRESSED and counts[v] else f"{counts[v]} {v.label}")
         for v in WORST_FIRST)
-    metrics = [m for m, _ in MARKDOWN_METRICS
-               if any(r.metric == m for c in comparisons for r in c.rows)] or \
-        list(dict.fromkeys(r.metric for c in comparisons for r in c.rows))
+    present = list(dict.fromkeys(r.metric for c in comparisons for r in c.rows))
+    metrics = [m for m, _ in MARKDOWN_METRICS if m in present] or present
     titles = dict(MARKDOWN_METRICS)
     run_rows = run.results
     by_case = {**{r.case_id: r for r in run_rows}, **{r.key: r for r in run_rows}}
@@ -141,6 +135,4 @@ def render_markdown(run: RunDocument,
                     comparisons: Sequence[CaseComparison] | None = None) -> str:
     """Markdown for a CI summary or PR comment: the gate's comparison table when
     ``comparisons`` are given (regressions first), else the current table."""
-    if comparisons is None:
-        return _current(run)
-    return _comparison(run, comparisons)
+    return _current(run) if comparisons is None else _comparison(run, comparisons)

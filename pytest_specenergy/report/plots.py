@@ -1,13 +1,7 @@
 """The report's figures as inline SVG strings (matplotlib is the optional ``report`` extra).
 
-matplotlib is imported lazily, only inside :func:`render_svg`'s callers, so the plugin works
-without it; :func:`plots_available` tells the report whether to draw or to say it could not.
-Figures are built on bare ``Figure`` objects (never pyplot) so no global backend or figure
-registry of the user's session is touched, and rcParams are set in an ``rc_context``.
-
-Output is deterministic - a fixed ``svg.hashsalt``, no date in the metadata, metadata and
-comments stripped, ids prefixed per figure - so the same rows give the same bytes, and several
-figures can share one HTML page without their ids colliding.
+Lazy matplotlib, bare ``Figure`` objects and deterministic output: ``docs/design/meters-report-cli.md``,
+section ``pytest_specenergy/report/plots.py``.
 """
 
 from __future__ import annotations
@@ -134,17 +128,9 @@ def _workloads(rows: Sequence[CaseRecord]) -> dict[tuple[str, str], list[CaseRec
     return groups
 
 
-def _point(ax: Any, x: float, y: float, color: str, hollow: bool, marker: str = "o",
-           size: float = 6) -> None:
-    ax.plot([x], [y], marker=marker, linestyle="none", markersize=size, color=color,
+def _point(ax: Any, x: float, y: float, color: str, hollow: bool, marker: str = "o") -> None:
+    ax.plot([x], [y], marker=marker, linestyle="none", markersize=6, color=color,
             markerfacecolor="none" if hollow else color, markeredgewidth=1.5)
-
-
-def _batch_axis(ax: Any, batches: Sequence[int]) -> None:
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(list(batches), [str(b) for b in batches])
-    ax.minorticks_off()
-    ax.set_xlabel("batch")
 
 
 def _tripped_note(fig: Any, rows: Sequence[CaseRecord]) -> None:
@@ -183,7 +169,10 @@ def _per_batch_figure(rows: Sequence[CaseRecord], metric: str, ylabel: str, titl
                 for b, v, tripped in pts:
                     _point(ax, b, v, colors[drafter], tripped)
             if batches:
-                _batch_axis(ax, batches)
+                ax.set_xscale("log", base=2)
+                ax.set_xticks(batches, [str(b) for b in batches])
+                ax.minorticks_off()
+                ax.set_xlabel("batch")
             if zero_line:
                 ax.yaxis.set_major_formatter(_percent_formatter())
             ax.set_ylabel(ylabel)

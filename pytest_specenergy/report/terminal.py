@@ -32,14 +32,10 @@ _SHRINKABLE = {"flags": 10, "test": 16}
 _GAP = "  "
 
 
-def _verdict(verdict: str | None) -> str:
-    return f"{Verdict(verdict).mark} {verdict}" if verdict else "-"
-
-
 def table_row(row: CaseRecord, label: str | None = None) -> dict[str, str]:
     """One row's cells by column name (``!`` marks a fail-closed check)."""
     flags = ", ".join(("!" if c.severity == "fail" else "") + c.name for c in row.checks)
-    return {"verdict": _verdict(row.verdict),
+    return {"verdict": f"{Verdict(row.verdict).mark} {row.verdict}" if row.verdict else "-",
             "saving": fmt(row.energy_saving, "+.1%"),
             "test": (label or row.case_id) + ("" if row.interleaved else " (blocked order)"), "source": row.source,
             "base J/tok": fmt(row.baseline.energy_per_token, ".4g"), "spec J/tok": fmt(row.energy_per_token, ".4g"),
