@@ -1,9 +1,5 @@
 """pytest-specenergy: gate speculative-decoding changes on energy per accepted token.
 
-Markers declare model, drafter, batch and corpus; the ``spec_pair`` fixture measures the
-speculative engine against its non-speculative twin and returns a :class:`PairResult` whose
-``assert_*`` helpers fail with the numbers in the message.
-
 The public names load lazily (PEP 562 module ``__getattr__``), so importing a subpackage - the
 reference server above all, which runs as its own program - loads none of the plugin.
 """

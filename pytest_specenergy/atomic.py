@@ -24,13 +24,10 @@ _NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.
 def current_umask() -> int:
     """The process umask, read without changing it where Linux allows (threads may be
     creating files: the ``os.umask`` round trip would briefly affect them)."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
@@ -49,21 +46,23 @@ def _write_temp(path: Path, text: str) -> str:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, _file_mode(path))
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+        _write_synced(fd, text)
     except BaseException:
         _unlink(tmp)
         raise
     return tmp
 
 
+def _write_synced(fd: int, text: str) -> None:
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
 def _unlink(tmp: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(tmp)
-    except OSError:
-        pass
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -104,18 +103,16 @@ def locked(path: Path | None) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def create_text_exclusive(candidates: Iterable[Path], text: str,
-                          lock: Path | None = None) -> Path:
+def create_text_exclusive(candidates: Iterable[Path], text: str, lock: Path | None = None) -> Path:
     """Publish ``text`` under the first of ``candidates`` that does not exist yet; never
     replaces a file, even against concurrent writers. Returns the path used.
 
-    The content is written to a temporary file first and then hard-linked into place:
-    ``link()`` fails when the name exists, so the check and the creation are one atomic
-    step (a check-then-rename lets two writers pick one name and the later one silently
-    replace the earlier). Readers never see a partial file. Where hard links are not
-    supported, ``O_CREAT | O_EXCL`` keeps the exclusivity (without the all-or-nothing).
-    ``candidates`` is iterated while ``lock`` is held, so it may compute names from what
-    exists (a next counter) without two writers computing the same one.
+    The content is written to a temporary file, then hard-linked into place: ``link()`` fails
+    when the name exists, so check and creation are one atomic step (a check-then-rename lets
+    two writers pick one name, the later silently replacing the earlier), and readers never see
+    a partial file. Without hard links, ``O_CREAT | O_EXCL`` keeps the exclusivity (not the
+    all-or-nothing). ``candidates`` is iterated under ``lock``, so it may compute names from
+    what exists (a next counter) without two writers computing the same one.
     """
     tmp: str | None = None
     try:
@@ -146,14 +143,10 @@ def _publish(tmp: str, path: Path, text: str) -> bool:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except FileExistsError:
         return False
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
+    _write_synced(fd, text)
     return True
 
 
-def create_json_exclusive(candidates: Iterable[Path], data: Any,
-                          lock: Path | None = None) -> Path:
+def create_json_exclusive(candidates: Iterable[Path], data: Any, lock: Path | None = None) -> Path:
     """:func:`create_text_exclusive` for indented JSON (serialised once, before any file)."""
     return create_text_exclusive(candidates, _json(data), lock)

@@ -1,17 +1,7 @@
 """The run document, typed: a run, its case records, each record's arms and their samples.
 
-The same document is written by ``--specenergy-json``, saved to the run history, merged from
-xdist workers and CI shards, and rendered by ``specenergy report``. Measurement builds it
-(:meth:`PairResult.record <pytest_specenergy.measure.results.PairResult.record>`); the gate
-and the reports read it as attributes. A document read back from disk goes through
-:meth:`RunDocument.from_dict` once, which refuses a field of the wrong kind with
-:class:`DocumentError`, naming the file, the record and the field. The JSON keys are the
-field names, unchanged since schema 1; fields a newer plugin (or a user's
-``pytest_specenergy_update_json`` hook) added are kept in ``extra`` and written back.
-
-This module imports only the standard library and the metric definitions
-(:mod:`pytest_specenergy.measure.metrics`, itself standard-library only), so every layer can
-use it.
+Who writes and reads it, and how it is read back: docs/design/root-cases.md, section
+``pytest_specenergy/document.py``. Standard library and :mod:`.measure.metrics` only, so every layer can use it.
 """
 
 from __future__ import annotations
@@ -23,6 +13,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from importlib import metadata
 from typing import Any
+from typing import Callable
 from typing import Iterable
 from typing import Mapping
 
@@ -65,47 +56,35 @@ class _Fields:
         value = self.data.get(key)
         return default if value is None else value
 
-    def number(self, key: str, default: float | None = None) -> Any:
+    def _checked(self, key: str, default: Any, ok: Callable[[Any], bool], expected: str) -> Any:
+        """``key``'s value (``default`` where null or missing) if ``ok``, else a refusal naming it."""
         value = self.get(key)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise self._refuse(key, "a finite number or null")
+        if not ok(value):
+            raise self._refuse(key, expected)
         return value
+
+    def number(self, key: str, default: float | None = None) -> Any:
+        return self._checked(key, default, _finite, "a finite number or null")
 
     def integer(self, key: str, default: int | None = None) -> Any:
-        value = self.number(key)
-        if value is None:
+        if self.number(key) is None:
             return default
-        if not isinstance(value, int):
-            raise self._refuse(key, "an integer or null")
-        return value
+        return self._checked(key, default, lambda v: isinstance(v, int), "an integer or null")
 
     def text(self, key: str, default: str | None = None) -> Any:
-        value = self.get(key, default)
-        if value is not None and not isinstance(value, str):
-            raise self._refuse(key, "a string or null")
-        return value
+        return self._checked(key, default, lambda v: isinstance(v, str), "a string or null")
 
     def flag(self, key: str, default: bool) -> bool:
-        value = self.get(key, default)
-        if not isinstance(value, bool):
-            raise self._refuse(key, "true or false")
-        return value
+        return self._checked(key, default, lambda v: isinstance(v, bool), "true or false")
 
     def obj(self, key: str, optional: bool = False) -> Any:
-        value = self.get(key)
-        if value is None:
-            return None if optional else {}
-        if not isinstance(value, Mapping):
-            raise self._refuse(key, "a JSON object or null")
-        return dict(value)
+        value = self._checked(key, None, lambda v: isinstance(v, Mapping), "a JSON object or null")
+        return (None if optional else {}) if value is None else dict(value)
 
     def items(self, key: str) -> list[Any]:
-        value = self.get(key, [])
-        if not isinstance(value, list):
-            raise self._refuse(key, "a JSON array or null")
-        return value
+        return self._checked(key, [], lambda v: isinstance(v, list), "a JSON array or null")
 
     def texts(self, key: str) -> tuple[str, ...]:
         values = self.items(key)
@@ -114,20 +93,18 @@ class _Fields:
         return tuple(values)
 
     def numbers(self, key: str, minimum: float | None = None) -> tuple[float, ...] | None:
-        value = self.get(key)
-        if value is None:
-            return None
-        ok = isinstance(value, list) and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-            and (minimum is None or v >= minimum) for v in value)
-        if not ok:
-            bound = f" >= {minimum:g}" if minimum is not None else ""
-            raise self._refuse(key, f"an array of finite numbers{bound} or null")
-        return tuple(float(v) for v in value)
+        bound = f" >= {minimum:g}" if minimum is not None else ""
+        value = self._checked(key, None, lambda v: isinstance(v, list) and all(
+            _finite(x) and (minimum is None or x >= minimum) for x in v), f"an array of finite numbers{bound} or null")
+        return None if value is None else tuple(float(v) for v in value)
 
     def extra(self) -> dict[str, Any]:
         """The fields no reader asked for (kept, and written back)."""
         return {k: v for k, v in self.data.items() if k not in self.read}
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _json(value: Any) -> Any:
@@ -139,17 +116,10 @@ def _json(value: Any) -> Any:
 
 
 def _to_dict(record: Any, omit_empty: Iterable[str] = ()) -> dict[str, Any]:
-    """The JSON object of a record: its fields by name, ``extra`` merged in, the
-    ``omit_empty`` fields left out while they are None or empty."""
+    """A record's JSON object: its fields, ``extra`` merged in, ``omit_empty`` ones left out while None or empty."""
     omit = set(omit_empty)
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(record):
-        value = getattr(record, f.name)
-        if f.name == "extra":
-            continue
-        if f.name in omit and (value is None or value == ()):
-            continue
-        out[f.name] = _json(value)
+    out = {f.name: _json(getattr(record, f.name)) for f in dataclasses.fields(record)
+           if f.name != "extra" and not (f.name in omit and getattr(record, f.name) in (None, ()))}
     return {**getattr(record, "extra", {}), **out}
 
 
@@ -389,9 +359,8 @@ class CaseRecord:
 
     @property
     def matched_fraction(self) -> float | None:
-        """The share of prompts that matched the baseline exactly or diverged only at a
-        numerical tie: what the gate's ``equivalence`` limit compares (real divergences only).
-        A file written before ties were classified has no such field: its exact fraction."""
+        """The share of prompts that matched the baseline exactly or diverged only at a numerical tie (what
+        the ``equivalence`` limit compares); a file written before ties were classified: its exact fraction."""
         return _matched(self.equivalence)
 
     @property
@@ -401,8 +370,7 @@ class CaseRecord:
 
     @property
     def reference_matched_fraction(self) -> float | None:
-        """In-job A/B: the reference arm's tie-aware match with the baseline (its exact
-        fraction where the record did not classify the reference arm's divergences)."""
+        """In-job A/B: the reference arm's :attr:`matched_fraction`."""
         return _matched(self.reference_equivalence or {})
 
     @property

@@ -15,8 +15,7 @@ if TYPE_CHECKING:  # the session module loads the measurement stack; fixtures ru
 
 @dataclass
 class SpecPair:
-    """The matched pair of one case; :meth:`measure` runs it (once per session) and returns
-    the :class:`PairResult`."""
+    """The matched pair of one case; :meth:`measure` runs it (once per session)."""
 
     case: Case
     session: SpecEnergySession

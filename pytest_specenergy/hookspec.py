@@ -1,4 +1,7 @@
-"""Hooks other plugins and ``conftest.py`` files can implement (registered via ``pytest_addhooks``)."""
+"""Hooks other plugins and ``conftest.py`` files can implement (registered via ``pytest_addhooks``).
+
+An example ``conftest.py`` for each: docs/design/root-cases.md, section ``pytest_specenergy/hookspec.py``.
+"""
 
 from __future__ import annotations
 
@@ -10,31 +13,12 @@ import pytest
 @pytest.hookspec(firstresult=True)
 def pytest_specenergy_make_meter(kind: str, engine: Any) -> Any:
     """Return a meter for ``kind`` (``nvml`` or ``modeled:<gpu>``) on ``engine``, or None to
-    let the plugin build its own. The first non-None answer wins.
-
-    Example ``conftest.py``::
-
-        def pytest_specenergy_make_meter(kind, engine):
-            if kind == "nvml":
-                return MyRackPduMeter(engine)
-    """
+    let the plugin build its own. The first non-None answer wins."""
 
 
 def pytest_specenergy_pair_measured(pair: Any) -> None:
-    """Called once per measured :class:`~pytest_specenergy.PairResult`, before any assertion.
-
-    Example ``conftest.py``::
-
-        def pytest_specenergy_pair_measured(pair):
-            print(pair.case_id, pair.energy_saving)
-    """
+    """Called once per measured :class:`~pytest_specenergy.PairResult`, before any assertion."""
 
 
 def pytest_specenergy_update_json(data: dict[str, Any]) -> None:
-    """Modify the ``--specenergy-json`` document in place before it is written.
-
-    Example ``conftest.py``::
-
-        def pytest_specenergy_update_json(data):
-            data["ci_job"] = os.environ.get("CI_JOB_ID")
-    """
+    """Modify the ``--specenergy-json`` document in place before it is written."""

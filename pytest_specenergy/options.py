@@ -8,6 +8,7 @@ options directly.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -61,44 +62,34 @@ def _opt(name: str, default: Any, help: str, parse: Callable[[str], Any] = str, 
     return field(metadata={"option": _Option(name, default, help, parse, **kwargs)})
 
 
-def _declared(option: _Option) -> Any:
-    """A :class:`SpecEnergyConfig` field of an option declared at module level (shared with the CLI)."""
-    return field(metadata={"option": option})
-
-
 def _or_none(value: Any, rootdir: Path) -> Any:
     return value or None
 
 
-def _number(text: str, cast: Callable[[str], Any], ok: Callable[[Any], bool], expected: str) -> Any:
-    """``text`` as a number that satisfies ``ok``, else a ValueError saying what is expected."""
-    try:
-        value = cast(text)
-    except ValueError:
-        raise ValueError(f"expected {expected}, got {text!r}") from None
-    if not ok(value):
+def _number(name: str, cast: Callable[[str], Any], ok: Callable[[Any], bool], expected: str) -> Callable[[str], Any]:
+    """A parser of a number that satisfies ``ok``; anything else is a ValueError saying what is expected.
+    It is called ``name``: argparse names a ``type=`` in its error (``invalid _probability value``)."""
+    def parse(text: str) -> Any:
+        try:
+            value = cast(text)
+            if ok(value):
+                return value
+        except ValueError:
+            pass
         raise ValueError(f"expected {expected}, got {text!r}")
-    return value
+
+    parse.__name__ = name
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    return _number(text, int, lambda v: v >= 1, "a positive integer")
-
-
-def _positive_float(text: str) -> float:
-    return _number(text, float, lambda v: 0 < v < float("inf"), "a number of seconds > 0")
-
-
-def _milliseconds(text: str) -> float:
-    return _number(text, float, lambda v: 0 < v < float("inf"), "a time between tokens in ms > 0, e.g. 25")
-
-
-def _seconds_or_zero(text: str) -> float:
-    return _number(text, float, lambda v: 0 <= v < float("inf"), "a number of seconds >= 0")
-
-
-def _probability(text: str) -> float:
-    return _number(text, float, lambda v: 0.0 < v < 1.0, "a significance level between 0 and 1 (e.g. 0.01)")
+_positive_int = _number("_positive_int", int, lambda v: v >= 1, "a positive integer")
+_non_negative_int = _number("_non_negative_int", int, lambda v: v >= 0, "an integer >= 0")
+_positive_float = _number("_positive_float", float, lambda v: 0 < v < math.inf, "a number of seconds > 0")
+_milliseconds = _number("_milliseconds", float, lambda v: 0 < v < math.inf, "a time between tokens in ms > 0, e.g. 25")
+_seconds_or_zero = _number("_seconds_or_zero", float, lambda v: 0 <= v < math.inf, "a number of seconds >= 0")
+_probability = _number("_probability", float, lambda v: 0 < v < 1, "a significance level between 0 and 1 (e.g. 0.01)")
+_fdr_level = _number("_fdr_level", float, lambda v: 0 < v < 1, "a false-discovery rate between 0 and 1 (e.g. 0.05)")
+_pool = _number("_pool", int, lambda v: 1 <= v <= MAX_POOL, f"a prompt count from 1 to {MAX_POOL}")
 
 
 def _faults(text: str) -> str:
@@ -119,10 +110,6 @@ def _run_name(text: str) -> str:
         return validate_run_name(text)
     except InvalidRunName as exc:
         raise ValueError(str(exc)) from None
-
-
-def _non_negative_int(text: str) -> int:
-    return _number(text, int, lambda v: v >= 0, "an integer >= 0")
 
 
 def _warmup(text: str) -> str | int:
@@ -171,10 +158,6 @@ def _storage(text: str) -> str:
     return text
 
 
-def _pool(text: str) -> int:
-    return _number(text, int, lambda v: 1 <= v <= MAX_POOL, f"a prompt count from 1 to {MAX_POOL}")
-
-
 # Declared once, used by the plugin (``--specenergy-NAME``) and by the ``specenergy`` command
 # (``--NAME``, see :func:`add_cli_options`), as pytest-benchmark shares its option declarations.
 STORAGE = _Option("storage", DEFAULT_STORAGE, "folder of the run history (runs keyed by machine; a local "
@@ -187,25 +170,17 @@ COMPARE_FAIL = _Option("compare-fail", "", "a regression limit METRIC[:STAT]:LIM
 ALPHA = _Option("alpha", DEFAULT_ALPHA, "total level of the sequential gate: P(REGRESSED) is at most "
                 "ALPHA for a true change exactly at the limit, over all looks (0.1% at each interim "
                 "look, the rest at the cap), and lower for any change inside it", _probability)
-MAX_REPEATS = _Option("max-repeats", 0, "repeat cap of the sequential gate (default 11). Stopping "
-                      "rule: the gate looks after --specenergy-repeats repeats and every 2 more "
-                      "up to the cap; it stops at the first look where the change's confidence "
-                      "interval lies beyond the limit (REGRESSED), inside it (unchanged) or beyond "
-                      "it on the better side (IMPROVED); otherwise it re-measures every arm up to "
-                      "the next look. Still INCONCLUSIVE at the cap: --specenergy-inconclusive "
-                      "decides", _non_negative_int)
+MAX_REPEATS = _Option("max-repeats", 0, "repeat cap of the sequential gate (default 11). Stopping rule: the gate "
+                      "looks after --specenergy-repeats repeats and every 2 more up to the cap; it stops at the first "
+                      "look where the change's confidence interval lies beyond the limit (REGRESSED), inside it "
+                      "(unchanged) or beyond it on the better side (IMPROVED); otherwise it re-measures every arm up "
+                      "to the next look. Still INCONCLUSIVE at the cap: --specenergy-inconclusive decides",
+                      _non_negative_int)
+FDR = _Option("fdr", "", "control the false-discovery rate across the suite's gated comparisons at level Q "
+              "(Benjamini-Hochberg on each comparison's sequential p-value; off by default): p <= Q/N fails at "
+              "once, p > Q passes, anything between passes with a 'pending FDR' warning and is decided at session "
+              "end (exit status 1 when it fails)", _fdr_level, resolve=_or_none)
 
-
-def _fdr_level(text: str) -> float:
-    return _number(text, float, lambda v: 0.0 < v < 1.0, "a false-discovery rate between 0 and 1 "
-                   "(e.g. 0.05)")
-
-
-FDR = _Option("fdr", "", "control the false-discovery rate across the suite's gated comparisons "
-              "at level Q (Benjamini-Hochberg on each comparison's sequential p-value; off by "
-              "default): p <= Q/N fails at once, p > Q passes, anything between passes with a "
-              "'pending FDR' warning and is decided at session end (exit status 1 when it fails)",
-              _fdr_level, resolve=_or_none)
 
 def _under(root: Path, path: str) -> Path:
     expanded = Path(os.path.expanduser(str(path)))
@@ -213,13 +188,11 @@ def _under(root: Path, path: str) -> Path:
 
 
 def _nvml_unavailable() -> bool:
-    """True where NVML cannot start here (a CPU machine): no NVIDIA kernel driver is loaded (on
-    Linux, no ``/proc/driver/nvidia``), or NVML's library cannot be loaded.
+    """True where NVML cannot start here (a CPU machine): no NVIDIA kernel driver (on Linux, no
+    ``/proc/driver/nvidia``), or no loadable ``libnvidia-ml.so.1``, which is what ``nvmlInit`` needs.
 
-    nvidia-ml-py's ``nvmlInit`` opens ``libnvidia-ml.so.1`` the same way outside Windows and fails
-    when it cannot, or when the driver is not loaded; looking first spares a collection on a CPU
-    machine the import of nvidia-ml-py and the meters (about a tenth of a 500-case collection,
-    issue 24 item 8). A ``pynvml`` already imported (a fake, or NVML in use) is always asked instead.
+    Looking first spares a CPU collection the import of nvidia-ml-py and the meters (a tenth of a
+    500-case collection, issue 24 item 8). A ``pynvml`` already imported (a fake, or NVML in use) is asked.
     """
     if sys.platform.startswith("win") or "pynvml" in sys.modules:
         return False
@@ -238,8 +211,7 @@ def _nvml_unavailable() -> bool:
 class SpecEnergyConfig:
     """The resolved session options, frozen, so nothing downstream reads pytest options.
 
-    Each field is declared by its option (the field's metadata): this class is the one table
-    of options, read by :func:`add_options`, :func:`add_cli_options` and ``--help``.
+    Each field is declared by its option (its metadata): this class is the one table of options.
     """
 
     engine: str = _opt("engine", "reference", "engine for cases whose model marker names none: "
@@ -275,39 +247,37 @@ class SpecEnergyConfig:
         "replay J/token / speculative J/token. auto: under a board meter (nvml) for reference-engine "
         "drafters with draft passes (the modeled meter prices the split itself); on: every speculative "
         "case, any meter (reference engine only); off: never", _choice(DRAFT_REMOVAL_MODES))
-    cooldown: float = _opt("cooldown", 0.0, "seconds to pause before every measured repeat; repeats "
-                           "alternate the arms (baseline, speculative, ...) so drift falls on both",
-                           _seconds_or_zero)
+    cooldown: float = _opt("cooldown", 0.0, "seconds to pause before every measured repeat; repeats alternate the "
+                           "arms (baseline, speculative, ...) so drift falls on both", _seconds_or_zero)
     device: str = _opt("device", "auto", "device for the reference server: auto, cpu or cuda",
                        _choice(("auto", "cpu", "cuda")))
     startup_timeout: float = _opt("startup-timeout", 300.0, "seconds to wait for an engine to answer /health",
                                   _positive_float)
-    request_timeout: float = _opt("request-timeout", 300.0, "seconds one request may take before the case "
-                                  "fails with the engine's log tail (a hung engine no longer stalls the "
-                                  "session)", _positive_float)
-    log_dir: Path = _opt("log-dir", "", "folder for engine logs (default: .specenergy/logs under the "
-                         "rootdir)", resolve=lambda value, root: Path(os.path.expanduser(str(value)))
-                         if value else root / DEFAULT_STORAGE / "logs")
+    request_timeout: float = _opt("request-timeout", 300.0, "seconds one request may take before the case fails "
+                                  "with the engine's log tail (a hung engine no longer stalls the session)",
+                                  _positive_float)
+    log_dir: Path = _opt("log-dir", "", "folder for engine logs (default: .specenergy/logs under the rootdir)",
+                         resolve=lambda value, root: Path(os.path.expanduser(str(value))) if value
+                         else root / DEFAULT_STORAGE / "logs")
     json: Path | None = _opt("json", "", "write every sample, case, engine and meter description to this "
                              "JSON file", resolve=lambda value, root: Path(value) if value else None)
-    checks: str = _opt("checks", "fail", "what a tripped fail-closed validity check does after the test "
-                       "body (no verify steps, inconsistent counters, incoherent text...): fail or warn",
+    checks: str = _opt("checks", "fail", "what a tripped fail-closed validity check does after the test body (no "
+                       "verify steps, inconsistent counters, incoherent text...): fail or warn",
                        _choice(("fail", "warn")))
     faults: tuple[str, ...] = _opt(
         "fault", "", "comma-separated reference-server fault switches injected into every reference engine ("
         + ", ".join(FAULTS) + "): they exist so a suite can prove its checks catch each bug class", _faults,
         resolve=lambda value, root: tuple(f.strip() for f in str(value).split(",") if f.strip()))
-    storage: Path = _declared(STORAGE)
+    storage: Path = field(metadata={"option": STORAGE})
     save: str | None = _opt("save", "", "save this run in the history under NAME (e.g. main)", _run_name,
                             resolve=_or_none)
-    autosave: bool = _opt("autosave", False, "save this run in the history under the name 'auto'",
-                          action="store_true")
-    compare: str | None = _opt("compare", "", "compare each case with a stored run: last, NAME, NNNN or "
-                               "PATH", resolve=_or_none)
-    compare_fail: tuple[Any, ...] = _declared(COMPARE_FAIL)
-    alpha: float = _declared(ALPHA)
-    max_repeats: int = _declared(MAX_REPEATS)
-    fdr: float | None = _declared(FDR)
+    autosave: bool = _opt("autosave", False, "save this run in the history under the name 'auto'", action="store_true")
+    compare: str | None = _opt("compare", "", "compare each case with a stored run: last, NAME, NNNN or PATH",
+                               resolve=_or_none)
+    compare_fail: tuple[Any, ...] = field(metadata={"option": COMPARE_FAIL})
+    alpha: float = field(metadata={"option": ALPHA})
+    max_repeats: int = field(metadata={"option": MAX_REPEATS})
+    fdr: float | None = field(metadata={"option": FDR})
     inconclusive: str = _opt("inconclusive", "warn", "what a case still INCONCLUSIVE at the cap does: fail, "
                              "warn or xfail", _choice(("fail", "warn", "xfail")))
     incomparable: str = _opt("incomparable", "fail", "what a case whose baseline cannot be compared with it "
@@ -319,20 +289,20 @@ class SpecEnergyConfig:
     baselines: Path = _opt("baselines", DEFAULT_GOLDEN_FOLDER, "folder of committed golden baselines, one "
                            "file per test, under a folder per machine key",
                            resolve=lambda value, root: _under(root, value))
-    golden: str | None = _opt("golden", "", "use committed golden baselines: check (missing ones are created "
-                              "and fail), update (also rewrite mismatching ones, failing them), regen-all "
-                              "(rewrite all, pass), new-only (write missing ones only)",
+    golden: str | None = _opt("golden", "", "use committed golden baselines: check (missing ones are created and "
+                              "fail), update (also rewrite mismatching ones, failing them), regen-all (rewrite all, "
+                              "pass), new-only (write missing ones only)",
                               _choice(("check", "update", "regen-all", "new-only")), resolve=_or_none)
     xdist: str = _opt("xdist", "per-gpu", "under pytest-xdist: per-gpu (one GPU per worker, pinned by "
                       "CUDA_VISIBLE_DEVICES; more workers than GPUs is a usage error; on CPU each worker runs its "
                       "own servers) or off (spec_pair tests fail unmeasured, and the summary says so once)",
                       _choice(("per-gpu", "off")))
-    sglang_version: str | None = _opt("sglang-version", "", "build SGLang command lines for this version "
-                                      "instead of the installed one (for --specenergy-dry-run on a machine "
-                                      "without SGLang)", resolve=_or_none)
-    dry_run: bool = _opt("dry-run", False, "collect the cases and print each matched pair's two server "
-                         "commands and what differs; start nothing; exit 4 when a command is refused or "
-                         "cannot be built", action="store_true")
+    sglang_version: str | None = _opt("sglang-version", "", "build SGLang command lines for this version instead "
+                                      "of the installed one (for --specenergy-dry-run on a machine without SGLang)",
+                                      resolve=_or_none)
+    dry_run: bool = _opt("dry-run", False, "collect the cases and print each matched pair's two server commands and "
+                         "what differs; start nothing; exit 4 when a command is refused or cannot be built",
+                         action="store_true")
     rootdir: Path = Path(".")
     #: ``--specenergy-repeats`` (or its ini key) was given: a saved run measures that many, not
     #: ``save_repeats``; the default nightly flow (save, then compare) gets the power.
@@ -380,9 +350,8 @@ class SpecEnergyConfig:
 
     def pair_measurer(self, meter_factory: Callable[[str, Any], Any],
                       progress: Callable[[int, str], None] | None = None) -> Any:
-        """The :class:`~pytest_specenergy.measure.pairs.PairMeasurer` these options ask for;
-        ``meter_factory`` is the ``pytest_specenergy_make_meter`` hook's answer, ``progress``
-        the callback that reports engine starts and repeats (:mod:`pytest_specenergy.progress`)."""
+        """The :class:`~pytest_specenergy.measure.pairs.PairMeasurer` these options ask for (``meter_factory``:
+        the ``pytest_specenergy_make_meter`` hook's answer; ``progress``: :mod:`pytest_specenergy.progress`)."""
         from pytest_specenergy.engines.pool import EnginePool
         from pytest_specenergy.measure.pairs import PairMeasurer
 
@@ -390,8 +359,7 @@ class SpecEnergyConfig:
                           progress=progress)
         return PairMeasurer(log_dir=self.log_dir, startup_timeout=self.startup_timeout, meter=self.meter,
                             repeats=self.measured_repeats, warmup=self.warmup, meter_factory=meter_factory,
-                            pool=pool,
-                            cooldown_s=self.cooldown, draft_removal=self.draft_removal, progress=progress)
+                            pool=pool, cooldown_s=self.cooldown, draft_removal=self.draft_removal, progress=progress)
 
     def gatekeeper(self, gated_comparisons: int) -> Any:
         """The :class:`~pytest_specenergy.gate.gatekeeper.Gatekeeper` these options ask for, over
@@ -415,10 +383,8 @@ class SpecEnergyConfig:
     def from_pytest_config(cls, config: pytest.Config) -> SpecEnergyConfig:
         """Resolve every option (command line > ini > default), with a clear usage error."""
         rootdir = Path(config.rootpath)
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            if "option" in f.metadata:
-                values[f.name] = _resolved(f.metadata["option"], config, rootdir)
+        values = {f.name: _resolved(f.metadata["option"], config, rootdir)
+                  for f in fields(cls) if "option" in f.metadata}
         values["max_repeats"] = _cap(values["max_repeats"], values["repeats"])
         repeats_set = config.getoption("specenergy_repeats") is not None or config.getini("specenergy_repeats") \
             not in (None, "")
@@ -427,9 +393,8 @@ class SpecEnergyConfig:
 
 
 def help_drift(options: Any = None) -> list[str]:
-    """Each choice an option's parser accepts that its ``--help`` text does not name (the
-    parser's ``choices``, the fault list, the modeled meter's GPU presets): empty when every help
-    text is true to the table the code checks against."""
+    """Each choice an option's parser accepts (its ``choices``, the fault list, the modeled meter's GPU
+    presets) that its ``--help`` text does not name: empty when every help text is true to the code."""
     import re
 
     from pytest_specenergy.meters.roofline import PRESETS
@@ -475,19 +440,18 @@ def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("specenergy", "energy regression testing for speculative decoding")
     for opt in OPTIONS:
         cli_help = opt.help.replace("%", "%%")  # argparse %-formats help texts
+        flag = f"--specenergy-{opt.name}"
         if opt.action == "append":
-            group.addoption(f"--specenergy-{opt.name}", action="append", dest=opt.dest, default=None,
-                            metavar=opt.metavar, type=_validated(opt.parse), help=cli_help)
+            group.addoption(flag, action="append", dest=opt.dest, default=None, metavar=opt.metavar,
+                            type=_validated(opt.parse), help=cli_help)
             parser.addini(opt.dest, opt.help, type="linelist", default=[])
         elif opt.action:
-            group.addoption(f"--specenergy-{opt.name}", action=opt.action, dest=opt.dest,
-                            default=None, help=cli_help)
+            group.addoption(flag, action=opt.action, dest=opt.dest, default=None, help=cli_help)
             parser.addini(opt.dest, opt.help, type="bool", default=opt.default)
         else:
-            group.addoption(f"--specenergy-{opt.name}", dest=opt.dest, default=None,
-                            metavar=opt.name.upper().replace("-", "_"),
-                            help=cli_help + ("" if opt.default in ("", 0) or "default" in opt.help
-                                             else f" (default: {opt.default!r})"))
+            shown = "" if opt.default in ("", 0) or "default" in opt.help else f" (default: {opt.default!r})"
+            group.addoption(flag, dest=opt.dest, default=None, metavar=opt.name.upper().replace("-", "_"),
+                            help=cli_help + shown)
             parser.addini(opt.dest, opt.help, default=None)
 
 
@@ -509,10 +473,9 @@ def _cap(max_repeats: int, repeats: int) -> int:
 
 
 def add_cli_options(parser: Any, *, storage: bool = True, gate: bool = False) -> None:
-    """The shared options on an argparse parser of the ``specenergy`` command: ``--storage``
-    and, with ``gate``, ``--fail`` (the plugin's ``--specenergy-compare-fail``), ``--alpha`` and
-    ``--max-repeats`` (the sequential plan's cap);
-    same defaults and help texts as the plugin's."""
+    """The shared options on an argparse parser of the ``specenergy`` command, with the plugin's defaults
+    and help texts: ``--storage`` and, with ``gate``, ``--fail`` (the plugin's ``--specenergy-compare-fail``),
+    ``--alpha`` and ``--max-repeats`` (the sequential plan's cap)."""
     if storage:
         parser.add_argument("--storage", type=Path, default=Path(STORAGE.default),
                             help=STORAGE.help + f" (default {STORAGE.default})")

@@ -42,13 +42,12 @@ def apply(item: pytest.Item, failed_checks: Sequence[Check], checks_mode: str,
     """
     __tracebackhide__ = True  # the failure is the message, not this frame
     failures: list[str] = []
+    checks = "; ".join(str(c) for c in failed_checks)
     if failed_checks and checks_mode == "fail":
         # A normal-looking row can hide broken speculation (paper s.10): fail closed.
-        failures.append("validity checks failed: " + "; ".join(str(c) for c in failed_checks)
-                        + "\n" + described_pair)
+        failures.append(f"validity checks failed: {checks}\n{described_pair}")
     elif failed_checks:
-        item.warn(pytest.PytestWarning("specenergy validity checks failed: "
-                                       + "; ".join(str(c) for c in failed_checks)))
+        item.warn(pytest.PytestWarning(f"specenergy validity checks failed: {checks}"))
     if judgement is not None:
         failures += judgement.fail
         for message in judgement.warn:

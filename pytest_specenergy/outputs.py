@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass
-from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
@@ -27,7 +26,7 @@ class Written:
     saved: tuple[Path, ...] = ()
     goldens: tuple[Path, ...] = ()
     unused_goldens: tuple[Path, ...] = ()
-    failures: tuple[str, ...] = field(default=())
+    failures: tuple[str, ...] = ()
 
 
 def unwritable_outputs(config: SpecEnergyConfig) -> list[str]:

@@ -1,12 +1,8 @@
 """Progress lines while the session works: one per engine start (which engine, how long), and at
 ``-v`` one per measured repeat (which case, which arm, which repeat).
 
-The lower layers (``engines/``, ``measure/``) get :meth:`Progress.__call__` as a plain callback,
-``progress(level, text)``, and know nothing of pytest. Only the process that owns the terminal
-writes: without xdist that is this one, with pytest's output capture suspended for the line
-(as pytest's live logging does); an xdist worker never writes to the terminal but attaches its
-lines to the report of the test that produced them, and the controller prints them when that
-report arrives, whole lines prefixed with the worker's id, so workers never interleave.
+Who writes them, and how xdist workers' lines reach the terminal: docs/design/root-cases.md,
+section ``pytest_specenergy/progress.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import threading
 from typing import Any
-from typing import Iterator
 
 import pytest
 
@@ -23,8 +18,6 @@ from pytest_specenergy import xdist
 #: The report attribute that carries a worker's lines to the controller (pytest serializes a
 #: report's plain attributes, and xdist ships them).
 REPORT_ATTRIBUTE = "specenergy_progress"
-#: Verbosity at which each kind of line appears: engine starts by default, repeats at ``-v``.
-ENGINE, REPEAT = 0, 1
 
 
 class Progress:
@@ -41,7 +34,7 @@ class Progress:
         self._lock = threading.Lock()
 
     def __call__(self, level: int, text: str) -> None:
-        """Report ``text`` if the verbosity asks for lines of ``level``."""
+        """Report ``text`` if the verbosity asks for lines of ``level`` (0: engine starts, 1: repeats, at ``-v``)."""
         if level > self.verbosity:
             return
         line = f"specenergy: {text}"
@@ -56,21 +49,13 @@ class Progress:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is None:
             return
-        with self._uncaptured():
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        with contextlib.nullcontext() if capture is None else capture.global_and_fixture_disabled():
             reporter.ensure_newline()  # after a test's file name or -v location
             # Under xdist the reporter does not track its line: end a line of dots too.
             if getattr(getattr(reporter, "_tw", None), "width_of_current_line", 0):
                 reporter.write("\n")
             reporter.write_line(line)
-
-    @contextlib.contextmanager
-    def _uncaptured(self) -> Iterator[None]:
-        capture = self.config.pluginmanager.get_plugin("capturemanager")
-        if capture is None:
-            yield
-            return
-        with capture.global_and_fixture_disabled():
-            yield
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: Any) -> Any:

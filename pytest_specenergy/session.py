@@ -1,10 +1,6 @@
 """The session object: the one registered plugin instance that carries the hook methods.
 
-``plugin.pytest_configure`` builds :class:`SpecEnergySession` from the resolved options and
-registers it (as pytest registers ``junitxml.LogXML``). Each hook delegates in a few lines: cases
-to :mod:`.cases.markers`, pairs to :class:`.measure.pairs.PairMeasurer`, verdicts to the
-gatekeeper and :func:`.gate.suite.judge_suite`, outcomes to :mod:`.outcome`, outputs to
-:mod:`.outputs`, the summary to :mod:`.report.terminal`. Lower layers never call back up.
+Each hook delegates in a few lines; to whom: docs/design/root-cases.md, section ``pytest_specenergy/session.py``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """pytest-xdist: one GPU per worker, or no measurement at all.
 
-Energy cannot be measured on a GPU that another worker is using. ``--specenergy-xdist=per-gpu``
-(the default) pins worker ``gwN`` to one GPU through ``CUDA_VISIBLE_DEVICES`` before any engine
-starts (on a CPU machine each worker simply runs its own reference servers; more workers than
-GPUs is a usage error); results travel to the controller as JSON in ``workeroutput`` and are
-merged into one table and one file. With ``off``, spec_pair tests fail under xdist (never skip:
-a gate that measured nothing must not pass), and the summary says so once.
+Energy cannot be measured on a GPU that another worker is using; how ``--specenergy-xdist``'s two
+modes deal with it: docs/design/root-cases.md, section ``pytest_specenergy/xdist.py``.
 """
 
 from __future__ import annotations
@@ -21,9 +17,8 @@ if TYPE_CHECKING:
     from pytest_specenergy.document import CaseRecord
 
 SKIPPED_KEY = "specenergy_xdist_skipped"
-OFF_REASON = ("specenergy: energy is not measured under pytest-xdist with --specenergy-xdist=off "
-               "(workers would share a GPU); use --specenergy-xdist=per-gpu (one GPU per worker) or run "
-               "without -n")
+OFF_REASON = ("specenergy: energy is not measured under pytest-xdist with --specenergy-xdist=off (workers would "
+              "share a GPU); use --specenergy-xdist=per-gpu (one GPU per worker) or run without -n")
 
 
 def is_worker(config: pytest.Config) -> bool:

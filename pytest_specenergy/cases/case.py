@@ -26,13 +26,11 @@ DEFAULT_PROMPT_POOL = 96
 class Generation:
     """How each request is generated.
 
-    ``prompts`` is the size of the prompt pool measured per repeat; ``None`` means
-    :data:`DEFAULT_PROMPT_POOL` (96, the paper's pool), or the whole corpus if it holds fewer.
-    The pool is the corpus's first ``prompts`` prompts, the same at every batch point and in
-    both arms, so a batch sweep changes only the batch; the measurer keeps ``batch`` of them in
-    flight, refilling as each finishes. An explicit ``prompts`` above the corpus's size repeats
-    prompts (:meth:`Corpus.take`). ``ignore_eos`` defaults to False: runs that outlast the answer inflate
-    acceptance (paper section 10).
+    ``prompts`` is the size of the prompt pool measured per repeat (None: the corpus's first
+    :data:`DEFAULT_PROMPT_POOL`, or all of a smaller corpus). The pool is the same at every batch
+    point and in both arms, so a batch sweep changes only the batch (the measurer keeps ``batch`` of
+    them in flight); a ``prompts`` above the corpus's size repeats prompts (:meth:`Corpus.take`).
+    ``ignore_eos`` defaults to False: runs that outlast the answer inflate acceptance (paper s.10).
     """
 
     max_new_tokens: int = 64
@@ -41,15 +39,13 @@ class Generation:
     temperature: float = 0.0
 
     def pool_size(self, corpus_size: int) -> int:
-        """The prompt pool's size for a corpus of ``corpus_size`` prompts, the same at every
-        batch; a pool too small for its batch never reaches a steady state, and the
-        concurrency check says so."""
+        """The prompt pool's size for a corpus of ``corpus_size`` prompts, the same at every batch (a pool
+        too small for its batch never reaches a steady state, and the concurrency check says so)."""
         return self.prompts if self.prompts is not None else min(DEFAULT_PROMPT_POOL, corpus_size)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready description."""
-        return {"max_new_tokens": self.max_new_tokens, "prompts": self.prompts,
-                "ignore_eos": self.ignore_eos, "temperature": self.temperature}
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -131,8 +127,7 @@ class Case:
         return self.spec.twin()
 
     def reference_config(self) -> EngineConfig | None:
-        """The in-job A/B reference drafter's engine (the speculative config with the reference
-        drafter), or None without one."""
+        """The in-job A/B reference drafter's engine (the speculative config with that drafter), or None."""
         return None if self.reference is None else dataclasses.replace(self.spec, drafter=self.reference)
 
     def baseline_key(self) -> tuple[Any, ...]:
@@ -141,22 +136,13 @@ class Case:
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready description of the case."""
-        spec = self.spec
-        return {
-            "id": self.id,
-            "engine": spec.engine,
-            "model": spec.model,
-            "drafter": self.drafter.as_dict(),
-            "reference": self.reference.as_dict() if self.reference is not None else None,
-            "batch": self.batch,
-            "corpus": {"name": self.corpus.name, "source": self.corpus.source,
-                       "digest": self.corpus.digest, "size": len(self.corpus.prompts)},
-            "generation": self.generation.as_dict(),
-            "engine_options": {k: v for k, v in spec.options},
-            "dtype": spec.dtype,
-            "seed": spec.seed,
-            "faults": list(spec.faults),
-        }
+        spec, corpus = self.spec, self.corpus
+        return {"id": self.id, "engine": spec.engine, "model": spec.model, "drafter": self.drafter.as_dict(),
+                "reference": self.reference.as_dict() if self.reference is not None else None, "batch": self.batch,
+                "corpus": {"name": corpus.name, "source": corpus.source, "digest": corpus.digest,
+                           "size": len(corpus.prompts)},
+                "generation": self.generation.as_dict(), "engine_options": dict(spec.options), "dtype": spec.dtype,
+                "seed": spec.seed, "faults": list(spec.faults)}
 
 
 def model_short_name(model: str) -> str:

@@ -31,27 +31,23 @@ from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.drafters import DrafterError
 
 #: Built-in tiny models of the reference server (made from a seed, no files).
-TINY_MODELS = ("tiny:dense", "tiny:dense-draft", "tiny:moe", "tiny:moe-draft",
-               "tiny:hybrid", "tiny:hybrid-draft")
+TINY_MODELS = ("tiny:dense", "tiny:dense-draft", "tiny:moe", "tiny:moe-draft", "tiny:hybrid", "tiny:hybrid-draft")
 
 MARKERS = {
-    "model": "model(name_or_path, ..., engine=None, dtype=None, device=None, seed=None, "
-             "max_running_requests=None, faults=(), **engine_kwargs): target model(s) of a "
-             "spec_pair case; several names form a matrix axis",
-    "drafter": "drafter(*names_or_Drafter): speculative drafter(s) measured against the "
-               "non-speculative twin; several form a matrix axis",
-    "reference_drafter": "reference_drafter(name_or_Drafter): in-job A/B - also measure this "
-                         "drafter in the same repeat cycles as each candidate drafter, and gate "
-                         "the candidate against it (no stored baseline needed)",
-    "batch": "batch(*ints): requests kept in flight (the engine's running batch); several form "
-             "a matrix axis",
-    "corpus": "corpus(*names_or_Corpus): prompt corpora (code, conversation, long-document, "
-              "news, rm-news, jsonl:PATH); several form a matrix axis",
-    "generation": "generation(max_new_tokens=64, prompts=None, ignore_eos=False, "
-                  "temperature=0): how each request is generated",
-    "tolerance": "tolerance(*exprs, **limits): regression limits for this test, e.g. "
-                 "tolerance(energy_per_token='5%', accept_length=0.1); overrides "
-                 "--specenergy-compare-fail metric by metric",
+    "model": "model(name_or_path, ..., engine=None, dtype=None, device=None, seed=None, max_running_requests=None, "
+             "faults=(), **engine_kwargs): target model(s) of a spec_pair case; several names form a matrix axis",
+    "drafter": "drafter(*names_or_Drafter): speculative drafter(s) measured against the non-speculative twin; "
+               "several form a matrix axis",
+    "reference_drafter": "reference_drafter(name_or_Drafter): in-job A/B - also measure this drafter in the same "
+                         "repeat cycles as each candidate drafter, and gate the candidate against it (no stored "
+                         "baseline needed)",
+    "batch": "batch(*ints): requests kept in flight (the engine's running batch); several form a matrix axis",
+    "corpus": "corpus(*names_or_Corpus): prompt corpora (code, conversation, long-document, news, rm-news, "
+              "jsonl:PATH); several form a matrix axis",
+    "generation": "generation(max_new_tokens=64, prompts=None, ignore_eos=False, temperature=0): how each request "
+                  "is generated",
+    "tolerance": "tolerance(*exprs, **limits): regression limits for this test, e.g. tolerance(energy_per_token='5%', "
+                 "accept_length=0.1); overrides --specenergy-compare-fail metric by metric",
 }
 
 _MODEL_KWARGS = {"engine", "dtype", "device", "seed", "max_running_requests", "faults"}
@@ -110,10 +106,8 @@ def build_cases(test: str, closest: MarkerLookup, config: CaseDefaults) -> list[
     ids = [c.id for c in cases]
     duplicates = sorted(i for i, n in collections.Counter(ids).items() if n > 1)
     if duplicates:
-        raise MarkerError(
-            f"{test}: the matrix has several cases with id {duplicates[0]!r}; give each "
-            f"Drafter a distinct id= (for example Drafter('ngram', num_draft_tokens=4, id='ngram-4'))"
-        )
+        raise MarkerError(f"{test}: the matrix has several cases with id {duplicates[0]!r}; give each Drafter a "
+                          f"distinct id= (for example Drafter('ngram', num_draft_tokens=4, id='ngram-4'))")
     return cases
 
 
@@ -121,25 +115,14 @@ def _spec(test: str, model: str, opts: dict[str, Any], drafter: Drafter,
           reference: Drafter | None) -> tuple[EngineConfig, str]:
     """The speculative engine of one (model, drafter) pair, checked, and the model's id part."""
     engine = opts["engine"]
-    if drafter.name not in ENGINE_DRAFTERS[engine]:
-        raise MarkerError(
-            f"{test}: marker drafter value {drafter!r} is not implemented by the {engine} "
-            f"engine; expected one of {', '.join(ENGINE_DRAFTERS[engine])}"
-        )
-    if drafter.draft_model:
-        _check_model_path(test, "drafter", drafter.draft_model, engine)
+    _check_drafter(test, "drafter", drafter, engine)
     for marker, declared in (("drafter", drafter), ("reference_drafter", reference)):
         if declared is not None and engine != "reference" and dict(declared.settings).get("accept_p") is not None:
             raise MarkerError(
                 f"{test}: marker {marker} value {declared!r}: accept_p (controlled acceptance) is a "
                 f"reference-server calibration knob; the {engine} engine has no such setting")
     if reference is not None:
-        if reference.name not in ENGINE_DRAFTERS[engine]:
-            raise MarkerError(
-                f"{test}: marker reference_drafter value {reference!r} is not implemented by the "
-                f"{engine} engine; expected one of {', '.join(ENGINE_DRAFTERS[engine])}")
-        if reference.draft_model:
-            _check_model_path(test, "reference_drafter", reference.draft_model, engine)
+        _check_drafter(test, "reference_drafter", reference, engine)
         if reference == drafter:
             raise MarkerError(
                 f"{test}: marker reference_drafter {reference!r} is the candidate drafter itself; "
@@ -148,6 +131,14 @@ def _spec(test: str, model: str, opts: dict[str, Any], drafter: Drafter,
                         options=opts["engine_options"],
                         **{k: v for k, v in opts.items() if k not in ("engine", "engine_options")})
     return spec, model_short_name(model)
+
+
+def _check_drafter(test: str, marker: str, drafter: Drafter, engine: str) -> None:
+    if drafter.name not in ENGINE_DRAFTERS[engine]:
+        raise MarkerError(f"{test}: marker {marker} value {drafter!r} is not implemented by the {engine} "
+                          f"engine; expected one of {', '.join(ENGINE_DRAFTERS[engine])}")
+    if drafter.draft_model:
+        _check_model_path(test, marker, drafter.draft_model, engine)
 
 
 def _values(test: str, name: str, mark: Any, expected: str) -> tuple[Any, ...]:
@@ -164,37 +155,32 @@ def _models(test: str, mark: Any, config: CaseDefaults) -> list[tuple[str, dict[
     engine = kwargs.get("engine") or config.engine
     if engine not in ENGINES:
         raise MarkerError(f"{test}: marker model(engine={engine!r}): expected one of {', '.join(ENGINES)}")
-    opts: dict[str, Any] = {"engine": engine}
-    opts["dtype"] = _str_kw(test, kwargs, "dtype", "auto")
-    if opts["dtype"] not in ENGINE_DTYPES[engine]:
-        raise MarkerError(f"{test}: marker model(dtype={opts['dtype']!r}): the {engine} engine takes one of "
+    dtype = _str_kw(test, kwargs, "dtype", "auto")
+    if dtype not in ENGINE_DTYPES[engine]:
+        raise MarkerError(f"{test}: marker model(dtype={dtype!r}): the {engine} engine takes one of "
                           f"{', '.join(ENGINE_DTYPES[engine])}")
-    opts["device"] = _str_kw(test, kwargs, "device", config.device)
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", opts["device"]):
-        raise MarkerError(f"{test}: marker model(device={opts['device']!r}): expected auto, cpu, cuda or cuda:N")
+    device = _str_kw(test, kwargs, "device", config.device)
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        raise MarkerError(f"{test}: marker model(device={device!r}): expected auto, cpu, cuda or cuda:N")
     seed = kwargs.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise MarkerError(f"{test}: marker model(seed={seed!r}): expected an integer")
-    opts["seed"] = seed
     mrr = kwargs.get("max_running_requests")
     if mrr is not None and (isinstance(mrr, bool) or not isinstance(mrr, int) or mrr < 1):
         raise MarkerError(f"{test}: marker model(max_running_requests={mrr!r}): expected a positive integer")
-    opts["max_running_requests"] = mrr
     faults = kwargs.get("faults", ())
     if isinstance(faults, str):
         faults = (faults,)
     if engine == "reference":
         faults = tuple(dict.fromkeys((*faults, *config.faults)))
-    opts["faults"] = tuple(faults)
     extra = {k: v for k, v in kwargs.items() if k not in _MODEL_KWARGS}
     if engine == "sglang" and config.sglang_version and "sglang_version" not in extra:
         extra["sglang_version"] = config.sglang_version
     if extra and engine == "reference":
-        raise MarkerError(
-            f"{test}: marker model got engine option(s) {', '.join(sorted(extra))} that the "
-            f"reference engine does not take; expected only {', '.join(sorted(_MODEL_KWARGS))}"
-        )
-    opts["engine_options"] = EngineConfig.freeze_options(extra)
+        raise MarkerError(f"{test}: marker model got engine option(s) {', '.join(sorted(extra))} that the "
+                          f"reference engine does not take; expected only {', '.join(sorted(_MODEL_KWARGS))}")
+    opts = {"engine": engine, "dtype": dtype, "device": device, "seed": seed, "max_running_requests": mrr,
+            "faults": tuple(faults), "engine_options": EngineConfig.freeze_options(extra)}
     models = []
     for name in names:
         if not isinstance(name, (str, os.PathLike)) or not str(name):
@@ -213,20 +199,16 @@ def _str_kw(test: str, kwargs: dict[str, Any], key: str, default: str) -> str:
 
 
 def _check_model_path(test: str, marker: str, name: str, engine: str) -> None:
-    if name.startswith("tiny:"):
-        if name not in TINY_MODELS:
+    # random:SHAPE[:key=N,...]: seeded random weights the reference server builds itself (no
+    # files); it checks the shape and overrides as it starts, in milliseconds, before any load.
+    if name.startswith(("tiny:", "random:")):
+        tiny = name.startswith("tiny:")
+        if tiny and name not in TINY_MODELS:
             raise MarkerError(f"{test}: marker {marker} value {name!r} is not a built-in tiny "
                               f"model; expected one of {', '.join(TINY_MODELS)} or a checkpoint path")
         if engine != "reference":
-            raise MarkerError(f"{test}: marker {marker} value {name!r}: tiny models run only on "
-                              f"the reference engine, not {engine}")
-        return
-    if name.startswith("random:"):
-        # random:SHAPE[:key=N,...]: seeded random weights the reference server builds itself (no
-        # files); it checks the shape and overrides as it starts, in milliseconds, before any load.
-        if engine != "reference":
-            raise MarkerError(f"{test}: marker {marker} value {name!r}: random: models run only on "
-                              f"the reference engine, not {engine}")
+            raise MarkerError(f"{test}: marker {marker} value {name!r}: {'tiny' if tiny else 'random:'} models run "
+                              f"only on the reference engine, not {engine}")
         return
     # The engine process inherits pytest's working directory and resolves a relative path there,
     # so the check does too (not against the rootdir, which a run from a subfolder differs from).
@@ -244,20 +226,21 @@ def _check_model_path(test: str, marker: str, name: str, engine: str) -> None:
 
 
 def _drafters(test: str, mark: Any) -> list[Drafter]:
-    values = _values(test, "drafter", mark, "drafter names or Drafter(...) objects")
-    drafters = []
-    for value in values:
-        if isinstance(value, Drafter):
-            drafters.append(value)
-            continue
-        if not isinstance(value, str):
-            raise MarkerError(f"{test}: marker drafter value {value!r}: expected a drafter "
-                              f"name or a Drafter(...) object")
-        try:
-            drafters.append(Drafter(value))
-        except DrafterError as exc:
-            raise MarkerError(f"{test}: marker drafter value {value!r}: {exc}") from None
-    return drafters
+    return [_drafter(test, "drafter", value)
+            for value in _values(test, "drafter", mark, "drafter names or Drafter(...) objects")]
+
+
+def _drafter(test: str, marker: str, value: Any) -> Drafter:
+    """One value of a drafter or reference_drafter marker: a Drafter, or a drafter name."""
+    if isinstance(value, Drafter):
+        return value
+    if not isinstance(value, str):
+        raise MarkerError(f"{test}: marker {marker} value {value!r}: expected a drafter "
+                          f"name or a Drafter(...) object")
+    try:
+        return Drafter(value)
+    except DrafterError as exc:
+        raise MarkerError(f"{test}: marker {marker} value {value!r}: {exc}") from None
 
 
 def _reference(test: str, mark: Any) -> Drafter | None:
@@ -267,16 +250,7 @@ def _reference(test: str, mark: Any) -> Drafter | None:
     if len(mark.args) != 1 or mark.kwargs:
         raise MarkerError(f"{test}: marker reference_drafter takes exactly one drafter name or "
                           f"Drafter(...) object, got args={mark.args!r} kwargs={mark.kwargs!r}")
-    value = mark.args[0]
-    if isinstance(value, Drafter):
-        return value
-    if not isinstance(value, str):
-        raise MarkerError(f"{test}: marker reference_drafter value {value!r}: expected a drafter "
-                          f"name or a Drafter(...) object")
-    try:
-        return Drafter(value)
-    except DrafterError as exc:
-        raise MarkerError(f"{test}: marker reference_drafter value {value!r}: {exc}") from None
+    return _drafter(test, "reference_drafter", mark.args[0])
 
 
 def _batches(test: str, mark: Any) -> list[int]:
@@ -318,9 +292,9 @@ def _generation(test: str, mark: Any, pool: int | None = None) -> Generation:
         raise MarkerError(f"{test}: marker generation(ignore_eos={kwargs['ignore_eos']!r}): expected True or False")
     temperature = kwargs.get("temperature", 0)
     if temperature != 0:
-        raise MarkerError(f"{test}: marker generation(temperature={temperature!r}): only greedy "
-                          f"decoding (temperature=0) is measured, because equivalence with the "
-                          f"baseline is checked token for token")
+        raise MarkerError(f"{test}: marker generation(temperature={temperature!r}): only greedy decoding "
+                          f"(temperature=0) is measured, because equivalence with the baseline is checked token for "
+                          f"token")
     return Generation(max_new_tokens=kwargs.get("max_new_tokens", 64), prompts=kwargs.get("prompts", pool),
                       ignore_eos=kwargs.get("ignore_eos", False), temperature=0.0)
 

@@ -1,16 +1,6 @@
-"""Prompt corpora for speculative-decoding energy measurements.
+"""Prompt corpora for speculative-decoding energy measurements: five built-ins and ``jsonl:PATH``.
 
-Five corpora are built in, mirroring the text classes the paper measures (acceptance, and
-hence energy saved, depends strongly on the text): ``code``, ``conversation``,
-``long-document``, ``news`` (English) and ``rm-news`` (Romansh, Rumantsch Grischun). All
-built-in prompts were written for this project and ship as ``data/<name>.jsonl``; users can
-bring their own with ``jsonl:PATH``.
-
-Example::
-
-    corpus = load_corpus("code")
-    batch = corpus.take(64)   # cycles if the corpus has fewer than 64 prompts
-    corpus.digest             # store with a baseline to detect a changed corpus
+The built-ins and an example: docs/design/root-cases.md, section ``pytest_specenergy/cases/corpora/__init__.py``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """Load prompt corpora: the five built-ins shipped with the package, or a user's JSONL file.
 
-A corpus is an ordered, immutable tuple of prompts plus a content digest. Order matters
-because a run takes the *first* ``n`` prompts, and the digest lets a stored baseline notice
-that the prompts it was measured on are no longer the prompts being served.
-
-Specs accepted by :func:`load_corpus`:
-
-* a built-in name from :data:`BUILTIN_CORPORA`;
-* ``jsonl:PATH`` - one JSON object per line with a string ``prompt`` (or ``text``) field;
-  blank lines are skipped, other fields (``id``, metadata) are ignored;
-* an existing :class:`Corpus`, returned unchanged.
+Why order and digest matter, and the specs :func:`load_corpus` accepts: docs/design/root-cases.md,
+section ``pytest_specenergy/cases/corpora/loader.py``.
 """
 
 from __future__ import annotations
@@ -24,8 +16,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterable
 from typing import Iterator
-
-__all__ = ["BUILTIN_CORPORA", "Corpus", "CorpusError", "JSONL_PREFIX", "load_corpus"]
 
 #: Names of the corpora shipped inside the package, in the order the paper reports them.
 BUILTIN_CORPORA: tuple[str, ...] = ("code", "conversation", "long-document", "news", "rm-news")
@@ -60,14 +50,10 @@ def _digest(prompts: Iterable[str]) -> str:
 class Corpus:
     """An immutable, ordered set of prompts with a content digest.
 
-    Attributes:
-        name: Short label used in reports (a built-in name, or the JSONL file's stem).
-        prompts: The prompts, in file order. A list passed in is converted to a tuple.
-        source: ``"built-in"`` for packaged corpora, otherwise the resolved file path.
-        digest: sha256 hex digest over the prompts (not the name or source), so two files
-            with identical prompts compare equal for baseline purposes. Leave it empty to
-            have it computed; a non-empty value that does not match the prompts is rejected,
-            because a wrong digest would silently validate a stale baseline.
+    ``source`` is ``"built-in"`` or the resolved file path. ``digest`` covers the prompts only
+    (not the name or source), so two files with identical prompts compare equal for baseline
+    purposes; left empty it is computed, and a wrong one is rejected, because it would silently
+    validate a stale baseline.
     """
 
     name: str
@@ -76,57 +62,38 @@ class Corpus:
     digest: str = ""
 
     def __post_init__(self) -> None:
-        # object.__setattr__ is the documented way to normalise fields of a frozen dataclass.
         prompts = tuple(self.prompts)
         object.__setattr__(self, "prompts", prompts)
         if not prompts:
-            raise CorpusError(
-                f"corpus {self.name!r} from {self.source} is empty; a corpus needs at least one prompt"
-            )
+            raise CorpusError(f"corpus {self.name!r} from {self.source} is empty; a corpus needs at least one prompt")
         for index, prompt in enumerate(prompts):
             if not isinstance(prompt, str) or not prompt.strip():
-                raise CorpusError(
-                    f"corpus {self.name!r}: prompt {index} is {prompt!r}; "
-                    "every prompt must be a non-empty string"
-                )
+                raise CorpusError(f"corpus {self.name!r}: prompt {index} is {prompt!r}; "
+                                  "every prompt must be a non-empty string")
         actual = _digest(prompts)
         if not self.digest:
             object.__setattr__(self, "digest", actual)
         elif self.digest != actual:
-            raise CorpusError(
-                f"corpus {self.name!r}: digest {self.digest!r} does not match its prompts "
-                f"(expected {actual!r}); pass digest='' to have it computed"
-            )
+            raise CorpusError(f"corpus {self.name!r}: digest {self.digest!r} does not match its prompts "
+                              f"(expected {actual!r}); pass digest='' to have it computed")
 
     def __len__(self) -> int:
         """Number of distinct prompt slots (not counting cycling in :meth:`take`)."""
         return len(self.prompts)
 
     def take(self, n: int) -> tuple[str, ...]:
-        """Return exactly ``n`` prompts: the first ``n``, cycling from the start if needed.
+        """Exactly ``n`` prompts: the first ``n``, cycling from the start if needed.
 
-        If ``n`` exceeds ``len(self)``, the prompts are repeated in order
-        (``p0, p1, ..., pk, p0, p1, ...``) until ``n`` are returned. This keeps batch sizes
-        larger than the corpus measurable, but repeated prompts share KV-prefix and n-gram
-        history, so callers that care should compare ``n`` with ``len(corpus)`` and say so
-        in their report. ``take(0)`` returns an empty tuple.
-
-        Raises:
-            CorpusError: if ``n`` is negative or not an integer.
+        Cycling keeps pools larger than the corpus measurable, but repeated prompts share
+        KV-prefix and n-gram history, so callers that care should compare ``n`` with ``len(corpus)``.
         """
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise CorpusError(f"take(n) needs a non-negative integer n, got {n!r}")
-        size = len(self.prompts)
-        if n <= size:
-            return self.prompts[:n]
-        return tuple(self.prompts[i % size] for i in range(n))
+        return tuple(self.prompts[i % len(self.prompts)] for i in range(n))
 
 
 def _iter_prompts(lines: Iterable[str], where: str) -> Iterator[str]:
-    """Yield the prompt of every non-blank JSONL line, raising CorpusError on the first bad one.
-
-    ``where`` names the file in messages, so a user can open it at the reported line.
-    """
+    """The prompt of every non-blank JSONL line; the first bad one raises CorpusError naming ``where`` and the line."""
     for lineno, raw in enumerate(lines, start=1):
         line = raw.strip()
         if not line:
@@ -134,15 +101,11 @@ def _iter_prompts(lines: Iterable[str], where: str) -> Iterator[str]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise CorpusError(
-                f"{where}, line {lineno}: not valid JSON ({exc.msg} at column {exc.colno}); "
-                'expected one object per line, e.g. {"prompt": "..."}'
-            ) from None
+            raise CorpusError(f"{where}, line {lineno}: not valid JSON ({exc.msg} at column {exc.colno}); "
+                              'expected one object per line, e.g. {"prompt": "..."}') from None
         if not isinstance(record, dict):
-            raise CorpusError(
-                f"{where}, line {lineno}: expected a JSON object with a 'prompt' or 'text' "
-                f"field, got a JSON {type(record).__name__}"
-            )
+            raise CorpusError(f"{where}, line {lineno}: expected a JSON object with a 'prompt' or 'text' "
+                              f"field, got a JSON {type(record).__name__}")
         for field_name in _PROMPT_FIELDS:
             value = record.get(field_name)
             if isinstance(value, str) and value.strip():
@@ -157,18 +120,8 @@ def _iter_prompts(lines: Iterable[str], where: str) -> Iterator[str]:
                 break
         else:
             found = ", ".join(sorted(map(str, record))) or "no fields"
-            raise CorpusError(
-                f"{where}, line {lineno}: no non-empty string 'prompt' or 'text' field "
-                f"(found: {found}); each line needs e.g. {{\"prompt\": \"...\"}}"
-            )
-
-
-def _read_lines(path: Path, where: str) -> list[str]:
-    """Read ``path`` as UTF-8 (a leading BOM is tolerated, since some editors add one)."""
-    try:
-        return path.read_text(encoding="utf-8-sig").splitlines()
-    except UnicodeDecodeError as exc:
-        raise CorpusError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+            raise CorpusError(f"{where}, line {lineno}: no non-empty string 'prompt' or 'text' field "
+                              f"(found: {found}); each line needs e.g. {{\"prompt\": \"...\"}}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -180,10 +133,8 @@ def _load_builtin(name: str) -> Corpus:
         text = resource.read_text(encoding="utf-8")
     except FileNotFoundError:
         # Only reachable from a broken install, e.g. a wheel built without package data.
-        raise CorpusError(
-            f"{where} is missing from the installed package; reinstall pytest_specenergy "
-            "with its package data (pytest_specenergy/cases/corpora/data/*.jsonl)"
-        ) from None
+        raise CorpusError(f"{where} is missing from the installed package; reinstall pytest_specenergy "
+                          "with its package data (pytest_specenergy/cases/corpora/data/*.jsonl)") from None
     return Corpus(name=name, prompts=_builtin_prompts(text, where), source="built-in")
 
 
@@ -205,12 +156,14 @@ def _builtin_prompts(text: str, where: str) -> tuple[str, ...]:
 def _load_jsonl_cached(path: str, mtime_ns: int, size: int) -> Corpus:
     """Parse a JSONL corpus; keyed on mtime and size so an edited file is re-read."""
     where = f"corpus file {path}"
-    prompts = tuple(_iter_prompts(_read_lines(Path(path), where), where))
+    try:
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()  # a BOM is tolerated: some editors add one
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    prompts = tuple(_iter_prompts(lines, where))
     if not prompts:
-        raise CorpusError(
-            f"{where} contains no prompts (only blank lines or empty); "
-            'add one JSON object per line, e.g. {"prompt": "..."}'
-        )
+        raise CorpusError(f"{where} contains no prompts (only blank lines or empty); "
+                          'add one JSON object per line, e.g. {"prompt": "..."}')
     return Corpus(name=Path(path).stem, prompts=prompts, source=path)
 
 
@@ -222,10 +175,8 @@ def _load_jsonl(raw_path: str) -> Corpus:
     try:
         stat = path.stat()
     except FileNotFoundError:
-        raise CorpusError(
-            f"corpus file {path} does not exist (from spec {JSONL_PREFIX}{raw_path}); "
-            "give a path to an existing JSONL file, relative to the current directory or absolute"
-        ) from None
+        raise CorpusError(f"corpus file {path} does not exist (from spec {JSONL_PREFIX}{raw_path}); give a path "
+                          "to an existing JSONL file, relative to the current directory or absolute") from None
     if not path.is_file():
         raise CorpusError(f"corpus path {path} is not a regular file; expected a JSONL file")
     return _load_jsonl_cached(str(path), stat.st_mtime_ns, stat.st_size)
@@ -245,27 +196,16 @@ def _unknown_name_message(spec: str) -> str:
 
 
 def load_corpus(spec: str | Corpus) -> Corpus:
-    """Return the corpus named by ``spec``.
-
-    Args:
-        spec: A built-in name (see :data:`BUILTIN_CORPORA`), ``"jsonl:PATH"`` for a file of
-            one JSON object per line with a ``prompt`` or ``text`` string field, or a
-            :class:`Corpus`, which is returned as is.
+    """The corpus named by ``spec``: a built-in name, ``jsonl:PATH`` or a :class:`Corpus` (returned as is).
 
     Results are cached: built-ins per name, files per resolved path, modification time and
     size, so repeated fixtures do not re-parse and an edited file is picked up.
-
-    Raises:
-        CorpusError: for an unknown name, a missing file, a line that is not a JSON object,
-            a line without a prompt, or a corpus with no prompts.
     """
     if isinstance(spec, Corpus):
         return spec
     if not isinstance(spec, str):
-        raise CorpusError(
-            f"corpus spec must be a str or Corpus, got {type(spec).__name__}; "
-            f"use one of {', '.join(BUILTIN_CORPORA)} or {JSONL_PREFIX}PATH"
-        )
+        raise CorpusError(f"corpus spec must be a str or Corpus, got {type(spec).__name__}; "
+                          f"use one of {', '.join(BUILTIN_CORPORA)} or {JSONL_PREFIX}PATH")
     if spec.startswith(JSONL_PREFIX):
         return _load_jsonl(spec[len(JSONL_PREFIX) :])
     if spec in BUILTIN_CORPORA:
