@@ -1,8 +1,7 @@
 """Atomic file writes: a crash mid-write never leaves a half-written or truncated file.
 
-Files get the mode an ordinary ``open()`` would give them (0666 less the umask, or the mode
-of the file being replaced), not ``mkstemp``'s 0600: run history, JSON and reports are read
-by CI artifact collectors and teammates running as other users.
+Why files get ``open()``'s mode and how exclusive creation works: docs/design/root-cases.md, section
+``pytest_specenergy/atomic.py``.
 """
 
 from __future__ import annotations
@@ -104,16 +103,8 @@ def locked(path: Path | None) -> Iterator[None]:
 
 
 def create_text_exclusive(candidates: Iterable[Path], text: str, lock: Path | None = None) -> Path:
-    """Publish ``text`` under the first of ``candidates`` that does not exist yet; never
-    replaces a file, even against concurrent writers. Returns the path used.
-
-    The content is written to a temporary file, then hard-linked into place: ``link()`` fails
-    when the name exists, so check and creation are one atomic step (a check-then-rename lets
-    two writers pick one name, the later silently replacing the earlier), and readers never see
-    a partial file. Without hard links, ``O_CREAT | O_EXCL`` keeps the exclusivity (not the
-    all-or-nothing). ``candidates`` is iterated under ``lock``, so it may compute names from
-    what exists (a next counter) without two writers computing the same one.
-    """
+    """Publish ``text`` under the first of ``candidates`` that does not exist yet (never replacing a file, even
+    against concurrent writers: a temporary file hard-linked into place); returns the path used."""
     tmp: str | None = None
     try:
         with locked(lock):

@@ -57,7 +57,6 @@ class _Fields:
         return default if value is None else value
 
     def _checked(self, key: str, default: Any, ok: Callable[[Any], bool], expected: str) -> Any:
-        """``key``'s value (``default`` where null or missing) if ``ok``, else a refusal naming it."""
         value = self.get(key)
         if value is None:
             return default
@@ -79,28 +78,49 @@ class _Fields:
     def flag(self, key: str, default: bool) -> bool:
         return self._checked(key, default, lambda v: isinstance(v, bool), "true or false")
 
-    def obj(self, key: str, optional: bool = False) -> Any:
+    def obj(self, key: str, default: dict[str, Any] | None = None) -> Any:
         value = self._checked(key, None, lambda v: isinstance(v, Mapping), "a JSON object or null")
-        return (None if optional else {}) if value is None else dict(value)
+        return default if value is None else dict(value)
 
     def items(self, key: str) -> list[Any]:
         return self._checked(key, [], lambda v: isinstance(v, list), "a JSON array or null")
 
-    def texts(self, key: str) -> tuple[str, ...]:
+    def texts(self, key: str, default: tuple[str, ...] | None = ()) -> tuple[str, ...] | None:
         values = self.items(key)
         if not all(isinstance(v, str) for v in values):
             raise self._refuse(key, "an array of strings")
-        return tuple(values)
+        return default if self.get(key) is None else tuple(values)
 
-    def numbers(self, key: str, minimum: float | None = None) -> tuple[float, ...] | None:
-        bound = f" >= {minimum:g}" if minimum is not None else ""
-        value = self._checked(key, None, lambda v: isinstance(v, list) and all(
-            _finite(x) and (minimum is None or x >= minimum) for x in v), f"an array of finite numbers{bound} or null")
+    def numbers(self, key: str, default: None = None) -> tuple[float, ...] | None:
+        value = self._checked(key, None, lambda v: isinstance(v, list) and all(_finite(x) and x >= 0 for x in v),
+                              "an array of finite numbers >= 0 or null")
         return None if value is None else tuple(float(v) for v in value)
+
+    def checks(self, key: str, default: tuple[Check, ...] = ()) -> tuple[Check, ...]:
+        return tuple(Check.from_dict(c, f"{self.where}.{key}[{i}]") for i, c in enumerate(self.items(key)))
 
     def extra(self) -> dict[str, Any]:
         """The fields no reader asked for (kept, and written back)."""
         return {k: v for k, v in self.data.items() if k not in self.read}
+
+    def fill(self, cls: Any, **known: Any) -> Any:
+        """A ``cls`` of ``known`` and its other fields, in field order, each read by its declared type (null or
+        missing: the field's default); ``extra`` last, from the fields no reader asked for."""
+        for f in dataclasses.fields(cls):
+            if f.name == "extra":
+                known["extra"] = self.extra()
+            elif f.name not in known:
+                default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+                read = _READERS[f.type.removesuffix(" | None")]  # type: ignore[union-attr]
+                known[f.name] = read(self, f.name, None if default is dataclasses.MISSING else default)
+        return cls(**known)
+
+
+#: The :class:`_Fields` reader of each field type a record declares (``X | None`` is read as ``X``).
+_READERS: dict[str, Callable[..., Any]] = {
+    "float": _Fields.number, "int": _Fields.integer, "str": _Fields.text, "bool": _Fields.flag,
+    "dict[str, Any]": _Fields.obj, "tuple[str, ...]": _Fields.texts, "tuple[float, ...]": _Fields.numbers,
+    "tuple[Check, ...]": _Fields.checks}
 
 
 def _finite(value: Any) -> bool:
@@ -161,14 +181,11 @@ class RepeatSample:
     proposed_drafts: int | None
     loops: int = 1
     window: dict[str, Any] = field(default_factory=dict, compare=False)
-    #: Per request of the full window that verified (first loop, pool order): committed
-    #: decode tokens per verify step, ``(completion_tokens - 1) / spec_verify_ct`` - samples
-    #: for judging accept length with its spread. None: no speculative counters (a baseline
-    #: arm, or a record written before the field existed).
+    #: Per request of the full window that verified (first loop, pool order): ``(completion_tokens - 1) /
+    #: spec_verify_ct``, to judge accept length with its spread. None: no speculative counters (or an older record).
     accept_lengths: tuple[float, ...] | None = None
-    #: The share of the pool's decode tokens (every prompt's whole output, its first token
-    #: excluded) made inside this repeat's window, per loop (issue 21). None: not recorded (a
-    #: record written before the field existed).
+    #: The share of the pool's decode tokens (first tokens excluded) made inside this repeat's window, per loop
+    #: (issue 21). None: not recorded (an older record).
     coverage: float | None = None
 
     @property
@@ -195,16 +212,13 @@ class RepeatSample:
         """A sample read back (``energy_per_token`` is derived, never read)."""
         f = _Fields(data, where)
         f.read.add("energy_per_token")
-        joules, seconds, tokens = f.number("decode_joules"), f.number("decode_seconds"), f.integer("decode_tokens")
-        for key, value in (("decode_joules", joules), ("decode_seconds", seconds), ("decode_tokens", tokens)):
+        needed = {"decode_joules": f.number("decode_joules"), "decode_seconds": f.number("decode_seconds"),
+                  "decode_tokens": f.integer("decode_tokens")}
+        for key, value in needed.items():
             if value is None:
-                raise DocumentError(f"{where} lacks {key!r}; a sample needs decode_joules, "
-                                    "decode_seconds and decode_tokens")
-        return cls(decode_joules=joules, decode_seconds=seconds, decode_tokens=tokens, tbt_ms=f.number("tbt_ms"),
-                   verify_steps=f.integer("verify_steps"), correct_drafts=f.integer("correct_drafts"),
-                   proposed_drafts=f.integer("proposed_drafts"), loops=f.integer("loops", 1),
-                   window=f.obj("window"), accept_lengths=f.numbers("accept_lengths", minimum=0),
-                   coverage=f.number("coverage"))
+                raise DocumentError(f"{where} lacks {key!r}; a sample needs decode_joules, decode_seconds and "
+                                    "decode_tokens")
+        return f.fill(cls, **needed)
 
 
 @dataclass(frozen=True)
@@ -238,17 +252,9 @@ class Arm:
     def from_dict(cls, data: Any, where: str) -> Arm:
         """An arm read back; ``where`` names it in a refusal."""
         f = _Fields(data, where)
-        samples = tuple(RepeatSample.from_dict(s, f"{where}.samples[{i}]")
-                        for i, s in enumerate(f.items("samples")))
-        return cls(arm=f.text("arm", where.rsplit(".", 1)[-1]), engine=f.obj("engine"),
-                   source=f.text("source", "unknown"), energy_per_token=f.number("energy_per_token"),
-                   tbt_ms=f.number("tbt_ms"), accept_length=f.number("accept_length"),
-                   acceptance_rate=f.number("acceptance_rate"),
-                   verified_per_step=f.integer("verified_per_step"), samples=samples,
-                   concurrency=f.obj("concurrency"), outputs_stable=f.flag("outputs_stable", True),
-                   counter_problems=f.texts("counter_problems"), replay_problems=f.texts("replay_problems"),
-                   finish_reasons=f.texts("finish_reasons"), coverage=f.number("coverage"),
-                   extra=f.extra())
+        samples = tuple(RepeatSample.from_dict(s, f"{where}.samples[{i}]") for i, s in enumerate(f.items("samples")))
+        return f.fill(cls, samples=samples, arm=f.text("arm", where.rsplit(".", 1)[-1]), engine=f.obj("engine", {}),
+                      source=f.text("source", "unknown"))
 
     def values(self, metric: str) -> list[float | None]:
         """Per-repeat values of a per-arm metric (None where a repeat cannot give it)."""
@@ -439,7 +445,7 @@ class CaseRecord:
     def from_dict(cls, data: Any, where: str = "record") -> CaseRecord:
         """A record read back; ``where`` names it in a refusal."""
         f = _Fields(data, where)
-        case_id = f.text("case_id") or str(f.obj("case").get("id") or "?")
+        case_id = f.text("case_id") or str(f.obj("case", {}).get("id") or "?")
         where = f"{where} ({case_id})"
         f.where = where
         arms = {name: (Arm.from_dict(f.get(name), f"{where}.{name}") if f.get(name) is not None else None)
@@ -447,31 +453,14 @@ class CaseRecord:
         for name in ("baseline", "speculative"):
             if arms[name] is None:
                 raise DocumentError(f"{where} lacks its {name!r} arm")
-        equivalence = _Fields(f.obj("equivalence"), f"{where}.equivalence")
+        equivalence = _Fields(f.obj("equivalence", {}), f"{where}.equivalence")
         equivalence.number("exact_fraction")
         equivalence.number("matched_fraction")
         equivalence.integer("ties")
-        pending = f.get("fdr_pending")
-        return cls(
-            case_id=case_id, case=f.obj("case"),
-            source=f.text("source") or arms["speculative"].source,  # type: ignore[union-attr]
-            baseline=arms["baseline"], speculative=arms["speculative"],  # type: ignore[arg-type]
-            energy_saving=f.number("energy_saving"), speedup=f.number("speedup"),
-            accept_length=f.number("accept_length"), acceptance_rate=f.number("acceptance_rate"),
-            energy_per_token=f.number("energy_per_token"), tbt_ms=f.number("tbt_ms"),
-            verified_per_step=f.integer("verified_per_step"),
-            verify_intensity=f.number("verify_intensity"), balance_point=f.number("balance_point"),
-            compute_bound=f.get("compute_bound"), draft_share=f.number("draft_share"),
-            draft_share_method=f.text("draft_share_method"),
-            draft_share_priced=f.number("draft_share_priced"),
-            equivalence=equivalence.data, coherence=f.obj("coherence", optional=True),
-            checks=tuple(Check.from_dict(c, f"{where}.checks[{i}]") for i, c in enumerate(f.items("checks"))),
-            order=f.obj("order"), reference=arms["reference"],
-            reference_drafter=f.obj("reference_drafter", optional=True),
-            reference_equivalence=f.obj("reference_equivalence", optional=True), removal=arms["removal"],
-            nodeid=f.text("nodeid"), machine_key=f.text("machine_key"), verdict=f.text("verdict"),
-            comparison=f.obj("comparison", optional=True), baseline_file=f.text("baseline_file"),
-            fdr_pending=None if pending is None else f.texts("fdr_pending"), extra=f.extra())
+        # The rest in field order; compute_bound is kept as written (a reader never refused it).
+        return f.fill(cls, case_id=case_id, **arms, equivalence=equivalence.data, case=f.obj("case", {}),
+                      source=f.text("source") or arms["speculative"].source,  # type: ignore[union-attr]
+                      compute_bound=f.get("compute_bound"))
 
 
 def _matched(equivalence: dict[str, Any]) -> float | None:
@@ -550,14 +539,6 @@ class RunDocument:
         results = f.items("results")
         if "results" not in f.data:
             raise DocumentError(f"{source}: 'results' is missing; the run is incomplete or corrupted")
-        shards = f.get("shards")
-        return cls(results=tuple(CaseRecord.from_dict(r, f"{source}: results[{i}]") for i, r in enumerate(results)),
-                   machine_key=f.text("machine_key"), machine_info=f.obj("machine_info"),
-                   machines=f.obj("machines"), meters=f.obj("meters"),
-                   engine_starts=f.integer("engine_starts", 0), datetime=str(f.get("datetime", "")),
-                   plugin_version=str(f.get("plugin_version", "unknown")),
-                   schema_version=f.integer("schema_version", SCHEMA_VERSION), kind=f.text("kind", RUN_KIND),
-                   interrupted=f.get("interrupted") is True, name=f.text("name"),
-                   fdr=f.obj("fdr", optional=True), latency_targets=f.obj("latency_targets", optional=True),
-                   shards=None if shards is None else f.texts("shards"), commit=f.obj("commit", optional=True),
-                   extra=f.extra())
+        records = tuple(CaseRecord.from_dict(r, f"{source}: results[{i}]") for i, r in enumerate(results))
+        return f.fill(cls, results=records, datetime=str(f.get("datetime", "")),
+                      plugin_version=str(f.get("plugin_version", "unknown")), interrupted=f.get("interrupted") is True)

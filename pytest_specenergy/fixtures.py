@@ -22,12 +22,8 @@ class SpecPair:
     node: pytest.Item
 
     def measure(self) -> PairResult:
-        """Measure both arms (the baseline arm is shared across drafters) and compare them.
-
-        A window the meter cannot measure (counter reset, window too short, contamination)
-        is measured once more; if it fails again the test fails with the meter's reason. A
-        gate never passes or skips a case it could not measure.
-        """
+        """Measure both arms and compare them; a window the meter cannot measure is measured once more, then the
+        test fails with the meter's reason (a gate never passes or skips a case it could not measure)."""
         from pytest_specenergy.meters.base import MeterError
         from pytest_specenergy.session import PAIR_KEY
 
@@ -54,9 +50,8 @@ def specenergy(pytestconfig: pytest.Config) -> SpecEnergySession:
 @pytest.fixture
 def specenergy_case(request: pytest.FixtureRequest) -> Case:
     """This test's case; the plugin parametrizes it from the markers."""
-    raise pytest.UsageError(
-        f"{request.node.nodeid}: spec_pair needs @pytest.mark.model, drafter, batch and corpus "
-        f"markers to form its cases")
+    raise pytest.UsageError(f"{request.node.nodeid}: spec_pair needs @pytest.mark.model, drafter, batch and corpus "
+                            "markers to form its cases")
 
 
 @pytest.fixture

@@ -1,8 +1,7 @@
 """Options: ``--specenergy-*`` on the command line, ``specenergy_*`` in ini files.
 
-Precedence is marker > command line > ini > default. :class:`SpecEnergyConfig` is built
-once per session from the pytest config and is frozen, so nothing downstream reads pytest
-options directly.
+Precedence is marker > command line > ini > default. :class:`SpecEnergyConfig` is built once per session from
+the pytest config and is frozen, so nothing downstream reads pytest options directly.
 """
 
 from __future__ import annotations
@@ -53,7 +52,6 @@ class _Option:
 
     @property
     def dest(self) -> str:
-        """The pytest option and ini name."""
         return "specenergy_" + self.name.replace("-", "_")
 
 
@@ -188,12 +186,8 @@ def _under(root: Path, path: str) -> Path:
 
 
 def _nvml_unavailable() -> bool:
-    """True where NVML cannot start here (a CPU machine): no NVIDIA kernel driver (on Linux, no
-    ``/proc/driver/nvidia``), or no loadable ``libnvidia-ml.so.1``, which is what ``nvmlInit`` needs.
-
-    Looking first spares a CPU collection the import of nvidia-ml-py and the meters (a tenth of a
-    500-case collection, issue 24 item 8). A ``pynvml`` already imported (a fake, or NVML in use) is asked.
-    """
+    """True where NVML cannot start (no NVIDIA kernel driver or ``libnvidia-ml.so.1``): looking first spares a CPU
+    collection the import of nvidia-ml-py (issue 24 item 8). A ``pynvml`` already imported is asked."""
     if sys.platform.startswith("win") or "pynvml" in sys.modules:
         return False
     if sys.platform.startswith("linux") and not os.path.exists("/proc/driver/nvidia"):
@@ -209,10 +203,7 @@ def _nvml_unavailable() -> bool:
 
 @dataclass(frozen=True)
 class SpecEnergyConfig:
-    """The resolved session options, frozen, so nothing downstream reads pytest options.
-
-    Each field is declared by its option (its metadata): this class is the one table of options.
-    """
+    """The resolved session options, frozen; each field is declared by its option: the one table of options."""
 
     engine: str = _opt("engine", "reference", "engine for cases whose model marker names none: "
                        "reference (HF transformers server, CPU or GPU) or sglang", _choice(ENGINES))
@@ -355,8 +346,7 @@ class SpecEnergyConfig:
         from pytest_specenergy.engines.pool import EnginePool
         from pytest_specenergy.measure.pairs import PairMeasurer
 
-        pool = EnginePool(self.log_dir, self.startup_timeout, request_timeout_s=self.request_timeout,
-                          progress=progress)
+        pool = EnginePool(self.log_dir, self.startup_timeout, request_timeout_s=self.request_timeout, progress=progress)
         return PairMeasurer(log_dir=self.log_dir, startup_timeout=self.startup_timeout, meter=self.meter,
                             repeats=self.measured_repeats, warmup=self.warmup, meter_factory=meter_factory,
                             pool=pool, cooldown_s=self.cooldown, draft_removal=self.draft_removal, progress=progress)
@@ -411,8 +401,7 @@ def help_drift(options: Any = None) -> list[str]:
 
 
 #: Every option, in ``--help`` order.
-OPTIONS: tuple[_Option, ...] = tuple(f.metadata["option"] for f in fields(SpecEnergyConfig)
-                                     if "option" in f.metadata)
+OPTIONS: tuple[_Option, ...] = tuple(f.metadata["option"] for f in fields(SpecEnergyConfig) if "option" in f.metadata)
 
 
 def _resolved(opt: _Option, config: pytest.Config, rootdir: Path) -> Any:

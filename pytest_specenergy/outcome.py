@@ -1,8 +1,7 @@
 """Apply what was decided about a measured pair to its test: fail, skip, xfail or warn.
 
-A regression fails the regressed test itself (not the session), so JUnit and IDEs pin it to
-the case; the figures go into ``item.user_properties`` for the JUnit XML. Nothing here
-decides or measures: the checks come from the pair, the judgement from the gate.
+A regression fails the regressed test itself (not the session), so JUnit and IDEs pin it to the case; the
+figures go into ``item.user_properties`` for the JUnit XML. Nothing here decides or measures.
 """
 
 from __future__ import annotations
@@ -35,11 +34,8 @@ def add_properties(item: pytest.Item, record: CaseRecord) -> None:
 
 def apply(item: pytest.Item, failed_checks: Sequence[Check], checks_mode: str,
           judgement: Judgement | None, described_pair: str, body_failed: bool) -> None:
-    """Raise to fail, skip or xfail ``item``; warn for what only warns.
-
-    ``checks_mode`` ``fail`` fails the test on any failed validity check; ``warn`` only warns.
-    A body that already failed keeps its own failure (the record is kept all the same).
-    """
+    """Raise to fail, skip or xfail ``item``; warn for what only warns (``checks_mode``: ``fail`` or ``warn`` on a
+    failed validity check). A body that already failed keeps its own failure."""
     __tracebackhide__ = True  # the failure is the message, not this frame
     failures: list[str] = []
     checks = "; ".join(str(c) for c in failed_checks)

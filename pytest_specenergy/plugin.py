@@ -1,7 +1,7 @@
 """The pytest11 entry point: hook specs, options, and the registered session object.
 
-Everything else is a method of :class:`pytest_specenergy.session.SpecEnergySession`, which
-``pytest_configure`` builds from plain option values and registers.
+Everything else is a method of :class:`pytest_specenergy.session.SpecEnergySession`, which ``pytest_configure``
+builds from plain option values and registers.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""Progress lines while the session works: one per engine start (which engine, how long), and at
-``-v`` one per measured repeat (which case, which arm, which repeat).
+"""Progress lines: one per engine start (which engine, how long), and at ``-v`` one per measured repeat.
 
-Who writes them, and how xdist workers' lines reach the terminal: docs/design/root-cases.md,
-section ``pytest_specenergy/progress.py``.
+Who writes them, and how xdist workers' lines reach the terminal: docs/design/root-cases.md, section
+``pytest_specenergy/progress.py``.
 """
 
 from __future__ import annotations

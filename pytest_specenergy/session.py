@@ -82,14 +82,6 @@ class SpecEnergySession:
             self.hook.pytest_specenergy_pair_measured(pair=pair)
         return pair
 
-    def machine_key_for(self, pair: PairResult) -> str:
-        """The machine key of the run a pair was measured in (meter + engine + GPUs)."""
-        from pytest_specenergy.gate.machine import pair_machine
-
-        key, info = pair_machine(pair.speculative.engine, self.measurer.meter_description(pair.source), pair.source)
-        self.machines.setdefault(key, info)
-        return key
-
     def limits_for(self, item: pytest.Item) -> list[FailLimit]:
         """The regression limits of one test: marker > command line/ini > defaults."""
         from pytest_specenergy.gate.limits import FailExprError
@@ -105,8 +97,11 @@ class SpecEnergySession:
         __tracebackhide__ = True
         from pytest_specenergy import outcome
         from pytest_specenergy.gate.gatekeeper import NeedsRepeats
+        from pytest_specenergy.gate.machine import pair_machine
 
-        key = self.machine_key_for(pair)
+        # The machine key of the run the pair was measured in (meter + engine + GPUs).
+        key, info = pair_machine(pair.speculative.engine, self.measurer.meter_description(pair.source), pair.source)
+        self.machines.setdefault(key, info)
         record = pair.record(item.nodeid, key)
         judgement = None
         # A reference drafter's arm is judged in-job, with or without a stored baseline.
@@ -192,17 +187,14 @@ class SpecEnergySession:
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """xdist controller: a worker's skipped count; a worker that crashed interrupts the run."""
-        self.xdist_skipped += xdist.skipped_count(node)
+        self.xdist_skipped += int(getattr(node, "workeroutput", {}).get(xdist.SKIPPED_KEY, 0))
         self.worker_lost = self.worker_lost or error is not None
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        """Decide the suite, write the outputs, build the summary; a worker ships its records.
-
-        A session that did not run to its end (Ctrl-C, SIGTERM, ``-x``, a crashed worker) is
-        saved marked ``interrupted``: no reference (``last``, a name, a counter) selects it.
-        """
+        """Decide the suite, write the outputs, build the summary; a session cut short (Ctrl-C, SIGTERM, ``-x``, a
+        crashed worker) is saved marked ``interrupted``, which no reference (``last``, a name) selects."""
         if xdist.is_worker(session.config):
-            xdist.ship(session.config, self.xdist_skipped)
+            session.config.workeroutput[xdist.SKIPPED_KEY] = self.xdist_skipped  # type: ignore[attr-defined]
             return
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop or session.shouldfail) \
             or self.worker_lost

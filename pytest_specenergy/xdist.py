@@ -16,6 +16,7 @@ import pytest
 if TYPE_CHECKING:
     from pytest_specenergy.document import CaseRecord
 
+#: The worker output that hands a worker's count of spec_pair tests it refused to measure to the controller.
 SKIPPED_KEY = "specenergy_xdist_skipped"
 OFF_REASON = ("specenergy: energy is not measured under pytest-xdist with --specenergy-xdist=off (workers would "
               "share a GPU); use --specenergy-xdist=per-gpu (one GPU per worker) or run without -n")
@@ -70,9 +71,8 @@ def pin_worker(config: pytest.Config) -> str | None:
         return None
     count = int(config.workerinput.get("workercount", len(gpus)))  # type: ignore[attr-defined]
     if count > len(gpus):
-        raise pytest.UsageError(
-            f"--specenergy-xdist=per-gpu needs one GPU per worker: {count} workers but only "
-            f"{len(gpus)} GPU(s) visible ({', '.join(gpus)}); use -n {len(gpus)}")
+        raise pytest.UsageError(f"--specenergy-xdist=per-gpu needs one GPU per worker: {count} workers but only "
+                                f"{len(gpus)} GPU(s) visible ({', '.join(gpus)}); use -n {len(gpus)}")
     os.environ["CUDA_VISIBLE_DEVICES"] = gpus[index]
     return gpus[index]
 
@@ -106,13 +106,3 @@ class RecordCourier:
             from pytest_specenergy.document import CaseRecord
 
             self.records.append(CaseRecord.from_dict(data, f"the record of {report.nodeid} from its xdist worker"))
-
-
-def ship(config: pytest.Config, skipped: int) -> None:
-    """Worker side: hand this worker's xdist-skipped count to the controller."""
-    config.workeroutput[SKIPPED_KEY] = skipped  # type: ignore[attr-defined]
-
-
-def skipped_count(node: Any) -> int:
-    """Controller side: how many spec_pair tests a finished worker refused to measure."""
-    return int(getattr(node, "workeroutput", {}).get(SKIPPED_KEY, 0))

@@ -1,9 +1,7 @@
 """Cases: one fully resolved measurement per test item.
 
-A :class:`Case` is frozen and hashable. Its :meth:`Case.spec_config` is the speculative
-engine; the baseline engine is always that config's twin. :meth:`Case.baseline_key`
-identifies the baseline arm, which depends on everything but the drafter, so one baseline
-measurement serves every drafter tested against it.
+How a case's engines, pool and baseline arm relate: docs/design/root-cases.md, section
+``pytest_specenergy/cases/case.py``.
 """
 
 from __future__ import annotations
@@ -24,14 +22,8 @@ DEFAULT_PROMPT_POOL = 96
 
 @dataclass(frozen=True)
 class Generation:
-    """How each request is generated.
-
-    ``prompts`` is the size of the prompt pool measured per repeat (None: the corpus's first
-    :data:`DEFAULT_PROMPT_POOL`, or all of a smaller corpus). The pool is the same at every batch
-    point and in both arms, so a batch sweep changes only the batch (the measurer keeps ``batch`` of
-    them in flight); a ``prompts`` above the corpus's size repeats prompts (:meth:`Corpus.take`).
-    ``ignore_eos`` defaults to False: runs that outlast the answer inflate acceptance (paper s.10).
-    """
+    """How each request is generated: ``prompts`` sizes the pool measured per repeat (None: the corpus's first
+    :data:`DEFAULT_PROMPT_POOL`); ``ignore_eos`` is off, as runs that outlast the answer inflate acceptance."""
 
     max_new_tokens: int = 64
     prompts: int | None = None
@@ -50,11 +42,8 @@ class Generation:
 
 @dataclass(frozen=True)
 class Case:
-    """One point of the matrix: a speculative engine x batch x corpus x generation.
-
-    ``spec`` is the speculative engine's :class:`EngineConfig` (model, drafter, dtype, device,
-    seed, engine options, faults): the one record of those settings; the baseline is its twin.
-    """
+    """One point of the matrix: a speculative engine (``spec``, the one record of its settings; the baseline is
+    its twin) x batch x corpus x generation."""
 
     spec: EngineConfig
     batch: int

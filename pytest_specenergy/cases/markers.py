@@ -1,10 +1,6 @@
-"""Markers -> cases.
+"""Markers -> cases: the closest marker of each name wins; several values in one marker form a matrix axis.
 
-The markers ``model``, ``drafter``, ``batch``, ``corpus`` and ``generation`` declare a test's
-matrix. The closest marker of each name wins (function over class over module), as for any
-pytest marker; several values in one marker form a matrix axis. Every bad value raises
-:class:`MarkerError` naming the test, the marker, the value and what was expected; the
-plugin turns it into a collection error without a traceback.
+Bad values and how they are reported: docs/design/root-cases.md, section ``pytest_specenergy/cases/markers.py``.
 """
 
 from __future__ import annotations
@@ -84,7 +80,8 @@ CPU_POOL_PER_BATCH, CPU_POOL_MIN = 3, 12
 def build_cases(test: str, closest: MarkerLookup, config: CaseDefaults) -> list[Case]:
     """Expand a test's markers into cases, in a stable order."""
     models = _models(test, closest("model"), config)
-    drafters = _drafters(test, closest("drafter"))
+    drafters = [_drafter(test, "drafter", value)
+                for value in _values(test, "drafter", closest("drafter"), "drafter names or Drafter(...) objects")]
     batches = _batches(test, closest("batch"))
     corpora = _corpora(test, closest("corpus"))
     pool = config.pool
@@ -101,8 +98,7 @@ def build_cases(test: str, closest: MarkerLookup, config: CaseDefaults) -> list[
         if (m, d) not in specs:
             specs[m, d] = _spec(test, model, opts, drafter, reference)
         spec, model_id = specs[m, d]
-        cases.append(Case(spec, batch, corpus, generation, reference, model_id=model_id,
-                          model_in_id=len(models) > 1))
+        cases.append(Case(spec, batch, corpus, generation, reference, model_id=model_id, model_in_id=len(models) > 1))
     ids = [c.id for c in cases]
     duplicates = sorted(i for i, n in collections.Counter(ids).items() if n > 1)
     if duplicates:
@@ -118,17 +114,14 @@ def _spec(test: str, model: str, opts: dict[str, Any], drafter: Drafter,
     _check_drafter(test, "drafter", drafter, engine)
     for marker, declared in (("drafter", drafter), ("reference_drafter", reference)):
         if declared is not None and engine != "reference" and dict(declared.settings).get("accept_p") is not None:
-            raise MarkerError(
-                f"{test}: marker {marker} value {declared!r}: accept_p (controlled acceptance) is a "
-                f"reference-server calibration knob; the {engine} engine has no such setting")
+            raise MarkerError(f"{test}: marker {marker} value {declared!r}: accept_p (controlled acceptance) is a "
+                              f"reference-server calibration knob; the {engine} engine has no such setting")
     if reference is not None:
         _check_drafter(test, "reference_drafter", reference, engine)
         if reference == drafter:
-            raise MarkerError(
-                f"{test}: marker reference_drafter {reference!r} is the candidate drafter itself; "
-                f"name the drafter the candidate replaces (e.g. the old draft checkpoint)")
-    spec = EngineConfig(engine=engine, model=model, drafter=drafter,
-                        options=opts["engine_options"],
+            raise MarkerError(f"{test}: marker reference_drafter {reference!r} is the candidate drafter itself; "
+                              f"name the drafter the candidate replaces (e.g. the old draft checkpoint)")
+    spec = EngineConfig(engine=engine, model=model, drafter=drafter, options=opts["engine_options"],
                         **{k: v for k, v in opts.items() if k not in ("engine", "engine_options")})
     return spec, model_short_name(model)
 
@@ -225,18 +218,12 @@ def _check_model_path(test: str, marker: str, name: str, engine: str) -> None:
                          else " or a hub id such as Qwen/Qwen3-8B"))
 
 
-def _drafters(test: str, mark: Any) -> list[Drafter]:
-    return [_drafter(test, "drafter", value)
-            for value in _values(test, "drafter", mark, "drafter names or Drafter(...) objects")]
-
-
 def _drafter(test: str, marker: str, value: Any) -> Drafter:
     """One value of a drafter or reference_drafter marker: a Drafter, or a drafter name."""
     if isinstance(value, Drafter):
         return value
     if not isinstance(value, str):
-        raise MarkerError(f"{test}: marker {marker} value {value!r}: expected a drafter "
-                          f"name or a Drafter(...) object")
+        raise MarkerError(f"{test}: marker {marker} value {value!r}: expected a drafter name or a Drafter(...) object")
     try:
         return Drafter(value)
     except DrafterError as exc:

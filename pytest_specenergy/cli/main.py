@@ -1,9 +1,7 @@
 """The ``specenergy`` command: report, compare, history, merge, doctor.
 
-Runs are named the way ``--specenergy-compare`` names them: a PATH to a run file (a saved
-run or a ``--specenergy-json`` document), or ``last`` / ``NAME`` / ``NNNN`` inside the
-history folder (``--storage``, default ``.specenergy``) of one machine key (``--machine-key``,
-needed only when the folder holds several).
+Runs are named the way ``--specenergy-compare`` names them: a PATH, or last/NAME/NNNN in the history folder (how:
+``docs/design/meters-report-cli.md``).
 """
 
 from __future__ import annotations
@@ -55,15 +53,13 @@ def _machine_key(store: RunStore, wanted: str | None) -> str:
 
 
 def resolve_run(ref: str, store: RunStore, machine_key: str | None) -> tuple[RunDocument, Path]:
-    """Load a run named by PATH or by last/NAME/NNNN in the history; an interrupted run is
-    said to be one."""
+    """Load a run named by PATH or by last/NAME/NNNN in the history; an interrupted run is said to be one."""
     path = Path(ref)
     if not path.is_file():
         path = store.find(_machine_key(store, machine_key), ref)
     document = store.load(path)
     if document.interrupted:
-        print(f"specenergy: {path} was saved by an interrupted session: its results are incomplete",
-              file=sys.stderr)
+        print(f"specenergy: {path} was saved by an interrupted session: its results are incomplete", file=sys.stderr)
     return document, path
 
 
@@ -100,8 +96,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     run, path = resolve_run(args.run, store, args.machine_key)
     comparisons, baseline_path, inputs = None, None, [path]
     if args.baseline:
-        # The gate's own comparison, so a report shows exactly the verdicts a test would get,
-        # latency targets included.
+        # The gate's own comparison, so a report shows exactly the verdicts a test would get, latency targets included.
         baseline, baseline_path = resolve_run(args.baseline, store, args.machine_key)
         inputs.append(baseline_path)
         plan = _plan(args, run)
@@ -113,13 +108,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         from pytest_specenergy.report.html import render_html
 
         out = _output(args.html, *inputs)
-        history = [d for d in _history(store, run.machine_key or args.machine_key, path)
-                   if d.datetime != run.datetime]
+        history = [d for d in _history(store, run.machine_key or args.machine_key, path) if d.datetime != run.datetime]
         html = render_html(run, comparisons, history=history,
                            latency_targets_ms=tuple(args.latency_target or (25.0, 10.0)),
                            title=args.title or f"specenergy report: {path.name}",
-                           plots=False if args.no_plots else None,
-                           baseline_label=str(baseline_path or ""))
+                           plots=False if args.no_plots else None, baseline_label=str(baseline_path or ""))
         write_text_atomic(out, html)
         print(f"specenergy: wrote {args.html}")
     if args.markdown:
@@ -135,9 +128,9 @@ def _limits(args: argparse.Namespace) -> list[Any]:
 
 
 def _plan(args: argparse.Namespace, run: RunDocument) -> Any:
-    """The gate's sequential plan as the session that measured ``run`` had it: its first look
-    at the repeats the run started with (the fewest of any case), then every 2 more up to
-    ``--max-repeats`` (default 11), so a report shows the verdicts the plugin gave."""
+    """The gate's sequential plan as the session that measured ``run`` had it: its first look at the repeats the run
+    started with (the fewest of any case), then every 2 more up to ``--max-repeats`` (default 11), so a report shows
+    the verdicts the plugin gave."""
     started = min((len(r.speculative.samples) for r in run.results), default=3)
     try:
         return gate_plan(args.alpha, max(2, started), args.max_repeats or DEFAULT_CAP)
@@ -151,11 +144,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     base, base_path = resolve_run(args.baseline, store, args.machine_key)
     current, current_path = resolve_run(args.current, store, args.machine_key)
     if base_path.resolve() == current_path.resolve():
-        raise CliError(f"{args.baseline!r} and {args.current!r} are the same run ({base_path}); a run "
-                       "compared with itself shows nothing")
+        raise CliError(f"{args.baseline!r} and {args.current!r} are the same run ({base_path}); a run compared with "
+                       "itself shows nothing")
     if base.interrupted:
-        raise CliError(f"the baseline {base_path} was saved by an interrupted session; compare with a "
-                       "complete run")
+        raise CliError(f"the baseline {base_path} was saved by an interrupted session; compare with a complete run")
     comparisons = compare_documents(base, current, _limits(args), args.alpha, plan=_plan(args, current))
     rows = []
     for comparison in sorted(comparisons, key=lambda c: c.verdict.rank):
@@ -240,8 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--metric", action="append", default=[],
                          help="metric to scan (repeatable; default energy_per_token, accept_length, "
                               "energy_saving, tbt_ms)")
-    history.add_argument("--threshold", type=float, default=0.05,
-                         help="smallest step, relative (default 0.05 = 5%%)")
+    history.add_argument("--threshold", type=float, default=0.05, help="smallest step, relative (default 0.05 = 5%%)")
     history.add_argument("--fail-on-step", action="store_true", help="exit 1 when a step is found")
     history.set_defaults(func=cmd_history)
 
@@ -262,8 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``specenergy`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["doctor"]:
-        # doctor parses its own arguments, --help included: argparse's REMAINDER would refuse
-        # an option (``--help``, ``--json``) as the first thing after the subcommand.
+        # doctor parses its own arguments, --help included: argparse's REMAINDER would refuse an option (``--help``,
+        # ``--json``) as the first thing after the subcommand.
         from pytest_specenergy.cli.doctor import main as doctor_main
 
         return doctor_main(argv[1:])

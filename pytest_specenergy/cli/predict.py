@@ -1,9 +1,8 @@
 """``specenergy predict``: where a drafter's verify step sits against the balance point, before anything runs.
 
-Per batch: the verify step's FLOP/byte, whether it is compute-bound, and speculation's energy per
-token against plain decode, from the modeled meter's roofline (:func:`.meters.prediction.predict`)::
-
-    specenergy predict --shape qwen3-4b --verified 16 --context 260 --gpu h200 --accept-length 3
+Per batch: the verify step's FLOP/byte, whether it is compute-bound, and speculation's energy per token against plain
+decode, from the modeled meter's roofline (:func:`.meters.prediction.predict`); an example in
+``docs/design/meters-report-cli.md``.
 """
 
 from __future__ import annotations
@@ -46,30 +45,29 @@ def checked_number(cast: Any, ok: Any, expected: str) -> Any:
 _positive_int = checked_number(int, lambda v: v >= 1, "a positive integer")
 _non_negative_int = checked_number(int, lambda v: v >= 0, "an integer >= 0")
 _finite_non_negative = checked_number(float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
-_accept_length = checked_number(float, lambda v: math.isfinite(v) and v >= 1, "an accept length >= 1 "
-                         "(tokens committed per verify step, the bonus token included)")
+_accept_length = checked_number(float, lambda v: math.isfinite(v) and v >= 1,
+                                "an accept length >= 1 (tokens committed per verify step, the bonus token included)")
 
 
 def add_predict_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``predict`` to the ``specenergy`` sub-commands; returns its parser."""
     parser = subparsers.add_parser(
         "predict", help="predict verify intensity, compute-bound flag and energy saving per batch",
-        description="Roofline prediction of speculative decoding against plain decode at a real model "
-                    "shape: the verify step's FLOP/byte, whether it is past the GPU's balance point, "
-                    "and the energy saving per committed token. A model, not a measurement.")
+        description="Roofline prediction of speculative decoding against plain decode at a real model shape: the "
+                    "verify step's FLOP/byte, whether it is past the GPU's balance point, and the energy saving per "
+                    "committed token. A model, not a measurement.")
     parser.add_argument("--shape", required=True, type=_shape, metavar="NAME",
                         help="target model shape, e.g. qwen3-4b, qwen3-8b, qwen3-30b-a3b, qwen3.6-27b")
     parser.add_argument("--verified", required=True, type=_positive_int, metavar="K",
-                        help="tokens verified per request and step (block size for block drafters, "
-                             "draft tokens + 1 for chains; 16 = DFlash-16, 7 = DSpark-7)")
+                        help="tokens verified per request and step (block size for block drafters, draft tokens + 1 "
+                             "for chains; 16 = DFlash-16, 7 = DSpark-7)")
     parser.add_argument("--context", type=_non_negative_int, default=260, metavar="C",
                         help="tokens already in each request's context (default 260, the paper's s.9)")
     parser.add_argument("--gpu", choices=sorted(PRESETS), default="h200", help="GPU preset (default h200)")
     parser.add_argument("--accept-length", type=_accept_length, metavar="T",
-                        help="tokens committed per verify step; without it only the break-even "
-                             "accept length is shown")
-    parser.add_argument("--batches", type=_positive_int, nargs="+", default=list(DEFAULT_BATCHES),
-                        metavar="B", help="batch sizes (default 1 2 4 8 16 32 64)")
+                        help="tokens committed per verify step; without it only the break-even accept length is shown")
+    parser.add_argument("--batches", type=_positive_int, nargs="+", default=list(DEFAULT_BATCHES), metavar="B",
+                        help="batch sizes (default 1 2 4 8 16 32 64)")
     parser.add_argument("--draft-shape", type=_shape, metavar="NAME",
                         help="shape of a draft model run per step (default: no draft cost)")
     parser.add_argument("--draft-passes", type=_non_negative_int, default=1, metavar="N",
@@ -83,10 +81,6 @@ def add_predict_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print the predictions as JSON")
     parser.set_defaults(func=cmd_predict)
     return parser
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.1%}"
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -121,12 +115,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     table = [(r.batch, f"{r.verify_intensity:.1f}", "yes" if r.compute_bound else "no",
               f"{r.decode_joules_per_token:.4g}",
               "-" if r.spec_joules_per_token is None else f"{r.spec_joules_per_token:.4g}",
-              _pct(r.saving), f"{r.break_even_accept_length:.2f}",
-              "-" if r.speedup is None else f"{r.speedup:.2f}x")
-             for r in rows]
+              "-" if r.saving is None else f"{r.saving:+.1%}", f"{r.break_even_accept_length:.2f}",
+              "-" if r.speedup is None else f"{r.speedup:.2f}x") for r in rows]
     print(tabulate(table, headers=("batch", "verify FLOP/byte", "compute-bound", "base J/tok", "spec J/tok",
                                    "saving", "break-even T", "speedup"),
                    tablefmt="simple", disable_numparse=True, colalign=("right",) * 8))
-    print("intensity = verify FLOPs / (weights + KV read + KV written + activations); "
-          "saving = 1 - spec J/token / baseline J/token")
+    print("intensity = verify FLOPs / (weights + KV read + KV written + activations); saving = 1 - spec J/token / "
+          "baseline J/token")
     return 0

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-_SPECULATIVE_FLAGS = ("--speculative-", "--drafter", "--num-draft-tokens", "--ngram-",
-                      "--draft-model")
+_SPECULATIVE_FLAGS = ("--speculative-", "--drafter", "--num-draft-tokens", "--ngram-", "--draft-model")
 _ADDRESS_FLAGS = frozenset({"--host", "--port"})
 
 

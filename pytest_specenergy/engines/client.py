@@ -1,12 +1,12 @@
 """The one client path: SGLang's HTTP protocol subset, spoken by every engine.
 
-``POST /generate``, ``GET /server_info``, ``POST /flush_cache``, ``GET /health``, plus the
-reference server's ``GET /work_trace`` cursor. Stdlib only, so the plugin needs no HTTP
-dependency; errors carry the server's own message.
+``POST /generate``, ``GET /server_info``, ``POST /flush_cache``, ``GET /health``, plus the reference server's
+``GET /work_trace`` cursor. Stdlib only, so the plugin needs no HTTP dependency; errors carry the server's message.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
@@ -66,10 +66,8 @@ class EngineClient:
                 payload = response.read()
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")
-            try:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
                 detail = json.loads(detail)["error"]["message"]
-            except (ValueError, KeyError, TypeError):
-                pass
             raise EngineHTTPError(f"{method} {path} -> HTTP {exc.code}: {detail}") from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             # No answer: the engine died, hung past the timeout, or closed mid-response.
@@ -107,14 +105,12 @@ class EngineClient:
             return self._request("GET", "/get_server_info")
 
     def flush_cache(self) -> None:
-        """Reset caches, the n-gram table and speculative metrics between arms and repeats
-        (on :attr:`flush_path`, which may wait for the engine to go idle)."""
+        """Reset caches, the n-gram table and speculative metrics between arms and repeats (:attr:`flush_path`)."""
         self._request("POST", self.flush_path)
 
     def abort(self, rid: str | None = None) -> None:
-        """SGLang's ``/abort_request``: cut request ``rid`` (None: every request on the engine). An
-        aborted ``/generate`` call still answers, with ``finish_reason`` ``{"type": "abort"}`` and the
-        tokens generated so far counted in its ``meta_info``."""
+        """SGLang's ``/abort_request``: cut request ``rid`` (None: every request); an aborted ``/generate`` still
+        answers, with ``finish_reason`` ``{"type": "abort"}`` and the tokens made so far in its ``meta_info``."""
         self._request("POST", "/abort_request", {"rid": rid} if rid is not None else {"abort_all": True})
 
     def set_internal_state(self, **values: Any) -> dict[str, Any]:
@@ -122,22 +118,15 @@ class EngineClient:
         ``max_running_requests`` only; ``/server_info`` lists them as ``settable_internal_state``)."""
         return self._request("POST", "/set_internal_state", values)
 
-    def generate(self, input_ids: Sequence[Sequence[int]] | None = None, *,
-                 text: Sequence[str] | None = None,
-                 sampling_params: dict[str, Any] | Sequence[dict[str, Any]],
-                 rids: Sequence[str] | None = None, return_logprob: bool = False,
-                 logprob_start_len: int | None = None,
-                 return_prompt_token_ids: bool = False,
-                 top_logprobs_num: int = 0,
+    def generate(self, input_ids: Sequence[Sequence[int]] | None = None, *, text: Sequence[str] | None = None,
+                 sampling_params: dict[str, Any] | Sequence[dict[str, Any]], rids: Sequence[str] | None = None,
+                 return_logprob: bool = False, logprob_start_len: int | None = None,
+                 return_prompt_token_ids: bool = False, top_logprobs_num: int = 0,
                  return_spec_drafts: bool = False) -> list[dict[str, Any]]:
-        """One batched ``/generate`` call; answers in input order.
-
-        ``return_spec_drafts`` (reference server only) asks for every verify step's drafts in
-        ``meta_info.spec_drafts``, for a replay run (draft removal).
-
-        ``top_logprobs_num=N`` (with ``return_logprob``) also asks for the N best tokens per
-        position (SGLang's ``input_top_logprobs`` / ``output_top_logprobs``).
-        """
+        """One batched ``/generate`` call; answers in input order. ``top_logprobs_num=N`` (with
+        ``return_logprob``) also asks for the N best tokens per position (``input/output_top_logprobs``);
+        ``return_spec_drafts`` (reference server only) for every verify step's drafts in
+        ``meta_info.spec_drafts``, for a replay run (draft removal)."""
         if (input_ids is None) == (text is None):
             raise ValueError("generate() takes exactly one of input_ids= or text=")
         if top_logprobs_num and (not return_logprob or isinstance(top_logprobs_num, bool)

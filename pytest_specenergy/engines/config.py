@@ -1,13 +1,13 @@
 """Engine configurations: what one server process is started with.
 
-The pool keys server processes by :class:`EngineConfig`, so equal configs share one process
-for the whole session. The baseline arm is always derived with :meth:`EngineConfig.twin`:
-the same config with the drafter removed, so the matched pair cannot differ by accident.
+Equal configs share one pool process for the session; the baseline arm is always
+:meth:`EngineConfig.twin`, so the matched pair cannot differ by accident.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from dataclasses import fields
 from dataclasses import replace
 from typing import Any
 from typing import Mapping
@@ -22,15 +22,11 @@ REPLAY_MODES = ("", "verify", "proposals")
 class EngineConfig:
     """Everything that identifies one engine process.
 
-    ``options`` are the engine keyword arguments of the ``model(...)`` marker (for SGLang,
-    ``ServerArgs`` fields such as ``attention_backend``), kept sorted so that equal settings
-    hash alike. ``faults`` are reference-server fault switches used by the plugin's own tests.
-
-    ``replay`` derives the reference server's replay engines from a speculative config (draft
-    removal, :mod:`pytest_specenergy.measure.removal`): ``verify`` verifies drafts that each
-    request brings, recorded from this drafter, with no draft passes (the verify-only run);
-    ``proposals`` runs the drafter's own passes but verifies the recorded drafts (a controlled-
-    acceptance drafter measured without its oracle). ``""`` is the drafter itself.
+    ``options``: the ``model(...)`` marker's engine keywords (SGLang ``ServerArgs`` fields), sorted so equal
+    settings hash alike; ``faults``: reference-server fault switches for the plugin's own tests. ``replay``
+    (draft removal, :mod:`pytest_specenergy.measure.removal`): ``verify`` verifies the drafts each request
+    brings, recorded from this drafter, with no draft passes; ``proposals`` runs the drafter's passes but
+    verifies the recorded drafts (controlled acceptance without its oracle); ``""`` is the drafter itself.
     """
 
     engine: str
@@ -75,19 +71,11 @@ class EngineConfig:
         return f"{self.engine}:{self.model}[{arm}]"
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready description."""
-        return {
-            "engine": self.engine,
-            "model": self.model,
-            "drafter": self.drafter.as_dict() if self.drafter else None,
-            "dtype": self.dtype,
-            "device": self.device,
-            "seed": self.seed,
-            "max_running_requests": self.max_running_requests,
-            "options": {k: v for k, v in self.options},
-            "faults": list(self.faults),
-            **({"replay": self.replay} if self.replay else {}),
-        }
+        """A JSON-ready description of every field, in field order (``replay`` only when set)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "replay" or self.replay}
+        data.update(drafter=self.drafter.as_dict() if self.drafter else None, options=dict(self.options),
+                    faults=list(self.faults))
+        return data
 
     @staticmethod
     def freeze_options(options: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:

@@ -1,10 +1,8 @@
 """Drafter declarations: which speculative scheme a case uses, with validated settings.
 
-A :class:`Drafter` is a value object: two drafters with the same name, settings and id are
-equal and hash alike, so the engine pool starts one engine for both. ``num_draft_tokens``
-always means *drafted* (proposed) tokens per verify step; the target verifies one more
-(the last committed token). SGLang counts the root in ``speculative_num_draft_tokens``, so
-its command builder adds one.
+A :class:`Drafter` is a value object: equal name, settings and id share one pool engine.
+``num_draft_tokens`` always means *drafted* tokens per verify step; the target verifies one more
+(the last committed token); SGLang's ``speculative_num_draft_tokens`` counts it, so its builder adds one.
 """
 
 from __future__ import annotations
@@ -44,24 +42,18 @@ _ACCEPT_P = _Setting(float, help="controlled acceptance (reference server, calib
 
 def _tree(required: bool, help: str) -> dict[str, _Setting]:
     """The settings of SGLang's tree drafters (EAGLE, EAGLE3, MTP): a head and its tree's shape."""
-    return {"draft_model": _path(required, help), "num_steps": _int(3), "topk": _int(1),
-            "num_draft_tokens": _int(3)}
+    return {"draft_model": _path(required, help), "num_steps": _int(3), "topk": _int(1), "num_draft_tokens": _int(3)}
 
 
 # One schema per scheme. The reference server implements `ngram` and `draft_model`; SGLang
 # implements the rest (engines/sglang.py maps each to its algorithm and flags).
 SCHEMAS: dict[str, dict[str, _Setting]] = {
-    "ngram": {
-        "num_draft_tokens": _int(8, help="tokens proposed per step"),
-        "min_match_window": _int(1, help="shortest suffix matched against earlier tokens"),
-        "max_match_window": _int(4, help="longest suffix matched against earlier tokens"),
-        "max_bfs_breadth": _int(1, help="SGLang only: tree breadth (1 = chain, keeps fa3)"),
-    },
-    "draft_model": {
-        "draft_model": _path(True, "path or tiny:* name of the smaller draft model"),
-        "num_draft_tokens": _int(4, help="tokens proposed per step"),
-        "accept_p": _ACCEPT_P,
-    },
+    "ngram": {"num_draft_tokens": _int(8, help="tokens proposed per step"),
+              "min_match_window": _int(1, help="shortest suffix matched against earlier tokens"),
+              "max_match_window": _int(4, help="longest suffix matched against earlier tokens"),
+              "max_bfs_breadth": _int(1, help="SGLang only: tree breadth (1 = chain, keeps fa3)")},
+    "draft_model": {"draft_model": _path(True, "path or tiny:* name of the smaller draft model"),
+                    "num_draft_tokens": _int(4, help="tokens proposed per step"), "accept_p": _ACCEPT_P},
     # The DFlash/DSpark shape on the reference server: one draft forward proposes a whole block.
     "block": {
         "draft_model": _path(True, "path or tiny:* name of the block draft model"),
@@ -71,14 +63,10 @@ SCHEMAS: dict[str, dict[str, _Setting]] = {
     "eagle": _tree(True, "EAGLE head checkpoint"),
     "eagle3": _tree(True, "EAGLE3 head checkpoint"),
     "nextn": _tree(False, "MTP head checkpoint (default: inside the target)"),
-    "dflash": {
-        "draft_model": _path(True, "DFlash block drafter checkpoint"),
-        "num_draft_tokens": _int(15, help="block size minus one"),
-    },
-    "dspark": {
-        "draft_model": _path(True, "DSpark block drafter checkpoint"),
-        "num_draft_tokens": _int(6, help="block size minus one"),
-    },
+    "dflash": {"draft_model": _path(True, "DFlash block drafter checkpoint"),
+               "num_draft_tokens": _int(15, help="block size minus one")},
+    "dspark": {"draft_model": _path(True, "DSpark block drafter checkpoint"),
+               "num_draft_tokens": _int(6, help="block size minus one")},
     # The A/A control: the "speculative" arm is the baseline's own non-speculative engine,
     # started as a second process. A pair of it must pass every check and the gate: it measures
     # the plugin's noise floor, and it is what runs on engines that cannot speculate (SGLang on
@@ -96,11 +84,9 @@ _ID_ABBREV = {"num_draft_tokens": "k", "num_steps": "s", "topk": "t", "min_match
 class Drafter:
     """A speculative drafter for one case: ``Drafter("ngram", num_draft_tokens=8)``.
 
-    ``id`` names the drafter in test ids and baselines. By default it is the scheme name plus
-    the settings that differ from the scheme's defaults (``ngram-k4``,
-    ``draft_model-dense-draft``), so changing a setting starts a new history. Pass ``id=`` to
-    keep a case's identity - and its stored baseline - when you swap a checkpoint or retune a
-    setting: that is how a pull request is gated against ``main``.
+    ``id`` names it in test ids and baselines: by default the scheme plus its non-default settings
+    (``ngram-k4``, ``draft_model-dense-draft``), so a changed setting starts a new history. Pass ``id=`` to
+    keep a case's stored baseline across a checkpoint swap or retune: how a pull request is gated against main.
     """
 
     name: str

@@ -39,9 +39,8 @@ def show_dry_run(cases: Iterable[Any], reporter: Any) -> str | None:
 
 
 def render_dry_run(cases: Iterable[Any]) -> str:
-    """One block per distinct speculative engine, listing the cases it serves. ``cases`` are
-    :class:`pytest_specenergy.cases.case.Case` objects (anything with ``id``, ``spec_config()`` and
-    ``baseline_config()``); engines sit below cases, so this takes them by their shape."""
+    """One block per distinct speculative engine, listing the cases it serves; ``cases`` are taken by their shape
+    (``id``, ``spec_config()``, ``baseline_config()``), since engines sit below :mod:`pytest_specenergy.cases`."""
     cases = list(cases)
     groups: dict[object, list[Any]] = {}
     for case in cases:
@@ -68,8 +67,7 @@ def dry_run_lines(config: EngineConfig, backend: EngineBackend | None = None,
         backend.check(config)
     except EngineConfigError as exc:
         lines.append(f"# REFUSED: {exc}")
-    arms = [("speculative", config), ("baseline", config.twin())] if config.is_speculative \
-        else [("baseline", config)]
+    arms = [("speculative", config), ("baseline", config.twin())] if config.is_speculative else [("baseline", config)]
     argvs: dict[str, list[str]] = {}
     for arm, arm_config in arms:
         try:

@@ -1,7 +1,4 @@
-"""Engine identity: the server that answers on our port is the one we started.
-
-See docs/design/engines.md, ``engines/identity.py``.
-"""
+"""Engine identity: the server answering on our port is ours (docs/design/engines.md, ``engines/identity.py``)."""
 
 from __future__ import annotations
 
@@ -126,10 +123,9 @@ def check_identity(config: EngineConfig, info: Mapping[str, Any], pgid: int, hos
         owner = _pgid(pid)
         if owner != pgid:
             where = "is not running" if owner is None else f"is in process group {owner}"
-            raise PortTakenError(
-                f"a foreign server answers on {host}:{port}: /server_info reports pid {pid} "
-                f"(model {info.get('model_path')!r}), which {where}, not in the group {pgid} "
-                f"of engine {label} that was started; another process took the port")
+            raise PortTakenError(f"a foreign server answers on {host}:{port}: /server_info reports pid {pid} (model "
+                                 f"{info.get('model_path')!r}), which {where}, not in the group {pgid} of engine "
+                                 f"{label} that was started; another process took the port")
         how = f"pid {pid} in group {pgid}"
     else:
         inodes = listening_inodes(port, proc)
@@ -143,6 +139,5 @@ def check_identity(config: EngineConfig, info: Mapping[str, Any], pgid: int, hos
             how = f"port {port} held by pid {holders[0]} in group {pgid}"
     problems = config_mismatches(config, info)
     if problems:
-        raise EngineIdentityError(
-            f"the server on {host}:{port} is not engine {label}: {'; '.join(problems)}")
+        raise EngineIdentityError(f"the server on {host}:{port} is not engine {label}: {'; '.join(problems)}")
     return how

@@ -1,8 +1,5 @@
-"""Supervised server processes.
-
-Each engine runs in its own process group under a parent-death watchdog, with start-up, identity
-and request checks; see docs/design/engines.md, ``engines/launch.py``.
-"""
+"""Supervised server processes: each engine in its own process group under a parent-death watchdog, with
+start-up, identity and request checks; see docs/design/engines.md, ``engines/launch.py``."""
 
 from __future__ import annotations
 
@@ -30,8 +27,7 @@ from pytest_specenergy.engines.identity import port_in_use
 from pytest_specenergy.engines.zygote import ZygoteChild
 from pytest_specenergy.engines.zygote import zygote_for
 
-__all__ = ["EngineIdentityError", "EngineStartError", "ServerProcess", "free_port", "log_tail",
-           "python_executable"]
+__all__ = ["EngineIdentityError", "EngineStartError", "ServerProcess", "free_port", "log_tail", "python_executable"]
 
 #: Fresh ports tried when the picked one turns out to be taken before the launch.
 PORT_TRIES = 5
@@ -124,8 +120,7 @@ class ServerProcess:
         self.log_path = self.log_dir / f"{stamp}-{safe}-{port}.log"
         flush = getattr(self.backend, "flush_cache_path", None)
         self.client = EngineClient(f"http://{self.host}:{port}", timeout_s=self.request_timeout_s,
-                                   diagnose=self._diagnose,
-                                   flush_path=flush(self.config) if flush else "/flush_cache")
+                                   diagnose=self._diagnose, flush_path=flush(self.config) if flush else "/flush_cache")
 
     @property
     def pid(self) -> int | None:
@@ -140,10 +135,9 @@ class ServerProcess:
                 return
             taken.append(self.port)
             self._use_port(free_port(self.host))
-        raise EngineStartError(
-            f"engine {self.config.label()} was not started: ports {', '.join(map(str, taken))} "
-            f"on {self.host} were already in use by another process "
-            f"({self._foreign(taken[-1])}); is another session's engine running there?")
+        raise EngineStartError(f"engine {self.config.label()} was not started: ports {', '.join(map(str, taken))} on "
+                               f"{self.host} were already in use by another process ({self._foreign(taken[-1])}); is "
+                               "another session's engine running there?")
 
     def _foreign(self, port: int) -> str:
         """What answers on ``port``, for the message."""
@@ -154,7 +148,7 @@ class ServerProcess:
             return "no /server_info: not an engine"
         if not isinstance(info, dict):
             return "not an engine"
-        return (f"an engine serving model {info.get('model_path')!r}, pid {info.get('pid', 'not reported')}")
+        return f"an engine serving model {info.get('model_path')!r}, pid {info.get('pid', 'not reported')}"
 
     def start(self) -> ServerProcess:
         """Launch and wait until ``/health`` answers; raise :class:`EngineStartError` otherwise."""
@@ -227,11 +221,9 @@ class ServerProcess:
         try:
             self.server_info = self.client.server_info()
             if not isinstance(self.server_info, dict):
-                raise EngineIdentityError(
-                    f"/server_info on {self.host}:{self.port} answered "
-                    f"{type(self.server_info).__name__}, not an object")
-            self.identity = check_identity(self.config, self.server_info, proc.pid,
-                                           self.host, self.port)
+                raise EngineIdentityError(f"/server_info on {self.host}:{self.port} answered "
+                                          f"{type(self.server_info).__name__}, not an object")
+            self.identity = check_identity(self.config, self.server_info, proc.pid, self.host, self.port)
         except (EngineIdentityError, EngineHTTPError) as exc:
             code = proc.poll()
             ours = ("exited with code " + describe_exit(code)) if code is not None else "was stopped"
@@ -271,15 +263,14 @@ class ServerProcess:
         return self._proc.poll() if self._proc is not None else None
 
     def terminate(self) -> None:
-        """Ask the engine to exit without waiting, the way :meth:`stop` starts; :meth:`stop`
-        finishes. SIGTERM to SGLang's whole group made its scheduler die mid-drain ("crashed
-        with exit code -15. Triggering SIGQUIT") at every session's end, hence :meth:`_ask_leader`."""
+        """Ask the engine to exit without waiting, as :meth:`stop` starts. SIGTERM to SGLang's whole group made its
+        scheduler die mid-drain ("crashed with exit code -15. Triggering SIGQUIT"), hence :meth:`_ask_leader`."""
         if not self._ask_leader(self._proc):
             _killpg(self._proc, signal.SIGTERM)
 
     def _ask_leader(self, proc: subprocess.Popen[bytes] | ZygoteChild | None) -> bool:
-        """For a leader-only backend, SIGUSR1 to the group's leader (the watchdog), which sends
-        SIGTERM to the server alone; False for any other backend (nothing sent)."""
+        """SIGUSR1 to the group's leader (the watchdog), which sends SIGTERM to the server alone, for a
+        leader-only backend; False for any other (nothing sent)."""
         if proc is None or not getattr(self.backend, "stop_signal_leader_only", False):
             return False
         with contextlib.suppress(ProcessLookupError):
@@ -296,9 +287,7 @@ class ServerProcess:
         if proc is None:
             self._close_lifeline()
             return
-        # SGLang drains cleanly on SIGTERM to the server alone; SIGTERM to the whole group makes
-        # its children log a crash and sleep before exiting.
-        if self._ask_leader(proc):
+        if self._ask_leader(proc):  # SGLang drains cleanly on SIGTERM to the server alone
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=grace_s)
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
@@ -307,11 +296,11 @@ class ServerProcess:
             try:
                 os.killpg(proc.pid, sig)
                 proc.wait(timeout=wait)
-                break
-            except ProcessLookupError:
-                break
             except subprocess.TimeoutExpired:
                 continue
+            except ProcessLookupError:
+                pass
+            break
         # The leader may be gone while other members of its group linger: sweep them too.
         _killpg(proc, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -330,9 +319,8 @@ class ServerProcess:
 
     @property
     def special_token_ids(self) -> tuple[int, ...]:
-        """The served model's special token ids: the engine's own ``/server_info`` list (the
-        reference server sends one), else what the backend reads from the checkpoint (SGLang's
-        ``/server_info`` has none)."""
+        """The served model's special token ids: the engine's ``/server_info`` list (the reference server's),
+        else what the backend reads from the checkpoint (SGLang's ``/server_info`` has none)."""
         reported = self.server_info.get("special_token_ids")
         if reported:
             return tuple(int(t) for t in reported)
@@ -344,8 +332,7 @@ class ServerProcess:
         info = self.server_info
         return {"config": self.config.as_dict(), "argv": self.argv, "log": str(self.log_path),
                 "version": info.get("version"), "engine": info.get("engine", self.backend.name),
-                "identity": self.identity,
-                "server_info": {k: v for k, v in info.items() if k != "internal_states"}}
+                "identity": self.identity, "server_info": {k: v for k, v in info.items() if k != "internal_states"}}
 
 
 def python_executable() -> str:

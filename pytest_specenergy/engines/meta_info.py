@@ -1,8 +1,5 @@
-"""Reading SGLang's per-request ``meta_info`` and ``/server_info`` across releases.
-
-Key names changed between releases; an absent speculative counter stays ``None``. See
-docs/design/engines.md, ``engines/meta_info.py``.
-"""
+"""Reading SGLang's per-request ``meta_info`` and ``/server_info`` across releases, whose key names changed; an
+absent speculative counter stays ``None``. See docs/design/engines.md, ``engines/meta_info.py``."""
 
 from __future__ import annotations
 
@@ -61,10 +58,8 @@ class RequestCounters:
 # Canonical field -> accepted key names, canonical first.
 _SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "spec_verify_ct": ("spec_verify_ct",),
-    "spec_num_correct_drafts": ("spec_num_correct_drafts", "spec_accepted_drafts",
-                                "spec_accept_token_num"),
-    "spec_num_proposed_drafts": ("spec_num_proposed_drafts", "spec_proposed_drafts",
-                                 "spec_draft_token_num"),
+    "spec_num_correct_drafts": ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num"),
+    "spec_num_proposed_drafts": ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num"),
     "correct_drafts_histogram": ("spec_correct_drafts_histogram", "spec_accept_histogram"),
 }
 _RETRACTION_KEYS = ("num_retractions", "total_retractions")
@@ -110,14 +105,9 @@ def parse_meta_info(meta: Mapping[str, Any]) -> RequestCounters:
 
 
 def _aborted_in_queue(meta: Mapping[str, Any]) -> bool:
-    """Whether ``meta`` is SGLang's answer to a request aborted while still in its waiting queue.
-
-    SGLang (0.5.9 ``tokenizer_manager.py:2169-2187``, 0.5.23 ``_handle_abort_req`` ``:3577-3633``, the
-    scheduler's "abort method 1") answers such a request with only ``id``, ``finish_reason`` (type
-    ``abort``), ``weight_version``, ``e2e_latency`` and ``completion_tokens`` - no ``prompt_tokens``, no
-    speculative counters: it never ran. Only that shape qualifies: an abort that made tokens, or any
-    other finish, still needs ``prompt_tokens``, so a payload that really lost it is still refused.
-    """
+    """Whether ``meta`` answers a request aborted in SGLang's waiting queue: an abort with no ``prompt_tokens``
+    and zero ``completion_tokens`` (any other payload lacking ``prompt_tokens`` is still refused); see
+    docs/design/engines.md, ``engines/meta_info.py``."""
     finish = meta.get("finish_reason")
     kind = finish.get("type") if isinstance(finish, Mapping) else finish
     return (kind == "abort" and meta.get("prompt_tokens") is None
@@ -147,13 +137,9 @@ def _or_none(kind: Any, value: Any) -> Any:
 
 
 def parse_concurrency(server_info: Mapping[str, Any]) -> dict[str, Any]:
-    """How many requests actually ran per decode/verify step, from ``/server_info``.
-
-    SGLang records, with ``SGLANG_RECORD_STEP_TIME=1``, ``internal_states[*].step_time_dict``: running
-    batch size -> list of step times, one entry per ``decode_log_interval`` steps (the backend sets 1).
-    JSON turns the keys into strings; data-parallel ranks are merged. The totals accumulate over the
-    engine's life (:func:`concurrency_between` differences them); None when no steps were recorded.
-    """
+    """How many requests actually ran per decode/verify step, from ``/server_info``'s
+    ``internal_states[*].step_time_dict`` (data-parallel ranks merged; None when no steps were recorded).
+    The totals accumulate over the engine's life: :func:`concurrency_between` differences them."""
     states = server_info.get("internal_states") if isinstance(server_info, Mapping) else None
     steps: dict[int, int] | None = None
     cap = None
@@ -179,9 +165,8 @@ def concurrency_between(before: Mapping[str, Any], after: Mapping[str, Any]) -> 
     old = first["steps_by_running"] or {}
     delta = {rows: n - old.get(rows, 0) for rows, n in second["steps_by_running"].items()}
     if any(n < 0 for n in delta.values()):
-        raise MetaInfoError(
-            "step_time_dict shrank between the two /server_info reads: the engine restarted "
-            "or its step record was reset; measure both reads on one engine")
+        raise MetaInfoError("step_time_dict shrank between the two /server_info reads: the engine restarted or its "
+                            "step record was reset; measure both reads on one engine")
     return _summary({r: n for r, n in delta.items() if n}, second["max_running_requests"])
 
 

@@ -1,7 +1,5 @@
-"""The engine pool: one supervised server per distinct engine config, for the whole session.
-
-Handles SIGTERM while it holds engines; see docs/design/engines.md, ``engines/pool.py``.
-"""
+"""The engine pool: one supervised server per distinct engine config, for the whole session; handles SIGTERM
+while it holds engines. See docs/design/engines.md, ``engines/pool.py``."""
 
 from __future__ import annotations
 
@@ -32,9 +30,8 @@ class EngineTerminated(KeyboardInterrupt):
 class EnginePool:
     """Starts engines on first use and keeps them until :meth:`close` (or eviction)."""
 
-    def __init__(self, log_dir: Path, startup_timeout_s: float | None = None,
-                 max_live: int = 0, request_timeout_s: float | None = None,
-                 progress: Progress | None = None) -> None:
+    def __init__(self, log_dir: Path, startup_timeout_s: float | None = None, max_live: int = 0,
+                 request_timeout_s: float | None = None, progress: Progress | None = None) -> None:
         self.log_dir = log_dir
         self.progress = progress
         self.startup_timeout_s = startup_timeout_s
@@ -92,10 +89,8 @@ class EnginePool:
             self.progress(0, text)
 
     def start_together(self, configs: list[EngineConfig]) -> None:
-        """Start the engines of ``configs`` that are not running yet side by side, when the
-        pool is unbounded: a start is mostly imports and model building, which overlap on
-        separate cores. A config that fails is recorded, and the :meth:`get` that needs it
-        raises its error, as if it had been started there."""
+        """Start the engines of ``configs`` not running yet side by side when the pool is unbounded (a start is mostly
+        imports and model building, which overlap on separate cores); a failed config's :meth:`get` raises its error."""
         pending = [c for c in dict.fromkeys(configs) if c not in self._live and c not in self.failed]
         if self.max_live or len(pending) < 2:
             return

@@ -33,9 +33,8 @@ class ReferenceBackend:
         """The reference server needs torch and transformers (the ``reference`` extra)."""
         missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
         if missing:
-            raise EngineConfigError(
-                f"the reference engine needs {', '.join(missing)}; install them with "
-                f"pip install 'pytest-specenergy[reference]' torch==2.13.0")
+            raise EngineConfigError(f"the reference engine needs {', '.join(missing)}; install them with pip install "
+                                    "'pytest-specenergy[reference]' torch==2.13.0")
         if config.drafter and config.drafter.name not in self.drafters():
             raise EngineConfigError(
                 f"the reference engine implements drafters {', '.join(self.drafters())}, not {config.drafter.name!r}")

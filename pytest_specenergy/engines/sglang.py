@@ -1,8 +1,6 @@
-"""The SGLang backend: ``python -m sglang.launch_server ...`` for one engine config.
-
-Both arms are built from the same config, with everything SGLang would resolve differently for a
-speculative engine pinned in both; see docs/design/engines.md, ``engines/sglang.py``.
-"""
+"""The SGLang backend: ``python -m sglang.launch_server ...`` for one engine config. Both arms are built from the
+same config, with everything SGLang would resolve differently for a speculative engine pinned in both; see
+docs/design/engines.md, ``engines/sglang.py``."""
 
 from __future__ import annotations
 
@@ -18,15 +16,14 @@ from typing import Mapping
 import pytest_specenergy.engines.sglang_args as sa
 from pytest_specenergy.engines.argv import describe_pair_difference
 from pytest_specenergy.engines.base import ENGINE_DRAFTERS
+from pytest_specenergy.engines.base import ENGINE_DTYPES
 from pytest_specenergy.engines.base import EngineConfigError
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.drafters import Drafter
 
 #: Our drafter name -> SGLang ``speculative_algorithm``.
-ALGORITHMS: dict[str, str] = {
-    "ngram": "NGRAM", "draft_model": "STANDALONE", "eagle": "EAGLE", "eagle3": "EAGLE3",
-    "nextn": "NEXTN", "dflash": "DFLASH", "dspark": "DSPARK",
-}
+ALGORITHMS: dict[str, str] = {"ngram": "NGRAM", "draft_model": "STANDALONE", "eagle": "EAGLE", "eagle3": "EAGLE3",
+                              "nextn": "NEXTN", "dflash": "DFLASH", "dspark": "DSPARK"}
 # flashinfer runs chains and trees on Hopper and Blackwell alike, so one value fits both arms
 # whatever the drafter's topk; it is also what SGLang's own EAGLE3 parity test uses.
 DEFAULT_ATTENTION_BACKEND = "flashinfer"
@@ -39,34 +36,25 @@ DEFAULT_TP_SIZE = 1
 DEFAULT_LOG_LEVEL = "warning"
 #: Seconds ``/flush_cache?timeout=`` waits for the scheduler to go idle (0.5.23+).
 FLUSH_CACHE_TIMEOUT_S = 30
-_DTYPES = {"auto": "auto", "half": "half", "float16": "float16", "fp16": "float16", "bfloat16": "bfloat16",
-           "bf16": "bfloat16", "float": "float", "float32": "float32", "fp32": "float32"}
-_NEEDS_DRAFT_MODEL = frozenset({"draft_model", "eagle", "eagle3", "dflash", "dspark"})
+_DTYPES = {d: {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}.get(d, d) for d in ENGINE_DTYPES["sglang"]}
 _TREE_DRAFTERS = ("eagle", "eagle3", "nextn")
-#: Architectures whose checkpoint carries its own MTP (NEXTN) layers, so SGLang fills
-#: ``speculative_draft_model_path`` with the target itself (0.5.9 ``server_args.py``,
-#: 0.5.23 ``speculative_hook.py:1120-1150``). Any other target run as NEXTN without
-#: ``draft_model`` resolves to EAGLE with no draft checkpoint at all.
-MTP_IN_TARGET_0_5_9 = frozenset({
-    "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM",
-    "GlmMoeDsaForCausalLM", "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "BailingMoeV2_5ForCausalLM",
-    "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration",
-})
-MTP_IN_TARGET_0_5_23 = MTP_IN_TARGET_0_5_9 | {
-    "DeepseekV4ForCausalLM", "HYV3ForCausalLM", "HYV4ForCausalLM", "Qwen4ExpForConditionalGeneration",
-}
+#: Architectures whose checkpoint carries its own MTP (NEXTN) layers, so SGLang fills ``speculative_draft_model_path``
+#: with the target itself (0.5.9 ``server_args.py``, 0.5.23 ``speculative_hook.py:1120-1150``). Any other target run as
+#: NEXTN without ``draft_model`` resolves to EAGLE with no draft checkpoint at all.
+MTP_IN_TARGET_0_5_9 = frozenset({"DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM",
+                                 "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM", "BailingMoeForCausalLM",
+                                 "BailingMoeV2ForCausalLM", "BailingMoeV2_5ForCausalLM", "MistralLarge3ForCausalLM",
+                                 "PixtralForConditionalGeneration"})
+MTP_IN_TARGET_0_5_23 = MTP_IN_TARGET_0_5_9 | {"DeepseekV4ForCausalLM", "HYV3ForCausalLM", "HYV4ForCausalLM",
+                                              "Qwen4ExpForConditionalGeneration"}
 
 # Hybrid (linear-attention / state-space) checkpoints: SGLang's hybrid_arch.py config classes.
-HYBRID_MODEL_TYPES = frozenset({
-    "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "mamba", "mamba2", "falcon_mamba",
-    "falcon_h1", "nemotron_h", "nemotron_h_puzzle", "jamba", "zamba2", "bamba", "granitemoehybrid", "kimi_linear",
-    "bailing_hybrid", "minicpm_sala", "lfm2", "lfm2_moe", "jet_nemotron", "intern_s2_preview", "zaya", "plamo2",
-    "glm5_next",
-})
-_HYBRID_ARCH_PREFIXES = (
-    "Qwen3Next", "Qwen3_5", "Mamba", "FalconMamba", "FalconH1", "NemotronH", "Jamba", "Zamba", "Bamba",
-    "GraniteMoeHybrid", "KimiLinear", "BailingHybrid", "Lfm2", "JetNemotron", "Plamo2",
-)
+HYBRID_MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "mamba",
+                                "mamba2", "falcon_mamba", "falcon_h1", "nemotron_h", "nemotron_h_puzzle", "jamba",
+                                "zamba2", "bamba", "granitemoehybrid", "kimi_linear", "bailing_hybrid", "minicpm_sala",
+                                "lfm2", "lfm2_moe", "jet_nemotron", "intern_s2_preview", "zaya", "plamo2", "glm5_next"})
+_HYBRID_ARCH_PREFIXES = ("Qwen3Next", "Qwen3_5", "Mamba", "FalconMamba", "FalconH1", "NemotronH", "Jamba", "Zamba",
+                         "Bamba", "GraniteMoeHybrid", "KimiLinear", "BailingHybrid", "Lfm2", "JetNemotron", "Plamo2")
 _HYBRID_NAME = re.compile(
     r"qwen3[-_]?next|qwen3\.[56](?!\d)|mamba|nemotron[-_]h(?![a-z])|falcon[-_]h1|jamba|zamba"
     r"|bamba|kimi[-_]linear|lfm2", re.IGNORECASE)
@@ -78,9 +66,8 @@ class SGLangBackend:
     name = "sglang"
     # Loading a large checkpoint and capturing CUDA graphs for both phases takes minutes.
     startup_timeout_s = 1800.0
-    #: Stop policy: SIGTERM to the group kills the scheduler first, so the SGLang parent logs a
-    #: crash and sleeps 5 s before cleaning up; SIGTERM to the leader alone takes the graceful
-    #: drain path. So: SIGTERM the leader, wait, then SIGTERM/SIGKILL the group.
+    #: Stop policy: SIGTERM to the group kills the scheduler first, so the SGLang parent logs a crash and sleeps 5 s
+    #: before cleaning up; SIGTERM to the leader alone drains gracefully. So: SIGTERM the leader, wait, then the group.
     stop_signal_leader_only = True
 
     def drafters(self) -> tuple[str, ...]:
@@ -97,11 +84,10 @@ class SGLangBackend:
             # The server runs under that interpreter, so its sglang is the one that counts.
             found = python_sglang_version(str(python))
             if found is None:
-                raise EngineConfigError(
-                    f"SGLang is not installed in the engine option python={python!s} (asking it "
-                    "for importlib.metadata.version('sglang') failed), so its command line "
-                    "cannot be built; install sglang>=0.5.9,<0.6 there, or set the engine "
-                    "option sglang_version='0.5.23' on pytest.mark.model(...)")
+                raise EngineConfigError(f"SGLang is not installed in the engine option python={python!s} (asking it "
+                                        "for importlib.metadata.version('sglang') failed), so its command line cannot "
+                                        "be built; install sglang>=0.5.9,<0.6 there, or set the engine option "
+                                        "sglang_version='0.5.23' on pytest.mark.model(...)")
             return sa.parse_version(found), f"installed in {python}"
         installed = sa.installed_version()
         if installed is None:
@@ -119,9 +105,8 @@ class SGLangBackend:
             return None
 
     def supports_prompt_token_ids(self, config: EngineConfig) -> bool:
-        """Whether the server's ``/generate`` takes ``return_prompt_token_ids`` (>= 0.5.13): pass it
-        to :func:`pytest_specenergy.measure.coherence.measure_coherence`; False (or unknown) makes
-        coherence read the prompt ids from ``input_token_logprobs`` instead."""
+        """Whether ``/generate`` takes ``return_prompt_token_ids`` (>= 0.5.13), for :func:`measure_coherence
+        <pytest_specenergy.measure.coherence.measure_coherence>`; if not, it reads ``input_token_logprobs``."""
         facts = self._facts(config)
         return facts is not None and facts.return_prompt_token_ids
 
@@ -146,22 +131,24 @@ class SGLangBackend:
                 f"{sa.format_version(sa.MIN_VERSION)}, the oldest release this plugin drives; upgrade sglang")
         facts = sa.facts_for(version)
         user = sa.translate_options(dict(config.options), facts)
-        sa.validate_fields(list(user), *self._field_list(version, source))
+        fields = sa.installed_server_args_fields() if source == "installed" else None
+        where = f"checked against the installed sglang {sa.format_version(version)}"
+        if fields is None:
+            fields, where = sa.KNOWN_FIELDS, "checked against the fields of SGLang 0.5.9-0.5.23"
+        sa.validate_fields(list(user), fields, where)
         _check_model_path("model", config.model)
         _dtype(config.dtype)
         if ":" in config.device:
-            raise EngineConfigError(
-                f"device {config.device!r}: SGLang takes a device type (cuda), not an index; "
-                "choose GPUs with CUDA_VISIBLE_DEVICES (one pytest-xdist worker per GPU)")
+            raise EngineConfigError(f"device {config.device!r}: SGLang takes a device type (cuda), not an index; "
+                                    "choose GPUs with CUDA_VISIBLE_DEVICES (one pytest-xdist worker per GPU)")
         if config.drafter is not None:
             self._check_drafter(config, config.drafter, facts, user)
             problems = [line for line in describe_pair_difference(
                 self.command(config, "127.0.0.1", 30000),
                 self.command(config.twin(), "127.0.0.1", 30000)) if line.startswith("MISMATCH")]
             if problems:
-                raise EngineConfigError(
-                    "the speculative engine and its baseline twin would differ in more than "
-                    "the speculative flags: " + "; ".join(problems))
+                raise EngineConfigError("the speculative engine and its baseline twin would differ in more than the "
+                                        "speculative flags: " + "; ".join(problems))
 
     def _check_drafter(self, config: EngineConfig, drafter: Drafter, facts: sa.VersionFacts,
                        user: dict[str, Any]) -> None:
@@ -174,28 +161,22 @@ class SGLangBackend:
                 f"drafter {drafter.name!r} has no SGLang algorithm; expected one of {', '.join(ALGORITHMS)}")
         if algorithm not in facts.algorithms:
             since = sa.format_version(sa.ALGORITHM_SINCE[algorithm])
-            raise EngineConfigError(
-                f"SGLang {version} has no {algorithm} speculative algorithm (drafter "
-                f"{drafter.name!r}); the first release known to have it is {since} - upgrade "
-                f"sglang, or use one of {', '.join(sorted(facts.algorithms))}")
-        if drafter.name in _NEEDS_DRAFT_MODEL and not drafter.draft_model:
-            raise EngineConfigError(
-                f"drafter {drafter.name!r} ({algorithm}) needs draft_model= (the draft checkpoint path or hub id)")
-        if drafter.draft_model:
+            raise EngineConfigError(f"SGLang {version} has no {algorithm} speculative algorithm (drafter "
+                                    f"{drafter.name!r}); the first release known to have it is {since} - upgrade "
+                                    f"sglang, or use one of {', '.join(sorted(facts.algorithms))}")
+        if drafter.draft_model:  # Drafter(...) itself refuses a scheme whose checkpoint is required without one
             _check_model_path("draft model", drafter.draft_model)
         elif drafter.name == "nextn":
             _check_mtp_in_target(config.model, facts.version)
         clash = sorted(k for k in user if k in _speculative_args(drafter, facts))
         if clash:
-            raise EngineConfigError(
-                f"engine option(s) {', '.join(clash)} would override the drafter's own "
-                f"setting; set it on Drafter({drafter.name!r}, ...) instead")
+            raise EngineConfigError(f"engine option(s) {', '.join(clash)} would override the drafter's own setting; "
+                                    f"set it on Drafter({drafter.name!r}, ...) instead")
         if drafter.name in _TREE_DRAFTERS and drafter.get("topk") == 1 \
                 and drafter.num_draft_tokens != drafter.get("num_steps"):
-            raise EngineConfigError(
-                f"Drafter({drafter.name!r}) with topk=1 proposes one token per step, so "
-                f"num_draft_tokens must equal num_steps ({drafter.get('num_steps')}), not "
-                f"{drafter.num_draft_tokens}; SGLang would silently reset it")
+            raise EngineConfigError(f"Drafter({drafter.name!r}) with topk=1 proposes one token per step, so "
+                                    f"num_draft_tokens must equal num_steps ({drafter.get('num_steps')}), not "
+                                    f"{drafter.num_draft_tokens}; SGLang would silently reset it")
         if drafter.name != "ngram":
             return
         hybrid, why = detect_hybrid(config.model, config.option("hybrid"))
@@ -209,15 +190,8 @@ class SGLangBackend:
         page = user.get("page_size")
         if drafter.get("max_bfs_breadth") > 1 and page not in (None, 1) and backend != "flashinfer":
             raise EngineConfigError(
-                f"NGRAM with max_bfs_breadth={drafter.get('max_bfs_breadth')} (a draft tree) "
-                f"and page_size={page} runs only on attention_backend='flashinfer', not "
-                f"{backend!r}; SGLang rejects it (sglang-api.md s.1.2)")
-
-    def _field_list(self, version: sa.Version, source: str) -> tuple[frozenset[str], str]:
-        installed = sa.installed_server_args_fields() if source == "installed" else None
-        if installed is not None:
-            return installed, f"checked against the installed sglang {sa.format_version(version)}"
-        return sa.KNOWN_FIELDS, "checked against the fields of SGLang 0.5.9-0.5.23"
+                f"NGRAM with max_bfs_breadth={drafter.get('max_bfs_breadth')} (a draft tree) and page_size={page} runs "
+                f"only on attention_backend='flashinfer', not {backend!r}; SGLang rejects it (sglang-api.md s.1.2)")
 
     def server_args(self, config: EngineConfig) -> dict[str, Any]:
         """ServerArgs field -> value for ``config``: pinned, then speculative, then user options."""
@@ -285,9 +259,8 @@ class SGLangBackend:
         return {"SGLANG_RECORD_STEP_TIME": "1"}
 
     def twin_differences(self, spec_info: Mapping[str, Any], base_info: Mapping[str, Any]) -> list[str]:
-        """What differs between the arms' resolved settings outside the speculative fields:
-        SGLang resolves many itself (CUDA-graph sizes, chunked prefill, memory fraction), so
-        the twin is only a twin if the resolved configurations match."""
+        """The arms' resolved settings that differ outside the speculative fields: SGLang resolves many
+        itself (CUDA-graph sizes, chunked prefill, memory fraction), and the twin must match in all."""
         return resolved_args_difference(spec_info, base_info)
 
     def dry_run_notes(self, config: EngineConfig) -> list[str]:
@@ -313,13 +286,9 @@ class SGLangBackend:
 
 
 def decode_cuda_graph_batch_sizes(cap: int, padding: bool = True) -> list[int]:
-    """The decode CUDA-graph capture list pinned in both arms, from the cap alone.
-
-    SGLang's own default depends on the arm: a speculative engine gets the finer "less padding" list
-    (0.5.23 ``cuda_graph_hook.py:500-532``, 0.5.9 ``server_args.py:1083-1104``), a plain one ``[1, 2,
-    4, 8, 12, 16, 24, ...]``, so the baseline would pad odd batches more (3 -> 4, 9 -> 12, 17 -> 24).
-    This is SGLang's speculative list, given to both; with ``padding=False`` every size up to the cap.
-    """
+    """The decode CUDA-graph capture list pinned in both arms: SGLang's finer speculative list (a plain engine's
+    ``[1, 2, 4, 8, 12, 16, 24, ...]`` pads odd batches more), or with ``padding=False`` every size up to the cap;
+    see docs/design/engines.md, ``engines/sglang.py``."""
     if cap < 1:
         raise EngineConfigError(f"CUDA-graph batch cap must be >= 1, got {cap}")
     if not padding:
@@ -344,17 +313,9 @@ def python_sglang_version(python: str) -> str | None:
     return lines[-1].strip() if done.returncode == 0 and lines else None
 
 
-#: ``/server_info`` keys the twin check skips, each with why it is not configuration. Derived from
-#: what real SGLang sends: 0.5.9 answers ``asdict(server_args)`` + the scheduler's init info +
-#: ``internal_states`` + ``version`` (``http_server.py:593-610``, ``scheduler.py:3141-3157``); 0.5.23
-#: answers ``resolved_dict()`` + ``launch_command`` + the scheduler's init info + ``kv_events`` +
-#: ``startup_time`` + ``internal_states`` + ``version`` + ``frontend`` (``http_server.py:863-890``,
-#: ``utils/common.py:3584``, ``scheduler.py:1937-1960``), and two live 0.5.23 servers of one config
-#: differ in exactly ``port``, ``launch_command`` and ``startup_time`` (tests/data/sglang/live-0.5.23/).
-#: Everything else is compared - including the keys that are not ``ServerArgs`` fields but must still
-#: be equal: ``version`` and ``frontend`` (the same SGLang), ``status``, and ``max_total_num_tokens`` /
-#: ``max_req_input_len`` (the KV pool's real capacity: a speculative engine whose pool also holds draft
-#: layers is smaller, see :data:`CAPACITY_HINT`). ``speculative_*`` fields are the drafter.
+#: ``/server_info`` keys the twin check skips, each with why it is not configuration; everything else but
+#: ``speculative_*`` is compared. How the list was derived from real SGLang: docs/design/engines.md,
+#: ``engines/sglang.py``.
 RESOLVED_IGNORED: dict[str, str] = {
     # Not ServerArgs fields: facts about this one start.
     "launch_command": "0.5.23: the argv as given, with this server's --port and the arm's own "
@@ -385,11 +346,10 @@ RESOLVED_IGNORED: dict[str, str] = {
 }
 
 #: Why a speculative arm's KV pool can hold fewer tokens than its twin's, and the fix.
-CAPACITY_HINT = (
-    "the arms' KV pools hold different numbers of tokens: for EAGLE, EAGLE3, NEXTN and STANDALONE, SGLang 0.5.23 "
-    "sizes the speculative engine's pool with the draft model's layers too (pool_configurator.py:259-314), so it "
-    "admits less; pin the same pool in both arms with the engine option max_total_tokens=<the smaller value> on "
-    "pytest.mark.model(...)")
+CAPACITY_HINT = ("the arms' KV pools hold different numbers of tokens: for EAGLE, EAGLE3, NEXTN and STANDALONE, SGLang "
+                 "0.5.23 sizes the speculative engine's pool with the draft model's layers too "
+                 "(pool_configurator.py:259-314), so it admits less; pin the same pool in both arms with the engine "
+                 "option max_total_tokens=<the smaller value> on pytest.mark.model(...)")
 _CAPACITY_KEYS = frozenset({"max_total_num_tokens", "max_req_input_len"})
 # Decode CUDA-graph capture lists: SGLang resolves a finer one for a speculative engine even
 # when decode graphs are off (nothing is captured then), and the plugin pins none in that case.
@@ -411,13 +371,9 @@ def _without_decode_list(config: Any) -> Any:
 
 
 def resolved_args_difference(spec_info: Any, base_info: Any) -> list[str]:
-    """Resolved settings outside ``speculative_*`` that differ between two ``/server_info``.
-
-    Every key both servers report is compared (not a fixed list), except ``speculative_*``, the keys
-    of :data:`RESOLVED_IGNORED` and, when both arms have decode CUDA graphs off, the decode capture
-    list (never captured). One line per difference; a KV-capacity difference ends with
-    :data:`CAPACITY_HINT`, which says how to pin it.
-    """
+    """One line per key both ``/server_info`` report with different values, except ``speculative_*``,
+    :data:`RESOLVED_IGNORED` and, when both arms have decode CUDA graphs off, the never-captured decode
+    list; a KV-capacity difference adds :data:`CAPACITY_HINT`, which says how to pin it."""
     lines = []
     capacity = False
     graphless = _decode_graphs_off(spec_info) and _decode_graphs_off(base_info)
@@ -451,14 +407,12 @@ def _speculative_args(drafter: Drafter, facts: sa.VersionFacts) -> dict[str, Any
         if facts.ngram_match_windows:
             args["speculative_ngram_min_match_window_size"] = drafter.get("min_match_window")
             args["speculative_ngram_max_match_window_size"] = drafter.get("max_match_window")
-    elif drafter.name in _TREE_DRAFTERS:
+    elif drafter.name in (*_TREE_DRAFTERS, "draft_model"):
         # Steps, topk and draft tokens go together: SGLang auto-picks all three if one is unset.
-        args["speculative_num_steps"] = drafter.get("num_steps")
-        args["speculative_eagle_topk"] = drafter.get("topk")
-        args["speculative_num_draft_tokens"] = proposed + 1
-    elif drafter.name == "draft_model":
-        args["speculative_num_steps"] = proposed
-        args["speculative_eagle_topk"] = 1
+        # A draft model proposes a chain: one token per step.
+        tree = drafter.name in _TREE_DRAFTERS
+        args["speculative_num_steps"] = drafter.get("num_steps") if tree else proposed
+        args["speculative_eagle_topk"] = drafter.get("topk") if tree else 1
         args["speculative_num_draft_tokens"] = proposed + 1
     elif drafter.name == "dflash":
         args["speculative_num_draft_tokens"] = proposed + 1  # the verify block
@@ -493,18 +447,16 @@ def _dtype(dtype: str) -> str:
 
 def _check_model_path(what: str, model: str) -> None:
     if model.startswith("tiny:"):
-        raise EngineConfigError(
-            f"{what} {model!r} is a built-in tiny model of the reference server; SGLang needs a "
-            "checkpoint directory or a Hugging Face hub id")
+        raise EngineConfigError(f"{what} {model!r} is a built-in tiny model of the reference server; SGLang needs a "
+                                "checkpoint directory or a Hugging Face hub id")
     # "org/name" is a hub id; only explicit paths can be checked here.
     if model.startswith(("/", "./", "../", "~")) and not Path(model).expanduser().exists():
         raise EngineConfigError(f"{what} path {model} does not exist on this machine")
 
 
 def detect_hybrid(model: str, option: Any = None) -> tuple[bool, str]:
-    """Whether ``model`` has linear-attention / state-space layers, and how that was decided: the
-    engine option ``hybrid=`` wins; then the checkpoint's ``config.json`` (a local directory or the
-    Hugging Face cache); then the model name."""
+    """Whether ``model`` has linear-attention / state-space layers, and how that was decided: the option
+    ``hybrid=``, else the checkpoint's ``config.json`` (local or in the Hugging Face cache), else its name."""
     if option is not None:
         return bool(option), f"engine option hybrid={bool(option)}"
     config = _read_model_config(model)
@@ -526,11 +478,8 @@ def detect_hybrid(model: str, option: Any = None) -> tuple[bool, str]:
 
 
 def checkpoint_special_token_ids(model: str) -> tuple[int, ...]:
-    """Special token ids a checkpoint declares: ``bos/eos/pad_token_id`` (an int or a list) of
-    ``config.json`` and ``generation_config.json``, and the tokenizer's added tokens marked
-    ``special`` (``tokenizer.json`` ``added_tokens``, ``tokenizer_config.json``
-    ``added_tokens_decoder``); a local directory or the Hugging Face cache. Empty when none of
-    those files can be read."""
+    """Special token ids a checkpoint (local or in the Hugging Face cache) declares: ``bos/eos/pad_token_id``
+    of its configs and the tokenizer's added tokens marked ``special``; empty when none can be read."""
     ids: set[int] = set()
 
     def add(value: Any) -> None:

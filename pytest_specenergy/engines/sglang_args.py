@@ -1,8 +1,5 @@
-"""SGLang's command-line surface across releases: versions, renamed fields, known field names.
-
-Facts come from reading the 0.5.9, 0.5.12, 0.5.13, 0.5.14 and 0.5.23 wheels; see
-docs/design/engines.md, ``engines/sglang_args.py``.
-"""
+"""SGLang's command-line surface across releases: versions, renamed fields, known field names, from reading the
+0.5.9, 0.5.12, 0.5.13, 0.5.14 and 0.5.23 wheels; see docs/design/engines.md, ``engines/sglang_args.py``."""
 
 from __future__ import annotations
 
@@ -24,9 +21,8 @@ MIN_VERSION: Version = (0, 5, 9)
 #: Newest release read; later 0.5.x releases are driven with its facts.
 NEWEST_READ: Version = (0, 5, 23)
 
-#: Engine options the plugin consumes itself; they never become server flags.
-#: ``resident``, ``weights_gb``: whether both arms' engines may share one GPU
-#: (``engines/sglang_residency.py``).
+#: Engine options the plugin consumes itself; they never become server flags. ``resident``,
+#: ``weights_gb``: whether both arms' engines may share one GPU (``engines/sglang_residency.py``).
 PLUGIN_OPTIONS = frozenset({"sglang_version", "hybrid", "python", "resident", "weights_gb"})
 #: Fields the backend sets from the engine config; an option may not override them.
 RESERVED_FIELDS = frozenset({"model_path", "host", "port"})
@@ -41,20 +37,20 @@ _KNOWN_FIELDS_TEXT = """
 abort_on_priority_when_disabled admin_api_key allow_auto_truncate allowed_media_domains api_key asr_max_buffer_seconds
 asr_max_concurrent_sessions attention_backend attn_cp_size attn_dp_size aux_hidden_state_capture base_gpu_id
 batch_notify_size bf16_gemm_backend boundary_reduction bucket_e2e_request_latency bucket_inter_token_latency
-bucket_time_to_first_token c128_page_size chat_template checkpoint_engine_wait_weights_before_ready
-chunked_prefill_size collect_tokens_histogram completion_template constrained_json_disable_any_whitespace
-constrained_json_max_whitespace_cnt constrained_json_whitespace_pattern context_length cp_strategy cpu_offload_gb
-crash_dump_folder cuda_graph_backend_decode cuda_graph_backend_prefill cuda_graph_bs cuda_graph_bs_decode
-cuda_graph_bs_prefill cuda_graph_config cuda_graph_max_bs cuda_graph_max_bs_decode cuda_graph_max_bs_prefill
-cuda_graph_max_seq_len_prefill cuda_graph_prefill_max_context cuda_graph_tc_compiler custom_sigquit_handler
-custom_weight_loader dcp_comm_backend dcp_replicate_q_proj dcp_size debug_cuda_graph debug_tensor_dump_inject
-debug_tensor_dump_input_file debug_tensor_dump_layers debug_tensor_dump_output_folder decode_attention_backend
-decode_log_interval decoupled_spec_bind_endpoint decoupled_spec_connect_endpoints decoupled_spec_rank
-decoupled_spec_role decrypted_config_file decrypted_draft_config_file deepep_config deepep_dispatcher_output_dtype
-deepep_mode deepep_v2_mode default_chat_template_kwargs default_priority_value delete_ckpt_after_loading
-detokenizer_worker_num device disable_aiter_allreduce_fusion_in_decode disable_aiter_allreduce_fusion_in_prefill
-disable_attn_tp_gather disable_chunked_prefix_cache disable_cuda_graph disable_cuda_graph_padding
-disable_custom_all_reduce disable_decode_cuda_graph disable_fast_image_processor disable_flashinfer_autotune
+bucket_time_to_first_token c128_page_size chat_template checkpoint_engine_wait_weights_before_ready chunked_prefill_size
+collect_tokens_histogram completion_template constrained_json_disable_any_whitespace constrained_json_max_whitespace_cnt
+constrained_json_whitespace_pattern context_length cp_strategy cpu_offload_gb crash_dump_folder
+cuda_graph_backend_decode cuda_graph_backend_prefill cuda_graph_bs cuda_graph_bs_decode cuda_graph_bs_prefill
+cuda_graph_config cuda_graph_max_bs cuda_graph_max_bs_decode cuda_graph_max_bs_prefill cuda_graph_max_seq_len_prefill
+cuda_graph_prefill_max_context cuda_graph_tc_compiler custom_sigquit_handler custom_weight_loader dcp_comm_backend
+dcp_replicate_q_proj dcp_size debug_cuda_graph debug_tensor_dump_inject debug_tensor_dump_input_file
+debug_tensor_dump_layers debug_tensor_dump_output_folder decode_attention_backend decode_log_interval
+decoupled_spec_bind_endpoint decoupled_spec_connect_endpoints decoupled_spec_rank decoupled_spec_role
+decrypted_config_file decrypted_draft_config_file deepep_config deepep_dispatcher_output_dtype deepep_mode
+deepep_v2_mode default_chat_template_kwargs default_priority_value delete_ckpt_after_loading detokenizer_worker_num
+device disable_aiter_allreduce_fusion_in_decode disable_aiter_allreduce_fusion_in_prefill disable_attn_tp_gather
+disable_chunked_prefix_cache disable_cuda_graph disable_cuda_graph_padding disable_custom_all_reduce
+disable_decode_cuda_graph disable_fast_image_processor disable_flashinfer_autotune
 disable_flashinfer_cutlass_moe_fp4_allgather disable_hicache_numa_detect disable_hybrid_swa_memory
 disable_outlines_disk_cache disable_overlap_schedule disable_piecewise_cuda_graph disable_prefill_cuda_graph
 disable_priority_preemption disable_radix_cache disable_shared_experts_fusion disable_tokenizer_batch_decode
@@ -65,15 +61,15 @@ disaggregation_decode_retraction_backup disaggregation_decode_tp disaggregation_
 disaggregation_ib_device disaggregation_mode disaggregation_prefill_pp disaggregation_transfer_backend dist_init_addr
 dist_timeout dllm_algorithm dllm_algorithm_config dllm_fdfo download_dir dp_size ds_channel_config_path
 ds_heavy_channel_num ds_heavy_channel_type ds_heavy_token_num ds_sparse_decode_threshold dsa_decode_backend
-dsa_paged_mqa_logits_backend dsa_prefill_backend dsa_prefill_cp_mode dsa_topk_backend dsa_triton_union
-dsv4_attn_backend dsv4_prefill_backend dtype dwdp_size dynamic_batch_tokenizer_batch_size
-dynamic_batch_tokenizer_batch_timeout elastic_ep_backend elastic_ep_initial_size elastic_ep_rejoin
-elastic_ep_scale_timeout enable_adaptive_dispatch_to_encoder enable_aiter_allreduce_fusion enable_amd_monokernel
-enable_attn_tp_input_scattered enable_breakable_cuda_graph enable_broadcast_mm_inputs_process enable_cache_report
-enable_cp_decode_attn_tp enable_cp_tp_group_sharing enable_cudagraph_gc enable_custom_logit_processor
-enable_decoder_swa_bounded_replay enable_deepep_waterfill enable_deepseek_v4_fp4_indexer enable_dense_mlp_attn_tp
-enable_deterministic_inference enable_double_sparsity enable_dp_attention enable_dp_attention_local_control_broadcast
-enable_dp_lm_head enable_draft_weights_cpu_backup enable_dsa_cache_layer_split enable_dsa_fused_indexer
+dsa_paged_mqa_logits_backend dsa_prefill_backend dsa_prefill_cp_mode dsa_topk_backend dsa_triton_union dsv4_attn_backend
+dsv4_prefill_backend dtype dwdp_size dynamic_batch_tokenizer_batch_size dynamic_batch_tokenizer_batch_timeout
+elastic_ep_backend elastic_ep_initial_size elastic_ep_rejoin elastic_ep_scale_timeout
+enable_adaptive_dispatch_to_encoder enable_aiter_allreduce_fusion enable_amd_monokernel enable_attn_tp_input_scattered
+enable_breakable_cuda_graph enable_broadcast_mm_inputs_process enable_cache_report enable_cp_decode_attn_tp
+enable_cp_tp_group_sharing enable_cudagraph_gc enable_custom_logit_processor enable_decoder_swa_bounded_replay
+enable_deepep_waterfill enable_deepseek_v4_fp4_indexer enable_dense_mlp_attn_tp enable_deterministic_inference
+enable_double_sparsity enable_dp_attention enable_dp_attention_local_control_broadcast enable_dp_lm_head
+enable_draft_weights_cpu_backup enable_dsa_cache_layer_split enable_dsa_fused_indexer
 enable_dsa_prefill_context_parallel enable_dynamic_batch_tokenizer enable_dynamic_chunking enable_elastic_expert_backup
 enable_encoder_swa_bounded_replay enable_eplb enable_expert_distribution_metrics enable_flashinfer_allreduce_fusion
 enable_flexkv enable_forward_pass_metrics enable_fp32_lm_head enable_fused_moe_sum_all_reduce enable_fused_qk_norm_rope
@@ -81,17 +77,16 @@ enable_hierarchical_cache enable_hisparse enable_http2 enable_http_worker_reusep
 enable_kv_cache_sharding enable_layernorm_sp enable_layerwise_nvtx_marker enable_lean_attention enable_linear_replayssm
 enable_linear_replayssm_spec enable_linker_mla_dedup enable_lmcache enable_lora enable_lora_overlap_loading
 enable_mamba_cache_stochastic_rounding enable_megamoe_for_layernorm_sp enable_memory_saver enable_metrics
-enable_metrics_for_all_schedulers enable_mfu_metrics enable_mis enable_mixed_chunk enable_mm_global_cache
-enable_mscclpp enable_multi_layer_eagle enable_multimodal enable_nan_detection enable_nccl_nvls
-enable_nsa_prefill_context_parallel enable_nvidia_megakernel enable_p2p_check enable_page_major_kv_layout
-enable_paged_experts enable_pd_role_switch enable_pdmux enable_piecewise_cuda_graph
-enable_precise_embedding_interpolation enable_prefill_context_parallel enable_prefill_cp enable_prefill_delayer
-enable_prefix_mm_cache enable_priority_scheduling enable_profile_cuda_graph enable_quant_communications
-enable_request_time_stats_logging enable_response_store enable_return_aux_hidden_states enable_return_hidden_states
-enable_return_indexer_topk enable_return_routed_experts enable_scattered_sconv enable_session_radix_cache
-enable_shared_experts_attn_tp enable_single_batch_overlap enable_ssl_refresh enable_streaming_session
-enable_strict_thinking enable_symm_mem enable_tf32_matmul enable_tokenizer_batch_encode enable_torch_compile
-enable_torch_compile_debug_mode enable_torch_symm_mem enable_tp_lm_head_all_to_all enable_trace
+enable_metrics_for_all_schedulers enable_mfu_metrics enable_mis enable_mixed_chunk enable_mm_global_cache enable_mscclpp
+enable_multi_layer_eagle enable_multimodal enable_nan_detection enable_nccl_nvls enable_nsa_prefill_context_parallel
+enable_nvidia_megakernel enable_p2p_check enable_page_major_kv_layout enable_paged_experts enable_pd_role_switch
+enable_pdmux enable_piecewise_cuda_graph enable_precise_embedding_interpolation enable_prefill_context_parallel
+enable_prefill_cp enable_prefill_delayer enable_prefix_mm_cache enable_priority_scheduling enable_profile_cuda_graph
+enable_quant_communications enable_request_time_stats_logging enable_response_store enable_return_aux_hidden_states
+enable_return_hidden_states enable_return_indexer_topk enable_return_routed_experts enable_scattered_sconv
+enable_session_radix_cache enable_shared_experts_attn_tp enable_single_batch_overlap enable_ssl_refresh
+enable_streaming_session enable_strict_thinking enable_symm_mem enable_tf32_matmul enable_tokenizer_batch_encode
+enable_torch_compile enable_torch_compile_debug_mode enable_torch_symm_mem enable_tp_lm_head_all_to_all enable_trace
 enable_two_batch_overlap enable_unified_cache_external_linker enable_unified_memory enable_w4a4_mxfp4_megamoe
 enable_waterfill enable_watermark enable_weights_cpu_backup encoder_bootstrap_port encoder_only encoder_register_urls
 encoder_transfer_backend encoder_urls enforce_disable_flashinfer_allreduce_fusion enforce_piecewise_cuda_graph
@@ -102,11 +97,11 @@ expert_distribution_recorder_buffer_size expert_distribution_recorder_mode exper
 export_metrics_to_file export_metrics_to_file_dir extra_metric_labels fastapi_root_path file_storage_path
 flashinfer_a2a_dispatch_type flashinfer_allreduce_fusion_backend flashinfer_autotune_skip_ops
 flashinfer_mla_disable_ragged flashinfer_mxfp4_moe_precision flexkv_config_file forward_hooks
-forward_pass_metrics_ipc_name forward_pass_metrics_worker_id fp4_gemm_runner_backend fp8_gemm_runner_backend
-fuseep_mode gated_launch_port gc_threshold gc_warning_threshold_secs generation_tokens_buckets gpu_id_step
-grammar_backend grpc_http_sidecar_port grpc_mode grpc_port grpc_response_timeout_secs grpc_worker_threads
-hf_chat_template_name hicache_host_memory_fraction hicache_host_memory_mode hicache_io_backend hicache_mem_layout
-hicache_ratio hicache_size hicache_storage_backend hicache_storage_backend_extra_config hicache_storage_prefetch_policy
+forward_pass_metrics_ipc_name forward_pass_metrics_worker_id fp4_gemm_runner_backend fp8_gemm_runner_backend fuseep_mode
+gated_launch_port gc_threshold gc_warning_threshold_secs generation_tokens_buckets gpu_id_step grammar_backend
+grpc_http_sidecar_port grpc_mode grpc_port grpc_response_timeout_secs grpc_worker_threads hf_chat_template_name
+hicache_host_memory_fraction hicache_host_memory_mode hicache_io_backend hicache_mem_layout hicache_ratio hicache_size
+hicache_storage_backend hicache_storage_backend_extra_config hicache_storage_prefetch_policy
 hicache_storage_prefetch_retry_max_attempts hicache_storage_prefetch_retry_poll_interval hicache_write_policy
 hierarchical_sparse_attention_extra_config hisparse_config host http2_initial_connection_window_size
 http2_max_concurrent_streams image_processor_backend incremental_streaming_output init_expert_location
@@ -124,33 +119,33 @@ max_mamba_cache_size max_prefill_tokens max_queued_requests max_running_requests
 media_url_max_file_size_mb mem_fraction_static min_free_slots_delay mlx_enable_sampling mm_attention_backend
 mm_enable_dp_encoder mm_feature_transport mm_global_cache_backend mm_io_worker_num mm_max_concurrent_calls
 mm_per_request_timeout mm_preprocess_cache_size_mb mm_process_config mm_processor_worker_num model_checksum
-model_config_parser model_impl model_loader_extra_config model_path modelexpress_config
-modelopt_checkpoint_restore_path modelopt_checkpoint_save_path modelopt_export_path modelopt_quant moe_a2a_backend
-moe_dense_tp_size moe_dp_size moe_runner_backend mooncake_ib_device msprobe_dump_config multi_item_scoring_delimiter
-nccl_port nnodes node_rank nsa_decode_backend nsa_prefill_backend nsa_prefill_cp_mode num_continuous_decode_steps
-num_reserved_decode_tokens numa_node offload_group_size offload_mode offload_num_in_group offload_prefetch_step
-optimistic_prefill_attempts optimistic_prefill_retries otlp_service_name otlp_traces_endpoint page_size
-paged_experts_num_resident pdmux_config_path piecewise_cuda_graph_compiler piecewise_cuda_graph_max_tokens
-piecewise_cuda_graph_tokens ple_offload_backend ple_offload_dir ple_offload_embedding port pp_async_batch_depth
-pp_max_micro_batch_size pp_size pre_warm_nccl preferred_sampling_params prefill_attention_backend prefill_cp_mode
-prefill_decode_interval prefill_decode_interval_min_bs prefill_delayer_forward_passes_buckets
-prefill_delayer_max_delay_ms prefill_delayer_max_delay_passes prefill_delayer_queue_min_ratio
-prefill_delayer_token_usage_low_watermark prefill_delayer_wait_seconds_buckets prefill_kv_cache_dequant_dtype
-prefill_max_requests prefill_only_disable_kv_cache priority_scheduling_preemption_threshold prompt_tokens_buckets
-qsa_indexer_dtype quantization quantization_param_path quantize_and_serve radix_cache_backend radix_eviction_policy
-radix_eviction_policy_config random_seed reasoning_parser record_nolora_graph remote_instance_weight_loader_backend
-remote_instance_weight_loader_seed_instance_ip remote_instance_weight_loader_seed_instance_service_port
-remote_instance_weight_loader_send_weights_group_ports remote_instance_weight_loader_start_seed_via_transfer_engine
-retraction_policy return_aux_hidden_state_layer_ids return_hidden_states_mode return_input_ids return_output_ids
-revision rl_on_policy_target rl_quant_profile sampling_backend sampling_defaults sampling_mask_max_tokens
-schedule_conservativeness schedule_low_priority_values_first schedule_policy scheduler_recv_interval served_model_name
-shared_experts_tp_size show_time_cost sidecar sidecar_args skip_server_warmup skip_tokenizer_init sleep_on_idle
-sm_group_num smg_grpc_mode smg_http_sidecar_port soft_watchdog_timeout spec_trace_dir speculative_accept_threshold_acc
-speculative_accept_threshold_single speculative_adaptive speculative_adaptive_config speculative_algorithm
-speculative_attention_mode speculative_boundary_reduction speculative_dflash_block_size
-speculative_domino_candidate_pool_size speculative_draft_attention_backend speculative_draft_kv_cache_dtype
-speculative_draft_load_format speculative_draft_model_path speculative_draft_model_quantization
-speculative_draft_model_revision speculative_draft_sink_size speculative_draft_window_size speculative_dsa_topk_backend
+model_config_parser model_impl model_loader_extra_config model_path modelexpress_config modelopt_checkpoint_restore_path
+modelopt_checkpoint_save_path modelopt_export_path modelopt_quant moe_a2a_backend moe_dense_tp_size moe_dp_size
+moe_runner_backend mooncake_ib_device msprobe_dump_config multi_item_scoring_delimiter nccl_port nnodes node_rank
+nsa_decode_backend nsa_prefill_backend nsa_prefill_cp_mode num_continuous_decode_steps num_reserved_decode_tokens
+numa_node offload_group_size offload_mode offload_num_in_group offload_prefetch_step optimistic_prefill_attempts
+optimistic_prefill_retries otlp_service_name otlp_traces_endpoint page_size paged_experts_num_resident pdmux_config_path
+piecewise_cuda_graph_compiler piecewise_cuda_graph_max_tokens piecewise_cuda_graph_tokens ple_offload_backend
+ple_offload_dir ple_offload_embedding port pp_async_batch_depth pp_max_micro_batch_size pp_size pre_warm_nccl
+preferred_sampling_params prefill_attention_backend prefill_cp_mode prefill_decode_interval
+prefill_decode_interval_min_bs prefill_delayer_forward_passes_buckets prefill_delayer_max_delay_ms
+prefill_delayer_max_delay_passes prefill_delayer_queue_min_ratio prefill_delayer_token_usage_low_watermark
+prefill_delayer_wait_seconds_buckets prefill_kv_cache_dequant_dtype prefill_max_requests prefill_only_disable_kv_cache
+priority_scheduling_preemption_threshold prompt_tokens_buckets qsa_indexer_dtype quantization quantization_param_path
+quantize_and_serve radix_cache_backend radix_eviction_policy radix_eviction_policy_config random_seed reasoning_parser
+record_nolora_graph remote_instance_weight_loader_backend remote_instance_weight_loader_seed_instance_ip
+remote_instance_weight_loader_seed_instance_service_port remote_instance_weight_loader_send_weights_group_ports
+remote_instance_weight_loader_start_seed_via_transfer_engine retraction_policy return_aux_hidden_state_layer_ids
+return_hidden_states_mode return_input_ids return_output_ids revision rl_on_policy_target rl_quant_profile
+sampling_backend sampling_defaults sampling_mask_max_tokens schedule_conservativeness schedule_low_priority_values_first
+schedule_policy scheduler_recv_interval served_model_name shared_experts_tp_size show_time_cost sidecar sidecar_args
+skip_server_warmup skip_tokenizer_init sleep_on_idle sm_group_num smg_grpc_mode smg_http_sidecar_port
+soft_watchdog_timeout spec_trace_dir speculative_accept_threshold_acc speculative_accept_threshold_single
+speculative_adaptive speculative_adaptive_config speculative_algorithm speculative_attention_mode
+speculative_boundary_reduction speculative_dflash_block_size speculative_domino_candidate_pool_size
+speculative_draft_attention_backend speculative_draft_kv_cache_dtype speculative_draft_load_format
+speculative_draft_model_path speculative_draft_model_quantization speculative_draft_model_revision
+speculative_draft_sink_size speculative_draft_window_size speculative_dsa_topk_backend
 speculative_dspark_align_verify_tokens_to_graph_tier speculative_dspark_block_size
 speculative_dspark_confidence_sts_path speculative_dspark_sps_table_path speculative_eagle_topk
 speculative_enable_w4a4_mxfp4_megamoe speculative_moe_a2a_backend speculative_moe_runner_backend
@@ -165,12 +160,12 @@ swa_full_tokens_ratio swa_prefix_tails tbo_token_distribution_threshold tokenize
 tokenizer_metrics_allowed_custom_labels tokenizer_metrics_custom_labels_header tokenizer_mode tokenizer_path
 tokenizer_worker_num tool_call_parser tool_server torch_compile_max_bs torchao_config tp_size trace_modules
 triton_attention_num_kv_splits triton_attention_reduce_in_fp32 triton_attention_split_tile_size trust_mm_content_hashes
-trust_remote_code trust_request_chat_template unified_cache_external_linker_backend
-unified_cache_external_linker_config uno_lora_path use_ray uses_mamba_radix_cache uvicorn_access_log_exclude_prefixes
-warmups watchdog_timeout watermark_config watermark_context_window watermark_default_enabled watermark_enforce_all
-watermark_key watermark_key_b watermark_max_probability watermark_mixing_probability weight_cache_mode
-weight_cache_socket weight_cache_timeout weight_loader_disable_mmap weight_loader_drop_cache_after_load
-weight_loader_prefetch_checkpoints weight_loader_prefetch_num_threads weight_version
+trust_remote_code trust_request_chat_template unified_cache_external_linker_backend unified_cache_external_linker_config
+uno_lora_path use_ray uses_mamba_radix_cache uvicorn_access_log_exclude_prefixes warmups watchdog_timeout
+watermark_config watermark_context_window watermark_default_enabled watermark_enforce_all watermark_key watermark_key_b
+watermark_max_probability watermark_mixing_probability weight_cache_mode weight_cache_socket weight_cache_timeout
+weight_loader_disable_mmap weight_loader_drop_cache_after_load weight_loader_prefetch_checkpoints
+weight_loader_prefetch_num_threads weight_version
 """
 KNOWN_FIELDS: frozenset[str] = frozenset(_KNOWN_FIELDS_TEXT.split())
 
@@ -206,10 +201,8 @@ _NEGATABLE_0_5_23 = frozenset({
 })
 
 # JSON-valued fields: a dict option (frozen by EngineConfig into sorted pairs) is sent as JSON.
-_JSON_FIELDS = frozenset({
-    "cuda_graph_config", "json_model_override_args", "speculative_adaptive_config",
-    "hicache_storage_backend_extra_config",
-})
+_JSON_FIELDS = frozenset({"cuda_graph_config", "json_model_override_args", "speculative_adaptive_config",
+                          "hicache_storage_backend_extra_config"})
 
 
 @dataclass(frozen=True)
@@ -245,10 +238,8 @@ class VersionFacts:
 
 
 #: First read release that accepts each algorithm (0.5.10/11 and 0.5.15-0.5.22 were not read).
-ALGORITHM_SINCE: dict[str, Version] = {
-    "NGRAM": (0, 5, 9), "EAGLE": (0, 5, 9), "EAGLE3": (0, 5, 9), "NEXTN": (0, 5, 9),
-    "STANDALONE": (0, 5, 9), "DFLASH": (0, 5, 12), "DSPARK": (0, 5, 23),
-}
+ALGORITHM_SINCE: dict[str, Version] = {"NGRAM": (0, 5, 9), "EAGLE": (0, 5, 9), "EAGLE3": (0, 5, 9), "NEXTN": (0, 5, 9),
+                                       "STANDALONE": (0, 5, 9), "DFLASH": (0, 5, 12), "DSPARK": (0, 5, 23)}
 
 
 def parse_version(text: str) -> Version:
@@ -302,27 +293,20 @@ _RENAMES: tuple[tuple[str, str, Version], ...] = (
     ("speculative_ngram_branch_length", "speculative_ngram_max_trie_depth", (0, 5, 12)),
 )
 # Fields that exist on one side of a boundary only, with no spelling on the other side.
-_NEW_ONLY: dict[str, Version] = {
-    "cuda_graph_max_bs_prefill": (0, 5, 14), "cuda_graph_bs_prefill": (0, 5, 14),
-    "disable_decode_cuda_graph": (0, 5, 14), "disable_prefill_cuda_graph": (0, 5, 14),
-    "cuda_graph_backend_decode": (0, 5, 14), "cuda_graph_backend_prefill": (0, 5, 14),
-    "speculative_dflash_block_size": (0, 5, 12), "speculative_dspark_block_size": (0, 5, 23),
-}
-_TRIE = ((0, 5, 12), "NGRAM matches against a trie since 0.5.12; tune speculative_ngram_max_trie_depth")
-_REMOVED: dict[str, tuple[Version, str]] = {
-    "speculative_ngram_min_match_window_size": _TRIE,
-    "speculative_ngram_max_match_window_size": _TRIE,
-}
+_NEW_ONLY: dict[str, Version] = {"cuda_graph_max_bs_prefill": (0, 5, 14), "cuda_graph_bs_prefill": (0, 5, 14),
+                                 "disable_decode_cuda_graph": (0, 5, 14), "disable_prefill_cuda_graph": (0, 5, 14),
+                                 "cuda_graph_backend_decode": (0, 5, 14), "cuda_graph_backend_prefill": (0, 5, 14),
+                                 "speculative_dflash_block_size": (0, 5, 12),
+                                 "speculative_dspark_block_size": (0, 5, 23)}
+_REMOVED: dict[str, tuple[Version, str]] = dict.fromkeys(
+    ("speculative_ngram_min_match_window_size", "speculative_ngram_max_match_window_size"),
+    ((0, 5, 12), "NGRAM matches against a trie since 0.5.12; tune speculative_ngram_max_trie_depth"))
 
 
 def translate_options(options: Mapping[str, Any], facts: VersionFacts) -> dict[str, Any]:
-    """User ServerArgs options spelled for ``facts.version``.
-
-    Renamed fields are accepted under either name and sent under the one this release knows, so a
-    marker written for 0.5.13 keeps working on 0.5.23 (where ``--cuda-graph-max-bs`` is an argparse
-    error). ``disable_cuda_graph`` has no flag of its own from 0.5.14 on: it becomes the two per-phase
-    switches.
-    """
+    """User ServerArgs options spelled for ``facts.version``: a renamed field is sent under the name this release
+    knows, so a marker written for 0.5.13 keeps working on 0.5.23 (where ``--cuda-graph-max-bs`` is an argparse
+    error); ``disable_cuda_graph`` becomes the two per-phase switches from 0.5.14 on, which lack its flag."""
     out: dict[str, Any] = {}
     version = facts.version
     for name, value in options.items():
@@ -335,9 +319,8 @@ def translate_options(options: Mapping[str, Any], facts: VersionFacts) -> dict[s
             if name in (old, new):
                 target = new if version >= since else old
         if name in _NEW_ONLY and version < _NEW_ONLY[name]:
-            raise EngineConfigError(
-                f"engine option {name}= needs SGLang >= {format_version(_NEW_ONLY[name])}; "
-                f"this run uses {format_version(version)}")
+            raise EngineConfigError(f"engine option {name}= needs SGLang >= {format_version(_NEW_ONLY[name])}; this "
+                                    f"run uses {format_version(version)}")
         if name in facts.no_cli_fields:
             raise EngineConfigError(
                 f"engine option {name}= is a ServerArgs field with no command-line flag in SGLang "
@@ -345,30 +328,26 @@ def translate_options(options: Mapping[str, Any], facts: VersionFacts) -> dict[s
                 f"watermark_config), so launch_server would reject --{name.replace('_', '-')}; remove it")
         if name in _REMOVED and version >= _REMOVED[name][0]:
             since, advice = _REMOVED[name]
-            raise EngineConfigError(
-                f"engine option {name}= was removed in SGLang {format_version(since)} "
-                f"(this run uses {format_version(version)}): {advice}")
+            raise EngineConfigError(f"engine option {name}= was removed in SGLang {format_version(since)} (this run "
+                                    f"uses {format_version(version)}): {advice}")
         if name == "dist_init_addr" and not _LOOPBACK.match(str(value)):
             # The engines listen on loopback only: another address opens the rendezvous beyond it.
-            raise EngineConfigError(
-                f"engine option dist_init_addr={value!r} is not a loopback address; the plugin's engines "
-                "listen on loopback only (e.g. 127.0.0.1:5000)")
+            raise EngineConfigError(f"engine option dist_init_addr={value!r} is not a loopback address; the plugin's "
+                                    "engines listen on loopback only (e.g. 127.0.0.1:5000)")
         values = value if isinstance(value, (list, tuple)) else (value,)
         flags = [v for v in values if isinstance(v, str) and _FLAG_LIKE.match(v)]
         if flags:
             # SGLang's parser takes the last of a repeated flag: a value "--host" followed by
             # "0.0.0.0" would move the engine off loopback.
-            raise EngineConfigError(
-                f"engine option {name}={value!r} holds {flags[0]!r}, which the command line would read as "
-                "another flag; give each option its own keyword argument")
+            raise EngineConfigError(f"engine option {name}={value!r} holds {flags[0]!r}, which the command line would "
+                                    "read as another flag; give each option its own keyword argument")
         if name == "disable_cuda_graph" and version >= (0, 5, 14):
             if value:
                 out["disable_decode_cuda_graph"] = out["disable_prefill_cuda_graph"] = True
             continue
         if target in out and out[target] != value:
-            raise EngineConfigError(
-                f"engine options set {target} twice with different values (old and new name): "
-                f"{out[target]!r} vs {value!r}; keep one")
+            raise EngineConfigError(f"engine options set {target} twice with different values (old and new name): "
+                                    f"{out[target]!r} vs {value!r}; keep one")
         out[target] = value
     return out
 
@@ -414,12 +393,9 @@ def flag_for(field: str) -> str:
 
 
 def render_flags(args: Mapping[str, Any], negatable: frozenset[str] = frozenset()) -> list[str]:
-    """Turn field -> value into argv, in the mapping's order.
-
-    ``True`` is a bare store-true flag; ``False`` is ``--no-<flag>`` for the three-state fields in
-    ``negatable`` (:attr:`VersionFacts.negatable_fields`) and omitted otherwise (store-true flags
-    default to False); ``None`` is omitted; sequences become several values, dicts become JSON.
-    """
+    """Field -> value as argv, in the mapping's order: ``True`` is a bare flag; ``False`` is ``--no-<flag>`` for
+    the three-state fields in ``negatable`` (:attr:`VersionFacts.negatable_fields`), else omitted (store-true
+    flags default to False), as is ``None``; sequences become several values, dicts become JSON."""
     argv: list[str] = []
     for field, value in args.items():
         flag = flag_for(field)
@@ -440,9 +416,8 @@ def render_flags(args: Mapping[str, Any], negatable: frozenset[str] = frozenset(
 
 def _as_json(value: Any) -> Any:
     # EngineConfig.freeze_options turns dicts into sorted (key, value) pairs; undo that.
-    if isinstance(value, tuple) and all(
-        isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) for item in value
-    ):
+    if isinstance(value, tuple) and all(isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
+                                        for item in value):
         return {k: _as_json(v) for k, v in value}
     if isinstance(value, (list, tuple)):
         return [_as_json(v) for v in value]

@@ -1,7 +1,5 @@
-"""Both arms' SGLang engines resident on one GPU: the memory split, and whether it fits.
-
-See docs/design/engines.md, ``engines/sglang_residency.py``.
-"""
+"""Both arms' SGLang engines resident on one GPU: the memory split, and whether it fits (docs/design/engines.md,
+``engines/sglang_residency.py``)."""
 
 from __future__ import annotations
 
@@ -20,16 +18,13 @@ RESIDENT_MEM_TOTAL = 0.80
 WEIGHTS_SHARE = 0.6
 #: Checkpoint files whose sizes are the weights.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
-#: Model-marker options of the plugin's own that decide residency (never sent to SGLang).
-RESIDENCY_OPTIONS = ("resident", "weights_gb")
 GIB = 1024 ** 3
 
 
 @dataclass(frozen=True)
 class Residency:
-    """How the SGLang engines of one GPU run: ``resident`` (side by side, each with
-    ``mem_fraction`` of the GPU's memory, ``engines`` at once, interleaved repeats) or blocked
-    (one engine at a time), and why."""
+    """How the SGLang engines of one GPU run: ``resident`` (``engines`` side by side, each with ``mem_fraction``
+    of the GPU's memory, interleaved repeats) or blocked (one engine at a time), and why."""
 
     resident: bool
     engines: int
@@ -63,9 +58,8 @@ def checkpoint_bytes(model: str) -> int | None:
 
 
 def weights_bytes(config: EngineConfig) -> tuple[int | None, str]:
-    """(bytes of the weights ``config``'s engine loads, where the figure came from), or
-    (None, why unknown): ``weights_gb=`` declared on the marker covers the whole engine (the
-    draft model included); else the checkpoint files of the target and the draft model."""
+    """(bytes of the weights ``config``'s engine loads, where the figure came from), or (None, why unknown):
+    the marker's ``weights_gb=`` (the whole engine), else the target's and draft model's checkpoint files."""
     declared = config.option("weights_gb")
     if declared is not None:
         if isinstance(declared, bool) or not isinstance(declared, (int, float)) or not declared > 0:
@@ -85,11 +79,9 @@ def weights_bytes(config: EngineConfig) -> tuple[int | None, str]:
 
 def decide(configs: Iterable[EngineConfig], engines: int, gpu_bytes: int | None,
            server_fields: frozenset[str] | None = None) -> Residency:
-    """Whether ``engines`` SGLang engines (the largest case's arms on one GPU) may all stay
-    resident, for the GPU engine configs ``configs`` (every arm of every planned case).
-
-    ``server_fields``: the installed SGLang's ``ServerArgs`` fields, when known (a release
-    without ``sleep_on_idle`` cannot keep an idle engine out of the other's window)."""
+    """Whether ``engines`` SGLang engines (the largest case's arms) may stay resident on one GPU, for every arm
+    of every planned case (``configs``). ``server_fields``: the installed ``ServerArgs`` fields, when known (a
+    release without ``sleep_on_idle`` cannot keep an idle engine out of the other's window)."""
     configs = list(configs)
     blocked = lambda why, **kw: Residency(False, 1, None, why, gpu_bytes, **kw)  # noqa: E731
     if engines < 2 or not configs:
@@ -98,8 +90,7 @@ def decide(configs: Iterable[EngineConfig], engines: int, gpu_bytes: int | None,
     if False in choices:
         return blocked("resident=False on a model marker: blocked order asked for")
     if server_fields is not None and "sleep_on_idle" not in server_fields:
-        return blocked("the installed SGLang has no --sleep-on-idle: an idle engine would spin beside the "
-                       "measured one")
+        return blocked("the installed SGLang has no --sleep-on-idle: an idle engine would spin beside the measured one")
     fraction = share(engines)
     own = {c.option("mem_fraction_static") for c in configs} - {None}
     if own:
@@ -130,14 +121,9 @@ def decide(configs: Iterable[EngineConfig], engines: int, gpu_bytes: int | None,
 
 
 def resident_config(config: EngineConfig, residency: Residency) -> EngineConfig:
-    """``config`` with its share of the GPU's memory and ``sleep_on_idle``, when resident (the
-    options are the config's own, so the pool keys, the argv and the engine description in the
-    run document all carry them); ``config`` itself otherwise."""
+    """``config`` with its share of the GPU's memory and ``sleep_on_idle`` as its own options when resident (so
+    the pool keys, the argv and the run document's engine description carry them); else ``config`` itself."""
     if not residency.resident or config.engine != "sglang":
         return config
     options = {**dict(config.options), "mem_fraction_static": residency.mem_fraction, "sleep_on_idle": True}
     return replace(config, options=EngineConfig.freeze_options(options))
-
-
-__all__ = ["RESIDENCY_OPTIONS", "RESIDENT_MEM_TOTAL", "Residency", "WEIGHTS_SHARE", "checkpoint_bytes", "decide",
-           "resident_config", "share", "weights_bytes"]

@@ -1,14 +1,15 @@
 """A parent-death watchdog for one engine server: no orphan engines, even after ``kill -9``.
 
-``python -m pytest_specenergy.engines.watchdog --parent PID --fd N -- CMD...`` runs ``CMD`` in its
-own process group and stops the group when the parent goes. Stdlib only, and nothing from the
-plugin: it must start in milliseconds. See docs/design/engines.md, ``engines/watchdog.py``.
+``python -m pytest_specenergy.engines.watchdog --parent PID --fd N -- CMD...`` runs ``CMD`` in its own process
+group and stops the group when the parent goes. Stdlib only, and nothing from the plugin: it must start in
+milliseconds. See docs/design/engines.md, ``engines/watchdog.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import select
 import signal
@@ -43,11 +44,7 @@ def _pdeathsig_setter(signum: int = signal.SIGKILL) -> Callable[[], None] | None
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-
-    def set_pdeathsig() -> None:
-        prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
-
-    return set_pdeathsig
+    return functools.partial(prctl, _PR_SET_PDEATHSIG, signum, 0, 0, 0)
 
 
 def proc_stats() -> Iterator[tuple[int, list[str]]]:
@@ -187,10 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pytest_specenergy.engines.watchdog",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--parent", type=int, required=True, help="pid to watch")
-    parser.add_argument("--fd", type=int, default=None,
-                        help="read end of a pipe whose write end only the parent holds")
-    parser.add_argument("--grace", type=float, default=DEFAULT_GRACE_S,
-                        help="seconds between SIGTERM and SIGKILL")
+    parser.add_argument("--fd", type=int, default=None, help="read end of a pipe whose write end only the parent holds")
+    parser.add_argument("--grace", type=float, default=DEFAULT_GRACE_S, help="seconds between SIGTERM and SIGKILL")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the server argv")
     return parser
 

@@ -67,8 +67,7 @@ class ForkedChild:
 
 
 def _fork_server(argv: Sequence[str]) -> ForkedChild:
-    """The watchdog's server: a fork running the reference server as ``python -m`` would on
-    ``argv``'s flags, killed with its watchdog (parent-death signal)."""
+    """The watchdog's server: a fork running the reference server as ``python -m`` would, dying with the watchdog."""
     from pytest_specenergy.engines.watchdog import _pdeathsig_setter
 
     set_pdeathsig = _pdeathsig_setter()
@@ -142,8 +141,8 @@ def _preload() -> None:
 
 
 def serve(sock: socket.socket, listen: str | None = None) -> int:
-    """The zygote's loop: fork an engine per request, report each engine's exit to the connection
-    that asked for it, until the launcher's ``sock`` closes; others connect at ``listen``."""
+    """Fork an engine per request and report its exit to the connection that asked, until the launcher's
+    ``sock`` closes; others connect at ``listen``."""
     _preload()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -278,8 +277,7 @@ class ZygoteChild:
 
 
 class Zygote:
-    """The launcher's side: the socket to one zygote, which this process started
-    (:meth:`start`) or its parent did (:meth:`connect`)."""
+    """The launcher's side: the socket to one zygote, started by this process (:meth:`start`) or its parent."""
 
     def __init__(self, sock: socket.socket, proc: subprocess.Popen[bytes] | None = None) -> None:
         self.sock = sock
@@ -291,8 +289,7 @@ class Zygote:
         self.alive = True
         # The reader holds the zygote weakly: a zygote nobody refers to any more (its module
         # dropped by an in-process pytester run) closes the socket, and the process exits.
-        threading.Thread(target=_read, args=(weakref.ref(self), sock), name="specenergy-zygote",
-                         daemon=True).start()
+        threading.Thread(target=_read, args=(weakref.ref(self), sock), name="specenergy-zygote", daemon=True).start()
         ready = self._reply()
         if "ready" not in ready:
             raise OSError(f"the engine zygote did not start: {ready}")
@@ -312,10 +309,9 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         listen = os.path.join(tempfile.mkdtemp(prefix="specenergy-zygote-"), "socket")
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", __name__, "--fd", str(theirs.fileno()), "--listen", listen],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+            proc = subprocess.Popen([sys.executable, "-m", __name__, "--fd", str(theirs.fileno()), "--listen", listen],
+                                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, env=env, start_new_session=True)
         finally:
             theirs.close()
         try:
@@ -345,8 +341,7 @@ class Zygote:
                 return {"error": "the zygote exited" if not self.alive else "no answer in 120 s"}
             return self.replies.pop(0)
 
-    def spawn(self, argv: Sequence[str], env: dict[str, str], log_path: Path,
-              lifeline: int) -> ZygoteChild:
+    def spawn(self, argv: Sequence[str], env: dict[str, str], log_path: Path, lifeline: int) -> ZygoteChild:
         """Fork one engine (its watchdog, then its server) from the zygote."""
         request = {"argv": list(argv), "env": env, "cwd": os.getcwd(), "log": str(log_path)}
         with self.lock:
@@ -370,10 +365,9 @@ def _on_gpu(argv: Sequence[str]) -> bool:
 
 
 def zygote_for(argv: Sequence[str], env: dict[str, str]) -> Zygote | None:
-    """This process's zygote (started on first use) when ``argv`` starts a reference server with
-    this interpreter on a CPU and the zygote is not switched off, else None (the plain path). A GPU
-    engine starts fresh: CUDA in a fork of a process that imported torch has not been tried there,
-    and the model's load outweighs the imports anyway."""
+    """This process's zygote (started on first use) when ``argv`` starts a reference server with this interpreter
+    on a CPU and the zygote is not switched off, else None. A GPU engine starts fresh: CUDA in a fork of a process
+    that imported torch is untried there, and the model's load outweighs the imports anyway."""
     global _zygote, _zygote_failed
     if (list(argv[:3]) != [sys.executable, "-m", REFSERVER] or env.get(SWITCH, "1") == "0"
             or _on_gpu(argv) or not hasattr(socket, "send_fds") or not hasattr(os, "fork")):

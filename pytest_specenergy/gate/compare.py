@@ -1,9 +1,8 @@
 """The regression gate: compare one case's record against its baseline and give a verdict.
 
-Per-repeat metrics follow the sequential limit rule (:mod:`.sequential`), the match fraction is
-compared as a fact, and runs that differ in machine, meter, engine or scenario are INCOMPARABLE.
-Pairing, unpaired baselines, block drift and ties: docs/design/gate.md, section
-``pytest_specenergy/gate/compare.py``.
+Per-repeat metrics follow the sequential limit rule (:mod:`.sequential`), the match fraction is compared as a fact, and
+runs that differ in machine, meter, engine or scenario are INCOMPARABLE. Pairing, unpaired baselines, block drift and
+ties: docs/design/gate.md, section ``pytest_specenergy/gate/compare.py``.
 """
 
 from __future__ import annotations
@@ -39,13 +38,7 @@ INCONCLUSIVE_POLICIES = ("fail", "warn", "xfail")
 
 @dataclass(frozen=True)
 class MetricRow:
-    """One metric of one case against its baseline.
-
-    ``change_rel``: ``current / baseline - 1`` of the limit's statistic (None for a zero
-    baseline); ``method``: ``sequential <test>, look k/K``, ``deterministic`` or ``none``.
-    ``p_value``: the one-sided p of "within the limit" at the deciding look; ``p_sequential``:
-    the repeated p-value (FDR's). ``interval`` and ``estimate`` are on the change scale.
-    """
+    """One metric of one case against its baseline (the fields: docs/design/gate.md, ``compare.py``)."""
 
     metric: str
     stat: str
@@ -93,8 +86,7 @@ class MetricRow:
                 how += f", change interval [{span}]"
         line = (f"{self.metric} ({self.stat}): baseline {metrics.fmt(self.baseline, '.4g')} {self.unit} -> "
                 f"current {metrics.fmt(self.current, '.4g')} {self.unit}, change {self.change_text()}, "
-                f"limit {self.limit.describe()} [{self.limit.expr}], p={p} ({how}): "
-                f"{self.verdict.value.upper()}")
+                f"limit {self.limit.describe()} [{self.limit.expr}], p={p} ({how}): {self.verdict.value.upper()}")
         return f"{line} - {self.note}" if self.note else line
 
     def as_dict(self) -> dict[str, Any]:
@@ -196,11 +188,9 @@ def _baseline_level(record: CaseRecord, key: str) -> tuple[float | None, float, 
 
 
 def arm_repeat_values(record: CaseRecord, metric: str, arm: str = "speculative") -> list[float | None]:
-    """Per-repeat values of ``metric`` for a drafter arm (``speculative`` or ``reference``),
-    None where a repeat cannot give it. Pair metrics use the same cycle's baseline sample where
-    the arms ran interleaved (a session offset or slow drift cancels), else (:func:`unpaired_reason`)
-    the baseline's geometric mean, whose spread the gate carries into the test (:func:`baseline_spread`).
-    """
+    """Per-repeat values of ``metric`` for a drafter arm (``speculative`` or ``reference``), None where a
+    repeat cannot give it. Pair metrics use the same cycle's baseline sample where the arms ran interleaved
+    (a drift cancels), else the baseline's geometric mean, its spread carried by :func:`baseline_spread`."""
     drafter = record.arm(arm)
     if drafter is None:
         return []
@@ -209,8 +199,7 @@ def arm_repeat_values(record: CaseRecord, metric: str, arm: str = "speculative")
     key, combine = _PAIR_METRICS[metric]
     if unpaired_reason(record) is not None:
         level = _baseline_level(record, key)[0]
-        return [combine(level, float(s)) if level is not None and _positive(s) else None
-                for s in drafter.values(key)]
+        return [combine(level, float(s)) if level is not None and _positive(s) else None for s in drafter.values(key)]
     pairs = zip(record.baseline.values(key), drafter.values(key))
     return [combine(float(b), float(s)) if _positive(b) and _positive(s) else None for b, s in pairs]
 
@@ -267,8 +256,7 @@ def gate_plan(alpha: float = DEFAULT_ALPHA, repeats: int = 3, cap: int = DEFAULT
     """The gate's sequential plan: looks at ``repeats`` (at least 2), ``repeats + 2``, ... and
     ``cap``, REGRESSED at total level ``alpha``, unpaired arms allowing ``block_drift``."""
     start = max(2, int(repeats))
-    return SequentialPlan(start=start, step=2, cap=max(int(cap), start), alpha=alpha,
-                          block_drift=block_drift)
+    return SequentialPlan(start=start, step=2, cap=max(int(cap), start), alpha=alpha, block_drift=block_drift)
 
 
 def _sequential(limit: FailLimit, base: list[float], cur: list[float], b: float, plan: SequentialPlan,
@@ -277,7 +265,6 @@ def _sequential(limit: FailLimit, base: list[float], cur: list[float], b: float,
                 drift: float = 0.0) -> tuple[sequential.SequentialResult | None, str]:
     """The sequential verdict of one per-repeat metric, or (None, why it cannot be judged)."""
     absolute, threshold = not limit.relative, limit.threshold
-    level = abs(b)
     if not absolute and min(base + cur) <= 0:
         # Values that reach zero (a drafter accepting nothing): the limit as an amount at the
         # baseline's level, so a collapse still regresses.
@@ -296,26 +283,23 @@ def _sequential(limit: FailLimit, base: list[float], cur: list[float], b: float,
         dfs = sum(t * t / max(s.df, 1.0) for t, s in zip(terms, spreads))
         extra = {"session_sd": math.sqrt(total), "session_df": total * total / dfs if dfs > 0 else None}
     if drift:
-        scale = max((s.scale for s in spreads), default=level) if absolute else 1.0
+        scale = max((s.scale for s in spreads), default=abs(b)) if absolute else 1.0
         extra["drift"] = drift * scale if absolute else math.log1p(drift)
     try:
         if requests is not None:
             ref_req, cur_req = requests
             level = sum(ref_req) / len(ref_req)
-            relative = threshold / level if absolute else threshold
-            ones_c, ones_r = [1.0] * len(cur_req), [1.0] * len(ref_req)
             result = sequential.compare_per_request(
-                cur_req, ones_c, ref_req, ones_r, limit=relative, worse=limit.worse,
-                paired=len(cur_req) == len(ref_req), n_repeats=len(cur), plan=plan,
-                resamples=resamples, seed=seed)
+                cur_req, [1.0] * len(cur_req), ref_req, [1.0] * len(ref_req), worse=limit.worse,
+                limit=threshold / level if absolute else threshold, paired=len(cur_req) == len(ref_req),
+                n_repeats=len(cur), plan=plan, resamples=resamples, seed=seed)
         elif paired:
             result = sequential.compare_paired(cur, base, limit=threshold, worse=limit.worse,
                                                plan=plan, absolute=absolute, drift=extra.get("drift", 0.0))
         else:
             if len(base) < 2:
-                return None, (f"the stored baseline has {len(base)} repeat of {limit.metric}; "
-                              "the sequential rule needs at least 2 (save it with "
-                              "--specenergy-repeats=3 or more)")
+                return None, (f"the stored baseline has {len(base)} repeat of {limit.metric}; the sequential rule "
+                              "needs at least 2 (save it with --specenergy-repeats=3 or more)")
             result = sequential.compare_stored(cur, base, limit=threshold, worse=limit.worse,
                                                plan=plan, absolute=absolute, **extra)
     except ValueError as exc:
@@ -329,26 +313,20 @@ def compare_metric(limit: FailLimit, base: Sequence[float], cur: Sequence[float]
                    requests: tuple[list[float], list[float]] | None = None,
                    seed: int = 0, resamples: int = 5000, spreads: Sequence[BaselineSpread] = (),
                    drift: float = 0.0, unpaired: str = "") -> MetricRow:
-    """Compare one metric's reference and current samples under ``limit``.
-
-    Per-repeat metrics follow the sequential rule under ``plan`` (default :func:`gate_plan` at
-    ``alpha``): Welch's t against a stored run, a paired t when ``paired`` (sample i of both
-    sides from one repeat cycle), or a bootstrap over ``requests`` (reference, current
-    per-request values). The exact-match fraction is compared as a fact. Arms not measured
-    alongside their baseline (named in ``unpaired``) carry the baselines' ``spreads`` and allow
-    a block drift of ``drift`` either way; the row's method says so.
-    """
+    """Compare one metric's reference and current samples under ``limit``: per-repeat metrics by the
+    sequential rule under ``plan`` (default :func:`gate_plan` at ``alpha``), the exact-match fraction
+    as a fact. The options: docs/design/gate.md, ``compare.py``."""
     info = GATE_METRICS[limit.metric]
     base, cur = list(base), list(cur)
-    n_b, n_c = len(base), len(cur)
+    unjudged = MetricRow(limit.metric, limit.stat, info.unit, None, None, None, None, limit, None, "none",
+                         len(base), len(cur), None, Verdict.INCOMPARABLE)
     if not base or not cur:
         side = "baseline" if not base else "current"
-        return MetricRow(limit.metric, limit.stat, info.unit, None, None, None, None, limit,
-                         None, "none", n_b, n_c, None, Verdict.INCOMPARABLE,
-                         f"the {side} record has no {limit.metric} values")
+        return dataclasses.replace(unjudged, note=f"the {side} record has no {limit.metric} values")
     b = stats.summarize(base).stat(limit.stat)
     c = stats.summarize(cur).stat(limit.stat)
-    change_rel = None if b == 0 else c / b - 1.0
+    measured = dataclasses.replace(unjudged, baseline=b, current=c, change_abs=c - b,
+                                   change_rel=None if b == 0 else c / b - 1.0)
     if not info.per_repeat:
         # The exact-match fraction of greedy outputs: one number, the fact itself.
         worse = limit.worse_amount(b, c)
@@ -357,13 +335,11 @@ def compare_metric(limit: FailLimit, base: Sequence[float], cur: Sequence[float]
             verdict = Verdict.REGRESSED
         elif -worse > limit.threshold:
             verdict, note = Verdict.IMPROVED, "better beyond the limit: consider updating the baseline"
-        return MetricRow(limit.metric, limit.stat, info.unit, b, c, c - b, change_rel, limit,
-                         None, "deterministic", n_b, n_c, None, verdict, note)
+        return dataclasses.replace(measured, method="deterministic", verdict=verdict, note=note)
     result, why = _sequential(limit, base, cur, b, plan or gate_plan(alpha), paired, requests,
                               seed, resamples, spreads, drift if requests is None else 0.0)
     if result is None:
-        return MetricRow(limit.metric, limit.stat, info.unit, b, c, c - b, change_rel, limit,
-                         None, "none", n_b, n_c, None, Verdict.INCOMPARABLE, why)
+        return dataclasses.replace(measured, note=why)
     verdict = result.verdict
     notes = [result.note] if result.note else []
     if verdict is Verdict.INCONCLUSIVE and result.more_repeats:
@@ -373,10 +349,9 @@ def compare_metric(limit: FailLimit, base: Sequence[float], cur: Sequence[float]
         notes.insert(0, "better beyond the limit: consider updating the baseline")
     how = f"{result.method}, unpaired: {unpaired}" if unpaired and requests is None else result.method
     method = f"sequential {how}, look {max(result.look, 1)}/{result.looks}"
-    return MetricRow(limit.metric, limit.stat, info.unit, b, c, c - b, change_rel, limit,
-                     result.p_value, method, n_b, n_c, tuple(result.interval), verdict,
-                     "; ".join(notes), p_sequential=result.p_sequential,
-                     more_repeats=result.more_repeats, estimate=result.estimate)
+    return dataclasses.replace(measured, p_value=result.p_value, method=method, interval=tuple(result.interval),
+                               verdict=verdict, note="; ".join(notes), p_sequential=result.p_sequential,
+                               more_repeats=result.more_repeats, estimate=result.estimate)
 
 
 def _accept_requests(limit: FailLimit, reference: CaseRecord, reference_arm: str, current: CaseRecord
@@ -441,8 +416,7 @@ def _stored_row(limit: FailLimit, baseline_record: CaseRecord, current_record: C
                           seed=seed, resamples=resamples, spreads=spreads, drift=drift, unpaired=unpaired)
 
 
-def _with_ties(row: MetricRow, baseline_ties: int, current_ties: int, baseline_side: str = "baseline"
-               ) -> MetricRow:
+def _with_ties(row: MetricRow, baseline_ties: int, current_ties: int, baseline_side: str = "baseline") -> MetricRow:
     """An ``equivalence`` row with the numerical ties it counted as matches beside it."""
     if row.metric != "equivalence" or row.method != "deterministic":
         return row
@@ -464,11 +438,9 @@ def _paired_values(record: CaseRecord, metric: str) -> tuple[list[float], list[f
 def compare_in_job(record: CaseRecord, limits: Sequence[FailLimit],
                    alpha: float = DEFAULT_ALPHA, *, plan: SequentialPlan | None = None,
                    seed: int = 0, resamples: int = 5000) -> CaseComparison:
-    """In-job A/B: the candidate (speculative arm) against the reference drafter's arm of the
-    same repeat cycles (``record.reference``), by the paired sequential rule (the shared baseline
-    cancels); no stored baseline needed. ``equivalence`` compares the match fraction with the
-    reference's when recorded, else with 1.0 (a lossless reference on a deterministic engine).
-    """
+    """In-job A/B: the candidate (speculative arm) against the reference drafter's arm of the same
+    repeat cycles by the paired sequential rule (the shared baseline cancels). ``equivalence``
+    compares with the reference's match fraction, else 1.0 (a lossless reference, deterministic engine)."""
     case_id = record.key
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
@@ -510,8 +482,7 @@ def compare_documents(baseline_document: RunDocument, current_document: RunDocum
     """Compare every result of a run with the baseline run's of the same key (or NO_BASELINE)."""
     baseline = {r.key: r for r in baseline_document.results}
     b_info, c_info = document_run_info(baseline_document), document_run_info(current_document)
-    return [compare_case(baseline.get(r.key), r, limits, alpha, baseline_info=b_info,
-                         current_info=c_info, **kwargs)
+    return [compare_case(baseline.get(r.key), r, limits, alpha, baseline_info=b_info, current_info=c_info, **kwargs)
             for r in current_document.results]
 
 
@@ -536,15 +507,13 @@ def resolve_inconclusive(policy: str, comparison: CaseComparison | None = None,
                          baseline_path: str | Path | None = None) -> Resolution:
     """Apply the inconclusive policy (``fail``, ``warn`` or ``xfail``)."""
     if policy not in INCONCLUSIVE_POLICIES:
-        raise ValueError(f"unknown inconclusive policy {policy!r}; expected one of "
-                         f"{', '.join(INCONCLUSIVE_POLICIES)}")
+        raise ValueError(f"unknown inconclusive policy {policy!r}; expected one of {', '.join(INCONCLUSIVE_POLICIES)}")
     detail = comparison.failure_message(baseline_path) if comparison else "inconclusive"
     return Resolution(policy, f"{detail}\n(inconclusive at the repeat cap; policy: {policy})")
 
 
-__all__ = ["CaseComparison", "DEFAULT_ALPHA", "DEFAULT_CAP", "INCONCLUSIVE_POLICIES", "MetricRow",
-           "Resolution", "Verdict", "arm_repeat_values", "comparable", "compare_case",
-           "compare_documents", "compare_in_job", "compare_metric", "document_run_info", "gate_plan",
-           "metric_samples", "repeats_needed", "baseline_spread", "BaselineSpread", "unpaired_reason",
-           "BLOCKED_ORDER", "drift_allowance",
-           "request_accept_lengths", "resolve_inconclusive", "run_info"]
+__all__ = ["CaseComparison", "DEFAULT_ALPHA", "DEFAULT_CAP", "INCONCLUSIVE_POLICIES", "MetricRow", "Resolution",
+           "Verdict", "arm_repeat_values", "comparable", "compare_case", "compare_documents", "compare_in_job",
+           "compare_metric", "document_run_info", "gate_plan", "metric_samples", "repeats_needed", "baseline_spread",
+           "BaselineSpread", "unpaired_reason", "BLOCKED_ORDER", "drift_allowance", "request_accept_lengths",
+           "resolve_inconclusive", "run_info"]

@@ -1,8 +1,7 @@
 """False-discovery-rate control across a suite's gated comparisons (Benjamini-Hochberg).
 
-Off by default. Expected false alarms, the fail-now / pass-now / pending split that lets each
-test decide while it runs, and the dependence assumptions: docs/design/gate.md, section
-``pytest_specenergy/gate/fdr.py``.
+Off by default. Expected false alarms, the fail-now / pass-now / pending split that lets each test decide while it runs,
+and the dependence assumptions: docs/design/gate.md, section ``pytest_specenergy/gate/fdr.py``.
 """
 
 from __future__ import annotations
@@ -25,22 +24,16 @@ def _harmonic(n: int) -> float:
     return float(np.sum(1.0 / np.arange(1, n + 1))) if n > 0 else 1.0
 
 
-def _clean(pvalues: ArrayLike) -> np.ndarray:
-    p = np.asarray(pvalues, dtype=float).ravel()
-    defined = ~np.isnan(p)
-    if np.any((p[defined] < 0) | (p[defined] > 1)):
-        raise ValueError(f"p-values must lie in [0, 1], got {p[defined].tolist()}")
-    return p
-
-
 def bh_adjust(pvalues: ArrayLike, *, method: str = "bh") -> np.ndarray:
     """Benjamini-Hochberg (or -Yekutieli) adjusted p-values, in the input order: ``adjusted[i]
     <= Q`` exactly when the step-up procedure at level Q rejects i. NaN entries stay out and NaN."""
     if method not in METHODS:
         raise ValueError(f"unknown FDR method {method!r}; expected one of {METHODS}")
-    p = _clean(pvalues)
-    out = np.full(p.shape, np.nan)
+    p = np.asarray(pvalues, dtype=float).ravel()
     defined = np.flatnonzero(~np.isnan(p))
+    if np.any((p[defined] < 0) | (p[defined] > 1)):
+        raise ValueError(f"p-values must lie in [0, 1], got {p[defined].tolist()}")
+    out = np.full(p.shape, np.nan)
     n = defined.size
     if n == 0:
         return out
@@ -81,10 +74,9 @@ def immediate_decision(p_value: float, q: float, n_tests: int, *, method: str = 
 
 
 def fdr_plan(plan: SequentialPlan, q: float, n_tests: int) -> SequentialPlan:
-    """The per-case stopping plan under ``--specenergy-fdr=q``: REGRESSED stops only at a
-    repeated p-value <= ``q / n_tests`` (BH rejects it whatever the others show); anything weaker
-    runs on to the cap, since stopping at the per-case alpha would leave every stopped p-value
-    just under alpha, far too large for BH. UNCHANGED / IMPROVED stop as usual."""
+    """The per-case plan under ``--specenergy-fdr=q``: REGRESSED stops only at a repeated p-value <=
+    ``q / n_tests`` (BH rejects it whatever the others show), as a p stopped just under alpha is far
+    too large for BH; anything weaker runs on to the cap; UNCHANGED / IMPROVED stop as usual."""
     if not 0.0 < q < 1.0:
         raise ValueError(f"FDR level must lie in (0, 1), got {q!r}")
     if n_tests < 1:
@@ -94,9 +86,8 @@ def fdr_plan(plan: SequentialPlan, q: float, n_tests: int) -> SequentialPlan:
 
 @dataclass(frozen=True)
 class SuiteFdr:
-    """BH over a suite: the ids that fail at level ``q`` (``rejected``, in input order), those of
-    them that passed provisionally while running (``pending_rejected``: the session fails them
-    now), and every adjusted p-value."""
+    """BH over a suite: the ids that fail at level ``q`` (``rejected``, in input order), those of them that passed
+    provisionally while running (``pending_rejected``: the session fails them now), and every adjusted p-value."""
 
     q: float
     method: str

@@ -1,9 +1,6 @@
-"""The gate inside a test run: each measured case against its baseline, as a :class:`Judgement`.
-
-Baselines come from a stored run (``--specenergy-compare``), golden files
-(``--specenergy-golden``) or, in-job, a reference drafter's arm; :class:`NeedsRepeats` asks the
-caller for more repeats (the gate never calls back into the session). More:
-docs/design/gate.md, section ``pytest_specenergy/gate/gatekeeper.py``.
+"""The gate inside a test run: each measured case against its baseline (a stored run, a golden file
+or a reference drafter's arm), as a :class:`Judgement`, or :class:`NeedsRepeats` (the gate never calls
+back into the session). More: docs/design/gate.md, section ``pytest_specenergy/gate/gatekeeper.py``.
 """
 
 from __future__ import annotations
@@ -76,9 +73,8 @@ class NeedsRepeats:
 
 @dataclass(frozen=True)
 class GatePolicies:
-    """What a case does when it cannot be decided: ``fail``, ``warn``, ``skip`` or ``xfail``.
-    A case that cannot be compared, or has no baseline, fails by default: a gate never passes
-    quietly what it could not judge."""
+    """What a case does when it cannot be decided: ``fail``, ``warn``, ``skip`` or ``xfail``. A case that cannot be
+    compared, or has no baseline, fails by default: a gate never passes quietly what it could not judge."""
 
     inconclusive: str = "warn"
     incomparable: str = "fail"
@@ -86,13 +82,9 @@ class GatePolicies:
 
 
 class Gatekeeper:
-    """Finds each case's baseline, compares, and returns the verdict as a :class:`Judgement`.
-
-    Built from plain values and stores, so it is tested without pytest: ``runs`` (the history
-    ``compare`` names a run of), ``goldens`` (with ``golden``; writes queued until
-    :meth:`GoldenStore.flush`). ``plan`` (the FDR mode's) overrides the one built from ``alpha``,
-    ``repeats`` and ``max_repeats``.
-    """
+    """Finds each case's baseline, compares, and returns the verdict as a :class:`Judgement`. Built
+    from plain values and stores (``runs``: the history ``compare`` names a run of; ``goldens``, with
+    ``golden``), so it is tested without pytest; ``plan`` (the FDR mode's) overrides ``alpha``'s."""
 
     def __init__(self, *, runs: RunStore, goldens: GoldenStore | None = None, compare: str | None = None,
                  golden: str | None = None, alpha: float = DEFAULT_ALPHA, repeats: int = 3,
@@ -146,11 +138,9 @@ class Gatekeeper:
         return refs
 
     def judge(self, record: CaseRecord, limits: Sequence[FailLimit]) -> Judgement | NeedsRepeats:
-        """Compare ``record`` (its ``nodeid`` and ``machine_key`` set) with its baseline, or
-        in-job with its reference arm. :class:`NeedsRepeats` while INCONCLUSIVE below the cap
-        (the caller adds repeats and asks again); under ``fdr`` the comparisons BH decides at
-        session end pass with a warning.
-        """
+        """Compare ``record`` (its ``nodeid`` and ``machine_key`` set) with its baseline or reference arm;
+        :class:`NeedsRepeats` while INCONCLUSIVE below the cap (the caller adds repeats and asks again);
+        under ``fdr`` the comparisons BH decides at session end pass with a warning."""
         decision = self._decide(record, limits)
         if self.fdr and isinstance(decision, Judgement) and decision.comparison is not None:
             decision.fdr_pending, warnings = fdr_pending(record.key, decision.comparison, *self.fdr)
@@ -210,17 +200,14 @@ class Gatekeeper:
             comparison = compare_case(golden.record, record, limits, self.alpha, plan=self.plan,
                                       baseline_info=info, current_info=info)
         mismatched = comparison is not None and comparison.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)
-        update = self.goldens.update(key, nodeid, record, mode=str(self.golden), mismatched=mismatched,
-                                     run_info=info)
+        update = self.goldens.update(key, nodeid, record, mode=str(self.golden), mismatched=mismatched, run_info=info)
         if comparison is None:
             judgement = Judgement(compare_case(None, record, limits, self.alpha), update.path)
         else:
             judgement = self._outcome(comparison, update.path)
         if update.written:
             # A rewritten golden decides the outcome: snapshot tools fail "created"/"updated".
-            if update.fails:
-                judgement.fail = [update.message]
-            else:
-                judgement.fail = []
+            judgement.fail = [update.message] if update.fails else []
+            if not update.fails:
                 judgement.warn.append(update.message)
         return judgement

@@ -27,15 +27,9 @@ class Step:
 
 def detect_steps(values: Sequence[float | None], threshold: float = DEFAULT_STEP,
                  window: int = 3, min_sustain: int = 2, relative: bool = True) -> list[Step]:
-    """Find level shifts in a series of per-run values (None = the case did not run).
-
-    A step at ``i`` needs: the median of the (up to ``window``) runs from ``i`` on differs from
-    the median of the (up to ``window``) runs before ``i`` by at least ``threshold`` (relative
-    to the earlier median, or absolute with ``relative=False``); at least ``min_sustain`` runs
-    after it, all on the new side of the midpoint (a lone spike is not a step); and the run just
-    before ``i`` still on the old side, which pins the step to its first run. Candidates closer
-    than ``window`` keep the largest change.
-    """
+    """Find level shifts in a series of per-run values (None = the case did not run): a shift of the
+    windowed median sustained by ``min_sustain`` runs, so a lone spike is not a step (the rule:
+    docs/design/gate.md, section ``pytest_specenergy/gate/history.py``)."""
     present = [(i, float(v)) for i, v in enumerate(values) if v is not None]
     vals = [v for _, v in present]
     candidates: list[Step] = []

@@ -110,11 +110,9 @@ def latency_choices(records: Iterable[CaseRecord], targets_ms: Sequence[float]) 
 
 def compare_latency(reference: Iterable[CaseRecord], current: Iterable[CaseRecord], targets_ms: Sequence[float],
                     limit: FailLimit, plan: SequentialPlan) -> list[CaseComparison]:
-    """Per workload and latency target, the current lowest-energy configuration meeting it
-    against the reference run's, by :func:`~pytest_specenergy.gate.compare.compare_metric` on
-    their per-repeat J/token. A target nothing meets any more regresses, different meters are
-    INCOMPARABLE, and one absent from the reference or unmet there is not judged.
-    """
+    """Per workload and latency target, the current lowest-energy configuration meeting it against the
+    reference run's, by :func:`~pytest_specenergy.gate.compare.compare_metric` on per-repeat J/token. A
+    target nothing meets any more regresses; one absent or unmet in the reference is not judged."""
     before = {(c.model, c.corpus, c.target_ms): c.choice for c in latency_choices(reference, targets_ms)}
     found = []
     for now in latency_choices(current, targets_ms):

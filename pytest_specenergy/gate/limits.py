@@ -26,22 +26,15 @@ DEFAULT_STAT = "median"
 GATE_METRICS: dict[str, MetricInfo] = {name: info for name, info in METRICS.items()
                                        if info.per_repeat is not None}
 
-ALIASES: dict[str, str] = {
-    "energy": "energy_ratio",  # the session-robust default; energy_per_token gates absolute J
-    "ratio": "energy_ratio",
-    "epat": "energy_per_token",
-    "acceptance": "accept_length",
-    "accept": "accept_length",
-    "saving": "energy_saving",
-    "tbt": "tbt_ms",
-}
+#: ``energy`` names the session-robust default, the ratio; energy_per_token gates absolute J.
+ALIASES: dict[str, str] = {"energy": "energy_ratio", "ratio": "energy_ratio", "epat": "energy_per_token",
+                           "acceptance": "accept_length", "accept": "accept_length", "saving": "energy_saving",
+                           "tbt": "tbt_ms"}
 
-VALID_FORMS = ("METRIC[:STAT]:LIMIT where METRIC is one of "
-               + ", ".join(GATE_METRICS) + " (aliases: "
-               + ", ".join(f"{a}={m}" for a, m in ALIASES.items()) + "), STAT is one of "
-               + "|".join(STATS) + f" (default {DEFAULT_STAT}), and LIMIT is N% or an absolute "
-               "value in the metric's unit; e.g. energy:5%, accept_length:median:0.1, "
-               "energy_saving:2%, tbt_ms:mean:10%, equivalence:0")
+VALID_FORMS = ("METRIC[:STAT]:LIMIT where METRIC is one of " + ", ".join(GATE_METRICS) + " (aliases: "
+               + ", ".join(f"{a}={m}" for a, m in ALIASES.items()) + "), STAT is one of " + "|".join(STATS)
+               + f" (default {DEFAULT_STAT}), and LIMIT is N% or an absolute value in the metric's unit; e.g. "
+               "energy:5%, accept_length:median:0.1, energy_saving:2%, tbt_ms:mean:10%, equivalence:0")
 
 
 class FailExprError(argparse.ArgumentTypeError, ValueError):
@@ -104,20 +97,15 @@ def parse_fail_expr(text: str) -> FailLimit:
         raise FailExprError(f"empty fail expression; expected {VALID_FORMS}")
     raw = text.strip()
     parts = [p.strip() for p in raw.split(":")]
-    if len(parts) == 2:
-        name, stat, limit = parts[0], DEFAULT_STAT, parts[1]
-    elif len(parts) == 3:
-        name, stat, limit = parts[0], parts[1].lower(), parts[2]
-    else:
+    if len(parts) not in (2, 3):
         raise FailExprError(f"fail expression {raw!r} has {len(parts) - 1} ':' separators, "
                             f"expected 1 or 2; expected {VALID_FORMS}")
+    name, stat, limit = parts[0], parts[1].lower() if len(parts) == 3 else DEFAULT_STAT, parts[-1]
     metric = ALIASES.get(name.lower(), name.lower())
     if metric not in GATE_METRICS:
-        raise FailExprError(f"fail expression {raw!r}: unknown metric {name!r}; expected "
-                            f"{VALID_FORMS}")
+        raise FailExprError(f"fail expression {raw!r}: unknown metric {name!r}; expected {VALID_FORMS}")
     if stat not in STATS:
-        raise FailExprError(f"fail expression {raw!r}: unknown statistic {stat!r}; expected "
-                            f"one of {', '.join(STATS)}")
+        raise FailExprError(f"fail expression {raw!r}: unknown statistic {stat!r}; expected one of {', '.join(STATS)}")
     threshold, relative = _parse_limit(raw, limit, GATE_METRICS[metric])
     return FailLimit(metric=metric, stat=stat, threshold=threshold, relative=relative, expr=raw)
 

@@ -48,8 +48,7 @@ def _is_modeled(info: Mapping[str, Any]) -> bool:
 
 
 def _preset(info: Mapping[str, Any]) -> str:
-    meter = _meter(info)
-    preset = meter.get("preset")
+    preset = _meter(info).get("preset")
     if isinstance(preset, Mapping) and preset.get("name"):
         return str(preset["name"])
     kind = _meter_kind(info)
@@ -112,15 +111,11 @@ def _engine_part(info: Mapping[str, Any]) -> str | None:
 
 def _meter_part(info: Mapping[str, Any]) -> str | None:
     # The modeled preset is already in the GPU part; a second copy would only lengthen keys.
-    if _is_modeled(info):
-        return None
-    return _meter_kind(info) or None
+    return None if _is_modeled(info) else (_meter_kind(info) or None)
 
 
 _PARTS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
-    "gpu": _gpu_part, "power_limit": _power_part, "driver": _driver_part,
-    "engine": _engine_part, "meter": _meter_part,
-}
+    "gpu": _gpu_part, "power_limit": _power_part, "driver": _driver_part, "engine": _engine_part, "meter": _meter_part}
 
 
 def machine_key(info: Mapping[str, Any], fields: Sequence[str] | None = None) -> str:
@@ -162,20 +157,11 @@ def machine_info(meter: Mapping[str, Any] | None = None, *,
     gpu_list = [dict(g) for g in gpus] if gpus is not None else None
     if gpu_list is None and meter_desc and isinstance(meter_desc.get("gpus"), list):
         gpu_list = [dict(g) for g in meter_desc["gpus"] if isinstance(g, Mapping)]
-    return {
-        "node": platform.node(),
-        "system": platform.system(),
-        "release": platform.release(),
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-        "python_implementation": platform.python_implementation(),
-        "cpu": _cpu_name(),
-        "cpu_count": os.cpu_count(),
-        "gpus": gpu_list or [],
-        "driver": driver,
-        "engine": dict(engine) if engine else None,
-        "meter": meter_desc,
-    }
+    return {"node": platform.node(), "system": platform.system(), "release": platform.release(),
+            "machine": platform.machine(), "python": platform.python_version(),
+            "python_implementation": platform.python_implementation(), "cpu": _cpu_name(),
+            "cpu_count": os.cpu_count(), "gpus": gpu_list or [], "driver": driver,
+            "engine": dict(engine) if engine else None, "meter": meter_desc}
 
 
 def pair_machine(engine: Mapping[str, Any], meter: Mapping[str, Any] | None, source: str
@@ -206,11 +192,9 @@ def source_commit(root: str | os.PathLike[str]) -> dict[str, Any] | None:
 # -- comparability --------------------------------------------------------------------------
 #: Facts that must match for two results to be compared, in report order.
 COMPARED_FIELDS: tuple[tuple[str, str], ...] = (
-    ("machine_key", "machine key"), ("meter", "meter"), ("engine", "engine"),
-    ("engine_version", "engine version"), ("cuda_graph", "CUDA-graph setting"),
-    ("model", "model"), ("batch", "batch"), ("corpus", "corpus"),
-    ("generation", "generation settings"),
-)
+    ("machine_key", "machine key"), ("meter", "meter"), ("engine", "engine"), ("engine_version", "engine version"),
+    ("cuda_graph", "CUDA-graph setting"), ("model", "model"), ("batch", "batch"), ("corpus", "corpus"),
+    ("generation", "generation settings"))
 
 
 def run_info(record: CaseRecord) -> dict[str, Any]:
@@ -233,22 +217,19 @@ def _meter_reason(baseline: Any, current: Any) -> str:
         return kind, rest.rstrip(")")
 
     (b_kind, b_what), (c_kind, c_what) = split(baseline), split(current)
+    both = f"the baseline is {baseline}, the current run is {current}"
     if b_kind != c_kind:
-        return (f"meter differs: the baseline is {baseline}, the current run is {current}; "
-                "modeled and measured energy are never compared")
+        return f"meter differs: {both}; modeled and measured energy are never compared"
     if b_kind == "modeled" and b_what.split(",")[0] == c_what.split(",")[0]:
-        return (f"modeled pricing differs: the baseline is {baseline}, the current run is "
-                f"{current}; figures priced as different models are not comparable")
+        return f"modeled pricing differs: {both}; figures priced as different models are not comparable"
     if b_kind == "modeled":
-        return (f"modeled GPU differs: the baseline is {baseline}, the current run is "
-                f"{current}; figures modeled for different GPUs are not comparable")
-    return f"meter differs: the baseline is {baseline}, the current run is {current}"
+        return f"modeled GPU differs: {both}; figures modeled for different GPUs are not comparable"
+    return f"meter differs: {both}"
 
 
 def comparable(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """Reasons why two runs' facts (:func:`run_info` with :func:`document_run_info`) cannot be
-    compared, empty when they can. A fact on one side only is a reason: a match that cannot be
-    shown is not assumed."""
+    """Reasons why two runs' facts (:func:`run_info` with :func:`document_run_info`) cannot be compared, empty when they
+    can. A fact on one side only is a reason: a match that cannot be shown is not assumed."""
     reasons = []
     labels = dict(COMPARED_FIELDS)
     for key in [*labels, *sorted((set(baseline) | set(current)) - set(labels))]:
@@ -257,18 +238,15 @@ def comparable(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> list[
         if b == c:
             continue
         if b is None:
-            reasons.append(f"the baseline does not record its {label} (current: {c}); a match "
-                           "cannot be shown")
+            reasons.append(f"the baseline does not record its {label} (current: {c}); a match cannot be shown")
         elif c is None:
-            reasons.append(f"the current run does not record its {label} (baseline: {b}); a "
-                           "match cannot be shown")
+            reasons.append(f"the current run does not record its {label} (baseline: {b}); a match cannot be shown")
         elif key == "meter":
             reasons.append(_meter_reason(b, c))
         elif key == "cuda_graph" and isinstance(b, Mapping) and isinstance(c, Mapping):
             diffs = [f"{k}={b.get(k)!r} (baseline) vs {c.get(k)!r} (current)"
                      for k in sorted(set(b) | set(c)) if b.get(k) != c.get(k)]
-            reasons.append(f"CUDA-graph setting differs: {'; '.join(diffs)}; CUDA graphs change "
-                           "the result")
+            reasons.append(f"CUDA-graph setting differs: {'; '.join(diffs)}; CUDA graphs change the result")
         else:
             reasons.append(f"{label} differs: baseline {b!r}, current {c!r}")
     return reasons

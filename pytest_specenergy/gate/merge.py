@@ -44,8 +44,7 @@ def merge_documents(shards: Sequence[RunDocument], names: Sequence[str]) -> RunD
             engines.setdefault((info["meter"], info["engine_version"]), name)
             results.append(record)
     if len(engines) > 1:
-        described = "; ".join(f"{meter} with engine {version} in {name}"
-                              for (meter, version), name in engines.items())
+        described = "; ".join(f"{meter} with engine {version} in {name}" for (meter, version), name in engines.items())
         raise MergeError(f"shards were measured differently: {described}; only runs with one "
                          f"meter and engine version merge")
     return dataclasses.replace(

@@ -34,9 +34,8 @@ INCONCLUSIVE, UNCHANGED, IMPROVED, REGRESSED = 0, 1, 2, 3
 
 @dataclass(frozen=True)
 class SequentialPlan:
-    """When to look (``start, start + step, ...`` and ``cap``) and how much error each look may
-    spend: ``alpha`` bounds P(REGRESSED) at the limit over all looks, ``beta`` is the per-look
-    level of the UNCHANGED / IMPROVED bound."""
+    """When to look (``start, start + step, ...`` and ``cap``) and how much error each look may spend: ``alpha`` bounds
+    P(REGRESSED) at the limit over all looks, ``beta`` is the per-look level of the UNCHANGED / IMPROVED bound."""
 
     start: int = 3
     step: int = 2
@@ -113,15 +112,8 @@ DEFAULT_PLAN = SequentialPlan()
 
 @dataclass(frozen=True)
 class SequentialResult:
-    """One comparison's verdict with every number behind it.
-
-    ``estimate``: the relative change (current / reference - 1, from geometric means);
-    ``interval``: the decision interval on that scale, the worse side's bound at confidence
-    ``1 - alpha_look``, the other's at ``1 - beta``. ``p_value``: the one-sided p of "within the
-    limit" at the deciding look; ``p_sequential``: the repeated p-value (for FDR). ``more_repeats``:
-    repeats to add for the next look (0 when decided or at the cap). ``projected_repeats``: a
-    rough total at which the case would likely decide if the estimate and spread held, None
-    when no number of current repeats can (a too small or noisy baseline)."""
+    """One comparison's verdict with every number behind it (the fields: docs/design/gate.md,
+    ``sequential.py``, "The functions' parameters")."""
 
     verdict: Verdict
     estimate: float
@@ -144,9 +136,8 @@ class SequentialResult:
         """One line with the verdict, change, interval, limit, p-values and repeats."""
         low, high = self.interval
         sign = "+" if self.worse == "up" else "-"
-        line = (f"{self.verdict.value.upper()}: change {self.estimate:+.2%} "
-                f"[{low:+.2%}, {high:+.2%}], limit {sign}{self.limit:.2%}, p={self.p_value:.3g} "
-                f"(sequential {self.p_sequential:.3g}), {self.method}, "
+        line = (f"{self.verdict.value.upper()}: change {self.estimate:+.2%} [{low:+.2%}, {high:+.2%}], limit "
+                f"{sign}{self.limit:.2%}, p={self.p_value:.3g} (sequential {self.p_sequential:.3g}), {self.method}, "
                 f"{self.n_current} vs {self.n_reference} repeats, look {self.look}/{self.looks}")
         if self.more_repeats:
             line += f"; needs {self.more_repeats} more repeats"
@@ -245,21 +236,9 @@ def sequential_arrays(current: ArrayLike, reference: ArrayLike | None = None, *,
                       session_sd: float = 0.0, absolute: bool = False, drift: float = 0.0,
                       session_df: float | None = None) -> SequentialArrays:
     """Run the sequential rule on many cases at once (what :func:`compare_paired` and
-    :func:`compare_stored` run on one row).
-
-    ``current`` is an (N, n) array of log values: per-repeat log differences for a paired
-    comparison (``reference`` None), else the current side's, with ``reference`` (N, m) the
-    fixed side's. Looks use prefixes of each row (the last look all n columns).
-
-    ``session_sd`` (log scale): a variance component repeats cannot average away (the part of a
-    session offset that does not cancel in the ratio), added in quadrature to every look's
-    standard error; ``session_df``: its degrees of freedom when it is an estimate.
-    ``absolute``: plain values and ``limit`` an amount in their unit (``energy_saving:2%``, 2
-    points; ``accept_length:0.1``). ``drift`` (the estimate's scale): a bias the data cannot
-    reveal, up to this size either way (the block drift between arms not measured alongside each
-    other); each verdict's bound must clear the limit by it, so P(REGRESSED) <= alpha at the
-    limit for any bias within ``drift``.
-    """
+    :func:`compare_stored` run on one row): ``current`` (N, n) log values, per-repeat log differences
+    when ``reference`` is None, else against ``reference`` (N, m); looks use prefixes of each row.
+    ``session_sd``, ``session_df``, ``absolute`` and ``drift``: docs/design/gate.md, ``sequential.py``."""
     if not drift >= 0:
         raise ValueError(f"drift must be non-negative, got {drift!r}")
     if not session_sd >= 0:
@@ -274,18 +253,16 @@ def sequential_arrays(current: ArrayLike, reference: ArrayLike | None = None, *,
     reg_bound, imp_bound = _bounds(limit, worse, absolute)
     up = worse == "up"
     last = plan.look_for(n)
-    code = np.zeros(rows, dtype=int)
-    look = np.zeros(rows, dtype=int)
-    n_used = np.full(rows, n)
-    est = np.full(rows, np.nan)
-    se_out = np.full(rows, np.nan)
-    df_out = np.full(rows, np.nan)
-    p_out = np.ones(rows)  # no look yet: no evidence against "within the limit"
+    # Each row's outcome (SequentialArrays' fields); p_value 1 before a look: no evidence against "within the limit".
+    out = {"code": np.zeros(rows, dtype=int), "look": np.zeros(rows, dtype=int), "n_used": np.full(rows, n),
+           "estimate": np.full(rows, np.nan), "se": np.full(rows, np.nan), "df": np.full(rows, np.nan),
+           "p_value": np.ones(rows)}
     p_seq = np.ones(rows)
     ref_m = None if y is None else _prefix_moments(y, y.shape[1])
     if last == 0 and n >= 2:  # not even the first look's repeats yet: the numbers so far
-        est, se_out, df_out = _look_stats(x, y, n, ref_m, session_sd, session_df)
-        p_out = _tail_p(((est - reg_bound) if up else (reg_bound - est)) - drift, se_out, df_out, upper=True)
+        est, se, df = _look_stats(x, y, n, ref_m, session_sd, session_df)
+        p_now = _tail_p(((est - reg_bound) if up else (reg_bound - est)) - drift, se, df, upper=True)
+        out.update(estimate=est, se=se, df=df, p_value=p_now)
     open_ = np.ones(rows, dtype=bool)
     for k in range(1, last + 1):
         size = n if k == last else plan.looks[k - 1]
@@ -302,15 +279,10 @@ def sequential_arrays(current: ArrayLike, reference: ArrayLike | None = None, *,
                        np.where(p_ok <= plan.beta,
                                 np.where(p_imp <= plan.beta, IMPROVED, UNCHANGED), INCONCLUSIVE))
         take = open_ & ((new != INCONCLUSIVE) | (k == last))
-        code = np.where(take, new, code)
-        look = np.where(take, k, look)
-        n_used = np.where(take, size, n_used)
-        est = np.where(take, e, est)
-        se_out = np.where(take, s, se_out)
-        df_out = np.where(take, d, df_out)
-        p_out = np.where(take, p_reg, p_out)
+        at_look = {"code": new, "look": k, "n_used": size, "estimate": e, "se": s, "df": d, "p_value": p_reg}
+        out = {name: np.where(take, value, out[name]) for name, value in at_look.items()}
         open_ &= new == INCONCLUSIVE
-    return SequentialArrays(code, look, n_used, est, se_out, df_out, p_out, np.minimum(p_seq, 1.0))
+    return SequentialArrays(**out, p_sequential=np.minimum(p_seq, 1.0))
 
 
 # -- one case -----------------------------------------------------------------------------------
@@ -324,8 +296,7 @@ def _checked(values: ArrayLike, what: str, absolute: bool) -> np.ndarray:
     return array
 
 
-def _projection(est: float, se_per_unit: float, ref_var_term: float, bound: float,
-                level: float) -> int | None:
+def _projection(est: float, se_per_unit: float, ref_var_term: float, bound: float, level: float) -> int | None:
     """Total current repeats at which |est - bound| would reach the normal critical value."""
     gap = abs(est - bound)
     if gap == 0 or not math.isfinite(se_per_unit):
@@ -407,14 +378,9 @@ def compare_stored(current: ArrayLike, reference: ArrayLike, *, limit: float, wo
                    plan: SequentialPlan = DEFAULT_PLAN, session_sd: float = 0.0,
                    absolute: bool = False, drift: float = 0.0,
                    session_df: float | None = None) -> SequentialResult:
-    """Current run's per-repeat values (e.g. session ratios) against a stored run's.
-
-    Welch's t on log values; the stored side is fixed, the current side grows with the plan.
-    Both need at least 2 positive values. ``session_sd``: the spread of an unchanged case's
-    ratio across stored sessions estimates it. ``absolute``: Welch's t on the values
-    themselves, ``limit`` an amount in their unit (values may be zero or negative). See
-    :func:`sequential_arrays` for ``session_sd``, ``session_df`` and ``drift``.
-    """
+    """Current run's per-repeat values (e.g. session ratios) against a stored run's: Welch's t on
+    log values (on the values themselves when ``absolute``); the stored side is fixed, the current
+    side grows with the plan. Both need at least 2 positive values (any finite ones if ``absolute``)."""
     cur, ref = _checked(current, "current samples", absolute), _checked(reference, "reference samples", absolute)
     if ref.size < 2:
         raise ValueError(f"the stored reference needs at least 2 repeats, got {ref.size}")
@@ -429,13 +395,9 @@ def compare_stored(current: ArrayLike, reference: ArrayLike, *, limit: float, wo
 def compare_paired(candidate: ArrayLike, reference: ArrayLike, *, limit: float, worse: str = "up",
                    plan: SequentialPlan = DEFAULT_PLAN, session_sd: float = 0.0,
                    absolute: bool = False, drift: float = 0.0) -> SequentialResult:
-    """Candidate against reference measured in the same repeats (in-job A/B).
-
-    Per-repeat ``log(candidate_r / reference_r)``, one-sample t; both sides grow together.
-    Session ratios (each over its repeat's shared baseline) give the same answer as raw
-    J/token: the baseline cancels. ``absolute``: per-repeat differences, ``limit`` an amount in
-    their unit. ``drift``: see :func:`sequential_arrays` (arms measured in separate blocks).
-    """
+    """Candidate against reference measured in the same repeats (in-job A/B): one-sample t on the
+    per-repeat ``log(candidate_r / reference_r)`` (differences when ``absolute``); both sides grow
+    together, and session ratios give the same answer as raw J/token (the baseline cancels)."""
     cand, ref = _checked(candidate, "candidate samples", absolute), _checked(reference, "reference samples", absolute)
     if cand.size != ref.size:
         raise ValueError(f"paired samples need equal lengths, got {cand.size} and {ref.size}")
@@ -451,14 +413,9 @@ TAIL_MIN_REPLICATES = 10
 
 
 def _bootstrap_share(boot: np.ndarray, bound: float, *, above: bool) -> float:
-    """The share of bootstrap replicates at or ``above`` ``bound`` (else at or below), as a
-    one-sided p-value: ``(1 + count) / (resamples + 1)`` with at least
-    :data:`TAIL_MIN_REPLICATES` in the tail, else ``P(N(m, s) beyond bound)`` of the replicates'
-    mean and spread (the large-sample bootstrap test; replicates of a log ratio of pooled means
-    are near normal over a few dozen requests). That floor would otherwise cap how small p gets,
-    so Benjamini-Hochberg over a large suite could never reject (at 1,000 comparisons and
-    Q = 0.05 the smallest p must reach 5e-5 over the look weight).
-    """
+    """The one-sided p-value of the replicates at or ``above`` ``bound`` (else at or below): their
+    share, or a normal fit of them when the tail is thin, so p is not floored at the resampling
+    resolution (why: docs/design/gate.md, ``sequential.py``)."""
     count = int(np.sum(boot >= bound if above else boot <= bound))
     if count >= TAIL_MIN_REPLICATES:
         return float((1 + count) / (boot.size + 1))
@@ -474,17 +431,9 @@ def compare_per_request(current_num: ArrayLike, current_den: ArrayLike, referenc
                         offset: float = 0.0, paired: bool = True, n_repeats: int | None = None,
                         plan: SequentialPlan = DEFAULT_PLAN, resamples: int = 4000,
                         seed: int = 0) -> SequentialResult:
-    """A pooled per-request metric ``offset + sum(num) / sum(den)`` judged on its requests.
-
-    accept_length: ``num`` accepted drafts, ``den`` verify steps, ``offset`` 1; acceptance_rate:
-    ``num`` accepted, ``den`` proposed drafts, ``offset`` 0; one entry per request (its total
-    over the repeats). The change is the ratio of the pooled metrics, its interval a seeded
-    percentile bootstrap over requests (the same indices on both sides when ``paired``: one
-    fixed prompt set, so prompt difficulty cancels). Same limit rule as the energy gate, at the
-    level of the look ``n_repeats`` reaches (the cap's when None); a deterministic engine's
-    unchanged drafter is UNCHANGED at once. ``p_sequential`` is this look's ``p / w_look``; a
-    caller judging several looks keeps the minimum (the repeated p-value).
-    """
+    """A pooled per-request metric ``offset + sum(num) / sum(den)`` (one entry per request) judged
+    by the energy gate's limit rule on a seeded bootstrap over requests, at the look ``n_repeats``
+    reaches (the cap's when None). Details: docs/design/gate.md, ``sequential.py``."""
     cn, cd = np.asarray(current_num, float).ravel(), np.asarray(current_den, float).ravel()
     rn, rd = np.asarray(reference_num, float).ravel(), np.asarray(reference_den, float).ravel()
     if cn.size != cd.size or rn.size != rd.size:

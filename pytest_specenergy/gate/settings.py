@@ -31,8 +31,7 @@ def storage_path(storage: str | Path) -> Path:
     if text.startswith("file://"):
         text = text[len("file://"):]
     elif "://" in text:
-        raise StorageError(f"storage {text!r}: only local directories (PATH or file://PATH) "
-                           "are supported")
+        raise StorageError(f"storage {text!r}: only local directories (PATH or file://PATH) are supported")
     if not text:
         raise StorageError("storage path is empty; expected a directory such as .specenergy")
     return Path(text)

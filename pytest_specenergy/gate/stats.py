@@ -1,6 +1,5 @@
-"""The statistic a limit names (``median``, ``mean``, ``min``, ``max``) of a metric's samples,
-with numpy only (scipy is not a dependency). The tests that decide verdicts are the sequential
-rule's (:mod:`.sequential`, :mod:`.tdist`)."""
+"""The statistic a limit names (``median``, ``mean``, ``min``, ``max``) of a metric's samples, with numpy only (scipy is
+not a dependency). The tests that decide verdicts are the sequential rule's (:mod:`.sequential`, :mod:`.tdist`)."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ layout and the rules: docs/design/gate.md, section ``pytest_specenergy/gate/stor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
@@ -161,8 +162,7 @@ class RunStore:
         return f"RunStore({str(self.root)!r})"
 
     def machine_keys(self) -> list[str]:
-        """Machine keys with saved runs (a folder holding no run file, such as the engine
-        logs' ``logs/``, is not a machine key)."""
+        """Machine keys with saved runs (a folder with no run file, such as ``logs/``, is not one)."""
         if not self.root.is_dir():
             return []
         return sorted(p.name for p in self.root.iterdir()
@@ -180,13 +180,9 @@ class RunStore:
                 runs.append(StoredRun(path, int(match["counter"]), match["name"], match["stamp"]))
         return sorted(runs, key=lambda r: (r.counter, r.timestamp, r.path.name))
 
-    def save(self, document: RunDocument, name: str | None = None, *,
-             now: dt.datetime | None = None) -> Path:
-        """Save ``document`` as ``<root>/<machine_key>/<NNNN>_<name>_<stamp>.json`` (the key from
-        its ``machine_info`` when it has none). Created exclusively and atomically: never over an
-        existing file, even when many processes save one name in the same second. An interrupted
-        document keeps ``interrupted: true``, so :meth:`find` never picks it as a baseline.
-        """
+    def save(self, document: RunDocument, name: str | None = None, *, now: dt.datetime | None = None) -> Path:
+        """Save ``document`` as ``<root>/<machine_key>/<NNNN>_<name>_<stamp>.json``, exclusively and
+        atomically (never over an existing file, even from many processes in one second)."""
         import pytest_specenergy.gate.machine as machine
         from pytest_specenergy.atomic import create_json_exclusive
         from pytest_specenergy.document import RUN_KIND
@@ -251,10 +247,9 @@ class RunStore:
         if skipped:
             raise RunNotFound(
                 f"no finished {what} for machine key {machine_key!r} in {folder}: "
-                f"{', '.join(r.path.name for r in skipped[:5])} "
-                f"{'was' if len(skipped) == 1 else 'were'} saved by an interrupted session and "
-                "never serve as a baseline; available: "
-                f"{available}; expected last, NAME, NNNN or PATH")
+                f"{', '.join(r.path.name for r in skipped[:5])} {'was' if len(skipped) == 1 else 'were'} saved "
+                f"by an interrupted session and never serve as a baseline; available: {available}; expected last, "
+                "NAME, NNNN or PATH")
         raise RunNotFound(f"no run {text!r} for machine key {machine_key!r} in {folder}; "
                           f"available: {available}; expected last, NAME, NNNN or PATH")
 
@@ -264,12 +259,9 @@ class RunStore:
         try:
             return self.find(machine_key, ref)
         except RunNotFound:
-            for other in self.machine_keys():
-                if other != machine_key:
-                    try:
-                        return self.find(other, ref)
-                    except RunNotFound:
-                        continue
+            for other in (key for key in self.machine_keys() if key != machine_key):
+                with contextlib.suppress(RunNotFound):
+                    return self.find(other, ref)
             raise
 
 
@@ -301,9 +293,7 @@ class Golden:
 
 
 def _safe_component(text: str) -> str:
-    safe = _ILLEGAL_NAME.sub("_", text).rstrip(" .") or "_"
-    if safe in (".", ".."):
-        safe = "_"
+    safe = _ILLEGAL_NAME.sub("_", text).rstrip(" .") or "_"  # a trailing dot is stripped: never "." or ".."
     if len(safe) > 150:
         # Long parametrize ids: keep a readable prefix, stay unique with a digest.
         safe = f"{safe[:130]}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
@@ -360,9 +350,8 @@ class GoldenStore:
             return None
         data = _read_json(path, GOLDEN_KIND)
         if data.get("nodeid") != nodeid:
-            raise StorageError(f"{path}: holds the baseline of {data.get('nodeid')!r}, not "
-                               f"{nodeid!r} (two node ids map to one file name); the file was "
-                               "left untouched")
+            raise StorageError(f"{path}: holds the baseline of {data.get('nodeid')!r}, not {nodeid!r} (two node "
+                               "ids map to one file name); the file was left untouched")
         if not isinstance(data.get("record"), dict):
             raise StorageError(f"{path}: 'record' is missing or not an object; the baseline is "
                                "corrupted; the file was left untouched")
@@ -374,11 +363,8 @@ class GoldenStore:
 
     def update(self, machine_key: str, nodeid: str, record: CaseRecord, *, mode: str,
                mismatched: bool, run_info: dict[str, Any] | None = None) -> GoldenUpdate:
-        """Decide snapshot-style what happens to one golden, and queue the write. ``check``: a
-        missing golden is created and the test fails; ``update``: mismatching ones (``mismatched``,
-        the gate's verdict) are rewritten too, failing; ``regen-all``: all rewritten, passing;
-        ``new-only``: missing ones written, passing.
-        """
+        """Decide snapshot-style what happens to one golden (the modes: docs/design/gate.md,
+        ``storage.py``), and queue the write."""
         if mode not in GOLDEN_MODES:
             raise ValueError(f"unknown golden mode {mode!r}; expected one of {', '.join(GOLDEN_MODES)}")
         self.used.add((machine_key, nodeid))

@@ -41,13 +41,11 @@ def _betacf_scalar(a: float, b: float, x: float) -> float:
 def _betacf(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Continued fraction of I_x(a, b) (Numerical Recipes' betacf, on arrays)."""
     if x.size <= 16:
-        return np.array([_betacf_scalar(float(ai), float(bi), float(xi))
-                         for ai, bi, xi in zip(a, b, x, strict=True)])
+        return np.array([_betacf_scalar(float(ai), float(bi), float(xi)) for ai, bi, xi in zip(a, b, x, strict=True)])
     qab, qap, qam = a + b, a + 1.0, a - 1.0
     c = np.ones_like(x)
     d = 1.0 - qab * x / qap
-    d = np.where(np.abs(d) < _TINY, _TINY, d)
-    d = 1.0 / d
+    d = 1.0 / np.where(np.abs(d) < _TINY, _TINY, d)
     h = d.copy()
     done = np.zeros(x.shape, dtype=bool)
     for m in range(1, _MAX_TERMS):
@@ -76,8 +74,7 @@ def betainc(a: ArrayLike, b: ArrayLike, x: ArrayLike) -> np.ndarray:
     mid = ~(low | high)
     if mid.any():
         am, bm, xm = a[mid], b[mid], x[mid]
-        log_front = (_lgamma(am + bm) - _lgamma(am) - _lgamma(bm)
-                     + am * np.log(xm) + bm * np.log1p(-xm))
+        log_front = _lgamma(am + bm) - _lgamma(am) - _lgamma(bm) + am * np.log(xm) + bm * np.log1p(-xm)
         front = np.exp(log_front)
         direct = xm < (am + 1.0) / (am + bm + 2.0)
         value = np.empty(xm.shape)
@@ -91,10 +88,8 @@ def betainc(a: ArrayLike, b: ArrayLike, x: ArrayLike) -> np.ndarray:
 
 
 def t_sf(t: ArrayLike, df: ArrayLike) -> np.ndarray:
-    """Upper-tail probability P(T > t) of Student's t with ``df`` > 0 degrees of freedom.
-
-    ``t`` may be +-inf (giving 0 or 1); ``df = inf`` gives the standard normal tail.
-    """
+    """Upper-tail probability P(T > t) of Student's t with ``df`` > 0 degrees of freedom; ``t`` may
+    be +-inf (giving 0 or 1), ``df = inf`` gives the standard normal tail."""
     t, df = np.broadcast_arrays(np.asarray(t, float), np.asarray(df, float))
     if np.any(~(df > 0)):
         raise ValueError("degrees of freedom must be positive")
@@ -127,12 +122,8 @@ def t_pdf(t: ArrayLike, df: ArrayLike) -> np.ndarray:
 
 
 def t_ppf(p: ArrayLike, df: ArrayLike) -> np.ndarray:
-    """Quantile of Student's t: the t with P(T <= t) = p, for 0 < p < 1.
-
-    Solved in the lower tail (t <= 0, where P(T <= t) = t_sf(-t) has full relative
-    precision) and mirrored for p > 1/2: Newton steps kept inside a shrinking bracket, a
-    step that would leave it bisecting instead, to ~1e-12 relative.
-    """
+    """Quantile of Student's t: the t with P(T <= t) = p, for 0 < p < 1 (solved in the lower tail,
+    where t_sf has full relative precision, by bracketed Newton steps: docs/design/gate.md)."""
     p, df = np.broadcast_arrays(np.asarray(p, float), np.asarray(df, float))
     if np.any((p <= 0) | (p >= 1)):
         raise ValueError("quantile level must lie in (0, 1)")

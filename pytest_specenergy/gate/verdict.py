@@ -39,9 +39,8 @@ class Verdict(str, enum.Enum):
 #: Worst first: the order of every table, and a case's verdict is the first of its metrics'.
 #: A regression outranks an incomparable metric, so one row that cannot be judged never hides
 #: another that regressed.
-WORST_FIRST: tuple[Verdict, ...] = tuple(Verdict.__members__[n] for n in
-                                          ("REGRESSED", "INCOMPARABLE", "INCONCLUSIVE", "NO_BASELINE",
-                                           "IMPROVED", "PASSED"))
+WORST_FIRST: tuple[Verdict, ...] = (Verdict.REGRESSED, Verdict.INCOMPARABLE, Verdict.INCONCLUSIVE, Verdict.NO_BASELINE,
+                                    Verdict.IMPROVED, Verdict.PASSED)
 _MARKS = {Verdict.PASSED: " ", Verdict.REGRESSED: "+", Verdict.IMPROVED: "-",
           Verdict.INCONCLUSIVE: "~", Verdict.INCOMPARABLE: "x", Verdict.NO_BASELINE: "?"}
 

@@ -1,8 +1,6 @@
 """The measurement protocol for one arm: warm-up, then per repeat a flushed steady-state full window and a
-prefill-only window of what it prefilled; decode energy is their difference.
-
-Why the twin replays prefill groups, how constant concurrency and the steady-state window are kept, and what stays
-unverified: ``docs/design/measure.md``, section ``pytest_specenergy/measure/arm.py``.
+prefill-only window of what it prefilled; decode energy is their difference (why the twin replays prefill groups,
+how the steady state is kept, what stays unverified: ``docs/design/measure.md``, ``pytest_specenergy/measure/arm.py``).
 """
 
 from __future__ import annotations
@@ -81,10 +79,6 @@ class _Window:
         return self.loop_counters[0]
 
     @property
-    def outputs(self) -> tuple[tuple[int, ...], ...]:
-        return self.loop_outputs[0]
-
-    @property
     def tokens_per_loop(self) -> float:
         """Completion tokens per loop, averaged over every loop like the energy is."""
         return sum(sum(c.completion_tokens for c in loop) for loop in self.loop_counters) / self.loops
@@ -92,8 +86,7 @@ class _Window:
     @property
     def decode_tokens_per_loop(self) -> float:
         """Tokens after each request's first (which prefill makes), per loop, over every loop."""
-        return sum(sum(max(c.completion_tokens - 1, 0) for c in loop)
-                   for loop in self.loop_counters) / self.loops
+        return sum(sum(max(c.completion_tokens - 1, 0) for c in loop) for loop in self.loop_counters) / self.loops
 
     def prefilled(self, loop: int = 0) -> tuple[int, ...]:
         """Positions whose request was prefilled in ``loop`` (a request aborted in the queue was not)."""
@@ -114,9 +107,7 @@ class _Window:
     def request_seconds(self, index: int) -> float | None:
         """Active seconds of prompt ``index`` in the first loop (meter's clock if it has one)."""
         known = self.energy.request_seconds
-        if known is not None:
-            return known.get(self.counters[index].rid)
-        return self.counters[index].e2e_latency
+        return known.get(self.counters[index].rid) if known is not None else self.counters[index].e2e_latency
 
 
 @dataclass(frozen=True)
@@ -162,16 +153,12 @@ class ArmMeasurer:
 
     def _run(self, sampling: dict[str, Any], indices: Sequence[int], steady: bool = False, record: bool = False,
              sent: list[float | None] | None = None) -> list[dict[str, Any]]:
-        """Every prompt of ``indices`` (into the pool) sent, ``batch`` requests in flight while the pool can refill
-        them: each thread sends one single-request ``/generate`` at a time and takes the next prompt as soon as its
-        own returns.
-
-        With ``steady``, the first thread to find the pool empty while fewer than ``batch`` others are in flight
-        aborts them (the window's end; a thread of a request queued beyond the batch just stops). The client keeps
-        no state (a fresh connection per request), so the threads share it. The first error stops the refill and is
+        """Every prompt of ``indices`` (into the pool) sent, ``batch`` in flight while the pool can refill them: each
+        thread sends one single-request ``/generate`` at a time (the stateless client is shared) and takes the next
+        prompt when its own returns. With ``steady``, the first thread to find the pool empty while fewer than
+        ``batch`` others are in flight aborts them (the window's end). The first error stops the refill and is
         raised once every thread has returned. A replay arm's decoding requests carry their recorded drafts;
-        ``record`` asks for each verify step's drafts back; ``sent`` receives each request's send time.
-        """
+        ``record`` asks for each verify step's drafts back; ``sent`` receives each request's send time."""
         cap = self._admission_cap()  # the engine admits the batch before any request is sent
         prompts = [self.prompts[i] for i in indices]
         batch = max(self.case.batch, 1)
@@ -207,15 +194,11 @@ class ArmMeasurer:
                         # still knows to abort it.
                         rid = _next_rid()
                         in_flight.add(rid)
-                if index is None:
-                    if end_now:
-                        try:
-                            abort_until_answered(client, pending)
-                        except BaseException as exc:  # re-raised in the caller's thread
-                            with lock:
-                                errors.append(exc)
-                    return
                 try:
+                    if index is None:
+                        if end_now:
+                            abort_until_answered(client, pending)
+                        return
                     params = sampling if replay is None else {
                         **sampling, "spec_replay_drafts": [list(d) for d in replay[indices[index]]]}
                     if sent is not None:
@@ -226,8 +209,9 @@ class ArmMeasurer:
                         errors.append(exc)
                     return
                 finally:
-                    with lock:
-                        in_flight.discard(rid)
+                    if index is not None:
+                        with lock:
+                            in_flight.discard(rid)
                 answers[index] = answer[0]
 
         # On an engine that admits exactly the batch, a steady-state window keeps twice the batch in flight: the
@@ -238,8 +222,7 @@ class ArmMeasurer:
         if width == 1:
             worker()
         else:
-            threads = [threading.Thread(target=worker, name=f"specenergy-req-{i}", daemon=True)
-                       for i in range(width)]
+            threads = [threading.Thread(target=worker, name=f"specenergy-req-{i}", daemon=True) for i in range(width)]
             for thread in threads:
                 thread.start()
             for thread in threads:
@@ -252,9 +235,8 @@ class ArmMeasurer:
         return answers  # type: ignore[return-value]
 
     def _admission_cap(self) -> int | None:
-        """The engine's cap on running requests for this case's runs: an engine that can set it at run time
-        (``settable_internal_state``) and whose case declares none is set to admit exactly the batch, both arms
-        alike, so refills queue in the engine rather than travel (one engine still serves every batch point)."""
+        """The engine's cap on running requests: one settable at run time whose case declares none is set to the
+        batch (both arms alike), so refills queue in the engine rather than travel; one engine serves every batch."""
         server, batch = self.server, max(self.case.batch, 1)
         info = getattr(server, "server_info", None)
         info = info if isinstance(info, dict) else {}
@@ -270,9 +252,8 @@ class ArmMeasurer:
 
     def _replay_groups(self, sampling: dict[str, Any], indices: Sequence[int], groups: Groups
                        ) -> list[dict[str, Any]]:
-        """The prompts of ``indices`` (into the pool), one batched ``/generate`` call per group of positions, each
-        call answered before the next is sent: an idle engine admits a batched call's requests in one iteration, so
-        each group is one prefill forward, as it was in the full window."""
+        """The prompts of ``indices``, one batched ``/generate`` per group of positions, each answered before the
+        next: an idle engine admits a call's requests in one iteration, so each group is one prefill forward."""
         self._admission_cap()
         answers: list[dict[str, Any] | None] = [None] * len(indices)
         for group in groups:
@@ -290,8 +271,7 @@ class ArmMeasurer:
 
     def _window(self, sampling: dict[str, Any], indices: Sequence[int], steady: bool,
                 groups: Groups | None = None, grouping: str = "") -> _Window:
-        """One flushed, metered window: ``indices`` run ``batch`` at a time (refilled), or, with ``groups``,
-        replayed group by group (the prefill-only twin)."""
+        """One flushed, metered window of ``indices``: refilled ``batch`` at a time, or replayed by ``groups``."""
         client = self.server.client
         client.flush_cache()
         before = client.server_info()
@@ -321,14 +301,12 @@ class ArmMeasurer:
                        sent=tuple(sent), wall_s=wall_s, groups=groups or (), grouping=grouping)
 
     def _prefill_window(self, full: _Window) -> _Window:
-        """The prefill-only window of what ``full`` prefilled: priced from the full window's own prefill forwards
-        under a meter that prices the engine's steps (they are the forwards the twin would replay), else, or with
-        ``run_twin``, the twin run (why and the figures: ``docs/design/measure.md``, "Pricing the twin")."""
+        """The prefill-only window of what ``full`` prefilled: its own prefill forwards where the meter priced them
+        (the twin's), else or with ``run_twin`` the twin run (``docs/design/measure.md``, "Pricing the twin")."""
         priced = full.energy.prefill_only
         if priced is None or self.run_twin or full.energy.request_decode_seconds is None:
             return self._prefill_twin(full)
-        prefilled = full.prefilled()
-        return _Window(priced, full.loops, (), (), {}, tuple(full.indices[p] for p in prefilled),
+        return _Window(priced, full.loops, (), (), {}, tuple(full.indices[p] for p in full.prefilled()),
                        grouping=PRICED)
 
     def _prefill_twin(self, full: _Window) -> _Window:
@@ -342,18 +320,16 @@ class ArmMeasurer:
                             groups=twin_groups, grouping=source)
 
     def _complete(self, full: _Window) -> tuple[tuple[tuple[int, ...], ...], tuple[str, ...]]:
-        """Whole outputs and finish reasons for the pool: the window's, with the prompts its end cut short
-        generated again, unmetered - or, where the partial output is a prefix of a whole output an earlier repeat
-        made, that one (every token this repeat made is still compared)."""
-        outputs, finish = list(full.outputs), [c.finish_type or "?" for c in full.counters]
+        """Whole outputs and finish reasons for the pool: the window's, its cut-short prompts generated again
+        (unmetered) or, where the partial output prefixes an earlier repeat's whole one, that one."""
+        outputs, finish = list(full.loop_outputs[0]), [c.finish_type or "?" for c in full.counters]
         cut = set(full.aborted())
-        for i, output in enumerate(outputs):
+        again = []
+        for i, output in enumerate(outputs):  # a window's pool indices are distinct
+            known = self._whole.get(full.indices[i])
             if i not in cut:
                 self._whole.setdefault(full.indices[i], (output, finish[i]))
-        again = []
-        for i in sorted(cut):
-            known = self._whole.get(full.indices[i])
-            if known is not None and known[0][:len(outputs[i])] == outputs[i]:
+            elif known is not None and known[0][:len(output)] == output:
                 outputs[i], finish[i] = known
             else:
                 again.append(i)
@@ -384,8 +360,8 @@ class ArmMeasurer:
             self._run(self.full, range(min(max(self.case.batch, 1), len(self.prompts))))
 
     def record_drafts(self) -> Drafts:
-        """Per prompt, every verify step's drafts (``meta_info.spec_drafts``) from one unmetered run of the whole
-        pool: a replay engine given them makes the same verify steps and accepts."""
+        """Per prompt, each verify step's drafts (``meta_info.spec_drafts``) from one unmetered pool run: a replay
+        engine given them makes the same verify steps and accepts."""
         answers = self._run(self.full, range(len(self.prompts)), record=True)
         drafts = []
         for index, answer in enumerate(answers):
@@ -397,9 +373,8 @@ class ArmMeasurer:
         return tuple(drafts)
 
     def _steady_window(self) -> tuple[_Window, tuple[float, ...]]:
-        """The full window of one repeat, run again (at most :data:`WINDOW_RERUNS` times) while the host disturbed
-        it (:func:`disturbed_mean`), and the dropped windows' means. The last one run is kept whatever it shows, so
-        an engine that cannot hold its own peak still fails the concurrency checks."""
+        """One repeat's full window, run again (at most :data:`WINDOW_RERUNS` times) while :func:`disturbed_mean`,
+        and the dropped means; the last is kept whatever it shows (a too-low peak still fails the checks)."""
         full = self._window(self.full, range(len(self.prompts)), steady=True)
         dropped: list[float] = []
         while len(dropped) < WINDOW_RERUNS and (mean := disturbed_mean(full.concurrency)) is not None:
@@ -408,17 +383,15 @@ class ArmMeasurer:
         return full, tuple(dropped)
 
     def measure_repeat(self, arm: str) -> ArmRepeat:
-        """One flushed steady-state window, then a flushed prefill-only window of what it prefilled. A repeat that
-        timed no decode (a stall) is measured again, at most :data:`WINDOW_RERUNS` times; the last is kept whatever
-        it shows, so the checks still fail one that never measures decode (``window["rerun_decode_seconds"]``)."""
+        """A flushed steady-state window, then a flushed prefill-only one of what it prefilled; a repeat that timed
+        no decode (a stall) is measured again up to :data:`WINDOW_RERUNS` times, the last kept for the checks."""
         started = time.time()
         dropped: list[float] = []
         unlike: list[float] = []
         while True:
             full, disturbed = self._steady_window()
             dropped += disturbed
-            prefill = self._prefill_window(full)
-            sample = _sample(prefill, full)
+            sample = _sample(self._prefill_window(full), full)
             if sample.decode_seconds > 0 or len(unlike) >= WINDOW_RERUNS:
                 break
             unlike.append(sample.decode_seconds)
@@ -426,14 +399,11 @@ class ArmMeasurer:
         outputs, finish = self._complete(full)
         if unlike:
             sample = dataclasses.replace(sample, window={**sample.window, "rerun_decode_seconds": unlike})
-        problems: list[str] = []
-        if arm != "baseline":  # the speculative arm, an A/B reference or a replay
-            for loop in full.loop_counters:
-                problems += counter_problems(loop, self.case.drafter.num_draft_tokens)
-        replay_problems = ()
-        if full.replay_misses:
-            replay_problems = (f"{full.replay_misses} verify step(s) had no recorded draft of the "
-                               f"drafter's width to replay: the run is not like for like",)
+        # Every arm but the baseline (the speculative arm, an A/B reference or a replay) has speculative counters.
+        problems = [] if arm == "baseline" else [
+            p for loop in full.loop_counters for p in counter_problems(loop, self.case.drafter.num_draft_tokens)]
+        replay_problems = (f"{full.replay_misses} verify step(s) had no recorded draft of the drafter's width to "
+                           "replay: the run is not like for like",) if full.replay_misses else ()
         return ArmRepeat(
             sample=dataclasses.replace(sample, coverage=coverage(full, outputs)), outputs=outputs, finish=finish,
             concurrency={**full.concurrency, "rerun_means": list(dropped)} if dropped else full.concurrency,
@@ -444,15 +414,13 @@ class ArmMeasurer:
         """The arm's record over ``repeats``."""
         drafter = self.case.drafter if arm != "baseline" else None
         first = repeats[0].outputs if repeats else ()
-        problems = [p for r in repeats for p in r.problems]
         return RunResult(
-            arm=arm, engine=self.server.describe(), source=self.meter.label,
-            samples=tuple(r.sample for r in repeats), outputs=first,
-            finish_reasons=repeats[-1].finish if repeats else (),
+            arm=arm, engine=self.server.describe(), source=self.meter.label, samples=tuple(r.sample for r in repeats),
+            outputs=first, finish_reasons=repeats[-1].finish if repeats else (),
             verified_per_step=drafter.num_draft_tokens + 1 if drafter else 1,
             concurrency=arm_concurrency(self.case.batch, [r.concurrency for r in repeats], len(self.prompts)),
             outputs_stable=all(r.stable and r.outputs == first for r in repeats),
-            counter_problems=tuple(dict.fromkeys(problems)),
+            counter_problems=tuple(dict.fromkeys(p for r in repeats for p in r.problems)),
             replay_problems=tuple(dict.fromkeys(p for r in repeats for p in r.replay_problems)))
 
     def measure(self, arm: str) -> RunResult:
@@ -473,24 +441,18 @@ class AbortError(RuntimeError):
 
 def abort_until_answered(client: Any, pending: Callable[[], set[str]], *,
                          retry_s: float = ABORT_RETRY_S, deadline_s: float | None = None) -> int:
-    """End a steady-state window: abort every request of ``pending()`` (the rids sent and not answered yet) until
-    none is left; returns the number of per-rid rounds it took.
-
-    One ``abort_all`` first cuts whatever the engine already schedules. SGLang's tokenizer drops an abort for a rid
-    it has not registered yet, so every rid still pending is then aborted by rid, every ``retry_s``, until each has
-    answered. By rid, not ``abort_all`` again: a retry may come after the caller sent its next requests, and a rid
-    names only a request of this window (why in full: ``docs/design/measure.md``, "Aborting by rid"). Raises
-    :class:`AbortError` past ``deadline_s`` (default: the client's request timeout) or when the engine refuses
-    ``/abort_request``.
-    """
+    """End a steady-state window: one ``abort_all``, then every rid of ``pending()`` (sent, not answered) aborted by
+    rid every ``retry_s`` until none is left (SGLang drops an abort for a rid it has not registered yet; by rid, as
+    a retry may come after the caller's next requests: ``docs/design/measure.md``, "Aborting by rid"). Returns the
+    per-rid rounds taken; raises :class:`AbortError` past ``deadline_s`` (default: the client's request timeout) or
+    when the engine refuses ``/abort_request``."""
     limit = deadline_s if deadline_s is not None else float(getattr(client, "timeout_s", 300.0))
     try:
         client.abort()
     except Exception as exc:
         raise AbortError(f"the engine refused /abort_request ({exc}); the steady-state window needs it to end "
                          f"without a drain at falling concurrency") from None
-    started = time.monotonic()
-    rounds = 0
+    started, rounds = time.monotonic(), 0
     while True:
         time.sleep(retry_s)
         left = pending()
@@ -514,23 +476,17 @@ WINDOW_RERUNS = 1
 
 
 def disturbed_mean(concurrency: dict[str, Any]) -> float | None:
-    """A full window's mean rows per decode step when the host disturbed it, else None.
-
-    Disturbed: the mean fell more than :data:`~pytest_specenergy.measure.checks.MAX_CONCURRENCY_GAP_SHARE` of the
-    window's own peak below that peak, as a loaded host makes a window's edges (an example:
-    ``docs/design/measure.md``, "Disturbed windows"). An engine that admits fewer than the batch runs at its own
-    lower peak and is not disturbed by this measure, so the checks still see it; a window without a step record is
-    not judged."""
+    """A full window's mean rows per decode step when it fell more than ``MAX_CONCURRENCY_GAP_SHARE`` of its own
+    peak below that peak, as a loaded host makes a window's edges (``docs/design/measure.md``, "Disturbed
+    windows"), else None. An engine that admits fewer than the batch keeps its own lower peak, so the checks still
+    see it; a window without a step record is not judged."""
     mean, peak = concurrency.get("mean_running"), concurrency.get("max_running")
-    if mean is None or not peak or mean >= (1 - MAX_CONCURRENCY_GAP_SHARE) * peak:
-        return None
-    return float(mean)
+    return None if mean is None or not peak or mean >= (1 - MAX_CONCURRENCY_GAP_SHARE) * peak else float(mean)
 
 
 def arm_concurrency(batch: int, windows: Sequence[dict[str, Any]], pool: int) -> dict[str, Any]:
-    """What ran, over every full window of an arm: the merged step record, plus each window's mean
-    (``window_means``) so the worst repeat is visible, and the means of the windows run again because the host
-    disturbed them (``rerun_means``, only when any was)."""
+    """What ran over an arm's full windows: the merged step record, each window's mean (``window_means``: the worst
+    repeat shows) and the means of windows run again as the host disturbed them (``rerun_means``, only if any)."""
     merged = merge_concurrency(windows) if windows else {}
     means = [w.get("mean_running") for w in windows]
     reruns = [m for w in windows for m in w.get("rerun_means", ())]
@@ -540,17 +496,13 @@ def arm_concurrency(batch: int, windows: Sequence[dict[str, Any]], pool: int) ->
 
 
 def _send_gap_s(full: _Window) -> float:
-    """Send-time grouping's gap: half a decode step of the full window (wall clock), so refills of one step group
-    and refills of the next do not; the default when no steps were recorded."""
+    """Half a decode step of the full window (wall clock; a default without steps): one step's refills group."""
     steps = full.concurrency.get("steps")
-    if steps and full.wall_s > 0:
-        return 0.5 * full.wall_s / steps
-    return DEFAULT_SEND_GAP_S
+    return 0.5 * full.wall_s / steps if steps and full.wall_s > 0 else DEFAULT_SEND_GAP_S
 
 
 def _misses(before: dict[str, Any], after: dict[str, Any]) -> int:
-    """Replay misses between two ``/server_info`` answers (the reference server's cumulative
-    ``internal_states[0].spec_replay_misses``)."""
+    """Replay misses between two ``/server_info`` answers (cumulative ``internal_states[0].spec_replay_misses``)."""
     def count(info: dict[str, Any]) -> int | None:
         value = ((info.get("internal_states") or [{}])[0] or {}).get("spec_replay_misses")
         return None if value is None else int(value)
@@ -586,30 +538,26 @@ def _sample(prefill: _Window, full: _Window) -> RepeatSample:
         # request itself): left out, never reported as a figure.
         tbts.append(metrics.request_tbt_ms(decode_s, counter.completion_tokens)
                     if decode_s is not None and decode_s > 0 else None)
-    return RepeatSample(
-        decode_joules=joules, decode_seconds=seconds, decode_tokens=tokens, tbt_ms=metrics.mean_tbt_ms(tbts),
-        verify_steps=_per_loop_total(full, "spec_verify_ct"),
-        correct_drafts=_per_loop_total(full, "spec_num_correct_drafts"),
-        proposed_drafts=_per_loop_total(full, "spec_num_proposed_drafts"), loops=full.loops,
-        window={"full": _window_facts(full), "prefill": _window_facts(prefill)},
-        accept_lengths=request_accept_lengths(full.counters))
+    return RepeatSample(decode_joules=joules, decode_seconds=seconds, decode_tokens=tokens,
+                        tbt_ms=metrics.mean_tbt_ms(tbts), verify_steps=_per_loop_total(full, "spec_verify_ct"),
+                        correct_drafts=_per_loop_total(full, "spec_num_correct_drafts"),
+                        proposed_drafts=_per_loop_total(full, "spec_num_proposed_drafts"), loops=full.loops,
+                        window={"full": _window_facts(full), "prefill": _window_facts(prefill)},
+                        accept_lengths=request_accept_lengths(full.counters))
 
 
 def coverage(full: _Window, outputs: Sequence[Sequence[int]]) -> float | None:
-    """The share of the pool's decode tokens made inside ``full`` (per loop): its decode tokens over every prompt's
-    whole output less the first token (prefill's). Arms whose windows close at different points cover different
-    requests (issue 21 item 3)."""
+    """The share of the pool's decode tokens (whole outputs less prefill's first token) made inside ``full``, per
+    loop: arms whose windows close at different points cover different requests (issue 21 item 3)."""
     pool = sum(max(len(o) - 1, 0) for o in outputs)
     return full.decode_tokens_per_loop / pool if pool else None
 
 
 def request_accept_lengths(counters: Sequence[RequestCounters]) -> tuple[float, ...] | None:
     """Per request that verified, committed decode tokens per verify step (its first token is the prefill's); None
-    when no request carries speculative counters (a baseline arm).
+    when no request carries speculative counters (a baseline arm). The first loop only: later loops repeat the same
+    prompts, so they add no independent samples."""
 
-    The first loop only: later loops run the same prompts again, so their requests would repeat these samples
-    rather than add independent ones.
-    """
     if all(c.spec_verify_ct is None for c in counters):
         return None
     return tuple((c.completion_tokens - 1) / c.spec_verify_ct for c in counters
@@ -617,9 +565,8 @@ def request_accept_lengths(counters: Sequence[RequestCounters]) -> tuple[float, 
 
 
 def _per_loop_total(window: _Window, field_name: str) -> int | float | None:
-    """A speculative counter's total per loop (mean over loops, like the energy); None if a request that decoded
-    lacks it. A request that finished in its prefill legitimately has no counters (SGLang omits them), so it adds
-    nothing; any other gap makes the total unknown, never a silent 0."""
+    """A speculative counter's total per loop (mean over loops, like the energy); None, never a silent 0, if a
+    request that decoded lacks it (one that finished in its prefill has none in SGLang and adds nothing)."""
     totals = []
     for loop in window.loop_counters:
         values = [getattr(c, field_name) for c in loop if c.completion_tokens > 1 or getattr(c, field_name) is not None]
@@ -632,13 +579,10 @@ def _per_loop_total(window: _Window, field_name: str) -> int | float | None:
 
 def _window_facts(window: _Window) -> dict[str, Any]:
     facts = {"joules": window.energy.joules, "seconds": window.energy.seconds, "loops": window.loops,
-             "requests": len(window.indices), "source": window.energy.source,
-             "details": dict(window.energy.details)}
+             "requests": len(window.indices), "source": window.energy.source, "details": dict(window.energy.details)}
     if window.grouping == PRICED:  # no run: no requests' counters, only the priced steps
         return {**facts, "grouping": PRICED}
     return {**facts, "tokens_per_loop": window.tokens_per_loop,
             "prefilled": [len(window.prefilled(n)) for n in range(window.loops)],
-            "aborted": [len(window.aborted(n)) for n in range(window.loops)],
-            "concurrency": window.concurrency,
-            **({"groups": [len(g) for g in window.groups], "grouping": window.grouping}
-               if window.grouping else {})}
+            "aborted": [len(window.aborted(n)) for n in range(window.loops)], "concurrency": window.concurrency,
+            **({"groups": [len(g) for g in window.groups], "grouping": window.grouping} if window.grouping else {})}

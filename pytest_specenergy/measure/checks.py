@@ -1,8 +1,6 @@
-"""Validity checks run on every pair: each is a named flag in the result and the table.
-
-``fail`` checks are controls that fail closed - a broken drafter or engine must never pass silently because a
-number looked normal (paper s.10); by default the plugin fails the test when one trips. ``warn`` checks mark a row
-the reader should not take at face value.
+"""Validity checks run on every pair, each a named flag in the result and the table: ``fail`` checks fail closed
+(a broken drafter or engine must never pass because a number looked normal, paper s.10; by default the test fails
+when one trips), ``warn`` checks mark a row the reader should not take at face value.
 """
 
 from __future__ import annotations
@@ -22,20 +20,16 @@ from pytest_specenergy.measure.degeneracy import repeated_suffix_fraction
 if TYPE_CHECKING:
     from pytest_specenergy.measure.results import PairResult
 
-#: Mean log-probability gap (nats/token, from the first divergence on) beyond which diverging text counts as
-#: incoherent. A healthy divergence comes from a numerical near-tie: both continuations are then greedy paths of
-#: (almost) the same model and score within a few hundredths of a nat per token; the skip-state-rollback fault
-#: scores 0.69-0.80 below the baseline on tiny:hybrid (benchmarks/fault_figures.py).
+#: Mean log-probability gap (nats/token, from the first divergence on) beyond which diverging text is incoherent:
+#: a near-tie's two continuations are greedy paths of (almost) one model and score within hundredths of a nat per
+#: token; the skip-state-rollback fault scores 0.69-0.80 below on tiny:hybrid (benchmarks/fault_figures.py).
 DEFAULT_MAX_LOGPROB_GAP = 0.25
 
 
 def counter_problems(counters: Sequence[RequestCounters], drafted_per_step: int) -> list[str]:
-    """Speculative counters that contradict the tokens the engine committed.
-
-    Every verify step commits its accepted drafts plus one bonus token, and the first token comes from prefill, so
-    per request ``completion - 1 - verify_ct`` drafts were accepted; only the final step may be cut by
-    ``max_new_tokens`` or EOS, by at most ``drafted_per_step``.
-    """
+    """Speculative counters that contradict the tokens the engine committed: every verify step commits its accepted
+    drafts plus a bonus token and the first token is prefill's, so ``completion - 1 - verify_ct`` drafts were
+    accepted, less at most ``drafted_per_step`` in a final step cut by ``max_new_tokens`` or EOS."""
     problems = []
     for index, c in enumerate(counters):
         problems += c.problems()
@@ -44,9 +38,8 @@ def counter_problems(counters: Sequence[RequestCounters], drafted_per_step: int)
         implied = c.completion_tokens - 1 - c.spec_verify_ct
         if not implied <= c.spec_num_correct_drafts <= implied + drafted_per_step:
             problems.append(
-                f"request {index}: {c.spec_num_correct_drafts} accepted drafts reported, but "
-                f"{c.completion_tokens} tokens over {c.spec_verify_ct} verify steps allow "
-                f"{max(implied, 0)} to {implied + drafted_per_step}")
+                f"request {index}: {c.spec_num_correct_drafts} accepted drafts reported, but {c.completion_tokens} "
+                f"tokens over {c.spec_verify_ct} verify steps allow {max(implied, 0)} to {implied + drafted_per_step}")
         if c.spec_num_proposed_drafts is not None and \
                 c.spec_num_proposed_drafts != c.spec_verify_ct * drafted_per_step:
             problems.append(f"request {index}: {c.spec_num_proposed_drafts} proposed drafts "
@@ -87,10 +80,9 @@ def pair_checks(pair: PairResult, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_G
                 continue
             floor = (sample.verify_steps - len(spec.outputs)) * k
             if sample.correct_drafts < floor:
-                found.append(Check("self-draft-not-exact", "fail", f"drafting with the target itself must accept "
-                                   f"every draft: {sample.correct_drafts} accepted over {sample.verify_steps} steps "
-                                   f"of {k} for {len(spec.outputs)} requests (at least {floor}); accept length "
-                                   f"{accept:.3f}"))
+                found.append(Check("self-draft-not-exact", "fail", "drafting with the target itself must accept every "
+                                   f"draft: {sample.correct_drafts} accepted over {sample.verify_steps} steps of {k} "
+                                   f"for {len(spec.outputs)} requests (at least {floor}); accept length {accept:.3f}"))
                 break
     coherence = pair.coherence
     if coherence is not None and not pair.equivalence.exact_fraction == 1.0:
@@ -119,8 +111,7 @@ MIN_CONCURRENCY_SHARE = 0.9
 
 
 def _concurrency_checks(run: Any, batch: int) -> list[Check]:
-    """Fail an arm whose mean concurrency (the engine's step record, every repeat's window merged, and the worst
-    window alone) is below 90% of the batch."""
+    """Fail an arm whose mean concurrency (all windows merged, and the worst alone) is below 90% of the batch."""
     c = run.concurrency
     means = [m for m in [c.get("mean_running"), *(c.get("window_means") or [])] if m is not None]
     if not means:
@@ -145,31 +136,27 @@ def _concurrency_checks(run: Any, batch: int) -> list[Check]:
 
 
 def _reruns_said(*runs: Any) -> str:
-    """What the measurer already did about a disturbed window (``rerun_means``), for a concurrency check's message:
-    a failure after a re-run is not the host's passing noise."""
+    """For a concurrency message: the windows already run again (a failure after that is no passing noise)."""
     said = [f"{run.arm} arm's {', '.join(f'{m:.2f}' for m in run.concurrency['rerun_means'])}"
             for run in runs if run.concurrency.get("rerun_means")]
     return f" (windows run again after falling below their peak: {'; '.join(said)})" if said else ""
 
 
-#: Largest gap between the arms' mean running requests per decode step, as a share of the batch. Each arm may pass
-#: the 90% floor alone while the arms differ by several rows (issue 21: 14.79 vs 15.67 at b16); a memory-bound
-#: step's weight read is shared by its rows, so a 5% concurrency gap moves J/token by up to about 5% at a batch
-#: where weights dominate.
+#: Largest gap between the arms' mean running requests per decode step, as a share of the batch (each may pass the
+#: 90% floor alone, issue 21: 14.79 vs 15.67 at b16): rows share a memory-bound step's weight read, so a 5% gap
+#: moves J/token by up to about 5% where weights dominate.
 MAX_CONCURRENCY_GAP_SHARE = 0.05
 
-#: Largest gap between the arms' coverage (share of the pool's decode tokens inside the window), in points of the
-#: share, where the pool is large enough to hold it. A window ends as the pool runs dry, so the arms leave out the
-#: late positions of different requests; beyond this the two figures describe visibly different workloads (issue
-#: 21: 100% vs 89.1% for block16 b16).
+#: Largest gap between the arms' coverage (share of the pool's decode tokens inside the window), in points, where
+#: the pool is large enough: a window ends as the pool runs dry, leaving out late positions of different requests;
+#: beyond this the figures describe visibly different workloads (issue 21: 100% vs 89.1% for block16 b16).
 MAX_COVERAGE_GAP = 0.10
 
 
 def coverage_gap_bound(batch: int, pool: int) -> float:
-    """The coverage gap past which ``coverage-differs`` fails: :data:`MAX_COVERAGE_GAP`, or what the pool leaves
-    possible when that is more: when the window closes the other ``batch - 1`` slots hold unfinished requests, so
-    each arm covers at least ``1 - (batch - 1) / pool`` of equal-length outputs (pool 8 at batch 4: the arms may be
-    37.5 points apart with nothing wrong). A gap inside that allowance but past 10 points is still a warning."""
+    """The coverage gap past which ``coverage-differs`` fails (past 10 points it warns): :data:`MAX_COVERAGE_GAP`,
+    or more where the pool allows it: at the window's close ``batch - 1`` slots hold unfinished requests, so an arm
+    covers at least ``1 - (batch - 1) / pool`` of equal-length outputs (pool 8 at batch 4: 37.5 points apart)."""
     return max(MAX_COVERAGE_GAP, (batch - 1) / pool if pool > 0 else 1.0)
 
 
@@ -179,9 +166,8 @@ def pool_for_coverage_gap(batch: int) -> int:
 
 
 def arm_agreement_checks(base: Any, spec: Any, batch: int) -> list[Check]:
-    """The arms against each other: the concurrency each ran and the share of the pool's decode each covered must
-    agree within :data:`MAX_CONCURRENCY_GAP_SHARE` of the batch and :func:`coverage_gap_bound`; a record without
-    the figures (an old file) is not judged."""
+    """The arms' concurrency and coverage must agree within :data:`MAX_CONCURRENCY_GAP_SHARE` of the batch and
+    :func:`coverage_gap_bound`; a record without the figures (an old file) is not judged."""
     found = []
     means = (base.concurrency.get("mean_running"), spec.concurrency.get("mean_running"))
     if None not in means and batch > 0 and abs(means[0] - means[1]) > MAX_CONCURRENCY_GAP_SHARE * batch:
@@ -208,13 +194,10 @@ def arm_agreement_checks(base: Any, spec: Any, batch: int) -> list[Check]:
 
 
 def _replay_checks(pair: PairResult) -> list[Check]:
-    """A replayed arm must repeat the recorded run exactly: every verify step found its recorded drafts, and the
-    outputs are the speculative arm's; otherwise the verify-only energy (draft removal) or the oracle-free
-    speculative energy describes another run."""
-    found = []
-    for run in (pair.speculative, pair.reference, pair.removal):
-        if run is not None:
-            found += [Check("replay-unlike", "fail", f"{run.arm} arm: {p}") for p in run.replay_problems]
+    """A replayed arm must repeat the recorded run exactly (every verify step found its drafts, the outputs are the
+    speculative arm's), else its energy (draft removal's or oracle-free) describes another run."""
+    found = [Check("replay-unlike", "fail", f"{run.arm} arm: {p}") for run in
+             (pair.speculative, pair.reference, pair.removal) if run is not None for p in run.replay_problems]
     removal = pair.removal
     if removal is not None:
         found += [Check("replay-unlike", "fail", f"removal arm: {p}") for p in removal.counter_problems]
@@ -255,16 +238,14 @@ def _pairing_checks(base: Any, spec: Any) -> list[Check]:
 
 
 def _remeasured(run: Any) -> str:
-    """For a no-decode check's message: the repeats already measured again (the measurer's
-    ``rerun_decode_seconds``), so the failure is known not to be one passing stall."""
+    """For a no-decode message: the repeats already measured again (so the failure is no one passing stall)."""
     again = [t for s in run.samples for t in (s.window or {}).get("rerun_decode_seconds", ())]
     return (f" (measured again after repeats whose decode time was {', '.join(f'{t:.3g}' for t in again)} s)"
             if again else "")
 
 
 def _window_checks(base: Any, spec: Any) -> list[Check]:
-    """Decode energy is the full window minus the prefill-only window: it must stay positive, and a prefill share
-    above half leaves little decode to measure."""
+    """Decode energy (full minus prefill-only window) must stay positive; a prefill share over half leaves little."""
     found = []
     for run in (base, spec):
         # Time is differenced like energy: a full window no longer than its prefill-only one measured no decode,
@@ -288,12 +269,9 @@ def _window_checks(base: Any, spec: Any) -> list[Check]:
 
 
 def prefill_share(window: dict[str, Any]) -> float | None:
-    """Prefill's share of one run's energy: per-loop prefill over per-loop full energy.
+    """Prefill's share of one run's energy: per-loop prefill over per-loop full energy (the two windows repeat
+    their run different ``loops`` times; window totals would give the ratio of average powers: 5% read as 84%)."""
 
-    Each window repeats its run ``loops`` times to fill the meter's minimum window, and the two windows have
-    different loop counts; dividing window totals would read the ratio of average powers instead (a 5% share read
-    84% under nvml).
-    """
     full, prefill = window.get("full") or {}, window.get("prefill") or {}
     if not full.get("joules") or prefill.get("joules") is None:
         return None

@@ -1,7 +1,6 @@
 """Coherence: score each arm's continuation under the target, for when exact equality cannot hold (GPU numerics,
-sampling) and to name *how* broken a diverging arm is.
-
-The scoring protocol: ``docs/design/measure.md``, section ``pytest_specenergy/measure/coherence.py``.
+sampling) and to name *how* broken a diverging arm is (the scoring protocol: ``docs/design/measure.md``, section
+``pytest_specenergy/measure/coherence.py``).
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ class CoherenceError(RuntimeError):
 
 @dataclass(frozen=True)
 class Coherence:
-    """Per prompt, the mean log-probability under the target of each arm's continuation from the first divergence
-    on (0.0 for both when the continuations are identical)."""
+    """Per prompt, each arm's mean log-probability under the target from the first divergence on (0.0: identical)."""
 
     baseline_logprob: tuple[float, ...]
     speculative_logprob: tuple[float, ...]
@@ -36,8 +34,7 @@ class Coherence:
 
     @property
     def gaps(self) -> tuple[float, ...]:
-        """Per prompt: baseline mean logprob minus speculative (positive = speculative text is less likely under
-        the target than the target's own greedy text)."""
+        """Per prompt: baseline mean logprob minus speculative (positive: the speculative text is less likely)."""
         return tuple(b - s for b, s in zip(self.baseline_logprob, self.speculative_logprob))
 
     @property
@@ -47,9 +44,8 @@ class Coherence:
         return statistics.fmean(gaps) if gaps else 0.0
 
     def off_greedy(self, tie_margin: float) -> list[tuple[int, DivergenceMargin]]:
-        """(prompt, margin) of each prompt whose speculative text, from its first divergence on, commits a token
-        more than ``tie_margin`` nats below the target's best at its position (``DivergenceMargin.later_gap``): not
-        a greedy choice up to a numerical tie. Prompts whose margins were not scored are not judged here."""
+        """(prompt, margin) of each scored prompt whose speculative text, from its first divergence on, commits a
+        token more than ``tie_margin`` nats below the target's best (``later_gap``): not greedy up to a tie."""
         return [(i, m) for i, m in enumerate(self.margins) if m is not None and m.later_gap > tie_margin]
 
     @property
@@ -67,25 +63,20 @@ class Coherence:
 
 def prompt_token_ids(client: EngineClient, prompts: Sequence[str],
                      return_prompt_token_ids: bool | None = None) -> list[list[int]]:
-    """The engine's own tokenisation of each prompt (never re-tokenised here).
-
-    ``return_prompt_token_ids=True`` asks ``/generate`` for ``prompt_token_ids`` (SGLang >= 0.5.13 and the
-    reference server). Otherwise (False, or None = unknown) the field is not sent, since older SGLang has no such
-    field: the prompt is scored from its first token (``return_logprob``, ``logprob_start_len=0``) and the ids are
-    read from ``input_token_logprobs``, whose entry k carries ``input_ids[k]`` on every release.
+    """The engine's own tokenisation of each prompt: ``prompt_token_ids`` when ``return_prompt_token_ids`` (SGLang
+    >= 0.5.13, the reference server); else (False, or None = unknown: older SGLang lacks the field) the prompt is
+    scored from its first token and the ids read from ``input_token_logprobs``, entry k ``input_ids[k]`` everywhere.
     """
     params = {"max_new_tokens": 0, "temperature": 0.0}
     if return_prompt_token_ids:
-        answers = client.generate(text=list(prompts), sampling_params=params,
-                                  return_prompt_token_ids=True)
+        answers = client.generate(text=list(prompts), sampling_params=params, return_prompt_token_ids=True)
         try:
             return [list(a["prompt_token_ids"]) for a in answers]
         except KeyError:
             raise CoherenceError("the engine did not return prompt_token_ids; it needs return_prompt_token_ids "
                                  "support (SGLang >= 0.5.13); pass return_prompt_token_ids=False to read them from "
                                  "input_token_logprobs") from None
-    answers = client.generate(text=list(prompts), sampling_params=params, return_logprob=True,
-                              logprob_start_len=0)
+    answers = client.generate(text=list(prompts), sampling_params=params, return_logprob=True, logprob_start_len=0)
     out = []
     for i, answer in enumerate(answers):
         entries = (answer.get("meta_info") or {}).get("input_token_logprobs")
@@ -107,8 +98,7 @@ TopEntries = tuple[tuple[float, int], ...]
 def score_continuation(client: EngineClient, prompt_ids: Sequence[int], continuation: Sequence[int],
                        top_logprobs_num: int = 0) -> tuple[list[float], list[TopEntries]]:
     """Per-token log-probabilities of ``continuation`` after ``prompt_ids`` and, with ``top_logprobs_num=N``, the
-    model's N best tokens at each of those positions (``tops[k]`` is the distribution ``continuation[k]`` was drawn
-    from, given everything before it)."""
+    model's N best tokens at each position (``tops[k]``: the distribution ``continuation[k]`` was drawn from)."""
     if not continuation:
         return [], []
     start = len(prompt_ids) - 1
@@ -133,9 +123,8 @@ def score_continuation(client: EngineClient, prompt_ids: Sequence[int], continua
 def _top_entries(positions: Any, n: int, top_n: int, start: int) -> list[TopEntries]:
     """``input_top_logprobs`` (entry 0 None, then per position [[logprob, id, text], ...] best first) as (logprob,
     id) tuples for the ``n`` continuation positions."""
-    shape = (f"input_top_logprobs should have {n + 1} entries, entry 0 None and each other a list of "
-             f"{top_n} [logprob, token_id, text] best first (top_logprobs_num={top_n}, "
-             f"logprob_start_len={start})")
+    shape = (f"input_top_logprobs should have {n + 1} entries, entry 0 None and each other a list of {top_n} [logprob, "
+             f"token_id, text] best first (top_logprobs_num={top_n}, logprob_start_len={start})")
     if not isinstance(positions, list) or len(positions) != n + 1:
         raise CoherenceError(f"{shape}; got {str(positions)[:200]}")
     out = []
@@ -152,8 +141,7 @@ def _top_entries(positions: Any, n: int, top_n: int, start: int) -> list[TopEntr
 
 def later_gap(spec_logprobs: Sequence[float], spec_best: Sequence[TopEntries], start: int
               ) -> tuple[float, int | None]:
-    """Largest shortfall of a speculative token below the target's best at its position, from ``start`` on (scored
-    on the speculative text), and where; (0.0, None) when none follow."""
+    """Largest shortfall of a speculative token below the target's best, from ``start`` on, and where (0.0, None)."""
     gaps = [(best[0][0] - lp, k) for k, (lp, best) in enumerate(zip(spec_logprobs, spec_best)) if k >= start]
     if not gaps:
         return 0.0, None
@@ -164,12 +152,9 @@ def later_gap(spec_logprobs: Sequence[float], spec_best: Sequence[TopEntries], s
 def divergence_margin(top: TopEntries, baseline_token: int | None, speculative_token: int | None,
                       stop_ids: Sequence[int] = (), later: tuple[float, int | None] = (0.0, None)
                       ) -> DivergenceMargin:
-    """The baseline's top-2 margin at a divergence and whether the arms' tokens are those two.
-
-    ``None`` for a token: that arm's answer ended there; its "token" was a stop, so the other top-2 entry must be
-    one of ``stop_ids`` (without them, the divergence cannot be shown to be a tie). ``later``: :func:`later_gap` of
-    the speculative text.
-    """
+    """The baseline's top-2 margin at a divergence and whether the arms' tokens are those two. A ``None`` token:
+    that arm's answer ended there, so the other top-2 entry must be one of ``stop_ids`` (without them, no tie can
+    be shown). ``later``: :func:`later_gap` of the speculative text."""
     (best_lp, best), (second_lp, second) = top[0], top[1]
     pair = {best, second}
     if baseline_token is not None and speculative_token is not None:
@@ -188,14 +173,10 @@ def _suffix_mean(values: Sequence[float], start: int) -> float:
 def measure_coherence(client: EngineClient, prompts: Sequence[str], baseline: Sequence[Sequence[int]],
                       speculative: Sequence[Sequence[int]], special_ids: Sequence[int] = (),
                       return_prompt_token_ids: bool | None = None, tie_margins: bool = False) -> Coherence:
-    """Score both arms' continuations on the (non-speculative) ``client`` engine.
-
-    Each prompt is scored from its first divergence on: the shared prefix is equally likely in both arms and would
-    only dilute the gap. Identical continuations are not rescored. ``return_prompt_token_ids``: whether the engine
-    supports that field (e.g. ``SGLangBackend.supports_prompt_token_ids``; None: unknown, treated as no).
-    ``tie_margins``: also score the baseline's top-2 for each divergence's margin (``margins``); without it every
-    divergence stays unclassified, which equivalence judges as real (exact equality).
-    """
+    """Score both arms' continuations on the (non-speculative) ``client`` engine, each diverging prompt from its
+    first divergence on (the shared prefix would only dilute the gap). ``return_prompt_token_ids``: whether the
+    engine has that field (None: unknown, treated as no). ``tie_margins``: also score each divergence's baseline
+    top-2 (``margins``); without it every divergence stays unclassified, which equivalence judges as real."""
     if all(list(b) == list(s) for b, s in zip(baseline, speculative)):
         n = len(baseline)  # nothing diverged: nothing to score
         return Coherence((0.0,) * n, (0.0,) * n, degeneracy(baseline, speculative, special_ids), (False,) * n,
@@ -226,8 +207,7 @@ def _margin_at(client: EngineClient, prompt_ids: Sequence[int], base: list[int],
                later: tuple[float, int | None]) -> DivergenceMargin:
     """The baseline model's top-2 at position ``at`` given the common prefix ``base[:at]``."""
     if at < len(base):  # the baseline's own scoring already holds that position
-        return divergence_margin(base_top[at], base[at], spec[at] if at < len(spec) else None, stop_ids,
-                                 later)
+        return divergence_margin(base_top[at], base[at], spec[at] if at < len(spec) else None, stop_ids, later)
     # The baseline's answer ended here (its stop token not in output_ids): score the common prefix plus the
     # speculative arm's next token, which puts the position in the input.
     top = score_continuation(client, prompt_ids, base + [spec[at]], top_logprobs_num=2)[1]

@@ -1,9 +1,8 @@
 """Degeneracy detectors: text statistics that expose broken speculation without a reference.
 
-Random-weight and small models loop on their own, so every detector compares the speculative arm with the
-baseline's own continuations of the same prompts: a broken drafter shows up as *more* repetition, *fewer* distinct
-n-grams, leaked special tokens or answers far longer than the baseline's - never as a judgement on the baseline
-itself.
+Small and random-weight models loop on their own, so each detector compares the speculative arm with the baseline's
+continuations of the same prompts: a broken drafter shows as *more* repetition, *fewer* distinct n-grams, leaked
+special tokens or answers far longer than the baseline's - never as a judgement on the baseline itself.
 """
 
 from __future__ import annotations
@@ -52,14 +51,12 @@ class DegeneracyReport:
             found.append(f"repetition loop: {self.loop_fraction_spec:.0%} of speculative output is a "
                          f"loop vs {self.loop_fraction_base:.0%} of the baseline's")
         if self.distinct2_base and self.distinct2_spec < self.distinct2_base * (1 - distinct_drop):
-            found.append(f"distinct-2 collapse: {self.distinct2_spec:.2f} vs baseline "
-                         f"{self.distinct2_base:.2f}")
+            found.append(f"distinct-2 collapse: {self.distinct2_spec:.2f} vs baseline {self.distinct2_base:.2f}")
         if self.special_leaks:
             found.append(f"special-token leakage: {self.special_leaks} special tokens inside "
                          f"speculative answers that the baseline does not emit")
         if self.length_ratio > length_blowup:
-            found.append(f"length blow-up: speculative answers are {self.length_ratio:.2f}x the "
-                         f"baseline's length")
+            found.append(f"length blow-up: speculative answers are {self.length_ratio:.2f}x the baseline's length")
         return found
 
     def as_dict(self) -> dict[str, float]:
@@ -82,11 +79,9 @@ def degeneracy(baseline: Sequence[Sequence[int]], speculative: Sequence[Sequence
         return sum(1 for t in seq[:-1] if t in special)
 
     base_len = sum(len(s) for s in baseline)
-    return DegeneracyReport(
-        loop_fraction_spec=_mean(repeated_suffix_fraction(s) for s in speculative),
-        loop_fraction_base=_mean(repeated_suffix_fraction(s) for s in baseline),
-        distinct2_spec=_mean(distinct_n(s) for s in speculative),
-        distinct2_base=_mean(distinct_n(s) for s in baseline),
-        special_leaks=max(0, sum(leaks(s) for s in speculative) - sum(leaks(s) for s in baseline)),
-        length_ratio=(sum(len(s) for s in speculative) / base_len) if base_len else 1.0,
-    )
+    return DegeneracyReport(loop_fraction_spec=_mean(repeated_suffix_fraction(s) for s in speculative),
+                            loop_fraction_base=_mean(repeated_suffix_fraction(s) for s in baseline),
+                            distinct2_spec=_mean(distinct_n(s) for s in speculative),
+                            distinct2_base=_mean(distinct_n(s) for s in baseline),
+                            special_leaks=max(0, sum(leaks(s) for s in speculative) - sum(leaks(s) for s in baseline)),
+                            length_ratio=(sum(len(s) for s in speculative) / base_len) if base_len else 1.0)

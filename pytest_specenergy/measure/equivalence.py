@@ -1,8 +1,6 @@
 """Output equivalence between the speculative arm and its non-speculative twin: the engine's ``output_ids``
-compared per request, each divergence classified as a numerical tie or a real one.
-
-Why ties exist and how they are told apart: ``docs/design/measure.md``, section
-``pytest_specenergy/measure/equivalence.py``.
+compared per request, each divergence a numerical tie or a real one (why ties exist and how they are told apart:
+``docs/design/measure.md``, section ``pytest_specenergy/measure/equivalence.py``).
 """
 
 from __future__ import annotations
@@ -26,16 +24,12 @@ EXACT, TIE, REAL = "exact", "tie", "real"
 
 @dataclass(frozen=True)
 class DivergenceMargin:
-    """The baseline model's two best tokens at a prompt's first diverging position.
-
-    ``margin`` is the log-probability of the best minus that of the second best (>= 0). ``between_top2`` says
-    whether the arms' two tokens there are exactly those two (when one arm stopped, whether the other's token is
-    one of them and the rest a stop token): only then can a small margin explain the divergence.
-
+    """The baseline model's two best tokens at a prompt's first diverging position. ``margin``: best minus second
+    best log-probability (>= 0). ``between_top2``: the arms' two tokens are exactly those two (one arm stopped: the
+    other's token is one and the rest a stop token); only then can a small margin explain the divergence.
     ``later_gap`` guards the text after the tie: the largest shortfall (nats) of a speculative token below the
-    target's best at its position, from the divergence on (``later_index``: where). Greedy decoding under noise
-    picks the best token or a near-tie everywhere, so a drafter bug first showing at a near-tie still shows here.
-    """
+    target's best, from the divergence on (``later_index``: where); greedy decoding under noise picks the best
+    token or a near-tie everywhere, so a drafter bug first showing at a near-tie still shows here."""
 
     margin: float
     top_ids: tuple[int, int]
@@ -83,9 +77,8 @@ class RequestEquivalence:
             why = (f"baseline top-2 margin {m.margin:.3f} nats, but the arms' tokens are not the "
                    f"baseline's two best {list(m.top_ids)}")
         elif m.margin < tie_margin and m.later_gap >= tie_margin:
-            why = (f"baseline top-2 margin {m.margin:.3f} nats, a near-tie, but speculative token "
-                   f"{m.later_index} is {m.later_gap:.3f} nats below the target's best, over the tie "
-                   f"threshold {tie_margin:g}")
+            why = (f"baseline top-2 margin {m.margin:.3f} nats, a near-tie, but speculative token {m.later_index} is "
+                   f"{m.later_gap:.3f} nats below the target's best, over the tie threshold {tie_margin:g}")
         else:
             why = f"baseline top-2 margin {m.margin:.3f} nats, tie threshold {tie_margin:g}"
         return f"token {self.first_divergence} of prompt {self.prompt_index} ({why})"
@@ -158,14 +151,12 @@ class Equivalence:
     @property
     def first_divergent(self) -> RequestEquivalence | None:
         """The prompt that diverges earliest, if any."""
-        diverged = [r for r in self.requests if not r.exact]
-        return min(diverged, key=lambda r: r.common_prefix, default=None)
+        return min((r for r in self.requests if not r.exact), key=lambda r: r.common_prefix, default=None)
 
     def summary(self) -> str:
         """``8/8 exact`` or ``6/8 exact, first divergence at token 12 (prompt 3)``, plus ``, 1 numerical tie(s), 1
         real`` once the divergences' margins were measured."""
-        exact = sum(r.exact for r in self.requests)
-        text = f"{exact}/{len(self.requests)} exact"
+        text = f"{sum(r.exact for r in self.requests)}/{len(self.requests)} exact"
         worst = self.first_divergent
         if worst is not None:
             text += f", first divergence at token {worst.first_divergence} (prompt {worst.prompt_index})"
@@ -184,8 +175,7 @@ class Equivalence:
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """Index of the first differing token, the shorter length if one is a prefix of the other, or None when
-    identical."""
+    """Index of the first differing token, the shorter length if one is a prefix of the other, None if identical."""
     for index, (x, y) in enumerate(zip(a, b)):
         if x != y:
             return index
@@ -195,11 +185,9 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
 def compare_outputs(baseline: Sequence[Sequence[int]], speculative: Sequence[Sequence[int]],
                     margins: Sequence[DivergenceMargin | None] = (),
                     tie_margin: float = DEFAULT_TIE_MARGIN) -> Equivalence:
-    """Compare the two arms prompt by prompt (same prompts, same order).
+    """Compare the two arms prompt by prompt (same prompts, same order). ``margins``: per prompt, the baseline's
+    top-2 at the first divergence (``Coherence.margins``); empty when not measured, leaving every divergence real."""
 
-    ``margins``: per prompt, the baseline's top-2 at the first divergence (``Coherence.margins``); empty when not
-    measured, which leaves every divergence real.
-    """
     if len(baseline) != len(speculative):
         raise ValueError(f"arms answered different numbers of prompts: baseline {len(baseline)}, "
                          f"speculative {len(speculative)}")

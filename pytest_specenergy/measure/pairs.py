@@ -1,8 +1,6 @@
-"""From a :class:`Case` to a :class:`PairResult`: engines, meters, shared baselines, repeats.
-
-Interleaved arms, shared baselines, GPU residency and replay arms: ``docs/design/measure.md``, section
-``pytest_specenergy/measure/pairs.py``. The measurer takes plain values; it knows nothing of pytest, the gate or
-the session.
+"""From a :class:`Case` to a :class:`PairResult`: engines, meters, shared baselines, repeats, from plain values (it
+knows nothing of pytest, the gate or the session). Interleaved arms, shared baselines, GPU residency and replay
+arms: ``docs/design/measure.md``, section ``pytest_specenergy/measure/pairs.py``.
 """
 
 from __future__ import annotations
@@ -24,6 +22,7 @@ from pytest_specenergy.engines.sglang_residency import resident_config
 from pytest_specenergy.measure.arm import ArmMeasurer
 from pytest_specenergy.measure.arm import ArmRepeat
 from pytest_specenergy.measure.arm import Drafts
+from pytest_specenergy.measure.coherence import Coherence
 from pytest_specenergy.measure.coherence import measure_coherence
 from pytest_specenergy.measure.removal import check_mode
 from pytest_specenergy.measure.removal import removes_drafts
@@ -42,9 +41,8 @@ MeterFactory = Callable[[str, ServerProcess], "Meter | None"]
 class PairMeasurer:
     """Measures pairs on pooled engines; one instance per session (or per xdist worker)."""
 
-    def __init__(self, *, log_dir: Path, startup_timeout: float, meter: str, repeats: int,
-                 warmup: int | None, meter_factory: MeterFactory | None = None,
-                 pool: EnginePool | None = None, cooldown_s: float = 0.0,
+    def __init__(self, *, log_dir: Path, startup_timeout: float, meter: str, repeats: int, warmup: int | None,
+                 meter_factory: MeterFactory | None = None, pool: EnginePool | None = None, cooldown_s: float = 0.0,
                  draft_removal: str = "auto", progress: Callable[[int, str], None] | None = None,
                  gpu_memory: Callable[[], int | None] | None = None,
                  server_fields: Callable[[], frozenset[str] | None] | None = None) -> None:
@@ -78,9 +76,8 @@ class PairMeasurer:
         self._recorded: dict[tuple[Any, ...], Drafts] = {}
 
     def plan(self, cases: list[Case]) -> None:
-        """Record the collected cases and decide how the GPU's engines run: all of a case's SGLang engines
-        resident, interleaved (when they fit), else one at a time, blocked. A CPU SGLang engine holds no GPU, so
-        CPU cases keep the unbounded pool and interleave."""
+        """Record the collected cases and decide how the GPU's engines run: a case's SGLang engines all resident,
+        interleaved, when they fit, else one at a time, blocked (CPU cases keep the unbounded pool: no GPU held)."""
         self.planned = cases
         gpu = [c for c in cases if (c.engine == "sglang" and c.device != "cpu") or c.device.startswith("cuda")]
         if not gpu:
@@ -94,11 +91,10 @@ class PairMeasurer:
         self.pool.max_live = self.residency.engines if self.residency.resident else 1
 
     def start_planned(self) -> None:
-        """Start the reference engines of the planned cases side by side, before the first case measures, when the
-        pool is unbounded (every engine is kept to the session's end anyway): starts overlap well (figures:
-        ``docs/design/measure.md``, "Starting engines together"). At most :data:`PRESTART_MAX`, the first cases'
-        first; SGLang engines are not started early (a CPU one takes most of a minute and the cores; GPU ones
-        follow :meth:`plan`'s residency)."""
+        """On an unbounded pool (every engine kept to the session's end anyway), start the planned cases' reference
+        engines side by side before the first case measures: starts overlap well (``docs/design/measure.md``,
+        "Starting engines together"). At most :data:`PRESTART_MAX`, first cases first; not SGLang engines (a CPU
+        one takes a minute and the cores; GPU ones follow :meth:`plan`'s residency)."""
         if self.pool.max_live or not hasattr(self.pool, "start_together"):
             return
         configs = [self.engine_config(config) for case in self.planned for config in _engine_configs(case)
@@ -106,8 +102,7 @@ class PairMeasurer:
         self.pool.start_together(list(dict.fromkeys(configs))[:PRESTART_MAX])
 
     def engine_config(self, config: EngineConfig) -> EngineConfig:
-        """The config an arm's engine is started with: with its share of the GPU's memory and ``sleep_on_idle``
-        when the engines are resident (:meth:`plan`), else ``config``."""
+        """``config`` with its share of GPU memory and ``sleep_on_idle`` when engines are resident (:meth:`plan`)."""
         return resident_config(config, self.residency) if self.residency is not None else config
 
     def meter_for(self, server: ServerProcess) -> Meter:
@@ -131,13 +126,10 @@ class PairMeasurer:
     def _replay_arms(self, case: Case, arms: list[tuple[str, Case]], first: EngineConfig
                      ) -> dict[str, tuple[EngineConfig, Case]]:
         """The arms measured on replay engines (``measure/removal.py``): each one's engine and the drafting arm
-        whose recorded drafts it replays. ``first`` is the engine the case starts first anyway: its meter
-        decides."""
+        whose recorded drafts it replays. ``first``, the engine the case starts first anyway, decides the meter."""
         kind = self.meter_for(self.pool.get(self.engine_config(first))).kind
-        replays: dict[str, tuple[EngineConfig, Case]] = {}
-        for name, arm_case in arms:
-            if replays_proposals(arm_case.drafter, arm_case.engine, kind):
-                replays[name] = (arm_case.spec_config().replaying("proposals"), arm_case)
+        replays = {name: (arm_case.spec_config().replaying("proposals"), arm_case) for name, arm_case in arms
+                   if replays_proposals(arm_case.drafter, arm_case.engine, kind)}
         if removes_drafts(self.draft_removal, case, kind):
             if case.engine != "reference":
                 raise RuntimeError(f"draft removal replays recorded drafts, which only the reference engine can "
@@ -147,8 +139,7 @@ class PairMeasurer:
         return replays
 
     def _drafts(self, arm_case: Case) -> Drafts:
-        """The drafts of ``arm_case``'s drafter on its pool, recorded once (unmetered) on its own engine; every
-        replay of the same drafter, batch and pool shares them."""
+        """``arm_case``'s drafts on its pool, recorded once (unmetered) on its own engine for every replay to share."""
         key = (arm_case.spec_config(), arm_case.batch, arm_case.corpus_key, arm_case.generation)
         if key not in self._recorded:
             self._recorded[key] = self._arm(arm_case.spec_config(), arm_case, 0, 0).record_drafts()
@@ -186,13 +177,17 @@ class PairMeasurer:
         restarts: list[dict[str, Any]] = []
 
         def measure_next(name: str) -> None:
-            index = len(done[name])
-            self._rewarm_if_restarted(measurers[name], name, index, restarts)
-            done[name].append(self._timed(measurers[name], name, index, repeats))
+            index, each = len(done[name]), measurers[name]
+            # The pool's engine again: one that died and was restarted is warmed up again and the case flagged.
+            server = self.pool.get(each.server.config)
+            if server is not each.server:
+                each.server = server
+                each.warm_up()
+                restarts.append({"arm": name, "before_repeat": index})
+            done[name].append(self._timed(each, name, index, repeats))
 
         if interleave:
-            for name, arm_case in arms:
-                measurers[name] = measurer(name, arm_case)
+            measurers.update((name, measurer(name, arm_case)) for name, arm_case in arms)
             for each in measurers.values():
                 each.warm_up()
             for cycle in range(repeats):
@@ -206,24 +201,13 @@ class PairMeasurer:
                     measure_next(name)
                 if name == "baseline":
                     self._measure_siblings(case)
-        entries = sorted((_entry(name, i, r) for name, rs in done.items() for i, r in enumerate(rs)),
-                         key=lambda e: e["started"])
-        order = {"interleaved": interleave, "cooldown_s": self.cooldown_s,
-                 "order": [e["arm"] for e in entries], "repeats": entries,
-                 **({"restarts": restarts} if restarts else {}),
+        entries = sorted(({"arm": name, "repeat": i, "started": r.started, "finished": r.finished}
+                          for name, rs in done.items() for i, r in enumerate(rs)), key=lambda e: e["started"])
+        order = {"interleaved": interleave, "cooldown_s": self.cooldown_s, "order": [e["arm"] for e in entries],
+                 "repeats": entries, **({"restarts": restarts} if restarts else {}),
                  **({"residency": self.residency.as_dict()} if self.residency is not None else {})}
         results = {name: measurers[name].result(name, rs) for name, rs in done.items()}
         return results, measurers["speculative"].server, order
-
-    def _rewarm_if_restarted(self, measurer: ArmMeasurer, name: str, before_repeat: int,
-                             restarts: list[dict[str, Any]]) -> None:
-        """Before a repeat: the pool's engine again, in case it died and was restarted. A cold engine is warmed up
-        again before it is measured, and the case is flagged."""
-        server = self.pool.get(measurer.server.config)
-        if server is not measurer.server:
-            measurer.server = server
-            measurer.warm_up()
-            restarts.append({"arm": name, "before_repeat": before_repeat})
 
     def _measure_siblings(self, case: Case) -> None:
         """On a one-engine pool: every other planned baseline of this engine, while it runs."""
@@ -247,8 +231,7 @@ class PairMeasurer:
         began = time.monotonic()
         repeat = measurer.measure_repeat(arm)
         if self.progress is not None:
-            self.progress(1, f"{measurer.case.id} {arm} repeat {index + 1}/{total} "
-                             f"({time.monotonic() - began:.1f} s)")
+            self.progress(1, f"{measurer.case.id} {arm} repeat {index + 1}/{total} ({time.monotonic() - began:.1f} s)")
         return repeat
 
     def baseline(self, case: Case) -> RunResult:
@@ -268,47 +251,40 @@ class PairMeasurer:
             key = case.baseline_key()
             shared = key in self._baselines
             arms, server, order = self._interleaved(case, self.repeats, None, with_baseline=not shared)
-            if "baseline" in arms:
-                self._baselines[key] = arms["baseline"]
-                self._baseline_from[key] = case.id
-            baseline = self._baselines[key]
             if shared:
                 order["baseline_from"] = self._baseline_from[key]
+            else:
+                self._baselines[key], self._baseline_from[key] = arms["baseline"], case.id
+            baseline = self._baselines[key]
             # Scoring is a prefill (max_new_tokens=0) on the engine already running; it never speculates, so the
             # speculative engine scores as its twin would.
-            speculative = arms["speculative"]
-            coherence = measure_coherence(server.client, case.pool(), baseline.outputs, speculative.outputs,
-                                          _special_ids(server), tie_margins=True)
-            reference = arms.get("reference")
+            def scored(run: RunResult) -> Coherence:
+                return measure_coherence(server.client, case.pool(), baseline.outputs, run.outputs,
+                                         _special_ids(server), tie_margins=True)
+
             # The reference drafter's divergences are classified too: an A/B compares match fractions, ties
             # counting as matches on both sides.
-            reference_coherence = None if reference is None else measure_coherence(
-                server.client, case.pool(), baseline.outputs, reference.outputs, _special_ids(server),
-                tie_margins=True)
-            self._pairs[case] = PairResult(case, case.id, baseline, speculative, coherence,
+            reference = arms.get("reference")
+            self._pairs[case] = PairResult(case, case.id, baseline, arms["speculative"], scored(arms["speculative"]),
                                            order=order, reference=reference, removal=arms.get("removal"),
-                                           reference_coherence=reference_coherence)
+                                           reference_coherence=None if reference is None else scored(reference))
         return self._pairs[case]
 
     def add_repeats(self, case: Case, extra: int) -> PairResult:
-        """Measure ``extra`` more repeats of every arm, interleaved (an INCONCLUSIVE verdict asks for them); the
-        shared baseline grows with them."""
+        """``extra`` more interleaved repeats of every arm (asked by an INCONCLUSIVE verdict); the baseline grows."""
         pair = self.measure(case)
         more, _, order = self._interleaved(case, extra, 0, with_baseline=True)
-        baseline = _extend(pair.baseline, more["baseline"])
-        self._baselines[case.baseline_key()] = baseline
+        grown = {name: _extend(getattr(pair, name), run) for name, run in more.items()
+                 if getattr(pair, name) is not None}
+        self._baselines[case.baseline_key()] = grown["baseline"]
         merged = dict(pair.order or {})
         offset = {arm: sum(1 for a in merged.get("order", []) if a == arm) for arm in more}
         merged["order"] = list(merged.get("order", [])) + order["order"]
         merged["repeats"] = list(merged.get("repeats", [])) + [
             {**e, "repeat": e["repeat"] + offset[e["arm"]], "added": True} for e in order["repeats"]]
         merged["interleaved"] = bool(merged.get("interleaved", True)) and order["interleaved"]
-        grown = {name: _extend(getattr(pair, name), more[name]) for name in ("reference", "removal")
-                 if getattr(pair, name) is not None and name in more}
-        pair = dataclasses.replace(pair, baseline=baseline, order=merged, **grown,
-                                   speculative=_extend(pair.speculative, more["speculative"]))
-        self._pairs[case] = pair
-        return pair
+        self._pairs[case] = dataclasses.replace(pair, order=merged, **grown)
+        return self._pairs[case]
 
     def meter_description(self, label: str) -> dict[str, Any] | None:
         """The description of the meter whose label is ``label``, if one was used."""
@@ -342,15 +318,13 @@ def _engine_configs(case: Case) -> list[EngineConfig]:
 
 
 def gpu_memory_bytes() -> int | None:
-    """Total memory of the first GPU the engines see (``CUDA_VISIBLE_DEVICES``), from NVML; None when NVML is not
-    there or does not say (residency is then not guessed)."""
+    """Total memory of the engines' first GPU from NVML; None when NVML does not say (residency is not guessed)."""
     try:
         from pytest_specenergy.meters.devices import Nvml
         from pytest_specenergy.meters.nvml import resolve_devices
 
         with Nvml() as nvml:
-            gpu = resolve_devices(nvml, os.environ.get("CUDA_VISIBLE_DEVICES"),
-                                  os.environ.get("CUDA_DEVICE_ORDER"))[0]
+            gpu = resolve_devices(nvml, os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("CUDA_DEVICE_ORDER"))[0]
             total = getattr(nvml.optional("nvmlDeviceGetMemoryInfo", gpu.handle), "total", None)
             return int(total) if total else None
     except Exception:  # noqa: BLE001 - no NVML, no GPU, a MIG slice: not known
@@ -364,8 +338,7 @@ def _installed_server_fields() -> frozenset[str] | None:
 
 
 def _special_ids(server: Any) -> tuple[int, ...]:
-    """The engine's special token ids: ``ServerProcess.special_token_ids`` (SGLang's come from the checkpoint, its
-    ``/server_info`` has none), else what ``/server_info`` reports."""
+    """``ServerProcess.special_token_ids`` (SGLang's ``/server_info`` has none), else ``/server_info``'s."""
     ids = getattr(server, "special_token_ids", None)
     return tuple(ids) if ids is not None else tuple(server.server_info.get("special_token_ids", ()))
 
@@ -373,13 +346,7 @@ def _special_ids(server: Any) -> tuple[int, ...]:
 def _extend(run: RunResult, more: RunResult) -> RunResult:
     """``run`` with the samples of ``more`` appended (same arm, same engine)."""
     return dataclasses.replace(
-        run,
-        samples=run.samples + more.samples,
+        run, samples=run.samples + more.samples,
         outputs_stable=run.outputs_stable and more.outputs_stable and run.outputs == more.outputs,
         counter_problems=tuple(dict.fromkeys(run.counter_problems + more.counter_problems)),
-        replay_problems=tuple(dict.fromkeys(run.replay_problems + more.replay_problems)),
-    )
-
-
-def _entry(arm: str, index: int, repeat: ArmRepeat) -> dict[str, Any]:
-    return {"arm": arm, "repeat": index, "started": repeat.started, "finished": repeat.finished}
+        replay_problems=tuple(dict.fromkeys(run.replay_problems + more.replay_problems)))

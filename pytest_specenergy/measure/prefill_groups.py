@@ -1,7 +1,5 @@
-"""How a full window's requests were prefilled: which ones shared a prefill forward.
-
-Why the grouping matters and its two sources: ``docs/design/measure.md``, section
-``pytest_specenergy/measure/prefill_groups.py``.
+"""How a full window's requests were prefilled: which ones shared a prefill forward (why it matters and its two
+sources: ``docs/design/measure.md``, section ``pytest_specenergy/measure/prefill_groups.py``).
 """
 
 from __future__ import annotations
@@ -19,8 +17,7 @@ Groups = tuple[tuple[int, ...], ...]
 
 
 def engine_groups(counters: Sequence[RequestCounters], positions: Sequence[int]) -> Groups | None:
-    """``positions`` grouped by the prefill forward the engine reports for each; None when any of them lacks that
-    number (an engine that does not report it)."""
+    """``positions`` grouped by the prefill forward the engine reports for each; None when any lacks that number."""
     forwards: dict[int, list[int]] = {}
     for position in positions:
         forward = counters[position].prefill_forward
@@ -50,6 +47,4 @@ def prefill_groups(counters: Sequence[RequestCounters], positions: Sequence[int]
                    sent: Sequence[float | None], gap_s: float = DEFAULT_SEND_GAP_S) -> tuple[Groups, str]:
     """The grouping of ``positions`` and where it came from (``engine`` or ``send-time``)."""
     grouped = engine_groups(counters, positions)
-    if grouped is not None:
-        return grouped, "engine"
-    return send_groups(sent, positions, gap_s), "send-time"
+    return (grouped, "engine") if grouped is not None else (send_groups(sent, positions, gap_s), "send-time")

@@ -1,7 +1,5 @@
-"""Which arms of a case run on replay engines: draft removal and oracle-free controlled acceptance.
-
-The method and the ``--specenergy-draft-removal`` modes: ``docs/design/measure.md``, section
-``pytest_specenergy/measure/removal.py``.
+"""Which arms of a case run on replay engines: draft removal and oracle-free controlled acceptance (the method and
+the ``--specenergy-draft-removal`` modes: ``docs/design/measure.md``, ``pytest_specenergy/measure/removal.py``).
 """
 
 from __future__ import annotations
@@ -26,14 +24,11 @@ def is_board_meter(meter_kind: str) -> bool:
 
 def removes_drafts(mode: str, case: Case, meter_kind: str) -> bool:
     """Whether ``case`` gets a verify-only ``removal`` arm under ``mode`` and this meter."""
-    if check_mode(mode) == "on":
-        return True
-    return (mode == "auto" and case.engine == "reference" and case.drafter.draft_model is not None
-            and is_board_meter(meter_kind))
+    return check_mode(mode) == "on" or (mode == "auto" and case.engine == "reference"
+                                        and case.drafter.draft_model is not None and is_board_meter(meter_kind))
 
 
 def replays_proposals(drafter: Drafter, engine: str, meter_kind: str) -> bool:
     """Whether an arm of ``drafter`` is measured on a ``proposals`` replay engine: controlled acceptance under a
     board meter, whose oracle must not be in the measured window."""
-    return (engine == "reference" and dict(drafter.settings).get("accept_p") is not None
-            and is_board_meter(meter_kind))
+    return engine == "reference" and dict(drafter.settings).get("accept_p") is not None and is_board_meter(meter_kind)

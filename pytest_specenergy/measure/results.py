@@ -1,15 +1,15 @@
 """Measurement records: one :class:`RunResult` per arm, a :class:`PairResult` per case.
 
-Per-arm metrics read on the pair (``r.energy_per_token``, ``r.tbt_ms``, ``r.accept_length``) are the speculative
-arm's; pair metrics (``energy_saving``, ``speedup``, equivalence) compare the arms. Every ``assert_*`` helper fails
-with the value, the limit, both arms, the case and where the figures came from (``measured (nvml)`` or ``modeled
-(<gpu>)``).
+Per-arm metrics read on the pair (``r.energy_per_token``, ``r.tbt_ms``) are the speculative arm's; pair metrics
+(``energy_saving``, ``speedup``, equivalence) compare the arms. An ``assert_*`` helper fails with the value, the
+limit, both arms, the case and the figures' source (``measured (nvml)`` or ``modeled (<gpu>)``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from dataclasses import field
+from dataclasses import fields
 from functools import cached_property
 from typing import Any
 
@@ -66,8 +66,7 @@ class RunResult:
 
     @property
     def coverage(self) -> float | None:
-        """Mean over repeats of the share of the pool's decode tokens inside the window (None when a repeat did not
-        record it)."""
+        """Mean over repeats of the share of the pool's decode tokens inside the window (None: not recorded)."""
         total = self._pooled("coverage")
         return None if total is None else total / len(self.samples)
 
@@ -86,14 +85,8 @@ class RunResult:
         return metrics.acceptance_rate(self._pooled("correct_drafts"), self._pooled("proposed_drafts"))
 
     def record(self) -> Arm:
-        """This arm as the run document stores it, every sample kept."""
-        return Arm(arm=self.arm, engine=self.engine, source=self.source,
-                   energy_per_token=self.energy_per_token, tbt_ms=self.tbt_ms,
-                   accept_length=self.accept_length, acceptance_rate=self.acceptance_rate,
-                   verified_per_step=self.verified_per_step, samples=self.samples,
-                   concurrency=self.concurrency, outputs_stable=self.outputs_stable,
-                   counter_problems=self.counter_problems, replay_problems=self.replay_problems,
-                   finish_reasons=self.finish_reasons, coverage=self.coverage)
+        """This arm as the run document stores it, every sample kept: each field of an :class:`Arm` is this one's."""
+        return Arm(**{f.name: getattr(self, f.name) for f in fields(Arm) if f.name != "extra"})
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record with every sample."""
@@ -110,17 +103,13 @@ class PairResult:
     speculative: RunResult
     coherence: Coherence | None = None
     #: How the repeats ran: ``order`` (arm per repeat, in run order), ``repeats`` (arm, index, wall-clock start and
-    #: finish), ``interleaved``, ``cooldown_s``, and ``baseline_from`` when the baseline's samples were measured
-    #: with another drafter's pair.
+    #: finish), ``interleaved``, ``cooldown_s``, and ``baseline_from`` when the baseline came from another pair.
     order: dict[str, Any] = field(default_factory=dict, compare=False)
-    #: In-job A/B: the reference drafter's arm (``case.reference``), measured in the same repeat cycles as both
-    #: other arms, so sample i of each comes from one cycle.
+    #: In-job A/B: the reference drafter's arm (``case.reference``); sample i of each arm comes from one cycle.
     reference: RunResult | None = None
-    #: Draft removal: the verify-only replay of the speculative arm's recorded drafts (the same verify steps over
-    #: the same contexts, no draft passes), sample i in cycle i.
+    #: Draft removal: the verify-only replay of the speculative arm's recorded drafts (no draft passes).
     removal: RunResult | None = None
-    #: In-job A/B: the reference arm's text scored against the baseline (its divergences' top-2 margins), so the
-    #: reference's ties are told from real divergences as the candidate's are.
+    #: In-job A/B: the reference arm's text scored against the baseline, so its ties are told apart too.
     reference_coherence: Coherence | None = None
 
     # Per-arm metrics are the speculative arm's.
@@ -147,8 +136,7 @@ class PairResult:
 
     @property
     def verify_intensity(self) -> float | None:
-        """The verify step's arithmetic intensity, FLOP/byte, under the meter's GPU and shape (mean over repeats;
-        None where the meter does not model steps, e.g. nvml)."""
+        """The verify step's FLOP/byte under the meter's GPU and shape (mean over repeats; None: steps not modeled)."""
         values = self._meter_detail("verify_intensity")
         return sum(values) / len(values) if values else None
 
@@ -165,14 +153,10 @@ class PairResult:
 
     @property
     def draft_share(self) -> float | None:
-        """The drafter's share of speculative decode energy, labelled by :attr:`source`.
-
-        With draft removal (:attr:`removal`) it is measured: per repeat cycle, ``1 - removal J/token / speculative
-        J/token``, the mean over cycles (on a board meter it can come out slightly negative for a drafter with no
-        draft passes: noise, kept as measured). Without, it is what the modeled meter priced for the draft passes
-        apart from verification; None where neither exists (a board meter without removal).
-        :attr:`draft_share_method` says which.
-        """
+        """The drafter's share of speculative decode energy (:attr:`draft_share_method` says how). With draft removal
+        it is measured: per repeat cycle ``1 - removal J/token / speculative J/token``, the mean over cycles (slightly
+        negative on a board meter for a drafter with no draft passes: noise, kept). Else the modeled meter's price
+        of the draft passes; None where neither exists (a board meter without removal)."""
         if self.removal is not None:
             return metrics.removal_draft_share([s.energy_per_token for s in self.speculative.samples],
                                                [s.energy_per_token for s in self.removal.samples])
@@ -186,8 +170,7 @@ class PairResult:
 
     @property
     def draft_share_method(self) -> str | None:
-        """``removal`` (a verify-only replay was measured), ``priced`` (the modeled meter's split of the work
-        trace) or None (not known)."""
+        """``removal`` (a verify-only replay was measured), ``priced`` (the modeled meter's split) or None."""
         if self.removal is not None:
             return "removal"
         return "priced" if self.draft_share_priced is not None else None
@@ -226,13 +209,8 @@ class PairResult:
     def describe(self) -> str:
         """Both arms' numbers on a few lines, for failure messages."""
         return (
-            f"case {self.case_id} [{self.source}]\n"
-            f"  baseline:    {metrics.fmt(self.baseline.energy_per_token, '.4g')} J/token, "
-            f"tbt {metrics.fmt(self.baseline.tbt_ms, '.3f')} ms "
-            f"({len(self.baseline.samples)} repeats: {_samples(self.baseline)})\n"
-            f"  speculative: {metrics.fmt(self.speculative.energy_per_token, '.4g')} J/token, "
-            f"tbt {metrics.fmt(self.speculative.tbt_ms, '.3f')} ms "
-            f"({len(self.speculative.samples)} repeats: {_samples(self.speculative)})\n"
+            f"case {self.case_id} [{self.source}]\n{_arm_line('baseline:   ', self.baseline)}"
+            f"{_arm_line('speculative:', self.speculative)}"
             f"  accept length {metrics.fmt(self.accept_length, '.3f')}, acceptance rate "
             f"{metrics.fmt(self.acceptance_rate, '.3f')}, verified/step {self.verified_per_step}, "
             f"energy saving {metrics.fmt(self.energy_saving, '+.1%')}, speedup {metrics.fmt(self.speedup, '.2f')}x, "
@@ -266,18 +244,14 @@ class PairResult:
             self._fail(f"accept length {value:.3f} is below the required {at_least:.3f}")
         return self
 
-    def assert_equivalent(self, min_common_prefix: int | None = None,
-                          min_exact_fraction: float | None = None,
+    def assert_equivalent(self, min_common_prefix: int | None = None, min_exact_fraction: float | None = None,
                           tie_margin: float = DEFAULT_TIE_MARGIN) -> PairResult:
-        """Greedy outputs match the baseline's token ids, up to numerical ties.
-
-        A prompt whose first divergence is a numerical tie (the baseline's two best tokens there are the arms' two
-        tokens, less than ``tie_margin`` nats apart: :mod:`~pytest_specenergy.measure.equivalence`) counts as
-        matching; its text after the tie is judged by :meth:`assert_coherent`. Any other divergence is real, and so
-        is one whose margin was not measured. With no arguments any real divergence fails; ``min_common_prefix=N``
-        asks each prompt to agree on its first N tokens (or all of a shorter answer) unless it diverged at a tie;
-        ``min_exact_fraction`` bounds the share of prompts that match. ``tie_margin=0`` is exact equality.
-        """
+        """Greedy outputs match the baseline's token ids, up to numerical ties: a first divergence between the
+        baseline's two best tokens, less than ``tie_margin`` nats apart (0: exact equality), counts as a match
+        (:mod:`~pytest_specenergy.measure.equivalence`; the text after it is :meth:`assert_coherent`'s). Any other
+        divergence, or one whose margin was not measured, is real. With no arguments any real divergence fails;
+        ``min_common_prefix=N`` asks each prompt to agree on its first N tokens (or all of a shorter answer) unless
+        it diverged at a tie; ``min_exact_fraction`` bounds the share of prompts that match."""
         __tracebackhide__ = True
         eq = self.equivalence.classified(tie_margin)
         if min_common_prefix is None and min_exact_fraction is None:
@@ -286,10 +260,9 @@ class PairResult:
         if not eq.requests:
             self._fail("equivalence cannot be judged: the arms answered no prompts")
         if min_exact_fraction is not None and eq.matched_fraction < min_exact_fraction:
-            self._fail(f"outputs differ from the baseline: exact-match fraction "
-                       f"{eq.matched_fraction:.3f} (counting {len(eq.ties)} numerical tie(s) as "
-                       f"matches) is below the required {min_exact_fraction:.3f}\n  {len(real)} real "
-                       f"divergence(s), the first at {real[0].describe(tie_margin)}")
+            self._fail(f"outputs differ from the baseline: exact-match fraction {eq.matched_fraction:.3f} (counting "
+                       f"{len(eq.ties)} numerical tie(s) as matches) is below the required {min_exact_fraction:.3f}\n"
+                       f"  {len(real)} real divergence(s), the first at {real[0].describe(tie_margin)}")
         if min_common_prefix is not None:
             # An identical answer shorter than N (it ended at EOS) still agrees on all of it.
             short = [r for r in real if r.common_prefix < min_common_prefix]
@@ -303,16 +276,12 @@ class PairResult:
 
     def assert_coherent(self, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_GAP,
                         tie_margin: float = DEFAULT_TIE_MARGIN) -> PairResult:
-        """The speculative text is as likely under the target as the baseline's own text, every token of it is one
-        the target would pick up to a numerical tie, and it shows no degeneracy (loops, distinct-n collapse,
-        special-token leakage, length blow-up). For where exact equality cannot hold (GPU numerics).
-
-        The per-token check: from each prompt's first divergence on, no speculative token may lie more than
-        ``tie_margin`` nats below the target's best at its position (``DivergenceMargin.later_gap``). Greedy
-        decoding under numerical noise picks the best token or a near-tie everywhere, so noise passes; a verify bug
-        that commits a token the target rejected fails even where the mean gap is small. It applies where the
-        divergences' top-2 were scored (the plugin always scores them); ``tie_margin=inf`` turns it off.
-        """
+        """The speculative text is as likely under the target as the baseline's own text, shows no degeneracy
+        (loops, distinct-n collapse, special-token leakage, length blow-up), and from each prompt's first divergence
+        on no token of it lies more than ``tie_margin`` nats below the target's best (``DivergenceMargin.later_gap``;
+        ``inf`` turns that off). For where exact equality cannot hold (GPU numerics): greedy decoding under noise
+        picks the best token or a near-tie everywhere, while a verify bug that commits a token the target rejected
+        fails even where the mean gap is small. Judged where the divergences' top-2 were scored (the plugin does)."""
         __tracebackhide__ = True
         coherence = self.coherence
         if coherence is None:
@@ -322,18 +291,16 @@ class PairResult:
         where = (f"first divergence at token {worst.first_divergence} of prompt {worst.prompt_index}"
                  if worst else "no divergence")
         if coherence.mean_gap > max_logprob_gap:
-            self._fail(f"speculative output is incoherent: {where}; log-probability gap "
-                       f"{coherence.mean_gap:.3f} nats/token (worst prompt {coherence.worst_gap:.3f}) "
-                       f"exceeds {max_logprob_gap:.3f}")
+            self._fail(f"speculative output is incoherent: {where}; log-probability gap {coherence.mean_gap:.3f} "
+                       f"nats/token (worst prompt {coherence.worst_gap:.3f}) exceeds {max_logprob_gap:.3f}")
         off = coherence.off_greedy(tie_margin)
         if off:
             prompt, m = max(off, key=lambda e: e[1].later_gap)
             diverged = sum(coherence.diverged) or len(off)
-            self._fail(f"speculative output is not the target's greedy text: {len(off)} of {diverged} "
-                       f"diverged prompt(s) commit a token the target ranks more than the tie margin "
-                       f"{tie_margin:g} nats below its best; the worst is token {m.later_index} of prompt "
-                       f"{prompt}, {m.later_gap:.3f} nats below ({where}; mean gap "
-                       f"{coherence.mean_gap:.3f} nats/token)")
+            self._fail(f"speculative output is not the target's greedy text: {len(off)} of {diverged} diverged "
+                       f"prompt(s) commit a token the target ranks more than the tie margin {tie_margin:g} nats below "
+                       f"its best; the worst is token {m.later_index} of prompt {prompt}, {m.later_gap:.3f} nats below "
+                       f"({where}; mean gap {coherence.mean_gap:.3f} nats/token)")
         problems = coherence.degeneracy.problems()
         if problems:
             self._fail(f"speculative output is degenerate ({where}): " + "; ".join(problems))
@@ -350,17 +317,14 @@ class PairResult:
         """The pair as the run document stores it, with every sample of every arm."""
         ab = self.reference is not None and self.case.reference is not None
         return CaseRecord(
-            case_id=self.case_id, case=self.case.as_dict(), source=self.source,
-            baseline=self.baseline.record(), speculative=self.speculative.record(),
-            energy_saving=self.energy_saving, speedup=self.speedup, accept_length=self.accept_length,
-            acceptance_rate=self.acceptance_rate, energy_per_token=self.energy_per_token,
-            tbt_ms=self.tbt_ms, verified_per_step=self.verified_per_step,
-            verify_intensity=self.verify_intensity, balance_point=self.balance_point,
-            compute_bound=self.compute_bound, draft_share=self.draft_share,
-            draft_share_method=self.draft_share_method, draft_share_priced=self.draft_share_priced,
-            equivalence=self.equivalence.as_dict(),
-            coherence=self.coherence.as_dict() if self.coherence else None,
-            checks=self.checks, order=self.order,
+            case_id=self.case_id, case=self.case.as_dict(), source=self.source, baseline=self.baseline.record(),
+            speculative=self.speculative.record(), energy_saving=self.energy_saving, speedup=self.speedup,
+            accept_length=self.accept_length, acceptance_rate=self.acceptance_rate,
+            energy_per_token=self.energy_per_token, tbt_ms=self.tbt_ms, verified_per_step=self.verified_per_step,
+            verify_intensity=self.verify_intensity, balance_point=self.balance_point, compute_bound=self.compute_bound,
+            draft_share=self.draft_share, draft_share_method=self.draft_share_method,
+            draft_share_priced=self.draft_share_priced, equivalence=self.equivalence.as_dict(),
+            coherence=self.coherence.as_dict() if self.coherence else None, checks=self.checks, order=self.order,
             reference=self.reference.record() if ab else None,  # type: ignore[union-attr]
             reference_drafter=self.case.reference.as_dict() if ab else None,  # type: ignore[union-attr]
             # The reference arm's own match with the baseline: an A/B compares equivalence too.
@@ -373,5 +337,7 @@ class PairResult:
         return self.record().as_dict()
 
 
-def _samples(run: RunResult) -> str:
-    return ", ".join(metrics.fmt(s.energy_per_token, ".4g") for s in run.samples)
+def _arm_line(label: str, run: RunResult) -> str:
+    samples = ", ".join(metrics.fmt(s.energy_per_token, ".4g") for s in run.samples)
+    return (f"  {label} {metrics.fmt(run.energy_per_token, '.4g')} J/token, tbt {metrics.fmt(run.tbt_ms, '.3f')} ms "
+            f"({len(run.samples)} repeats: {samples})\n")

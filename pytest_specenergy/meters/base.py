@@ -1,9 +1,7 @@
 """The meter protocol: how energy over one measurement window is obtained.
 
-Two kinds exist: ``nvml`` (the GPU board's energy counter, measured) and ``modeled:<gpu>``
-(a roofline model applied to the reference server's work trace). Every window carries a
-``source`` label - ``measured (nvml)`` or ``modeled (h200)`` - that follows the figure into
-tables, JSON and reports.
+Every window's ``source`` label (``measured (nvml)``, ``modeled (h200)``) follows its figure into tables, JSON and
+reports.
 """
 
 from __future__ import annotations
@@ -25,11 +23,10 @@ class MeterError(RuntimeError):
 class EnergyWindow:
     """Energy and time over one window.
 
-    ``request_seconds``: each request's active time inside the window, when the meter knows it
-    (the modeled meter; with a board counter the engine's ``e2e_latency`` is used instead).
-    ``request_decode_seconds``: the part spent in decode, verify and draft passes, not prefill: a
-    request's time between tokens without subtracting another window's prefill, whose batching
-    differs at large batch.
+    ``request_seconds``: each request's active time inside the window, when the meter knows it (the modeled meter;
+    with a board counter the engine's ``e2e_latency`` is used instead). ``request_decode_seconds``: the part spent in
+    decode, verify and draft passes, not prefill: a request's time between tokens without subtracting another
+    window's prefill, whose batching differs at large batch.
     """
 
     joules: float
@@ -38,9 +35,9 @@ class EnergyWindow:
     request_seconds: Mapping[str, float] | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
     request_decode_seconds: Mapping[str, float] | None = None
-    #: The window's prefill forwards alone, where the meter prices the engine's own steps (the
-    #: modeled meter): what a prefill-only twin replaying them would read. None: a board meter.
-    #: A meter that adjusts a window's readings (a test's noise) adjusts this one alike.
+    #: The window's prefill forwards alone, where the meter prices the engine's own steps (the modeled meter): what a
+    #: prefill-only twin replaying them would read. None: a board meter. A meter that adjusts a window's readings (a
+    #: test's noise) adjusts this one alike.
     prefill_only: EnergyWindow | None = None
 
 

@@ -1,13 +1,11 @@
 """The one module that touches NVML: loading, device facts, GPU counts, errors.
 
-Who goes through it and how missing calls are feature-detected: ``docs/design/meters-report-cli.md``,
-section ``pytest_specenergy/meters/devices.py``.
+Who goes through it and how missing calls are feature-detected: ``docs/design/meters-report-cli.md`` (its section).
 """
 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import asdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,16 +18,15 @@ CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
     (0x40, "HwThermalSlowdown"), (0x80, "HwPowerBrakeSlowdown"), (0x100, "DisplayClockSetting"),
 )
 #: Reasons that mean the board slowed itself down: energy per token is not comparable.
-SLOWDOWN_REASONS = frozenset({"HwSlowdown", "SwThermalSlowdown", "HwThermalSlowdown",
-                              "HwPowerBrakeSlowdown"})
+SLOWDOWN_REASONS = frozenset({"HwSlowdown", "SwThermalSlowdown", "HwThermalSlowdown", "HwPowerBrakeSlowdown"})
 
 _ADVICE = {
-    "LIBRARY_NOT_FOUND": "libnvidia-ml.so.1 was not found: this machine has no NVIDIA driver, or "
-                         "the container was started without the GPU runtime (docker --gpus all)",
+    "LIBRARY_NOT_FOUND": "libnvidia-ml.so.1 was not found: this machine has no NVIDIA driver, or the container was "
+                         "started without the GPU runtime (docker --gpus all)",
     "DRIVER_NOT_LOADED": "the NVIDIA kernel driver is not loaded (nvidia-smi fails too)",
     "NO_PERMISSION": "no permission to open the GPU device files (/dev/nvidia*)",
-    "LIB_RM_VERSION_MISMATCH": "the NVML library and the kernel driver differ in version (driver "
-                               "upgraded without a reboot); reboot or reload the driver",
+    "LIB_RM_VERSION_MISMATCH": "the NVML library and the kernel driver differ in version (driver upgraded without a "
+                               "reboot); reboot or reload the driver",
     "GPU_IS_LOST": "a GPU fell off the bus; the machine needs attention before measuring",
 }
 
@@ -52,10 +49,6 @@ class GpuFacts:
     mig_enabled: bool | None
     energy_counter: bool
 
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return asdict(self)
-
 
 def nvml_reason(nvml: Any, exc: BaseException) -> str:
     """A sentence saying what an NVML failure means and what to do about it."""
@@ -75,13 +68,11 @@ def _import_nvml() -> Any:
     try:
         import pynvml as nvml  # type: ignore[import-not-found]
     except ImportError:
-        raise MeterError(
-            "nvidia-ml-py is not installed, so NVML cannot be read; install it with "
-            "pip install 'pytest-specenergy[nvml]' (never the deprecated 'pynvml' package)"
-        ) from None
+        raise MeterError("nvidia-ml-py is not installed, so NVML cannot be read; install it with pip install "
+                         "'pytest-specenergy[nvml]' (never the deprecated 'pynvml' package)") from None
     if not hasattr(nvml, "_nvmlGetFunctionPointer"):
-        raise MeterError("the 'pynvml' module here is not NVIDIA's nvidia-ml-py binding; uninstall "
-                         "pynvml and pip install nvidia-ml-py")
+        raise MeterError("the 'pynvml' module here is not NVIDIA's nvidia-ml-py binding; uninstall pynvml and pip "
+                         "install nvidia-ml-py")
     return nvml
 
 
@@ -97,8 +88,8 @@ def _milliwatts(value: Any) -> float | None:
 class Nvml:
     """An open NVML library: the one object that calls ``pynvml`` (Zeus's ``nvidia.py``).
 
-    Every vendor call is a method here or on :class:`Gpu`; :meth:`optional` is for queries an
-    older driver lacks or a board refuses. One :meth:`close` (or ``with``) ends the one init.
+    Every vendor call is a method here or on :class:`Gpu`; :meth:`optional` is for queries an older driver lacks or
+    a board refuses. One :meth:`close` (or ``with``) ends the one init.
     """
 
     def __init__(self, module: Any = None) -> None:
@@ -184,10 +175,9 @@ class Gpu:
         try:
             return int(self.nvml.lib.nvmlDeviceGetTotalEnergyConsumption(self.handle))
         except Exception as exc:  # noqa: BLE001
-            raise MeterError(
-                f"GPU {self.index} {self.name} ({self.uuid}) has no readable total-energy counter: "
-                f"{nvml_reason(self.nvml.lib, exc)}; it needs a Volta or newer GPU with a driver that "
-                "supports nvmlDeviceGetTotalEnergyConsumption") from exc
+            raise MeterError(f"GPU {self.index} {self.name} ({self.uuid}) has no readable total-energy counter: "
+                             f"{nvml_reason(self.nvml.lib, exc)}; it needs a Volta or newer GPU with a driver that "
+                             "supports nvmlDeviceGetTotalEnergyConsumption") from exc
 
     def processes(self) -> set[int]:
         """PIDs of the compute processes NVML lists on this GPU (host PIDs)."""
@@ -210,9 +200,8 @@ class Gpu:
         return None if value is None else float(value)
 
     def power_reader(self) -> tuple[Any, str]:
-        """A function giving this GPU's power in W now, and what it reads: the instantaneous
-        field where the driver has it (``NVML_FI_DEV_POWER_INSTANT``), else the 1-second
-        average of ``nvmlDeviceGetPowerUsage``."""
+        """A function giving this GPU's power in W now, and what it reads: the instantaneous field where the driver has
+        it (``NVML_FI_DEV_POWER_INSTANT``), else the 1-second average of ``nvmlDeviceGetPowerUsage``."""
         lib, field = self.nvml.lib, getattr(self.nvml.lib, "NVML_FI_DEV_POWER_INSTANT", None)
 
         def instant() -> float:
@@ -239,17 +228,14 @@ class Gpu:
         mig = nvml.optional("nvmlDeviceGetMigMode", handle)
         sm, mem = nvml.constant("NVML_CLOCK_SM", 1), nvml.constant("NVML_CLOCK_MEM", 2)
         return GpuFacts(
-            index=self.index, uuid=self.uuid, name=self.name, driver=driver,
-            power_limit_w=_milliwatts(limit),
+            index=self.index, uuid=self.uuid, name=self.name, driver=driver, power_limit_w=_milliwatts(limit),
             default_power_limit_w=_milliwatts(nvml.optional("nvmlDeviceGetPowerManagementDefaultLimit", handle)),
             sm_clock_mhz=nvml.optional("nvmlDeviceGetClockInfo", handle, sm),
             mem_clock_mhz=nvml.optional("nvmlDeviceGetClockInfo", handle, mem),
-            max_sm_clock_mhz=nvml.optional("nvmlDeviceGetMaxClockInfo", handle, sm),
-            temperature_c=self.temperature_c(),
+            max_sm_clock_mhz=nvml.optional("nvmlDeviceGetMaxClockInfo", handle, sm), temperature_c=self.temperature_c(),
             persistence_mode=None if persistence is None else persistence == nvml.constant("NVML_FEATURE_ENABLED", 1),
             mig_enabled=None if not mig else mig[0] == nvml.constant("NVML_DEVICE_MIG_ENABLE", 1),
-            energy_counter=nvml.optional("nvmlDeviceGetTotalEnergyConsumption", handle) is not None,
-        )
+            energy_counter=nvml.optional("nvmlDeviceGetTotalEnergyConsumption", handle) is not None)
 
 
 def decode_clock_events(mask: int | None) -> list[str]:

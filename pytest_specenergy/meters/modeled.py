@@ -1,7 +1,6 @@
 """The modeled meter: a roofline model of a GPU applied to the reference server's work trace.
 
-How a trace is priced, and why nothing about speculation is special-cased:
-``docs/design/meters-report-cli.md``, section ``pytest_specenergy/meters/modeled.py``.
+How a trace is priced, and why nothing about speculation is special-cased: ``docs/design/meters-report-cli.md``.
 """
 
 from __future__ import annotations
@@ -110,8 +109,8 @@ def pricing_for(gpu: GpuPreset, info: Mapping[str, Any] | None, engine: Any = No
                 override: str | None = None) -> Pricing:
     """The pricing of an engine from its ``/server_info`` (``priced_as``, CUDA-graph setting).
 
-    ``override`` (``self`` or a shape name) replaces the server's declaration: ``self`` prices
-    every step at the trace's own size; a shape name prices the target at that shape.
+    ``override`` (``self`` or a shape name) replaces the server's declaration: ``self`` prices every step at the
+    trace's own size; a shape name prices the target at that shape.
     """
     info = info if isinstance(info, Mapping) else {}
     declared = info.get("priced_as")
@@ -139,11 +138,11 @@ def _scaled_experts(step: Mapping[str, Any], shape: ModelShape, traced: TracedMo
                     tokens: int) -> list[float] | None:
     """Experts the real shape would touch for this step, per real layer.
 
-    The tiny router's distinct-expert count says how much the step's tokens overlapped in their
-    routing: inverting the uniform-routing occupancy E(1 - (1 - k/E)^n) gives the number of
-    independent tokens n_eff (at most the step's tokens; a saturated tiny layer says nothing and
-    counts all of them). That many tokens touch E'(1 - (1 - k'/E')^n_eff) of the real model's
-    E' experts with top-k'. Real layer l reads tiny layer l x L_tiny / L_real.
+    The tiny router's distinct-expert count says how much the step's tokens overlapped in their routing: inverting
+    the uniform-routing occupancy E(1 - (1 - k/E)^n) gives the number of independent tokens n_eff (at most the step's
+    tokens; a saturated tiny layer says nothing and counts all of them). That many tokens touch
+    E'(1 - (1 - k'/E')^n_eff) of the real model's E' experts with top-k'. Real layer l reads tiny layer
+    l x L_tiny / L_real.
     """
     touched = step.get("experts_touched")
     if not shape.is_moe or not touched or traced is None:
@@ -228,16 +227,15 @@ def window_from_steps(steps: Iterable[Mapping[str, Any]], gpu: GpuPreset,
         "balance_point": gpu.balance_point,
         "compute_bound": verify_intensity > gpu.balance_point if verify_intensity is not None else None,
         "joules_by_phase": joules_by_phase, "joules_by_model": joules_by_model,
-        "draft_share": joules_by_phase["draft"] / decoding if decoding else None,
-    }
+        "draft_share": joules_by_phase["draft"] / decoding if decoding else None}
     return EnergyWindow(joules, seconds, pricing.label, per_request, details, decoding_s)
 
 
 class ModeledMeter:
     """``modeled:<gpu>``: energy from the reference server's work trace.
 
-    ``modeled:<gpu>:<shape>`` (or ``priced_as=``) overrides what the server declares:
-    ``self`` prices the trace at the tiny model's own size, a shape name prices the target there.
+    ``modeled:<gpu>:<shape>`` (or ``priced_as=``) overrides what the server declares: ``self`` prices the trace at
+    the tiny model's own size, a shape name prices the target there.
     """
 
     # The trace is exact, so any window is long enough.
@@ -265,8 +263,7 @@ class ModeledMeter:
                 "balance_point_flop_per_byte": round(self.gpu.balance_point, 1),
                 "step_overhead": {"cuda_graph_s": _roofline.GRAPH_STEP_S,
                                   "eager_kernel_launch_s": _roofline.KERNEL_LAUNCH_S,
-                                  "eager_step_s": _roofline.EAGER_STEP_S,
-                                  "self_priced_s": self.gpu.step_overhead_s},
+                                  "eager_step_s": _roofline.EAGER_STEP_S, "self_priced_s": self.gpu.step_overhead_s},
                 "priced_as_override": self.override, "labels": list(self.labels)}
 
     def pricing(self, engine: Any) -> Pricing:
@@ -286,8 +283,8 @@ class ModeledMeter:
     def start(self, engine: EngineHandle) -> Any:
         """Skip past everything recorded so far (warm-up, earlier windows)."""
         if not hasattr(engine, "work_trace"):
-            raise MeterError(f"the modeled meter needs an engine with a work trace (the reference "
-                             f"server), not {engine.config.engine}; use --specenergy-meter=nvml")
+            raise MeterError(f"the modeled meter needs an engine with a work trace (the reference server), not "
+                             f"{engine.config.engine}; use --specenergy-meter=nvml")
         self._advance(engine)
         pricing = self.pricing(engine)
         self.label = pricing.label

@@ -38,8 +38,8 @@ DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 class Prediction:
     """What the roofline model predicts for one batch, before anything runs.
 
-    Energies are per committed token; ``saving`` is ``1 - spec / baseline`` (None without an
-    accept length); ``break_even_accept_length`` is the accept length at which the saving is 0.
+    Energies are per committed token; ``saving`` is ``1 - spec / baseline`` (None without an accept length);
+    ``break_even_accept_length`` is the accept length at which the saving is 0.
     """
 
     batch: int
@@ -65,12 +65,11 @@ def predict(shape: ModelShape, verified: int, context: int, gpu: str | GpuPreset
             cuda_graph: bool = True) -> list[Prediction]:
     """Intensity, compute-bound flag and energy saving of speculation vs plain decode, per batch.
 
-    Baseline: one decode forward per step, committing one token per row. Speculative: one verify
-    forward of ``verified`` tokens per row plus the draft, committing ``accept_length`` tokens
-    per row. The draft is ``draft_passes`` forwards of ``draft_shape`` with ``draft_tokens``
-    query tokens per row (a block drafter: 1 pass of ``verified`` tokens, the default; a chain
-    drafter: ``verified - 1`` passes of 1 token), and/or ``draft_cost`` x the baseline decode
-    step's energy (and time). Both arms run at the same ``context``.
+    Baseline: one decode forward per step, committing one token per row. Speculative: one verify forward of ``verified``
+    tokens per row plus the draft, committing ``accept_length`` tokens per row. The draft is ``draft_passes`` forwards
+    of ``draft_shape`` with ``draft_tokens`` query tokens per row (a block drafter: 1 pass of ``verified`` tokens, the
+    default; a chain drafter: ``verified - 1`` passes of 1 token), and/or ``draft_cost`` x the baseline decode step's
+    energy (and time). Both arms run at the same ``context``.
     """
     preset = gpu_preset(gpu)
     if verified < 1:
@@ -92,18 +91,11 @@ def predict(shape: ModelShape, verified: int, context: int, gpu: str | GpuPreset
         decode_jpt = decode.joules / batch
         spec_jpt = spec_j / (batch * accept_length) if accept_length else None
         out.append(Prediction(
-            batch=batch,
-            verify_intensity=verify_work.intensity,
-            balance_point=preset.balance_point,
-            compute_bound=verify_work.intensity > preset.balance_point,
-            decode_joules_per_token=decode_jpt,
-            spec_joules_per_token=spec_jpt,
-            saving=1.0 - spec_jpt / decode_jpt if spec_jpt is not None else None,
-            break_even_accept_length=spec_j / decode.joules,
-            decode_step_s=decode.seconds,
-            spec_step_s=spec_s,
-            speedup=accept_length * decode.seconds / spec_s if accept_length else None,
-        ))
+            batch=batch, verify_intensity=verify_work.intensity, balance_point=preset.balance_point,
+            compute_bound=verify_work.intensity > preset.balance_point, decode_joules_per_token=decode_jpt,
+            spec_joules_per_token=spec_jpt, saving=1.0 - spec_jpt / decode_jpt if spec_jpt is not None else None,
+            break_even_accept_length=spec_j / decode.joules, decode_step_s=decode.seconds, spec_step_s=spec_s,
+            speedup=accept_length * decode.seconds / spec_s if accept_length else None))
     return out
 
 

@@ -1,7 +1,6 @@
 """The roofline: GPU presets, step overhead, and the time and energy of moving bytes and doing FLOPs.
 
-The model, its power cap and its calibration: ``docs/design/meters-report-cli.md``, section
-``pytest_specenergy/meters/roofline.py``.
+The model, its power cap and its calibration: ``docs/design/meters-report-cli.md`` (its section).
 """
 
 from __future__ import annotations
@@ -11,14 +10,10 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class GpuPreset:
-    """Roofline and energy constants of one GPU.
+    """Roofline and energy constants of one GPU (how each was chosen: ``docs/design/meters-report-cli.md``).
 
-    Bandwidth is an achievable copy rate; peak makes ``peak / bandwidth`` the balance point the
-    paper measured (316 FLOP/byte on H100, 163 on H200). Static power covers idle and leakage; the
-    per-byte and per-FLOP energies put a memory-bound step at about 0.5 (H100) to 0.7 (H200) of the
-    700 W board power, and a compute-bound one at ``power_limit_w``, where the step slows instead.
-    ``step_overhead_s`` is used only for a trace priced at its own size (``priced_as="self"``);
-    priced shapes use :func:`step_overhead_s`.
+    ``step_overhead_s`` is used only for a trace priced at its own size (``priced_as="self"``); priced shapes use
+    :func:`step_overhead_s`.
     """
 
     name: str
@@ -44,21 +39,20 @@ PRESETS: dict[str, GpuPreset] = {
 }
 
 # --- step overhead -------------------------------------------------------------------------
-# With CUDA graphs (SGLang's default for decode and verify) a whole forward is one graph replay:
-# one launch from the host plus the scheduler's per-step bookkeeping, a few tens of microseconds
-# whatever the depth of the model.
+# With CUDA graphs (SGLang's default for decode and verify) a whole forward is one graph replay: one launch from the
+# host plus the scheduler's per-step bookkeeping, a few tens of microseconds whatever the depth of the model.
 GRAPH_STEP_S = 20e-6
-# Without graphs every kernel is launched from Python: ~5 us each (host launch latency that the
-# GPU does not hide at decode sizes), plus the same per-step bookkeeping.
+# Without graphs every kernel is launched from Python: ~5 us each (host launch latency that the GPU does not hide at
+# decode sizes), plus the same per-step bookkeeping.
 KERNEL_LAUNCH_S = 5e-6
 EAGER_STEP_S = 20e-6
-# Kernels per decoder layer in an eager forward (SGLang-like, with fused add+RMSNorm):
-# norm, QKV GEMM, q/k-norm+RoPE, KV store, attention, o_proj, norm, gate_up GEMM, SiLU*mul, down.
+# Kernels per decoder layer in an eager forward (SGLang-like, with fused add+RMSNorm): norm, QKV GEMM, q/k-norm+RoPE, KV
+# store, attention, o_proj, norm, gate_up GEMM, SiLU*mul, down.
 KERNELS_DENSE_LAYER = 10
 # A routed-MoE MLP adds router GEMM, top-k, token sort/align, a second grouped GEMM and combine.
 KERNELS_MOE_EXTRA = 5
-# Gated DeltaNet instead of attention: two input GEMMs, conv1d, gating, the recurrent kernel and a
-# gated norm, against the attention block's five.
+# Gated DeltaNet instead of attention: two input GEMMs, conv1d, gating, the recurrent kernel and a gated norm, against
+# the attention block's five.
 KERNELS_LINEAR_EXTRA = 2
 # Outside the layers: embedding lookup, final norm, lm_head GEMM, argmax/sampling.
 KERNELS_PER_FORWARD = 4
@@ -67,9 +61,9 @@ KERNELS_PER_FORWARD = 4
 def step_overhead_s(layers: int, moe: bool = False, linear_layers: int = 0, cuda_graph: bool = True) -> float:
     """Fixed time of one forward on top of its roofline time.
 
-    With CUDA graphs: :data:`GRAPH_STEP_S`. Without: :data:`EAGER_STEP_S` plus
-    :data:`KERNEL_LAUNCH_S` per kernel (layers x kernels per layer), e.g. Qwen3-8B (36 dense
-    layers) ~1.8 ms, Qwen3-30B-A3B (48 MoE layers) ~3.6 ms per forward.
+    With CUDA graphs: :data:`GRAPH_STEP_S`. Without: :data:`EAGER_STEP_S` plus :data:`KERNEL_LAUNCH_S` per kernel
+    (layers x kernels per layer), e.g. Qwen3-8B (36 dense layers) ~1.8 ms, Qwen3-30B-A3B (48 MoE layers) ~3.6 ms per
+    forward.
     """
     if cuda_graph:
         return GRAPH_STEP_S

@@ -1,9 +1,7 @@
 """Real model shapes, the work of one forward pass at a shape, and predictions before anything runs.
 
-What :func:`forward_cost` counts (FLOPs, weight, KV/state and activation bytes) and how it was
-checked against the paper: ``docs/design/meters-report-cli.md``, section
-``pytest_specenergy/meters/shapes.py``. ``predict``, ``crossover_batch`` and ``Prediction`` live in
-:mod:`.prediction` and are re-exported here.
+What :func:`forward_cost` counts and how it was checked against the paper: ``docs/design/meters-report-cli.md``.
+``predict``, ``crossover_batch`` and ``Prediction`` live in :mod:`.prediction` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -21,11 +19,10 @@ FULL = "full"
 class ModelShape:
     """The sizes of a decoder-only model that decide the work of a forward pass.
 
-    ``mlp`` is the dense MLP width (0 when every layer is routed-MoE). ``layer_pattern`` repeats
-    over the layers (``("linear", "linear", "linear", "full")`` = 3 Gated DeltaNet layers per
-    full-attention layer); empty means all full attention. ``attn_output_gate`` doubles the query
-    projection (Qwen3-Next / Qwen3.5 gated attention). Linear-attention state is stored at
-    ``state_dtype_bytes`` (SGLang keeps the recurrent state in float32).
+    ``mlp`` is the dense MLP width (0 when every layer is routed-MoE). ``layer_pattern`` repeats over the layers
+    (``("linear", "linear", "linear", "full")`` = 3 Gated DeltaNet layers per full-attention layer); empty means all
+    full attention. ``attn_output_gate`` doubles the query projection (Qwen3-Next / Qwen3.5 gated attention).
+    Linear-attention state is stored at ``state_dtype_bytes`` (SGLang keeps the recurrent state in float32).
     """
 
     name: str
@@ -155,8 +152,7 @@ class ModelShape:
     def state_bytes_per_row(self) -> int:
         """Conv + recurrent state bytes of one request over all linear-attention layers."""
         conv = self.linear_conv_dim * (self.linear_conv_kernel - 1) * self.dtype_bytes
-        recurrent = (self.linear_value_heads * self.linear_key_dim * self.linear_value_dim
-                     * self.state_dtype_bytes)
+        recurrent = self.linear_value_heads * self.linear_key_dim * self.linear_value_dim * self.state_dtype_bytes
         return self.linear_layers * (conv + recurrent)
 
     def _activation_elems_per_token(self) -> int:
@@ -217,10 +213,10 @@ def forward_cost(shape: ModelShape, rows: int, query_tokens_per_row: Sequence[in
                  *, logit_rows: int | None = None, per_position_states: bool = False) -> ForwardCost:
     """FLOPs, weight, KV/state and activation bytes of one forward of ``rows`` requests.
 
-    The per-row lengths may be one int for every row. ``experts_touched[l]``: distinct routed
-    experts layer ``l`` reads (default: the uniform-routing expectation). ``logit_rows``: positions
-    needing logits (default: every query token, as in decode and verify). ``per_position_states``
-    marks a verify step, where linear attention writes one state per query token.
+    The per-row lengths may be one int for every row. ``experts_touched[l]``: distinct routed experts layer ``l`` reads
+    (default: the uniform-routing expectation). ``logit_rows``: positions needing logits (default: every query token, as
+    in decode and verify). ``per_position_states`` marks a verify step, where linear attention writes one state per
+    query token.
     """
     query = [int(query_tokens_per_row)] * rows if isinstance(query_tokens_per_row, int) else \
         [int(q) for q in query_tokens_per_row]
@@ -272,67 +268,53 @@ def verify_intensity(shape: ModelShape, batch: int, verified: int, context: int)
 _QWEN3_VOCAB = 151936
 _GDN_3_TO_1 = (LINEAR, LINEAR, LINEAR, FULL)
 
-SHAPES: dict[str, ModelShape] = {}
-
-
-def register_shape(key: str, shape: ModelShape) -> None:
-    """Add (or replace) a shape under ``key`` (lower case)."""
-    SHAPES[key.lower()] = shape
-
 
 def get_shape(name: str) -> ModelShape:
     """The shape registered as ``name`` (case-insensitive); ValueError lists the valid names."""
     shape = SHAPES.get(str(name).lower())
     if shape is None:
-        raise ValueError(f"unknown model shape {name!r}; expected one of {', '.join(shape_names())}")
+        raise ValueError(f"unknown model shape {name!r}; expected one of {', '.join(sorted(SHAPES))}")
     return shape
 
 
-def shape_names() -> list[str]:
-    """Registered shape names, sorted."""
-    return sorted(SHAPES)
-
-
-# Published configs (Hugging Face config.json of each model).
-register_shape("qwen3-0.6b", ModelShape(
-    "Qwen3-0.6B", layers=28, hidden=1024, mlp=3072, q_heads=16, kv_heads=8, head_dim=128,
-    vocab=_QWEN3_VOCAB, tied_embeddings=True, description="Qwen/Qwen3-0.6B"))
-register_shape("qwen3-4b", ModelShape(
-    "Qwen3-4B", layers=36, hidden=2560, mlp=9728, q_heads=32, kv_heads=8, head_dim=128,
-    vocab=_QWEN3_VOCAB, tied_embeddings=True, description="Qwen/Qwen3-4B"))
-register_shape("qwen3-8b", ModelShape(
-    "Qwen3-8B", layers=36, hidden=4096, mlp=12288, q_heads=32, kv_heads=8, head_dim=128,
-    vocab=_QWEN3_VOCAB, description="Qwen/Qwen3-8B"))
-register_shape("qwen3-30b-a3b", ModelShape(
-    "Qwen3-30B-A3B", layers=48, hidden=2048, mlp=0, q_heads=32, kv_heads=4, head_dim=128,
-    vocab=_QWEN3_VOCAB, experts=128, experts_per_token=8, expert_mlp=768,
-    description="Qwen/Qwen3-30B-A3B: 128 routed experts, 8 per token, no shared expert"))
-# Qwen3.6-27B as its config is reported (it shares the Qwen3.5 implementation): 64 layers in 16
-# blocks of 3 Gated DeltaNet + 1 gated full attention; hidden 5120, dense MLP 17408; attention
-# 24 query / 4 KV heads of 256; Gated DeltaNet 16 key / 48 value heads of 128, conv kernel 4,
-# float32 recurrent state; vocabulary 248320, untied. ~26.9B parameters without the vision tower.
-register_shape("qwen3.6-27b", ModelShape(
-    "Qwen3.6-27B", layers=64, hidden=5120, mlp=17408, q_heads=24, kv_heads=4, head_dim=256,
-    vocab=248320, attn_output_gate=True, layer_pattern=_GDN_3_TO_1, linear_key_heads=16,
-    linear_value_heads=48, linear_key_dim=128, linear_value_dim=128, linear_conv_kernel=4,
-    state_dtype_bytes=4, description="Qwen3.6-27B-like hybrid (Qwen3-Next style 3:1 Gated DeltaNet)"))
+#: Every shape by its lower-case key. Published configs (Hugging Face config.json of each model).
+SHAPES: dict[str, ModelShape] = {
+    "qwen3-0.6b": ModelShape("Qwen3-0.6B", layers=28, hidden=1024, mlp=3072, q_heads=16, kv_heads=8, head_dim=128,
+                             vocab=_QWEN3_VOCAB, tied_embeddings=True, description="Qwen/Qwen3-0.6B"),
+    "qwen3-4b": ModelShape("Qwen3-4B", layers=36, hidden=2560, mlp=9728, q_heads=32, kv_heads=8, head_dim=128,
+                           vocab=_QWEN3_VOCAB, tied_embeddings=True, description="Qwen/Qwen3-4B"),
+    "qwen3-8b": ModelShape("Qwen3-8B", layers=36, hidden=4096, mlp=12288, q_heads=32, kv_heads=8, head_dim=128,
+                           vocab=_QWEN3_VOCAB, description="Qwen/Qwen3-8B"),
+    "qwen3-30b-a3b": ModelShape(
+        "Qwen3-30B-A3B", layers=48, hidden=2048, mlp=0, q_heads=32, kv_heads=4, head_dim=128, vocab=_QWEN3_VOCAB,
+        experts=128, experts_per_token=8, expert_mlp=768,
+        description="Qwen/Qwen3-30B-A3B: 128 routed experts, 8 per token, no shared expert"),
+    # Qwen3.6-27B as its config is reported (it shares the Qwen3.5 implementation): 64 layers in 16 blocks of 3 Gated
+    # DeltaNet + 1 gated full attention; hidden 5120, dense MLP 17408; attention 24 query / 4 KV heads of 256; Gated
+    # DeltaNet 16 key / 48 value heads of 128, conv kernel 4, float32 recurrent state; vocabulary 248320, untied.
+    # ~26.9B parameters without the vision tower.
+    "qwen3.6-27b": ModelShape(
+        "Qwen3.6-27B", layers=64, hidden=5120, mlp=17408, q_heads=24, kv_heads=4, head_dim=256, vocab=248320,
+        attn_output_gate=True, layer_pattern=_GDN_3_TO_1, linear_key_heads=16, linear_value_heads=48,
+        linear_key_dim=128, linear_value_dim=128, linear_conv_kernel=4, state_dtype_bytes=4,
+        description="Qwen3.6-27B-like hybrid (Qwen3-Next style 3:1 Gated DeltaNet)"),
+}
 
 # The built-in tiny models at their own size (the reference server's accounting charges bf16).
 _TINY_VOCAB = 453  # the reference server's byte tokenizer
+_TINY = "built-in tiny model at its own size"
 for _layers, _suffix in ((6, ""), (2, "-draft")):
-    register_shape(f"tiny:dense{_suffix}", ModelShape(
-        f"tiny:dense{_suffix}", layers=_layers, hidden=256, mlp=768, q_heads=4, kv_heads=2, head_dim=64,
-        vocab=_TINY_VOCAB, description="built-in tiny model at its own size"))
+    SHAPES[f"tiny:dense{_suffix}"] = ModelShape(f"tiny:dense{_suffix}", layers=_layers, hidden=256, mlp=768, q_heads=4,
+                                                kv_heads=2, head_dim=64, vocab=_TINY_VOCAB, description=_TINY)
 for _layers, _suffix in ((4, ""), (2, "-draft")):
-    register_shape(f"tiny:moe{_suffix}", ModelShape(
-        f"tiny:moe{_suffix}", layers=_layers, hidden=256, mlp=0, q_heads=4, kv_heads=2, head_dim=64,
-        vocab=_TINY_VOCAB, experts=16, experts_per_token=2, expert_mlp=192,
-        description="built-in tiny model at its own size"))
-    register_shape(f"tiny:hybrid{_suffix}", ModelShape(
+    SHAPES[f"tiny:moe{_suffix}"] = ModelShape(
+        f"tiny:moe{_suffix}", layers=_layers, hidden=256, mlp=0, q_heads=4, kv_heads=2, head_dim=64, vocab=_TINY_VOCAB,
+        experts=16, experts_per_token=2, expert_mlp=192, description=_TINY)
+    SHAPES[f"tiny:hybrid{_suffix}"] = ModelShape(
         f"tiny:hybrid{_suffix}", layers=_layers, hidden=256, mlp=512, q_heads=4, kv_heads=2, head_dim=64,
         vocab=_TINY_VOCAB, attn_output_gate=True, layer_pattern=(LINEAR, FULL), linear_key_heads=2,
-        linear_value_heads=4, linear_key_dim=32, linear_value_dim=32, linear_conv_kernel=4,
-        state_dtype_bytes=2, description="built-in tiny model at its own size"))
+        linear_value_heads=4, linear_key_dim=32, linear_value_dim=32, linear_conv_kernel=4, state_dtype_bytes=2,
+        description=_TINY)
 
 
 _PREDICTION_NAMES = ("DEFAULT_BATCHES", "Prediction", "crossover_batch", "overhead_s", "predict", "price")

@@ -1,9 +1,8 @@
 """The reference inference server: a real HF-transformers engine speaking SGLang's protocol subset.
 
-Run it with ``python -m pytest_specenergy.refserver`` or in-process as :class:`ReferenceEngine`. Importing
-this package is cheap (torch loads with the engine) and imports nothing else of ``pytest_specenergy``. Usage
-and module map: ``docs/design/refserver.md``, section ``pytest_specenergy/refserver/__init__.py``.
-"""
+Run it with ``python -m pytest_specenergy.refserver`` or in-process as :class:`ReferenceEngine`. Importing this package
+is cheap (torch loads with the engine) and imports nothing else of ``pytest_specenergy``. Usage and module map: its
+section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -11,21 +10,16 @@ from typing import Any
 
 # Every name loads on first use, so that importing a submodule (``.names``, ``.faults``) runs
 # only this file and that submodule.
-_LAZY = {
-    "DRAFTERS": ".names",
-    "FAULTS": ".faults",
-    "validate_faults": ".faults",
-    "EngineConfig": ".records",
-    "FinishReason": ".records",
-    "GenerationRequest": ".records",
-    "GenerationResult": ".records",
-    "SamplingParams": ".records",
-    "SpecStats": ".records",
-    "ReferenceEngine": ".engine",
-    "ReferenceHTTPServer": ".server",
-    "TraceStep": ".trace",
-    "WorkTrace": ".trace",
+_MODULES = {
+    ".names": ("DRAFTERS",),
+    ".faults": ("FAULTS", "validate_faults"),
+    ".records": ("EngineConfig", "FinishReason", "GenerationRequest", "GenerationResult", "SamplingParams",
+                 "SpecStats"),
+    ".engine": ("ReferenceEngine",),
+    ".server": ("ReferenceHTTPServer",),
+    ".trace": ("TraceStep", "WorkTrace"),
 }
+_LAZY = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = sorted(_LAZY)
 
 

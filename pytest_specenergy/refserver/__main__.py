@@ -1,9 +1,8 @@
 """``python -m pytest_specenergy.refserver``: start the reference server (flags: ``--help``).
 
-Prints ``reference server ready on http://HOST:PORT`` (to stderr) once it accepts requests; bad arguments
-exit with status 2 and one clear line. An example, and where the models, drafters and faults are described:
-``docs/design/refserver.md``, section ``pytest_specenergy/refserver/__main__.py``.
-"""
+Prints ``reference server ready on http://HOST:PORT`` (to stderr) once it accepts requests; bad arguments exit with
+status 2 and one clear line. An example, and where the models, drafters and faults are described: its section of
+``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -47,20 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-model", default=None,
                    help="draft model name or path for draft_model and block (default: the tiny model's -draft); "
                    "a random:SHAPE draft needs the target's vocabulary")
-    p.add_argument(
-        "--block-size",
-        type=int,
-        default=None,
-        metavar="B",
-        help="block drafter: positions the target verifies per step (the last committed token + B-1 drafts "
-        "proposed in one draft forward); sets --num-draft-tokens to B-1 (default for --drafter block: "
-        "--num-draft-tokens + 1)",
-    )
+    p.add_argument("--block-size", type=int, metavar="B",
+                   help="block drafter: positions the target verifies per step (the last committed token + B-1 drafts "
+                   "proposed in one draft forward); sets --num-draft-tokens to B-1 (default for --drafter block: "
+                   "--num-draft-tokens + 1)")
     p.add_argument("--draft-accept-p", type=float, default=None, metavar="P",
                    help="controlled acceptance (calibration), for draft_model and block: verify the target's own "
-                   "greedy continuation with each drafted token kept with probability P (else corrupted, seeded); "
-                   "the drafter's own passes still run and are charged; mean accepted drafts per step = sum of P^j, "
-                   "j=1..K")
+                   "greedy continuation with each drafted token kept with probability P (else corrupted, seeded); the "
+                   "drafter's own passes still run and are charged; mean accepted drafts per step = sum of P^j, j=1..K")
     p.add_argument("--replay-proposals", action="store_true",
                    help="for draft_model and block (not with --draft-accept-p): the drafter's passes run as without "
                    "it, but step i of a request verifies the i-th drafts it brought in "

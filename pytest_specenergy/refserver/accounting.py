@@ -1,8 +1,7 @@
 """What one forward pass would cost on a GPU: weight bytes, KV/state bytes and FLOPs (charged at bf16).
 
-All per-architecture knowledge of the work trace lives here; the charging conventions:
-``docs/design/refserver.md``, section ``pytest_specenergy/refserver/accounting.py``.
-"""
+All per-architecture knowledge of the work trace lives here; the charging conventions: its section of
+``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -83,18 +82,13 @@ class ModelShape:
 
     def step_cost(self, query_tokens: Sequence[int], context_lens: Sequence[int], logit_rows: int, distinct_tokens: int,
                   experts_touched: Sequence[int] | None = None, per_position_states: bool = False) -> StepCost:
-        """Cost of one forward over ``len(query_tokens)`` rows.
-
-        ``experts_touched[l]``: distinct experts layer ``l`` ran (when missing, the worst case
-        ``min(E, tokens * top_k)`` is charged). ``per_position_states`` marks a verify step, where
-        linear attention writes one state per query token.
-        """
+        """Cost of one forward over ``len(query_tokens)`` rows. ``experts_touched[l]``: distinct experts layer ``l``
+        ran (when missing, the worst case ``min(E, tokens * top_k)`` is charged); ``per_position_states`` marks a
+        verify step, where linear attention writes one state per query token."""
         tokens = int(sum(query_tokens))
         pair_sum = sum(q * c + q * (q + 1) // 2 for q, c in zip(query_tokens, context_lens))
         kv_tokens = sum(q + c for q, c in zip(query_tokens, context_lens))
-        state_touches = sum(
-            (1 if c > 0 else 0) + (q if per_position_states else 1) for q, c in zip(query_tokens, context_lens)
-        )
+        state_touches = sum(int(c > 0) + (q if per_position_states else 1) for q, c in zip(query_tokens, context_lens))
         weight_elems = self.final_norm_params + distinct_tokens * self.hidden_size
         flop_count = 0
         kv_elems = 0
@@ -102,10 +96,9 @@ class ModelShape:
             weight_elems += layer.mixer_matmul_params + layer.mlp_dense_matmul_params + layer.small_params
             flop_count += 2 * tokens * (layer.mixer_matmul_params + layer.mlp_dense_matmul_params)
             if layer.num_experts:
+                touched = min(layer.num_experts, tokens * layer.experts_per_token)
                 if experts_touched is not None and idx < len(experts_touched):
                     touched = int(experts_touched[idx])
-                else:
-                    touched = min(layer.num_experts, tokens * layer.experts_per_token)
                 weight_elems += touched * layer.expert_params
                 flop_count += 2 * tokens * layer.experts_per_token * layer.expert_params
             if layer.kind == "linear_attention":
@@ -117,11 +110,8 @@ class ModelShape:
         if logit_rows > 0:
             weight_elems += self.lm_head_params
             flop_count += 2 * logit_rows * self.lm_head_params
-        return StepCost(
-            weight_bytes=int(weight_elems * BYTES_PER_ELEMENT),
-            kv_bytes=int(kv_elems * BYTES_PER_ELEMENT),
-            flops=int(flop_count),
-        )
+        return StepCost(weight_bytes=int(weight_elems * BYTES_PER_ELEMENT), kv_bytes=int(kv_elems * BYTES_PER_ELEMENT),
+                        flops=int(flop_count))
 
 
 def _numel(module: torch.nn.Module | None, matmul: bool) -> int:
@@ -190,11 +180,8 @@ def model_shape(model: torch.nn.Module) -> ModelShape:
     head = model.get_output_embeddings()
     norm = getattr(decoder, "norm", None)
     return ModelShape(
-        architecture=type(model).__name__,
-        num_params=sum(p.numel() for p in model.parameters()),
-        hidden_size=int(config.hidden_size),
-        vocab_size=int(config.vocab_size),
-        embed_params=embed.weight.numel(),
+        architecture=type(model).__name__, num_params=sum(p.numel() for p in model.parameters()),
+        hidden_size=int(config.hidden_size), vocab_size=int(config.vocab_size), embed_params=embed.weight.numel(),
         lm_head_params=head.weight.numel() if head is not None else 0,
         final_norm_params=sum(p.numel() for p in norm.parameters()) if norm is not None else 0,
         layers=tuple(_layer_shape(layer, kinds[i], config) for i, layer in enumerate(layers)),

@@ -1,8 +1,6 @@
-"""Drafters that run a draft model: the shared cache bookkeeping (:class:`DraftCache`) and the chain drafter.
+"""Drafters that run a draft model: cache bookkeeping (:class:`DraftCache`), the chain and the block drafter.
 
-How joining rows are prefilled on the draft model: ``docs/design/refserver.md``, section
-``pytest_specenergy/refserver/draft_model.py``.
-"""
+Prefilling joining rows, the block's shape, context and rollback: its two sections of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -63,13 +61,11 @@ class DraftCache:
 class DraftModelDrafter(DraftCache):
     """A small model drafting greedily, K batched one-token steps per verify.
 
-    A round runs ``F = max(pending) + K - 1`` one-token forwards, ``pending[b]`` being the committed
-    tokens not yet in the draft cache (1, or 2 after a step that accepted all K drafts; up to K + 1
-    under controlled acceptance). A row with fewer pending tokens reaches its K drafts early and
-    goes on feeding its own drafts (proposing only the first K), so no forward ever feeds padding
-    (padding would corrupt a recurrent state). After the verify, uncommitted drafts become holes
-    and a hybrid draft's state is taken from the snapshot after its last kept token.
-    """
+    A round runs ``F = max(pending) + K - 1`` one-token forwards, ``pending[b]`` being the committed tokens not yet in
+    the draft cache (1, or 2 after a step that accepted all K drafts; up to K + 1 under controlled acceptance). A row
+    with fewer pending tokens reaches its K drafts early and goes on feeding its own drafts (proposing only the first
+    K), so no forward ever feeds padding (padding would corrupt a recurrent state). After the verify, uncommitted drafts
+    become holes and a hybrid draft's state is taken from the snapshot after its last kept token."""
 
     def __init__(self, runner: ModelRunner, k: int, pad_id: int, stale_cache: bool = False) -> None:
         super().__init__(runner, k, pad_id)
@@ -109,12 +105,9 @@ class DraftModelDrafter(DraftCache):
         return [d[: self.k] for d in drafts]
 
     def after_verify(self, accepted: Sequence[int], committed: Sequence[Sequence[int]]) -> None:
-        """Turn drafts that were not committed into holes; roll hybrid draft state back, row by row.
-
-        A row keeps the leading fed drafts that were committed (its ``accepted`` ones, or under
-        controlled acceptance the prefix of its own drafts matching the committed tokens), never
-        the bonus token's slot, so at least one token is pending next round.
-        """
+        """Turn drafts that were not committed into holes; roll hybrid draft state back, row by row. A row keeps the
+        leading fed drafts that were committed (its ``accepted`` ones, or under controlled acceptance the prefix of its
+        own drafts matching the committed tokens), never the bonus token's slot: one token is pending next round."""
         kv = self.kv
         assert self._round is not None
         lengths, pending, fed, forwards, snapshots, drafts = self._round
@@ -130,3 +123,45 @@ class DraftModelDrafter(DraftCache):
                         kv.restore_linear_rows(snapshots[j - 1], sel)
         self.cached = [n + v for n, v in zip(lengths, keep)]
         kv.compact_if_needed(COMPACT_SLACK)
+
+
+class BlockDrafter(DraftCache):
+    """One draft forward per step proposes ``block_size - 1`` drafts per row."""
+
+    def __init__(self, runner: ModelRunner, block_size: int, pad_id: int) -> None:
+        super().__init__(runner, block_size - 1, pad_id)
+        self.block_size = block_size
+        self.placeholder = pad_id
+
+    def propose(self, rows: Sequence[Row]) -> list[list[int]]:
+        """Feed ``pending + placeholders`` per row in one forward; read the drafts off it."""
+        kv = self.kv
+        n, k = len(rows), self.k
+        pending = [r.tokens[c:] for r, c in zip(rows, self.cached)]
+        width = max(len(p) for p in pending) + k
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        valid = torch.zeros((n, width), dtype=torch.bool)
+        r_idx: list[int] = []
+        c_idx: list[int] = []
+        for b, p in enumerate(pending):
+            block = [*p, *([self.placeholder] * k)]
+            ids[b, : len(block)] = torch.tensor(block, dtype=torch.long)
+            valid[b, : len(block)] = True
+            r_idx.extend([b] * k)
+            c_idx.extend(range(len(p) - 1, len(p) - 1 + k))
+        snapshot = kv.snapshot_linear() if kv.has_linear else []
+        out = self.runner.forward(kv, ids, valid, torch.tensor(r_idx), torch.tensor(c_idx), "draft", self.rids,
+                                  capture_linear=kv.has_linear)
+        assert out.logits is not None
+        drafts = out.logits.view(n, k, -1).argmax(dim=-1).tolist()
+        keep = [len(p) for p in pending]
+        kv.keep_first_of_last(width, keep)
+        if kv.has_linear:
+            self.runner.rollback_linear(kv, snapshot, keep, width)
+        self.cached = [len(r.tokens) for r in rows]
+        kv.compact_if_needed(COMPACT_SLACK)
+        self.empty = [False] * n
+        return [[int(t) for t in d] for d in drafts]
+
+    def after_verify(self, accepted: Sequence[int], committed: Sequence[Sequence[int]]) -> None:
+        """Nothing to undo: the committed tokens are fed at the front of the next block."""

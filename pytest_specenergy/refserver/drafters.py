@@ -1,9 +1,7 @@
 """Drafters: propose exactly K tokens per running row per speculative step.
 
-The :class:`Drafter` protocol and the drafters without draft passes (n-gram, replay); the drafter catalogue
-and the ``join``/``propose``/``after_verify``/``select_rows`` cycle: ``docs/design/refserver.md``, section
-``pytest_specenergy/refserver/drafters.py``.
-"""
+The :class:`Drafter` protocol and the drafters without draft passes (n-gram, replay); the drafter catalogue and the
+``join``/``propose``/``after_verify``/``select_rows`` cycle: its section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -65,14 +63,10 @@ class NgramDrafter:
 
 
 class ReplayDrafter:
-    """Verify-only runs: step ``i`` of a request verifies the ``i``-th drafts it brought along.
-
-    Same drafts over the same context, same accepts: the run repeats the recorded verify steps
-    minus every draft pass (and draft prefill). Drafts shorter than K are padded with their last
-    token, a request that runs out (or brought none) gets filler (its last token); both count in
-    :attr:`misses` (``spec_replay_misses`` in ``/server_info``): such a replay is no longer like
-    for like. Record with the same K (or block size) as the replay.
-    """
+    """Verify-only runs: step ``i`` of a request verifies the ``i``-th drafts it brought along, so the run repeats the
+    recorded verify steps minus every draft pass. Drafts shorter than K are padded with their last token, a request
+    that runs out (or brought none) gets filler (its last token); both count in :attr:`misses` (``spec_replay_misses``)
+    as a replay no longer like for like. Record with the same K (or block size) as the replay."""
 
     def __init__(self, k: int) -> None:
         self.k = k

@@ -1,8 +1,6 @@
 """The reference engine: greedy, continuously batched decoding, optionally speculative, on HF models.
 
-Why speculative output equals the plain engine's token for token: ``docs/design/refserver.md``, section
-``pytest_specenergy/refserver/engine.py``.
-"""
+Why speculative output equals the plain engine's token for token: its section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -21,6 +19,7 @@ from .drafters import ReplayDrafter
 from .kv import BatchKV
 from .models import LoadedModel
 from .models import load_model
+from .oracle import build_draft_pass_drafter
 from .records import EngineConfig
 from .records import FinishReason
 from .records import GenerationRequest
@@ -34,6 +33,7 @@ from .stats import EngineStats
 from .tiny_models import default_draft_for
 from .tiny_models import priced_as_for
 from .trace import WorkTrace
+from .verify import verify_step
 
 VERSION = "reference-0.2.0"
 
@@ -83,11 +83,9 @@ class ReferenceEngine:
         return self.scheduler.busy
 
     def warmup(self) -> None:
-        """Run one small batch through every path (as SGLang does before it reports ready).
-
-        This keeps first-call costs (lazy allocations, kernel selection) out of the first measured
-        request; the since-flush counters are flushed after it (the trace and lifetime counters keep it).
-        """
+        """Run one small batch through every path (as SGLang does before it reports ready), keeping first-call costs
+        (lazy allocations, kernel selection) out of the first measured request; then flush the since-flush counters
+        (the trace and lifetime counters keep it)."""
         sampling = SamplingParams(max_new_tokens=8, ignore_eos=True)
         self.generate([GenerationRequest(p, sampling) for p in ((3, 4, 5, 6, 7), (8, 9))])
         self.flush_cache()
@@ -111,14 +109,12 @@ class ReferenceEngine:
                 raise ValueError(f"prompt ({len(req.input_ids)}) + max_new_tokens ({req.sampling.max_new_tokens}) "
                                  f"exceeds the model's context of {limit} tokens")
         k = self.config.num_draft_tokens if self.config.speculative else 0
-        rows = [
-            Row(rid=req.rid or uuid.uuid4().hex, request=req, ticket=None, k=k, tokens=list(req.input_ids))
-            for req in requests
-        ]
+        wrong = "wrong-accept-count" in self.config.faults
+        rows = [Row(rid=req.rid or uuid.uuid4().hex, request=req, ticket=None, k=k, tokens=list(req.input_ids),
+                    wrong_accept_count=wrong) for req in requests]
         ticket = Ticket(rows)
         for row in rows:
             row.ticket = ticket
-            row.wrong_accept_count = "wrong-accept-count" in self.config.faults
         if rows:
             self.scheduler.submit(rows)
         return ticket
@@ -157,8 +153,6 @@ class ReferenceEngine:
         if cfg.drafter == "replay":
             return ReplayDrafter(cfg.num_draft_tokens)
         if cfg.drafter in ("draft_model", "block"):
-            from .oracle import build_draft_pass_drafter
-
             assert self.draft_runner is not None
             return build_draft_pass_drafter(self, cfg, self.draft_runner, pad)
         return None
@@ -205,20 +199,15 @@ class ReferenceEngine:
 
     @staticmethod
     def _input_logprobs(row: Row, logp: torch.Tensor, first: int) -> None:
-        # entry k is token input_ids[S+k] given everything before it; entry 0 has no logprob
-        start = row.request.logprob_start_len
-        start = len(row.tokens) - 1 if start < 0 else start
+        # entry k is token input_ids[S+k] given everything before it (logits row first + k - 1); entry 0 has none
         toks = row.tokens
-        entries: list[tuple[float | None, int]] = [(None, toks[start])] if start < len(toks) else []
-        tops: list[Any] = [None] if start < len(toks) else []
-        for k in range(1, len(toks) - start):
-            tid = toks[start + k]
-            entries.append((float(logp[first + k - 1, tid]), tid))
-            if row.request.top_logprobs_num > 0:
-                tops.append(row.top(logp[first + k - 1]))
-        row.input_lp = entries
+        start = row.request.logprob_start_len
+        start = len(toks) - 1 if start < 0 else start
+        head: list[tuple[float | None, int]] = [(None, toks[start])] if start < len(toks) else []
+        later = range(1, len(toks) - start)
+        row.input_lp = head + [(float(logp[first + k - 1, toks[start + k]]), toks[start + k]) for k in later]
         if row.request.top_logprobs_num > 0:
-            row.input_top = tops
+            row.input_top = [None] * len(head) + [row.top(logp[first + k - 1]) for k in later]
 
     @staticmethod
     def logprobs_if_asked(rows: Sequence[Row], logits: torch.Tensor) -> torch.Tensor | None:
@@ -240,11 +229,7 @@ class ReferenceEngine:
         for b, row in enumerate(rows):
             row.commit(int(nxt[b]), None if logp is None else logp[b], eos)
 
-    def verify(self, rows: Sequence[Row], kv: BatchKV, drafter: Drafter) -> None:
-        """Draft, verify ``[last, d1..dK]`` per row in one forward, accept, roll back, commit."""
-        from .verify import verify_step
-
-        verify_step(self, rows, kv, drafter)
+    verify = verify_step  # draft, verify ``[last, d1..dK]`` per row in one forward, accept, roll back, commit
 
     # -------------------------------------------------------------------------- server facts
     def avg_spec_accept_length(self) -> float | None:
@@ -256,7 +241,7 @@ class ReferenceEngine:
         cfg = self.config
         state: dict[str, Any] = {
             "effective_max_running_requests_per_dp": self.scheduler.max_running,
-            "num_running_reqs": self.scheduler.num_running,
+            "num_running_reqs": len(self.scheduler.running),
             "num_queue_reqs": self.scheduler.num_waiting,
             **self.stats.to_json(),
         }

@@ -1,8 +1,6 @@
 """A batched KV cache with holes, plus snapshot/restore of recurrent (linear attention) state.
 
-How holes, joins (merge), masks and linear-attention rollback work: ``docs/design/refserver.md``, section
-``pytest_specenergy/refserver/kv.py``.
-"""
+How holes, joins (merge), masks and linear-attention rollback work: its section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -51,11 +49,8 @@ class BatchKV:
 
     # ------------------------------------------------------------------ forward inputs / bookkeeping
     def step_inputs(self, q_valid: torch.Tensor) -> tuple[object, torch.Tensor]:
-        """Attention mask (tensor or per-layer-type dict) and position ids for ``Q`` new slots per row.
-
-        ``q_valid[b, i]`` is False for padding inside the new slots; those get position 0 and are
-        never visible to other queries.
-        """
+        """Attention mask (tensor or per-layer-type dict) and position ids for ``Q`` new slots per row; padding in
+        them (``q_valid[b, i]`` False) gets position 0 and is never visible to other queries."""
         bsz, q = q_valid.shape
         s0 = self.num_slots
         start = torch.tensor(self.n_valid, dtype=torch.long, device=self.device)
@@ -93,10 +88,8 @@ class BatchKV:
             self._holes_from([self.num_slots - c for c in counts])
 
     def keep_first_of_last(self, width: int, keep: Sequence[int]) -> None:
-        """Of the last ``width`` slots (one forward's), row ``b`` keeps only its first ``keep[b]``.
-
-        For a right-padded forward (the block drafter's): the rest become holes, padding included.
-        """
+        """Of the last ``width`` slots (one right-padded forward's, the block drafter's), row ``b`` keeps only its
+        first ``keep[b]``; the rest become holes, padding included."""
         self._holes_from([self.num_slots - width + k for k in keep])
 
     def _holes_from(self, start: Sequence[int]) -> None:
@@ -130,11 +123,8 @@ class BatchKV:
         self.n_valid = [self.n_valid[i] for i in keep]
 
     def merge(self, other: BatchKV) -> None:
-        """Append ``other``'s rows (requests joining the batch) after this batch's rows.
-
-        Both caches must belong to the same model. The shorter slot range is left-padded with
-        holes (zero K/V, never visible), so every row keeps its valid slots and positions.
-        """
+        """Append ``other``'s rows (requests joining the batch; same model) after this batch's rows. The shorter slot
+        range is left-padded with holes (zero K/V, never visible), so every row keeps its valid slots and positions."""
         if other.batch_size == 0:
             return
         if self.batch_size == 0:
@@ -156,28 +146,21 @@ class BatchKV:
         self.valid = torch.cat([_left_pad(self.valid, width, dim=1), _left_pad(other.valid, width, dim=1)], dim=0)
         self.n_valid = self.n_valid + list(other.n_valid)
 
-    def compact(self) -> None:
-        """Squeeze out holes: each row's valid slots, right-aligned, in their original order."""
-        if self.batch_size == 0:
+    def compact_if_needed(self, slack: int) -> None:
+        """Squeeze out holes when more than ``slack`` slots of every row are holes: each row keeps its valid slots,
+        right-aligned, in their original order."""
+        if not self.batch_size or self.num_slots - max(self.n_valid) <= slack:
             return
         width = max(self.n_valid)
         # Sort key puts holes first and keeps valid slots in order; then take the last `width`.
         slots = torch.arange(self.num_slots, device=self.device)
         key = torch.where(self.valid, slots[None, :] + self.num_slots, slots[None, :])
         order = torch.argsort(key, dim=1, stable=True)[:, self.num_slots - width :]
-        new_valid = torch.gather(self.valid, 1, order)
         for layer, name in self._layer_tensors():
             t = getattr(layer, name)
             index = order[:, None, :, None].expand(t.shape[0], t.shape[1], width, t.shape[3])
             setattr(layer, name, torch.gather(t, 2, index))
-        self.valid = new_valid
-
-    def compact_if_needed(self, slack: int) -> bool:
-        """Compact when more than ``slack`` slots of every row are holes; returns whether it did."""
-        if self.batch_size and self.num_slots - max(self.n_valid) > slack:
-            self.compact()
-            return True
-        return False
+        self.valid = torch.gather(self.valid, 1, order)
 
     # ------------------------------------------------------------------------ recurrent state
     def _linear_dicts(self, layer_idx: int | None = None) -> list[dict]:
@@ -205,9 +188,8 @@ class BatchKV:
 
     def restore_linear_rows(self, snapshot: Sequence[torch.Tensor], rows: torch.Tensor,
                             layer_idx: int | None = None) -> None:
-        """Copy ``snapshot`` into the live state for the rows where ``rows`` (bool [B]) is True.
-
-        In place: transformers keeps these tensors at static addresses."""
+        """Copy ``snapshot`` into the live state where ``rows`` (bool [B]) is True, in place: transformers keeps these
+        tensors at static addresses."""
         live = self.linear_tensors(layer_idx)
         if len(live) != len(snapshot):
             raise RuntimeError("linear-attention snapshot does not match the cache layout")

@@ -1,9 +1,7 @@
-"""Load a model for the reference engine: a built-in ``tiny:*`` model, a ``random:*`` model of a real model's
-shape (:mod:`.random_models`) or a local HF checkpoint.
+"""Load a ``tiny:*`` model, a ``random:*`` model of a real shape (:mod:`.random_models`) or a local HF checkpoint.
 
-dtype ``auto``: float32 on the CPU; on CUDA float64 for tiny models, bfloat16 otherwise. Why float32 is safe
-for the tiny models on the CPU: ``docs/design/refserver.md``, section ``pytest_specenergy/refserver/models.py``.
-"""
+dtype ``auto``: float32 on the CPU; on CUDA float64 for tiny models, bfloat16 otherwise. Why float32 is safe for the
+tiny models on the CPU: its section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -12,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from .names import DTYPES
 from .random_models import build_random_model
 from .random_models import is_random_model
 from .random_models import parse_random_model
@@ -20,12 +19,7 @@ from .tiny_models import tiny_model_names
 from .tokenizer import TokenizerLike
 from .tokenizer import load_tokenizer
 
-_DTYPES = {
-    "float64": torch.float64,
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
+_DTYPES = {name: getattr(torch, name) for name in DTYPES if name != "auto"}
 
 
 @dataclass(frozen=True)
@@ -69,9 +63,8 @@ def _eos_ids(model: torch.nn.Module) -> list[int]:
     return list(dict.fromkeys(int(tid) for tid in ids if tid is not None))
 
 
-# Built-in (tiny and random) models are shared within a process (tests build many engines over the
-# same weights). Safe because no engine writes to weights; the key includes dtype and device
-# because .to() is in place.
+# Built-in (tiny and random) models are shared within a process (tests build many engines over the same weights). Safe
+# because no engine writes to weights; the key includes dtype and device because .to() is in place.
 _TINY_CACHE: dict[tuple[str, int, torch.dtype, str], LoadedModel] = {}
 
 

@@ -1,8 +1,7 @@
 """Prompt lookup: propose the continuation of the most recent earlier occurrence of the suffix.
 
 Each request is looked up in its own tokens (prompt + generated so far). The index is updated
-incrementally as tokens are committed, so a proposal costs O(window) dictionary lookups.
-"""
+incrementally as tokens are committed, so a proposal costs O(window) dictionary lookups."""
 
 from __future__ import annotations
 
@@ -10,26 +9,20 @@ from collections.abc import Sequence
 
 
 class NgramIndex:
-    """Per-request n-gram index for n in ``[min_n, max_n]``.
-
-    ``tables[n]`` maps an n-gram to the most recent start ``i`` whose continuation token
-    ``tokens[i + n]`` already exists, so the current suffix never matches itself.
-    """
+    """Per-request n-gram index for n in ``[min_n, max_n]``: ``tables[n]`` maps an n-gram to the most recent start
+    ``i`` whose continuation token ``tokens[i + n]`` already exists, so the current suffix never matches itself."""
 
     def __init__(self, tokens: Sequence[int], min_n: int, max_n: int) -> None:
-        self.tokens: list[int] = list(tokens)
+        self.tokens: list[int] = []
         self.min_n = min_n
         self.max_n = max_n
         self.tables: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(min_n, max_n + 1)}
         self._indexed = 0  # length of self.tokens already indexed
-        self._index_new()
+        self.extend(tokens)
 
     def extend(self, new_tokens: Sequence[int]) -> None:
         """Append committed tokens and index the n-grams that now have a continuation."""
         self.tokens.extend(new_tokens)
-        self._index_new()
-
-    def _index_new(self) -> None:
         toks = self.tokens
         length = len(toks)
         for n, table in self.tables.items():
@@ -41,11 +34,9 @@ class NgramIndex:
     def propose(self, k: int) -> tuple[list[int], bool]:
         """``k`` draft tokens and whether a real match was found.
 
-        With a match at ``i`` the continuation is ``tokens[i+n:]``; where it runs past the end it is
-        continued periodically (period = distance between the match and the suffix), which is what
-        chaining the lookup on its own drafts would give. With no match the filler is the last token
-        repeated: always exactly ``k`` drafts, as SGLang counts ``spec_num_proposed_drafts``.
-        """
+        With a match at ``i`` the continuation is ``tokens[i+n:]``, continued periodically past the end (period =
+        distance between the match and the suffix), as chaining the lookup on its own drafts would. With no match the
+        last token is repeated: always exactly ``k`` drafts, as SGLang counts ``spec_num_proposed_drafts``."""
         toks = self.tokens
         length = len(toks)
         for n in range(min(self.max_n, length - 1), self.min_n - 1, -1):

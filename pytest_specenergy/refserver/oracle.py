@@ -1,8 +1,7 @@
 """Drafters with draft passes, and controlled acceptance for calibration (``--draft-accept-p P``).
 
-:class:`ControlledAcceptance` and :class:`ReplayedProposals`, their oracle and its consequences for meters:
-``docs/design/refserver.md``, section ``pytest_specenergy/refserver/oracle.py``.
-"""
+:class:`ControlledAcceptance` and :class:`ReplayedProposals`, their oracle and its consequences for meters: its section
+of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .block import BlockDrafter
+from .draft_model import BlockDrafter
 from .draft_model import DraftModelDrafter
 from .drafters import Drafter
 from .drafters import ReplayDrafter

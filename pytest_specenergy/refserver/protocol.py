@@ -1,13 +1,10 @@
-"""SGLang's ``/generate`` protocol subset: parse request bodies, shape answers. A rejection is a
-:class:`ProtocolError` naming the field, what was given and what is expected (HTTP 400).
+"""SGLang's ``/generate`` protocol subset: parse request bodies, shape answers.
 
-Where parsing is strict and where lenient, and why: ``docs/design/refserver.md``, section
-``pytest_specenergy/refserver/protocol.py``.
-"""
+A rejection is a :class:`ProtocolError` naming the field, what was given and what is expected (HTTP 400). Where parsing
+is strict and where lenient, and why: its section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,21 +14,12 @@ from .records import SamplingParams
 from .tokenizer import TokenizerLike
 
 SUPPORTED_SAMPLING = ("max_new_tokens", "temperature", "ignore_eos", "stop_token_ids", "spec_replay_drafts")
-# Sampling keys accepted only with a value that cannot change greedy output.
-NEUTRAL_SAMPLING: dict[str, Callable[[Any], bool]] = {
-    "top_p": lambda v: v == 1,
-    "top_k": lambda v: v in (-1, 0, 1),
-    "min_p": lambda v: v == 0,
-    "n": lambda v: v == 1,
-    "frequency_penalty": lambda v: v == 0,
-    "presence_penalty": lambda v: v == 0,
-    "repetition_penalty": lambda v: v == 1,
-    "min_new_tokens": lambda v: v == 0,
-    "stop": lambda v: v in (None, "", []),
-    "sampling_seed": lambda v: True,  # irrelevant for greedy decoding
-    "skip_special_tokens": lambda v: True,
-    "spaces_between_special_tokens": lambda v: True,
-    "no_stop_trim": lambda v: True,
+# Sampling keys accepted only with a value that cannot change greedy output (None: any value, as the seed is
+# irrelevant for greedy decoding and the others change only the text).
+NEUTRAL_SAMPLING: dict[str, tuple[Any, ...] | None] = {
+    "top_p": (1,), "top_k": (-1, 0, 1), "min_p": (0,), "n": (1,), "frequency_penalty": (0,), "presence_penalty": (0,),
+    "repetition_penalty": (1,), "min_new_tokens": (0,), "stop": (None, "", []), "sampling_seed": None,
+    "skip_special_tokens": None, "spaces_between_special_tokens": None, "no_stop_trim": None,
 }
 TOP_LEVEL = (
     "input_ids", "text", "sampling_params", "return_logprob", "logprob_start_len", "return_prompt_token_ids",
@@ -64,12 +52,12 @@ def _sampling(raw: Any, where: str) -> SamplingParams:
     for key, value in raw.items():
         if key in SUPPORTED_SAMPLING:
             continue
-        check = NEUTRAL_SAMPLING.get(key)
-        if check is None:
+        if key not in NEUTRAL_SAMPLING:
             raise ProtocolError(f"{where}.{key} is not supported by the reference server; supported: "
                                 f"{', '.join(SUPPORTED_SAMPLING)} (plus neutral values of "
                                 f"{', '.join(NEUTRAL_SAMPLING)})")
-        if not check(value):
+        neutral = NEUTRAL_SAMPLING[key]
+        if neutral is not None and value not in neutral:
             raise ProtocolError(f"{where}.{key}={value!r} would change greedy decoding; only neutral values "
                                 "are accepted")
     mnt = raw.get("max_new_tokens", 128)
@@ -207,10 +195,8 @@ def result_json(result: GenerationResult, tokenizer: TokenizerLike, return_promp
     if spec is not None and spec.verify_ct > 0:
         meta["spec_verify_ct"] = spec.verify_ct
         meta["spec_num_correct_drafts"] = spec.num_correct_drafts
-        meta["spec_num_proposed_drafts"] = spec.num_proposed_drafts
-        meta["spec_accept_rate"] = (
-            spec.num_correct_drafts / spec.num_proposed_drafts if spec.num_proposed_drafts else 0.0
-        )
+        meta["spec_num_proposed_drafts"] = proposed = spec.num_proposed_drafts
+        meta["spec_accept_rate"] = spec.num_correct_drafts / proposed if proposed else 0.0
         meta["spec_accept_length"] = result.completion_tokens / spec.verify_ct
         meta["spec_correct_drafts_histogram"] = list(spec.correct_drafts_histogram)
     if result.input_token_logprobs is not None:
@@ -224,11 +210,8 @@ def result_json(result: GenerationResult, tokenizer: TokenizerLike, return_promp
         meta["output_top_logprobs"] = _top_entries(result.output_top_logprobs, tokenizer, return_text_in_logprobs)
     if result.spec_drafts is not None:
         meta["spec_drafts"] = [list(d) for d in result.spec_drafts]
-    out: dict[str, Any] = {
-        "text": tokenizer.decode(result.output_ids),
-        "output_ids": list(result.output_ids),
-        "meta_info": meta,
-    }
+    out: dict[str, Any] = {"text": tokenizer.decode(result.output_ids), "output_ids": list(result.output_ids),
+                           "meta_info": meta}
     if return_prompt_token_ids:
         out["prompt_token_ids"] = list(result.input_ids)
     return out

@@ -1,13 +1,9 @@
 """Randomly initialised models of a real model's shape: ``random:NAME`` (no files, no downloads).
 
-Shapes, overrides, pricing, seeding and tokenizer: ``docs/design/refserver.md``, section
-``pytest_specenergy/refserver/random_models.py``.
-"""
+Shapes, overrides, pricing, seeding and tokenizer: its section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -109,42 +105,29 @@ def random_priced_as(name: str | None) -> str | None:
     return parse_random_model(name).shape_key if is_random_model(name) else None
 
 
-def qwen3_config(spec: RandomModelSpec) -> Any:
-    """The ``Qwen3Config`` of ``spec`` (byte-tokenizer special ids, SDPA attention)."""
-    from transformers import Qwen3Config
-
-    return Qwen3Config(
-        vocab_size=spec.vocab, hidden_size=spec.hidden, intermediate_size=spec.mlp, num_hidden_layers=spec.layers,
-        num_attention_heads=spec.q_heads, num_key_value_heads=spec.kv_heads, head_dim=spec.head_dim,
-        tie_word_embeddings=spec.tied_embeddings, pad_token_id=PAD_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
-        # SDPA honours the explicit 4-D masks the engine builds; flash-attention would not.
-        attn_implementation="sdpa",
-    )
-
-
-@contextmanager
-def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
-    import torch
-
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(before)
-
-
 def build_random_model(spec: RandomModelSpec, seed: int, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
     """Build ``spec`` with seeded random weights directly on ``device`` in ``dtype`` (eval mode)."""
     import torch
+    from transformers import Qwen3Config
     from transformers import Qwen3ForCausalLM
 
-    config = qwen3_config(spec)
+    # byte-tokenizer special ids; SDPA honours the explicit 4-D masks the engine builds, flash-attention would not
+    config = Qwen3Config(
+        vocab_size=spec.vocab, hidden_size=spec.hidden, intermediate_size=spec.mlp, num_hidden_layers=spec.layers,
+        num_attention_heads=spec.q_heads, num_key_value_heads=spec.kv_heads, head_dim=spec.head_dim,
+        tie_word_embeddings=spec.tied_embeddings, pad_token_id=PAD_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
+        attn_implementation="sdpa",
+    )
     # fork_rng restores every RNG it seeds, so building a model leaves the caller's streams alone
     cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=cuda), _default_dtype(dtype), torch.device(device):
-        torch.manual_seed(seed)
-        model = Qwen3ForCausalLM(config)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.random.fork_rng(devices=cuda), torch.device(device):
+            torch.manual_seed(seed)
+            model = Qwen3ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(before)
     model.eval()
     model.requires_grad_(False)
     return model

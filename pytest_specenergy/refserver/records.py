@@ -1,8 +1,7 @@
 """Frozen records of the reference engine's API: configuration, requests and results.
 
 The result records carry SGLang's field names and semantics (``reference/sglang-api.md`` sections
-2 and 6) so that :mod:`.protocol` can turn them into ``/generate`` answers without arithmetic.
-"""
+2 and 6) so that :mod:`.protocol` can turn them into ``/generate`` answers without arithmetic."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """One request's mutable state while it is queued or running, and its SGLang-shaped result.
 
-The row's life and its SGLang counters: ``docs/design/refserver.md``, section
-``pytest_specenergy/refserver/rows.py``.
-"""
+The row's life and its SGLang counters: its section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -127,17 +125,13 @@ class Row:
                              num_proposed_drafts=self.verify_ct * self.k, correct_drafts_histogram=tuple(hist))
         req = self.request
         return GenerationResult(
-            rid=self.rid,
-            input_ids=tuple(req.input_ids),
-            output_ids=tuple(self.output),
+            rid=self.rid, input_ids=tuple(req.input_ids), output_ids=tuple(self.output),
             finish_reason=self.finish or FinishReason("length", length=req.sampling.max_new_tokens),
-            e2e_latency=max(self.finish_time - self.submitted, 0.0),
-            spec=spec,
+            e2e_latency=max(self.finish_time - self.submitted, 0.0), spec=spec,
             input_token_logprobs=tuple(self.input_lp) if self.input_lp is not None else None,
             output_token_logprobs=tuple(self.output_lp) if req.return_logprob else None,
             input_top_logprobs=tuple(self.input_top) if self.input_top is not None else None,
             output_top_logprobs=tuple(self.output_top) if req.return_logprob and req.top_logprobs_num else None,
             spec_drafts=tuple(self.drafts) if req.return_spec_drafts and self.k else None,
-            prefill_forward=self.prefill_forward,
-            decode_s=self.decode_s,
+            prefill_forward=self.prefill_forward, decode_s=self.decode_s,
         )

@@ -1,10 +1,8 @@
 """Run one batched forward pass of a Hugging Face causal LM and record it in the work trace.
 
-:class:`ModelRunner` owns the model-specific plumbing: the cache keyword (``cache`` in newer
-transformers, ``past_key_values`` in older 5.x), applying ``lm_head`` only to the positions whose
-logits are needed, hooks that see which experts the router picked, hooks that capture the inputs
-of linear-attention layers, and the per-row rollback of recurrent state after a verify step.
-"""
+:class:`ModelRunner` owns the model-specific plumbing: the cache keyword (``cache`` in newer transformers,
+``past_key_values`` in older 5.x), ``lm_head`` applied only where logits are needed, hooks that see which experts
+the router picked and capture linear-attention inputs, and the per-row rollback of recurrent state after a verify."""
 
 from __future__ import annotations
 
@@ -98,10 +96,8 @@ class ModelRunner:
             probes = _Probes(model)
             model._specenergy_probes = probes  # type: ignore[attr-defined]
         self.probes: _Probes = probes
-        first_linear = next(iter(probes.linear_modules.values()), None)
-        self.linear_cache_kw = (
-            _kwarg_name(first_linear.forward, "cache", "cache_params") if first_linear is not None else "cache"
-        )
+        linear = next(iter(probes.linear_modules.values()), None)
+        self.linear_cache_kw = _kwarg_name(linear.forward, "cache", "cache_params") if linear is not None else "cache"
         self.noise_scale: float | None = None  # fault "numerical-noise" (target runner only)
         self.seed = 0
 
@@ -173,13 +169,11 @@ class ModelRunner:
                         keep_inputs: bool = False) -> None:
         """Return each row's recurrent state to the state after its first ``keep[b]`` of ``width`` tokens.
 
-        ``snapshot`` is :meth:`BatchKV.snapshot_linear` from before a forward run with
-        ``capture_linear=True``. Masking cannot undo a recurrent update, so rows that dropped
-        tokens (rejected drafts, right padding) are restored from the snapshot and their kept
-        tokens replayed one at a time through each linear-attention layer (by causality their
-        captured inputs do not depend on the dropped ones). ``keep_inputs`` keeps the captured
-        inputs for a second rollback of the same forward.
-        """
+        ``snapshot``: :meth:`BatchKV.snapshot_linear` from before a forward run with ``capture_linear=True``. Masking
+        cannot undo a recurrent update, so rows that dropped tokens (rejected drafts, right padding) are restored from
+        the snapshot and their kept tokens replayed one at a time through each linear-attention layer (by causality
+        their captured inputs do not depend on the dropped ones). ``keep_inputs``: keep those inputs for a second
+        rollback of the same forward."""
         rows_fix = [b for b, k in enumerate(keep) if k < width]
         if not rows_fix or not self.probes.linear_modules:
             return

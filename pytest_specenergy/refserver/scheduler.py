@@ -1,8 +1,6 @@
 """Continuous batching, as SGLang's scheduler does it: one running batch that requests join and leave.
 
-The iteration, aborts and failure handling: ``docs/design/refserver.md``, section
-``pytest_specenergy/refserver/scheduler.py``.
-"""
+The iteration, aborts and failure handling: its section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -58,12 +56,9 @@ class Scheduler:
             self._cv.notify_all()
 
     def abort(self, rid: str | None = None) -> None:
-        """Abort request ``rid`` (None: every request) at the start of the next iteration.
-
-        Only rows queued, being admitted or running now are marked (SGLang ignores an unknown
-        rid). A mark is a flag on the row, not on the scheduler: a flag on the scheduler outlived
-        a row that finished in the iteration under way and aborted the next caller's requests.
-        """
+        """Abort request ``rid`` (None: every request) at the next iteration. Rows queued, being admitted or running
+        now get a flag each (SGLang ignores an unknown rid): a flag on the scheduler outlived a row that finished in
+        the iteration under way and aborted the next caller's requests."""
         with self._cv:
             for row in [*self.running, *self._admitting, *self._queue]:
                 if (rid is None or row.rid == rid) and row.finish is None:
@@ -76,11 +71,6 @@ class Scheduler:
         with self._cv:
             self.max_running = cap
             self._cv.notify_all()
-
-    @property
-    def num_running(self) -> int:
-        """Rows in the running batch now."""
-        return len(self.running)
 
     @property
     def num_waiting(self) -> int:
@@ -134,10 +124,7 @@ class Scheduler:
             row.finish_time = now
         if queued:
             self._queue = deque(r for r in self._queue if not r.abort_requested)
-            self.stats.finished(len(queued))
-        for row in queued:
-            if row.ticket is not None:
-                row.ticket.row_finished()
+        self._finished(queued)
         return bool(running)
 
     @torch.inference_mode()
@@ -179,8 +166,11 @@ class Scheduler:
         self.running = [self.running[i] for i in keep]
         if not self.running:
             self.kv = self.stepper.new_kv()  # drop the emptied tensors (and any leftover slots)
-        self.stats.finished(len(done))
-        for row in done:
+        self._finished(done)
+
+    def _finished(self, rows: Sequence[Row]) -> None:
+        self.stats.finished(len(rows))
+        for row in rows:
             if row.ticket is not None:
                 row.ticket.row_finished()
 

@@ -1,8 +1,6 @@
 """Stdlib HTTP server speaking SGLang's protocol subset in front of a :class:`ReferenceEngine`.
 
-Endpoints, error answers and the slow-client limits: ``docs/design/refserver.md``, section
-``pytest_specenergy/refserver/server.py``.
-"""
+Endpoints, error answers and the slow-client limits: its section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """Engine counters for ``/server_info``: what SGLang reports, plus cumulative concurrency counters.
 
-Which counters ``flush_cache`` resets and which never are, and why: ``docs/design/refserver.md``, section
-``pytest_specenergy/refserver/stats.py``.
-"""
+Which counters ``flush_cache`` resets and which never are, and why: its section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -26,14 +24,14 @@ class SinceFlush:
 
 @dataclass
 class Lifetime:
-    """Counters since the engine started (never reset)."""
+    """Counters since the engine started (never reset), named and ordered as in ``internal_states[0]``."""
 
     decode_steps: int = 0
     decode_row_steps: int = 0
-    steps_by_running: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    decode_steps_by_running: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     prefill_steps: int = 0
     prefill_rows: int = 0
-    requests_finished: int = 0
+    num_requests_finished: int = 0
 
 
 class EngineStats:
@@ -58,7 +56,7 @@ class EngineStats:
     def finished(self, rows: int) -> None:
         """``rows`` requests finished."""
         with self._lock:
-            self.lifetime.requests_finished += rows
+            self.lifetime.num_requests_finished += rows
 
     def decode_step(self, running: int, seconds: float) -> None:
         """One decode or verify step over ``running`` rows."""
@@ -69,7 +67,7 @@ class EngineStats:
             f.max_running = running if f.max_running is None else max(f.max_running, running)
             life.decode_steps += 1
             life.decode_row_steps += running
-            life.steps_by_running[running] += 1
+            life.decode_steps_by_running[running] += 1
 
     def verified(self, committed: int) -> None:
         """One row's verify step committed ``committed`` tokens."""
@@ -86,17 +84,9 @@ class EngineStats:
         """The counters' part of ``internal_states[0]``."""
         with self._lock:
             f, life = self.flushable, self.lifetime
-            out: dict[str, Any] = {
-                "step_time_dict": {key: list(v) for key, v in f.step_times.items()},
-                "min_running": f.min_running,
-                "max_running": f.max_running,
-                "decode_steps": life.decode_steps,
-                "decode_row_steps": life.decode_row_steps,
-                "decode_steps_by_running": {str(k): v for k, v in sorted(life.steps_by_running.items())},
-                "prefill_steps": life.prefill_steps,
-                "prefill_rows": life.prefill_rows,
-                "num_requests_finished": life.requests_finished,
-            }
+            out: dict[str, Any] = {"step_time_dict": {key: list(v) for key, v in f.step_times.items()},
+                                   "min_running": f.min_running, "max_running": f.max_running, **vars(life)}
+            out["decode_steps_by_running"] = {str(k): v for k, v in sorted(life.decode_steps_by_running.items())}
             avg = self.avg_spec_accept_length()
         if avg is not None:
             out["avg_spec_accept_length"] = avg

@@ -1,13 +1,12 @@
 """Built-in tiny models, made deterministically from a seed (no files, no downloads).
 
-How weights are seeded, how drafts are derived and what each model is priced as:
-``docs/design/refserver.md``, section ``pytest_specenergy/refserver/tiny_models.py``.
-"""
+How weights are seeded, drafts derived and models priced: its section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,15 +27,13 @@ DEEP_RESIDUAL_SCALE = 0.15
 LOGIT_SCALE = 3.0  # std of the logits for a unit-RMS final hidden state: keeps top-2 gaps wide
 ROUTER_SCALE = 2.0
 ATTN_OUT_SCALE = 0.25
-# The hybrid's gated-delta-net (linear attention) layers, issue 22 item 9. With the initialiser's decay
-# rates (A in [1, 16]: a state that forgets in about one token) and out_proj at ATTN_OUT_SCALE alone (its
-# input is unit-RMS after the gated norm, where softmax attention hands o_proj an average of values: it
-# wrote ~3x what the full-attention layer did), the latest tokens steered the text like a high-order
-# Markov chain: answers cycled only after ~40 tokens, so n-gram drafts were never accepted in a 32-token
-# answer. A state remembering tens of tokens (A in [0.01, 0.1], as a trained layer's long-memory heads)
-# writing under the full-attention layer settles the text into short cycles like the dense model's (n-gram
-# accept length 1.4 on code at 32 tokens, 1.6-1.9 on every built-in corpus at 64), while a corrupted state
-# persists long enough to change tokens: every state-rollback fault shows.
+# The hybrid's gated-delta-net layers (issue 22 item 9). With the initialiser's decay rates (A in [1, 16]: a state
+# that forgets in about one token) and out_proj at ATTN_OUT_SCALE alone (it wrote ~3x what the full-attention layer
+# did), the latest tokens steered the text like a high-order Markov chain: answers cycled only after ~40 tokens, so
+# n-gram drafts were never accepted in a 32-token answer. A state remembering tens of tokens (A in [0.01, 0.1], as a
+# trained layer's long-memory heads) writing under the full-attention layer settles the text into short cycles like
+# the dense model's (n-gram accept length 1.4 on code at 32 tokens, 1.6-1.9 on every built-in corpus at 64), while a
+# corrupted state persists long enough to change tokens: every state-rollback fault shows.
 LINEAR_ATTN_OUT_SCALE = 0.2
 GDN_DECAY_RANGE = (0.01, 0.1)
 
@@ -58,23 +55,14 @@ class TinyModelSpec:
 TINY_MODELS: dict[str, TinyModelSpec] = {}
 
 
-def register_tiny_model(spec: TinyModelSpec) -> None:
-    """Add (or replace) a tiny model in the registry."""
-    TINY_MODELS[spec.name] = spec
-
-
 def tiny_model_names() -> list[str]:
     """The registered names, sorted."""
     return sorted(TINY_MODELS)
 
 
 def priced_as_for(model: str, draft: str | None = None) -> dict[str, str] | None:
-    """``/server_info``'s ``priced_as``: the real shape of the target and of the draft model.
-
-    A tiny model is priced as the shape it declares, a ``random:NAME`` model as ``NAME`` (whatever
-    its overrides). None when the target is neither (a real checkpoint is priced at its own
-    size); the draft entry is left out when there is no draft model or it declares no shape.
-    """
+    """``/server_info``'s ``priced_as``: the real shape of the target and draft (a tiny model's declared shape,
+    ``random:NAME``'s ``NAME``); None for a real checkpoint (priced at its own size), no draft entry without one."""
     shapes = {"target": _priced_as(model), "draft": _priced_as(draft) if draft else None}
     if shapes["target"] is None:
         return None
@@ -106,15 +94,6 @@ def _uniform(seed: int, key: str, shape: tuple[int, ...], bound: float) -> torch
     return torch.from_numpy(((2.0 * unit - 1.0) * bound).reshape(shape))
 
 
-def _layer_index(name: str) -> int | None:
-    parts = name.split(".")
-    if "layers" in parts:
-        i = parts.index("layers")
-        if i + 1 < len(parts) and parts[i + 1].isdigit():
-            return int(parts[i + 1])
-    return None
-
-
 # These projections add into the residual stream; scaling them scales a layer's contribution.
 _RESIDUAL_WRITERS = ("o_proj.weight", "down_proj.weight", "out_proj.weight", "experts.down_proj")
 
@@ -144,8 +123,8 @@ def seed_weights(model: torch.nn.Module, seed: int) -> torch.nn.Module:
                 bound = math.sqrt(3.0 / shape[-1])  # unit variance out for unit variance in
                 if name.endswith("mlp.gate.weight"):
                     bound *= ROUTER_SCALE
-                layer = _layer_index(name)
-                if name.endswith(_RESIDUAL_WRITERS) and layer is not None and layer >= DRAFT_LAYERS:
+                layer = re.search(r"(?:^|\.)layers\.(\d+)(?:\.|$)", name)
+                if name.endswith(_RESIDUAL_WRITERS) and layer is not None and int(layer[1]) >= DRAFT_LAYERS:
                     bound *= DEEP_RESIDUAL_SCALE
                 if name.endswith(("o_proj.weight", "linear_attn.out_proj.weight")):
                     bound *= ATTN_OUT_SCALE
@@ -168,21 +147,10 @@ def _finish(model: torch.nn.Module) -> torch.nn.Module:
 
 def _common(num_layers: int) -> dict[str, object]:
     # what every family shares: attention shape, byte-tokenizer vocabulary and special ids
-    return dict(
-        hidden_size=256,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        vocab_size=ByteTokenizer().vocab_size,
-        pad_token_id=PAD_ID,
-        bos_token_id=BOS_ID,
-        eos_token_id=EOS_ID,
-        tie_word_embeddings=False,
-        max_position_embeddings=16384,
-        rms_norm_eps=1e-6,
-        attn_implementation="sdpa",
-    )
+    return dict(hidden_size=256, num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
+                head_dim=64, vocab_size=ByteTokenizer().vocab_size, pad_token_id=PAD_ID, bos_token_id=BOS_ID,
+                eos_token_id=EOS_ID, tie_word_embeddings=False, max_position_embeddings=16384, rms_norm_eps=1e-6,
+                attn_implementation="sdpa")
 
 
 # ------------------------------------------------------------------------------------ families
@@ -195,15 +163,8 @@ def _dense_config(num_layers: int):
 def _moe_config(num_layers: int):
     from transformers import Qwen3MoeConfig
 
-    return Qwen3MoeConfig(
-        intermediate_size=768,
-        moe_intermediate_size=192,
-        num_experts=16,
-        num_experts_per_tok=2,
-        norm_topk_prob=True,
-        decoder_sparse_step=1,
-        **_common(num_layers),
-    )
+    return Qwen3MoeConfig(intermediate_size=768, moe_intermediate_size=192, num_experts=16, num_experts_per_tok=2,
+                          norm_topk_prob=True, decoder_sparse_step=1, **_common(num_layers))
 
 
 HYBRID_LAYER_TYPES = ("linear_attention", "full_attention", "linear_attention", "full_attention")
@@ -212,26 +173,16 @@ HYBRID_LAYER_TYPES = ("linear_attention", "full_attention", "linear_attention", 
 def _hybrid_config(num_layers: int):
     from transformers import Qwen3NextConfig
 
-    return Qwen3NextConfig(
-        intermediate_size=512,
-        layer_types=list(HYBRID_LAYER_TYPES[:num_layers]),
-        linear_conv_kernel_dim=4,
-        linear_key_head_dim=32,
-        linear_value_head_dim=32,
-        linear_num_key_heads=2,
-        linear_num_value_heads=4,
-        num_experts=0,  # dense MLPs: the hybrid tests the recurrent state, tiny:moe tests routing
-        **_common(num_layers),
-    )
+    # num_experts=0, dense MLPs: the hybrid tests the recurrent state, tiny:moe tests routing
+    return Qwen3NextConfig(intermediate_size=512, layer_types=list(HYBRID_LAYER_TYPES[:num_layers]),
+                           linear_conv_kernel_dim=4, linear_key_head_dim=32, linear_value_head_dim=32,
+                           linear_num_key_heads=2, linear_num_value_heads=4, num_experts=0, **_common(num_layers))
 
 
 def _construct(cls_name: str, config: object) -> torch.nn.Module:
-    """An instance of the transformers class ``cls_name`` without its random initialisation.
-
-    :func:`seed_weights` overwrites every random parameter and the constructors set the constant
-    ones, so the initialisers' draws were thrown away, at most of a build's cost (``tiny:dense``
-    0.074 s -> 0.031 s, ``benchmarks/engine_setup.py``); the weights are bit-identical either way
-    (``tests/refserver/test_reference_models.py`` compares every tensor)."""
+    """An instance of the transformers class ``cls_name`` without its random initialisation, whose draws
+    :func:`seed_weights` overwrote anyway at most of a build's cost (``tiny:dense`` 0.074 s -> 0.031 s,
+    ``benchmarks/engine_setup.py``); bit-identical weights (``tests/refserver/test_reference_models.py``)."""
     import transformers
     from transformers.initialization import no_init_weights
 
@@ -249,14 +200,11 @@ def _make_target(config_fn: Callable[[int], object], cls_name: str, layers: int)
 def _make_draft(target: ModelBuilder, config_fn: Callable[[int], object], cls_name: str) -> ModelBuilder:
     def build(seed: int) -> torch.nn.Module:
         source = target(seed).state_dict()
-        draft = _construct(cls_name, config_fn(DRAFT_LAYERS))
-        keep = {}
-        for key in draft.state_dict():
-            if key not in source:
-                raise RuntimeError(f"derived draft: target has no parameter {key!r}")
-            keep[key] = source[key]
-        draft = draft.to(torch.float64)
-        draft.load_state_dict(keep, strict=True)
+        draft = _construct(cls_name, config_fn(DRAFT_LAYERS)).to(torch.float64)
+        missing = next((key for key in draft.state_dict() if key not in source), None)
+        if missing is not None:
+            raise RuntimeError(f"derived draft: target has no parameter {missing!r}")
+        draft.load_state_dict({key: source[key] for key in draft.state_dict()}, strict=True)
         return _finish(draft)
 
     return build
@@ -276,11 +224,12 @@ _FAMILIES = (
 
 def _register_families() -> None:
     for family, cls_name, config_fn, layers, description, priced_as, draft_description in _FAMILIES:
+        name = f"tiny:{family}"
         target = _make_target(config_fn, cls_name, layers)
-        register_tiny_model(TinyModelSpec(f"tiny:{family}", family, target, description, priced_as=priced_as))
+        TINY_MODELS[name] = TinyModelSpec(name, family, target, description, priced_as=priced_as)
         draft = _make_draft(target, config_fn, cls_name)
-        register_tiny_model(TinyModelSpec(f"tiny:{family}-draft", family, draft, draft_description,
-                                          draft_for=f"tiny:{family}", priced_as="qwen3-0.6b"))
+        TINY_MODELS[f"{name}-draft"] = TinyModelSpec(f"{name}-draft", family, draft, draft_description, draft_for=name,
+                                                      priced_as="qwen3-0.6b")
 
 
 _register_families()
@@ -288,7 +237,4 @@ _register_families()
 
 def default_draft_for(model: str) -> str | None:
     """The registered draft derived from ``model``, if any."""
-    for spec in TINY_MODELS.values():
-        if spec.draft_for == model:
-            return spec.name
-    return None
+    return next((spec.name for spec in TINY_MODELS.values() if spec.draft_for == model), None)

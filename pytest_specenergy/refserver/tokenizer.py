@@ -1,8 +1,6 @@
-"""Tokenizers for the reference server: a built-in byte-level tokenizer with fixed merges, padded for
-``random:*`` models, and an adapter for a local Hugging Face checkpoint's own tokenizer.
+"""Tokenizers: the built-in byte-level one with fixed merges (padded for ``random:*`` models), or a checkpoint's own.
 
-Design: ``docs/design/refserver.md``, section ``pytest_specenergy/refserver/tokenizer.py``.
-"""
+Design: its section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -52,9 +50,7 @@ class TokenizerLike(Protocol):
 class ByteTokenizer:
     """Byte-level tokenizer: ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, byte ``b`` = ``3 + b``, then one id per merge.
 
-    Encoding is greedy longest match over the merge pieces (as UTF-8 bytes), falling back to single
-    bytes, so ``decode(encode(s)) == s`` for every string ``s``.
-    """
+    Greedy longest match over the merge pieces (as UTF-8 bytes), else single bytes: ``decode(encode(s)) == s``."""
 
     def __init__(self, merges: Sequence[str] = DEFAULT_MERGES) -> None:
         # Single bytes already have ids; duplicates would make encode() ambiguous (the first one counts).
@@ -103,12 +99,8 @@ UNUSED_TOKEN_TEXT = "<|unused_{}|>"  # decoded text of a model id the byte token
 
 
 class PaddedByteTokenizer(ByteTokenizer):
-    """The byte tokenizer over a model with a larger vocabulary (a ``random:*`` model).
-
-    Encoding is unchanged, so prompts only ever use the byte tokenizer's ids. The model can emit
-    any of its ``vocab_size`` ids; those past the byte tokenizer's decode to
-    ``<|unused_ID|>`` (never skipped: the model did generate a token there) rather than failing.
-    """
+    """The byte tokenizer over a model with a larger vocabulary (a ``random:*`` model): encoding is unchanged, and
+    model ids past the byte tokenizer's decode to ``<|unused_ID|>`` (never skipped: the model did generate a token)."""
 
     def __init__(self, vocab_size: int, merges: Sequence[str] = DEFAULT_MERGES) -> None:
         super().__init__(merges)
@@ -157,8 +149,7 @@ class HFTokenizer:
 
 
 def load_tokenizer(model: str, extra_eos_ids: Sequence[int] = (), vocab_size: int | None = None) -> TokenizerLike:
-    """The tokenizer for a model name: built-in for ``tiny:*`` and ``random:*`` (padded to the
-    model's ``vocab_size``), else the checkpoint's."""
+    """The tokenizer for a model: built-in for ``tiny:*`` and ``random:*`` (padded to ``vocab_size``), else its own."""
     if model.startswith("tiny:"):
         return ByteTokenizer()
     if model.startswith("random:"):

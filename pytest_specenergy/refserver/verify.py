@@ -1,8 +1,6 @@
 """One speculative step over the running batch: draft, verify in one target forward, accept, commit.
 
-The step's shape, acceptance and rollback: ``docs/design/refserver.md``, section
-``pytest_specenergy/refserver/verify.py``.
-"""
+The step's shape, acceptance and rollback: its section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -46,7 +44,12 @@ def verify_step(engine: ReferenceEngine, rows: Sequence[Row], kv: BatchKV, draft
     if kv.has_linear and "skip-state-rollback" not in faults:
         if stale_fault:
             _remember_slot0_state(engine, rows, kv, snapshot, accepted, k + 1)
-        engine.runner.rollback_linear(kv, snapshot, _state_keep(accepted, k, faults), k + 1)
+        # fed tokens whose recurrent update each row keeps: the last committed one and its accepted drafts
+        keep = [a + 1 for a in accepted]
+        if "partial-accept-state" in faults:
+            # the slip: only an all-rejected step is rolled back; a partial accept keeps every fed token
+            keep = [1 if a == 0 else k + 1 for a in accepted]
+        engine.runner.rollback_linear(kv, snapshot, keep, k + 1)
     logp = engine.logprobs_if_asked(rows, logits.reshape(n * (k + 1), -1))
     greedy_l = greedy.tolist()
     eos = engine.target.eos_token_ids
@@ -67,22 +70,10 @@ def verify_step(engine: ReferenceEngine, rows: Sequence[Row], kv: BatchKV, draft
     drafter.after_verify(accepted, committed_all)
 
 
-def _state_keep(accepted: Sequence[int], k: int, faults: Sequence[str]) -> list[int]:
-    """Fed tokens whose recurrent update each row keeps: the last committed one and its accepted drafts."""
-    if "partial-accept-state" in faults:
-        # the slip: only an all-rejected step is rolled back; a partial accept keeps every fed token
-        return [1 if a == 0 else k + 1 for a in accepted]
-    return [a + 1 for a in accepted]
-
-
 def _read_stale_state(rows: Sequence[Row], kv: BatchKV, empty: Sequence[bool]) -> None:
-    """Fault ``stale-state-after-empty-draft``: a zero-draft step reads the wrong state slot.
-
-    Engines keeping one recurrent state per verified position pick the last accepted token's slot
-    after each verify; the path for a request with no drafts skipped that and read slot 0 (vLLM
-    #39273, fixed in vLLM #52942 and SGLang #26351): right after a step that accepted nothing,
-    wrong after one that accepted some (the accepted drafts vanish from the state).
-    """
+    """Fault ``stale-state-after-empty-draft``: a zero-draft step reads slot 0 of the previous verify's per-position
+    states, not its last accepted token's (vLLM #39273, fixed in vLLM #52942 and SGLang #26351): wrong only after a
+    step that accepted drafts, which then vanish from the state."""
     for b, row in enumerate(rows):
         if empty[b] and row.stale_state is not None:
             kv.set_row_state(b, row.stale_state)

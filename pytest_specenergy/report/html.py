@@ -1,7 +1,6 @@
 """A single self-contained HTML report of a run: inline CSS, inline SVG figures, no scripts.
 
-The page's layout and why every run string goes through :func:`_e`:
-``docs/design/meters-report-cli.md``, section ``pytest_specenergy/report/html.py``.
+The page's layout and why every run string goes through :func:`_e`: ``docs/design/meters-report-cli.md``.
 """
 
 from __future__ import annotations
@@ -93,29 +92,23 @@ def _checks_cell(row: CaseRecord) -> str:
     return "<td>" + "".join(_badge(c.name, c.severity, c.message) for c in row.checks) + "</td>"
 
 
-def _row_class(row: CaseRecord) -> str:
-    return "fail" if row.failed else "warn" if row.checks else ""
-
-
-def _verdict(rows: Sequence[CaseRecord], comparisons: Sequence[CaseComparison] | None,
-             baseline_label: str) -> str:
-    """The page's first lines: how many cases regressed, stayed inconclusive, were unchanged
-    (every gate verdict, worst first), and how many tripped a check."""
+def _verdict(rows: Sequence[CaseRecord], comparisons: Sequence[CaseComparison] | None, baseline_label: str) -> str:
+    """The page's first lines: how many cases regressed, stayed inconclusive, were unchanged (every gate verdict,
+    worst first), and how many tripped a check."""
     fails = sum(1 for r in rows if r.failed)
     checks = (f"{fails} case(s) with a failed validity check" if fails else "no failed validity check") + \
         f", {sum(1 for r in rows if r.checks and not r.failed)} with a warning only"
     if comparisons is None:
         return (f'<p class="verdict">{len(rows)} cases, not compared with a baseline; {_e(checks)}.</p>')
     counts = {v: sum(1 for c in comparisons if c.verdict is v) for v in WORST_FIRST}
+    shown = (Verdict.REGRESSED, Verdict.INCONCLUSIVE, Verdict.PASSED)
     badges = " ".join(_badge(f"{n} {v.label}", _status_kind(v) if n else "other")
-                      for v, n in counts.items() if n or v in (Verdict.REGRESSED, Verdict.INCONCLUSIVE,
-                                                                 Verdict.PASSED))
+                      for v, n in counts.items() if n or v in shown)
     return (f'<p class="verdict">{badges}</p><p>{len(comparisons)} cases against '
             f"{_e(baseline_label or 'the baseline run')}; {_e(checks)}.</p>")
 
 
-def _summary(run: RunDocument, rows: Sequence[CaseRecord],
-             comparisons: Sequence[CaseComparison] | None) -> str:
+def _summary(run: RunDocument, rows: Sequence[CaseRecord], comparisons: Sequence[CaseComparison] | None) -> str:
     fails = sum(1 for r in rows if r.failed)
     warns = sum(1 for r in rows if r.checks and not r.failed)
     facts = [
@@ -152,17 +145,15 @@ def _plain(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 
-def _figures(rows: Sequence[CaseRecord], history: Sequence[RunDocument],
-             targets: Sequence[float]) -> str:
+def _figures(rows: Sequence[CaseRecord], history: Sequence[RunDocument], targets: Sequence[float]) -> str:
     figs: list[tuple[str, Callable[[], str]]] = [
-        ("Energy per token vs batch: one line per drafter, the dashed line is the "
-         "non-speculative baseline.", lambda: _plots.energy_vs_batch_svg(rows)),
-        ("Energy saving vs batch: above the break-even line speculation saves energy, below it "
-         "costs energy.", lambda: _plots.saving_vs_batch_svg(rows)),
+        ("Energy per token vs batch: one line per drafter, the dashed line is the non-speculative baseline.",
+         lambda: _plots.energy_vs_batch_svg(rows)),
+        ("Energy saving vs batch: above the break-even line speculation saves energy, below it costs energy.",
+         lambda: _plots.saving_vs_batch_svg(rows)),
         ("Accept length by corpus per drafter.", lambda: _plots.accept_length_svg(rows)),
-        ("Time between tokens vs energy per token; vertical lines are latency targets, the "
-         "ringed point is the lowest-energy configuration meeting each.",
-         lambda: _plots.latency_svg(rows, targets)),
+        ("Time between tokens vs energy per token; vertical lines are latency targets, the ringed point is the "
+         "lowest-energy configuration meeting each.", lambda: _plots.latency_svg(rows, targets)),
     ]
     if len(history) >= 2:
         figs.append(("History of key metrics across stored runs; triangles mark detected steps.",
@@ -174,8 +165,7 @@ def _figures(rows: Sequence[CaseRecord], history: Sequence[RunDocument],
         try:
             out.append(f"<figure>{make()}<figcaption>{_e(caption)}</figcaption></figure>")
         except Exception as exc:  # a figure must never cost the user the tables
-            out.append(f'<p class="note">Figure not drawn ({_e(caption)}): '
-                       f"{_e(type(exc).__name__)}: {_e(exc)}</p>")
+            out.append(f'<p class="note">Figure not drawn ({_e(caption)}): {_e(type(exc).__name__)}: {_e(exc)}</p>')
     return "".join(out)
 
 
@@ -190,35 +180,31 @@ def _latency_table(rows: Sequence[CaseRecord], targets: Sequence[float]) -> str:
             cells += [_td(p.label), _num("energy_per_token", p.energy_per_token),
                       _num("tbt_ms", p.tbt_ms), "<td>" + _badge(p.source, "src") + "</td>"]
         body.append(("", cells))
-    return _table(["model", "corpus", "TBT target", "lowest-energy configuration",
-                   "J/token", "TBT (ms)", "source"], body)
+    return _table(["model", "corpus", "TBT target", "lowest-energy configuration", "J/token", "TBT (ms)", "source"],
+                  body)
 
 
-_CASE_HEADERS = ["case", "model", "drafter", "batch", "corpus", "source", "baseline J/token",
-                 "spec J/token", "energy saving", "accept length", "acceptance rate",
-                 "verified/step", "verify FLOP/byte (balance point)", "draft share",
-                 "baseline TBT (ms)", "spec TBT (ms)", "speedup", "exact match", "logprob gap", "checks"]
+_CASE_HEADERS = ["case", "model", "drafter", "batch", "corpus", "source", "baseline J/token", "spec J/token",
+                 "energy saving", "accept length", "acceptance rate", "verified/step",
+                 "verify FLOP/byte (balance point)", "draft share", "baseline TBT (ms)", "spec TBT (ms)", "speedup",
+                 "exact match", "logprob gap", "checks"]
 
 
 def _case_table(rows: Sequence[CaseRecord]) -> str:
     body = []
     for r in rows:
-        cells = [_td(r.case_id), _td(r.model),
-                 f'<td title="{_e(r.drafter_name)}">{_e(r.drafter_id)}</td>',
-                 _num("batch", r.batch), _td(r.corpus_name),
-                 "<td>" + _badge(r.source, "src") + "</td>",
-                 _num("energy_per_token", r.baseline.energy_per_token),
-                 _num("energy_per_token", r.energy_per_token),
+        cells = [_td(r.case_id), _td(r.model), f'<td title="{_e(r.drafter_name)}">{_e(r.drafter_id)}</td>',
+                 _num("batch", r.batch), _td(r.corpus_name), "<td>" + _badge(r.source, "src") + "</td>",
+                 _num("energy_per_token", r.baseline.energy_per_token), _num("energy_per_token", r.energy_per_token),
                  _num("energy_saving", r.energy_saving), _num("accept_length", r.accept_length),
-                 _num("acceptance_rate", r.acceptance_rate),
-                 _num("verified_per_step", r.verified_per_step),
+                 _num("acceptance_rate", r.acceptance_rate), _num("verified_per_step", r.verified_per_step),
                  '<td class="num">' + _e(intensity(r)) + "</td>",
                  f'<td class="num" title="{_e(r.draft_share_method or "not measured")}">'
                  + _e(fmt(r.draft_share, ".0%")) + "</td>",
                  _num("tbt_ms", r.baseline.tbt_ms), _num("tbt_ms", r.tbt_ms),
                  _num("speedup", r.speedup), _num("exact_fraction", r.exact_fraction),
                  _num("logprob_gap", r.logprob_gap), _checks_cell(r)]
-        body.append((_row_class(r), cells))
+        body.append(("fail" if r.failed else "warn" if r.checks else "", cells))
     return _table(_CASE_HEADERS, body)
 
 
@@ -227,9 +213,8 @@ def _status_kind(verdict: Verdict) -> str:
 
 
 def _comparison_table(comparisons: Sequence[CaseComparison]) -> str:
-    """One row per case with the gate's own verdict; each metric cell is
-    ``baseline -> current`` over the change, shaded by that metric's verdict, with the
-    p-value and method in its tooltip."""
+    """One row per case with the gate's own verdict; each metric cell is ``baseline -> current`` over the change,
+    shaded by that metric's verdict, with the p-value and method in its tooltip."""
     metrics = list(dict.fromkeys(r.metric for c in comparisons for r in c.rows))
     ordered = sorted(comparisons, key=lambda c: (c.verdict.rank, c.case_id))
     body = []
@@ -245,8 +230,7 @@ def _comparison_table(comparisons: Sequence[CaseComparison]) -> str:
             cells.append(f'<td class="num {_e(row.verdict.value)}" title="{_e(row.describe())}">'
                          f"{_e(show(metric, row.baseline))} &rarr; {_e(show(metric, row.current))}"
                          f"<br><b>{_e(row.change_text())}</b></td>")
-        body.append((c.verdict.value if c.verdict in (Verdict.REGRESSED, Verdict.IMPROVED) else "",
-                     cells))
+        body.append((c.verdict.value if c.verdict in (Verdict.REGRESSED, Verdict.IMPROVED) else "", cells))
     headers = ["case", "verdict", "why not compared"] + [
         f"{m} ({_WORSE_ARROW.get(METRICS[m].worse if m in METRICS else '-', '')} worse)" for m in metrics]
     return _table(headers, body)
@@ -267,39 +251,35 @@ def _history_steps(history: Sequence[RunDocument], threshold: float) -> str:
         return (f"<p>No lasting step of {threshold:.0%} or more across {len(history)} stored runs "
                 "(a step is a change that holds over several runs; the verdicts above compare this "
                 "run with its baseline).</p>")
-    return _table(["case", "metric", "first run at new level", "before (median)",
-                   "after (median)", "change"], body)
+    return _table(["case", "metric", "first run at new level", "before (median)", "after (median)", "change"], body)
 
 
 def _checks_detail(rows: Sequence[CaseRecord]) -> str:
     body = [("fail" if c.severity == "fail" else "warn",
-             [_td(r.case_id), "<td>" + _badge(c.severity, c.severity) + "</td>", _td(c.name),
-              _td(c.message), "<td>" + _badge(r.source, "src") + "</td>"])
-            for r in rows for c in r.checks]
+             [_td(r.case_id), "<td>" + _badge(c.severity, c.severity) + "</td>", _td(c.name), _td(c.message),
+              "<td>" + _badge(r.source, "src") + "</td>"]) for r in rows for c in r.checks]
     if not body:
         return "<p>No validity check tripped.</p>"
     return _table(["case", "severity", "check", "message", "source"], body)
 
 
 def render_html(run: RunDocument, comparisons: Sequence[CaseComparison] | None = None,
-                history: Sequence[RunDocument] = (),
-                latency_targets_ms: Sequence[float] = (25.0, 10.0),
-                title: str = DEFAULT_TITLE, plots: bool | None = None,
-                baseline_label: str = "", step: float = DEFAULT_STEP) -> str:
+                history: Sequence[RunDocument] = (), latency_targets_ms: Sequence[float] = (25.0, 10.0),
+                title: str = DEFAULT_TITLE, plots: bool | None = None, baseline_label: str = "",
+                step: float = DEFAULT_STEP) -> str:
     """One self-contained HTML page for ``run`` (a run document).
 
-    ``comparisons``: the gate's comparison against a baseline (``gate.compare.compare_documents``);
-    the report never compares on its own. ``history``: stored runs, oldest first; ``run`` is
-    appended unless already last. ``plots``: None draws figures when matplotlib is
-    installed, False never. ``step``: smallest history step shown.
+    ``comparisons``: the gate's comparison against a baseline (``gate.compare.compare_documents``); the report never
+    compares on its own. ``history``: stored runs, oldest first; ``run`` is appended unless already last. ``plots``:
+    None draws figures when matplotlib is installed, False never. ``step``: smallest history step shown.
     """
     rows = run.results
     hist = list(history)
     if hist and hist[-1] != run:
         hist.append(run)
     draw = _plots.plots_available() if plots is None else plots and _plots.plots_available()
-    # The verdict first (counts, then the comparison table), then the cases, then figures and
-    # the rest; raw machine and meter descriptions last, folded.
+    # The verdict first (counts, then the comparison table), then the cases, then figures and the rest; raw machine
+    # and meter descriptions last, folded.
     parts = [f"<h1>{_e(title)}</h1>",
              f'<div class="sub">{len(rows)} cases &middot; '
              + " ".join(_badge(s, "src") for s in sources(rows)) + "</div>",
@@ -307,10 +287,9 @@ def render_html(run: RunDocument, comparisons: Sequence[CaseComparison] | None =
     if comparisons is not None:
         limits = sorted({r.limit.expr for c in comparisons for r in c.rows})
         parts += [f"<h2>Baseline comparison</h2><p>The gate's verdicts against "
-                  f"{_e(baseline_label or 'the baseline run')}: limits {_e(', '.join(limits) or 'none')}; "
-                  "a metric regresses only when its change's confidence interval lies beyond "
-                  "its limit (the sequential rule; energy on the within-session ratio). "
-                  "Regressions first.</p>", _comparison_table(comparisons)]
+                  f"{_e(baseline_label or 'the baseline run')}: limits {_e(', '.join(limits) or 'none')}; a metric "
+                  "regresses only when its change's confidence interval lies beyond its limit (the sequential rule; "
+                  "energy on the within-session ratio). Regressions first.</p>", _comparison_table(comparisons)]
     parts += ["<h2>Cases</h2>", _case_table(rows), "<h2>Checks</h2>", _checks_detail(rows), "<h2>Figures</h2>"]
     if draw:
         parts.append(_figures(rows, hist, latency_targets_ms))

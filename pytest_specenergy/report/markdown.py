@@ -1,7 +1,6 @@
 """A Markdown summary of a run for a CI step summary (``$GITHUB_STEP_SUMMARY``) or a PR comment.
 
-What it shows, and why run strings are escaped: ``docs/design/meters-report-cli.md``, section
-``pytest_specenergy/report/markdown.py``.
+What it shows, and why run strings are escaped: ``docs/design/meters-report-cli.md`` (its section).
 """
 
 from __future__ import annotations
@@ -21,23 +20,22 @@ from pytest_specenergy.report.rows import sources
 #: The metrics a Markdown comparison shows, with their column titles.
 MARKDOWN_METRICS: tuple[tuple[str, str], ...] = (
     ("energy_ratio", "energy ratio (spec/baseline)"), ("energy_per_token", "J/token"),
-    ("energy_saving", "energy saving"),
-    ("accept_length", "accept length"), ("tbt_ms", "TBT (ms)"))
+    ("energy_saving", "energy saving"), ("accept_length", "accept length"), ("tbt_ms", "TBT (ms)"))
 _STATUS_TEXT = {Verdict.REGRESSED: "**REGRESSED**", Verdict.PASSED: "ok"}
 # Characters that Markdown (GitHub flavour) would treat as markup inside a table cell.
 _MARKUP = re.compile(r"([\\`*_\[\]|~])")
 
 
 def md_escape(value: object) -> str:
-    """Escape a run string for a GFM table cell: HTML entities for ``& < >``, a backslash
-    before markup characters and ``|``, and newlines flattened (a cell is one line)."""
+    """Escape a run string for a GFM table cell: HTML entities for ``& < >``, a backslash before markup characters
+    and ``|``, and newlines flattened (a cell is one line)."""
     text = str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     text = re.sub(r"[\r\n]+", " ", text)
     return _MARKUP.sub(r"\\\1", text)
 
 
-#: At most this many case rows: a pull-request comment or job summary is read, not searched
-#: (the HTML report has every case).
+#: At most this many case rows: a pull-request comment or job summary is read, not searched (the HTML report has
+#: every case).
 MAX_ROWS = 15
 
 
@@ -59,8 +57,7 @@ def _header(run: RunDocument, extra: str = "") -> str:
 
 
 def _more(shown: int, total: int, what: str) -> list[str]:
-    return ["", f"\u2026 and {total - shown} more {what} (the HTML report lists every case)."] \
-        if total > shown else []
+    return ["", f"\u2026 and {total - shown} more {what} (the HTML report lists every case)."] if total > shown else []
 
 
 def _comparison(run: RunDocument, comparisons: Sequence[CaseComparison]) -> str:
@@ -100,9 +97,9 @@ def _comparison(run: RunDocument, comparisons: Sequence[CaseComparison]) -> str:
         lines.append(f"| {status} | {md_escape(c.case_id)}{blocked} | " + " | ".join(cells) + " |" + source)
     lines += _more(min(len(listed), MAX_ROWS), len(listed), "changed cases")
     limits = sorted({r.limit.expr for c in comparisons for r in c.rows})
-    lines += ["", f"The gate's verdicts (limits {md_escape(', '.join(limits) or 'none')}): a metric "
-              "regresses only when its change's confidence interval lies beyond its limit "
-              "(the sequential rule; energy on the within-session ratio)."]
+    lines += ["", f"The gate's verdicts (limits {md_escape(', '.join(limits) or 'none')}): a metric regresses only "
+              "when its change's confidence interval lies beyond its limit (the sequential rule; energy on the "
+              "within-session ratio)."]
     if any(not r.interleaved for r in run_rows):
         lines += ["", "Cases marked *blocked order* ran one engine at a time on one GPU (every baseline repeat, "
                   "then every speculative one): they are judged with a block drift allowance per blocked run "
@@ -131,8 +128,7 @@ def _current(run: RunDocument) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_markdown(run: RunDocument,
-                    comparisons: Sequence[CaseComparison] | None = None) -> str:
-    """Markdown for a CI summary or PR comment: the gate's comparison table when
-    ``comparisons`` are given (regressions first), else the current table."""
+def render_markdown(run: RunDocument, comparisons: Sequence[CaseComparison] | None = None) -> str:
+    """Markdown for a CI summary or PR comment: the gate's comparison table when ``comparisons`` are given
+    (regressions first), else the current table."""
     return _current(run) if comparisons is None else _comparison(run, comparisons)

@@ -1,7 +1,6 @@
 """The report's figures as inline SVG strings (matplotlib is the optional ``report`` extra).
 
-Lazy matplotlib, bare ``Figure`` objects and deterministic output: ``docs/design/meters-report-cli.md``,
-section ``pytest_specenergy/report/plots.py``.
+Lazy matplotlib, bare ``Figure`` objects and deterministic output: ``docs/design/meters-report-cli.md``.
 """
 
 from __future__ import annotations
@@ -41,8 +40,8 @@ def plots_available() -> bool:
 
 
 def mpl_text(text: object) -> str:
-    """A run string made safe for matplotlib: ``$`` would start mathtext (and an unbalanced one
-    raises), and a leading ``_`` hides a legend entry."""
+    """A run string made safe for matplotlib: ``$`` would start mathtext (and an unbalanced one raises), and a
+    leading ``_`` hides a legend entry."""
     s = str(text).replace("$", r"\$")
     return " " + s if s.startswith("_") else s
 
@@ -79,13 +78,12 @@ def clean_svg(svg: str, prefix: str) -> str:
     ids = set(re.findall(r'\bid="([^"]+)"', svg))
     svg = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{prefix}-{m.group(1)}"', svg)
     svg = re.sub(r'(href="#|url\(#)([^")]+)',
-                 lambda m: m.group(1) + (f"{prefix}-{m.group(2)}" if m.group(2) in ids
-                                         else m.group(2)), svg)
+                 lambda m: m.group(1) + (f"{prefix}-{m.group(2)}" if m.group(2) in ids else m.group(2)), svg)
     return svg.strip()
 
 
-#: Characters of title text that fit in an inch (10-11 pt text averages about 6 pt a character):
-#: a title longer than its figure or panel is wrapped, since constrained layout never shrinks it.
+#: Characters of title text that fit in an inch (10-11 pt text averages about 6 pt a character): a title longer than
+#: its figure or panel is wrapped, since constrained layout never shrinks it.
 _TITLE_CHARS_PER_INCH = 10.0
 
 
@@ -94,8 +92,8 @@ def _wrap(text: str, inches: float) -> str:
 
 
 def _suptitle(fig: Any, title: str, label: str) -> None:
-    """The figure's title and source label, wrapped to the figure's width (a one-panel figure
-    is narrow); the label moves to a line of its own whole rather than being split."""
+    """The figure's title and source label, wrapped to the figure's width (a one-panel figure is narrow); the label
+    moves to a line of its own whole rather than being split."""
     inches = fig.get_figwidth()
     whole = f"{title} {label}"
     fits = len(whole) <= max(12, int(inches * _TITLE_CHARS_PER_INCH))
@@ -156,12 +154,10 @@ def _per_batch_figure(rows: Sequence[CaseRecord], metric: str, ylabel: str, titl
                 ax.plot(xs, [base[b] for b in xs], color=BASELINE_COLOR, linestyle="--",
                         linewidth=2, marker="s", markersize=5, label="baseline (no speculation)")
             if zero_line:
-                ax.axhline(0.0, color=BASELINE_COLOR, linestyle="--", linewidth=1.2,
-                           label="break-even")
+                ax.axhline(0.0, color=BASELINE_COLOR, linestyle="--", linewidth=1.2, label="break-even")
             for drafter in sorted({r.drafter_id for r in group}):
                 pts = sorted((r.batch, getattr(r, metric), bool(r.checks)) for r in group
-                             if r.drafter_id == drafter and r.batch is not None
-                             and getattr(r, metric) is not None)
+                             if r.drafter_id == drafter and r.batch is not None and getattr(r, metric) is not None)
                 if not pts:
                     continue
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colors[drafter],
@@ -224,9 +220,8 @@ def accept_length_svg(rows: Sequence[CaseRecord], prefix: str = "accept") -> str
                     value = statistics.median(r.accept_length for r in cell)
                     hollow = any(r.checks for r in cell)
                     ax.bar(c + (k - (len(drafters) - 1) / 2) * width, value, width * 0.9,
-                           color="none" if hollow else colors[drafter],
-                           edgecolor=colors[drafter], linewidth=1.5, hatch="//" if hollow else None,
-                           label=mpl_text(drafter))
+                           color="none" if hollow else colors[drafter], edgecolor=colors[drafter], linewidth=1.5,
+                           hatch="//" if hollow else None, label=mpl_text(drafter))
             ax.set_xticks(range(len(corpora)), [mpl_text(c) for c in corpora])
             ax.set_ylabel("accept length (tokens/step)")
             _panel_title(ax, mpl_text(model), min(2, len(models)))
@@ -241,10 +236,9 @@ def accept_length_svg(rows: Sequence[CaseRecord], prefix: str = "accept") -> str
     return render_svg(draw, _size(len(models), cols=2, w=5.5), prefix)
 
 
-def latency_svg(rows: Sequence[CaseRecord], targets_ms: Sequence[float] = (25.0, 10.0),
-                prefix: str = "latency") -> str:
-    """(d) Time between tokens vs energy per token per workload, with latency-target lines and,
-    per target, the lowest-energy configuration that meets it ringed and named."""
+def latency_svg(rows: Sequence[CaseRecord], targets_ms: Sequence[float] = (25.0, 10.0), prefix: str = "latency") -> str:
+    """(d) Time between tokens vs energy per token per workload, with latency-target lines and, per target, the
+    lowest-energy configuration that meets it ringed and named."""
     colors = drafter_colors(rows)
     points = config_points(rows)
     groups = _workloads(rows)
@@ -257,29 +251,25 @@ def latency_svg(rows: Sequence[CaseRecord], targets_ms: Sequence[float] = (25.0,
             mine = [p for p in points if (p.model, p.corpus) == (model, corpus)]
             for p in mine:
                 color = BASELINE_COLOR if p.drafter_id is None else colors[p.drafter_id]
-                _point(ax, p.tbt_ms, p.energy_per_token, color, p.tripped,
-                       marker="s" if p.drafter_id is None else "o")
+                _point(ax, p.tbt_ms, p.energy_per_token, color, p.tripped, marker="s" if p.drafter_id is None else "o")
             for name in ["baseline"] + sorted({p.drafter_id for p in mine if p.drafter_id}):
                 color = BASELINE_COLOR if name == "baseline" else colors[name]
                 ax.plot([], [], marker="s" if name == "baseline" else "o", linestyle="none",
                         color=color, label=mpl_text(name))
             for t, target in enumerate(targets_ms):
                 style = target_styles[t % len(target_styles)]
-                ax.axvline(target, color="#555555", linestyle=style, linewidth=1.2,
-                           label=f"target {target:g} ms")
+                ax.axvline(target, color="#555555", linestyle=style, linewidth=1.2, label=f"target {target:g} ms")
             # One ring per chosen configuration, naming every target it is the choice for.
             chosen: dict[Any, list[float]] = {}
             for choice in choices:
                 if (choice.model, choice.corpus) == (model, corpus) and choice.choice:
                     chosen.setdefault(choice.choice, []).append(choice.target_ms)
             for p, met in chosen.items():
-                ax.plot([p.tbt_ms], [p.energy_per_token], marker="o", markersize=15,
-                        markerfacecolor="none", markeredgecolor="#d62728", markeredgewidth=2,
-                        linestyle="none")
+                ax.plot([p.tbt_ms], [p.energy_per_token], marker="o", markersize=15, markerfacecolor="none",
+                        markeredgecolor="#d62728", markeredgewidth=2, linestyle="none")
                 targets = ", ".join(f"\u2264{t:g}" for t in met)
-                ax.annotate(mpl_text(f"{targets} ms: {p.label}"), (p.tbt_ms, p.energy_per_token),
-                            xytext=(8, 8), textcoords="offset points", fontsize=8,
-                            color="#d62728")
+                ax.annotate(mpl_text(f"{targets} ms: {p.label}"), (p.tbt_ms, p.energy_per_token), xytext=(8, 8),
+                            textcoords="offset points", fontsize=8, color="#d62728")
             ax.set_xlabel("time between tokens (ms)")
             ax.set_ylabel("J/token")
             _panel_title(ax, mpl_text(f"{model} / {corpus}"), min(3, len(groups)))
@@ -299,20 +289,18 @@ def history_svg(documents: Sequence[RunDocument], threshold: float = 0.05,
     ticks = [d.datetime[:10] or f"run {i}" for i, d in enumerate(documents)]
 
     def draw(fig: Any) -> None:
-        for ax, (metric, ylabel, relative) in zip(_grid(fig, len(HISTORY_METRICS), cols=2),
-                                                  HISTORY_METRICS):
+        for ax, (metric, ylabel, relative) in zip(_grid(fig, len(HISTORY_METRICS), cols=2), HISTORY_METRICS):
             series = history_series(documents, metric)
             for k, (case_id, values) in enumerate(sorted(series.items())[:max_cases]):
                 color = PALETTE[k % len(PALETTE)]
                 xs = [i for i, v in enumerate(values) if v is not None]
-                ax.plot(xs, [values[i] for i in xs], color=color, linewidth=2, marker="o",
-                        markersize=4, label=mpl_text(case_id))
+                ax.plot(xs, [values[i] for i in xs], color=color, linewidth=2, marker="o", markersize=4,
+                        label=mpl_text(case_id))
                 for step in detect_steps(values, threshold, relative=relative):
                     ax.axvline(step.index - 0.5, color=color, linestyle=":", linewidth=1.2)
                     ax.plot([step.index], [values[step.index]], marker="v", markersize=9,
                             color="#d62728", linestyle="none")
-            ax.set_xticks(range(len(documents)), [mpl_text(t) for t in ticks], rotation=30,
-                          fontsize=7)
+            ax.set_xticks(range(len(documents)), [mpl_text(t) for t in ticks], rotation=30, fontsize=7)
             ax.set_ylabel(ylabel)
             ax.set_title(metric)
             ax.grid(True, alpha=0.3)

@@ -1,8 +1,7 @@
 """The terminal summary of a finished session, as one frozen object (syrupy's ``SnapshotReport``).
 
-The session builds it once when it finishes (:func:`pytest_specenergy.report.terminal.summary_report`)
-and the terminal-summary hook only prints it. This module imports nothing heavy, so a session
-that measured nothing never loads the gate's statistics.
+The session builds it once (:func:`.terminal.summary_report`) and the terminal-summary hook only prints it. This
+module imports nothing heavy, so a session that measured nothing never loads the gate's statistics.
 """
 
 from __future__ import annotations
@@ -25,9 +24,9 @@ class SummaryReport:
         if not xdist_skipped:
             return cls(())
         return cls((Section("specenergy xdist", (
-            f"{xdist_skipped} spec_pair tests failed unmeasured: energy is not measured under pytest-xdist "
-            "with --specenergy-xdist=off, because workers would share GPUs. Use --specenergy-xdist=per-gpu "
-            "(one GPU per worker) or run without -n.",), True),))
+            f"{xdist_skipped} spec_pair tests failed unmeasured: energy is not measured under pytest-xdist with "
+            "--specenergy-xdist=off, because workers would share GPUs. Use --specenergy-xdist=per-gpu (one GPU per "
+            "worker) or run without -n.",), True),))
 
     def write(self, terminal: Any) -> None:
         """Print every section on pytest's terminal reporter."""

@@ -1,6 +1,6 @@
-"""The terminal summary: a header line naming the energy figures' source, one row per test that
-measured a pair (verdict and saving first, in 120 columns; every column with ``-v``), the gate's
-verdict counts, the suite's verdicts and what was written."""
+"""The terminal summary: a header line naming the energy figures' source, one row per test that measured a pair
+(verdict and saving first, in 120 columns; every column with ``-v``), the gate's verdict counts, the suite's verdicts
+and what was written."""
 
 from __future__ import annotations
 
@@ -17,14 +17,13 @@ from pytest_specenergy.measure.metrics import fmt
 from pytest_specenergy.report.rows import intensity
 from pytest_specenergy.report.summary import SummaryReport
 
-#: Every column, in order (``-v``): the verdict (when the gate compared anything) and the
-#: saving first, the energy source only when the rows' sources differ.
+#: Every column, in order (``-v``): the verdict (when the gate compared anything) and the saving first, the energy
+#: source only when the rows' sources differ.
 HEADERS = ("verdict", "saving", "test", "source", "base J/tok", "spec J/tok", "accept len", "accept rate",
            "verified/step", "verify FLOP/B", "draft share", "base tbt ms", "spec tbt ms", "speedup", "exact",
            "logprob gap", "flags")
 #: The default columns: what a person reads at a glance, in a table that fits ``WIDTH``.
-COMPACT = ("verdict", "saving", "test", "source", "base J/tok", "spec J/tok", "accept len", "speedup", "exact",
-           "flags")
+COMPACT = ("verdict", "saving", "test", "source", "base J/tok", "spec J/tok", "accept len", "speedup", "exact", "flags")
 #: The default table's width: an ordinary terminal's, as pytest-benchmark fits its default table.
 WIDTH = 120
 #: Columns that give way (cut with ``…``) when a row is too wide, in this order, and their least width.
@@ -47,8 +46,8 @@ def table_row(row: CaseRecord, label: str | None = None) -> dict[str, str]:
 
 
 def _cut(text: str, width: int) -> str:
-    """``text`` in at most ``width`` characters: a test id loses the end of its function name
-    first (its case id in brackets tells the rows apart), other text its middle."""
+    """``text`` in at most ``width`` characters: a test id loses the end of its function name first (its case id in
+    brackets tells the rows apart), other text its middle."""
     if len(text) <= width:
         return text
     name, bracket, param = text.partition("[")
@@ -74,28 +73,23 @@ def _fit(columns: list[str], rows: list[dict[str, str]], width: int) -> list[lis
     return [[_cut(r[c], widths[c]) for c in columns] for r in rows]
 
 
-def _sources(records: Iterable[CaseRecord]) -> list[str]:
-    return sorted({r.source for r in records})
-
-
 def source_legend(records: Iterable[CaseRecord]) -> str:
-    """``modeled (h200, priced as Qwen3-8B)``, or ``1 = modeled (h200), 2 = nvml (H200)`` when
-    the rows' sources differ (the default table's source column holds those numbers)."""
-    sources = _sources(records)
+    """``modeled (h200, priced as Qwen3-8B)``, or ``1 = modeled (h200), 2 = nvml (H200)`` when the rows' sources
+    differ (the default table's source column holds those numbers)."""
+    sources = sorted({r.source for r in records})
     if len(sources) == 1:
         return sources[0]
     return ", ".join(f"{i} = {source}" for i, source in enumerate(sources, 1))
 
 
 def render_table(records: Iterable[CaseRecord], verbose: bool = False, width: int = WIDTH) -> str:
-    """The summary table (the layout of tabulate's ``simple`` format, whose padding it measures
-    exactly): by default the :data:`COMPACT` columns in at most ``width`` columns, with
-    ``verbose`` every column. A verdict column appears when the gate compared anything. The
-    header line names the energy source (:func:`source_legend`); by default a source column
-    appears only when the rows' sources differ, holding each one's number in that line."""
+    """The summary table (the layout of tabulate's ``simple`` format, whose padding it measures exactly): by default
+    the :data:`COMPACT` columns in at most ``width`` columns, with ``verbose`` every column. A verdict column appears
+    when the gate compared anything. The header line names the energy source (:func:`source_legend`); by default a
+    source column appears only when the rows' sources differ, holding each one's number in that line."""
     records = list(records)
     gated = any(r.verdict for r in records)
-    numbers = {source: str(i) for i, source in enumerate(_sources(records), 1)}
+    numbers = {source: str(i) for i, source in enumerate(sorted({r.source for r in records}), 1)}
     columns = [c for c in (HEADERS if verbose else COMPACT)
                if (c != "verdict" or gated) and (c != "source" or len(numbers) > 1 or verbose)]
     # The test's own name: one case may be measured once and used by several tests.
@@ -111,8 +105,8 @@ def render_table(records: Iterable[CaseRecord], verbose: bool = False, width: in
 
 def summary_report(document: RunDocument, suite: SuiteVerdict, written: Any, xdist_skipped: int,
                    verbose: bool = False) -> SummaryReport:
-    """The terminal summary of ``document``, the suite's verdicts and what was written (the
-    session's :class:`~pytest_specenergy.outputs.Written`); ``verbose`` (``-v``) shows every column."""
+    """The terminal summary of ``document``, the suite's verdicts and what was written (the session's
+    :class:`~pytest_specenergy.outputs.Written`); ``verbose`` (``-v``) shows every column."""
     records = document.results
     pairs = len({(r.model, r.case_id, r.machine_key) for r in records})
     starts = f", {document.engine_starts} engine starts" if document.engine_starts else ""

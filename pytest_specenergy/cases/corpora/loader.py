@@ -33,11 +33,8 @@ class CorpusError(ValueError):
 
 
 def _digest(prompts: Iterable[str]) -> str:
-    """Return the sha256 hex digest of ``prompts``, order-sensitive and unambiguous.
-
-    Each prompt is length-prefixed rather than joined with a separator, so that
-    ``("ab", "c")`` and ``("a", "bc")`` cannot collide and no prompt character is reserved.
-    """
+    """The sha256 hex digest of ``prompts``, in order; length-prefixed, so ``("ab", "c")`` and ``("a", "bc")``
+    differ and no prompt character is reserved as a separator."""
     h = hashlib.sha256()
     for prompt in prompts:
         data = prompt.encode("utf-8")
@@ -48,13 +45,8 @@ def _digest(prompts: Iterable[str]) -> str:
 
 @dataclass(frozen=True)
 class Corpus:
-    """An immutable, ordered set of prompts with a content digest.
-
-    ``source`` is ``"built-in"`` or the resolved file path. ``digest`` covers the prompts only
-    (not the name or source), so two files with identical prompts compare equal for baseline
-    purposes; left empty it is computed, and a wrong one is rejected, because it would silently
-    validate a stale baseline.
-    """
+    """An immutable, ordered set of prompts with a content digest (of the prompts only; left empty it is
+    computed, a wrong one is rejected: it would silently validate a stale baseline)."""
 
     name: str
     prompts: tuple[str, ...]
@@ -82,11 +74,8 @@ class Corpus:
         return len(self.prompts)
 
     def take(self, n: int) -> tuple[str, ...]:
-        """Exactly ``n`` prompts: the first ``n``, cycling from the start if needed.
-
-        Cycling keeps pools larger than the corpus measurable, but repeated prompts share
-        KV-prefix and n-gram history, so callers that care should compare ``n`` with ``len(corpus)``.
-        """
+        """Exactly ``n`` prompts: the first ``n``, cycling from the start if needed (repeated prompts share
+        KV-prefix and n-gram history)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise CorpusError(f"take(n) needs a non-negative integer n, got {n!r}")
         return tuple(self.prompts[i % len(self.prompts)] for i in range(n))
@@ -139,9 +128,8 @@ def _load_builtin(name: str) -> Corpus:
 
 
 def _builtin_prompts(text: str, where: str) -> tuple[str, ...]:
-    """The prompts of a packaged corpus: its lines parsed as one JSON array (every collection
-    loads the corpora it names, and one parse is a few times cheaper than one per line), or,
-    where that finds anything off, line by line for the message that names the line."""
+    """The prompts of a packaged corpus: its lines parsed as one JSON array (every collection loads the corpora it
+    names; one parse is a few times cheaper than one per line), else line by line, for a message naming the line."""
     try:
         records = json.loads("[" + ",".join(line for line in text.splitlines() if line.strip()) + "]")
         prompts = tuple(record["prompt"] for record in records)
@@ -168,7 +156,6 @@ def _load_jsonl_cached(path: str, mtime_ns: int, size: int) -> Corpus:
 
 
 def _load_jsonl(raw_path: str) -> Corpus:
-    """Resolve and stat ``raw_path``, then load it through the mtime-keyed cache."""
     if not raw_path.strip():
         raise CorpusError(f"empty path in {JSONL_PREFIX!r} spec; write {JSONL_PREFIX}PATH/TO/prompts.jsonl")
     path = Path(os.path.expanduser(raw_path.strip())).resolve()
@@ -182,25 +169,9 @@ def _load_jsonl(raw_path: str) -> Corpus:
     return _load_jsonl_cached(str(path), stat.st_mtime_ns, stat.st_size)
 
 
-def _unknown_name_message(spec: str) -> str:
-    """Explain an unrecognised spec, suggesting the nearest built-in and the jsonl: form."""
-    valid = ", ".join(BUILTIN_CORPORA)
-    message = f"unknown corpus {spec!r}; valid built-in corpora are: {valid}, or {JSONL_PREFIX}PATH for a JSONL file"
-    close = difflib.get_close_matches(spec.lower(), BUILTIN_CORPORA, n=1)
-    if close:
-        message += f" (did you mean {close[0]!r}?)"
-    elif spec.endswith((".jsonl", ".json")) or os.sep in spec:
-        # The commonest mistake is passing a bare path; point at the prefix it lacks.
-        message += f" (to load the file, write {JSONL_PREFIX}{spec})"
-    return message
-
-
 def load_corpus(spec: str | Corpus) -> Corpus:
-    """The corpus named by ``spec``: a built-in name, ``jsonl:PATH`` or a :class:`Corpus` (returned as is).
-
-    Results are cached: built-ins per name, files per resolved path, modification time and
-    size, so repeated fixtures do not re-parse and an edited file is picked up.
-    """
+    """The corpus named by ``spec``: a built-in name, ``jsonl:PATH`` or a :class:`Corpus` (returned as is); cached
+    per name, or per path, modification time and size, so an edited file is picked up."""
     if isinstance(spec, Corpus):
         return spec
     if not isinstance(spec, str):
@@ -210,4 +181,12 @@ def load_corpus(spec: str | Corpus) -> Corpus:
         return _load_jsonl(spec[len(JSONL_PREFIX) :])
     if spec in BUILTIN_CORPORA:
         return _load_builtin(spec)
-    raise CorpusError(_unknown_name_message(spec))
+    valid = ", ".join(BUILTIN_CORPORA)
+    message = f"unknown corpus {spec!r}; valid built-in corpora are: {valid}, or {JSONL_PREFIX}PATH for a JSONL file"
+    close = difflib.get_close_matches(spec.lower(), BUILTIN_CORPORA, n=1)
+    if close:
+        message += f" (did you mean {close[0]!r}?)"
+    elif spec.endswith((".jsonl", ".json")) or os.sep in spec:
+        # The commonest mistake is passing a bare path; point at the prefix it lacks.
+        message += f" (to load the file, write {JSONL_PREFIX}{spec})"
+    raise CorpusError(message)
