@@ -1,8 +1,5 @@
-"""Atomic file writes: a crash mid-write never leaves a half-written or truncated file.
-
-Why files get ``open()``'s mode and how exclusive creation works: docs/design/root-cases.md, section
-``pytest_specenergy/atomic.py``.
-"""
+"""Atomic file writes: a crash mid-write never leaves a half-written or truncated file. Why files get ``open()``'s
+mode and how exclusive creation works: docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -85,8 +82,7 @@ def _json(data: Any) -> str:
 
 @contextlib.contextmanager
 def locked(path: Path | None) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created if needed); no-op for None or
-    where ``fcntl`` is missing (exclusive creation still holds there)."""
+    """Hold an exclusive ``flock`` on ``path`` (created if needed); no-op for None or without ``fcntl``."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
@@ -98,13 +94,14 @@ def locked(path: Path | None) -> Iterator[None]:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         try:
             yield
-        finally:
+        finally:  # explicitly: a process forked meanwhile shares the descriptor and would keep the lock
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def create_text_exclusive(candidates: Iterable[Path], text: str, lock: Path | None = None) -> Path:
-    """Publish ``text`` under the first of ``candidates`` that does not exist yet (never replacing a file, even
-    against concurrent writers: a temporary file hard-linked into place); returns the path used."""
+def create_json_exclusive(candidates: Iterable[Path], data: Any, lock: Path | None = None) -> Path:
+    """Publish ``data`` as indented JSON under the first of ``candidates`` that does not exist yet (never replacing a
+    file, even against concurrent writers: a temporary file hard-linked into place); returns the path used."""
+    text = _json(data)  # serialised once, before any file
     tmp: str | None = None
     try:
         with locked(lock):
@@ -136,8 +133,3 @@ def _publish(tmp: str, path: Path, text: str) -> bool:
         return False
     _write_synced(fd, text)
     return True
-
-
-def create_json_exclusive(candidates: Iterable[Path], data: Any, lock: Path | None = None) -> Path:
-    """:func:`create_text_exclusive` for indented JSON (serialised once, before any file)."""
-    return create_text_exclusive(candidates, _json(data), lock)

@@ -1,8 +1,5 @@
-"""The run document, typed: a run, its case records, each record's arms and their samples.
-
-Who writes and reads it, and how it is read back: docs/design/root-cases.md, section
-``pytest_specenergy/document.py``. Standard library and :mod:`.measure.metrics` only, so every layer can use it.
-"""
+"""The run document, typed: a run, its case records, each record's arms and their samples; standard library and
+:mod:`.measure.metrics` only, so every layer can use it. Who writes and reads it: docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -305,9 +302,6 @@ class CaseRecord:
     fdr_pending: tuple[str, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
-    _OPTIONAL = ("reference", "reference_drafter", "reference_equivalence", "removal", "nodeid",
-                 "machine_key", "verdict", "comparison", "baseline_file", "fdr_pending")
-
     # -- what the case says ----------------------------------------------------------------
     @property
     def key(self) -> str:
@@ -386,8 +380,7 @@ class CaseRecord:
 
     @property
     def scenario(self) -> dict[str, Any]:
-        """What must match for two records to be compared, besides the machine: the meter,
-        the engine and its version, and the workload (model, batch, corpus digest, generation)."""
+        """What must match, besides the machine, for two records to be compared: meter, engine, version, workload."""
         engine, case, corpus = self.speculative.engine, self.case, self.corpus
         return {"meter": self.source,
                 "engine": engine.get("engine") or (engine.get("config") or {}).get("engine") or case.get("engine"),
@@ -439,15 +432,16 @@ class CaseRecord:
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON object."""
-        return _to_dict(self, omit_empty=self._OPTIONAL)
+        return _to_dict(self, omit_empty=("reference", "reference_drafter", "reference_equivalence", "removal",
+                                          "nodeid", "machine_key", "verdict", "comparison", "baseline_file",
+                                          "fdr_pending"))
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "record") -> CaseRecord:
         """A record read back; ``where`` names it in a refusal."""
         f = _Fields(data, where)
         case_id = f.text("case_id") or str(f.obj("case", {}).get("id") or "?")
-        where = f"{where} ({case_id})"
-        f.where = where
+        f.where = where = f"{where} ({case_id})"
         arms = {name: (Arm.from_dict(f.get(name), f"{where}.{name}") if f.get(name) is not None else None)
                 for name in ("baseline", *DRAFTER_ARMS)}
         for name in ("baseline", "speculative"):
@@ -533,8 +527,7 @@ class RunDocument:
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "document") -> RunDocument:
-        """A document read back (kind and schema already checked by the caller); a refusal
-        names ``source`` (the file), the record and the field."""
+        """A document read back (kind and schema checked by the caller); a refusal names the file, record and field."""
         f = _Fields(data, source)
         results = f.items("results")
         if "results" not in f.data:

@@ -1,7 +1,5 @@
-"""Hooks other plugins and ``conftest.py`` files can implement (registered via ``pytest_addhooks``).
-
-An example ``conftest.py`` for each: docs/design/root-cases.md, section ``pytest_specenergy/hookspec.py``.
-"""
+"""Hooks other plugins and ``conftest.py`` files can implement (registered via ``pytest_addhooks``); an example
+``conftest.py`` for each: docs/design/root-cases.md."""
 
 from __future__ import annotations
 

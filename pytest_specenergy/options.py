@@ -1,8 +1,5 @@
-"""Options: ``--specenergy-*`` on the command line, ``specenergy_*`` in ini files.
-
-Precedence is marker > command line > ini > default. :class:`SpecEnergyConfig` is built once per session from
-the pytest config and is frozen, so nothing downstream reads pytest options directly.
-"""
+"""Options: ``--specenergy-*`` on the command line, ``specenergy_*`` in ini files; marker > command line > ini >
+default. :class:`SpecEnergyConfig` is built once per session and frozen: nothing downstream reads pytest options."""
 
 from __future__ import annotations
 
@@ -39,8 +36,7 @@ MAX_POOL = 4096
 
 @dataclass(frozen=True)
 class _Option:
-    """One option: ``--specenergy-NAME`` and ini ``specenergy_NAME``, its default, help and
-    parser; ``resolve`` turns the parsed value into the config's (paths under the rootdir)."""
+    """One option (``--specenergy-NAME``, ini ``specenergy_NAME``); ``resolve`` makes the parsed value the config's."""
 
     name: str
     default: Any
@@ -310,8 +306,7 @@ class SpecEnergyConfig:
 
     @functools.cached_property
     def modeled(self) -> bool:
-        """Whether energy will be modeled: ``modeled:<gpu>``, or ``auto`` for the reference server
-        on a machine where NVML sees no GPU (the CPU default pool is sized for it)."""
+        """Whether energy will be modeled: ``modeled:<gpu>``, or ``auto`` (reference server) where NVML sees no GPU."""
         if self.meter.startswith("modeled"):
             return True
         if self.meter != "auto" or self.engine != "reference" or self.device == "cuda":
@@ -328,8 +323,7 @@ class SpecEnergyConfig:
 
     @property
     def measured_repeats(self) -> int:
-        """Repeats per arm this run measures first: ``save_repeats`` for a run saved to the
-        history (the baseline of later comparisons), else ``repeats``."""
+        """Repeats per arm measured first: ``save_repeats`` for a run saved to the history, else ``repeats``."""
         saving = bool(self.save or self.autosave)
         return max(self.repeats, self.save_repeats) if saving and not self.repeats_set else self.repeats
 
@@ -341,8 +335,7 @@ class SpecEnergyConfig:
 
     def pair_measurer(self, meter_factory: Callable[[str, Any], Any],
                       progress: Callable[[int, str], None] | None = None) -> Any:
-        """The :class:`~pytest_specenergy.measure.pairs.PairMeasurer` these options ask for (``meter_factory``:
-        the ``pytest_specenergy_make_meter`` hook's answer; ``progress``: :mod:`pytest_specenergy.progress`)."""
+        """The ``PairMeasurer`` these options ask for; ``meter_factory``: the ``pytest_specenergy_make_meter`` hook."""
         from pytest_specenergy.engines.pool import EnginePool
         from pytest_specenergy.measure.pairs import PairMeasurer
 
@@ -352,8 +345,7 @@ class SpecEnergyConfig:
                             pool=pool, cooldown_s=self.cooldown, draft_removal=self.draft_removal, progress=progress)
 
     def gatekeeper(self, gated_comparisons: int) -> Any:
-        """The :class:`~pytest_specenergy.gate.gatekeeper.Gatekeeper` these options ask for, over
-        ``gated_comparisons`` collected per-repeat comparisons (the false-discovery rate's N)."""
+        """The ``Gatekeeper`` these options ask for; ``gated_comparisons``: the collected ones (the FDR's N)."""
         from pytest_specenergy.gate.compare import gate_plan
         from pytest_specenergy.gate.fdr import fdr_plan
         from pytest_specenergy.gate.gatekeeper import Gatekeeper

@@ -1,7 +1,6 @@
-"""What a finished session writes: the ``--specenergy-json`` file, the run history, and the
-golden baselines the gate queued. Each output is written on its own, so one that cannot be
-written (a read-only folder, a full disk) never costs the others; its failure is reported
-and fails the session."""
+"""What a finished session writes: the ``--specenergy-json`` file, the run history, and the queued golden baselines.
+Each is written on its own, so one that cannot be (read-only folder, full disk) never costs the others; it fails
+the session."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ class Written:
 
 
 def unwritable_outputs(config: SpecEnergyConfig) -> list[str]:
-    """Why each output this session will write could not be written, checked before anything
-    runs (a read-only or missing folder is found at start, not after the last case)."""
+    """Why each output this session will write could not be written, checked before anything runs."""
     outputs = []
     if config.json:
         outputs.append(("--specenergy-json", Path(config.json).parent))

@@ -1,8 +1,5 @@
-"""The pytest11 entry point: hook specs, options, and the registered session object.
-
-Everything else is a method of :class:`pytest_specenergy.session.SpecEnergySession`, which ``pytest_configure``
-builds from plain option values and registers.
-"""
+"""The pytest11 entry point: hook specs, options, and the registered session object; everything else is a method
+of :class:`pytest_specenergy.session.SpecEnergySession`, which ``pytest_configure`` builds and registers."""
 
 from __future__ import annotations
 
@@ -66,9 +63,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
     if session is not None:
         session.close()
-        config.pluginmanager.unregister(session, _PLUGIN_NAME)
-        for name in (_PROGRESS_NAME, _COURIER_NAME):
-            plugin = config.pluginmanager.get_plugin(name)
-            if plugin is not None:
-                config.pluginmanager.unregister(plugin, name)
+        for name in (_PLUGIN_NAME, _PROGRESS_NAME, _COURIER_NAME):
+            config.pluginmanager.unregister(name=name)  # a no-op where it is not registered
         del config.stash[SESSION_KEY]

@@ -1,8 +1,5 @@
-"""Progress lines: one per engine start (which engine, how long), and at ``-v`` one per measured repeat.
-
-Who writes them, and how xdist workers' lines reach the terminal: docs/design/root-cases.md, section
-``pytest_specenergy/progress.py``.
-"""
+"""Progress lines: one per engine start (which engine, how long), and at ``-v`` one per measured repeat. Who
+writes them, and how xdist workers' lines reach the terminal: docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -20,8 +17,7 @@ REPORT_ATTRIBUTE = "specenergy_progress"
 
 
 class Progress:
-    """The progress printer: a pytest plugin (registered by ``plugin.pytest_configure``) and
-    the callback handed to the engine pool and the pair measurer."""
+    """The progress printer: a pytest plugin, and the callback handed to the engine pool and the pair measurer."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config

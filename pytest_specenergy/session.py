@@ -1,7 +1,5 @@
-"""The session object: the one registered plugin instance that carries the hook methods.
-
-Each hook delegates in a few lines; to whom: docs/design/root-cases.md, section ``pytest_specenergy/session.py``.
-"""
+"""The session object: the one registered plugin instance that carries the hook methods. Each hook delegates in a
+few lines; to whom: docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -82,14 +80,16 @@ class SpecEnergySession:
             self.hook.pytest_specenergy_pair_measured(pair=pair)
         return pair
 
-    def limits_for(self, item: pytest.Item) -> list[FailLimit]:
-        """The regression limits of one test: marker > command line/ini > defaults."""
+    def limits_for(self, item: pytest.Item, strict: bool = True) -> list[FailLimit]:
+        """The limits of one test: marker > command line/ini > defaults; for a bad marker, none unless ``strict``."""
         from pytest_specenergy.gate.limits import FailExprError
         from pytest_specenergy.gate.limits import limits_of_test
 
         try:
             return limits_of_test(self.config.compare_fail, item.get_closest_marker("tolerance"))
         except FailExprError as exc:
+            if not strict:
+                return []  # the test itself reports its bad marker
             raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
 
     def settle(self, item: pytest.Item, pair: PairResult, body_failed: bool) -> None:
@@ -142,8 +142,10 @@ class SpecEnergySession:
                  if hasattr(item, "callspec") and "specenergy_case" in item.callspec.params]
         self.planned = [item.callspec.params["specenergy_case"] for item in items]
         self.xdist_worker = xdist.is_worker(session.config)
-        if self.config.fdr:
-            self.fdr_tests = self._count_gated(items)
+        if self.config.fdr:  # BH's N: the gated per-repeat comparisons (case x limit) of the collected tests
+            from pytest_specenergy.gate.limits import per_repeat_count
+
+            self.fdr_tests = per_repeat_count(self.limits_for(item, strict=False) for item in items)
         if self._measurer is not None:
             self._measurer.plan(self.planned)
         if self.config.dry_run:
@@ -151,18 +153,6 @@ class SpecEnergySession:
 
             if refused := show_dry_run(self.planned, session.config.pluginmanager.get_plugin("terminalreporter")):
                 raise pytest.UsageError(refused)
-
-    def _count_gated(self, items: list[pytest.Item]) -> int:
-        """BH's N: the gated per-repeat comparisons (case x limit) of the collected tests."""
-        from pytest_specenergy.gate.limits import per_repeat_count
-
-        def limits(item: pytest.Item) -> list[FailLimit]:
-            try:
-                return self.limits_for(item)
-            except pytest.UsageError:
-                return []  # the test itself reports its bad marker
-
-        return per_repeat_count(limits(item) for item in items)
 
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
         """Under a dry run, run nothing: the cases were printed at collection."""
@@ -202,8 +192,7 @@ class SpecEnergySession:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def finish(self, hook: Any, interrupted: bool) -> bool:
-        """Judge the suite, write the run document and the queued goldens, build the summary;
-        returns whether the session must fail (a suite verdict, or an output not written)."""
+        """Judge the suite, write the run document and the queued goldens, build the summary; True: fail the session."""
         if not self.records:  # a collection, or nothing measured: no gate; a summary only for xdist
             if self.xdist_skipped:
                 from pytest_specenergy.report.summary import SummaryReport

@@ -1,8 +1,5 @@
-"""pytest-xdist: one GPU per worker, or no measurement at all.
-
-Energy cannot be measured on a GPU that another worker is using; how ``--specenergy-xdist``'s two
-modes deal with it: docs/design/root-cases.md, section ``pytest_specenergy/xdist.py``.
-"""
+"""pytest-xdist: one GPU per worker, or no measurement at all (energy cannot be measured on a GPU another worker
+uses). How ``--specenergy-xdist``'s two modes deal with it: docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -34,9 +31,8 @@ def is_controller(config: pytest.Config) -> bool:
 
 
 def interrupt_on_sigterm() -> Any:
-    """On the xdist controller (it runs no engine, so the pool's handler is not there): SIGTERM
-    interrupts the session like Ctrl-C, so what the workers reported is still written, marked
-    interrupted. Returns the handler it replaced (None where SIGTERM is ignored or set already)."""
+    """On the xdist controller (it runs no engine, so no pool handler): SIGTERM interrupts the session like Ctrl-C, so
+    what workers reported is still written, marked interrupted. Returns the replaced handler (None: ignored or set)."""
     previous = signal.getsignal(signal.SIGTERM)
     if previous not in (signal.SIG_DFL, None):
         return None  # ignored, or someone else handles it: leave it
@@ -64,8 +60,7 @@ def visible_gpus() -> list[str]:
 
 def pin_worker(config: pytest.Config) -> str | None:
     """Pin this worker to one GPU; returns the device it got (None on a CPU machine)."""
-    worker = config.workerinput["workerid"]  # type: ignore[attr-defined]
-    index = int(worker.lstrip("gw") or 0)
+    index = int(config.workerinput["workerid"].lstrip("gw") or 0)  # type: ignore[attr-defined]
     gpus = visible_gpus()
     if not gpus:
         return None
@@ -83,9 +78,9 @@ RECORD_ATTRIBUTE = "specenergy_record"
 
 
 class RecordCourier:
-    """Each test's record travels to the controller on the test's own report (xdist serializes
-    the report's attributes), not in one bundle at the worker's end: a worker that is killed
-    later loses none of the tests it finished. ``records`` is the controller's list."""
+    """Each test's record travels to the controller on its own report (xdist serializes a report's attributes), not in
+    one bundle at the worker's end: a worker killed later loses none of the tests it finished. ``records``: the
+    controller's list."""
 
     def __init__(self, config: pytest.Config, records: list[CaseRecord]) -> None:
         self.worker, self.records = is_worker(config), records

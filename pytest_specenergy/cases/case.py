@@ -1,8 +1,5 @@
-"""Cases: one fully resolved measurement per test item.
-
-How a case's engines, pool and baseline arm relate: docs/design/root-cases.md, section
-``pytest_specenergy/cases/case.py``.
-"""
+"""Cases: one fully resolved measurement per test item. How a case's engines, pool and baseline arm relate:
+docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -42,8 +39,7 @@ class Generation:
 
 @dataclass(frozen=True)
 class Case:
-    """One point of the matrix: a speculative engine (``spec``, the one record of its settings; the baseline is
-    its twin) x batch x corpus x generation."""
+    """One point of the matrix: a speculative engine (``spec``; its twin the baseline) x batch x corpus x generation."""
 
     spec: EngineConfig
     batch: int
@@ -69,8 +65,7 @@ class Case:
     def of(cls, *, batch: int, corpus: Corpus, generation: Generation = Generation(),
            reference: Drafter | None = None, model_in_id: bool = False,
            engine_options: tuple[tuple[str, Any], ...] = (), **engine: Any) -> Case:
-        """A case from its workload and its engine's settings (:class:`EngineConfig`'s fields,
-        ``engine_options`` for its ``options``)."""
+        """A case from its workload and its engine's settings (EngineConfig's fields; its options as engine_options)."""
         return cls(EngineConfig(options=engine_options, **engine), batch, corpus, generation, reference,
                    model_in_id=model_in_id)
 

@@ -1,7 +1,5 @@
-"""Markers -> cases: the closest marker of each name wins; several values in one marker form a matrix axis.
-
-Bad values and how they are reported: docs/design/root-cases.md, section ``pytest_specenergy/cases/markers.py``.
-"""
+"""Markers -> cases: the closest marker of each name wins; several values in one marker form a matrix axis. Bad
+values and how they are reported: docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -53,9 +51,6 @@ class MarkerError(ValueError):
     """A marker value that cannot form a case."""
 
 
-MarkerLookup = Callable[[str], Any]  # name -> closest pytest Mark or None
-
-
 @dataclass(frozen=True)
 class CaseDefaults:
     """What a case takes from the session's options when its markers say nothing."""
@@ -66,9 +61,8 @@ class CaseDefaults:
     sglang_version: str | None = None
     #: Prompts per pool when the generation marker does not say (None: the corpus's first 96).
     pool: int | None = None
-    #: The energy is modeled (no board counter): a case's default pool is sized for a CPU
-    #: minute, :data:`CPU_POOL_PER_BATCH` prompts per request in flight, at least
-    #: :data:`CPU_POOL_MIN`, instead of the paper's 96.
+    #: The energy is modeled (no board counter): a case's default pool is sized for a CPU minute,
+    #: :data:`CPU_POOL_PER_BATCH` prompts per request in flight, at least :data:`CPU_POOL_MIN`, not the paper's 96.
     modeled: bool = False
 
 
@@ -77,8 +71,8 @@ class CaseDefaults:
 CPU_POOL_PER_BATCH, CPU_POOL_MIN = 3, 12
 
 
-def build_cases(test: str, closest: MarkerLookup, config: CaseDefaults) -> list[Case]:
-    """Expand a test's markers into cases, in a stable order."""
+def build_cases(test: str, closest: Callable[[str], Any], config: CaseDefaults) -> list[Case]:
+    """Expand a test's markers (``closest``: name -> closest pytest Mark or None) into cases, in a stable order."""
     models = _models(test, closest("model"), config)
     drafters = [_drafter(test, "drafter", value)
                 for value in _values(test, "drafter", closest("drafter"), "drafter names or Drafter(...) objects")]

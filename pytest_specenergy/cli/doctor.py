@@ -1,7 +1,6 @@
 """``specenergy doctor``: can this machine run the GPU path (SGLang + NVML)?
 
-One line per check, ``OK`` / ``WARN`` / ``FAIL``, each failure with what to do; which checks fail and which only warn:
-``docs/design/meters-report-cli.md`` (its section).
+One line per check, OK / WARN / FAIL, each failure with what to do (which fail: ``docs/design/meters-report-cli.md``).
 """
 
 from __future__ import annotations

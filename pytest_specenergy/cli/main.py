@@ -1,8 +1,5 @@
-"""The ``specenergy`` command: report, compare, history, merge, doctor.
-
-Runs are named the way ``--specenergy-compare`` names them: a PATH, or last/NAME/NNNN in the history folder (how:
-``docs/design/meters-report-cli.md``).
-"""
+"""The ``specenergy`` command: report, compare, history, merge, doctor. Runs are named as ``--specenergy-compare``
+names them: a PATH, or last/NAME/NNNN in the history folder (how: ``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 
@@ -128,9 +125,8 @@ def _limits(args: argparse.Namespace) -> list[Any]:
 
 
 def _plan(args: argparse.Namespace, run: RunDocument) -> Any:
-    """The gate's sequential plan as the session that measured ``run`` had it: its first look at the repeats the run
-    started with (the fewest of any case), then every 2 more up to ``--max-repeats`` (default 11), so a report shows
-    the verdicts the plugin gave."""
+    """The gate's sequential plan as the session that measured ``run`` had it (first look at the fewest repeats of any
+    case, then every 2 more up to ``--max-repeats``), so a report shows the verdicts the plugin gave."""
     started = min((len(r.speculative.samples) for r in run.results), default=3)
     try:
         return gate_plan(args.alpha, max(2, started), args.max_repeats or DEFAULT_CAP)
@@ -229,9 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     history = sub.add_parser("history", parents=[common], help="detect steps across stored runs")
     history.add_argument("storage_dir", nargs="?", type=Path, help="history folder (same as --storage)")
-    history.add_argument("--metric", action="append", default=[],
-                         help="metric to scan (repeatable; default energy_per_token, accept_length, "
-                              "energy_saving, tbt_ms)")
+    history.add_argument("--metric", action="append", default=[], help="metric to scan (repeatable; default "
+                         "energy_per_token, accept_length, energy_saving, tbt_ms)")
     history.add_argument("--threshold", type=float, default=0.05, help="smallest step, relative (default 0.05 = 5%%)")
     history.add_argument("--fail-on-step", action="store_true", help="exit 1 when a step is found")
     history.set_defaults(func=cmd_history)

@@ -1,9 +1,5 @@
-"""``specenergy predict``: where a drafter's verify step sits against the balance point, before anything runs.
-
-Per batch: the verify step's FLOP/byte, whether it is compute-bound, and speculation's energy per token against plain
-decode, from the modeled meter's roofline (:func:`.meters.prediction.predict`); an example in
-``docs/design/meters-report-cli.md``.
-"""
+"""``specenergy predict``: per batch, the verify step's FLOP/byte against the balance point and speculation's energy
+per token against plain decode, from the modeled meter's roofline (an example: ``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 

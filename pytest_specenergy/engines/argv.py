@@ -10,9 +10,8 @@ _ADDRESS_FLAGS = frozenset({"--host", "--port"})
 
 
 def describe_pair_difference(spec_argv: list[str], base_argv: list[str]) -> list[str]:
-    """What differs between the speculative and the baseline command lines, one line per difference:
-    ``speculative: ...`` for drafter flags (expected), ``MISMATCH: ...`` for anything else (a broken
-    pair). Host and port are ignored."""
+    """What differs between the speculative and the baseline command lines, one line each: ``speculative: ...``
+    for drafter flags (expected), ``MISMATCH: ...`` for anything else (a broken pair); host and port are ignored."""
     spec_prog, spec = _parse_argv(spec_argv)
     base_prog, base = _parse_argv(base_argv)
     lines = []

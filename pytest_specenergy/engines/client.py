@@ -1,8 +1,7 @@
 """The one client path: SGLang's HTTP protocol subset, spoken by every engine.
 
 ``POST /generate``, ``GET /server_info``, ``POST /flush_cache``, ``GET /health``, plus the reference server's
-``GET /work_trace`` cursor. Stdlib only, so the plugin needs no HTTP dependency; errors carry the server's message.
-"""
+``GET /work_trace`` cursor. Stdlib only, so the plugin needs no HTTP dependency; errors carry the server's message."""
 
 from __future__ import annotations
 
@@ -26,17 +25,12 @@ class EngineHTTPError(RuntimeError):
 
 
 class EngineError(EngineHTTPError):
-    """An engine died or hung mid-request; the message has its exit code or the timeout,
-    and the tail of its log."""
+    """An engine died or hung mid-request; the message has its exit code or the timeout, and the tail of its log."""
 
 
 #: ``diagnose(what, exc, timed_out)``: a fuller message for a request that got no answer
 #: (the launcher's: exit code, timeout, log tail), or None to keep the plain one.
 Diagnose = Callable[[str, BaseException, bool], "str | None"]
-
-
-def _timed_out(exc: BaseException) -> bool:
-    return any(isinstance(e, (socket.timeout, TimeoutError)) for e in (exc, getattr(exc, "reason", exc)))
 
 
 class EngineClient:
@@ -70,9 +64,8 @@ class EngineClient:
                 detail = json.loads(detail)["error"]["message"]
             raise EngineHTTPError(f"{method} {path} -> HTTP {exc.code}: {detail}") from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            # No answer: the engine died, hung past the timeout, or closed mid-response.
-            # The launcher knows which (exit code, log); ask it before giving up.
-            timed_out = _timed_out(exc)
+            # No answer (died, hung, or closed mid-response): the launcher knows which (exit code, log); ask it first.
+            timed_out = any(isinstance(e, (socket.timeout, TimeoutError)) for e in (exc, getattr(exc, "reason", exc)))
             what = f"{method} {path}"
             plain = f"{what} got no answer within {timeout:g} s" if timed_out else f"{what} failed: {exc}"
             fuller = self.diagnose(what, exc, timed_out) if diagnose and self.diagnose else None
@@ -120,13 +113,11 @@ class EngineClient:
 
     def generate(self, input_ids: Sequence[Sequence[int]] | None = None, *, text: Sequence[str] | None = None,
                  sampling_params: dict[str, Any] | Sequence[dict[str, Any]], rids: Sequence[str] | None = None,
-                 return_logprob: bool = False, logprob_start_len: int | None = None,
-                 return_prompt_token_ids: bool = False, top_logprobs_num: int = 0,
-                 return_spec_drafts: bool = False) -> list[dict[str, Any]]:
-        """One batched ``/generate`` call; answers in input order. ``top_logprobs_num=N`` (with
-        ``return_logprob``) also asks for the N best tokens per position (``input/output_top_logprobs``);
-        ``return_spec_drafts`` (reference server only) for every verify step's drafts in
-        ``meta_info.spec_drafts``, for a replay run (draft removal)."""
+                 return_logprob: bool = False, logprob_start_len: int | None = None, top_logprobs_num: int = 0,
+                 return_prompt_token_ids: bool = False, return_spec_drafts: bool = False) -> list[dict[str, Any]]:
+        """One batched ``/generate`` call; answers in input order. ``top_logprobs_num=N`` (with ``return_logprob``)
+        also asks for the N best tokens per position (``input/output_top_logprobs``); ``return_spec_drafts``
+        (reference server only) for every verify step's drafts in ``meta_info.spec_drafts``, for draft removal."""
         if (input_ids is None) == (text is None):
             raise ValueError("generate() takes exactly one of input_ids= or text=")
         if top_logprobs_num and (not return_logprob or isinstance(top_logprobs_num, bool)

@@ -1,8 +1,7 @@
 """Engine configurations: what one server process is started with.
 
 Equal configs share one pool process for the session; the baseline arm is always
-:meth:`EngineConfig.twin`, so the matched pair cannot differ by accident.
-"""
+:meth:`EngineConfig.twin`, so the matched pair cannot differ by accident."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 A :class:`Drafter` is a value object: equal name, settings and id share one pool engine.
 ``num_draft_tokens`` always means *drafted* tokens per verify step; the target verifies one more
-(the last committed token); SGLang's ``speculative_num_draft_tokens`` counts it, so its builder adds one.
-"""
+(the last committed token); SGLang's ``speculative_num_draft_tokens`` counts it, so its builder adds one."""
 
 from __future__ import annotations
 
@@ -67,10 +66,9 @@ SCHEMAS: dict[str, dict[str, _Setting]] = {
                "num_draft_tokens": _int(15, help="block size minus one")},
     "dspark": {"draft_model": _path(True, "DSpark block drafter checkpoint"),
                "num_draft_tokens": _int(6, help="block size minus one")},
-    # The A/A control: the "speculative" arm is the baseline's own non-speculative engine,
-    # started as a second process. A pair of it must pass every check and the gate: it measures
-    # the plugin's noise floor, and it is what runs on engines that cannot speculate (SGLang on
-    # CPU). Nothing is drafted, so it has no setting and proposes 0 tokens per step.
+    # The A/A control: the "speculative" arm is the baseline's own non-speculative engine, started as a second process.
+    # Its pair must pass every check and the gate: it measures the plugin's noise floor, and it is what runs on engines
+    # that cannot speculate (SGLang on CPU). Nothing is drafted: no setting, 0 tokens proposed per step.
     "none": {},
 }
 DRAFTER_NAMES: tuple[str, ...] = tuple(SCHEMAS)

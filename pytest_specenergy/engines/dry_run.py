@@ -12,15 +12,6 @@ from pytest_specenergy.engines.base import EngineBackend
 from pytest_specenergy.engines.base import EngineConfigError
 from pytest_specenergy.engines.config import EngineConfig
 
-#: How a line that could not be rendered as a launchable command starts or reads.
-REFUSED_MARKS = ("# REFUSED:", ": cannot build the command:")
-
-
-def refused_lines(text: str) -> list[str]:
-    """The lines of a dry run saying a command was refused or could not be built: a dry run
-    with any of them fails (a CI step that checks the suite's commands must not go green)."""
-    return [line for line in text.splitlines() if any(mark in line for mark in REFUSED_MARKS)]
-
 
 def show_dry_run(cases: Iterable[Any], reporter: Any) -> str | None:
     """Print the dry run (through pytest's terminal reporter, or stdout under
@@ -31,7 +22,8 @@ def show_dry_run(cases: Iterable[Any], reporter: Any) -> str | None:
     else:
         reporter.write_sep("=", "specenergy dry run")
         reporter.write_line(text)
-    refused = refused_lines(text)
+    # A dry run with a refused or unbuildable command fails: a CI step checking the suite's commands must not go green.
+    refused = [line for line in text.splitlines() if "# REFUSED:" in line or ": cannot build the command:" in line]
     if not refused:
         return None
     return (f"specenergy dry run: {len(refused)} engine command(s) refused or not buildable "

@@ -31,9 +31,8 @@ __all__ = ["EngineIdentityError", "EngineStartError", "ServerProcess", "free_por
 
 #: Fresh ports tried when the picked one turns out to be taken before the launch.
 PORT_TRIES = 5
-#: Launches tried when another process's server takes the port between the pick and our
-#: engine's bind (it answers our /health first): the identity check catches it, and a fresh
-#: port is the remedy. Bounded, so a port thief that follows us still fails the start.
+#: Launches tried when another process's server takes the port between our pick and bind (it answers our /health first):
+#: the identity check catches it, a fresh port is the remedy; bounded, so a port thief following us still fails.
 LAUNCH_TRIES = 2
 #: How long a request failure waits for the engine's exit to become visible: a killed
 #: engine closes its socket a moment before the watchdog reports its status.
@@ -140,7 +139,6 @@ class ServerProcess:
                                "another session's engine running there?")
 
     def _foreign(self, port: int) -> str:
-        """What answers on ``port``, for the message."""
         try:
             info = EngineClient(f"http://{self.host}:{port}")._request(
                 "GET", "/server_info", timeout_s=2.0, diagnose=False)
@@ -200,7 +198,6 @@ class ServerProcess:
                                f"{self.startup_timeout_s:.0f} s; {self._log()}")
 
     def _log(self) -> str:
-        """The log's path and tail, for failure messages."""
         return f"log {self.log_path}:\n{log_tail(self.log_path)}"
 
     def _spawn_forked(self, lifeline: int) -> ZygoteChild | None:
@@ -246,8 +243,7 @@ class ServerProcess:
             self.stop()  # sweep what is left of its group, close the lifeline
             return f"engine {label} (pid {pid}) exited with code {describe_exit(code)} during {what}; {log}"
         if timed_out:
-            # A hung engine would stall every later case too: stop it, so that the pool
-            # starts a fresh one for the next case.
+            # A hung engine would stall every later case: stop it, so the pool starts a fresh one for the next case.
             self.stop(grace_s=5.0)
             return (f"engine {label} (pid {pid}) did not answer {what} within "
                     f"{self.client.timeout_s:g} s (hung, or slower than the request timeout: "

@@ -30,9 +30,8 @@ class RequestCounters:
     correct_drafts_histogram: tuple[int, ...] | None = None
     cached_tokens: int | None = None
     retractions: int | None = None
-    #: Reference server only: the engine's number of the prefill forward that prefilled the
-    #: request (requests sharing it were prefilled together), and the wall seconds of the
-    #: decode / verify steps the request ran in. None from SGLang, which reports neither.
+    #: Reference server only: the engine's number of the prefill forward that prefilled the request (requests sharing it
+    #: were prefilled together) and the wall seconds of the decode / verify steps it ran in; None from SGLang.
     prefill_forward: int | None = None
     decode_seconds: float | None = None
 
@@ -70,13 +69,6 @@ def parse_meta_info(meta: Mapping[str, Any]) -> RequestCounters:
     if not isinstance(meta, Mapping):
         raise MetaInfoError(f"meta_info must be a JSON object, got {type(meta).__name__}")
     finish = meta.get("finish_reason")
-    queued_abort = _aborted_in_queue(meta)
-    required = ("completion_tokens",) if queued_abort else ("prompt_tokens", "completion_tokens")
-    missing = [k for k in required if meta.get(k) is None]
-    if missing:
-        raise MetaInfoError(
-            f"meta_info lacks {', '.join(missing)} (every SGLang release sends them, except prompt_tokens for a "
-            f"request aborted while queued); keys present: {', '.join(sorted(meta)) or 'none'}")
     finish_type, finish_detail = None, None
     if isinstance(finish, Mapping):
         finish_type = finish.get("type")
@@ -85,6 +77,16 @@ def parse_meta_info(meta: Mapping[str, Any]) -> RequestCounters:
         finish_detail = next(iter(detail.values())) if len(detail) == 1 else (detail or None)
     elif isinstance(finish, str):
         finish_type = finish
+    # Aborted in SGLang's waiting queue: an abort with no prompt_tokens and zero completion_tokens (any other payload
+    # lacking prompt_tokens is still refused); see docs/design/engines.md, ``engines/meta_info.py``.
+    queued_abort = (finish_type == "abort" and meta.get("prompt_tokens") is None
+                    and meta.get("completion_tokens") is not None and int(meta["completion_tokens"]) == 0)
+    required = ("completion_tokens",) if queued_abort else ("prompt_tokens", "completion_tokens")
+    missing = [k for k in required if meta.get(k) is None]
+    if missing:
+        raise MetaInfoError(
+            f"meta_info lacks {', '.join(missing)} (every SGLang release sends them, except prompt_tokens for a "
+            f"request aborted while queued); keys present: {', '.join(sorted(meta)) or 'none'}")
     spec = {field: _first(meta, keys, field) for field, keys in _SPEC_KEYS.items()}
     hist = spec.pop("correct_drafts_histogram")
     return RequestCounters(
@@ -102,16 +104,6 @@ def parse_meta_info(meta: Mapping[str, Any]) -> RequestCounters:
         decode_seconds=_or_none(float, meta.get("decode_seconds")),
         **{k: _or_none(int, v) for k, v in spec.items()},
     )
-
-
-def _aborted_in_queue(meta: Mapping[str, Any]) -> bool:
-    """Whether ``meta`` answers a request aborted in SGLang's waiting queue: an abort with no ``prompt_tokens``
-    and zero ``completion_tokens`` (any other payload lacking ``prompt_tokens`` is still refused); see
-    docs/design/engines.md, ``engines/meta_info.py``."""
-    finish = meta.get("finish_reason")
-    kind = finish.get("type") if isinstance(finish, Mapping) else finish
-    return (kind == "abort" and meta.get("prompt_tokens") is None
-            and meta.get("completion_tokens") is not None and int(meta["completion_tokens"]) == 0)
 
 
 def _first(meta: Mapping[str, Any], keys: Sequence[str], field: str) -> Any:
@@ -132,14 +124,12 @@ def _normal(value: Any) -> Any:
 
 
 def _or_none(kind: Any, value: Any) -> Any:
-    """``kind(value)``, or None for None."""
     return None if value is None else kind(value)
 
 
 def parse_concurrency(server_info: Mapping[str, Any]) -> dict[str, Any]:
-    """How many requests actually ran per decode/verify step, from ``/server_info``'s
-    ``internal_states[*].step_time_dict`` (data-parallel ranks merged; None when no steps were recorded).
-    The totals accumulate over the engine's life: :func:`concurrency_between` differences them."""
+    """How many requests actually ran per decode/verify step, from ``internal_states[*].step_time_dict`` in
+    ``/server_info`` (data-parallel ranks merged; None when no steps were recorded), over the engine's life."""
     states = server_info.get("internal_states") if isinstance(server_info, Mapping) else None
     steps: dict[int, int] | None = None
     cap = None
@@ -198,9 +188,8 @@ def _summary(steps: dict[int, int] | None, cap: Any) -> dict[str, Any]:
 
 
 def cuda_graph_setting(engine: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Every ``*cuda_graph*`` setting an engine description records (its ``/server_info`` and the
-    case's engine options), or None: CUDA graphs change the result (paper), so any difference makes
-    runs incomparable."""
+    """Every ``*cuda_graph*`` setting an engine description records (its ``/server_info`` and the case's engine
+    options), or None: CUDA graphs change the result (paper), so any difference makes runs incomparable."""
     found: dict[str, Any] = {}
     for source in (engine.get("server_info"), (engine.get("config") or {}).get("options")):
         if isinstance(source, Mapping):

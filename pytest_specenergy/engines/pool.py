@@ -140,9 +140,8 @@ class EnginePool:
         self._terminations += 1
         servers = list(self._live.values())
         if self._terminations == 2:
-            # Whoever sent SIGTERM again (coreutils timeout signals the whole group) will not wait:
-            # the engines are killed now, but the session keeps unwinding, so what it measured is
-            # still written (table, JSON, the run marked interrupted). A third SIGTERM ends it.
+            # A second SIGTERM (coreutils timeout signals the whole group) will not wait: kill the engines now but keep
+            # unwinding, so what was measured is still written (table, JSON, run marked interrupted); a third ends it.
             for server in servers:
                 server.kill()
             return

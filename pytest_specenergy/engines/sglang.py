@@ -20,6 +20,7 @@ from pytest_specenergy.engines.base import ENGINE_DTYPES
 from pytest_specenergy.engines.base import EngineConfigError
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.drafters import Drafter
+from pytest_specenergy.engines.launch import python_executable
 
 #: Our drafter name -> SGLang ``speculative_algorithm``.
 ALGORITHMS: dict[str, str] = {"ngram": "NGRAM", "draft_model": "STANDALONE", "eagle": "EAGLE", "eagle3": "EAGLE3",
@@ -55,9 +56,8 @@ HYBRID_MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_
                                 "lfm2", "lfm2_moe", "jet_nemotron", "intern_s2_preview", "zaya", "plamo2", "glm5_next"})
 _HYBRID_ARCH_PREFIXES = ("Qwen3Next", "Qwen3_5", "Mamba", "FalconMamba", "FalconH1", "NemotronH", "Jamba", "Zamba",
                          "Bamba", "GraniteMoeHybrid", "KimiLinear", "BailingHybrid", "Lfm2", "JetNemotron", "Plamo2")
-_HYBRID_NAME = re.compile(
-    r"qwen3[-_]?next|qwen3\.[56](?!\d)|mamba|nemotron[-_]h(?![a-z])|falcon[-_]h1|jamba|zamba"
-    r"|bamba|kimi[-_]linear|lfm2", re.IGNORECASE)
+_HYBRID_NAME = re.compile(r"qwen3[-_]?next|qwen3\.[56](?!\d)|mamba|nemotron[-_]h(?![a-z])|falcon[-_]h1|jamba|zamba"
+                          r"|bamba|kimi[-_]linear|lfm2", re.IGNORECASE)
 
 
 class SGLangBackend:
@@ -98,7 +98,6 @@ class SGLangBackend:
         return sa.parse_version(installed), "installed"
 
     def _facts(self, config: EngineConfig) -> sa.VersionFacts | None:
-        """The facts of ``config``'s SGLang version, or None when it cannot be known."""
         try:
             return sa.facts_for(self.version(config)[0])
         except EngineConfigError:
@@ -143,9 +142,8 @@ class SGLangBackend:
                                     "choose GPUs with CUDA_VISIBLE_DEVICES (one pytest-xdist worker per GPU)")
         if config.drafter is not None:
             self._check_drafter(config, config.drafter, facts, user)
-            problems = [line for line in describe_pair_difference(
-                self.command(config, "127.0.0.1", 30000),
-                self.command(config.twin(), "127.0.0.1", 30000)) if line.startswith("MISMATCH")]
+            spec, base = self.command(config, "127.0.0.1", 30000), self.command(config.twin(), "127.0.0.1", 30000)
+            problems = [line for line in describe_pair_difference(spec, base) if line.startswith("MISMATCH")]
             if problems:
                 raise EngineConfigError("the speculative engine and its baseline twin would differ in more than the "
                                         "speculative flags: " + "; ".join(problems))
@@ -199,20 +197,16 @@ class SGLangBackend:
         running = config.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
         cap_field, list_field = facts.cuda_graph_max_bs_field, facts.cuda_graph_bs_field
         args: dict[str, Any] = {
-            "dtype": _dtype(config.dtype),
-            "tp_size": DEFAULT_TP_SIZE,
-            "random_seed": config.seed,
-            "attention_backend": DEFAULT_ATTENTION_BACKEND,
-            "max_running_requests": running,
+            "dtype": _dtype(config.dtype), "tp_size": DEFAULT_TP_SIZE, "random_seed": config.seed,
+            "attention_backend": DEFAULT_ATTENTION_BACKEND, "max_running_requests": running,
             "mem_fraction_static": DEFAULT_MEM_FRACTION_STATIC,
             # Capture decode graphs for every batch the engine may run, in both arms; the
             # capture list itself is pinned below, once the cap is final.
             cap_field: running,
             list_field: None,  # placeholder, so the list renders next to the cap
             "disable_radix_cache": True,
-            # step_time_dict gets one entry per decode_log_interval steps (SGLang appends only
-            # at the logging tick, metrics_reporter.py:933-955), so 1 is needed for per-step
-            # concurrency; the per-step INFO line it would write is cut by the log level.
+            # step_time_dict gets one entry per decode_log_interval steps (SGLang appends only at the logging tick,
+            # metrics_reporter.py:933-955), so per-step concurrency needs 1; the log level cuts the per-step INFO line.
             "decode_log_interval": 1,
             "log_level": DEFAULT_LOG_LEVEL,
         }
@@ -247,8 +241,6 @@ class SGLangBackend:
         facts = sa.facts_for(self.version(config)[0])
         python = config.option("python")
         if python is None:
-            from pytest_specenergy.engines.launch import python_executable
-
             python = python_executable()
         return [str(python), "-m", "sglang.launch_server", "--model-path", config.model,
                 "--host", host, "--port", str(port),
@@ -286,9 +278,8 @@ class SGLangBackend:
 
 
 def decode_cuda_graph_batch_sizes(cap: int, padding: bool = True) -> list[int]:
-    """The decode CUDA-graph capture list pinned in both arms: SGLang's finer speculative list (a plain engine's
-    ``[1, 2, 4, 8, 12, 16, 24, ...]`` pads odd batches more), or with ``padding=False`` every size up to the cap;
-    see docs/design/engines.md, ``engines/sglang.py``."""
+    """The decode CUDA-graph capture list pinned in both arms: SGLang's finer speculative list, or with
+    ``padding=False`` every size up to the cap; see docs/design/engines.md, ``engines/sglang.py``."""
     if cap < 1:
         raise EngineConfigError(f"CUDA-graph batch cap must be >= 1, got {cap}")
     if not padding:
@@ -313,9 +304,8 @@ def python_sglang_version(python: str) -> str | None:
     return lines[-1].strip() if done.returncode == 0 and lines else None
 
 
-#: ``/server_info`` keys the twin check skips, each with why it is not configuration; everything else but
-#: ``speculative_*`` is compared. How the list was derived from real SGLang: docs/design/engines.md,
-#: ``engines/sglang.py``.
+#: ``/server_info`` keys the twin check skips, each with why it is not configuration; all else but ``speculative_*``
+#: is compared. How the list was derived from real SGLang: docs/design/engines.md, ``engines/sglang.py``.
 RESOLVED_IGNORED: dict[str, str] = {
     # Not ServerArgs fields: facts about this one start.
     "launch_command": "0.5.23: the argv as given, with this server's --port and the arm's own "

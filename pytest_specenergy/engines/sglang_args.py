@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import importlib.metadata
 import json
@@ -293,11 +294,10 @@ _RENAMES: tuple[tuple[str, str, Version], ...] = (
     ("speculative_ngram_branch_length", "speculative_ngram_max_trie_depth", (0, 5, 12)),
 )
 # Fields that exist on one side of a boundary only, with no spelling on the other side.
-_NEW_ONLY: dict[str, Version] = {"cuda_graph_max_bs_prefill": (0, 5, 14), "cuda_graph_bs_prefill": (0, 5, 14),
-                                 "disable_decode_cuda_graph": (0, 5, 14), "disable_prefill_cuda_graph": (0, 5, 14),
-                                 "cuda_graph_backend_decode": (0, 5, 14), "cuda_graph_backend_prefill": (0, 5, 14),
-                                 "speculative_dflash_block_size": (0, 5, 12),
-                                 "speculative_dspark_block_size": (0, 5, 23)}
+_NEW_ONLY: dict[str, Version] = {**dict.fromkeys(
+    ("cuda_graph_max_bs_prefill", "cuda_graph_bs_prefill", "disable_decode_cuda_graph", "disable_prefill_cuda_graph",
+     "cuda_graph_backend_decode", "cuda_graph_backend_prefill"), (0, 5, 14)),
+    "speculative_dflash_block_size": (0, 5, 12), "speculative_dspark_block_size": (0, 5, 23)}
 _REMOVED: dict[str, tuple[Version, str]] = dict.fromkeys(
     ("speculative_ngram_min_match_window_size", "speculative_ngram_max_match_window_size"),
     ((0, 5, 12), "NGRAM matches against a trie since 0.5.12; tune speculative_ngram_max_trie_depth"))
@@ -337,8 +337,7 @@ def translate_options(options: Mapping[str, Any], facts: VersionFacts) -> dict[s
         values = value if isinstance(value, (list, tuple)) else (value,)
         flags = [v for v in values if isinstance(v, str) and _FLAG_LIKE.match(v)]
         if flags:
-            # SGLang's parser takes the last of a repeated flag: a value "--host" followed by
-            # "0.0.0.0" would move the engine off loopback.
+            # argparse takes the last of a repeated flag: values "--host", "0.0.0.0" would move the engine off loopback.
             raise EngineConfigError(f"engine option {name}={value!r} holds {flags[0]!r}, which the command line would "
                                     "read as another flag; give each option its own keyword argument")
         if name == "disable_cuda_graph" and version >= (0, 5, 14):
@@ -365,9 +364,7 @@ def installed_server_args_fields() -> frozenset[str] | None:
     struct_fields = getattr(ServerArgs, "__struct_fields__", None)  # msgspec (>= 0.5.14)
     if struct_fields:
         return frozenset(struct_fields)
-    names: set[str] = set()
-    for klass in ServerArgs.__mro__:
-        names.update(getattr(klass, "__annotations__", {}))
+    names = {name for klass in ServerArgs.__mro__ for name in getattr(klass, "__annotations__", {})}
     return frozenset(names) or None
 
 
@@ -376,8 +373,6 @@ def validate_fields(names: list[str], fields: frozenset[str], where: str) -> Non
     unknown = sorted(n for n in names if n not in fields)
     if not unknown:
         return
-    import difflib
-
     hints = []
     for name in unknown:
         close = difflib.get_close_matches(name, sorted(fields), n=2)

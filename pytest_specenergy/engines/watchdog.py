@@ -2,8 +2,7 @@
 
 ``python -m pytest_specenergy.engines.watchdog --parent PID --fd N -- CMD...`` runs ``CMD`` in its own process
 group and stops the group when the parent goes. Stdlib only, and nothing from the plugin: it must start in
-milliseconds. See docs/design/engines.md, ``engines/watchdog.py``.
-"""
+milliseconds. See docs/design/engines.md, ``engines/watchdog.py``."""
 
 from __future__ import annotations
 
@@ -112,9 +111,8 @@ class Watchdog:
         self.pgid = os.getpgrp()
 
     def _on_signal(self, signum: int, frame: object) -> None:
-        # The launcher's stop sends SIGTERM to the whole group: the server got it too, so
-        # here we only remember to wait for it (and SIGKILL it after the grace period).
-        # SIGUSR1 is the leader-only stop: the server has not been signalled, so we do it.
+        # The launcher's stop SIGTERMs the whole group, the server too: we only remember to wait for it (SIGKILL after
+        # the grace period). SIGUSR1 is the leader-only stop: the server was not signalled, so we signal it.
         if signum == signal.SIGUSR1 and self.child is not None:
             with contextlib.suppress(ProcessLookupError):
                 self.child.send_signal(signal.SIGTERM)
@@ -179,23 +177,18 @@ class Watchdog:
         _exit_like(code)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """``--parent PID [--fd N] [--grace S] -- CMD...``."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point, ``--parent PID [--fd N] [--grace S] -- CMD...``; exits with the server's status."""
     parser = argparse.ArgumentParser(prog="python -m pytest_specenergy.engines.watchdog",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--parent", type=int, required=True, help="pid to watch")
     parser.add_argument("--fd", type=int, default=None, help="read end of a pipe whose write end only the parent holds")
     parser.add_argument("--grace", type=float, default=DEFAULT_GRACE_S, help="seconds between SIGTERM and SIGKILL")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the server argv")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; exits with the server's status."""
-    args = build_parser().parse_args(argv)
+    args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
-        build_parser().error("no server command after --")
+        parser.error("no server command after --")
     code = Watchdog(command, args.parent, args.fd, args.grace).run()
     _exit_like(code)
     return code

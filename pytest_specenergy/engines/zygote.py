@@ -1,14 +1,14 @@
 """A fork server for reference engines: torch and transformers imported once per pytest process.
 
-Each CPU reference engine is a fork of the zygote, under the same watchdog; processes a pytest
-process starts share its zygote (:data:`SHARED`). See docs/design/engines.md, ``engines/zygote.py``.
-"""
+Each CPU reference engine is a fork of the zygote, under the same watchdog; processes a pytest process starts share
+its zygote (:data:`SHARED`). See docs/design/engines.md, ``engines/zygote.py``."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
+import logging
 import os
 import runpy
 import select
@@ -91,8 +91,6 @@ def _fork_server(argv: Sequence[str]) -> ForkedChild:
     except BaseException:
         traceback.print_exc()
     finally:
-        import logging
-
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()

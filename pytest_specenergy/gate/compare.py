@@ -2,8 +2,7 @@
 
 Per-repeat metrics follow the sequential limit rule (:mod:`.sequential`), the match fraction is compared as a fact, and
 runs that differ in machine, meter, engine or scenario are INCOMPARABLE. Pairing, unpaired baselines, block drift and
-ties: docs/design/gate.md, section ``pytest_specenergy/gate/compare.py``.
-"""
+ties: docs/design/gate.md, section ``pytest_specenergy/gate/compare.py``."""
 
 from __future__ import annotations
 
@@ -108,10 +107,6 @@ class CaseComparison:
     #: In-job A/B: the reference drafter the candidate was judged against (None: a baseline).
     reference: str | None = None
 
-    def rows_with(self, verdict: Verdict) -> list[MetricRow]:
-        """The metric rows that got ``verdict``."""
-        return [r for r in self.rows if r.verdict is verdict]
-
     def failure_message(self, baseline_path: str | Path | None) -> str:
         """What a failing test shows: every metric's row, and the baseline file."""
         source = f"baseline {baseline_path}" if baseline_path else "its baseline"
@@ -146,11 +141,9 @@ def _positive(value: Any) -> bool:
 
 
 #: Pair metrics per repeat cycle: the per-arm metric they combine, and their definition.
-_PAIR_METRICS = {
-    "energy_ratio": ("energy_per_token", metrics.energy_ratio),
-    "energy_saving": ("energy_per_token", lambda b, s: metrics.energy_saving(s, b)),
-    "speedup": ("tbt_ms", metrics.speedup),
-}
+_PAIR_METRICS = {"energy_ratio": ("energy_per_token", metrics.energy_ratio),
+                 "energy_saving": ("energy_per_token", lambda b, s: metrics.energy_saving(s, b)),
+                 "speedup": ("tbt_ms", metrics.speedup)}
 
 
 #: What the gate and the report call arms measured one after the other (one engine at a time).
@@ -158,16 +151,13 @@ BLOCKED_ORDER = "blocked order (one engine at a time)"
 
 
 def drift_allowance(block_drift: float, sides: int) -> float:
-    """The block drift allowed for a comparison with ``sides`` (0-2) runs whose arms were not
-    measured alongside each other. Two runs' drifts need not agree (one session's later block
-    ran warmer, the other's cooler), so the allowances add up on the log scale."""
+    """The block drift allowed for ``sides`` (0-2) runs whose arms were not measured alongside each other; two runs'
+    drifts need not agree (one ran warmer, the other cooler), so the allowances add up on the log scale."""
     return (1.0 + block_drift) ** sides - 1.0 if sides > 0 else 0.0
 
 
 def unpaired_reason(record: CaseRecord) -> str | None:
-    """Why ``record``'s baseline repeats cannot be paired with its drafter arms by index, or
-    None when they can. A baseline shared from another case was measured at another time, and
-    blocked arms ran one after the other: repeat i of each shares no drift then."""
+    """Why ``record``'s baseline repeats cannot be paired with its drafter arms by index (None: they can)."""
     if record.baseline_from:
         return f"baseline shared from {record.baseline_from}"
     if not record.interleaved:
@@ -188,9 +178,8 @@ def _baseline_level(record: CaseRecord, key: str) -> tuple[float | None, float, 
 
 
 def arm_repeat_values(record: CaseRecord, metric: str, arm: str = "speculative") -> list[float | None]:
-    """Per-repeat values of ``metric`` for a drafter arm (``speculative`` or ``reference``), None where a
-    repeat cannot give it. Pair metrics use the same cycle's baseline sample where the arms ran interleaved
-    (a drift cancels), else the baseline's geometric mean, its spread carried by :func:`baseline_spread`."""
+    """Per-repeat values of ``metric`` for a drafter arm (``speculative`` or ``reference``), None where a repeat cannot
+    give it; pair metrics: docs/design/gate.md, ``compare.py``."""
     drafter = record.arm(arm)
     if drafter is None:
         return []
@@ -206,9 +195,8 @@ def arm_repeat_values(record: CaseRecord, metric: str, arm: str = "speculative")
 
 @dataclass(frozen=True)
 class BaselineSpread:
-    """An unpaired record's baseline uncertainty in a pair metric: the variance of the log of the
-    baseline's geometric mean (shared by every repeat, so more drafter repeats do not shrink it),
-    its degrees of freedom, and |d value / d log baseline| at the metric's level."""
+    """An unpaired record's baseline uncertainty in a pair metric: the variance of log(baseline geometric mean), which
+    all repeats share (more do not shrink it), its df, and |d value / d log baseline| at the metric's level."""
 
     var_log: float
     df: float
@@ -259,10 +247,10 @@ def gate_plan(alpha: float = DEFAULT_ALPHA, repeats: int = 3, cap: int = DEFAULT
     return SequentialPlan(start=start, step=2, cap=max(int(cap), start), alpha=alpha, block_drift=block_drift)
 
 
-def _sequential(limit: FailLimit, base: list[float], cur: list[float], b: float, plan: SequentialPlan,
-                paired: bool, requests: tuple[list[float], list[float]] | None,
-                seed: int, resamples: int, spreads: Sequence[BaselineSpread] = (),
-                drift: float = 0.0) -> tuple[sequential.SequentialResult | None, str]:
+def _sequential(limit: FailLimit, base: list[float], cur: list[float], b: float, plan: SequentialPlan, paired: bool,
+                requests: tuple[list[float], list[float]] | None, seed: int, resamples: int,
+                spreads: Sequence[BaselineSpread] = (), drift: float = 0.0
+                ) -> tuple[sequential.SequentialResult | None, str]:
     """The sequential verdict of one per-repeat metric, or (None, why it cannot be judged)."""
     absolute, threshold = not limit.relative, limit.threshold
     if not absolute and min(base + cur) <= 0:
@@ -273,8 +261,7 @@ def _sequential(limit: FailLimit, base: list[float], cur: list[float], b: float,
                           f"an absolute limit ({limit.metric}:<amount in {limit.unit}>)")
         absolute, threshold = True, limit.threshold * abs(b)
     if any(not math.isfinite(s.var_log) for s in spreads):
-        return None, (f"{limit.metric}: an unpaired baseline needs at least 2 repeats to carry "
-                      "its spread into the test")
+        return None, f"{limit.metric}: an unpaired baseline needs at least 2 repeats to carry its spread into the test"
     # Amounts on the log scale for a relative limit, else in the metric's unit at its level.
     terms = [s.var_log * (1.0 if not absolute else s.scale ** 2) for s in spreads]
     extra = {}
@@ -307,15 +294,12 @@ def _sequential(limit: FailLimit, base: list[float], cur: list[float], b: float,
     return result, ""
 
 
-def compare_metric(limit: FailLimit, base: Sequence[float], cur: Sequence[float],
-                   alpha: float = DEFAULT_ALPHA, *, plan: SequentialPlan | None = None,
-                   paired: bool = False,
-                   requests: tuple[list[float], list[float]] | None = None,
-                   seed: int = 0, resamples: int = 5000, spreads: Sequence[BaselineSpread] = (),
-                   drift: float = 0.0, unpaired: str = "") -> MetricRow:
-    """Compare one metric's reference and current samples under ``limit``: per-repeat metrics by the
-    sequential rule under ``plan`` (default :func:`gate_plan` at ``alpha``), the exact-match fraction
-    as a fact. The options: docs/design/gate.md, ``compare.py``."""
+def compare_metric(limit: FailLimit, base: Sequence[float], cur: Sequence[float], alpha: float = DEFAULT_ALPHA, *,
+                   plan: SequentialPlan | None = None, paired: bool = False,
+                   requests: tuple[list[float], list[float]] | None = None, seed: int = 0, resamples: int = 5000,
+                   spreads: Sequence[BaselineSpread] = (), drift: float = 0.0, unpaired: str = "") -> MetricRow:
+    """Compare one metric's reference and current samples under ``limit``: per-repeat metrics by the sequential rule
+    under ``plan`` (default :func:`gate_plan` at ``alpha``), the match fraction as a fact (docs/design/gate.md)."""
     info = GATE_METRICS[limit.metric]
     base, cur = list(base), list(cur)
     unjudged = MetricRow(limit.metric, limit.stat, info.unit, None, None, None, None, limit, None, "none",
@@ -323,8 +307,7 @@ def compare_metric(limit: FailLimit, base: Sequence[float], cur: Sequence[float]
     if not base or not cur:
         side = "baseline" if not base else "current"
         return dataclasses.replace(unjudged, note=f"the {side} record has no {limit.metric} values")
-    b = stats.summarize(base).stat(limit.stat)
-    c = stats.summarize(cur).stat(limit.stat)
+    b, c = stats.summarize(base).stat(limit.stat), stats.summarize(cur).stat(limit.stat)
     measured = dataclasses.replace(unjudged, baseline=b, current=c, change_abs=c - b,
                                    change_rel=None if b == 0 else c / b - 1.0)
     if not info.per_repeat:
@@ -375,11 +358,9 @@ def applicable(limits: Sequence[FailLimit], record: CaseRecord) -> list[FailLimi
     return [limit for limit in limits if limit.metric not in DRAFTING_METRICS]
 
 
-def compare_case(baseline_record: CaseRecord | None, current_record: CaseRecord,
-                 limits: Sequence[FailLimit], alpha: float = DEFAULT_ALPHA, *,
-                 baseline_info: dict[str, Any] | None = None,
-                 current_info: dict[str, Any] | None = None,
-                 plan: SequentialPlan | None = None,
+def compare_case(baseline_record: CaseRecord | None, current_record: CaseRecord, limits: Sequence[FailLimit],
+                 alpha: float = DEFAULT_ALPHA, *, baseline_info: dict[str, Any] | None = None,
+                 current_info: dict[str, Any] | None = None, plan: SequentialPlan | None = None,
                  seed: int = 0, resamples: int = 5000) -> CaseComparison:
     """Compare a case's record with its baseline record. ``baseline_info`` / ``current_info``
     add run-level facts (``machine_key``) to what the records say (:func:`run_info`)."""
@@ -393,9 +374,8 @@ def compare_case(baseline_record: CaseRecord | None, current_record: CaseRecord,
     if reasons:
         return CaseComparison(case_id, Verdict.INCOMPARABLE, (), tuple(reasons), alpha)
     plan = plan or gate_plan(alpha)
-    rows = [_stored_row(limit, baseline_record, current_record, alpha, plan, seed, resamples)
-            for limit in applicable(limits, current_record)]
-    rows = [_with_ties(r, baseline_record.ties, current_record.ties) for r in rows]
+    rows = [_with_ties(_stored_row(limit, baseline_record, current_record, alpha, plan, seed, resamples),
+                       baseline_record.ties, current_record.ties) for limit in applicable(limits, current_record)]
     return CaseComparison(case_id, worst(r.verdict for r in rows), tuple(rows), (), alpha)
 
 
@@ -427,20 +407,10 @@ def _with_ties(row: MetricRow, baseline_ties: int, current_ties: int, baseline_s
     return dataclasses.replace(row, ties=(baseline_ties, current_ties), note=note)
 
 
-def _paired_values(record: CaseRecord, metric: str) -> tuple[list[float], list[float]]:
-    """(reference, candidate) per-repeat values of one metric, from the same repeat cycles."""
-    ref = arm_repeat_values(record, metric, "reference")
-    cand = arm_repeat_values(record, metric, "speculative")
-    pairs = [(r, c) for r, c in zip(ref, cand) if r is not None and c is not None]
-    return [r for r, _ in pairs], [c for _, c in pairs]
-
-
-def compare_in_job(record: CaseRecord, limits: Sequence[FailLimit],
-                   alpha: float = DEFAULT_ALPHA, *, plan: SequentialPlan | None = None,
-                   seed: int = 0, resamples: int = 5000) -> CaseComparison:
-    """In-job A/B: the candidate (speculative arm) against the reference drafter's arm of the same
-    repeat cycles by the paired sequential rule (the shared baseline cancels). ``equivalence``
-    compares with the reference's match fraction, else 1.0 (a lossless reference, deterministic engine)."""
+def compare_in_job(record: CaseRecord, limits: Sequence[FailLimit], alpha: float = DEFAULT_ALPHA, *,
+                   plan: SequentialPlan | None = None, seed: int = 0, resamples: int = 5000) -> CaseComparison:
+    """In-job A/B: the candidate (speculative arm) against the reference drafter's arm of the same repeat cycles by the
+    paired sequential rule (the shared baseline cancels); ``equivalence``: docs/design/gate.md."""
     case_id = record.key
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
@@ -448,11 +418,10 @@ def compare_in_job(record: CaseRecord, limits: Sequence[FailLimit],
     if record.reference is None:
         return CaseComparison(case_id, Verdict.NO_BASELINE, (), ("no reference arm in the record",),
                               alpha, reference=label)
-    sources = (record.reference.source, record.speculative.source)
-    if sources[0] != sources[1]:
+    if record.reference.source != record.speculative.source:
         return CaseComparison(case_id, Verdict.INCOMPARABLE, (), (
-            f"the reference arm's energy source {sources[0]!r} differs from the candidate's "
-            f"{sources[1]!r}",), alpha, reference=label)
+            f"the reference arm's energy source {record.reference.source!r} differs from the candidate's "
+            f"{record.speculative.source!r}",), alpha, reference=label)
     plan = plan or gate_plan(alpha)
     rows = []
     for limit in applicable(limits, record):
@@ -465,10 +434,12 @@ def compare_in_job(record: CaseRecord, limits: Sequence[FailLimit],
                     row.note, "reference equivalence not in the record: compared with 1.0"))))
             rows.append(_with_ties(row, record.reference_ties, record.ties, "reference"))
             continue
-        ref, cand = _paired_values(record, limit.metric)
+        # (reference, candidate) per-repeat values from the same repeat cycles.
+        pairs = [(r, c) for r, c in zip(arm_repeat_values(record, limit.metric, "reference"),
+                                        arm_repeat_values(record, limit.metric)) if r is not None and c is not None]
         # Blocked arms: the candidate's and the reference's repeats ran in separate blocks.
         blocked = not record.interleaved and limit.metric in _DRIFTING
-        rows.append(compare_metric(limit, ref, cand, alpha, plan=plan, paired=True,
+        rows.append(compare_metric(limit, [r for r, _ in pairs], [c for _, c in pairs], alpha, plan=plan, paired=True,
                                    requests=_accept_requests(limit, record, "reference", record),
                                    seed=seed, resamples=resamples, drift=plan.block_drift if blocked else 0.0,
                                    unpaired=f"{BLOCKED_ORDER}: candidate and reference in separate blocks"
@@ -476,9 +447,8 @@ def compare_in_job(record: CaseRecord, limits: Sequence[FailLimit],
     return CaseComparison(case_id, worst(r.verdict for r in rows), tuple(rows), (), alpha, reference=label)
 
 
-def compare_documents(baseline_document: RunDocument, current_document: RunDocument,
-                      limits: Sequence[FailLimit], alpha: float = DEFAULT_ALPHA,
-                      **kwargs: Any) -> list[CaseComparison]:
+def compare_documents(baseline_document: RunDocument, current_document: RunDocument, limits: Sequence[FailLimit],
+                      alpha: float = DEFAULT_ALPHA, **kwargs: Any) -> list[CaseComparison]:
     """Compare every result of a run with the baseline run's of the same key (or NO_BASELINE)."""
     baseline = {r.key: r for r in baseline_document.results}
     b_info, c_info = document_run_info(baseline_document), document_run_info(current_document)
@@ -491,8 +461,8 @@ def repeats_needed(comparison: CaseComparison) -> int:
     of the INCONCLUSIVE per-repeat rows (0 when anything else decides the case)."""
     if comparison.verdict is not Verdict.INCONCLUSIVE:
         return 0
-    return max((r.more_repeats for r in comparison.rows_with(Verdict.INCONCLUSIVE)
-                if GATE_METRICS[r.metric].per_repeat), default=0)
+    return max((r.more_repeats for r in comparison.rows
+                if r.verdict is Verdict.INCONCLUSIVE and GATE_METRICS[r.metric].per_repeat), default=0)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,7 @@
 """False-discovery-rate control across a suite's gated comparisons (Benjamini-Hochberg).
 
 Off by default. Expected false alarms, the fail-now / pass-now / pending split that lets each test decide while it runs,
-and the dependence assumptions: docs/design/gate.md, section ``pytest_specenergy/gate/fdr.py``.
-"""
+and the dependence assumptions: docs/design/gate.md, section ``pytest_specenergy/gate/fdr.py``."""
 
 from __future__ import annotations
 
@@ -50,8 +49,7 @@ def bh_reject(pvalues: ArrayLike, q: float, *, method: str = "bh") -> np.ndarray
     """Boolean mask of the comparisons rejected at FDR level ``q`` (NaN never rejected)."""
     if not 0.0 < q < 1.0:
         raise ValueError(f"FDR level must lie in (0, 1), got {q!r}")
-    adjusted = bh_adjust(pvalues, method=method)
-    return np.nan_to_num(adjusted, nan=np.inf) <= q
+    return np.nan_to_num(bh_adjust(pvalues, method=method), nan=np.inf) <= q
 
 
 def immediate_decision(p_value: float, q: float, n_tests: int, *, method: str = "bh") -> str:
@@ -74,9 +72,8 @@ def immediate_decision(p_value: float, q: float, n_tests: int, *, method: str = 
 
 
 def fdr_plan(plan: SequentialPlan, q: float, n_tests: int) -> SequentialPlan:
-    """The per-case plan under ``--specenergy-fdr=q``: REGRESSED stops only at a repeated p-value <=
-    ``q / n_tests`` (BH rejects it whatever the others show), as a p stopped just under alpha is far
-    too large for BH; anything weaker runs on to the cap; UNCHANGED / IMPROVED stop as usual."""
+    """The per-case plan under ``--specenergy-fdr=q``: REGRESSED stops only at a repeated p-value <= ``q / n_tests``,
+    anything weaker runs on to the cap (why: docs/design/gate.md, ``fdr.py``)."""
     if not 0.0 < q < 1.0:
         raise ValueError(f"FDR level must lie in (0, 1), got {q!r}")
     if n_tests < 1:
@@ -118,8 +115,8 @@ def suite_fdr(pvalues: Mapping[str, float | None], q: float, *, method: str = "b
     reject = bh_reject(values, q, method=method)
     rejected = tuple(k for k, r in zip(keys, reject, strict=True) if r)
     pending = set(pending)
-    return SuiteFdr(q=q, method=method, n_tests=int(np.sum(~np.isnan(values))),
-                    adjusted={k: float(a) for k, a in zip(keys, adjusted, strict=True)}, rejected=rejected,
+    return SuiteFdr(q=q, method=method, n_tests=int(np.sum(~np.isnan(values))), rejected=rejected,
+                    adjusted={k: float(a) for k, a in zip(keys, adjusted, strict=True)},
                     pending_rejected=tuple(k for k in rejected if k in pending))
 
 

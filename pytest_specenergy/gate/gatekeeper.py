@@ -1,7 +1,6 @@
-"""The gate inside a test run: each measured case against its baseline (a stored run, a golden file
-or a reference drafter's arm), as a :class:`Judgement`, or :class:`NeedsRepeats` (the gate never calls
-back into the session). More: docs/design/gate.md, section ``pytest_specenergy/gate/gatekeeper.py``.
-"""
+"""The gate inside a test run: each measured case against its baseline (a stored run, a golden file or a reference
+drafter's arm), as a :class:`Judgement`, or :class:`NeedsRepeats` (the gate never calls back into the session). More:
+docs/design/gate.md, section ``pytest_specenergy/gate/gatekeeper.py``."""
 
 from __future__ import annotations
 
@@ -82,9 +81,8 @@ class GatePolicies:
 
 
 class Gatekeeper:
-    """Finds each case's baseline, compares, and returns the verdict as a :class:`Judgement`. Built
-    from plain values and stores (``runs``: the history ``compare`` names a run of; ``goldens``, with
-    ``golden``), so it is tested without pytest; ``plan`` (the FDR mode's) overrides ``alpha``'s."""
+    """Finds each case's baseline, compares, and returns the verdict as a :class:`Judgement`; built from plain values
+    and stores, so it is tested without pytest (the arguments: docs/design/gate.md)."""
 
     def __init__(self, *, runs: RunStore, goldens: GoldenStore | None = None, compare: str | None = None,
                  golden: str | None = None, alpha: float = DEFAULT_ALPHA, repeats: int = 3,
@@ -139,8 +137,8 @@ class Gatekeeper:
 
     def judge(self, record: CaseRecord, limits: Sequence[FailLimit]) -> Judgement | NeedsRepeats:
         """Compare ``record`` (its ``nodeid`` and ``machine_key`` set) with its baseline or reference arm;
-        :class:`NeedsRepeats` while INCONCLUSIVE below the cap (the caller adds repeats and asks again);
-        under ``fdr`` the comparisons BH decides at session end pass with a warning."""
+        :class:`NeedsRepeats` while INCONCLUSIVE below the cap (the caller adds repeats and asks again); under ``fdr``
+        the comparisons BH decides at session end pass with a warning."""
         decision = self._decide(record, limits)
         if self.fdr and isinstance(decision, Judgement) and decision.comparison is not None:
             decision.fdr_pending, warnings = fdr_pending(record.key, decision.comparison, *self.fdr)
@@ -195,16 +193,12 @@ class Gatekeeper:
         key, nodeid = str(record.machine_key), str(record.nodeid)
         golden = self.goldens.load(key, nodeid)
         info = {"machine_key": key}
-        comparison = None
-        if golden is not None:
-            comparison = compare_case(golden.record, record, limits, self.alpha, plan=self.plan,
-                                      baseline_info=info, current_info=info)
-        mismatched = comparison is not None and comparison.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)
+        # No golden: NO_BASELINE, which the outcome leaves to the golden mode below.
+        comparison = compare_case(None if golden is None else golden.record, record, limits, self.alpha,
+                                  plan=self.plan, baseline_info=info, current_info=info)
+        mismatched = comparison.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)
         update = self.goldens.update(key, nodeid, record, mode=str(self.golden), mismatched=mismatched, run_info=info)
-        if comparison is None:
-            judgement = Judgement(compare_case(None, record, limits, self.alpha), update.path)
-        else:
-            judgement = self._outcome(comparison, update.path)
+        judgement = self._outcome(comparison, update.path)
         if update.written:
             # A rewritten golden decides the outcome: snapshot tools fail "created"/"updated".
             judgement.fail = [update.message] if update.fails else []

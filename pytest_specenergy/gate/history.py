@@ -1,7 +1,6 @@
-"""Step detection over the stored run history (what ``specenergy history`` prints and the
-report's history section draws): a drafter or engine change shows as a sustained level shift
-in a case's nightly metric, while a lone spike (one noisy night) is not a step.
-"""
+"""Step detection over the stored run history (what ``specenergy history`` prints and the report's history section
+draws): a drafter or engine change shows as a sustained level shift in a case's nightly metric, while a lone spike (one
+noisy night) is not a step."""
 
 from __future__ import annotations
 
@@ -27,9 +26,8 @@ class Step:
 
 def detect_steps(values: Sequence[float | None], threshold: float = DEFAULT_STEP,
                  window: int = 3, min_sustain: int = 2, relative: bool = True) -> list[Step]:
-    """Find level shifts in a series of per-run values (None = the case did not run): a shift of the
-    windowed median sustained by ``min_sustain`` runs, so a lone spike is not a step (the rule:
-    docs/design/gate.md, section ``pytest_specenergy/gate/history.py``)."""
+    """Level shifts in a series of per-run values (None = the case did not run), sustained by ``min_sustain`` runs so
+    that a lone spike is not a step (the rule: docs/design/gate.md, ``history.py``)."""
     present = [(i, float(v)) for i, v in enumerate(values) if v is not None]
     vals = [v for _, v in present]
     candidates: list[Step] = []

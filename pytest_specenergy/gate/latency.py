@@ -110,9 +110,8 @@ def latency_choices(records: Iterable[CaseRecord], targets_ms: Sequence[float]) 
 
 def compare_latency(reference: Iterable[CaseRecord], current: Iterable[CaseRecord], targets_ms: Sequence[float],
                     limit: FailLimit, plan: SequentialPlan) -> list[CaseComparison]:
-    """Per workload and latency target, the current lowest-energy configuration meeting it against the
-    reference run's, by :func:`~pytest_specenergy.gate.compare.compare_metric` on per-repeat J/token. A
-    target nothing meets any more regresses; one absent or unmet in the reference is not judged."""
+    """Per workload and latency target, the current lowest-energy configuration meeting it against the reference run's,
+    by :func:`~pytest_specenergy.gate.compare.compare_metric` (the rules: docs/design/gate.md)."""
     before = {(c.model, c.corpus, c.target_ms): c.choice for c in latency_choices(reference, targets_ms)}
     found = []
     for now in latency_choices(current, targets_ms):
@@ -122,13 +121,13 @@ def compare_latency(reference: Iterable[CaseRecord], current: Iterable[CaseRecor
         where = f"TBT <= {now.target_ms:g} ms on {now.model} / {now.corpus}"
         if now.choice is None:
             found.append(CaseComparison(where, Verdict.REGRESSED, (), (
-                f"no tested configuration meets the target any more (the reference met it with "
-                f"{ref.label} at {ref.energy_per_token:.4g} J/token)",), plan.alpha))
+                f"no tested configuration meets the target any more (the reference met it with {ref.label} at "
+                f"{ref.energy_per_token:.4g} J/token)",), plan.alpha))
             continue
         if now.choice.source != ref.source:
             found.append(CaseComparison(where, Verdict.INCOMPARABLE, (), (
-                f"the reference's figures are {ref.source}, this run's {now.choice.source}; they "
-                "cannot be compared",), plan.alpha))
+                f"the reference's figures are {ref.source}, this run's {now.choice.source}; they cannot be compared",),
+                plan.alpha))
             continue
         row = compare_metric(limit, ref.samples, now.choice.samples, plan.alpha, plan=plan)
         row = dataclasses.replace(row, note="; ".join(filter(None, (

@@ -1,7 +1,6 @@
 """``METRIC[:STAT]:LIMIT`` fail expressions for the regression gate (e.g. ``energy_ratio:5%``,
-``accept_length:median:0.1``, ``equivalence:0``): how far a metric may move in its worse
-direction. Syntax and meaning: docs/design/gate.md, section ``pytest_specenergy/gate/limits.py``.
-"""
+``accept_length:median:0.1``, ``equivalence:0``): how far a metric may move in its worse direction. Syntax and meaning:
+docs/design/gate.md, section ``pytest_specenergy/gate/limits.py``."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 from typing import Iterable
-from typing import Mapping
 from typing import Sequence
 
 from pytest_specenergy.gate.settings import DEFAULT_LIMITS
@@ -23,8 +21,7 @@ DEFAULT_STAT = "median"
 
 
 #: The metrics a limit may name: the registry's entries the gate can check.
-GATE_METRICS: dict[str, MetricInfo] = {name: info for name, info in METRICS.items()
-                                       if info.per_repeat is not None}
+GATE_METRICS: dict[str, MetricInfo] = {name: info for name, info in METRICS.items() if info.per_repeat is not None}
 
 #: ``energy`` names the session-robust default, the ratio; energy_per_token gates absolute J.
 ALIASES: dict[str, str] = {"energy": "energy_ratio", "ratio": "energy_ratio", "epat": "energy_per_token",
@@ -70,11 +67,11 @@ class FailLimit:
     def describe(self) -> str:
         """The limit in words, e.g. ``5% up`` or ``0.1 tokens/step down``."""
         if self.relative:
-            amount = f"{_trim(self.threshold * 100)}%"
+            amount = f"{self.threshold * 100:.6g}%"
         elif self.info.percent_is_points:
-            amount = f"{_trim(self.threshold * 100)} pts"
+            amount = f"{self.threshold * 100:.6g} pts"
         else:
-            amount = f"{_trim(self.threshold)} {self.unit}"
+            amount = f"{self.threshold:.6g} {self.unit}"
         return f"{amount} {self.worse}"
 
     def worse_amount(self, baseline: float, current: float) -> float:
@@ -89,6 +86,9 @@ class FailLimit:
 
     def __str__(self) -> str:
         return self.expr
+
+
+_NUMBER = re.compile(r"^[+]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 
 
 def parse_fail_expr(text: str) -> FailLimit:
@@ -106,45 +106,20 @@ def parse_fail_expr(text: str) -> FailLimit:
         raise FailExprError(f"fail expression {raw!r}: unknown metric {name!r}; expected {VALID_FORMS}")
     if stat not in STATS:
         raise FailExprError(f"fail expression {raw!r}: unknown statistic {stat!r}; expected one of {', '.join(STATS)}")
-    threshold, relative = _parse_limit(raw, limit, GATE_METRICS[metric])
-    return FailLimit(metric=metric, stat=stat, threshold=threshold, relative=relative, expr=raw)
-
-
-_NUMBER = re.compile(r"^[+]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
-
-
-def _parse_limit(raw: str, limit: str, info: MetricInfo) -> tuple[float, bool]:
-    percent = limit.endswith("%")
+    info, percent = GATE_METRICS[metric], limit.endswith("%")
     number = limit[:-1].strip() if percent else limit
     # A strict pattern: float() accepts "nan", "inf" and "-5", none of which is a usable limit.
     if not _NUMBER.match(number):
-        raise FailExprError(f"fail expression {raw!r}: limit {limit!r} is not a non-negative "
-                            f"number or percentage; expected N% (e.g. 5%) or an absolute "
-                            f"value in {info.unit} (e.g. 0.1)")
-    if percent:  # N% is N points for a fraction that may sit at or cross zero
-        return float(number) / 100.0, not info.percent_is_points
-    return float(number), False
-
-
-def _trim(value: float) -> str:
-    return f"{value:.6g}"
+        raise FailExprError(f"fail expression {raw!r}: limit {limit!r} is not a non-negative number or percentage; "
+                            f"expected N% (e.g. 5%) or an absolute value in {info.unit} (e.g. 0.1)")
+    # N% is N points for a fraction that may sit at or cross zero.
+    threshold, relative = (float(number) / 100.0, not info.percent_is_points) if percent else (float(number), False)
+    return FailLimit(metric=metric, stat=stat, threshold=threshold, relative=relative, expr=raw)
 
 
 #: The block drift (either way) allowed for between arms not measured alongside each other (blocked
 #: arms, a shared baseline): 0-3% is what an engine restart and a warming GPU give.
 DEFAULT_BLOCK_DRIFT = 0.03
-
-
-def tolerance_limits(args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[FailLimit]:
-    """Limits of a ``tolerance(...)`` marker: ``tolerance(energy_per_token="5%")`` or
-    ``tolerance("energy:median:5%")``; raises :class:`FailExprError` naming the bad value."""
-    limits = []
-    for text in [str(a) for a in args] + [f"{k}:{v}" for k, v in kwargs.items()]:
-        try:
-            limits.append(parse_fail_expr(text))
-        except FailExprError as exc:
-            raise FailExprError(f"marker tolerance value {text!r}: {exc}") from None
-    return limits
 
 
 def merge_limits(*layers: Sequence[FailLimit]) -> list[FailLimit]:
@@ -153,8 +128,7 @@ def merge_limits(*layers: Sequence[FailLimit]) -> list[FailLimit]:
     for layer in layers:
         overridden = {limit.metric for limit in layer}
         merged = {k: v for k, v in merged.items() if v.metric not in overridden}
-        for limit in layer:
-            merged[f"{limit.metric}:{limit.stat}"] = limit
+        merged.update((f"{limit.metric}:{limit.stat}", limit) for limit in layer)
     return list(merged.values())
 
 
@@ -165,8 +139,15 @@ def limits_for(configured: Sequence[FailLimit], marker: Sequence[FailLimit] = ()
 
 
 def limits_of_test(configured: Sequence[FailLimit], tolerance: Any = None) -> list[FailLimit]:
-    """The limits of one test from its ``tolerance`` marker (a pytest Mark, or None)."""
-    marker = tolerance_limits(tolerance.args, tolerance.kwargs) if tolerance is not None else []
+    """The limits of one test from its ``tolerance`` marker (a pytest Mark, or None), e.g.
+    ``tolerance(energy_per_token="5%")`` or ``tolerance("energy:median:5%")``; raises :class:`FailExprError`."""
+    marker = []
+    if tolerance is not None:
+        for text in [str(a) for a in tolerance.args] + [f"{k}:{v}" for k, v in tolerance.kwargs.items()]:
+            try:
+                marker.append(parse_fail_expr(text))
+            except FailExprError as exc:
+                raise FailExprError(f"marker tolerance value {text!r}: {exc}") from None
     return limits_for(configured, marker)
 
 

@@ -1,9 +1,8 @@
-"""Machine description and the machine *key* that run history is stored under, and the
-comparability facts the gate checks (:func:`run_info`, :func:`comparable`).
+"""Machine description and the machine *key* that run history is stored under, and the comparability facts the gate
+checks (:func:`run_info`, :func:`comparable`).
 
-The key is built from stable fields only; why, and the ``info`` dict it reads:
-docs/design/gate.md, section ``pytest_specenergy/gate/machine.py``.
-"""
+The key is built from stable fields only; why, and the ``info`` dict it reads: docs/design/gate.md, section
+``pytest_specenergy/gate/machine.py``."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ import re
 import subprocess
 from collections import Counter
 from typing import Any
-from typing import Callable
 from typing import Mapping
 from typing import Sequence
 
@@ -39,19 +37,10 @@ def _meter(info: Mapping[str, Any]) -> Mapping[str, Any]:
     return meter if isinstance(meter, Mapping) else {"kind": str(meter)}
 
 
-def _meter_kind(info: Mapping[str, Any]) -> str:
-    return str(_meter(info).get("kind") or "")
-
-
-def _is_modeled(info: Mapping[str, Any]) -> bool:
-    return _meter_kind(info).startswith("modeled")
-
-
-def _preset(info: Mapping[str, Any]) -> str:
-    preset = _meter(info).get("preset")
+def _preset(meter: Mapping[str, Any], kind: str) -> str:
+    preset = meter.get("preset")
     if isinstance(preset, Mapping) and preset.get("name"):
         return str(preset["name"])
-    kind = _meter_kind(info)
     return kind.split(":", 1)[1] if ":" in kind else "unknown"
 
 
@@ -72,63 +61,45 @@ def _power_w(gpu: Mapping[str, Any]) -> int | None:
     return None
 
 
-def _gpu_part(info: Mapping[str, Any]) -> str | None:
-    if _is_modeled(info):
-        return f"modeled-{_preset(info)}-cpu"
-    gpus = _gpus(info)
-    if not gpus:
-        return "nogpu"
-    counts = Counter(str(g.get("name") or "unknown-gpu") for g in gpus)
-    return "+".join(f"{n}x{name}" for name, n in sorted(counts.items()))
-
-
-def _power_part(info: Mapping[str, Any]) -> str | None:
-    if _is_modeled(info):
-        return None
-    watts = sorted({w for w in (_power_w(g) for g in _gpus(info)) if w is not None})
-    return "+".join(f"{w}w" for w in watts) or None
-
-
-def _driver_part(info: Mapping[str, Any]) -> str | None:
-    if _is_modeled(info):
-        return None
-    drivers = sorted({str(g["driver"]) for g in _gpus(info) if g.get("driver")})
-    if not drivers and info.get("driver"):
-        drivers = [str(info["driver"])]
-    return "drv" + "+".join(drivers) if drivers else None
-
-
 def _engine_part(info: Mapping[str, Any]) -> str | None:
     engine = info.get("engine")
     if isinstance(engine, Mapping):
-        name, version = engine.get("name") or engine.get("engine"), engine.get("version")
-    elif engine:
-        name, version = engine, info.get("engine_version")
+        parts = (engine.get("name") or engine.get("engine"), engine.get("version"))
     else:
-        return None
-    return "-".join(str(p) for p in (name, version) if p) or None
+        parts = (engine, info.get("engine_version")) if engine else ()
+    return "-".join(str(p) for p in parts if p) or None
 
 
-def _meter_part(info: Mapping[str, Any]) -> str | None:
-    # The modeled preset is already in the GPU part; a second copy would only lengthen keys.
-    return None if _is_modeled(info) else (_meter_kind(info) or None)
-
-
-_PARTS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
-    "gpu": _gpu_part, "power_limit": _power_part, "driver": _driver_part, "engine": _engine_part, "meter": _meter_part}
+def _key_parts(info: Mapping[str, Any]) -> dict[str, str | None]:
+    """The key's part for each of :data:`KEY_FIELDS` (None: left out)."""
+    meter = _meter(info)
+    kind = str(meter.get("kind") or "")
+    if kind.startswith("modeled"):
+        # The modeled preset is the GPU part (a second copy as the meter part would only lengthen keys).
+        return {"gpu": f"modeled-{_preset(meter, kind)}-cpu", "engine": _engine_part(info)}
+    gpus = _gpus(info)
+    counts = Counter(str(g.get("name") or "unknown-gpu") for g in gpus)
+    watts = sorted({w for w in (_power_w(g) for g in gpus) if w is not None})
+    drivers = sorted({str(g["driver"]) for g in gpus if g.get("driver")})
+    if not drivers and info.get("driver"):
+        drivers = [str(info["driver"])]
+    return {"gpu": "+".join(f"{n}x{name}" for name, n in sorted(counts.items())) or "nogpu",
+            "power_limit": "+".join(f"{w}w" for w in watts) or None,
+            "driver": "drv" + "+".join(drivers) if drivers else None, "engine": _engine_part(info),
+            "meter": kind or None}
 
 
 def machine_key(info: Mapping[str, Any], fields: Sequence[str] | None = None) -> str:
-    """A stable, path-safe key from the stable fields of ``info`` (``fields``: a subset of
-    :data:`KEY_FIELDS`); absent facts are left out, e.g. ``1xnvidia-h200-700w-drv550.54.15-sglang-0.5.9-nvml``
-    or ``modeled-h200-cpu-reference-0.1.0``."""
+    """A stable, path-safe key from the stable fields of ``info`` (``fields``: a subset of :data:`KEY_FIELDS`); absent
+    facts are left out, e.g. ``1xnvidia-h200-700w-drv550.54.15-sglang-0.5.9-nvml`` or
+    ``modeled-h200-cpu-reference-0.1.0``."""
     chosen = KEY_FIELDS if fields is None else tuple(fields)
-    unknown = [f for f in chosen if f not in _PARTS]
+    unknown = [f for f in chosen if f not in KEY_FIELDS]
     if unknown:
         raise ValueError(f"unknown machine-key field(s) {', '.join(map(repr, unknown))}; "
                          f"expected some of {', '.join(KEY_FIELDS)}")
-    parts = [p for p in (_PARTS[f](info) for f in KEY_FIELDS if f in chosen) if p]
-    key = slugify("-".join(parts))
+    parts = _key_parts(info)
+    key = slugify("-".join(p for p in (parts.get(f) for f in KEY_FIELDS if f in chosen) if p))
     if len(key) > _MAX_KEY:
         # Too long for a directory name (many GPU kinds): a readable prefix, unique with a digest.
         digest = hashlib.sha256(key.encode()).hexdigest()[:10]
@@ -147,10 +118,8 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def machine_info(meter: Mapping[str, Any] | None = None, *,
-                 engine: Mapping[str, Any] | None = None,
-                 gpus: Sequence[Mapping[str, Any]] | None = None,
-                 driver: str | None = None) -> dict[str, Any]:
+def machine_info(meter: Mapping[str, Any] | None = None, *, engine: Mapping[str, Any] | None = None,
+                 gpus: Sequence[Mapping[str, Any]] | None = None, driver: str | None = None) -> dict[str, Any]:
     """Describe this machine without NVML: platform, Python and CPU, plus what callers know
     (``meter``: a meter's ``describe()``; ``gpus``: from whoever opened NVML, else the meter's)."""
     meter_desc = dict(meter) if meter else None
@@ -159,13 +128,11 @@ def machine_info(meter: Mapping[str, Any] | None = None, *,
         gpu_list = [dict(g) for g in meter_desc["gpus"] if isinstance(g, Mapping)]
     return {"node": platform.node(), "system": platform.system(), "release": platform.release(),
             "machine": platform.machine(), "python": platform.python_version(),
-            "python_implementation": platform.python_implementation(), "cpu": _cpu_name(),
-            "cpu_count": os.cpu_count(), "gpus": gpu_list or [], "driver": driver,
-            "engine": dict(engine) if engine else None, "meter": meter_desc}
+            "python_implementation": platform.python_implementation(), "cpu": _cpu_name(), "cpu_count": os.cpu_count(),
+            "gpus": gpu_list or [], "driver": driver, "engine": dict(engine) if engine else None, "meter": meter_desc}
 
 
-def pair_machine(engine: Mapping[str, Any], meter: Mapping[str, Any] | None, source: str
-                 ) -> tuple[str, dict[str, Any]]:
+def pair_machine(engine: Mapping[str, Any], meter: Mapping[str, Any] | None, source: str) -> tuple[str, dict[str, Any]]:
     """The machine key and description of the run a pair was measured in (meter, engine, GPUs)."""
     name, version = str(engine.get("engine")), str(engine.get("version"))
     version = version.removeprefix(f"{name}-")  # the reference server says "reference-0.1.0"

@@ -1,8 +1,7 @@
 """Merging run shards: one matrix split over several CI machines becomes one run.
 
-Shards are refused - never silently mixed - when they could not have been one run: another
-schema, another machine key, meter or engine version, or the same test measured twice.
-"""
+Shards are refused - never silently mixed - when they could not have been one run: another schema, another machine key,
+meter or engine version, or the same test measured twice."""
 
 from __future__ import annotations
 
@@ -47,7 +46,6 @@ def merge_documents(shards: Sequence[RunDocument], names: Sequence[str]) -> RunD
         described = "; ".join(f"{meter} with engine {version} in {name}" for (meter, version), name in engines.items())
         raise MergeError(f"shards were measured differently: {described}; only runs with one "
                          f"meter and engine version merge")
-    return dataclasses.replace(
-        first, name=None, results=tuple(results),
-        engine_starts=sum(s.engine_starts for s in shards),
-        meters={k: v for s in shards for k, v in s.meters.items()}, shards=tuple(names))
+    return dataclasses.replace(first, name=None, results=tuple(results), shards=tuple(names),
+                               engine_starts=sum(s.engine_starts for s in shards),
+                               meters={k: v for s in shards for k, v in s.meters.items()})

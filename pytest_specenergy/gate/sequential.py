@@ -1,9 +1,8 @@
 """Sequential, limit-based verdicts for per-repeat samples (energy per token and the like).
 
-Every comparison tests "the change is within the limit": REGRESSED iff the change's lower bound
-lies beyond it, at any repeat count. Statistics, the look plan, error spending and block drift:
-docs/design/gate.md, section ``pytest_specenergy/gate/sequential.py``.
-"""
+Every comparison tests "the change is within the limit": REGRESSED iff the change's lower bound lies beyond it, at any
+repeat count. Statistics, the look plan, error spending and block drift: docs/design/gate.md, section
+``pytest_specenergy/gate/sequential.py``."""
 
 from __future__ import annotations
 
@@ -79,8 +78,6 @@ class SequentialPlan:
     def weights(self) -> tuple[float, ...]:
         """Share of alpha spent at each look (sums to 1)."""
         k = len(self.looks)
-        if k == 1:
-            return (1.0,)
         if self.spending == "equal":
             return tuple([1.0 / k] * k)
         return tuple([self.interim_share] * (k - 1) + [1.0 - self.interim_share * (k - 1)])
@@ -100,11 +97,10 @@ class SequentialPlan:
     def describe(self) -> str:
         """The plan in one line."""
         levels = ", ".join(f"{size}:{self.alpha_at(i + 1):.3g}" for i, size in enumerate(self.looks))
-        return (f"looks at {', '.join(map(str, self.looks))} repeats; REGRESSED levels "
-                f"(repeats:alpha) {levels} (total {self.alpha:g}, {self.spending} spending); "
-                f"UNCHANGED/IMPROVED at {self.beta:g} per look; INCONCLUSIVE at the cap stays "
-                "INCONCLUSIVE" + (f"; unpaired arms (blocked order, shared baseline) allow "
-                                  f"{self.block_drift:.1%} block drift per run" if self.block_drift else ""))
+        drift = f"; unpaired arms (blocked order, shared baseline) allow {self.block_drift:.1%} block drift per run"
+        return (f"looks at {', '.join(map(str, self.looks))} repeats; REGRESSED levels (repeats:alpha) {levels} "
+                f"(total {self.alpha:g}, {self.spending} spending); UNCHANGED/IMPROVED at {self.beta:g} per look; "
+                "INCONCLUSIVE at the cap stays INCONCLUSIVE" + (drift if self.block_drift else ""))
 
 
 DEFAULT_PLAN = SequentialPlan()
@@ -112,8 +108,7 @@ DEFAULT_PLAN = SequentialPlan()
 
 @dataclass(frozen=True)
 class SequentialResult:
-    """One comparison's verdict with every number behind it (the fields: docs/design/gate.md,
-    ``sequential.py``, "The functions' parameters")."""
+    """One comparison's verdict with every number behind it (the fields: docs/design/gate.md, ``sequential.py``)."""
 
     verdict: Verdict
     estimate: float
@@ -231,18 +226,14 @@ def _tail_p(z_num: np.ndarray, se: np.ndarray, df: np.ndarray, upper: bool) -> n
     return np.where((se == 0) & (z_num == 0), 0.5, p)
 
 
-def sequential_arrays(current: ArrayLike, reference: ArrayLike | None = None, *, limit: float,
-                      worse: str = "up", plan: SequentialPlan = DEFAULT_PLAN,
-                      session_sd: float = 0.0, absolute: bool = False, drift: float = 0.0,
-                      session_df: float | None = None) -> SequentialArrays:
-    """Run the sequential rule on many cases at once (what :func:`compare_paired` and
-    :func:`compare_stored` run on one row): ``current`` (N, n) log values, per-repeat log differences
-    when ``reference`` is None, else against ``reference`` (N, m); looks use prefixes of each row.
-    ``session_sd``, ``session_df``, ``absolute`` and ``drift``: docs/design/gate.md, ``sequential.py``."""
-    if not drift >= 0:
-        raise ValueError(f"drift must be non-negative, got {drift!r}")
-    if not session_sd >= 0:
-        raise ValueError(f"session_sd must be non-negative, got {session_sd!r}")
+def sequential_arrays(current: ArrayLike, reference: ArrayLike | None = None, *, limit: float, worse: str = "up",
+                      plan: SequentialPlan = DEFAULT_PLAN, session_sd: float = 0.0, absolute: bool = False,
+                      drift: float = 0.0, session_df: float | None = None) -> SequentialArrays:
+    """Run the sequential rule on many cases at once (what :func:`compare_paired` and :func:`compare_stored` run on one
+    row); ``current``, ``reference`` and the options: docs/design/gate.md, ``sequential.py``."""
+    for name, value in (("drift", drift), ("session_sd", session_sd)):
+        if not value >= 0:
+            raise ValueError(f"{name} must be non-negative, got {value!r}")
     x = np.atleast_2d(np.asarray(current, dtype=float))
     y = None if reference is None else np.atleast_2d(np.asarray(reference, dtype=float))
     rows, n = x.shape
@@ -276,8 +267,7 @@ def sequential_arrays(current: ArrayLike, reference: ArrayLike | None = None, *,
         p_imp = _tail_p(better - drift, s, d, upper=True) if math.isfinite(imp_bound) else np.ones(rows)
         p_seq = np.where(open_, np.minimum(p_seq, p_reg / plan.weights[k - 1]), p_seq)
         new = np.where(p_reg <= plan.alpha_at(k), REGRESSED,
-                       np.where(p_ok <= plan.beta,
-                                np.where(p_imp <= plan.beta, IMPROVED, UNCHANGED), INCONCLUSIVE))
+                       np.where(p_ok <= plan.beta, np.where(p_imp <= plan.beta, IMPROVED, UNCHANGED), INCONCLUSIVE))
         take = open_ & ((new != INCONCLUSIVE) | (k == last))
         at_look = {"code": new, "look": k, "n_used": size, "estimate": e, "se": s, "df": d, "p_value": p_reg}
         out = {name: np.where(take, value, out[name]) for name, value in at_look.items()}
@@ -308,9 +298,8 @@ def _projection(est: float, se_per_unit: float, ref_var_term: float, bound: floa
     return int(math.ceil(se_per_unit ** 2 / room))
 
 
-def _one_case(x: np.ndarray, y: np.ndarray | None, method: str, *, limit: float, worse: str,
-              plan: SequentialPlan, session_sd: float, absolute: bool, drift: float,
-              session_df: float | None = None) -> SequentialResult:
+def _one_case(x: np.ndarray, y: np.ndarray | None, method: str, *, limit: float, worse: str, plan: SequentialPlan,
+              session_sd: float, absolute: bool, drift: float, session_df: float | None = None) -> SequentialResult:
     """The sequential verdict of one case: ``x`` the current side's (log) values and ``y`` the
     stored side's, or ``y`` None and ``x`` the paired per-repeat differences."""
     if x.size < 2:  # no look possible yet: only the estimate so far
@@ -318,9 +307,8 @@ def _one_case(x: np.ndarray, y: np.ndarray | None, method: str, *, limit: float,
         arrays = SequentialArrays(np.zeros(1, int), np.zeros(1, int), np.array([x.size]), np.array([estimate]),
                                   np.array([np.nan]), np.array([np.nan]), np.ones(1), np.ones(1))
     else:
-        arrays = sequential_arrays(x[None, :], None if y is None else y[None, :], limit=limit, worse=worse,
-                                   plan=plan, session_sd=session_sd, absolute=absolute, drift=drift,
-                                   session_df=session_df)
+        arrays = sequential_arrays(x[None, :], None if y is None else y[None, :], limit=limit, worse=worse, plan=plan,
+                                   session_sd=session_sd, absolute=absolute, drift=drift, session_df=session_df)
     n_current = int(arrays.n_used[0])
     var_c = float(np.var(x[:n_current], ddof=1)) if n_current > 1 else math.nan
     ref_var_term = session_sd ** 2 if y is None else float(np.var(y, ddof=1)) / y.size + session_sd ** 2
@@ -361,43 +349,36 @@ def _one_case(x: np.ndarray, y: np.ndarray | None, method: str, *, limit: float,
         if projected is not None:
             projected = max(projected, n_current + max(more, 1))
         elif ref_var_term > 0:
-            notes.append("more current repeats alone cannot decide: the stored baseline's "
-                         "repeats (or the session component) limit the precision; re-save the "
-                         "baseline with more repeats, or compare in-job")
+            notes.append("more current repeats alone cannot decide: the stored baseline's repeats (or the session "
+                         "component) limit the precision; re-save the baseline with more repeats, or compare in-job")
     rel = lambda v: v if absolute or not math.isfinite(v) else math.expm1(v)  # noqa: E731
     return SequentialResult(
-        verdict=verdict, estimate=rel(est), interval=(rel(low), rel(high)),
-        p_value=float(arrays.p_value[0]), p_sequential=float(arrays.p_sequential[0]),
-        limit=limit, worse=worse, n_current=n_current,
-        n_reference=n_current if y is None else int(y.size),
-        look=look, looks=len(plan.looks), alpha_look=alpha_look, more_repeats=int(more),
-        projected_repeats=projected, method=method, note="; ".join(notes))
+        verdict=verdict, estimate=rel(est), interval=(rel(low), rel(high)), p_value=float(arrays.p_value[0]),
+        p_sequential=float(arrays.p_sequential[0]), limit=limit, worse=worse, n_current=n_current,
+        n_reference=n_current if y is None else int(y.size), look=look, looks=len(plan.looks), alpha_look=alpha_look,
+        more_repeats=int(more), projected_repeats=projected, method=method, note="; ".join(notes))
 
 
 def compare_stored(current: ArrayLike, reference: ArrayLike, *, limit: float, worse: str = "up",
-                   plan: SequentialPlan = DEFAULT_PLAN, session_sd: float = 0.0,
-                   absolute: bool = False, drift: float = 0.0,
-                   session_df: float | None = None) -> SequentialResult:
-    """Current run's per-repeat values (e.g. session ratios) against a stored run's: Welch's t on
-    log values (on the values themselves when ``absolute``); the stored side is fixed, the current
-    side grows with the plan. Both need at least 2 positive values (any finite ones if ``absolute``)."""
+                   plan: SequentialPlan = DEFAULT_PLAN, session_sd: float = 0.0, absolute: bool = False,
+                   drift: float = 0.0, session_df: float | None = None) -> SequentialResult:
+    """Current run's per-repeat values (e.g. session ratios) against a stored run's by Welch's t: the stored side is
+    fixed, the current side grows with the plan; each needs 2+ positive values (finite if ``absolute``)."""
     cur, ref = _checked(current, "current samples", absolute), _checked(reference, "reference samples", absolute)
     if ref.size < 2:
         raise ValueError(f"the stored reference needs at least 2 repeats, got {ref.size}")
     if cur.size < 1:
         raise ValueError("no current samples")
     x, y = (cur, ref) if absolute else (np.log(cur), np.log(ref))
-    return _one_case(x, y, "welch-t on differences" if absolute else "welch-t on log ratios", limit=limit,
-                     worse=worse, plan=plan, session_sd=session_sd, absolute=absolute, drift=drift,
-                     session_df=session_df)
+    return _one_case(x, y, "welch-t on differences" if absolute else "welch-t on log ratios", limit=limit, worse=worse,
+                     plan=plan, session_sd=session_sd, absolute=absolute, drift=drift, session_df=session_df)
 
 
 def compare_paired(candidate: ArrayLike, reference: ArrayLike, *, limit: float, worse: str = "up",
-                   plan: SequentialPlan = DEFAULT_PLAN, session_sd: float = 0.0,
-                   absolute: bool = False, drift: float = 0.0) -> SequentialResult:
-    """Candidate against reference measured in the same repeats (in-job A/B): one-sample t on the
-    per-repeat ``log(candidate_r / reference_r)`` (differences when ``absolute``); both sides grow
-    together, and session ratios give the same answer as raw J/token (the baseline cancels)."""
+                   plan: SequentialPlan = DEFAULT_PLAN, session_sd: float = 0.0, absolute: bool = False,
+                   drift: float = 0.0) -> SequentialResult:
+    """Candidate against reference measured in the same repeats (in-job A/B): one-sample t on the per-repeat
+    ``log(candidate_r / reference_r)``; both sides grow together (docs/design/gate.md)."""
     cand, ref = _checked(candidate, "candidate samples", absolute), _checked(reference, "reference samples", absolute)
     if cand.size != ref.size:
         raise ValueError(f"paired samples need equal lengths, got {cand.size} and {ref.size}")
@@ -413,9 +394,7 @@ TAIL_MIN_REPLICATES = 10
 
 
 def _bootstrap_share(boot: np.ndarray, bound: float, *, above: bool) -> float:
-    """The one-sided p-value of the replicates at or ``above`` ``bound`` (else at or below): their
-    share, or a normal fit of them when the tail is thin, so p is not floored at the resampling
-    resolution (why: docs/design/gate.md, ``sequential.py``)."""
+    """The one-sided p-value of the replicates at or ``above`` ``bound`` (else at or below): docs/design/gate.md."""
     count = int(np.sum(boot >= bound if above else boot <= bound))
     if count >= TAIL_MIN_REPLICATES:
         return float((1 + count) / (boot.size + 1))
@@ -427,24 +406,20 @@ def _bootstrap_share(boot: np.ndarray, bound: float, *, above: bool) -> float:
 
 
 def compare_per_request(current_num: ArrayLike, current_den: ArrayLike, reference_num: ArrayLike,
-                        reference_den: ArrayLike, *, limit: float, worse: str = "down",
-                        offset: float = 0.0, paired: bool = True, n_repeats: int | None = None,
-                        plan: SequentialPlan = DEFAULT_PLAN, resamples: int = 4000,
-                        seed: int = 0) -> SequentialResult:
-    """A pooled per-request metric ``offset + sum(num) / sum(den)`` (one entry per request) judged
-    by the energy gate's limit rule on a seeded bootstrap over requests, at the look ``n_repeats``
-    reaches (the cap's when None). Details: docs/design/gate.md, ``sequential.py``."""
-    cn, cd = np.asarray(current_num, float).ravel(), np.asarray(current_den, float).ravel()
-    rn, rd = np.asarray(reference_num, float).ravel(), np.asarray(reference_den, float).ravel()
+                        reference_den: ArrayLike, *, limit: float, worse: str = "down", offset: float = 0.0,
+                        paired: bool = True, n_repeats: int | None = None, plan: SequentialPlan = DEFAULT_PLAN,
+                        resamples: int = 4000, seed: int = 0) -> SequentialResult:
+    """A pooled per-request metric ``offset + sum(num) / sum(den)`` by the energy gate's limit rule on a seeded
+    bootstrap over requests, at the look ``n_repeats`` reaches (docs/design/gate.md)."""
+    cn, cd, rn, rd = (np.asarray(v, float).ravel() for v in (current_num, current_den, reference_num, reference_den))
     if cn.size != cd.size or rn.size != rd.size:
         raise ValueError("numerators and denominators need one entry per request")
     if paired and cn.size != rn.size:
         raise ValueError(f"paired requests need equal counts, got {cn.size} and {rn.size}")
     if cn.size < 2 or rn.size < 2:
         raise ValueError("need at least 2 requests a side")
-    for arr in (cn, cd, rn, rd):
-        if not np.all(np.isfinite(arr) & (arr >= 0)):
-            raise ValueError("per-request counts must be finite and non-negative")
+    if not all(np.all(np.isfinite(arr) & (arr >= 0)) for arr in (cn, cd, rn, rd)):
+        raise ValueError("per-request counts must be finite and non-negative")
     if cd.sum() <= 0 or rd.sum() <= 0:
         raise ValueError("no denominators (no verify steps / proposals) on one side")
     reg_bound, imp_bound = _bounds(limit, worse)
@@ -489,15 +464,12 @@ def compare_per_request(current_num: ArrayLike, current_den: ArrayLike, referenc
         note = ("the spread is across requests: more repeats of the same prompts narrow it "
                 "only where outputs vary run to run; more prompts narrow it for sure")
     return SequentialResult(
-        verdict=verdict, estimate=math.expm1(point), interval=(math.expm1(low), math.expm1(high)),
-        p_value=p_reg, p_sequential=min(1.0, p_reg / plan.weights[look - 1]), limit=limit,
-        worse=worse, n_current=int(cn.size), n_reference=int(rn.size), look=look,
-        looks=len(plan.looks), alpha_look=alpha_look, more_repeats=int(more),
-        projected_repeats=None,
-        method=("paired" if paired else "two-sample") + f" bootstrap over requests ({resamples})",
-        note=note)
+        verdict=verdict, estimate=math.expm1(point), interval=(math.expm1(low), math.expm1(high)), p_value=p_reg,
+        p_sequential=min(1.0, p_reg / plan.weights[look - 1]), limit=limit, worse=worse, n_current=int(cn.size),
+        n_reference=int(rn.size), look=look, looks=len(plan.looks), alpha_look=alpha_look, more_repeats=int(more),
+        projected_repeats=None, note=note,
+        method=("paired" if paired else "two-sample") + f" bootstrap over requests ({resamples})")
 
 
-__all__ = ["CODES", "DEFAULT_PLAN", "SequentialArrays", "SequentialPlan",
-           "SequentialResult", "Verdict", "compare_paired", "compare_per_request",
-           "compare_stored", "sequential_arrays"]
+__all__ = ["CODES", "DEFAULT_PLAN", "SequentialArrays", "SequentialPlan", "SequentialResult", "Verdict",
+           "compare_paired", "compare_per_request", "compare_stored", "sequential_arrays"]

@@ -1,8 +1,7 @@
 """Run history and committed golden baselines, on disk: :class:`RunStore` and :class:`GoldenStore`.
 
-Files are validated on load and never overwritten or deleted when bad; writes are atomic. The
-layout and the rules: docs/design/gate.md, section ``pytest_specenergy/gate/storage.py``.
-"""
+Files are validated on load and never overwritten or deleted when bad; writes are atomic. The layout and the rules:
+docs/design/gate.md, section ``pytest_specenergy/gate/storage.py``."""
 
 from __future__ import annotations
 
@@ -59,8 +58,7 @@ def validate_run_name(name: str) -> str:
                              "fit in a file name")
     bad = sorted(set(_ILLEGAL_NAME.findall(name)))
     if bad:
-        shown = ", ".join(repr(c) for c in bad)
-        raise InvalidRunName(f"run name {name!r} contains {shown}; names may not contain any "
+        raise InvalidRunName(f"run name {name!r} contains {', '.join(repr(c) for c in bad)}; names may not contain any "
                              "of \\ / : * ? \" < > | or control characters (try main, pr-123)")
     if name != name.strip() or name in (".", "..") or name.startswith("."):
         raise InvalidRunName(f"run name {name!r} must not start with '.' or have surrounding "
@@ -173,16 +171,12 @@ class RunStore:
         folder = self.root / machine_key
         if not folder.is_dir():
             return []
-        runs = []
-        for path in folder.iterdir():
-            match = _RUN_FILE.match(path.name)
-            if match and path.is_file():
-                runs.append(StoredRun(path, int(match["counter"]), match["name"], match["stamp"]))
+        found = ((path, _RUN_FILE.match(path.name)) for path in folder.iterdir())
+        runs = [StoredRun(path, int(m["counter"]), m["name"], m["stamp"]) for path, m in found if m and path.is_file()]
         return sorted(runs, key=lambda r: (r.counter, r.timestamp, r.path.name))
 
     def save(self, document: RunDocument, name: str | None = None, *, now: dt.datetime | None = None) -> Path:
-        """Save ``document`` as ``<root>/<machine_key>/<NNNN>_<name>_<stamp>.json``, exclusively and
-        atomically (never over an existing file, even from many processes in one second)."""
+        """Save ``document`` as ``<root>/<machine_key>/<NNNN>_<name>_<stamp>.json``, exclusively and atomically."""
         import pytest_specenergy.gate.machine as machine
         from pytest_specenergy.atomic import create_json_exclusive
         from pytest_specenergy.document import RUN_KIND
@@ -209,14 +203,12 @@ class RunStore:
         # The lock keeps counters unique across names too (0005_main vs 0005_auto).
         return create_json_exclusive(candidates(), saved, lock=folder / ".lock")
 
-    def load(self, path: str | Path) -> RunDocument:
-        """Load and validate a run file (see :func:`load_run`)."""
-        return load_run(path)
+    #: Load and validate a run file.
+    load = staticmethod(load_run)
 
     def find(self, machine_key: str, ref: str) -> Path:
-        """Resolve a compare reference: ``last``, a run ``NAME`` (its latest save), a counter
-        ``NNNN``, or a ``PATH`` to a run file. Raises :class:`RunNotFound` with what exists.
-        Runs an interrupted session saved never serve for ``last``, ``NAME`` or ``NNNN``."""
+        """Resolve a compare reference: ``last``, a run ``NAME`` (its latest save), a counter ``NNNN``, or a ``PATH`` to
+        a run file; raises :class:`RunNotFound` with what exists."""
         text = str(ref).strip()
         if not text:
             raise RunNotFound("empty compare reference; expected last, NAME, NNNN or PATH")
@@ -317,9 +309,8 @@ class GoldenUpdate:
 
 
 class GoldenStore:
-    """Committed golden baselines (reviewed like ``__snapshots__``): one file per test node id
-    under ``<root>/<machine_key>/``. Writes decided while judging are queued and done by
-    :meth:`flush` at session end, as syrupy flushes its snapshot writes."""
+    """Committed golden baselines (reviewed like ``__snapshots__``): one file per test node id under
+    ``<root>/<machine_key>/``; writes are queued for :meth:`flush` at session end, as syrupy does."""
 
     def __init__(self, root: str | Path = DEFAULT_GOLDEN_FOLDER) -> None:
         self.root = Path(root)
@@ -363,8 +354,7 @@ class GoldenStore:
 
     def update(self, machine_key: str, nodeid: str, record: CaseRecord, *, mode: str,
                mismatched: bool, run_info: dict[str, Any] | None = None) -> GoldenUpdate:
-        """Decide snapshot-style what happens to one golden (the modes: docs/design/gate.md,
-        ``storage.py``), and queue the write."""
+        """Decide snapshot-style what happens to one golden and queue the write (the modes: docs/design/gate.md)."""
         if mode not in GOLDEN_MODES:
             raise ValueError(f"unknown golden mode {mode!r}; expected one of {', '.join(GOLDEN_MODES)}")
         self.used.add((machine_key, nodeid))

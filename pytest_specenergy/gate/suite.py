@@ -1,7 +1,6 @@
-"""Suite-level verdicts: what the gate decides once every case of a session is in (FDR, latency
-targets, verdict counts), as one :class:`SuiteVerdict`; the session only applies its exit bit
-and prints its lines. More: docs/design/gate.md, section ``pytest_specenergy/gate/suite.py``.
-"""
+"""Suite-level verdicts: what the gate decides once every case of a session is in (FDR, latency targets, verdict
+counts), as one :class:`SuiteVerdict`; the session only applies its exit bit and prints its lines. More:
+docs/design/gate.md, section ``pytest_specenergy/gate/suite.py``."""
 
 from __future__ import annotations
 
@@ -38,16 +37,14 @@ class SuiteVerdict:
 
 
 def fdr_pending(key: str, comparison: CaseComparison, q: float, n_tests: int) -> tuple[tuple[str, ...], list[str]]:
-    """``--specenergy-fdr`` while a test runs: its comparisons whose p-value lies in (Q/N, Q],
-    which pass for now and are decided when the session finishes, with a warning for each.
-    REGRESSED rows are BH's "fail now" (the FDR plan stops there only at p <= Q/N)."""
+    """``--specenergy-fdr`` while a test runs: its comparisons whose p-value lies in (Q/N, Q] pass for now, with a
+    warning each, and are decided at session end (REGRESSED rows are BH's "fail now")."""
     pending, warnings = [], []
     for row in comparison.rows:
         if row.p_sequential is not None and immediate_decision(row.p_sequential, q, n_tests) == PENDING:
             pending.append(f"{key}::{row.metric}")
-            warnings.append(f"specenergy: pending FDR: {key}::{row.metric} p_sequential={row.p_sequential:.3g} "
-                            f"lies in (Q/N, Q] = ({q / n_tests:.3g}, {q:g}]; Benjamini-Hochberg decides it at "
-                            "session end")
+            warnings.append(f"specenergy: pending FDR: {key}::{row.metric} p_sequential={row.p_sequential:.3g} lies "
+                            f"in (Q/N, Q] = ({q / n_tests:.3g}, {q:g}]; Benjamini-Hochberg decides it at session end")
     return tuple(pending), warnings
 
 
@@ -101,8 +98,7 @@ def verdict_counts(records: Sequence[CaseRecord]) -> str | None:
 
 def judge_suite(records: Sequence[CaseRecord], *, plan: SequentialPlan, fdr_q: float | None = None,
                 fdr_collected: int = 0, latency_targets: Sequence[float] = (),
-                references: dict[str, tuple[RunDocument | None, str, bool]] | None = None
-                ) -> SuiteVerdict:
+                references: dict[str, tuple[RunDocument | None, str, bool]] | None = None) -> SuiteVerdict:
     """Every suite-level verdict of a finished session; ``references``: as
     :meth:`~pytest_specenergy.gate.gatekeeper.Gatekeeper.latency_references` gives them."""
     sections: list[Section] = []

@@ -1,8 +1,7 @@
 """Student's t distribution with numpy only (scipy is not a dependency of the plugin).
 
-Vectorized, so the simulation and the gate get the very same numbers; the methods:
-docs/design/gate.md, section ``pytest_specenergy/gate/tdist.py``.
-"""
+Vectorized, so the simulation and the gate get the very same numbers; the methods: docs/design/gate.md, section
+``pytest_specenergy/gate/tdist.py``."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ def _betacf_scalar(a: float, b: float, x: float) -> float:
     h = d
     for m in range(1, _MAX_TERMS):
         m2 = 2.0 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)),
-                   -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
             d = 1.0 + aa * d
             d = 1.0 / (d if abs(d) >= _TINY else _TINY)
             c = 1.0 + aa / c
@@ -50,8 +48,7 @@ def _betacf(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
     done = np.zeros(x.shape, dtype=bool)
     for m in range(1, _MAX_TERMS):
         m2 = 2.0 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)),
-                   -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
             d = 1.0 + aa * d
             d = np.where(np.abs(d) < _TINY, _TINY, d)
             c = 1.0 + aa / c
@@ -122,8 +119,7 @@ def t_pdf(t: ArrayLike, df: ArrayLike) -> np.ndarray:
 
 
 def t_ppf(p: ArrayLike, df: ArrayLike) -> np.ndarray:
-    """Quantile of Student's t: the t with P(T <= t) = p, for 0 < p < 1 (solved in the lower tail,
-    where t_sf has full relative precision, by bracketed Newton steps: docs/design/gate.md)."""
+    """Quantile of Student's t: the t with P(T <= t) = p, for 0 < p < 1 (the method: docs/design/gate.md)."""
     p, df = np.broadcast_arrays(np.asarray(p, float), np.asarray(df, float))
     if np.any((p <= 0) | (p >= 1)):
         raise ValueError("quantile level must lie in (0, 1)")

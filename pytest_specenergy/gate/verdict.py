@@ -23,7 +23,8 @@ class Verdict(str, enum.Enum):
     def mark(self) -> str:
         """asv-style change mark: ``+`` worse, ``-`` better, ``~`` inconclusive, ``x``
         incomparable, ``?`` no baseline, blank unchanged."""
-        return _MARKS[self]
+        return {Verdict.PASSED: " ", Verdict.REGRESSED: "+", Verdict.IMPROVED: "-", Verdict.INCONCLUSIVE: "~",
+                Verdict.INCOMPARABLE: "x", Verdict.NO_BASELINE: "?"}[self]
 
     @property
     def label(self) -> str:
@@ -41,8 +42,6 @@ class Verdict(str, enum.Enum):
 #: another that regressed.
 WORST_FIRST: tuple[Verdict, ...] = (Verdict.REGRESSED, Verdict.INCOMPARABLE, Verdict.INCONCLUSIVE, Verdict.NO_BASELINE,
                                     Verdict.IMPROVED, Verdict.PASSED)
-_MARKS = {Verdict.PASSED: " ", Verdict.REGRESSED: "+", Verdict.IMPROVED: "-",
-          Verdict.INCONCLUSIVE: "~", Verdict.INCOMPARABLE: "x", Verdict.NO_BASELINE: "?"}
 
 
 def worst(verdicts: Iterable[Verdict], default: Verdict = Verdict.PASSED) -> Verdict:

@@ -153,12 +153,10 @@ class ArmMeasurer:
 
     def _run(self, sampling: dict[str, Any], indices: Sequence[int], steady: bool = False, record: bool = False,
              sent: list[float | None] | None = None) -> list[dict[str, Any]]:
-        """Every prompt of ``indices`` (into the pool) sent, ``batch`` in flight while the pool can refill them: each
-        thread sends one single-request ``/generate`` at a time (the stateless client is shared) and takes the next
-        prompt when its own returns. With ``steady``, the first thread to find the pool empty while fewer than
-        ``batch`` others are in flight aborts them (the window's end). The first error stops the refill and is
-        raised once every thread has returned. A replay arm's decoding requests carry their recorded drafts;
-        ``record`` asks for each verify step's drafts back; ``sent`` receives each request's send time."""
+        """Every prompt of ``indices`` (into the pool) sent, ``batch`` threads each refilling one ``/generate`` as
+        its own returns; with ``steady`` the first to find the pool empty under ``batch`` in flight aborts the rest
+        (the window's end). The first error stops the refill and is raised once every thread has returned. A replay
+        arm's decoding requests carry their drafts; ``record`` asks for drafts back; ``sent`` gets send times."""
         cap = self._admission_cap()  # the engine admits the batch before any request is sent
         prompts = [self.prompts[i] for i in indices]
         batch = max(self.case.batch, 1)
@@ -250,16 +248,14 @@ class ArmMeasurer:
             server.admission_cap = batch
         return batch
 
-    def _replay_groups(self, sampling: dict[str, Any], indices: Sequence[int], groups: Groups
-                       ) -> list[dict[str, Any]]:
+    def _replay_groups(self, sampling: dict[str, Any], indices: Sequence[int], groups: Groups) -> list[dict[str, Any]]:
         """The prompts of ``indices``, one batched ``/generate`` per group of positions, each answered before the
         next: an idle engine admits a call's requests in one iteration, so each group is one prefill forward."""
         self._admission_cap()
         answers: list[dict[str, Any] | None] = [None] * len(indices)
         for group in groups:
-            rids = [_next_rid() for _ in group]
             got = self.server.client.generate(text=[self.prompts[indices[p]] for p in group],
-                                              sampling_params=sampling, rids=rids)
+                                              sampling_params=sampling, rids=[_next_rid() for _ in group])
             if len(got) != len(group):
                 raise RuntimeError(f"a batched /generate of {len(group)} prefill-only prompts got {len(got)} answers")
             for position, answer in zip(group, got):
@@ -337,15 +333,12 @@ class ArmMeasurer:
             if not again:
                 break
             answers = self._run(self.full, [full.indices[i] for i in again])
-            aborted = []
             for i, answer in zip(again, answers):
                 outputs[i] = tuple(int(t) for t in answer["output_ids"])
                 finish[i] = parse_meta_info(answer["meta_info"]).finish_type or "?"
-                if finish[i] == "abort":
-                    aborted.append(i)
-                else:
+                if finish[i] != "abort":
                     self._whole[full.indices[i]] = (outputs[i], finish[i])
-            again = aborted
+            again = [i for i in again if finish[i] == "abort"]
         if again:
             # A cut-short answer taken as whole would fail the case blaming the drafter.
             raise RuntimeError(
@@ -442,10 +435,9 @@ class AbortError(RuntimeError):
 def abort_until_answered(client: Any, pending: Callable[[], set[str]], *,
                          retry_s: float = ABORT_RETRY_S, deadline_s: float | None = None) -> int:
     """End a steady-state window: one ``abort_all``, then every rid of ``pending()`` (sent, not answered) aborted by
-    rid every ``retry_s`` until none is left (SGLang drops an abort for a rid it has not registered yet; by rid, as
-    a retry may come after the caller's next requests: ``docs/design/measure.md``, "Aborting by rid"). Returns the
-    per-rid rounds taken; raises :class:`AbortError` past ``deadline_s`` (default: the client's request timeout) or
-    when the engine refuses ``/abort_request``."""
+    rid every ``retry_s`` until none is left (why: ``docs/design/measure.md``, "Aborting by rid"). Returns the rounds
+    by rid; raises :class:`AbortError` past ``deadline_s`` (default: the client's request timeout) or when the engine
+    refuses ``/abort_request``."""
     limit = deadline_s if deadline_s is not None else float(getattr(client, "timeout_s", 300.0))
     try:
         client.abort()
@@ -477,9 +469,8 @@ WINDOW_RERUNS = 1
 
 def disturbed_mean(concurrency: dict[str, Any]) -> float | None:
     """A full window's mean rows per decode step when it fell more than ``MAX_CONCURRENCY_GAP_SHARE`` of its own
-    peak below that peak, as a loaded host makes a window's edges (``docs/design/measure.md``, "Disturbed
-    windows"), else None. An engine that admits fewer than the batch keeps its own lower peak, so the checks still
-    see it; a window without a step record is not judged."""
+    peak below that peak, as a loaded host makes a window's edges (``docs/design/measure.md``, "Disturbed windows"),
+    else None (also for a window without a step record). An engine's own lower peak is left to the checks."""
     mean, peak = concurrency.get("mean_running"), concurrency.get("max_running")
     return None if mean is None or not peak or mean >= (1 - MAX_CONCURRENCY_GAP_SHARE) * peak else float(mean)
 
@@ -503,15 +494,11 @@ def _send_gap_s(full: _Window) -> float:
 
 def _misses(before: dict[str, Any], after: dict[str, Any]) -> int:
     """Replay misses between two ``/server_info`` answers (cumulative ``internal_states[0].spec_replay_misses``)."""
-    def count(info: dict[str, Any]) -> int | None:
-        value = ((info.get("internal_states") or [{}])[0] or {}).get("spec_replay_misses")
-        return None if value is None else int(value)
-
-    start, end = count(before), count(after)
+    start, end = (((at.get("internal_states") or [{}])[0] or {}).get("spec_replay_misses") for at in (before, after))
     if start is None or end is None:
         raise RuntimeError("the replay engine reports no spec_replay_misses in /server_info, so whether it replayed "
                            "like for like cannot be known")
-    return end - start
+    return int(end) - int(start)
 
 
 def _sample(prefill: _Window, full: _Window) -> RepeatSample:
@@ -519,8 +506,6 @@ def _sample(prefill: _Window, full: _Window) -> RepeatSample:
     joules = full.energy.joules / full.loops - prefill.energy.joules / prefill.loops
     seconds = full.energy.seconds / full.loops - prefill.energy.seconds / prefill.loops
     tokens = full.decode_tokens_per_loop
-    if tokens == int(tokens):
-        tokens = int(tokens)
     tbts = []
     decode_known = full.energy.request_decode_seconds
     for at_prefill, index in enumerate(full.prefilled()):
@@ -538,7 +523,8 @@ def _sample(prefill: _Window, full: _Window) -> RepeatSample:
         # request itself): left out, never reported as a figure.
         tbts.append(metrics.request_tbt_ms(decode_s, counter.completion_tokens)
                     if decode_s is not None and decode_s > 0 else None)
-    return RepeatSample(decode_joules=joules, decode_seconds=seconds, decode_tokens=tokens,
+    return RepeatSample(decode_joules=joules, decode_seconds=seconds,
+                        decode_tokens=int(tokens) if tokens == int(tokens) else tokens,
                         tbt_ms=metrics.mean_tbt_ms(tbts), verify_steps=_per_loop_total(full, "spec_verify_ct"),
                         correct_drafts=_per_loop_total(full, "spec_num_correct_drafts"),
                         proposed_drafts=_per_loop_total(full, "spec_num_proposed_drafts"), loops=full.loops,
@@ -557,7 +543,6 @@ def request_accept_lengths(counters: Sequence[RequestCounters]) -> tuple[float, 
     """Per request that verified, committed decode tokens per verify step (its first token is the prefill's); None
     when no request carries speculative counters (a baseline arm). The first loop only: later loops repeat the same
     prompts, so they add no independent samples."""
-
     if all(c.spec_verify_ct is None for c in counters):
         return None
     return tuple((c.completion_tokens - 1) / c.spec_verify_ct for c in counters

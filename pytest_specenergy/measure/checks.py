@@ -40,8 +40,7 @@ def counter_problems(counters: Sequence[RequestCounters], drafted_per_step: int)
             problems.append(
                 f"request {index}: {c.spec_num_correct_drafts} accepted drafts reported, but {c.completion_tokens} "
                 f"tokens over {c.spec_verify_ct} verify steps allow {max(implied, 0)} to {implied + drafted_per_step}")
-        if c.spec_num_proposed_drafts is not None and \
-                c.spec_num_proposed_drafts != c.spec_verify_ct * drafted_per_step:
+        if c.spec_num_proposed_drafts is not None and c.spec_num_proposed_drafts != c.spec_verify_ct * drafted_per_step:
             problems.append(f"request {index}: {c.spec_num_proposed_drafts} proposed drafts "
                             f"reported for {c.spec_verify_ct} steps of {drafted_per_step}")
     return problems
@@ -160,11 +159,6 @@ def coverage_gap_bound(batch: int, pool: int) -> float:
     return max(MAX_COVERAGE_GAP, (batch - 1) / pool if pool > 0 else 1.0)
 
 
-def pool_for_coverage_gap(batch: int) -> int:
-    """The smallest pool whose structural allowance is within :data:`MAX_COVERAGE_GAP`."""
-    return math.ceil((batch - 1) / MAX_COVERAGE_GAP)
-
-
 def arm_agreement_checks(base: Any, spec: Any, batch: int) -> list[Check]:
     """The arms' concurrency and coverage must agree within :data:`MAX_CONCURRENCY_GAP_SHARE` of the batch and
     :func:`coverage_gap_bound`; a record without the figures (an old file) is not judged."""
@@ -186,10 +180,11 @@ def arm_agreement_checks(base: Any, spec: Any, batch: int) -> list[Check]:
         found.append(Check("coverage-differs", "fail", f"{said}, more than the {bound:.0%} a pool of {pool} prompts "
                            f"at batch {batch} allows: the figures describe different requests"))
     else:
+        # The smallest pool whose structural allowance is within MAX_COVERAGE_GAP.
+        enough = math.ceil((batch - 1) / MAX_COVERAGE_GAP)
         found.append(Check("coverage-differs", "warn", f"{said}: within what a pool of {pool} prompts at batch "
-                           f"{batch} allows (up to {bound:.0%}), but the figures describe partly different "
-                           f"requests; a pool of at least {pool_for_coverage_gap(batch)} prompts holds the arms "
-                           f"within {MAX_COVERAGE_GAP:.0%}"))
+                           f"{batch} allows (up to {bound:.0%}), but the figures describe partly different requests; "
+                           f"a pool of at least {enough} prompts holds the arms within {MAX_COVERAGE_GAP:.0%}"))
     return found
 
 
@@ -271,7 +266,6 @@ def _window_checks(base: Any, spec: Any) -> list[Check]:
 def prefill_share(window: dict[str, Any]) -> float | None:
     """Prefill's share of one run's energy: per-loop prefill over per-loop full energy (the two windows repeat
     their run different ``loops`` times; window totals would give the ratio of average powers: 5% read as 84%)."""
-
     full, prefill = window.get("full") or {}, window.get("prefill") or {}
     if not full.get("joules") or prefill.get("joules") is None:
         return None

@@ -65,8 +65,7 @@ def prompt_token_ids(client: EngineClient, prompts: Sequence[str],
                      return_prompt_token_ids: bool | None = None) -> list[list[int]]:
     """The engine's own tokenisation of each prompt: ``prompt_token_ids`` when ``return_prompt_token_ids`` (SGLang
     >= 0.5.13, the reference server); else (False, or None = unknown: older SGLang lacks the field) the prompt is
-    scored from its first token and the ids read from ``input_token_logprobs``, entry k ``input_ids[k]`` everywhere.
-    """
+    scored from its first token, ids read from ``input_token_logprobs`` (entry k is ``input_ids[k]`` everywhere)."""
     params = {"max_new_tokens": 0, "temperature": 0.0}
     if return_prompt_token_ids:
         answers = client.generate(text=list(prompts), sampling_params=params, return_prompt_token_ids=True)
@@ -83,9 +82,8 @@ def prompt_token_ids(client: EngineClient, prompts: Sequence[str],
         try:
             out.append([int(e[1]) for e in entries])
         except (TypeError, IndexError, ValueError):
-            raise CoherenceError(
-                f"prompt {i}: input_token_logprobs should list (logprob, token_id, ...) for every "
-                f"prompt token (logprob_start_len=0); got {str(entries)[:200]}") from None
+            raise CoherenceError(f"prompt {i}: input_token_logprobs should list (logprob, token_id, ...) for every "
+                                 f"prompt token (logprob_start_len=0); got {str(entries)[:200]}") from None
         if not out[-1]:
             raise CoherenceError(f"prompt {i}: the engine returned no input_token_logprobs")
     return out
@@ -132,15 +130,14 @@ def _top_entries(positions: Any, n: int, top_n: int, start: int) -> list[TopEntr
         try:
             entries = tuple((float(e[0]), int(e[1])) for e in top)
         except (TypeError, IndexError, ValueError):
-            raise CoherenceError(f"{shape}; entry {k} is {str(top)[:200]}") from None
-        if len(entries) < min(top_n, 2) or any(a[0] < b[0] for a, b in zip(entries, entries[1:])):
+            entries = None
+        if entries is None or len(entries) < min(top_n, 2) or any(a[0] < b[0] for a, b in zip(entries, entries[1:])):
             raise CoherenceError(f"{shape}; entry {k} is {str(top)[:200]}")
         out.append(entries)
     return out
 
 
-def later_gap(spec_logprobs: Sequence[float], spec_best: Sequence[TopEntries], start: int
-              ) -> tuple[float, int | None]:
+def later_gap(spec_logprobs: Sequence[float], spec_best: Sequence[TopEntries], start: int) -> tuple[float, int | None]:
     """Largest shortfall of a speculative token below the target's best, from ``start`` on, and where (0.0, None)."""
     gaps = [(best[0][0] - lp, k) for k, (lp, best) in enumerate(zip(spec_logprobs, spec_best)) if k >= start]
     if not gaps:
@@ -150,8 +147,7 @@ def later_gap(spec_logprobs: Sequence[float], spec_best: Sequence[TopEntries], s
 
 
 def divergence_margin(top: TopEntries, baseline_token: int | None, speculative_token: int | None,
-                      stop_ids: Sequence[int] = (), later: tuple[float, int | None] = (0.0, None)
-                      ) -> DivergenceMargin:
+                      stop_ids: Sequence[int] = (), later: tuple[float, int | None] = (0.0, None)) -> DivergenceMargin:
     """The baseline's top-2 margin at a divergence and whether the arms' tokens are those two. A ``None`` token:
     that arm's answer ended there, so the other top-2 entry must be one of ``stop_ids`` (without them, no tie can
     be shown). ``later``: :func:`later_gap` of the speculative text."""
@@ -182,24 +178,20 @@ def measure_coherence(client: EngineClient, prompts: Sequence[str], baseline: Se
         return Coherence((0.0,) * n, (0.0,) * n, degeneracy(baseline, speculative, special_ids), (False,) * n,
                          (None,) * n)
     prompt_ids = prompt_token_ids(client, prompts, return_prompt_token_ids)
-    base_scores, spec_scores, diverged = [], [], []
-    margins: list[DivergenceMargin | None] = []
+    # Per prompt: baseline score, speculative score, diverged, margin.
+    rows: list[tuple[float, float, bool, DivergenceMargin | None]] = []
     for ids, base, spec in zip(prompt_ids, baseline, speculative):
-        diverged.append(list(spec) != list(base))
-        if not diverged[-1]:
-            base_scores.append(0.0)
-            spec_scores.append(0.0)
-            margins.append(None)
+        if list(spec) == list(base):
+            rows.append((0.0, 0.0, False, None))
             continue
         start = first_divergence(base, spec) or 0
         base_lp, base_top = score_continuation(client, ids, base, top_logprobs_num=2 if tie_margins else 0)
-        base_scores.append(_suffix_mean(base_lp, start))
         spec_lp, spec_best = score_continuation(client, ids, spec, top_logprobs_num=1 if tie_margins else 0)
-        spec_scores.append(_suffix_mean(spec_lp, start))
-        margins.append(_margin_at(client, ids, list(base), list(spec), start, base_top, special_ids,
-                                  later_gap(spec_lp, spec_best, start)) if tie_margins else None)
-    return Coherence(tuple(base_scores), tuple(spec_scores), degeneracy(baseline, speculative, special_ids),
-                     tuple(diverged), tuple(margins))
+        margin = _margin_at(client, ids, list(base), list(spec), start, base_top, special_ids,
+                            later_gap(spec_lp, spec_best, start)) if tie_margins else None
+        rows.append((_suffix_mean(base_lp, start), _suffix_mean(spec_lp, start), True, margin))
+    base_scores, spec_scores, diverged, margins = zip(*rows)
+    return Coherence(base_scores, spec_scores, degeneracy(baseline, speculative, special_ids), diverged, margins)
 
 
 def _margin_at(client: EngineClient, prompt_ids: Sequence[int], base: list[int], spec: list[int],

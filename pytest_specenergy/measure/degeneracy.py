@@ -1,8 +1,7 @@
-"""Degeneracy detectors: text statistics that expose broken speculation without a reference.
-
-Small and random-weight models loop on their own, so each detector compares the speculative arm with the baseline's
-continuations of the same prompts: a broken drafter shows as *more* repetition, *fewer* distinct n-grams, leaked
-special tokens or answers far longer than the baseline's - never as a judgement on the baseline itself.
+"""Degeneracy detectors: text statistics that expose broken speculation without a reference. Small and random-weight
+models loop on their own, so each detector compares the speculative arm with the baseline's continuations of the same
+prompts: a broken drafter shows as *more* repetition, *fewer* distinct n-grams, leaked special tokens or answers far
+longer than the baseline's - never as a judgement on the baseline itself.
 """
 
 from __future__ import annotations
@@ -43,8 +42,7 @@ class DegeneracyReport:
     special_leaks: int
     length_ratio: float
 
-    def problems(self, loop_excess: float = 0.25, distinct_drop: float = 0.25,
-                 length_blowup: float = 1.5) -> list[str]:
+    def problems(self, loop_excess: float = 0.25, distinct_drop: float = 0.25, length_blowup: float = 1.5) -> list[str]:
         """Named findings; empty when the speculative text looks like the baseline's."""
         found = []
         if self.loop_fraction_spec - self.loop_fraction_base > loop_excess:

@@ -27,9 +27,8 @@ class DivergenceMargin:
     """The baseline model's two best tokens at a prompt's first diverging position. ``margin``: best minus second
     best log-probability (>= 0). ``between_top2``: the arms' two tokens are exactly those two (one arm stopped: the
     other's token is one and the rest a stop token); only then can a small margin explain the divergence.
-    ``later_gap`` guards the text after the tie: the largest shortfall (nats) of a speculative token below the
-    target's best, from the divergence on (``later_index``: where); greedy decoding under noise picks the best
-    token or a near-tie everywhere, so a drafter bug first showing at a near-tie still shows here."""
+    ``later_gap``: the largest shortfall (nats) of a speculative token below the target's best, from the divergence
+    on (``later_index``: where), which guards the text after the tie (``docs/design/measure.md``)."""
 
     margin: float
     top_ids: tuple[int, int]
@@ -187,7 +186,6 @@ def compare_outputs(baseline: Sequence[Sequence[int]], speculative: Sequence[Seq
                     tie_margin: float = DEFAULT_TIE_MARGIN) -> Equivalence:
     """Compare the two arms prompt by prompt (same prompts, same order). ``margins``: per prompt, the baseline's
     top-2 at the first divergence (``Coherence.margins``); empty when not measured, leaving every divergence real."""
-
     if len(baseline) != len(speculative):
         raise ValueError(f"arms answered different numbers of prompts: baseline {len(baseline)}, "
                          f"speculative {len(speculative)}")

@@ -95,7 +95,6 @@ def acceptance_rate(correct_drafts: int | None, proposed_drafts: int | None) -> 
 
 def request_tbt_ms(decode_seconds: float, completion_tokens: int) -> float | None:
     """One request's mean time between tokens: decode time over its ``n - 1`` gaps (the first token is prefill's)."""
-
     gaps = completion_tokens - 1
     return None if gaps <= 0 else 1000.0 * decode_seconds / gaps
 

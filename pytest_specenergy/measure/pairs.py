@@ -16,6 +16,7 @@ from pytest_specenergy.cases.case import Case
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.launch import ServerProcess
 from pytest_specenergy.engines.pool import EnginePool
+from pytest_specenergy.engines.sglang_args import installed_server_args_fields
 from pytest_specenergy.engines.sglang_residency import Residency
 from pytest_specenergy.engines.sglang_residency import decide as decide_residency
 from pytest_specenergy.engines.sglang_residency import resident_config
@@ -65,7 +66,7 @@ class PairMeasurer:
         #: The GPU's total memory in bytes (NVML by default) and the installed SGLang's ServerArgs fields: what
         #: residency is decided from (tests pass their own).
         self.gpu_memory = gpu_memory or gpu_memory_bytes
-        self.server_fields = server_fields or _installed_server_fields
+        self.server_fields = server_fields or installed_server_args_fields
         self.meters: dict[str, Meter] = {}
         self._baselines: dict[tuple[Any, ...], RunResult] = {}
         self._baseline_from: dict[tuple[Any, ...], str] = {}
@@ -91,10 +92,9 @@ class PairMeasurer:
         self.pool.max_live = self.residency.engines if self.residency.resident else 1
 
     def start_planned(self) -> None:
-        """On an unbounded pool (every engine kept to the session's end anyway), start the planned cases' reference
-        engines side by side before the first case measures: starts overlap well (``docs/design/measure.md``,
-        "Starting engines together"). At most :data:`PRESTART_MAX`, first cases first; not SGLang engines (a CPU
-        one takes a minute and the cores; GPU ones follow :meth:`plan`'s residency)."""
+        """On an unbounded pool, start the planned cases' reference engines side by side before the first case measures
+        (``docs/design/measure.md``, "Starting engines together"): at most :data:`PRESTART_MAX`, first cases first; not
+        SGLang engines (a CPU one takes a minute and the cores; GPU ones follow :meth:`plan`'s residency)."""
         if self.pool.max_live or not hasattr(self.pool, "start_together"):
             return
         configs = [self.engine_config(config) for case in self.planned for config in _engine_configs(case)
@@ -312,7 +312,6 @@ PRESTART_MAX = 6
 
 
 def _engine_configs(case: Case) -> list[EngineConfig]:
-    """Every engine config a case's arms start (baseline, speculative, in-job reference)."""
     reference = case.reference_config()
     return [case.baseline_config(), case.spec_config(), *([reference] if reference else [])]
 
@@ -329,12 +328,6 @@ def gpu_memory_bytes() -> int | None:
             return int(total) if total else None
     except Exception:  # noqa: BLE001 - no NVML, no GPU, a MIG slice: not known
         return None
-
-
-def _installed_server_fields() -> frozenset[str] | None:
-    from pytest_specenergy.engines.sglang_args import installed_server_args_fields
-
-    return installed_server_args_fields()
 
 
 def _special_ids(server: Any) -> tuple[int, ...]:

@@ -1,8 +1,7 @@
-"""Measurement records: one :class:`RunResult` per arm, a :class:`PairResult` per case.
-
-Per-arm metrics read on the pair (``r.energy_per_token``, ``r.tbt_ms``) are the speculative arm's; pair metrics
-(``energy_saving``, ``speedup``, equivalence) compare the arms. An ``assert_*`` helper fails with the value, the
-limit, both arms, the case and the figures' source (``measured (nvml)`` or ``modeled (<gpu>)``).
+"""Measurement records: one :class:`RunResult` per arm, a :class:`PairResult` per case. Per-arm metrics read on the
+pair (``r.energy_per_token``, ``r.tbt_ms``) are the speculative arm's; pair metrics (``energy_saving``, ``speedup``,
+equivalence) compare the arms. An ``assert_*`` helper fails with the value, the limit, both arms, the case and the
+figures' source (``measured (nvml)`` or ``modeled (<gpu>)``).
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ class SpecEnergyAssertionError(AssertionError):
 
 
 def _speculative(name: str, doc: str) -> property:
-    """A per-arm metric read on the pair: the speculative arm's ``name``."""
     return property(lambda pair: getattr(pair.speculative, name), doc=doc)
 
 
@@ -153,10 +151,9 @@ class PairResult:
 
     @property
     def draft_share(self) -> float | None:
-        """The drafter's share of speculative decode energy (:attr:`draft_share_method` says how). With draft removal
-        it is measured: per repeat cycle ``1 - removal J/token / speculative J/token``, the mean over cycles (slightly
-        negative on a board meter for a drafter with no draft passes: noise, kept). Else the modeled meter's price
-        of the draft passes; None where neither exists (a board meter without removal)."""
+        """The drafter's share of speculative decode energy (:attr:`draft_share_method` says how): measured by draft
+        removal (per repeat cycle ``1 - removal J/token / speculative J/token``, the mean over cycles), else the modeled
+        meter's price of the draft passes, else None (a board meter without removal)."""
         if self.removal is not None:
             return metrics.removal_draft_share([s.energy_per_token for s in self.speculative.samples],
                                                [s.energy_per_token for s in self.removal.samples])
@@ -210,14 +207,12 @@ class PairResult:
         """Both arms' numbers on a few lines, for failure messages."""
         return (
             f"case {self.case_id} [{self.source}]\n{_arm_line('baseline:   ', self.baseline)}"
-            f"{_arm_line('speculative:', self.speculative)}"
-            f"  accept length {metrics.fmt(self.accept_length, '.3f')}, acceptance rate "
-            f"{metrics.fmt(self.acceptance_rate, '.3f')}, verified/step {self.verified_per_step}, "
+            f"{_arm_line('speculative:', self.speculative)}  accept length {metrics.fmt(self.accept_length, '.3f')}, "
+            f"acceptance rate {metrics.fmt(self.acceptance_rate, '.3f')}, verified/step {self.verified_per_step}, "
             f"energy saving {metrics.fmt(self.energy_saving, '+.1%')}, speedup {metrics.fmt(self.speedup, '.2f')}x, "
             f"equivalence {self.equivalence.summary()}"
             + (f", logprob gap {self.coherence.mean_gap:.3f} nats/token" if self.coherence else "")
-            + "".join(f"\n  check {c}" for c in self.checks)
-        )
+            + "".join(f"\n  check {c}" for c in self.checks))
 
     def _fail(self, headline: str) -> None:
         __tracebackhide__ = True  # a failure shows the user's line and this message, not ours
@@ -276,12 +271,10 @@ class PairResult:
 
     def assert_coherent(self, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_GAP,
                         tie_margin: float = DEFAULT_TIE_MARGIN) -> PairResult:
-        """The speculative text is as likely under the target as the baseline's own text, shows no degeneracy
-        (loops, distinct-n collapse, special-token leakage, length blow-up), and from each prompt's first divergence
-        on no token of it lies more than ``tie_margin`` nats below the target's best (``DivergenceMargin.later_gap``;
-        ``inf`` turns that off). For where exact equality cannot hold (GPU numerics): greedy decoding under noise
-        picks the best token or a near-tie everywhere, while a verify bug that commits a token the target rejected
-        fails even where the mean gap is small. Judged where the divergences' top-2 were scored (the plugin does)."""
+        """The speculative text is as likely under the target as the baseline's own text, shows no degeneracy (loops,
+        distinct-n collapse, special-token leakage, length blow-up), and from each prompt's first divergence on no token
+        of it lies more than ``tie_margin`` nats below the target's best (``inf``: not judged). For where exact equality
+        cannot hold (GPU numerics; why it works: ``docs/design/measure.md``, "Details from the code's docstrings")."""
         __tracebackhide__ = True
         coherence = self.coherence
         if coherence is None:

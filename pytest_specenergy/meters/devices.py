@@ -1,7 +1,5 @@
-"""The one module that touches NVML: loading, device facts, GPU counts, errors.
-
-Who goes through it and how missing calls are feature-detected: ``docs/design/meters-report-cli.md`` (its section).
-"""
+"""The one module that touches NVML: loading, device facts, GPU counts, errors (who goes through it and how missing
+calls are feature-detected: ``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 
@@ -13,10 +11,9 @@ from pytest_specenergy.meters.base import MeterError
 
 # NVML "clocks event" (throttle) reason bits, as documented for nvmlClocksEventReasons.
 CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
-    (0x1, "GpuIdle"), (0x2, "ApplicationsClocksSetting"), (0x4, "SwPowerCap"),
-    (0x8, "HwSlowdown"), (0x10, "SyncBoost"), (0x20, "SwThermalSlowdown"),
-    (0x40, "HwThermalSlowdown"), (0x80, "HwPowerBrakeSlowdown"), (0x100, "DisplayClockSetting"),
-)
+    (0x1, "GpuIdle"), (0x2, "ApplicationsClocksSetting"), (0x4, "SwPowerCap"), (0x8, "HwSlowdown"), (0x10, "SyncBoost"),
+    (0x20, "SwThermalSlowdown"), (0x40, "HwThermalSlowdown"), (0x80, "HwPowerBrakeSlowdown"),
+    (0x100, "DisplayClockSetting"))
 #: Reasons that mean the board slowed itself down: energy per token is not comparable.
 SLOWDOWN_REASONS = frozenset({"HwSlowdown", "SwThermalSlowdown", "HwThermalSlowdown", "HwPowerBrakeSlowdown"})
 
@@ -86,11 +83,8 @@ def _milliwatts(value: Any) -> float | None:
 
 
 class Nvml:
-    """An open NVML library: the one object that calls ``pynvml`` (Zeus's ``nvidia.py``).
-
-    Every vendor call is a method here or on :class:`Gpu`; :meth:`optional` is for queries an older driver lacks or
-    a board refuses. One :meth:`close` (or ``with``) ends the one init.
-    """
+    """An open NVML library, the one object that calls ``pynvml`` (Zeus's ``nvidia.py``): every vendor call is a method
+    here or on :class:`Gpu`. One :meth:`close` (or ``with``) ends the one init."""
 
     def __init__(self, module: Any = None) -> None:
         self.lib = module if module is not None else _import_nvml()
@@ -113,15 +107,17 @@ class Nvml:
         except Exception as exc:  # noqa: BLE001 - NVMLError, or the binding lacks the function
             raise MeterError(f"{what or function} failed: {nvml_reason(self.lib, exc)}") from exc
 
-    def optional(self, function: str, *args: Any) -> Any:
-        """``pynvml.<function>(*args)``, or None if the driver lacks or refuses it."""
-        fn = getattr(self.lib, function, None)
-        if fn is None:
-            return None
-        try:
-            return fn(*args)
-        except Exception:  # noqa: BLE001 - NOT_SUPPORTED, FUNCTION_NOT_FOUND, DEPRECATED...
-            return None
+    def optional(self, function: str | tuple[str, ...], *args: Any) -> Any:
+        """``pynvml.<function>(*args)``, or None if an older driver lacks it or the board refuses it; given several
+        names, the first that answers."""
+        for name in (function,) if isinstance(function, str) else function:
+            try:
+                value = getattr(self.lib, name)(*args)
+            except Exception:  # noqa: BLE001 - absent, NOT_SUPPORTED, FUNCTION_NOT_FOUND, DEPRECATED...
+                continue
+            if value is not None:
+                return value
+        return None
 
     def constant(self, name: str, default: int) -> Any:
         """An NVML constant (``NVML_CLOCK_SM``...), with its documented value as the fallback."""
@@ -186,17 +182,14 @@ class Gpu:
 
     def clock_events(self) -> int | None:
         """The current clocks-event (throttle) bitmask, or None if unreadable."""
-        value = self.nvml.optional("nvmlDeviceGetCurrentClocksEventReasons", self.handle)
-        if value is None:
-            value = self.nvml.optional("nvmlDeviceGetCurrentClocksThrottleReasons", self.handle)
+        value = self.nvml.optional(("nvmlDeviceGetCurrentClocksEventReasons",
+                                    "nvmlDeviceGetCurrentClocksThrottleReasons"), self.handle)
         return None if value is None else int(value)
 
     def temperature_c(self) -> float | None:
         """GPU core temperature; the ``V`` call first (the old one is deprecated in CUDA 13)."""
         sensor = self.nvml.constant("NVML_TEMPERATURE_GPU", 0)
-        value = self.nvml.optional("nvmlDeviceGetTemperatureV", self.handle, sensor)
-        if value is None:
-            value = self.nvml.optional("nvmlDeviceGetTemperature", self.handle, sensor)
+        value = self.nvml.optional(("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"), self.handle, sensor)
         return None if value is None else float(value)
 
     def power_reader(self) -> tuple[Any, str]:
@@ -221,9 +214,7 @@ class Gpu:
     def facts(self, driver: str | None) -> GpuFacts:
         """Facts about this GPU now (clocks and temperature change; read them per window)."""
         nvml, handle = self.nvml, self.handle
-        limit = nvml.optional("nvmlDeviceGetEnforcedPowerLimit", handle)
-        if limit is None:
-            limit = nvml.optional("nvmlDeviceGetPowerManagementLimit", handle)
+        limit = nvml.optional(("nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPowerManagementLimit"), handle)
         persistence = nvml.optional("nvmlDeviceGetPersistenceMode", handle)
         mig = nvml.optional("nvmlDeviceGetMigMode", handle)
         sm, mem = nvml.constant("NVML_CLOCK_SM", 1), nvml.constant("NVML_CLOCK_MEM", 2)

@@ -1,7 +1,5 @@
-"""The modeled meter: a roofline model of a GPU applied to the reference server's work trace.
-
-How a trace is priced, and why nothing about speculation is special-cased: ``docs/design/meters-report-cli.md``.
-"""
+"""The modeled meter: a roofline model of a GPU applied to the reference server's work trace (how a trace is priced,
+and why nothing about speculation is special-cased: ``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 
@@ -107,11 +105,8 @@ def _resolve(name: Any) -> ModelShape | None:
 
 def pricing_for(gpu: GpuPreset, info: Mapping[str, Any] | None, engine: Any = None,
                 override: str | None = None) -> Pricing:
-    """The pricing of an engine from its ``/server_info`` (``priced_as``, CUDA-graph setting).
-
-    ``override`` (``self`` or a shape name) replaces the server's declaration: ``self`` prices every step at the
-    trace's own size; a shape name prices the target at that shape.
-    """
+    """The pricing of an engine from its ``/server_info`` (``priced_as``, CUDA-graph setting); ``override`` replaces
+    the server's declaration: ``self`` prices every step at the trace's own size, a shape name the target there."""
     info = info if isinstance(info, Mapping) else {}
     declared = info.get("priced_as")
     if isinstance(declared, str):
@@ -136,14 +131,8 @@ def _field(step: Mapping[str, Any], key: str) -> Any:
 
 def _scaled_experts(step: Mapping[str, Any], shape: ModelShape, traced: TracedMoe | None,
                     tokens: int) -> list[float] | None:
-    """Experts the real shape would touch for this step, per real layer.
-
-    The tiny router's distinct-expert count says how much the step's tokens overlapped in their routing: inverting
-    the uniform-routing occupancy E(1 - (1 - k/E)^n) gives the number of independent tokens n_eff (at most the step's
-    tokens; a saturated tiny layer says nothing and counts all of them). That many tokens touch
-    E'(1 - (1 - k'/E')^n_eff) of the real model's E' experts with top-k'. Real layer l reads tiny layer
-    l x L_tiny / L_real.
-    """
+    """Experts the real shape would touch for this step, per real layer, from the tiny router's overlap (the
+    method: ``docs/design/meters-report-cli.md``)."""
     touched = step.get("experts_touched")
     if not shape.is_moe or not touched or traced is None:
         return None  # forward_cost uses the uniform expectation for all tokens
@@ -232,11 +221,8 @@ def window_from_steps(steps: Iterable[Mapping[str, Any]], gpu: GpuPreset,
 
 
 class ModeledMeter:
-    """``modeled:<gpu>``: energy from the reference server's work trace.
-
-    ``modeled:<gpu>:<shape>`` (or ``priced_as=``) overrides what the server declares: ``self`` prices the trace at
-    the tiny model's own size, a shape name prices the target there.
-    """
+    """``modeled:<gpu>``: energy from the reference server's work trace; ``modeled:<gpu>:<shape>`` (or ``priced_as=``)
+    overrides what the server declares, as :func:`pricing_for`'s ``override`` does."""
 
     # The trace is exact, so any window is long enough.
     min_window_s = 0.0

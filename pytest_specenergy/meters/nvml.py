@@ -1,7 +1,5 @@
-"""The ``nvml`` meter: GPU board energy counters, cross-checked by sampled power.
-
-How GPUs are resolved and why short windows are refused: ``docs/design/meters-report-cli.md`` (its section).
-"""
+"""The ``nvml`` meter: GPU board energy counters, cross-checked by sampled power (how GPUs are resolved and why short
+windows are refused: ``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 
@@ -215,9 +213,7 @@ class NvmlMeter:
             warnings.warn(PowerGapWarning(
                 f"sampled power integrates to {sampled.joules:.1f} J but the energy counter says {joules:.1f} J "
                 f"({gap:+.1%}, tolerance {self.max_power_gap:.0%}); the window is suspect"), stacklevel=2)
-        processes = {d.index: d.processes() for d in token.devices}
-        for index, pids in token.processes.items():
-            processes[index] = processes.get(index, set()) | pids
+        processes = {d.index: d.processes() | token.processes.get(d.index, set()) for d in token.devices}
         contamination = self._contamination(token.devices, token.engine_pid, processes)
         gpus = []
         for i, device in enumerate(token.devices):
@@ -252,8 +248,7 @@ class NvmlMeter:
         if listed and not listed & ours and not any(map(self._process_exists, listed)):
             # NVML reports host PIDs; inside a container's own PID namespace none of them exists here, so the engine's
             # processes cannot be told from anyone else's.
-            report["status"] = "unattributable"
-            report["other_processes"] = sorted(listed)
+            report.update(status="unattributable", other_processes=sorted(listed))
             if self.contamination != "ignore" and not at_start:
                 warnings.warn(GpuContaminationWarning(
                     f"NVML lists processes {sorted(listed)} on the measured GPUs but none belongs to the engine (pid "
@@ -264,8 +259,7 @@ class NvmlMeter:
                   for d in devices for p in sorted(processes.get(d.index, set()) - ours)]
         if not others:
             return report
-        report["status"] = "contaminated"
-        report["other_processes"] = others
+        report.update(status="contaminated", other_processes=others)
         listing = ", ".join(f"pid {o['pid']} on {o['gpu']}" for o in others)
         message = (f"other processes use the measured GPU(s) during the window: {listing}; their energy is counted "
                    "too. Free the GPU, or set the contamination policy to 'ignore' if this is expected")

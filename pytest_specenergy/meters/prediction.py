@@ -1,8 +1,5 @@
-"""Pricing the work of a shape on a GPU, and predicting speculation's saving before anything runs.
-
-:func:`price` is the modeled meter's roofline (:func:`.roofline.roofline` of :func:`.shapes.forward_cost`),
-so a prediction is what the meter would report for the same work.
-"""
+"""Pricing the work of a shape on a GPU, and predicting speculation's saving before anything runs: :func:`price` is
+the modeled meter's roofline, so a prediction is what the meter would report for the same work."""
 
 from __future__ import annotations
 
@@ -36,11 +33,8 @@ DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 
 @dataclass(frozen=True)
 class Prediction:
-    """What the roofline model predicts for one batch, before anything runs.
-
-    Energies are per committed token; ``saving`` is ``1 - spec / baseline`` (None without an accept length);
-    ``break_even_accept_length`` is the accept length at which the saving is 0.
-    """
+    """What the roofline model predicts for one batch, before anything runs. Energies are per committed token;
+    ``saving`` is ``1 - spec / baseline`` (None without an accept length), 0 at ``break_even_accept_length``."""
 
     batch: int
     verify_intensity: float
@@ -63,14 +57,9 @@ def predict(shape: ModelShape, verified: int, context: int, gpu: str | GpuPreset
             batches: Sequence[int] = DEFAULT_BATCHES, *, draft_shape: ModelShape | None = None,
             draft_passes: int = 1, draft_tokens: int | None = None, draft_cost: float = 0.0,
             cuda_graph: bool = True) -> list[Prediction]:
-    """Intensity, compute-bound flag and energy saving of speculation vs plain decode, per batch.
-
-    Baseline: one decode forward per step, committing one token per row. Speculative: one verify forward of ``verified``
-    tokens per row plus the draft, committing ``accept_length`` tokens per row. The draft is ``draft_passes`` forwards
-    of ``draft_shape`` with ``draft_tokens`` query tokens per row (a block drafter: 1 pass of ``verified`` tokens, the
-    default; a chain drafter: ``verified - 1`` passes of 1 token), and/or ``draft_cost`` x the baseline decode step's
-    energy (and time). Both arms run at the same ``context``.
-    """
+    """Intensity, compute-bound flag and energy saving of speculation vs plain decode, per batch (the two arms:
+    ``docs/design/meters-report-cli.md``). The draft is ``draft_passes`` forwards of ``draft_shape`` with
+    ``draft_tokens`` query tokens per row, and/or ``draft_cost`` x a decode step's energy and time."""
     preset = gpu_preset(gpu)
     if verified < 1:
         raise ValueError("verified must be at least 1")

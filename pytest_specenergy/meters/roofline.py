@@ -1,7 +1,5 @@
-"""The roofline: GPU presets, step overhead, and the time and energy of moving bytes and doing FLOPs.
-
-The model, its power cap and its calibration: ``docs/design/meters-report-cli.md`` (its section).
-"""
+"""The roofline: GPU presets, step overhead, and the time and energy of moving bytes and doing FLOPs (the model, its
+power cap and its calibration: ``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 
@@ -10,11 +8,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class GpuPreset:
-    """Roofline and energy constants of one GPU (how each was chosen: ``docs/design/meters-report-cli.md``).
-
-    ``step_overhead_s`` is used only for a trace priced at its own size (``priced_as="self"``); priced shapes use
-    :func:`step_overhead_s`.
-    """
+    """Roofline and energy constants of one GPU (how each was chosen: ``docs/design/meters-report-cli.md``);
+    ``step_overhead_s`` serves only a trace priced at its own size, priced shapes use :func:`step_overhead_s`."""
 
     name: str
     bandwidth_bytes_per_s: float
@@ -38,33 +33,23 @@ PRESETS: dict[str, GpuPreset] = {
     "h200": GpuPreset("h200", 4.3e12, 4.3e12 * 163, 130.0, 8.0e-11, 8.0e-13, 12e-6),
 }
 
-# --- step overhead -------------------------------------------------------------------------
-# With CUDA graphs (SGLang's default for decode and verify) a whole forward is one graph replay: one launch from the
-# host plus the scheduler's per-step bookkeeping, a few tens of microseconds whatever the depth of the model.
+# --- step overhead (why these numbers: ``docs/design/meters-report-cli.md``) -------------------------------------
+# With CUDA graphs (SGLang's default for decode and verify) a forward is one graph replay plus the scheduler's per-step
+# bookkeeping, whatever the model's depth; without, every kernel is launched from Python (~5 us each) on top of it.
 GRAPH_STEP_S = 20e-6
-# Without graphs every kernel is launched from Python: ~5 us each (host launch latency that the GPU does not hide at
-# decode sizes), plus the same per-step bookkeeping.
 KERNEL_LAUNCH_S = 5e-6
 EAGER_STEP_S = 20e-6
-# Kernels per decoder layer in an eager forward (SGLang-like, with fused add+RMSNorm): norm, QKV GEMM, q/k-norm+RoPE, KV
-# store, attention, o_proj, norm, gate_up GEMM, SiLU*mul, down.
+# Kernels of an eager forward: per dense decoder layer, extra per routed-MoE MLP, extra per Gated DeltaNet layer, and
+# outside the layers.
 KERNELS_DENSE_LAYER = 10
-# A routed-MoE MLP adds router GEMM, top-k, token sort/align, a second grouped GEMM and combine.
 KERNELS_MOE_EXTRA = 5
-# Gated DeltaNet instead of attention: two input GEMMs, conv1d, gating, the recurrent kernel and a gated norm, against
-# the attention block's five.
 KERNELS_LINEAR_EXTRA = 2
-# Outside the layers: embedding lookup, final norm, lm_head GEMM, argmax/sampling.
 KERNELS_PER_FORWARD = 4
 
 
 def step_overhead_s(layers: int, moe: bool = False, linear_layers: int = 0, cuda_graph: bool = True) -> float:
-    """Fixed time of one forward on top of its roofline time.
-
-    With CUDA graphs: :data:`GRAPH_STEP_S`. Without: :data:`EAGER_STEP_S` plus :data:`KERNEL_LAUNCH_S` per kernel
-    (layers x kernels per layer), e.g. Qwen3-8B (36 dense layers) ~1.8 ms, Qwen3-30B-A3B (48 MoE layers) ~3.6 ms per
-    forward.
-    """
+    """Fixed time of one forward on top of its roofline time: one graph replay, or without CUDA graphs a launch per
+    kernel (e.g. Qwen3-8B ~1.8 ms, Qwen3-30B-A3B ~3.6 ms per forward)."""
     if cuda_graph:
         return GRAPH_STEP_S
     per_layer = KERNELS_DENSE_LAYER + (KERNELS_MOE_EXTRA if moe else 0)

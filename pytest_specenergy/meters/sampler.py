@@ -1,7 +1,5 @@
-"""A power-sampling thread: the cross-check for the board energy counter.
-
-Why instantaneous power and why a thread: ``docs/design/meters-report-cli.md`` (its section).
-"""
+"""A power-sampling thread: the cross-check for the board energy counter (why instantaneous power and why a thread:
+``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 
@@ -97,7 +95,6 @@ class PowerSampler:
             errors = self._errors
         seconds = times[-1] - times[0] if len(times) > 1 else 0.0
         per_gpu = tuple(integrate_trapezoid(times, [w[g] for w in watts]) for g in range(len(self._readers)))
-        return SamplerResult(
-            samples=len(times), seconds=seconds, hz_requested=self.hz,
-            hz_achieved=(len(times) - 1) / seconds if seconds > 0 else None,
-            joules_per_gpu=per_gpu, source=self.source, errors=errors)
+        return SamplerResult(samples=len(times), seconds=seconds, hz_requested=self.hz,
+                             hz_achieved=(len(times) - 1) / seconds if seconds > 0 else None,
+                             joules_per_gpu=per_gpu, source=self.source, errors=errors)

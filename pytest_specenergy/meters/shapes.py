@@ -1,8 +1,5 @@
-"""Real model shapes, the work of one forward pass at a shape, and predictions before anything runs.
-
-What :func:`forward_cost` counts and how it was checked against the paper: ``docs/design/meters-report-cli.md``.
-``predict``, ``crossover_batch`` and ``Prediction`` live in :mod:`.prediction` and are re-exported here.
-"""
+"""Real model shapes and the work of one forward pass at a shape (what :func:`forward_cost` counts and how it was
+checked against the paper: ``docs/design/meters-report-cli.md``); :mod:`.prediction`'s names are re-exported here."""
 
 from __future__ import annotations
 
@@ -17,13 +14,8 @@ FULL = "full"
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The sizes of a decoder-only model that decide the work of a forward pass.
-
-    ``mlp`` is the dense MLP width (0 when every layer is routed-MoE). ``layer_pattern`` repeats over the layers
-    (``("linear", "linear", "linear", "full")`` = 3 Gated DeltaNet layers per full-attention layer); empty means all
-    full attention. ``attn_output_gate`` doubles the query projection (Qwen3-Next / Qwen3.5 gated attention).
-    Linear-attention state is stored at ``state_dtype_bytes`` (SGLang keeps the recurrent state in float32).
-    """
+    """The sizes of a decoder-only model that decide the work of a forward pass (each field's meaning:
+    ``docs/design/meters-report-cli.md``); ``mlp`` is 0 when every layer is routed-MoE."""
 
     name: str
     layers: int
@@ -211,13 +203,10 @@ def effective_tokens(touched: float, experts: int, per_token: int, tokens: int) 
 def forward_cost(shape: ModelShape, rows: int, query_tokens_per_row: Sequence[int] | int,
                  context_lens_per_row: Sequence[int] | int, experts_touched: Sequence[float] | None = None,
                  *, logit_rows: int | None = None, per_position_states: bool = False) -> ForwardCost:
-    """FLOPs, weight, KV/state and activation bytes of one forward of ``rows`` requests.
-
-    The per-row lengths may be one int for every row. ``experts_touched[l]``: distinct routed experts layer ``l`` reads
-    (default: the uniform-routing expectation). ``logit_rows``: positions needing logits (default: every query token, as
-    in decode and verify). ``per_position_states`` marks a verify step, where linear attention writes one state per
-    query token.
-    """
+    """FLOPs, weight, KV/state and activation bytes of one forward of ``rows`` requests (the per-row lengths may be
+    one int for all). ``experts_touched[l]``: distinct routed experts layer ``l`` reads (default: the uniform-routing
+    expectation); ``logit_rows``: positions needing logits (default: every query token); ``per_position_states``: a
+    verify step, where linear attention writes one state per query token."""
     query = [int(query_tokens_per_row)] * rows if isinstance(query_tokens_per_row, int) else \
         [int(q) for q in query_tokens_per_row]
     context = [int(context_lens_per_row)] * rows if isinstance(context_lens_per_row, int) else \
@@ -289,10 +278,8 @@ SHAPES: dict[str, ModelShape] = {
         "Qwen3-30B-A3B", layers=48, hidden=2048, mlp=0, q_heads=32, kv_heads=4, head_dim=128, vocab=_QWEN3_VOCAB,
         experts=128, experts_per_token=8, expert_mlp=768,
         description="Qwen/Qwen3-30B-A3B: 128 routed experts, 8 per token, no shared expert"),
-    # Qwen3.6-27B as its config is reported (it shares the Qwen3.5 implementation): 64 layers in 16 blocks of 3 Gated
-    # DeltaNet + 1 gated full attention; hidden 5120, dense MLP 17408; attention 24 query / 4 KV heads of 256; Gated
-    # DeltaNet 16 key / 48 value heads of 128, conv kernel 4, float32 recurrent state; vocabulary 248320, untied.
-    # ~26.9B parameters without the vision tower.
+    # Qwen3.6-27B as its config is reported (it shares the Qwen3.5 implementation): 16 blocks of 3 Gated DeltaNet + 1
+    # gated full attention, float32 recurrent state, untied; ~26.9B parameters without the vision tower.
     "qwen3.6-27b": ModelShape(
         "Qwen3.6-27B", layers=64, hidden=5120, mlp=17408, q_heads=24, kv_heads=4, head_dim=256, vocab=248320,
         attn_output_gate=True, layer_pattern=_GDN_3_TO_1, linear_key_heads=16, linear_value_heads=48,

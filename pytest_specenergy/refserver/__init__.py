@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# Every name loads on first use, so that importing a submodule (``.names``, ``.faults``) runs
-# only this file and that submodule.
+# Every name loads on first use, so that importing a submodule (``.names``, ``.faults``) runs only it and this file.
 _MODULES = {
     ".names": ("DRAFTERS",),
     ".faults": ("FAULTS", "validate_faults"),

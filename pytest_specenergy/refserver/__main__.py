@@ -27,10 +27,8 @@ from .server import DEFAULT_REQUEST_TIMEOUT_S
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface (each flag's ``dest`` is the :class:`EngineConfig` field it sets)."""
-    p = argparse.ArgumentParser(
-        prog="python -m pytest_specenergy.refserver",
-        description="Reference inference server (HF transformers) speaking SGLang's /generate protocol subset.",
-    )
+    p = argparse.ArgumentParser(prog="python -m pytest_specenergy.refserver", description="Reference inference server "
+                                "(HF transformers) speaking SGLang's /generate protocol subset.")
     p.add_argument("--model", "--model-path", dest="model", default="tiny:dense",
                    help="tiny:* name, random:SHAPE (seeded random weights of a dense Qwen3 shape: random:qwen3-0.6b, "
                    "random:qwen3-4b, random:qwen3-8b; random:SHAPE:layers=N,hidden=N,mlp=N,vocab=N overrides "
@@ -43,38 +41,33 @@ def build_parser() -> argparse.ArgumentParser:
                    help="K: drafted tokens per step (the target verifies K+1)")
     p.add_argument("--ngram-min-match-window", type=int, default=1, help="smallest n-gram prompt lookup matches")
     p.add_argument("--ngram-max-match-window", type=int, default=12, help="largest n-gram prompt lookup tries")
-    p.add_argument("--draft-model", default=None,
-                   help="draft model name or path for draft_model and block (default: the tiny model's -draft); "
-                   "a random:SHAPE draft needs the target's vocabulary")
-    p.add_argument("--block-size", type=int, metavar="B",
-                   help="block drafter: positions the target verifies per step (the last committed token + B-1 drafts "
-                   "proposed in one draft forward); sets --num-draft-tokens to B-1 (default for --drafter block: "
-                   "--num-draft-tokens + 1)")
+    p.add_argument("--draft-model", default=None, help="draft model name or path for draft_model and block (default: "
+                   "the tiny model's -draft); a random:SHAPE draft needs the target's vocabulary")
+    p.add_argument("--block-size", type=int, metavar="B", help="block drafter: positions the target verifies per step "
+                   "(the last committed token + B-1 drafts proposed in one draft forward); sets --num-draft-tokens to "
+                   "B-1 (default for --drafter block: --num-draft-tokens + 1)")
     p.add_argument("--draft-accept-p", type=float, default=None, metavar="P",
                    help="controlled acceptance (calibration), for draft_model and block: verify the target's own "
                    "greedy continuation with each drafted token kept with probability P (else corrupted, seeded); the "
                    "drafter's own passes still run and are charged; mean accepted drafts per step = sum of P^j, j=1..K")
-    p.add_argument("--replay-proposals", action="store_true",
-                   help="for draft_model and block (not with --draft-accept-p): the drafter's passes run as without "
-                   "it, but step i of a request verifies the i-th drafts it brought in "
-                   "sampling_params.spec_replay_drafts (recorded with return_spec_drafts; misses counted in "
-                   "spec_replay_misses); no oracle runs")
+    p.add_argument("--replay-proposals", action="store_true", help="for draft_model and block (not with "
+                   "--draft-accept-p): the drafter's passes run as without it, but step i of a request verifies the "
+                   "i-th drafts it brought in sampling_params.spec_replay_drafts (recorded with return_spec_drafts; "
+                   "misses counted in spec_replay_misses); no oracle runs")
     p.add_argument("--dtype", choices=DTYPES, default="auto",
                    help="auto: float32 on CPU; on CUDA float64 for tiny models, bfloat16 otherwise")
     p.add_argument("--device", default="auto", help=f"one of {DEVICES} or cuda:N")
     p.add_argument("--seed", "--random-seed", dest="seed", type=int, default=0, help="tiny/random-model weights seed")
-    p.add_argument("--max-running-requests", type=int, default=32,
-                   help="continuous batching: at most this many rows per step; further requests queue and join as "
-                   "rows finish (default: %(default)s)")
+    p.add_argument("--max-running-requests", type=int, default=32, help="continuous batching: at most this many rows "
+                   "per step; further requests queue and join as rows finish (default: %(default)s)")
     p.add_argument("--host", default="127.0.0.1", help="loopback only: 127.0.0.1, localhost or ::1")
     p.add_argument("--port", type=int, default=30000, help="0 picks a free port")
     p.add_argument("--fault", dest="faults", action="append", default=[], metavar="NAME",
                    help="inject a named bug (repeatable): " + ", ".join(sorted(FAULTS)))
     p.add_argument("--numerical-noise-scale", type=float, default=2.0**-8, metavar="REL",
                    help="fault numerical-noise: relative size of the logit perturbation (default 2^-8, a bf16 ulp)")
-    p.add_argument("--threads", type=int, default=0,
-                   help="torch intra-op threads (0 = torch's default); 1 avoids OpenMP spin contention when "
-                   "several engines share a few cores")
+    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default); 1 avoids "
+                   "OpenMP spin contention when several engines share a few cores")
     p.add_argument("--http-timeout", type=float, default=DEFAULT_HTTP_TIMEOUT_S, metavar="SECONDS",
                    help="socket timeout per connection: a client that sends less body than its Content-Length gets "
                    "HTTP 408 after this long, and idle keep-alive connections are closed (default: %(default)s)")
@@ -124,8 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop)
     logging.getLogger("pytest_specenergy.refserver").info(
         "engine: model=%s drafter=%s K=%d dtype=%s device=%s faults=%s", config.model, config.drafter,
-        config.num_draft_tokens, engine.target.dtype, engine.target.device, list(config.faults),
-    )
+        config.num_draft_tokens, engine.target.dtype, engine.target.device, list(config.faults))
     print(f"reference server ready on {server.url}", file=sys.stderr, flush=True)
     try:
         server.serve_forever(poll_interval=0.2)
@@ -138,9 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     status = main()
-    # Skip the interpreter's teardown of torch and transformers (over a second of module and
-    # tensor finalisation for nothing: the engine already stopped serving and nothing is left
-    # to write but the log, flushed here). Stopping fast matters to whoever waits for the exit.
+    # Skip the interpreter's teardown of torch and transformers (over a second of finalisation for nothing: the engine
+    # stopped serving and only the log, flushed here, is left to write): whoever waits for the exit waits less.
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

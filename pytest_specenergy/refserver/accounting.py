@@ -67,11 +67,8 @@ class ModelShape:
         """A JSON-friendly summary for ``/server_info``'s ``model_shape``."""
         first_moe = next((layer for layer in self.layers if layer.num_experts), None)
         return {
-            "architecture": self.architecture,
-            "num_params": self.num_params,
-            "num_layers": self.num_layers,
-            "hidden_size": self.hidden_size,
-            "vocab_size": self.vocab_size,
+            "architecture": self.architecture, "num_params": self.num_params, "num_layers": self.num_layers,
+            "hidden_size": self.hidden_size, "vocab_size": self.vocab_size,
             "layer_types": [layer.kind for layer in self.layers],
             "num_experts": first_moe.num_experts if first_moe else 0,
             "num_experts_per_tok": first_moe.experts_per_token if first_moe else 0,
@@ -162,12 +159,10 @@ def _layer_shape(layer: torch.nn.Module, kind: str, config: object) -> LayerShap
     else:
         kv_elems = 2 * kv_heads * head_dim
         attn_pair = 4 * heads * head_dim
-    return LayerShape(
-        kind=kind, mixer_matmul_params=_numel(mixer, matmul=True), mlp_dense_matmul_params=mlp_dense,
-        small_params=small, expert_params=expert_params, num_experts=num_experts, experts_per_token=top_k,
-        kv_elems_per_token=kv_elems, attn_flops_per_pair=attn_pair, state_elems_per_row=state_elems,
-        state_flops_per_token=state_flops,
-    )
+    return LayerShape(kind=kind, mixer_matmul_params=_numel(mixer, matmul=True), mlp_dense_matmul_params=mlp_dense,
+                      small_params=small, expert_params=expert_params, num_experts=num_experts,
+                      experts_per_token=top_k, kv_elems_per_token=kv_elems, attn_flops_per_pair=attn_pair,
+                      state_elems_per_row=state_elems, state_flops_per_token=state_flops)
 
 
 def model_shape(model: torch.nn.Module) -> ModelShape:
@@ -179,10 +174,8 @@ def model_shape(model: torch.nn.Module) -> ModelShape:
     embed = model.get_input_embeddings()
     head = model.get_output_embeddings()
     norm = getattr(decoder, "norm", None)
-    return ModelShape(
-        architecture=type(model).__name__, num_params=sum(p.numel() for p in model.parameters()),
-        hidden_size=int(config.hidden_size), vocab_size=int(config.vocab_size), embed_params=embed.weight.numel(),
-        lm_head_params=head.weight.numel() if head is not None else 0,
-        final_norm_params=sum(p.numel() for p in norm.parameters()) if norm is not None else 0,
-        layers=tuple(_layer_shape(layer, kinds[i], config) for i, layer in enumerate(layers)),
-    )
+    return ModelShape(architecture=type(model).__name__, num_params=sum(p.numel() for p in model.parameters()),
+                      hidden_size=int(config.hidden_size), vocab_size=int(config.vocab_size),
+                      embed_params=embed.weight.numel(), lm_head_params=head.weight.numel() if head is not None else 0,
+                      final_norm_params=sum(p.numel() for p in norm.parameters()) if norm is not None else 0,
+                      layers=tuple(_layer_shape(layer, kinds[i], config) for i, layer in enumerate(layers)))

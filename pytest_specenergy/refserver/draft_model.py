@@ -59,13 +59,8 @@ class DraftCache:
 
 
 class DraftModelDrafter(DraftCache):
-    """A small model drafting greedily, K batched one-token steps per verify.
-
-    A round runs ``F = max(pending) + K - 1`` one-token forwards, ``pending[b]`` being the committed tokens not yet in
-    the draft cache (1, or 2 after a step that accepted all K drafts; up to K + 1 under controlled acceptance). A row
-    with fewer pending tokens reaches its K drafts early and goes on feeding its own drafts (proposing only the first
-    K), so no forward ever feeds padding (padding would corrupt a recurrent state). After the verify, uncommitted drafts
-    become holes and a hybrid draft's state is taken from the snapshot after its last kept token."""
+    """A small model drafting greedily, K batched one-token steps per verify (the schedule, and why no forward feeds
+    padding: its section of ``docs/design/refserver.md``)."""
 
     def __init__(self, runner: ModelRunner, k: int, pad_id: int, stale_cache: bool = False) -> None:
         super().__init__(runner, k, pad_id)
@@ -74,7 +69,7 @@ class DraftModelDrafter(DraftCache):
         self._round = None
 
     def propose(self, rows: Sequence[Row]) -> list[list[int]]:
-        """Run the draft model; see the class docstring for the schedule."""
+        """Run the draft model: ``max(pending) + K - 1`` one-token forwards."""
         kv = self.kv
         tokens = [r.tokens for r in rows]
         bsz = len(tokens)
@@ -86,10 +81,8 @@ class DraftModelDrafter(DraftCache):
         b_idx = torch.arange(bsz, dtype=torch.long)
         cols = torch.zeros(bsz, dtype=torch.long)
         for j in range(1, forwards + 1):
-            column = [
-                tokens[b][lengths[b] - pending[b] + j - 1] if j <= pending[b] else drafts[b][j - pending[b] - 1]
-                for b in range(bsz)
-            ]
+            column = [tokens[b][lengths[b] - pending[b] + j - 1] if j <= pending[b] else drafts[b][j - pending[b] - 1]
+                      for b in range(bsz)]
             ids = torch.tensor(column, dtype=torch.long)[:, None]
             out = self.runner.forward(kv, ids, None, b_idx, cols, "draft", self.rids)
             assert out.logits is not None
@@ -105,9 +98,8 @@ class DraftModelDrafter(DraftCache):
         return [d[: self.k] for d in drafts]
 
     def after_verify(self, accepted: Sequence[int], committed: Sequence[Sequence[int]]) -> None:
-        """Turn drafts that were not committed into holes; roll hybrid draft state back, row by row. A row keeps the
-        leading fed drafts that were committed (its ``accepted`` ones, or under controlled acceptance the prefix of its
-        own drafts matching the committed tokens), never the bonus token's slot: one token is pending next round."""
+        """Turn drafts that were not committed into holes; roll hybrid draft state back, row by row (which drafts a row
+        keeps: the section of ``docs/design/refserver.md``)."""
         kv = self.kv
         assert self._round is not None
         lengths, pending, fed, forwards, snapshots, drafts = self._round

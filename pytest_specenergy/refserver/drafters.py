@@ -63,10 +63,8 @@ class NgramDrafter:
 
 
 class ReplayDrafter:
-    """Verify-only runs: step ``i`` of a request verifies the ``i``-th drafts it brought along, so the run repeats the
-    recorded verify steps minus every draft pass. Drafts shorter than K are padded with their last token, a request
-    that runs out (or brought none) gets filler (its last token); both count in :attr:`misses` (``spec_replay_misses``)
-    as a replay no longer like for like. Record with the same K (or block size) as the replay."""
+    """Verify-only runs: step ``i`` of a request verifies the ``i``-th drafts it brought along (missing or short drafts:
+    the section of ``docs/design/refserver.md``; they count in :attr:`misses`, ``spec_replay_misses``)."""
 
     def __init__(self, k: int) -> None:
         self.k = k

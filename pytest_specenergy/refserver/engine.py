@@ -33,7 +33,6 @@ from .stats import EngineStats
 from .tiny_models import default_draft_for
 from .tiny_models import priced_as_for
 from .trace import WorkTrace
-from .verify import verify_step
 
 VERSION = "reference-0.2.0"
 
@@ -147,14 +146,13 @@ class ReferenceEngine:
     def new_drafter(self) -> Drafter | None:
         """The configured drafter, with no rows."""
         cfg = self.config
-        pad = self.tokenizer.pad_token_id
         if cfg.drafter == "ngram":
             return NgramDrafter(cfg.num_draft_tokens, cfg.ngram_min_match_window, cfg.ngram_max_match_window)
         if cfg.drafter == "replay":
             return ReplayDrafter(cfg.num_draft_tokens)
         if cfg.drafter in ("draft_model", "block"):
             assert self.draft_runner is not None
-            return build_draft_pass_drafter(self, cfg, self.draft_runner, pad)
+            return build_draft_pass_drafter(self, cfg, self.draft_runner, self.tokenizer.pad_token_id)
         return None
 
     def prefill(self, rows: Sequence[Row]) -> BatchKV:
@@ -165,18 +163,15 @@ class ReferenceEngine:
         valid = torch.zeros((len(rows), width), dtype=torch.bool)
         r_idx: list[int] = []
         c_idx: list[int] = []
-        spans: list[tuple[int, int]] = []  # per row: (first logit index, logit position in the row)
+        spans: list[tuple[int, int, int]] = []  # per row: first logit index, logits, first logprob position
         for b, row in enumerate(rows):
             p = row.tokens
             pad = width - len(p)
             ids[b, pad:] = torch.tensor(p, dtype=torch.long)
             valid[b, pad:] = True
-            first = width - 1
-            if row.request.return_logprob:
-                start = row.request.logprob_start_len
-                start = len(p) - 1 if start < 0 else start
-                first = min(pad + max(start, 0), width - 1)
-            spans.append((len(r_idx), width - first))
+            start = len(p) - 1 if row.request.logprob_start_len < 0 else row.request.logprob_start_len
+            first = min(pad + max(start, 0), width - 1) if row.request.return_logprob else width - 1
+            spans.append((len(r_idx), width - first, start))
             r_idx.extend([b] * (width - first))
             c_idx.extend(range(first, width))
         out = self.runner.forward(kv, ids, valid, torch.tensor(r_idx), torch.tensor(c_idx), "prefill",
@@ -185,11 +180,11 @@ class ReferenceEngine:
         logp = self.logprobs_if_asked(rows, out.logits)
         eos = self.target.eos_token_ids
         for b, row in enumerate(rows):
-            first, count = spans[b]
+            first, count, start = spans[b]
             last = first + count - 1
             token = int(out.logits[last].argmax())
             if logp is not None and row.request.return_logprob:
-                self._input_logprobs(row, logp, first)
+                self._input_logprobs(row, logp, first, start)
             if row.request.sampling.max_new_tokens == 0:  # scoring only
                 row.finish = FinishReason("length", length=0)
                 row.finish_time = time.perf_counter()
@@ -198,11 +193,9 @@ class ReferenceEngine:
         return kv
 
     @staticmethod
-    def _input_logprobs(row: Row, logp: torch.Tensor, first: int) -> None:
-        # entry k is token input_ids[S+k] given everything before it (logits row first + k - 1); entry 0 has none
+    def _input_logprobs(row: Row, logp: torch.Tensor, first: int, start: int) -> None:
+        # entry k is token input_ids[start+k] given everything before it (logits row first + k - 1); entry 0 has none
         toks = row.tokens
-        start = row.request.logprob_start_len
-        start = len(toks) - 1 if start < 0 else start
         head: list[tuple[float | None, int]] = [(None, toks[start])] if start < len(toks) else []
         later = range(1, len(toks) - start)
         row.input_lp = head + [(float(logp[first + k - 1, toks[start + k]]), toks[start + k]) for k in later]
@@ -229,7 +222,73 @@ class ReferenceEngine:
         for b, row in enumerate(rows):
             row.commit(int(nxt[b]), None if logp is None else logp[b], eos)
 
-    verify = verify_step  # draft, verify ``[last, d1..dK]`` per row in one forward, accept, roll back, commit
+    def verify(self, rows: Sequence[Row], kv: BatchKV, drafter: Drafter) -> None:
+        """One speculative step over ``rows`` (the running batch, in cache order): draft, verify ``[last, d1..dK]`` per
+        row in one forward, accept, roll back, commit (its section of ``docs/design/refserver.md``)."""
+        cfg = self.config
+        k = cfg.num_draft_tokens
+        faults = cfg.faults
+        drafts = drafter.propose(rows)
+        n = len(rows)
+        ids = torch.tensor([[r.tokens[-1], *d] for r, d in zip(rows, drafts)], dtype=torch.long)
+        stale_fault = kv.has_linear and "stale-state-after-empty-draft" in faults
+        if stale_fault:
+            # the fault: a zero-draft step reads slot 0 of the previous verify's per-position states, not its last
+            # accepted token's (vLLM #39273, fixed in vLLM #52942 and SGLang #26351): wrong only after a step that
+            # accepted drafts, which then vanish from the state
+            for b, row in enumerate(rows):
+                if drafter.empty[b] and row.stale_state is not None:
+                    kv.set_row_state(b, row.stale_state)
+        snapshot = kv.snapshot_linear() if kv.has_linear else []
+        rows_idx, cols_idx = torch.arange(n).repeat_interleave(k + 1), torch.arange(k + 1).repeat(n)
+        out = self.runner.forward(kv, ids, None, rows_idx, cols_idx, "verify", [r.rid for r in rows],
+                                  capture_linear=kv.has_linear)
+        assert out.logits is not None
+        logits = out.logits.view(n, k + 1, -1)
+        greedy = logits.argmax(dim=-1)  # [n, K+1]: the target's choice after each fed token
+        match = (greedy[:, :k] == ids[:, 1:].to(greedy.device)).long()
+        accepted = match.cumprod(dim=1).sum(dim=1).tolist()
+        if "accept-off-by-one" in faults:
+            # the off-by-one: the first mismatching draft is accepted too, so a token the
+            # target did not choose enters the output while acceptance looks better
+            accepted = [min(a + 1, k) for a in accepted]
+        kv.drop_last([k - a for a in accepted])
+        if kv.has_linear and "skip-state-rollback" not in faults:
+            if stale_fault:
+                self._remember_slot0_state(rows, kv, snapshot, accepted, k + 1)
+            # fed tokens whose recurrent update each row keeps: the last committed one and its accepted drafts
+            keep = [a + 1 for a in accepted]
+            if "partial-accept-state" in faults:
+                # the slip: only an all-rejected step is rolled back; a partial accept keeps every fed token
+                keep = [1 if a == 0 else k + 1 for a in accepted]
+            self.runner.rollback_linear(kv, snapshot, keep, k + 1)
+        logp = self.logprobs_if_asked(rows, logits.reshape(n * (k + 1), -1))
+        greedy_l = greedy.tolist()
+        eos = self.target.eos_token_ids
+        committed_all: list[list[int]] = []
+        for b, row in enumerate(rows):
+            a = int(accepted[b])
+            new = [int(t) for t in drafts[b][:a]] + [int(greedy_l[b][a])]
+            committed: list[int] = []
+            for j, token in enumerate(new):
+                committed.append(token)
+                if row.commit(token, None if logp is None else logp[b * (k + 1) + j], eos):
+                    break
+            row.count_verify(len(committed))
+            if row.request.return_spec_drafts:
+                row.drafts.append(tuple(int(t) for t in drafts[b]))
+            self.stats.verified(len(committed))
+            committed_all.append(committed)
+        drafter.after_verify(accepted, committed_all)
+
+    def _remember_slot0_state(self, rows: Sequence[Row], kv: BatchKV, snapshot: Sequence[torch.Tensor],
+                              accepted: Sequence[int], width: int) -> None:
+        # Slot 0's state: restore the pre-verify snapshot and replay one token, then put the live state back.
+        live = kv.snapshot_linear()
+        self.runner.rollback_linear(kv, snapshot, [1] * len(rows), width, keep_inputs=True)
+        for b, row in enumerate(rows):
+            row.stale_state = kv.row_state(b) if accepted[b] > 0 else None
+        kv.restore_linear_rows(live, torch.ones(kv.batch_size, dtype=torch.bool, device=kv.device))
 
     # -------------------------------------------------------------------------- server facts
     def avg_spec_accept_length(self) -> float | None:
@@ -239,37 +298,26 @@ class ReferenceEngine:
     def server_info(self) -> dict[str, Any]:
         """The ``/server_info`` payload (SGLang field names where SGLang has them)."""
         cfg = self.config
-        state: dict[str, Any] = {
-            "effective_max_running_requests_per_dp": self.scheduler.max_running,
-            "num_running_reqs": len(self.scheduler.running),
-            "num_queue_reqs": self.scheduler.num_waiting,
-            **self.stats.to_json(),
-        }
+        state: dict[str, Any] = {"effective_max_running_requests_per_dp": self.scheduler.max_running,
+                                 "num_running_reqs": len(self.scheduler.running),
+                                 "num_queue_reqs": self.scheduler.num_waiting, **self.stats.to_json()}
         misses = getattr(self.scheduler.drafter, "misses", None)
         if (cfg.drafter == "replay" or cfg.replay_proposals) and misses is not None:
             state["spec_replay_misses"] = misses  # verify steps that had no (or a wrong-size) recorded draft
         return {
-            "version": VERSION,
-            "engine": "reference",
-            "pid": os.getpid(),
-            "scheduler": "continuous",
-            "model_path": cfg.model,
-            "dtype": str(self.target.dtype).replace("torch.", ""),
-            "device": str(self.target.device),
-            "random_seed": cfg.seed,
+            "version": VERSION, "engine": "reference", "pid": os.getpid(), "scheduler": "continuous",
+            "model_path": cfg.model, "dtype": str(self.target.dtype).replace("torch.", ""),
+            "device": str(self.target.device), "random_seed": cfg.seed,
             "speculative_algorithm": cfg.speculative_algorithm,
             "speculative_num_draft_tokens": cfg.num_draft_tokens if cfg.speculative else None,
-            "speculative_draft_model_path": self.draft_model_name,
-            "speculative_block_size": cfg.block_size,
-            "speculative_draft_accept_p": cfg.draft_accept_p,
-            "speculative_replay_proposals": cfg.replay_proposals,
+            "speculative_draft_model_path": self.draft_model_name, "speculative_block_size": cfg.block_size,
+            "speculative_draft_accept_p": cfg.draft_accept_p, "speculative_replay_proposals": cfg.replay_proposals,
             "verified_per_step": cfg.verified_per_step,
             "speculative_ngram_min_match_window_size": cfg.ngram_min_match_window,
             "speculative_ngram_max_match_window_size": cfg.ngram_max_match_window,
             "max_running_requests": cfg.max_running_requests,
             # What POST /set_internal_state may change while the engine runs.
-            "settable_internal_state": ["max_running_requests"],
-            "faults": list(cfg.faults),
+            "settable_internal_state": ["max_running_requests"], "faults": list(cfg.faults),
             "model_shape": self.runner.shape.to_json(),
             "draft_model_shape": self.draft_runner.shape.to_json() if self.draft_runner else None,
             "priced_as": priced_as_for(cfg.model, self.draft_model_name),  # real shapes to price the trace at

@@ -102,11 +102,8 @@ class BatchKV:
 
     # -------------------------------------------------------------------------- batch reshaping
     def _layer_tensors(self) -> list[tuple[object, str]]:
-        out: list[tuple[object, str]] = []
-        for layer in self.cache.layers:
-            tensors = [(name, getattr(layer, name, None)) for name in ("keys", "values")]
-            out.extend((layer, name) for name, t in tensors if isinstance(t, torch.Tensor) and t.ndim == 4)
-        return out
+        return [(layer, name) for layer in self.cache.layers for name in ("keys", "values")
+                if isinstance(getattr(layer, name, None), torch.Tensor) and getattr(layer, name).ndim == 4]
 
     def select_rows(self, keep: Sequence[int]) -> None:
         """Keep only rows ``keep`` (finished requests leave the batch)."""
@@ -170,8 +167,7 @@ class BatchKV:
 
     def linear_tensors(self, layer_idx: int | None = None) -> list[torch.Tensor]:
         """The live conv/recurrent state tensors (all layers, or one layer), in a fixed order."""
-        dicts = self._linear_dicts(layer_idx)
-        return [t for d in dicts for _, t in sorted(d.items()) if isinstance(t, torch.Tensor)]
+        return [t for d in self._linear_dicts(layer_idx) for _, t in sorted(d.items()) if isinstance(t, torch.Tensor)]
 
     def row_state(self, row: int) -> list[torch.Tensor]:
         """Copies of one row's live recurrent state (for the stale-state fault)."""

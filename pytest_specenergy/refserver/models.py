@@ -102,12 +102,10 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto", seed: int =
     config = model.config
     eos = _eos_ids(model)
     tokenizer = load_tokenizer(name, eos, vocab_size=int(config.vocab_size))
-    loaded = LoadedModel(
-        name=name, model=model, tokenizer=tokenizer, dtype=torch_dtype, device=dev,
-        eos_token_ids=tuple(dict.fromkeys([*eos, *tokenizer.eos_token_ids])),
-        max_context=int(getattr(config, "max_position_embeddings", 0) or 1 << 20),
-        vocab_size=int(config.vocab_size),
-    )
+    loaded = LoadedModel(name=name, model=model, tokenizer=tokenizer, dtype=torch_dtype, device=dev,
+                         eos_token_ids=tuple(dict.fromkeys([*eos, *tokenizer.eos_token_ids])),
+                         max_context=int(getattr(config, "max_position_embeddings", 0) or 1 << 20),
+                         vocab_size=int(config.vocab_size))
     if name.startswith("tiny:") or is_random_model(name):
         _TINY_CACHE[key] = loaded
     return loaded

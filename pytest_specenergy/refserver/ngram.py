@@ -32,11 +32,9 @@ class NgramIndex:
         self._indexed = length
 
     def propose(self, k: int) -> tuple[list[int], bool]:
-        """``k`` draft tokens and whether a real match was found.
-
-        With a match at ``i`` the continuation is ``tokens[i+n:]``, continued periodically past the end (period =
-        distance between the match and the suffix), as chaining the lookup on its own drafts would. With no match the
-        last token is repeated: always exactly ``k`` drafts, as SGLang counts ``spec_num_proposed_drafts``."""
+        """``k`` draft tokens and whether a real match was found: the continuation of the longest matching suffix, past
+        the end periodic as chaining the lookup on its own drafts would; else the last token, ``k`` times (SGLang counts
+        ``k`` proposed drafts either way)."""
         toks = self.tokens
         length = len(toks)
         for n in range(min(self.max_n, length - 1), self.min_n - 1, -1):

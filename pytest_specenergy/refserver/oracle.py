@@ -102,9 +102,8 @@ class ControlledAcceptance:
 
 
 class ReplayedProposals(ControlledAcceptance):
-    """Proposals = the drafts each request brought (``spec_replay_drafts``), verified unchanged.
-
-    The wrapped drafter's passes run; the truth is a :class:`~.drafters.ReplayDrafter`, not an oracle."""
+    """Proposals = the drafts each request brought (``spec_replay_drafts``), verified unchanged; the wrapped drafter's
+    passes run, the truth is a :class:`~.drafters.ReplayDrafter`, not an oracle."""
 
     def __init__(self, shape: DraftModelDrafter | BlockDrafter, replay: ReplayDrafter) -> None:
         super().__init__(shape, replay, 1.0, 0, 0)

@@ -21,10 +21,8 @@ NEUTRAL_SAMPLING: dict[str, tuple[Any, ...] | None] = {
     "repetition_penalty": (1,), "min_new_tokens": (0,), "stop": (None, "", []), "sampling_seed": None,
     "skip_special_tokens": None, "spaces_between_special_tokens": None, "no_stop_trim": None,
 }
-TOP_LEVEL = (
-    "input_ids", "text", "sampling_params", "return_logprob", "logprob_start_len", "return_prompt_token_ids",
-    "return_text_in_logprobs", "rid", "stream", "top_logprobs_num", "return_spec_drafts",
-)
+TOP_LEVEL = ("input_ids", "text", "sampling_params", "return_logprob", "logprob_start_len", "return_prompt_token_ids",
+             "return_text_in_logprobs", "rid", "stream", "top_logprobs_num", "return_spec_drafts")
 
 
 class ProtocolError(ValueError):
@@ -76,10 +74,8 @@ def _sampling(raw: Any, where: str) -> SamplingParams:
     if replay is not None and not (isinstance(replay, list) and all(_is_int_list(d) for d in replay)):
         raise ProtocolError(f"{where}.spec_replay_drafts must be a list (one per verify step) of lists of token ids, "
                             "as meta_info.spec_drafts returns them")
-    return SamplingParams(
-        max_new_tokens=mnt, temperature=0.0, ignore_eos=ignore_eos, stop_token_ids=tuple(stops),
-        replay_drafts=tuple(tuple(d) for d in replay) if replay is not None else None,
-    )
+    return SamplingParams(max_new_tokens=mnt, temperature=0.0, ignore_eos=ignore_eos, stop_token_ids=tuple(stops),
+                          replay_drafts=tuple(tuple(d) for d in replay) if replay is not None else None)
 
 
 def _flag(body: dict[str, Any], key: str) -> bool:
@@ -152,11 +148,9 @@ def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
         rids = [rids] if isinstance(rids, str) else rids
         if not (isinstance(rids, list) and len(rids) == len(prompts) and all(isinstance(r, str) for r in rids)):
             raise ProtocolError("rid must be a string (single input) or a list of strings, one per prompt")
-    requests = tuple(
-        GenerationRequest(input_ids=tuple(p), sampling=sps[i], return_logprob=ret_lp, logprob_start_len=start,
-                          rid=rids[i] if rids else None, top_logprobs_num=top_n, return_spec_drafts=return_drafts)
-        for i, p in enumerate(prompts)
-    )
+    requests = tuple(GenerationRequest(input_ids=tuple(p), sampling=sps[i], return_logprob=ret_lp,
+                                       logprob_start_len=start, rid=rids[i] if rids else None, top_logprobs_num=top_n,
+                                       return_spec_drafts=return_drafts) for i, p in enumerate(prompts))
     return ParsedGenerate(requests=requests, batched=batched,
                           return_prompt_token_ids=_flag(body, "return_prompt_token_ids"),
                           return_text_in_logprobs=_flag(body, "return_text_in_logprobs"))
@@ -166,24 +160,13 @@ def _lp_entries(entries: Any, tokenizer: TokenizerLike, with_text: bool) -> list
     return [[lp, tid, tokenizer.decode([tid], skip_special_tokens=False) if with_text else None] for lp, tid in entries]
 
 
-def _top_entries(positions: Any, tokenizer: TokenizerLike, with_text: bool) -> list[Any]:
-    # per position a list of [logprob, id, text-or-None], best first; a None position stays None
-    return [None if top is None else _lp_entries(top, tokenizer, with_text) for top in positions]
-
-
 def result_json(result: GenerationResult, tokenizer: TokenizerLike, return_prompt_token_ids: bool = False,
                 return_text_in_logprobs: bool = False) -> dict[str, Any]:
     """One ``/generate`` answer entry with SGLang's keys (``reference/sglang-api.md`` section 2)."""
     meta: dict[str, Any] = {
-        "id": result.rid,
-        "finish_reason": result.finish_reason.to_json(),
-        "prompt_tokens": len(result.input_ids),
-        "completion_tokens": result.completion_tokens,
-        "cached_tokens": 0,
-        "weight_version": "default",
-        "num_retractions": 0,
-        "reasoning_tokens": 0,
-        "e2e_latency": result.e2e_latency,
+        "id": result.rid, "finish_reason": result.finish_reason.to_json(), "prompt_tokens": len(result.input_ids),
+        "completion_tokens": result.completion_tokens, "cached_tokens": 0, "weight_version": "default",
+        "num_retractions": 0, "reasoning_tokens": 0, "e2e_latency": result.e2e_latency,
     }
     # Reference-server extensions (SGLang has neither): which prefill forward prefilled the
     # request, and the wall time of the decode / verify steps it ran in.
@@ -204,10 +187,12 @@ def result_json(result: GenerationResult, tokenizer: TokenizerLike, return_promp
     if result.output_token_logprobs is not None:
         meta["output_token_logprobs"] = _lp_entries(result.output_token_logprobs, tokenizer, return_text_in_logprobs)
         meta["output_token_logprobs_length"] = len(result.output_token_logprobs)
-    if result.input_top_logprobs is not None:
-        meta["input_top_logprobs"] = _top_entries(result.input_top_logprobs, tokenizer, return_text_in_logprobs)
-    if result.output_top_logprobs is not None:
-        meta["output_top_logprobs"] = _top_entries(result.output_top_logprobs, tokenizer, return_text_in_logprobs)
+    # top logprobs: per position a list of [logprob, id, text-or-None], best first; a None position stays None
+    for key in ("input_top_logprobs", "output_top_logprobs"):
+        positions = getattr(result, key)
+        if positions is not None:
+            meta[key] = [None if top is None else _lp_entries(top, tokenizer, return_text_in_logprobs)
+                         for top in positions]
     if result.spec_drafts is not None:
         meta["spec_drafts"] = [list(d) for d in result.spec_drafts]
     out: dict[str, Any] = {"text": tokenizer.decode(result.output_ids), "output_ids": list(result.output_ids),

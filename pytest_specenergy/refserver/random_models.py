@@ -43,11 +43,10 @@ def is_random_model(name: str | None) -> bool:
     return name is not None and name.startswith(RANDOM_PREFIX)
 
 
-#: The published configs (Hugging Face ``config.json``) of the dense Qwen3 models a random model can
-#: stand for - the shapes Qwen3ForCausalLM expresses exactly (no routed experts, no linear or gated
-#: attention). The reference server stands alone, so it keeps these few numbers itself; a test
-#: holds them equal to the plugin's shape registry (:mod:`pytest_specenergy.meters.shapes`), whose
-#: key is also what the model is priced as.
+#: The published configs (Hugging Face ``config.json``) of the dense Qwen3 models a random model can stand for - the
+#: shapes Qwen3ForCausalLM expresses exactly (no routed experts, no linear or gated attention). The reference server
+#: stands alone, so it keeps these few numbers itself; a test holds them equal to the plugin's shape registry
+#: (:mod:`pytest_specenergy.meters.shapes`), whose key is also what the model is priced as.
 PUBLISHED_SHAPES: dict[str, dict[str, Any]] = {
     "qwen3-0.6b": dict(layers=28, hidden=1024, mlp=3072, q_heads=16, kv_heads=8, head_dim=128,
                        vocab=151936, tied_embeddings=True),
@@ -100,11 +99,6 @@ def parse_random_model(name: str) -> RandomModelSpec:
     return spec
 
 
-def random_priced_as(name: str | None) -> str | None:
-    """The shape registry key a ``random:*`` model is priced as (None for any other name)."""
-    return parse_random_model(name).shape_key if is_random_model(name) else None
-
-
 def build_random_model(spec: RandomModelSpec, seed: int, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
     """Build ``spec`` with seeded random weights directly on ``device`` in ``dtype`` (eval mode)."""
     import torch
@@ -116,8 +110,7 @@ def build_random_model(spec: RandomModelSpec, seed: int, dtype: torch.dtype, dev
         vocab_size=spec.vocab, hidden_size=spec.hidden, intermediate_size=spec.mlp, num_hidden_layers=spec.layers,
         num_attention_heads=spec.q_heads, num_key_value_heads=spec.kv_heads, head_dim=spec.head_dim,
         tie_word_embeddings=spec.tied_embeddings, pad_token_id=PAD_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
-        attn_implementation="sdpa",
-    )
+        attn_implementation="sdpa")
     # fork_rng restores every RNG it seeds, so building a model leaves the caller's streams alone
     cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     before = torch.get_default_dtype()

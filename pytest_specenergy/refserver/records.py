@@ -14,7 +14,7 @@ from .names import DEVICES
 from .names import DRAFTERS
 from .names import DTYPES
 
-# random_models (and the tokenizer it builds on) load in _check_random_models.
+# random_models (and the tokenizer it builds on) load at the end of EngineConfig.__post_init__.
 
 
 @dataclass(frozen=True)
@@ -78,20 +78,16 @@ class EngineConfig:
                              "either the recorded ones or the oracle's")
         if not 0.0 < self.numerical_noise_scale < 1.0:
             raise ValueError(f"numerical_noise_scale must be in (0, 1), got {self.numerical_noise_scale}")
-        self._check_random_models()
-
-    def _check_random_models(self) -> None:
         # A bad random:* name or override fails here, in milliseconds, not after a target has loaded.
         from .random_models import is_random_model
         from .random_models import parse_random_model
 
         specs = {name: parse_random_model(name) for name in (self.model, self.draft_model) if is_random_model(name)}
-        if self.drafter not in ("draft_model", "block") or len(specs) < 2:
-            return
-        target, draft = specs[self.model], specs[self.draft_model]  # type: ignore[index]
-        if target.vocab != draft.vocab:
-            raise ValueError(f"draft model {draft.name!r} has vocabulary {draft.vocab}, the target {target.name!r} "
-                             f"{target.vocab}: they must share a tokenizer (set both with :vocab=N)")
+        if self.drafter in ("draft_model", "block") and len(specs) == 2:
+            target, draft = specs[self.model], specs[self.draft_model]  # type: ignore[index]
+            if target.vocab != draft.vocab:
+                raise ValueError(f"draft model {draft.name!r} has vocabulary {draft.vocab}, the target {target.name!r} "
+                                 f"{target.vocab}: they must share a tokenizer (set both with :vocab=N)")
 
     @property
     def speculative(self) -> bool:

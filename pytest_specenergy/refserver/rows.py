@@ -133,5 +133,4 @@ class Row:
             input_top_logprobs=tuple(self.input_top) if self.input_top is not None else None,
             output_top_logprobs=tuple(self.output_top) if req.return_logprob and req.top_logprobs_num else None,
             spec_drafts=tuple(self.drafts) if req.return_spec_drafts and self.k else None,
-            prefill_forward=self.prefill_forward, decode_s=self.decode_s,
-        )
+            prefill_forward=self.prefill_forward, decode_s=self.decode_s)

@@ -1,8 +1,7 @@
 """Run one batched forward pass of a Hugging Face causal LM and record it in the work trace.
 
-:class:`ModelRunner` owns the model-specific plumbing: the cache keyword (``cache`` in newer transformers,
-``past_key_values`` in older 5.x), ``lm_head`` applied only where logits are needed, hooks that see which experts
-the router picked and capture linear-attention inputs, and the per-row rollback of recurrent state after a verify."""
+:class:`ModelRunner` owns the model-specific plumbing (the cache keyword, ``lm_head`` only where logits are needed,
+router and linear-attention hooks, recurrent-state rollback): its section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ import inspect
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -42,32 +42,26 @@ class _Probes:
             mlp = getattr(layer, "mlp", None)
             gate = getattr(mlp, "gate", None) if mlp is not None else None
             if gate is not None and getattr(mlp, "experts", None) is not None:
-                gate.register_forward_hook(self._router_hook(idx))
+                gate.register_forward_hook(partial(self._router_hook, idx))
             linear = getattr(layer, "linear_attn", None)
             if linear is not None:
                 self.linear_modules[idx] = linear
-                linear.register_forward_pre_hook(self._linear_hook(idx), with_kwargs=True)
+                linear.register_forward_pre_hook(partial(self._linear_hook, idx), with_kwargs=True)
 
-    def _router_hook(self, idx: int):
-        def hook(module: torch.nn.Module, args: tuple, output: object) -> None:
-            if not self.recording:
-                return
-            # transformers 5.x routers return (logits, weights, indices); older ones return logits.
-            if isinstance(output, tuple) and len(output) >= 3 and not torch.is_floating_point(output[2]):
-                self.routed[idx] = output[2].reshape(-1, output[2].shape[-1])
-                return
-            logits = output[0] if isinstance(output, tuple) else output
-            logits = logits.reshape(-1, logits.shape[-1])
-            self.routed[idx] = torch.topk(logits, max(self.top_k, 1), dim=-1).indices
+    def _router_hook(self, idx: int, module: torch.nn.Module, args: tuple, output: object) -> None:
+        if not self.recording:
+            return
+        # transformers 5.x routers return (logits, weights, indices); older ones return logits.
+        if isinstance(output, tuple) and len(output) >= 3 and not torch.is_floating_point(output[2]):
+            self.routed[idx] = output[2].reshape(-1, output[2].shape[-1])
+            return
+        logits = output[0] if isinstance(output, tuple) else output
+        logits = logits.reshape(-1, logits.shape[-1])
+        self.routed[idx] = torch.topk(logits, max(self.top_k, 1), dim=-1).indices
 
-        return hook
-
-    def _linear_hook(self, idx: int):
-        def hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-            if self.capture_linear:
-                self.linear_inputs[idx] = kwargs.get("hidden_states", args[0] if args else None)
-
-        return hook
+    def _linear_hook(self, idx: int, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        if self.capture_linear:
+            self.linear_inputs[idx] = kwargs.get("hidden_states", args[0] if args else None)
 
 
 @dataclass(frozen=True)
@@ -161,19 +155,15 @@ class ModelRunner:
         self.trace.append(TraceStep(
             phase=phase, model=self.role, rids=tuple(rids), query_tokens=tuple(query), context_lens=tuple(context),
             weight_bytes=cost.weight_bytes, kv_bytes=cost.kv_bytes, flops=cost.flops, wall_s=wall,
-            experts_touched=tuple(touched) if touched is not None else None,
-        ))
+            experts_touched=tuple(touched) if touched is not None else None))
 
     @torch.inference_mode()
     def rollback_linear(self, kv: BatchKV, snapshot: Sequence[torch.Tensor], keep: Sequence[int], width: int,
                         keep_inputs: bool = False) -> None:
-        """Return each row's recurrent state to the state after its first ``keep[b]`` of ``width`` tokens.
-
-        ``snapshot``: :meth:`BatchKV.snapshot_linear` from before a forward run with ``capture_linear=True``. Masking
-        cannot undo a recurrent update, so rows that dropped tokens (rejected drafts, right padding) are restored from
-        the snapshot and their kept tokens replayed one at a time through each linear-attention layer (by causality
-        their captured inputs do not depend on the dropped ones). ``keep_inputs``: keep those inputs for a second
-        rollback of the same forward."""
+        """Return each row's recurrent state to the state after its first ``keep[b]`` of ``width`` tokens, from
+        ``snapshot`` (taken before a forward run with ``capture_linear=True``) by replaying the kept tokens' captured
+        inputs (how and why: the section of ``docs/design/refserver.md``); ``keep_inputs``: keep those inputs for a
+        second rollback of the same forward."""
         rows_fix = [b for b, k in enumerate(keep) if k < width]
         if not rows_fix or not self.probes.linear_modules:
             return

@@ -72,17 +72,16 @@ class _DeadlineReader(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         """One receive, bounded by the socket timeout and the request's deadline."""
+        late = f"the request was not read within --request-timeout {self.request_timeout:g} s"
         left = self.deadline - time.monotonic()
         if left <= 0:
-            raise RequestTimeout(f"the request was not read within --request-timeout {self.request_timeout:g} s")
+            raise RequestTimeout(late)
         self.sock.settimeout(min(self.idle_timeout, left))
         try:
             n = self.sock.recv_into(buffer)
         except TimeoutError:
-            if time.monotonic() >= self.deadline:
-                raise RequestTimeout(f"the request was not read within --request-timeout "
-                                     f"{self.request_timeout:g} s") from None
-            raise RequestTimeout(f"no data for --http-timeout {self.idle_timeout:g} s") from None
+            idle = f"no data for --http-timeout {self.idle_timeout:g} s"
+            raise RequestTimeout(late if time.monotonic() >= self.deadline else idle) from None
         finally:
             self.sock.settimeout(self.idle_timeout)  # writes keep the plain socket timeout
         self.received += n
@@ -275,10 +274,8 @@ class _Handler(BaseHTTPRequestHandler):
         parsed = parse_generate(self._body(), engine.tokenizer)
         t0 = time.perf_counter()
         results = engine.generate(parsed.requests)
-        answers = [
-            result_json(r, engine.tokenizer, parsed.return_prompt_token_ids, parsed.return_text_in_logprobs)
-            for r in results
-        ]
+        answers = [result_json(r, engine.tokenizer, parsed.return_prompt_token_ids, parsed.return_text_in_logprobs)
+                   for r in results]
         log.info("generate: %d request(s), %d output tokens in %.3f s", len(results),
                  sum(r.completion_tokens for r in results), time.perf_counter() - t0)
         self._send(200, answers if parsed.batched else answers[0])

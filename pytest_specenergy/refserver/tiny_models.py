@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .random_models import random_priced_as
+from .random_models import is_random_model
+from .random_models import parse_random_model
 from .tokenizer import BOS_ID
 from .tokenizer import EOS_ID
 from .tokenizer import PAD_ID
@@ -27,13 +28,9 @@ DEEP_RESIDUAL_SCALE = 0.15
 LOGIT_SCALE = 3.0  # std of the logits for a unit-RMS final hidden state: keeps top-2 gaps wide
 ROUTER_SCALE = 2.0
 ATTN_OUT_SCALE = 0.25
-# The hybrid's gated-delta-net layers (issue 22 item 9). With the initialiser's decay rates (A in [1, 16]: a state
-# that forgets in about one token) and out_proj at ATTN_OUT_SCALE alone (it wrote ~3x what the full-attention layer
-# did), the latest tokens steered the text like a high-order Markov chain: answers cycled only after ~40 tokens, so
-# n-gram drafts were never accepted in a 32-token answer. A state remembering tens of tokens (A in [0.01, 0.1], as a
-# trained layer's long-memory heads) writing under the full-attention layer settles the text into short cycles like
-# the dense model's (n-gram accept length 1.4 on code at 32 tokens, 1.6-1.9 on every built-in corpus at 64), while a
-# corrupted state persists long enough to change tokens: every state-rollback fault shows.
+# The hybrid's gated-delta-net layers (issue 22 item 9): a state remembering tens of tokens, writing under the
+# full-attention layer, lets n-gram drafts be accepted while every state-rollback fault shows (the section of
+# docs/design/refserver.md).
 LINEAR_ATTN_OUT_SCALE = 0.2
 GDN_DECAY_RANGE = (0.01, 0.1)
 
@@ -70,8 +67,9 @@ def priced_as_for(model: str, draft: str | None = None) -> dict[str, str] | None
 
 
 def _priced_as(name: str) -> str | None:
-    spec = TINY_MODELS.get(name)
-    return spec.priced_as if spec is not None else random_priced_as(name)
+    if name in TINY_MODELS:
+        return TINY_MODELS[name].priced_as
+    return parse_random_model(name).shape_key if is_random_model(name) else None  # the shape registry key
 
 
 def build_tiny_model(name: str, seed: int = 0) -> torch.nn.Module:
@@ -145,38 +143,28 @@ def _finish(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def _common(num_layers: int) -> dict[str, object]:
-    # what every family shares: attention shape, byte-tokenizer vocabulary and special ids
-    return dict(hidden_size=256, num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
-                head_dim=64, vocab_size=ByteTokenizer().vocab_size, pad_token_id=PAD_ID, bos_token_id=BOS_ID,
-                eos_token_id=EOS_ID, tie_word_embeddings=False, max_position_embeddings=16384, rms_norm_eps=1e-6,
-                attn_implementation="sdpa")
-
-
 # ------------------------------------------------------------------------------------ families
-def _dense_config(num_layers: int):
-    from transformers import Qwen3Config
-
-    return Qwen3Config(intermediate_size=768, **_common(num_layers))
-
-
-def _moe_config(num_layers: int):
-    from transformers import Qwen3MoeConfig
-
-    return Qwen3MoeConfig(intermediate_size=768, moe_intermediate_size=192, num_experts=16, num_experts_per_tok=2,
-                          norm_topk_prob=True, decoder_sparse_step=1, **_common(num_layers))
-
-
 HYBRID_LAYER_TYPES = ("linear_attention", "full_attention", "linear_attention", "full_attention")
 
 
-def _hybrid_config(num_layers: int):
-    from transformers import Qwen3NextConfig
+def _config(family: str, num_layers: int) -> object:
+    """The transformers config of a ``family`` model with ``num_layers`` layers."""
+    import transformers
 
-    # num_experts=0, dense MLPs: the hybrid tests the recurrent state, tiny:moe tests routing
-    return Qwen3NextConfig(intermediate_size=512, layer_types=list(HYBRID_LAYER_TYPES[:num_layers]),
-                           linear_conv_kernel_dim=4, linear_key_head_dim=32, linear_value_head_dim=32,
-                           linear_num_key_heads=2, linear_num_value_heads=4, num_experts=0, **_common(num_layers))
+    # what every family shares: attention shape, byte-tokenizer vocabulary and special ids
+    common = dict(hidden_size=256, num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=64, vocab_size=ByteTokenizer().vocab_size, pad_token_id=PAD_ID, bos_token_id=BOS_ID,
+                  eos_token_id=EOS_ID, tie_word_embeddings=False, max_position_embeddings=16384, rms_norm_eps=1e-6,
+                  attn_implementation="sdpa")
+    if family == "moe":
+        return transformers.Qwen3MoeConfig(intermediate_size=768, moe_intermediate_size=192, num_experts=16,
+                                           num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, **common)
+    if family == "hybrid":
+        # num_experts=0, dense MLPs: the hybrid tests the recurrent state, tiny:moe tests routing
+        return transformers.Qwen3NextConfig(intermediate_size=512, layer_types=list(HYBRID_LAYER_TYPES[:num_layers]),
+                                            linear_conv_kernel_dim=4, linear_key_head_dim=32, linear_value_head_dim=32,
+                                            linear_num_key_heads=2, linear_num_value_heads=4, num_experts=0, **common)
+    return transformers.Qwen3Config(intermediate_size=768, **common)
 
 
 def _construct(cls_name: str, config: object) -> torch.nn.Module:
@@ -190,17 +178,17 @@ def _construct(cls_name: str, config: object) -> torch.nn.Module:
         return getattr(transformers, cls_name)(config)
 
 
-def _make_target(config_fn: Callable[[int], object], cls_name: str, layers: int) -> ModelBuilder:
+def _make_target(family: str, cls_name: str, layers: int) -> ModelBuilder:
     def build(seed: int) -> torch.nn.Module:
-        return _finish(seed_weights(_construct(cls_name, config_fn(layers)), seed))
+        return _finish(seed_weights(_construct(cls_name, _config(family, layers)), seed))
 
     return build
 
 
-def _make_draft(target: ModelBuilder, config_fn: Callable[[int], object], cls_name: str) -> ModelBuilder:
+def _make_draft(target: ModelBuilder, family: str, cls_name: str) -> ModelBuilder:
     def build(seed: int) -> torch.nn.Module:
         source = target(seed).state_dict()
-        draft = _construct(cls_name, config_fn(DRAFT_LAYERS)).to(torch.float64)
+        draft = _construct(cls_name, _config(family, DRAFT_LAYERS)).to(torch.float64)
         missing = next((key for key in draft.state_dict() if key not in source), None)
         if missing is not None:
             raise RuntimeError(f"derived draft: target has no parameter {missing!r}")
@@ -212,22 +200,22 @@ def _make_draft(target: ModelBuilder, config_fn: Callable[[int], object], cls_na
 
 # Registered in this order, each target followed by its draft (first DRAFT_LAYERS layers + embeddings + lm_head).
 _FAMILIES = (
-    # family, transformers class, config, layers, description, priced as, draft description
-    ("dense", "Qwen3ForCausalLM", _dense_config, 6, "Qwen3 dense, 6 layers, hidden 256", "qwen3-8b",
+    # family, transformers class, layers, description, priced as, draft description
+    ("dense", "Qwen3ForCausalLM", 6, "Qwen3 dense, 6 layers, hidden 256", "qwen3-8b",
      "first 2 layers + embeddings + lm_head of tiny:dense"),
-    ("moe", "Qwen3MoeForCausalLM", _moe_config, 4, "Qwen3-MoE, 4 layers, 16 experts top-2", "qwen3-30b-a3b",
+    ("moe", "Qwen3MoeForCausalLM", 4, "Qwen3-MoE, 4 layers, 16 experts top-2", "qwen3-30b-a3b",
      "first 2 layers + embeddings + lm_head of tiny:moe"),
-    ("hybrid", "Qwen3NextForCausalLM", _hybrid_config, 4, "Qwen3-Next, 4 layers: linear/full attention alternating",
-     "qwen3.6-27b", "first 2 layers (linear + full attention) + embeddings + lm_head of tiny:hybrid"),
+    ("hybrid", "Qwen3NextForCausalLM", 4, "Qwen3-Next, 4 layers: linear/full attention alternating", "qwen3.6-27b",
+     "first 2 layers (linear + full attention) + embeddings + lm_head of tiny:hybrid"),
 )
 
 
 def _register_families() -> None:
-    for family, cls_name, config_fn, layers, description, priced_as, draft_description in _FAMILIES:
+    for family, cls_name, layers, description, priced_as, draft_description in _FAMILIES:
         name = f"tiny:{family}"
-        target = _make_target(config_fn, cls_name, layers)
+        target = _make_target(family, cls_name, layers)
         TINY_MODELS[name] = TinyModelSpec(name, family, target, description, priced_as=priced_as)
-        draft = _make_draft(target, config_fn, cls_name)
+        draft = _make_draft(target, family, cls_name)
         TINY_MODELS[f"{name}-draft"] = TinyModelSpec(f"{name}-draft", family, draft, draft_description, draft_for=name,
                                                       priced_as="qwen3-0.6b")
 

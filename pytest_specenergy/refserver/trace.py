@@ -1,9 +1,6 @@
 """The work trace: one record per forward pass, read by the modeled energy meter.
 
-The trace is append-only and addressed by a global step index, so a meter can remember a cursor,
-run a workload, and read exactly the steps in between (``GET /work_trace?start=K``). ``flush_cache``
-does not reset it for that reason. Old steps are dropped past :data:`MAX_KEPT_STEPS` so a long-lived
-server does not grow without bound; the index keeps counting."""
+Why it is append-only, global-indexed and bounded: its section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""A single self-contained HTML report of a run: inline CSS, inline SVG figures, no scripts.
-
-The page's layout and why every run string goes through :func:`_e`: ``docs/design/meters-report-cli.md``.
-"""
+"""A single self-contained HTML report of a run: inline CSS, inline SVG figures, no scripts (the page's layout and
+why every run string goes through :func:`_e`: ``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 
@@ -84,12 +82,6 @@ def _td(value: object) -> str:
 
 def _num(metric: str, value: float | int | None) -> str:
     return f'<td class="num">{_e(show(metric, value))}</td>'
-
-
-def _checks_cell(row: CaseRecord) -> str:
-    if not row.checks:
-        return "<td>" + _badge("ok", "ok") + "</td>"
-    return "<td>" + "".join(_badge(c.name, c.severity, c.message) for c in row.checks) + "</td>"
 
 
 def _verdict(rows: Sequence[CaseRecord], comparisons: Sequence[CaseComparison] | None, baseline_label: str) -> str:
@@ -203,7 +195,9 @@ def _case_table(rows: Sequence[CaseRecord]) -> str:
                  + _e(fmt(r.draft_share, ".0%")) + "</td>",
                  _num("tbt_ms", r.baseline.tbt_ms), _num("tbt_ms", r.tbt_ms),
                  _num("speedup", r.speedup), _num("exact_fraction", r.exact_fraction),
-                 _num("logprob_gap", r.logprob_gap), _checks_cell(r)]
+                 _num("logprob_gap", r.logprob_gap),
+                 "<td>" + ("".join(_badge(c.name, c.severity, c.message) for c in r.checks) or _badge("ok", "ok"))
+                 + "</td>"]
         body.append(("fail" if r.failed else "warn" if r.checks else "", cells))
     return _table(_CASE_HEADERS, body)
 
@@ -267,12 +261,9 @@ def render_html(run: RunDocument, comparisons: Sequence[CaseComparison] | None =
                 history: Sequence[RunDocument] = (), latency_targets_ms: Sequence[float] = (25.0, 10.0),
                 title: str = DEFAULT_TITLE, plots: bool | None = None, baseline_label: str = "",
                 step: float = DEFAULT_STEP) -> str:
-    """One self-contained HTML page for ``run`` (a run document).
-
-    ``comparisons``: the gate's comparison against a baseline (``gate.compare.compare_documents``); the report never
-    compares on its own. ``history``: stored runs, oldest first; ``run`` is appended unless already last. ``plots``:
-    None draws figures when matplotlib is installed, False never. ``step``: smallest history step shown.
-    """
+    """One self-contained HTML page for ``run``. ``comparisons``: the gate's (the report never compares on its own);
+    ``history``: stored runs, oldest first (``run`` is appended unless already last); ``plots``: None draws figures
+    when matplotlib is installed, False never; ``step``: smallest history step shown."""
     rows = run.results
     hist = list(history)
     if hist and hist[-1] != run:

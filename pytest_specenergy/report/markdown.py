@@ -1,7 +1,5 @@
-"""A Markdown summary of a run for a CI step summary (``$GITHUB_STEP_SUMMARY``) or a PR comment.
-
-What it shows, and why run strings are escaped: ``docs/design/meters-report-cli.md`` (its section).
-"""
+"""A Markdown summary of a run for a CI step summary (``$GITHUB_STEP_SUMMARY``) or a PR comment (what it shows, and
+why run strings are escaped: ``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 
@@ -88,8 +86,7 @@ def _comparison(run: RunDocument, comparisons: Sequence[CaseComparison]) -> str:
                 cells.append("n/a")
                 continue
             mark = " **worse**" if row.verdict is Verdict.REGRESSED else ""
-            cells.append(f"{show(metric, row.baseline)} \u2192 {show(metric, row.current)} "
-                         f"({row.change_text()}){mark}")
+            cells.append(f"{show(metric, row.baseline)} \u2192 {show(metric, row.current)} ({row.change_text()}){mark}")
         status = _STATUS_TEXT.get(c.verdict, md_escape(c.verdict.value))
         shown = by_case.get(c.case_id)
         source = _source(shown, single) if shown is not None else ("" if single else " - |")
@@ -117,13 +114,11 @@ def _current(run: RunDocument) -> str:
     # Cases with a tripped check first: they are what needs a look.
     for r in sorted(rows, key=lambda r: (not r.failed, not r.checks))[:MAX_ROWS]:
         checks = ", ".join(md_escape(f"{c.severity}: {c.name}") for c in r.checks) or "ok"
-        lines.append(f"| {md_escape(r.case_id)}"
-                     f" | {show('energy_per_token', r.baseline.energy_per_token)}"
-                     f" | {show('energy_per_token', r.energy_per_token)}"
-                     f" | {show('energy_saving', r.energy_saving)}"
-                     f" | {show('accept_length', r.accept_length)}"
-                     f" | {show('tbt_ms', r.baseline.tbt_ms)} \u2192 {show('tbt_ms', r.tbt_ms)}"
-                     f" | {checks} |" + _source(r, single))
+        cells = [md_escape(r.case_id), show("energy_per_token", r.baseline.energy_per_token),
+                 show("energy_per_token", r.energy_per_token), show("energy_saving", r.energy_saving),
+                 show("accept_length", r.accept_length),
+                 f"{show('tbt_ms', r.baseline.tbt_ms)} \u2192 {show('tbt_ms', r.tbt_ms)}", checks]
+        lines.append("| " + " | ".join(cells) + " |" + _source(r, single))
     lines += _more(min(len(rows), MAX_ROWS), len(rows), "cases")
     return "\n".join(lines) + "\n"
 

@@ -1,7 +1,5 @@
-"""The report's figures as inline SVG strings (matplotlib is the optional ``report`` extra).
-
-Lazy matplotlib, bare ``Figure`` objects and deterministic output: ``docs/design/meters-report-cli.md``.
-"""
+"""The report's figures as inline SVG strings, matplotlib being the optional ``report`` extra (lazy matplotlib, bare
+``Figure`` objects and deterministic output: ``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 
@@ -91,13 +89,15 @@ def _wrap(text: str, inches: float) -> str:
     return textwrap.fill(text, width=max(12, int(inches * _TITLE_CHARS_PER_INCH)), break_long_words=False)
 
 
-def _suptitle(fig: Any, title: str, label: str) -> None:
+def _suptitle(fig: Any, title: str, label: str, rows: Sequence[CaseRecord] = ()) -> None:
     """The figure's title and source label, wrapped to the figure's width (a one-panel figure is narrow); the label
-    moves to a line of its own whole rather than being split."""
+    moves to a line of its own whole rather than being split. Below, a note when any of ``rows`` tripped a check."""
     inches = fig.get_figwidth()
     whole = f"{title} {label}"
     fits = len(whole) <= max(12, int(inches * _TITLE_CHARS_PER_INCH))
     fig.suptitle(whole if fits else f"{_wrap(title, inches)}\n{label}")
+    if any(r.checks for r in rows):
+        fig.supxlabel(TRIPPED_NOTE, fontsize=8, color="#a33")  # short: fits the narrowest figure
 
 
 def _panel_title(ax: Any, text: str, panels_across: int) -> None:
@@ -129,11 +129,6 @@ def _workloads(rows: Sequence[CaseRecord]) -> dict[tuple[str, str], list[CaseRec
 def _point(ax: Any, x: float, y: float, color: str, hollow: bool, marker: str = "o") -> None:
     ax.plot([x], [y], marker=marker, linestyle="none", markersize=6, color=color,
             markerfacecolor="none" if hollow else color, markeredgewidth=1.5)
-
-
-def _tripped_note(fig: Any, rows: Sequence[CaseRecord]) -> None:
-    if any(r.checks for r in rows):
-        fig.supxlabel(TRIPPED_NOTE, fontsize=8, color="#a33")  # short: fits the narrowest figure
 
 
 def _per_batch_figure(rows: Sequence[CaseRecord], metric: str, ylabel: str, title: str,
@@ -175,8 +170,7 @@ def _per_batch_figure(rows: Sequence[CaseRecord], metric: str, ylabel: str, titl
             _panel_title(ax, mpl_text(f"{model} / {corpus}"), min(3, len(groups)))
             ax.grid(True, alpha=0.3)
             ax.legend(loc="best")
-        _suptitle(fig, title, label)
-        _tripped_note(fig, rows)
+        _suptitle(fig, title, label, rows)
 
     return render_svg(draw, _size(len(groups)), prefix)
 
@@ -230,8 +224,7 @@ def accept_length_svg(rows: Sequence[CaseRecord], prefix: str = "accept") -> str
             handles, labels = ax.get_legend_handles_labels()
             unique = dict(zip(labels, handles))
             ax.legend(unique.values(), unique.keys(), loc="best")
-        _suptitle(fig, "Accept length by corpus (median over batches)", label)
-        _tripped_note(fig, rows)
+        _suptitle(fig, "Accept length by corpus (median over batches)", label, rows)
 
     return render_svg(draw, _size(len(models), cols=2, w=5.5), prefix)
 
@@ -275,8 +268,7 @@ def latency_svg(rows: Sequence[CaseRecord], targets_ms: Sequence[float] = (25.0,
             _panel_title(ax, mpl_text(f"{model} / {corpus}"), min(3, len(groups)))
             ax.grid(True, alpha=0.3)
             ax.legend(loc="best")
-        _suptitle(fig, "Time between tokens vs energy per token", label)
-        _tripped_note(fig, rows)
+        _suptitle(fig, "Time between tokens vs energy per token", label, rows)
 
     return render_svg(draw, _size(len(groups)), prefix)
 

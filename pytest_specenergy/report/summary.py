@@ -1,8 +1,5 @@
-"""The terminal summary of a finished session, as one frozen object (syrupy's ``SnapshotReport``).
-
-The session builds it once (:func:`.terminal.summary_report`) and the terminal-summary hook only prints it. This
-module imports nothing heavy, so a session that measured nothing never loads the gate's statistics.
-"""
+"""The terminal summary of a session as one frozen object (syrupy's ``SnapshotReport``): built once, the hook only
+prints it. It imports nothing heavy, so a session that measured nothing never loads the gate's statistics."""
 
 from __future__ import annotations
 

@@ -62,14 +62,11 @@ def _fit(columns: list[str], rows: list[dict[str, str]], width: int) -> list[lis
     """The rows' cells, the shrinkable columns cut until the table is at most ``width`` wide."""
     widths = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in columns}
     over = sum(widths.values()) + len(_GAP) * (len(columns) - 1) - width
-    while over > 0:
-        room = [(c, widths[c] - least) for c, least in _SHRINKABLE.items() if c in widths and widths[c] > least]
-        if not room:
-            break
-        column, spare = room[0]
-        cut = min(spare, over)
-        widths[column] -= cut
-        over -= cut
+    for column, least in _SHRINKABLE.items():
+        if over > 0 and column in widths and widths[column] > least:
+            cut = min(widths[column] - least, over)
+            widths[column] -= cut
+            over -= cut
     return [[_cut(r[c], widths[c]) for c in columns] for r in rows]
 
 
@@ -83,10 +80,9 @@ def source_legend(records: Iterable[CaseRecord]) -> str:
 
 
 def render_table(records: Iterable[CaseRecord], verbose: bool = False, width: int = WIDTH) -> str:
-    """The summary table (the layout of tabulate's ``simple`` format, whose padding it measures exactly): by default
-    the :data:`COMPACT` columns in at most ``width`` columns, with ``verbose`` every column. A verdict column appears
-    when the gate compared anything. The header line names the energy source (:func:`source_legend`); by default a
-    source column appears only when the rows' sources differ, holding each one's number in that line."""
+    """The summary table in tabulate's ``simple`` layout: the :data:`COMPACT` columns in at most ``width`` columns
+    (``verbose``: every column), a verdict column when the gate compared anything, and by default a source column
+    only when the rows' sources differ, holding each one's number in the header line (:func:`source_legend`)."""
     records = list(records)
     gated = any(r.verdict for r in records)
     numbers = {source: str(i) for i, source in enumerate(sorted({r.source for r in records}), 1)}

@@ -1,7 +1,5 @@
-"""Prompt corpora for speculative-decoding energy measurements: five built-ins and ``jsonl:PATH``.
-
-The built-ins and an example: docs/design/root-cases.md, section ``pytest_specenergy/cases/corpora/__init__.py``.
-"""
+"""Prompt corpora for speculative-decoding energy measurements: five built-ins and ``jsonl:PATH``. The built-ins
+and an example: docs/design/root-cases.md."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Load prompt corpora: the five built-ins shipped with the package, or a user's JSONL file.
-
-Why order and digest matter, and the specs :func:`load_corpus` accepts: docs/design/root-cases.md,
-section ``pytest_specenergy/cases/corpora/loader.py``.
-"""
+"""Load prompt corpora: the five built-ins shipped with the package, or a user's JSONL file. Why order and digest
+matter, and the specs :func:`load_corpus` accepts: docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -23,8 +20,7 @@ BUILTIN_CORPORA: tuple[str, ...] = ("code", "conversation", "long-document", "ne
 #: Prefix that marks a spec as a path to a user-supplied JSONL file.
 JSONL_PREFIX = "jsonl:"
 
-# Field names tried, in order, for the prompt text of a JSONL line. ``text`` is accepted
-# because many exported prompt dumps use it instead of ``prompt``.
+# Field names tried, in order, for a JSONL line's prompt (``text``: many exported prompt dumps use it).
 _PROMPT_FIELDS: tuple[str, ...] = ("prompt", "text")
 
 
@@ -74,8 +70,7 @@ class Corpus:
         return len(self.prompts)
 
     def take(self, n: int) -> tuple[str, ...]:
-        """Exactly ``n`` prompts: the first ``n``, cycling from the start if needed (repeated prompts share
-        KV-prefix and n-gram history)."""
+        """The first ``n`` prompts, cycling if needed (repeated prompts share KV-prefix and n-gram history)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise CorpusError(f"take(n) needs a non-negative integer n, got {n!r}")
         return tuple(self.prompts[i % len(self.prompts)] for i in range(n))
@@ -183,8 +178,7 @@ def load_corpus(spec: str | Corpus) -> Corpus:
         return _load_builtin(spec)
     valid = ", ".join(BUILTIN_CORPORA)
     message = f"unknown corpus {spec!r}; valid built-in corpora are: {valid}, or {JSONL_PREFIX}PATH for a JSONL file"
-    close = difflib.get_close_matches(spec.lower(), BUILTIN_CORPORA, n=1)
-    if close:
+    if close := difflib.get_close_matches(spec.lower(), BUILTIN_CORPORA, n=1):
         message += f" (did you mean {close[0]!r}?)"
     elif spec.endswith((".jsonl", ".json")) or os.sep in spec:
         # The commonest mistake is passing a bare path; point at the prefix it lacks.
