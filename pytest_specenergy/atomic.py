@@ -1,5 +1,4 @@
-"""Atomic file writes: a crash mid-write never leaves a half-written or truncated file. Why files get ``open()``'s
-mode and how exclusive creation works: docs/design/root-cases.md."""
+"""Atomic file writes: a crash mid-write never leaves a half-written file; why and how: docs/design/root-cases.md."""
 
 from __future__ import annotations
 

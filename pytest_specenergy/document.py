@@ -178,11 +178,9 @@ class RepeatSample:
     proposed_drafts: int | None
     loops: int = 1
     window: dict[str, Any] = field(default_factory=dict, compare=False)
-    #: Per request of the full window that verified (first loop, pool order): ``(completion_tokens - 1) /
-    #: spec_verify_ct``, to judge accept length with its spread. None: no speculative counters (or an older record).
+    #: Per request, committed decode tokens per verify step; None: no speculative counters (docs/design/root-cases.md).
     accept_lengths: tuple[float, ...] | None = None
-    #: The share of the pool's decode tokens (first tokens excluded) made inside this repeat's window, per loop
-    #: (issue 21). None: not recorded (an older record).
+    #: The share of the pool's decode tokens made inside this repeat's window, per loop; None: not recorded.
     coverage: float | None = None
 
     @property
@@ -236,8 +234,7 @@ class Arm:
     counter_problems: tuple[str, ...] = ()
     replay_problems: tuple[str, ...] = ()
     finish_reasons: tuple[str, ...] = ()
-    #: Mean over repeats of the share of the pool's decode tokens inside the window (None: not
-    #: recorded); the coverage-differs check compares the arms' figures.
+    #: Mean of the repeats' coverage (None: not recorded); the coverage-differs check compares the arms' figures.
     coverage: float | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 

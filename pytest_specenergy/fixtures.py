@@ -22,8 +22,7 @@ class SpecPair:
     node: pytest.Item
 
     def measure(self) -> PairResult:
-        """Measure both arms and compare them; a window the meter cannot measure is measured once more, then the
-        test fails with the meter's reason (a gate never passes or skips a case it could not measure)."""
+        """Measure and compare both arms; a window the meter cannot measure is retried once, then fails the test."""
         from pytest_specenergy.meters.base import MeterError
         from pytest_specenergy.session import PAIR_KEY
 
@@ -55,8 +54,7 @@ def specenergy_case(request: pytest.FixtureRequest) -> Case:
 
 
 @pytest.fixture
-def spec_pair(specenergy_case: Case, specenergy: SpecEnergySession,
-              request: pytest.FixtureRequest) -> SpecPair:
+def spec_pair(specenergy_case: Case, specenergy: SpecEnergySession, request: pytest.FixtureRequest) -> SpecPair:
     """The matched pair (speculative engine + its non-speculative twin) for this case."""
     from pytest_specenergy import xdist
 

@@ -1,5 +1,4 @@
-"""Hooks other plugins and ``conftest.py`` files can implement (registered via ``pytest_addhooks``); an example
-``conftest.py`` for each: docs/design/root-cases.md."""
+"""Hooks other plugins and ``conftest.py`` files can implement; an example of each: docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ import pytest
 
 @pytest.hookspec(firstresult=True)
 def pytest_specenergy_make_meter(kind: str, engine: Any) -> Any:
-    """Return a meter for ``kind`` (``nvml`` or ``modeled:<gpu>``) on ``engine``, or None to
-    let the plugin build its own. The first non-None answer wins."""
+    """A meter for ``kind`` (``nvml``, ``modeled:<gpu>``) on ``engine``, or None: the plugin builds its own."""
 
 
 def pytest_specenergy_pair_measured(pair: Any) -> None:

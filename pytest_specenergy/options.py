@@ -97,13 +97,9 @@ _faults.choices = tuple(FAULTS)  # type: ignore[attr-defined]
 
 
 def _run_name(text: str) -> str:
-    from pytest_specenergy.gate.storage import InvalidRunName
-    from pytest_specenergy.gate.storage import validate_run_name
+    from pytest_specenergy.gate.storage import validate_run_name  # its InvalidRunName is a ValueError
 
-    try:
-        return validate_run_name(text)
-    except InvalidRunName as exc:
-        raise ValueError(str(exc)) from None
+    return validate_run_name(text)
 
 
 def _warmup(text: str) -> str | int:
@@ -182,8 +178,7 @@ def _under(root: Path, path: str) -> Path:
 
 
 def _nvml_unavailable() -> bool:
-    """True where NVML cannot start (no NVIDIA kernel driver or ``libnvidia-ml.so.1``): looking first spares a CPU
-    collection the import of nvidia-ml-py (issue 24 item 8). A ``pynvml`` already imported is asked."""
+    """True where NVML cannot start (no NVIDIA driver or library); why it looks first: docs/design/root-cases.md."""
     if sys.platform.startswith("win") or "pynvml" in sys.modules:
         return False
     if sys.platform.startswith("linux") and not os.path.exists("/proc/driver/nvidia"):
@@ -301,8 +296,7 @@ class SpecEnergyConfig:
         """What the markers take from the options (as plain values)."""
         from pytest_specenergy.cases.markers import CaseDefaults
 
-        return CaseDefaults(engine=self.engine, device=self.device, faults=self.faults,
-                            sglang_version=self.sglang_version, pool=self.pool, modeled=self.modeled)
+        return CaseDefaults(**{f.name: getattr(self, f.name) for f in fields(CaseDefaults)})
 
     @functools.cached_property
     def modeled(self) -> bool:
@@ -454,9 +448,8 @@ def _cap(max_repeats: int, repeats: int) -> int:
 
 
 def add_cli_options(parser: Any, *, storage: bool = True, gate: bool = False) -> None:
-    """The shared options on an argparse parser of the ``specenergy`` command, with the plugin's defaults
-    and help texts: ``--storage`` and, with ``gate``, ``--fail`` (the plugin's ``--specenergy-compare-fail``),
-    ``--alpha`` and ``--max-repeats`` (the sequential plan's cap)."""
+    """``--storage`` and, with ``gate``, ``--fail`` (``--specenergy-compare-fail``), ``--alpha`` and ``--max-repeats``
+    on an argparse parser of the ``specenergy`` command, with the plugin's defaults and help texts."""
     if storage:
         parser.add_argument("--storage", type=Path, default=Path(STORAGE.default),
                             help=STORAGE.help + f" (default {STORAGE.default})")

@@ -1,6 +1,5 @@
 """Apply what was decided about a measured pair to its test: fail, skip, xfail or warn. A regression fails the
-test itself (not the session), so JUnit and IDEs pin it to the case; the figures go into ``item.user_properties``
-for the JUnit XML. Nothing here decides or measures."""
+test itself (not the session), so JUnit and IDEs pin it to the case. Nothing here decides or measures."""
 
 from __future__ import annotations
 

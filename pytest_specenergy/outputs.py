@@ -1,6 +1,5 @@
-"""What a finished session writes: the ``--specenergy-json`` file, the run history, and the queued golden baselines.
-Each is written on its own, so one that cannot be (read-only folder, full disk) never costs the others; it fails
-the session."""
+"""What a finished session writes: the ``--specenergy-json`` file, the run history, the queued golden baselines.
+Each is written on its own: one that cannot be (read-only folder, full disk) fails the session, not the others."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Progress lines: one per engine start (which engine, how long), and at ``-v`` one per measured repeat. Who
-writes them, and how xdist workers' lines reach the terminal: docs/design/root-cases.md."""
+"""Progress lines: engine starts and, at ``-v``, repeats; how workers' lines get out: docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ import pytest
 
 from pytest_specenergy import xdist
 
-#: The report attribute that carries a worker's lines to the controller (pytest serializes a
-#: report's plain attributes, and xdist ships them).
+#: The report attribute that carries a worker's lines to the controller (xdist ships a report's plain attributes).
 REPORT_ATTRIBUTE = "specenergy_progress"
 
 

@@ -1,5 +1,4 @@
-"""The session object: the one registered plugin instance that carries the hook methods. Each hook delegates in a
-few lines; to whom: docs/design/root-cases.md."""
+"""The session object: the registered plugin whose hook methods delegate; to whom: docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -22,9 +21,8 @@ if TYPE_CHECKING:
     from pytest_specenergy.options import SpecEnergyConfig
     from pytest_specenergy.report.summary import SummaryReport
 
-# Collection needs only the markers: measurement, gate and report modules (numpy, HTTP, the run
-# document) load when first used, so a pytest start does not pay for them (benchmarks/
-# plugin_overhead.py measures it, tests/unit/test_lazy_imports.py keeps them off that path).
+# Collection needs only the markers: measurement, gate and report modules (numpy, HTTP, the run document) load on
+# first use (benchmarks/plugin_overhead.py measures the start, tests/unit/test_lazy_imports.py guards it).
 
 SESSION_KEY = pytest.StashKey["SpecEnergySession"]()
 #: The pair a test measured, for the post-call validity checks and the gate.
@@ -44,8 +42,7 @@ class SpecEnergySession:
         self.records: list[CaseRecord] = []
         #: machine key -> machine description, for every key this run measured on.
         self.machines: dict[str, dict[str, Any]] = {}
-        #: xdist: spec_pair tests failed unmeasured (--specenergy-xdist=off); a worker crashed (the
-        #: run is then incomplete, saved marked interrupted).
+        #: xdist: spec_pair tests failed unmeasured (--specenergy-xdist=off); a worker crashed (run saved interrupted).
         self.xdist_skipped, self.worker_lost = 0, False
         #: ``--specenergy-fdr``: gated per-repeat comparisons collected (BH's N).
         self.fdr_tests = 0

@@ -1,5 +1,4 @@
-"""pytest-xdist: one GPU per worker, or no measurement at all (energy cannot be measured on a GPU another worker
-uses). How ``--specenergy-xdist``'s two modes deal with it: docs/design/root-cases.md."""
+"""pytest-xdist: one GPU per worker, or no measurement; ``--specenergy-xdist``'s modes: docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -78,9 +77,8 @@ RECORD_ATTRIBUTE = "specenergy_record"
 
 
 class RecordCourier:
-    """Each test's record travels to the controller on its own report (xdist serializes a report's attributes), not in
-    one bundle at the worker's end: a worker killed later loses none of the tests it finished. ``records``: the
-    controller's list."""
+    """Each test's record travels to the controller (``records``) on its own report (xdist serializes a report's
+    attributes), not in one bundle at the worker's end: a worker killed later loses none of the tests it finished."""
 
     def __init__(self, config: pytest.Config, records: list[CaseRecord]) -> None:
         self.worker, self.records = is_worker(config), records

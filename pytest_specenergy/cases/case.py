@@ -1,5 +1,4 @@
-"""Cases: one fully resolved measurement per test item. How a case's engines, pool and baseline arm relate:
-docs/design/root-cases.md."""
+"""Cases: one resolved measurement per test item; its engines, pool and baseline arm: docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ DEFAULT_PROMPT_POOL = 96
 
 @dataclass(frozen=True)
 class Generation:
-    """How each request is generated: ``prompts`` sizes the pool measured per repeat (None: the corpus's first
-    :data:`DEFAULT_PROMPT_POOL`); ``ignore_eos`` is off, as runs that outlast the answer inflate acceptance."""
+    """How each request is generated; ``prompts``: the pool measured per repeat (docs/design/root-cases.md)."""
 
     max_new_tokens: int = 64
     prompts: int | None = None
@@ -45,8 +43,7 @@ class Case:
     batch: int
     corpus: Corpus = field(compare=False)
     generation: Generation = Generation()
-    #: In-job A/B: a reference drafter measured in the same session and repeat cycles as
-    #: ``drafter`` (the candidate), interleaved with the shared baseline.
+    #: In-job A/B: a reference drafter measured in the candidate's repeat cycles, interleaved with the shared baseline.
     reference: Drafter | None = None
     model_id: str = ""
     #: Prefix ids with the model (set when a test's matrix has several models).
@@ -92,8 +89,7 @@ class Case:
 
     @property
     def id(self) -> str:
-        """The readable id, e.g. ``code-ngram-b4`` (``dense-code-ngram-b4`` when the test's
-        matrix has several models; ``code-draft-vs-draft-old-b4`` for an in-job A/B)."""
+        """The readable id: ``code-ngram-b4``, ``dense-code-ngram-b4`` (several models), ``code-a-vs-b-b4`` (A/B)."""
         versus = f"-vs-{self.reference.id}" if self.reference is not None else ""
         base = f"{self.corpus.name}-{self.drafter.id}{versus}-b{self.batch}"
         return f"{self.model_id}-{base}" if self.model_in_id else base

@@ -1,5 +1,4 @@
-"""Markers -> cases: the closest marker of each name wins; several values in one marker form a matrix axis. Bad
-values and how they are reported: docs/design/root-cases.md."""
+"""Markers -> cases: the closest marker of each name wins, several values form an axis; docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ from typing import Callable
 
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.case import Generation
-from pytest_specenergy.cases.case import model_short_name
 from pytest_specenergy.cases.corpora import Corpus
 from pytest_specenergy.cases.corpora import CorpusError
 from pytest_specenergy.cases.corpora import load_corpus
@@ -86,13 +84,12 @@ def build_cases(test: str, closest: Callable[[str], Any], config: CaseDefaults) 
     cases: list[Case] = []
     # Everything but the batch and the corpus is checked and built once per (model, drafter): a
     # 500-case matrix of 10 drafters builds 10 engine configs, not 500 (issue 24, item 8).
-    specs: dict[tuple[int, int], tuple[EngineConfig, str]] = {}
+    specs: dict[tuple[int, int], EngineConfig] = {}
     for (m, (model, opts)), corpus, (d, drafter), batch in itertools.product(
             enumerate(models), corpora, enumerate(drafters), batches):
         if (m, d) not in specs:
             specs[m, d] = _spec(test, model, opts, drafter, reference)
-        spec, model_id = specs[m, d]
-        cases.append(Case(spec, batch, corpus, generation, reference, model_id=model_id, model_in_id=len(models) > 1))
+        cases.append(Case(specs[m, d], batch, corpus, generation, reference, model_in_id=len(models) > 1))
     ids = [c.id for c in cases]
     duplicates = sorted(i for i, n in collections.Counter(ids).items() if n > 1)
     if duplicates:
@@ -101,9 +98,8 @@ def build_cases(test: str, closest: Callable[[str], Any], config: CaseDefaults) 
     return cases
 
 
-def _spec(test: str, model: str, opts: dict[str, Any], drafter: Drafter,
-          reference: Drafter | None) -> tuple[EngineConfig, str]:
-    """The speculative engine of one (model, drafter) pair, checked, and the model's id part."""
+def _spec(test: str, model: str, opts: dict[str, Any], drafter: Drafter, reference: Drafter | None) -> EngineConfig:
+    """The speculative engine of one (model, drafter) pair, checked."""
     engine = opts["engine"]
     _check_drafter(test, "drafter", drafter, engine)
     for marker, declared in (("drafter", drafter), ("reference_drafter", reference)):
@@ -115,9 +111,8 @@ def _spec(test: str, model: str, opts: dict[str, Any], drafter: Drafter,
         if reference == drafter:
             raise MarkerError(f"{test}: marker reference_drafter {reference!r} is the candidate drafter itself; "
                               f"name the drafter the candidate replaces (e.g. the old draft checkpoint)")
-    spec = EngineConfig(engine=engine, model=model, drafter=drafter, options=opts["engine_options"],
+    return EngineConfig(engine=engine, model=model, drafter=drafter, options=opts["engine_options"],
                         **{k: v for k, v in opts.items() if k not in ("engine", "engine_options")})
-    return spec, model_short_name(model)
 
 
 def _check_drafter(test: str, marker: str, drafter: Drafter, engine: str) -> None:
@@ -142,19 +137,18 @@ def _models(test: str, mark: Any, config: CaseDefaults) -> list[tuple[str, dict[
     engine = kwargs.get("engine") or config.engine
     if engine not in ENGINES:
         raise MarkerError(f"{test}: marker model(engine={engine!r}): expected one of {', '.join(ENGINES)}")
-    dtype = _str_kw(test, kwargs, "dtype", "auto")
-    if dtype not in ENGINE_DTYPES[engine]:
-        raise MarkerError(f"{test}: marker model(dtype={dtype!r}): the {engine} engine takes one of "
-                          f"{', '.join(ENGINE_DTYPES[engine])}")
-    device = _str_kw(test, kwargs, "device", config.device)
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
-        raise MarkerError(f"{test}: marker model(device={device!r}): expected auto, cpu, cuda or cuda:N")
-    seed = kwargs.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise MarkerError(f"{test}: marker model(seed={seed!r}): expected an integer")
-    mrr = kwargs.get("max_running_requests")
-    if mrr is not None and (isinstance(mrr, bool) or not isinstance(mrr, int) or mrr < 1):
-        raise MarkerError(f"{test}: marker model(max_running_requests={mrr!r}): expected a positive integer")
+    values = {"dtype": kwargs.get("dtype", "auto"), "device": kwargs.get("device", config.device),
+              "seed": kwargs.get("seed", 0), "max_running_requests": kwargs.get("max_running_requests")}
+    dtypes = ENGINE_DTYPES[engine]
+    for key, ok, expected in (  # in this order: the first check a value fails names it
+            ("dtype", lambda v: isinstance(v, str), "expected a string"),
+            ("dtype", lambda v: v in dtypes, f"the {engine} engine takes one of {', '.join(dtypes)}"),
+            ("device", lambda v: isinstance(v, str), "expected a string"),
+            ("device", lambda v: re.fullmatch(r"auto|cpu|cuda(:\d+)?", v), "expected auto, cpu, cuda or cuda:N"),
+            ("seed", _integer, "expected an integer"),
+            ("max_running_requests", lambda v: v is None or (_integer(v) and v >= 1), "expected a positive integer")):
+        if not ok(values[key]):
+            raise MarkerError(f"{test}: marker model({key}={values[key]!r}): {expected}")
     faults = kwargs.get("faults", ())
     if isinstance(faults, str):
         faults = (faults,)
@@ -166,8 +160,7 @@ def _models(test: str, mark: Any, config: CaseDefaults) -> list[tuple[str, dict[
     if extra and engine == "reference":
         raise MarkerError(f"{test}: marker model got engine option(s) {', '.join(sorted(extra))} that the "
                           f"reference engine does not take; expected only {', '.join(sorted(_MODEL_KWARGS))}")
-    opts = {"engine": engine, "dtype": dtype, "device": device, "seed": seed, "max_running_requests": mrr,
-            "faults": tuple(faults), "engine_options": EngineConfig.freeze_options(extra)}
+    opts = {"engine": engine, **values, "faults": tuple(faults), "engine_options": EngineConfig.freeze_options(extra)}
     models = []
     for name in names:
         if not isinstance(name, (str, os.PathLike)) or not str(name):
@@ -178,11 +171,8 @@ def _models(test: str, mark: Any, config: CaseDefaults) -> list[tuple[str, dict[
     return models
 
 
-def _str_kw(test: str, kwargs: dict[str, Any], key: str, default: str) -> str:
-    value = kwargs.get(key, default)
-    if not isinstance(value, str):
-        raise MarkerError(f"{test}: marker model({key}={value!r}): expected a string")
-    return value
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_model_path(test: str, marker: str, name: str, engine: str) -> None:
@@ -237,7 +227,7 @@ def _reference(test: str, mark: Any) -> Drafter | None:
 def _batches(test: str, mark: Any) -> list[int]:
     values = _values(test, "batch", mark, "positive integers such as batch(1, 4, 16)")
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not _integer(value) or value < 1:
             raise MarkerError(f"{test}: marker batch value {value!r}: expected a positive "
                               f"integer such as batch(1, 4, 16)")
     return list(values)
@@ -267,7 +257,7 @@ def _generation(test: str, mark: Any, pool: int | None = None) -> Generation:
                           f"expected max_new_tokens=, prompts=, ignore_eos=, temperature=")
     for key in ("max_new_tokens", "prompts"):
         value = kwargs.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        if value is not None and (not _integer(value) or value < 1):
             raise MarkerError(f"{test}: marker generation({key}={value!r}): expected a positive integer")
     if not isinstance(kwargs.get("ignore_eos", False), bool):
         raise MarkerError(f"{test}: marker generation(ignore_eos={kwargs['ignore_eos']!r}): expected True or False")

@@ -1,7 +1,5 @@
 """``specenergy doctor``: can this machine run the GPU path (SGLang + NVML)?
-
-One line per check, OK / WARN / FAIL, each failure with what to do (which fail: ``docs/design/meters-report-cli.md``).
-"""
+One line per check, OK / WARN / FAIL, each failure with its fix (which fail: ``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 
@@ -35,13 +33,6 @@ class Finding:
     status: str
     detail: str
     fix: str = ""
-
-    def lines(self) -> list[str]:
-        """The printed form: ``[ OK ] name: detail`` plus a ``fix:`` line for problems."""
-        out = [f"[{self.status:^4}] {self.name}: {self.detail}"]
-        if self.fix and self.status != OK:
-            out.append(f"       fix: {self.fix}")
-        return out
 
 
 def _dist_version(name: str) -> str | None:
@@ -240,8 +231,10 @@ def main(argv: list[str] | None = None, *, nvml_module: Any = None, out: TextIO 
         out.write("\n")
         return 1 if failed else 0
     out.write("specenergy doctor: can this machine run the GPU path (SGLang + NVML)?\n")
-    for check in checks:
-        out.write("\n".join(check.lines()) + "\n")
+    for check in checks:  # ``[ OK ] name: detail``, and a ``fix:`` line for a problem
+        out.write(f"[{check.status:^4}] {check.name}: {check.detail}\n")
+        if check.fix and check.status != OK:
+            out.write(f"       fix: {check.fix}\n")
     warned = sum(c.status == WARN for c in checks)
     if failed:
         out.write(f"doctor: {len(failed)} FAIL, {warned} WARN - GPU runs cannot work here (exit 1). CPU runs "

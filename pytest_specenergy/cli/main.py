@@ -253,8 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pytest_specenergy.cli.doctor import main as doctor_main
 
         return doctor_main(argv[1:])
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if getattr(args, "storage_dir", None):
         args.storage = args.storage_dir
     if getattr(args, "metric", None) == []:

@@ -1,7 +1,5 @@
-"""The engine backend protocol: how a kind of server is launched (:mod:`.backends` picks one).
-
-A backend turns an :class:`EngineConfig` into a command line and environment; every backend starts a server
-speaking SGLang's HTTP protocol subset, so one client drives them all."""
+"""The engine backend protocol (:mod:`.backends` picks one): a backend turns an :class:`EngineConfig` into the command
+line and environment of a server speaking SGLang's HTTP protocol subset, so one client drives them all."""
 
 from __future__ import annotations
 

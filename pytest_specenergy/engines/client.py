@@ -1,7 +1,6 @@
-"""The one client path: SGLang's HTTP protocol subset, spoken by every engine.
-
-``POST /generate``, ``GET /server_info``, ``POST /flush_cache``, ``GET /health``, plus the reference server's
-``GET /work_trace`` cursor. Stdlib only, so the plugin needs no HTTP dependency; errors carry the server's message."""
+"""The one client path: SGLang's HTTP protocol subset, spoken by every engine: ``POST /generate``, ``GET /server_info``,
+``POST /flush_cache``, ``GET /health``, plus the reference server's ``GET /work_trace`` cursor. Stdlib only, so the
+plugin needs no HTTP dependency; errors carry the server's message."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Engine configurations: what one server process is started with.
-
-Equal configs share one pool process for the session; the baseline arm is always
-:meth:`EngineConfig.twin`, so the matched pair cannot differ by accident."""
+"""Engine configurations: what one server process is started with. Equal configs share one pool process for the
+session; the baseline arm is always :meth:`EngineConfig.twin`, so the matched pair cannot differ by accident."""
 
 from __future__ import annotations
 
@@ -19,14 +17,11 @@ REPLAY_MODES = ("", "verify", "proposals")
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Everything that identifies one engine process.
-
-    ``options``: the ``model(...)`` marker's engine keywords (SGLang ``ServerArgs`` fields), sorted so equal
-    settings hash alike; ``faults``: reference-server fault switches for the plugin's own tests. ``replay``
-    (draft removal, :mod:`pytest_specenergy.measure.removal`): ``verify`` verifies the drafts each request
-    brings, recorded from this drafter, with no draft passes; ``proposals`` runs the drafter's passes but
-    verifies the recorded drafts (controlled acceptance without its oracle); ``""`` is the drafter itself.
-    """
+    """Everything that identifies one engine process. ``options``: the ``model(...)`` marker's engine keywords (SGLang
+    ``ServerArgs`` fields), sorted so equal settings hash alike; ``faults``: reference-server fault switches for the
+    plugin's own tests. ``replay`` (draft removal, :mod:`pytest_specenergy.measure.removal`): ``verify`` verifies the
+    drafts each request brings, recorded from this drafter, with no draft passes; ``proposals`` runs the drafter's
+    passes but verifies the recorded drafts (controlled acceptance without its oracle); ``""`` is the drafter itself."""
 
     engine: str
     model: str

@@ -1,8 +1,7 @@
-"""Drafter declarations: which speculative scheme a case uses, with validated settings.
-
-A :class:`Drafter` is a value object: equal name, settings and id share one pool engine.
-``num_draft_tokens`` always means *drafted* tokens per verify step; the target verifies one more
-(the last committed token); SGLang's ``speculative_num_draft_tokens`` counts it, so its builder adds one."""
+"""Drafter declarations: which speculative scheme a case uses, with validated settings. A :class:`Drafter` is a value
+object: equal name, settings and id share one pool engine. ``num_draft_tokens`` always means *drafted* tokens per
+verify step; the target verifies one more (the last committed token); SGLang's ``speculative_num_draft_tokens``
+counts it, so its builder adds one."""
 
 from __future__ import annotations
 
@@ -71,7 +70,6 @@ SCHEMAS: dict[str, dict[str, _Setting]] = {
     # that cannot speculate (SGLang on CPU). Nothing is drafted: no setting, 0 tokens proposed per step.
     "none": {},
 }
-DRAFTER_NAMES: tuple[str, ...] = tuple(SCHEMAS)
 
 _ID_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
 _ID_ABBREV = {"num_draft_tokens": "k", "num_steps": "s", "topk": "t", "min_match_window": "min",
@@ -80,12 +78,10 @@ _ID_ABBREV = {"num_draft_tokens": "k", "num_steps": "s", "topk": "t", "min_match
 
 @dataclass(frozen=True, init=False)
 class Drafter:
-    """A speculative drafter for one case: ``Drafter("ngram", num_draft_tokens=8)``.
-
-    ``id`` names it in test ids and baselines: by default the scheme plus its non-default settings
-    (``ngram-k4``, ``draft_model-dense-draft``), so a changed setting starts a new history. Pass ``id=`` to
-    keep a case's stored baseline across a checkpoint swap or retune: how a pull request is gated against main.
-    """
+    """A speculative drafter for one case: ``Drafter("ngram", num_draft_tokens=8)``. ``id`` names it in test ids and
+    baselines: by default the scheme plus its non-default settings (``ngram-k4``, ``draft_model-dense-draft``), so a
+    changed setting starts a new history. Pass ``id=`` to keep a case's stored baseline across a checkpoint swap or
+    retune: how a pull request is gated against main."""
 
     name: str
     settings: tuple[tuple[str, Any], ...]
@@ -93,7 +89,7 @@ class Drafter:
 
     def __init__(self, name: str, id: str | None = None, **kwargs: Any) -> None:
         if not isinstance(name, str) or name.lower() not in SCHEMAS:
-            raise DrafterError(f"unknown drafter {name!r}; expected one of {', '.join(DRAFTER_NAMES)}")
+            raise DrafterError(f"unknown drafter {name!r}; expected one of {', '.join(SCHEMAS)}")
         name = name.lower()
         settings = _validate(name, kwargs)
         if id is None:

@@ -27,7 +27,7 @@ from pytest_specenergy.engines.identity import port_in_use
 from pytest_specenergy.engines.zygote import ZygoteChild
 from pytest_specenergy.engines.zygote import zygote_for
 
-__all__ = ["EngineIdentityError", "EngineStartError", "ServerProcess", "free_port", "log_tail", "python_executable"]
+__all__ = ["EngineIdentityError", "EngineStartError", "ServerProcess", "free_port"]
 
 #: Fresh ports tried when the picked one turns out to be taken before the launch.
 PORT_TRIES = 5
@@ -58,15 +58,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise EngineStartError(f"no TCP port on {host} that this process has not used already")
 
 
-def log_tail(path: Path, lines: int = 25) -> str:
-    """The last ``lines`` lines of a log file, for failure messages."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
-
-
 def describe_exit(code: int) -> str:
     """``3``, or ``-9 (SIGKILL)`` for a signal death."""
     if code < 0:
@@ -76,7 +67,6 @@ def describe_exit(code: int) -> str:
 
 
 def _killpg(proc: subprocess.Popen[bytes] | ZygoteChild | None, sig: int) -> None:
-    """Signal ``proc``'s whole process group, if it has not gone already."""
     if proc is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
@@ -166,7 +156,7 @@ class ServerProcess:
     def _launch(self) -> ServerProcess:
         """One launch on ``self.port``, under the watchdog, up to a proven identity."""
         read_end, self._lifeline = os.pipe()  # both non-inheritable; the watchdog gets read_end
-        command = [python_executable(), "-m", "pytest_specenergy.engines.watchdog",
+        command = [sys.executable, "-m", "pytest_specenergy.engines.watchdog",
                    "--parent", str(os.getpid()), "--fd", str(read_end), "--", *self.argv]
         try:
             with open(self.log_path, "ab") as log:
@@ -198,11 +188,14 @@ class ServerProcess:
                                f"{self.startup_timeout_s:.0f} s; {self._log()}")
 
     def _log(self) -> str:
-        return f"log {self.log_path}:\n{log_tail(self.log_path)}"
+        try:
+            tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-25:])
+        except OSError:
+            tail = "(no log)"
+        return f"log {self.log_path}:\n{tail}"
 
     def _spawn_forked(self, lifeline: int) -> ZygoteChild | None:
-        """The engine forked from this process's zygote (a reference server: torch and
-        transformers already imported), or None where the plain start applies."""
+        """A fork of the zygote (torch and transformers already imported), or None where the plain start applies."""
         zygote = zygote_for(self.argv, self.env)
         if zygote is None:
             return None
@@ -329,8 +322,3 @@ class ServerProcess:
         return {"config": self.config.as_dict(), "argv": self.argv, "log": str(self.log_path),
                 "version": info.get("version"), "engine": info.get("engine", self.backend.name),
                 "identity": self.identity, "server_info": {k: v for k, v in info.items() if k != "internal_states"}}
-
-
-def python_executable() -> str:
-    """The interpreter running pytest; servers start with the same one."""
-    return sys.executable

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from typing import Any
 from typing import Mapping
 
 from pytest_specenergy.engines.base import ENGINE_DRAFTERS
 from pytest_specenergy.engines.base import EngineConfigError
 from pytest_specenergy.engines.config import EngineConfig
-from pytest_specenergy.engines.launch import python_executable
 
 
 class ReferenceBackend:
@@ -25,8 +25,7 @@ class ReferenceBackend:
         return ENGINE_DRAFTERS["reference"]
 
     def twin_differences(self, spec_info: Mapping[str, Any], base_info: Mapping[str, Any]) -> list[str]:
-        """Nothing to resolve: the reference server runs what its command line says, and the
-        command lines of the arms differ only by the drafter (the dry run shows it)."""
+        """None: the reference server resolves nothing, and the arms' command lines differ only by the drafter."""
         return []
 
     def check(self, config: EngineConfig) -> None:
@@ -41,7 +40,8 @@ class ReferenceBackend:
 
     def command(self, config: EngineConfig, host: str, port: int) -> list[str]:
         """The server's argv; only the drafter flags differ between the two arms."""
-        argv = [python_executable(), "-m", "pytest_specenergy.refserver",
+        # Servers start with the interpreter running pytest.
+        argv = [sys.executable, "-m", "pytest_specenergy.refserver",
                 "--model", config.model, "--dtype", config.dtype, "--device", config.device,
                 "--seed", str(config.seed), "--host", host, "--port", str(port)]
         workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)

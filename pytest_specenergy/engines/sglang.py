@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 from typing import Mapping
@@ -20,7 +21,6 @@ from pytest_specenergy.engines.base import ENGINE_DTYPES
 from pytest_specenergy.engines.base import EngineConfigError
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.drafters import Drafter
-from pytest_specenergy.engines.launch import python_executable
 
 #: Our drafter name -> SGLang ``speculative_algorithm``.
 ALGORITHMS: dict[str, str] = {"ngram": "NGRAM", "draft_model": "STANDALONE", "eagle": "EAGLE", "eagle3": "EAGLE3",
@@ -97,28 +97,16 @@ class SGLangBackend:
                 "option sglang_version='0.5.23' on pytest.mark.model(...) for a dry run")
         return sa.parse_version(installed), "installed"
 
-    def _facts(self, config: EngineConfig) -> sa.VersionFacts | None:
-        try:
-            return sa.facts_for(self.version(config)[0])
-        except EngineConfigError:
-            return None
-
-    def supports_prompt_token_ids(self, config: EngineConfig) -> bool:
-        """Whether ``/generate`` takes ``return_prompt_token_ids`` (>= 0.5.13), for :func:`measure_coherence
-        <pytest_specenergy.measure.coherence.measure_coherence>`; if not, it reads ``input_token_logprobs``."""
-        facts = self._facts(config)
-        return facts is not None and facts.return_prompt_token_ids
-
     def flush_cache_path(self, config: EngineConfig) -> str:
         """The ``/flush_cache`` request path: 0.5.23 waits for idle with ``?timeout=S``."""
-        facts = self._facts(config)
-        if facts is not None and facts.flush_cache_timeout:
-            return f"/flush_cache?timeout={FLUSH_CACHE_TIMEOUT_S}"
-        return "/flush_cache"
+        try:
+            waits = sa.facts_for(self.version(config)[0]).flush_cache_timeout
+        except EngineConfigError:
+            waits = False
+        return f"/flush_cache?timeout={FLUSH_CACHE_TIMEOUT_S}" if waits else "/flush_cache"
 
     def special_token_ids(self, config: EngineConfig) -> tuple[int, ...]:
-        """The target's special token ids, read from its checkpoint (:func:`checkpoint_special_token_ids`):
-        SGLang's ``/server_info`` carries none (0.5.9 and 0.5.23), and leak detection needs them."""
+        """Special token ids from the target's checkpoint, for leak detection: SGLang's ``/server_info`` has none."""
         return checkpoint_special_token_ids(config.model)
 
     def check(self, config: EngineConfig) -> None:
@@ -240,10 +228,8 @@ class SGLangBackend:
         """The server argv; the twin's differs only in ``--speculative-*`` flags."""
         facts = sa.facts_for(self.version(config)[0])
         python = config.option("python")
-        if python is None:
-            python = python_executable()
-        return [str(python), "-m", "sglang.launch_server", "--model-path", config.model,
-                "--host", host, "--port", str(port),
+        return [str(sys.executable if python is None else python), "-m", "sglang.launch_server",
+                "--model-path", config.model, "--host", host, "--port", str(port),
                 *sa.render_flags(self.server_args(config), facts.negatable_fields)]
 
     def environment(self, config: EngineConfig) -> dict[str, str]:
@@ -270,8 +256,7 @@ class SGLangBackend:
         if facts.spec_disables_overlap or config.device == "cpu":
             notes.append("overlap scheduler off in both arms: this release (or the CPU device) "
                          "turns it off for speculative engines")
-        drafter = config.drafter
-        if drafter is not None and drafter.name == "ngram" and not facts.ngram_match_windows:
+        if config.drafter is not None and config.drafter.name == "ngram" and not facts.ngram_match_windows:
             notes.append("ngram min/max_match_window apply to the reference server only; "
                          "SGLang >= 0.5.12 matches against a trie (speculative_ngram_max_trie_depth)")
         return notes

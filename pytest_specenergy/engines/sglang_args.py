@@ -170,14 +170,10 @@ weight_loader_prefetch_num_threads weight_version
 """
 KNOWN_FIELDS: frozenset[str] = frozenset(_KNOWN_FIELDS_TEXT.split())
 
-# Fields whose flag is not ``--`` + the field name with dashes (0.5.23 ``Arg(cli_name=...)``).
-_CLI_NAME_OVERRIDES = {
-    "fp8_gemm_runner_backend": "--fp8-gemm-backend",
-    "fp4_gemm_runner_backend": "--fp4-gemm-backend",
-    # 0.5.23 fields/exec_.py:970-977, fields/parallel.py:303 (checked with the real parser).
-    "ep_join_mode": "--elastic-ep-join-mode",
-    "ep_join_rank_offset": "--elastic-ep-join-rank-offset",
-}
+# Fields whose flag is not ``--`` + the field name with dashes (0.5.23 ``Arg(cli_name=...)``; the ep_join_* ones:
+# fields/exec_.py:970-977, fields/parallel.py:303, checked with the real parser).
+_CLI_NAME_OVERRIDES = {"fp8_gemm_runner_backend": "--fp8-gemm-backend", "fp4_gemm_runner_backend": "--fp4-gemm-backend",
+                       "ep_join_mode": "--elastic-ep-join-mode", "ep_join_rank_offset": "--elastic-ep-join-rank-offset"}
 
 # ServerArgs fields with no command-line flag at all (``Arg(no_cli=True)`` or plain dataclass
 # fields the parser never registers), per first read release; found by comparing the fields
@@ -196,9 +192,8 @@ _NO_CLI_0_5_23 = frozenset({
 _NEGATABLE_0_5_14 = frozenset({"experts_shared_outer_loras", "lora_strict_loading"})
 _NEGATABLE_0_5_23 = frozenset({
     "dcp_replicate_q_proj", "dllm_fdfo", "enable_decoder_swa_bounded_replay", "enable_dsa_fused_indexer",
-    "enable_fused_qk_norm_rope", "enable_tf32_matmul", "enable_tp_lm_head_all_to_all",
-    "experts_shared_outer_loras", "lora_strict_loading", "mm_enable_dp_encoder", "ple_offload_embedding",
-    "speculative_enable_w4a4_mxfp4_megamoe",
+    "enable_fused_qk_norm_rope", "enable_tf32_matmul", "enable_tp_lm_head_all_to_all", "experts_shared_outer_loras",
+    "lora_strict_loading", "mm_enable_dp_encoder", "ple_offload_embedding", "speculative_enable_w4a4_mxfp4_megamoe",
 })
 
 # JSON-valued fields: a dict option (frozen by EngineConfig into sorted pairs) is sent as JSON.
@@ -232,8 +227,6 @@ class VersionFacts:
     no_cli_fields: frozenset[str] = frozenset()
     #: Three-state bool fields: ``False`` is sent as ``--no-<flag>``.
     negatable_fields: frozenset[str] = frozenset()
-    #: ``/generate`` accepts ``return_prompt_token_ids`` (first in 0.5.13; 0.5.12 lacks it).
-    return_prompt_token_ids: bool = False
     #: ``/flush_cache?timeout=S`` waits for the scheduler to go idle (0.5.23; 0.5.14 not read).
     flush_cache_timeout: bool = False
 
@@ -281,7 +274,6 @@ def facts_for(version: Version) -> VersionFacts:
         algorithms=frozenset(a for a, since in ALGORITHM_SINCE.items() if version >= since),
         no_cli_fields=_NO_CLI_0_5_23 if newest else _NO_CLI_0_5_14 if renamed else frozenset(),
         negatable_fields=_NEGATABLE_0_5_23 if newest else _NEGATABLE_0_5_14 if renamed else frozenset(),
-        return_prompt_token_ids=version >= (0, 5, 13),
         flush_cache_timeout=newest,
     )
 

@@ -1,8 +1,5 @@
-"""The regression gate: compare one case's record against its baseline and give a verdict.
-
-Per-repeat metrics follow the sequential limit rule (:mod:`.sequential`), the match fraction is compared as a fact, and
-runs that differ in machine, meter, engine or scenario are INCOMPARABLE. Pairing, unpaired baselines, block drift and
-ties: docs/design/gate.md, section ``pytest_specenergy/gate/compare.py``."""
+"""The regression gate: one case's record against its baseline, per-repeat metrics by the sequential limit rule, the
+match fraction as a fact, runs on another machine, meter, engine or scenario INCOMPARABLE (docs/design/gate.md)."""
 
 from __future__ import annotations
 
@@ -151,8 +148,7 @@ BLOCKED_ORDER = "blocked order (one engine at a time)"
 
 
 def drift_allowance(block_drift: float, sides: int) -> float:
-    """The block drift allowed for ``sides`` (0-2) runs whose arms were not measured alongside each other; two runs'
-    drifts need not agree (one ran warmer, the other cooler), so the allowances add up on the log scale."""
+    """The block drift allowed for ``sides`` (0-2) unpaired runs, added on the log scale (why: docs/design/gate.md)."""
     return (1.0 + block_drift) ** sides - 1.0 if sides > 0 else 0.0
 
 
@@ -168,8 +164,7 @@ def unpaired_reason(record: CaseRecord) -> str | None:
 
 
 def _baseline_level(record: CaseRecord, key: str) -> tuple[float | None, float, int]:
-    """(geometric mean, variance of that mean on the log scale, its degrees of freedom) of
-    the baseline arm's per-repeat ``key``; (None, nan, 0) without positive values."""
+    """(geometric mean, variance of that mean on the log scale, its df) of the baseline's positive ``key`` values."""
     logs = [math.log(float(v)) for v in record.baseline.values(key) if _positive(v)]
     if not logs:
         return None, math.nan, 0
@@ -178,8 +173,7 @@ def _baseline_level(record: CaseRecord, key: str) -> tuple[float | None, float, 
 
 
 def arm_repeat_values(record: CaseRecord, metric: str, arm: str = "speculative") -> list[float | None]:
-    """Per-repeat values of ``metric`` for a drafter arm (``speculative`` or ``reference``), None where a repeat cannot
-    give it; pair metrics: docs/design/gate.md, ``compare.py``."""
+    """Per-repeat ``metric`` of a drafter arm, None where a repeat has none (pair metrics: docs/design/gate.md)."""
     drafter = record.arm(arm)
     if drafter is None:
         return []
@@ -204,8 +198,7 @@ class BaselineSpread:
 
 
 def baseline_spread(record: CaseRecord, metric: str, values: Sequence[float]) -> BaselineSpread | None:
-    """The :class:`BaselineSpread` of an unpaired record's pair metric (None for a paired
-    record or a per-arm metric); ``var_log`` is nan with fewer than 2 baseline repeats."""
+    """An unpaired record's pair-metric :class:`BaselineSpread` (else None); ``var_log`` nan below 2 repeats."""
     if metric not in _PAIR_METRICS or unpaired_reason(record) is None:
         return None
     _, var, df = _baseline_level(record, _PAIR_METRICS[metric][0])
@@ -220,8 +213,7 @@ _DRIFTING = frozenset(_PAIR_METRICS) | {"energy_per_token", "tbt_ms"}
 
 
 def request_accept_lengths(record: CaseRecord, arm: str = "speculative") -> list[float] | None:
-    """Each request's accept length averaged over the repeats, when every sample of ``arm``
-    carries them for the same number (>= 2) of requests; else None (judged per repeat)."""
+    """Each request's accept length averaged over the repeats of ``arm``, or None (when: docs/design/gate.md)."""
     drafter = record.arm(arm)
     lists = [s.accept_lengths for s in drafter.samples] if drafter is not None else []
     if not lists or any(v is None for v in lists) or len({len(v) for v in lists}) != 1 or len(lists[0]) < 2:
@@ -230,8 +222,7 @@ def request_accept_lengths(record: CaseRecord, arm: str = "speculative") -> list
 
 
 def metric_samples(record: CaseRecord, metric: str) -> list[float]:
-    """The values the gate compares for ``metric``: the speculative arm's defined per-repeat
-    samples, or for ``equivalence`` the one match fraction (:attr:`CaseRecord.matched_fraction`)."""
+    """The values the gate compares: the speculative arm's defined per-repeat ``metric``, or the match fraction."""
     if metric == "equivalence":
         value = record.matched_fraction
         return [] if value is None else [float(value)]
@@ -241,8 +232,7 @@ def metric_samples(record: CaseRecord, metric: str) -> list[float]:
 # -- comparison ---------------------------------------------------------------------------
 def gate_plan(alpha: float = DEFAULT_ALPHA, repeats: int = 3, cap: int = DEFAULT_CAP,
               block_drift: float = DEFAULT_BLOCK_DRIFT) -> SequentialPlan:
-    """The gate's sequential plan: looks at ``repeats`` (at least 2), ``repeats + 2``, ... and
-    ``cap``, REGRESSED at total level ``alpha``, unpaired arms allowing ``block_drift``."""
+    """The gate's plan: looks at ``repeats`` (at least 2), ``repeats + 2``, ... and ``cap``, total level ``alpha``."""
     start = max(2, int(repeats))
     return SequentialPlan(start=start, step=2, cap=max(int(cap), start), alpha=alpha, block_drift=block_drift)
 
@@ -362,8 +352,7 @@ def compare_case(baseline_record: CaseRecord | None, current_record: CaseRecord,
                  alpha: float = DEFAULT_ALPHA, *, baseline_info: dict[str, Any] | None = None,
                  current_info: dict[str, Any] | None = None, plan: SequentialPlan | None = None,
                  seed: int = 0, resamples: int = 5000) -> CaseComparison:
-    """Compare a case's record with its baseline record. ``baseline_info`` / ``current_info``
-    add run-level facts (``machine_key``) to what the records say (:func:`run_info`)."""
+    """A case's record against its baseline; ``*_info`` add run facts (``machine_key``) to :func:`run_info`'s."""
     case_id = current_record.key
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
@@ -381,8 +370,7 @@ def compare_case(baseline_record: CaseRecord | None, current_record: CaseRecord,
 
 def _stored_row(limit: FailLimit, baseline_record: CaseRecord, current_record: CaseRecord, alpha: float,
                 plan: SequentialPlan, seed: int, resamples: int) -> MetricRow:
-    """One metric of a case against its stored record; a pair metric of an unpaired record
-    (either side) carries the baseline's spread and allows the plan's block drift."""
+    """One metric against the stored record; an unpaired pair metric carries the baseline spread and block drift."""
     base, cur = metric_samples(baseline_record, limit.metric), metric_samples(current_record, limit.metric)
     spreads = [s for s in (baseline_spread(baseline_record, limit.metric, base),
                            baseline_spread(current_record, limit.metric, cur)) if s is not None]
@@ -457,8 +445,7 @@ def compare_documents(baseline_document: RunDocument, current_document: RunDocum
 
 
 def repeats_needed(comparison: CaseComparison) -> int:
-    """How many repeats of every arm the plan's next look needs: the largest ``more_repeats``
-    of the INCONCLUSIVE per-repeat rows (0 when anything else decides the case)."""
+    """Repeats of each arm the next look needs: INCONCLUSIVE per-repeat rows' largest ``more_repeats`` (else 0)."""
     if comparison.verdict is not Verdict.INCONCLUSIVE:
         return 0
     return max((r.more_repeats for r in comparison.rows

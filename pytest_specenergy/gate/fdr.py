@@ -1,7 +1,5 @@
-"""False-discovery-rate control across a suite's gated comparisons (Benjamini-Hochberg).
-
-Off by default. Expected false alarms, the fail-now / pass-now / pending split that lets each test decide while it runs,
-and the dependence assumptions: docs/design/gate.md, section ``pytest_specenergy/gate/fdr.py``."""
+"""False-discovery-rate control across a suite's gated comparisons (Benjamini-Hochberg), off by default; false alarms,
+the fail-now / pass-now / pending split and dependence: docs/design/gate.md, ``fdr.py``."""
 
 from __future__ import annotations
 
@@ -24,8 +22,7 @@ def _harmonic(n: int) -> float:
 
 
 def bh_adjust(pvalues: ArrayLike, *, method: str = "bh") -> np.ndarray:
-    """Benjamini-Hochberg (or -Yekutieli) adjusted p-values, in the input order: ``adjusted[i]
-    <= Q`` exactly when the step-up procedure at level Q rejects i. NaN entries stay out and NaN."""
+    """BH (or BY) adjusted p-values in input order: ``adjusted[i] <= Q`` iff step-up at Q rejects i; NaN stays NaN."""
     if method not in METHODS:
         raise ValueError(f"unknown FDR method {method!r}; expected one of {METHODS}")
     p = np.asarray(pvalues, dtype=float).ravel()

@@ -124,8 +124,7 @@ class Gatekeeper:
         return self._run[0], self._run[1], None
 
     def latency_references(self, machine_keys: set[str | None]) -> dict[str, tuple[RunDocument | None, str, bool]]:
-        """Per machine key, the compare run latency targets are judged against: (the run or None,
-        its file or why there is none, whether that fails the session: an unusable one does)."""
+        """Per machine key, the compare run latency targets are judged against: (run or None, file or why, fatal)."""
         if not self.compare:
             return {}
         refs = {}

@@ -1,8 +1,5 @@
-"""Machine description and the machine *key* that run history is stored under, and the comparability facts the gate
-checks (:func:`run_info`, :func:`comparable`).
-
-The key is built from stable fields only; why, and the ``info`` dict it reads: docs/design/gate.md, section
-``pytest_specenergy/gate/machine.py``."""
+"""Machine description, the machine key run history is stored under (stable fields only) and the comparability facts the
+gate checks (:func:`run_info`, :func:`comparable`); why, and the ``info`` read: docs/design/gate.md, ``machine.py``."""
 
 from __future__ import annotations
 
@@ -32,25 +29,6 @@ def slugify(text: str) -> str:
     return slug or "unknown"
 
 
-def _meter(info: Mapping[str, Any]) -> Mapping[str, Any]:
-    meter = info.get("meter") or {}
-    return meter if isinstance(meter, Mapping) else {"kind": str(meter)}
-
-
-def _preset(meter: Mapping[str, Any], kind: str) -> str:
-    preset = meter.get("preset")
-    if isinstance(preset, Mapping) and preset.get("name"):
-        return str(preset["name"])
-    return kind.split(":", 1)[1] if ":" in kind else "unknown"
-
-
-def _gpus(info: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    gpus = info.get("gpus")
-    if gpus is None:
-        gpus = _meter(info).get("gpus")
-    return [g for g in (gpus or []) if isinstance(g, Mapping)]
-
-
 def _power_w(gpu: Mapping[str, Any]) -> int | None:
     for key, scale in (("power_limit_w", 1.0), ("power_limit", 1.0),
                        ("enforced_power_limit_mw", 1e-3), ("power_limit_mw", 1e-3)):
@@ -72,12 +50,19 @@ def _engine_part(info: Mapping[str, Any]) -> str | None:
 
 def _key_parts(info: Mapping[str, Any]) -> dict[str, str | None]:
     """The key's part for each of :data:`KEY_FIELDS` (None: left out)."""
-    meter = _meter(info)
+    meter = info.get("meter") or {}
+    meter = meter if isinstance(meter, Mapping) else {"kind": str(meter)}
     kind = str(meter.get("kind") or "")
     if kind.startswith("modeled"):
+        preset = meter.get("preset")
+        if isinstance(preset, Mapping) and preset.get("name"):
+            preset_name = str(preset["name"])
+        else:
+            preset_name = kind.split(":", 1)[1] if ":" in kind else "unknown"
         # The modeled preset is the GPU part (a second copy as the meter part would only lengthen keys).
-        return {"gpu": f"modeled-{_preset(meter, kind)}-cpu", "engine": _engine_part(info)}
-    gpus = _gpus(info)
+        return {"gpu": f"modeled-{preset_name}-cpu", "engine": _engine_part(info)}
+    listed = info.get("gpus")
+    gpus = [g for g in (meter.get("gpus") if listed is None else listed) or [] if isinstance(g, Mapping)]
     counts = Counter(str(g.get("name") or "unknown-gpu") for g in gpus)
     watts = sorted({w for w in (_power_w(g) for g in gpus) if w is not None})
     drivers = sorted({str(g["driver"]) for g in gpus if g.get("driver")})

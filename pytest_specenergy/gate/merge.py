@@ -1,7 +1,5 @@
-"""Merging run shards: one matrix split over several CI machines becomes one run.
-
-Shards are refused - never silently mixed - when they could not have been one run: another schema, another machine key,
-meter or engine version, or the same test measured twice."""
+"""Merging run shards (one matrix split over several CI machines) into one run; shards that could not have been one run
+(another schema, machine key, meter or engine version, or a test measured twice) are refused, never mixed."""
 
 from __future__ import annotations
 

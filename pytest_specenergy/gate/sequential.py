@@ -1,8 +1,5 @@
-"""Sequential, limit-based verdicts for per-repeat samples (energy per token and the like).
-
-Every comparison tests "the change is within the limit": REGRESSED iff the change's lower bound lies beyond it, at any
-repeat count. Statistics, the look plan, error spending and block drift: docs/design/gate.md, section
-``pytest_specenergy/gate/sequential.py``."""
+"""Sequential, limit-based verdicts for per-repeat samples: REGRESSED iff the change's lower bound is past the limit,
+at any repeat count (statistics, look plan, error spending, block drift: docs/design/gate.md, ``sequential.py``)."""
 
 from __future__ import annotations
 
@@ -153,8 +150,7 @@ class SequentialResult:
 
 # -- bounds on the log scale ----------------------------------------------------------------
 def _bounds(limit: float, worse: str, absolute: bool = False) -> tuple[float, float]:
-    """(regression bound, improvement bound) on the log-ratio scale for a relative limit, or
-    on the value scale for an ``absolute`` one (a difference in the metric's unit)."""
+    """(regression, improvement) bound: log-ratio scale for a relative limit, the metric's unit if ``absolute``."""
     if worse not in WORSE_DIRECTIONS:
         raise ValueError(f"worse must be 'up' or 'down', got {worse!r}")
     if not limit >= 0 or not math.isfinite(limit):
@@ -192,8 +188,7 @@ def _prefix_moments(x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 def _look_stats(current: np.ndarray, reference: np.ndarray | None, n: int,
                 ref_moments: tuple[np.ndarray, np.ndarray] | None, session_sd: float = 0.0,
                 session_df: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(estimate, standard error, degrees of freedom) at a look of ``n`` current repeats; with
-    ``session_df`` (an unpaired baseline's repeats - 1) ``session_sd`` enters the df too."""
+    """(estimate, standard error, df) at ``n`` current repeats; with ``session_df``, ``session_sd`` enters the df."""
     mean_c, var_c = _prefix_moments(current, n)
     a = var_c / n
     if reference is None:  # paired: current holds per-repeat log differences
@@ -300,8 +295,7 @@ def _projection(est: float, se_per_unit: float, ref_var_term: float, bound: floa
 
 def _one_case(x: np.ndarray, y: np.ndarray | None, method: str, *, limit: float, worse: str, plan: SequentialPlan,
               session_sd: float, absolute: bool, drift: float, session_df: float | None = None) -> SequentialResult:
-    """The sequential verdict of one case: ``x`` the current side's (log) values and ``y`` the
-    stored side's, or ``y`` None and ``x`` the paired per-repeat differences."""
+    """One case's verdict: ``x`` current and ``y`` stored (log) values, or ``y`` None and ``x`` paired differences."""
     if x.size < 2:  # no look possible yet: only the estimate so far
         estimate = x.mean() - y.mean() if y is not None else (x.mean() if x.size else np.nan)
         arrays = SequentialArrays(np.zeros(1, int), np.zeros(1, int), np.array([x.size]), np.array([estimate]),

@@ -1,7 +1,5 @@
-"""The gate's defaults and the storage setting's parser: what every plugin start reads.
-
-Kept apart from :mod:`.limits` and :mod:`.storage` (which import them from here) so that the options table can show and
-check them without loading the gate (issue 24, item 8)."""
+"""The gate's defaults and the storage setting's parser, apart from :mod:`.limits` and :mod:`.storage` (which import
+them from here) so that the options table can show and check them without loading the gate (issue 24, item 8)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Run history and committed golden baselines, on disk: :class:`RunStore` and :class:`GoldenStore`.
-
-Files are validated on load and never overwritten or deleted when bad; writes are atomic. The layout and the rules:
-docs/design/gate.md, section ``pytest_specenergy/gate/storage.py``."""
+"""Run history and committed golden baselines on disk (:class:`RunStore`, :class:`GoldenStore`): files are validated on
+load, never overwritten or deleted when bad, and written atomically (layout: docs/design/gate.md, ``storage.py``)."""
 
 from __future__ import annotations
 
@@ -123,8 +121,7 @@ def _read_json(path: Path, kind: str) -> dict[str, Any]:
 
 
 def load_run(path: str | Path) -> RunDocument:
-    """Load and validate a run file (a saved run or a ``--specenergy-json`` document); raises
-    :class:`StorageError` naming the file, the record and the field it refuses."""
+    """Load and check a saved or ``--specenergy-json`` run file; a :class:`StorageError` names file, record, field."""
     from pytest_specenergy.document import RUN_KIND
     from pytest_specenergy.document import DocumentError
     from pytest_specenergy.document import RunDocument
@@ -150,8 +147,7 @@ class StoredRun:
 
 
 class RunStore:
-    """The run history (``--specenergy-save`` / ``--specenergy-compare``) under one folder,
-    one subfolder per machine key, files ``NNNN_<name>_<stamp>.json``."""
+    """The run history under one folder: a subfolder per machine key, files ``NNNN_<name>_<stamp>.json``."""
 
     def __init__(self, root: str | Path = DEFAULT_STORAGE) -> None:
         self.root = storage_path(root)

@@ -27,8 +27,7 @@ from pytest_specenergy.gate.verdict import Verdict
 
 @dataclass(frozen=True)
 class SuiteVerdict:
-    """What the suite decided: sections to print, whether the session fails, and the run
-    document's ``fdr`` and ``latency_targets`` blocks."""
+    """The suite's sections to print, whether the session fails, and the document's ``fdr`` and ``latency_targets``."""
 
     sections: tuple[Section, ...] = ()
     failed: bool = False
@@ -65,8 +64,7 @@ def _fdr(records: Sequence[CaseRecord], q: float, n_collected: int) -> tuple[Sec
 
 def _latency(records: Sequence[CaseRecord], targets: Sequence[float], references: dict[str, Any],
              plan: SequentialPlan) -> tuple[Section, dict[str, Any]]:
-    """Per latency target the lowest-energy configuration meeting it, each judged against the
-    reference run's where ``references`` has one for its machine key."""
+    """Per latency target the lowest-energy configuration meeting it, judged against its machine key's reference run."""
     choices = latency_choices(records, targets)
     lines = [choice.line() for choice in choices]
     failures: list[str] = []
@@ -99,8 +97,7 @@ def verdict_counts(records: Sequence[CaseRecord]) -> str | None:
 def judge_suite(records: Sequence[CaseRecord], *, plan: SequentialPlan, fdr_q: float | None = None,
                 fdr_collected: int = 0, latency_targets: Sequence[float] = (),
                 references: dict[str, tuple[RunDocument | None, str, bool]] | None = None) -> SuiteVerdict:
-    """Every suite-level verdict of a finished session; ``references``: as
-    :meth:`~pytest_specenergy.gate.gatekeeper.Gatekeeper.latency_references` gives them."""
+    """Every suite-level verdict of a session (``references``: as :meth:`.Gatekeeper.latency_references` gives them)."""
     sections: list[Section] = []
     fdr = latency = None
     if latency_targets:

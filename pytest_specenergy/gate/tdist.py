@@ -1,7 +1,5 @@
-"""Student's t distribution with numpy only (scipy is not a dependency of the plugin).
-
-Vectorized, so the simulation and the gate get the very same numbers; the methods: docs/design/gate.md, section
-``pytest_specenergy/gate/tdist.py``."""
+"""Student's t distribution with numpy only (scipy is not a dependency), vectorized so that the simulation and the gate
+get the very same numbers (the methods: docs/design/gate.md, ``tdist.py``)."""
 
 from __future__ import annotations
 
@@ -85,8 +83,7 @@ def betainc(a: ArrayLike, b: ArrayLike, x: ArrayLike) -> np.ndarray:
 
 
 def t_sf(t: ArrayLike, df: ArrayLike) -> np.ndarray:
-    """Upper-tail probability P(T > t) of Student's t with ``df`` > 0 degrees of freedom; ``t`` may
-    be +-inf (giving 0 or 1), ``df = inf`` gives the standard normal tail."""
+    """Upper tail P(T > t) of Student's t, ``df`` > 0; ``t = +-inf`` gives 0 or 1, ``df = inf`` the normal tail."""
     t, df = np.broadcast_arrays(np.asarray(t, float), np.asarray(df, float))
     if np.any(~(df > 0)):
         raise ValueError("degrees of freedom must be positive")

@@ -38,8 +38,7 @@ Drafts = tuple[tuple[tuple[int, ...], ...], ...]
 # Send times and a window's wall time read ``_clock`` (perf_counter): a test that steps ``time.monotonic`` to drive
 # the loop count must not see these reads.
 
-#: The ``grouping`` of a prefill-only window that was priced from the full window's own prefill steps rather than
-#: run (:meth:`ArmMeasurer._prefill_window`).
+#: The ``grouping`` of a prefill-only window priced from the full window's prefill steps rather than run.
 PRICED = "priced from the full window's prefill steps"
 
 _rid_counter = itertools.count()
@@ -177,7 +176,6 @@ class ArmMeasurer:
 
         def worker() -> None:
             while True:
-                end_now = False
                 with lock:
                     if errors:
                         return
@@ -300,15 +298,14 @@ class ArmMeasurer:
         """The prefill-only window of what ``full`` prefilled: its own prefill forwards where the meter priced them
         (the twin's), else or with ``run_twin`` the twin run (``docs/design/measure.md``, "Pricing the twin")."""
         priced = full.energy.prefill_only
-        if priced is None or self.run_twin or full.energy.request_decode_seconds is None:
-            return self._prefill_twin(full)
-        return _Window(priced, full.loops, (), (), {}, tuple(full.indices[p] for p in full.prefilled()),
-                       grouping=PRICED)
-
-    def _prefill_twin(self, full: _Window) -> _Window:
-        """The prefill-only window of what ``full`` prefilled, grouped as ``full`` prefilled it."""
         prefilled = full.prefilled()
-        groups, source = prefill_groups(full.counters, prefilled, full.sent, _send_gap_s(full))
+        if priced is not None and not self.run_twin and full.energy.request_decode_seconds is not None:
+            return _Window(priced, full.loops, (), (), {}, tuple(full.indices[p] for p in prefilled), grouping=PRICED)
+        # The twin, grouped as ``full`` prefilled it; sends within half a decode step (wall clock; a default without
+        # steps) are one step's refills.
+        steps = full.concurrency.get("steps")
+        gap_s = 0.5 * full.wall_s / steps if steps and full.wall_s > 0 else DEFAULT_SEND_GAP_S
+        groups, source = prefill_groups(full.counters, prefilled, full.sent, gap_s)
         at = {position: i for i, position in enumerate(prefilled)}
         # Twin positions follow full.prefilled(), so the per-request TBT pairs them up.
         twin_groups = tuple(tuple(at[p] for p in group) for group in groups)
@@ -392,16 +389,19 @@ class ArmMeasurer:
         outputs, finish = self._complete(full)
         if unlike:
             sample = dataclasses.replace(sample, window={**sample.window, "rerun_decode_seconds": unlike})
+        # The share of the pool's decode tokens (whole outputs less prefill's first token) made inside the window, per
+        # loop: arms whose windows close at different points cover different requests (issue 21 item 3).
+        pool = sum(max(len(o) - 1, 0) for o in outputs)
+        sample = dataclasses.replace(sample, coverage=full.decode_tokens_per_loop / pool if pool else None)
         # Every arm but the baseline (the speculative arm, an A/B reference or a replay) has speculative counters.
         problems = [] if arm == "baseline" else [
             p for loop in full.loop_counters for p in counter_problems(loop, self.case.drafter.num_draft_tokens)]
         replay_problems = (f"{full.replay_misses} verify step(s) had no recorded draft of the drafter's width to "
                            "replay: the run is not like for like",) if full.replay_misses else ()
         return ArmRepeat(
-            sample=dataclasses.replace(sample, coverage=coverage(full, outputs)), outputs=outputs, finish=finish,
+            sample=sample, outputs=outputs, finish=finish, started=started,
             concurrency={**full.concurrency, "rerun_means": list(dropped)} if dropped else full.concurrency,
-            stable=full.loops_agree, problems=tuple(problems), replay_problems=replay_problems,
-            started=started, finished=time.time())
+            stable=full.loops_agree, problems=tuple(problems), replay_problems=replay_problems, finished=time.time())
 
     def result(self, arm: str, repeats: Sequence[ArmRepeat]) -> RunResult:
         """The arm's record over ``repeats``."""
@@ -486,12 +486,6 @@ def arm_concurrency(batch: int, windows: Sequence[dict[str, Any]], pool: int) ->
             **({"rerun_means": reruns} if reruns else {})}
 
 
-def _send_gap_s(full: _Window) -> float:
-    """Half a decode step of the full window (wall clock; a default without steps): one step's refills group."""
-    steps = full.concurrency.get("steps")
-    return 0.5 * full.wall_s / steps if steps and full.wall_s > 0 else DEFAULT_SEND_GAP_S
-
-
 def _misses(before: dict[str, Any], after: dict[str, Any]) -> int:
     """Replay misses between two ``/server_info`` answers (cumulative ``internal_states[0].spec_replay_misses``)."""
     start, end = (((at.get("internal_states") or [{}])[0] or {}).get("spec_replay_misses") for at in (before, after))
@@ -530,13 +524,6 @@ def _sample(prefill: _Window, full: _Window) -> RepeatSample:
                         proposed_drafts=_per_loop_total(full, "spec_num_proposed_drafts"), loops=full.loops,
                         window={"full": _window_facts(full), "prefill": _window_facts(prefill)},
                         accept_lengths=request_accept_lengths(full.counters))
-
-
-def coverage(full: _Window, outputs: Sequence[Sequence[int]]) -> float | None:
-    """The share of the pool's decode tokens (whole outputs less prefill's first token) made inside ``full``, per
-    loop: arms whose windows close at different points cover different requests (issue 21 item 3)."""
-    pool = sum(max(len(o) - 1, 0) for o in outputs)
-    return full.decode_tokens_per_loop / pool if pool else None
 
 
 def request_accept_lengths(counters: Sequence[RequestCounters]) -> tuple[float, ...] | None:

@@ -152,16 +152,9 @@ MAX_CONCURRENCY_GAP_SHARE = 0.05
 MAX_COVERAGE_GAP = 0.10
 
 
-def coverage_gap_bound(batch: int, pool: int) -> float:
-    """The coverage gap past which ``coverage-differs`` fails (past 10 points it warns): :data:`MAX_COVERAGE_GAP`,
-    or more where the pool allows it: at the window's close ``batch - 1`` slots hold unfinished requests, so an arm
-    covers at least ``1 - (batch - 1) / pool`` of equal-length outputs (pool 8 at batch 4: 37.5 points apart)."""
-    return max(MAX_COVERAGE_GAP, (batch - 1) / pool if pool > 0 else 1.0)
-
-
 def arm_agreement_checks(base: Any, spec: Any, batch: int) -> list[Check]:
     """The arms' concurrency and coverage must agree within :data:`MAX_CONCURRENCY_GAP_SHARE` of the batch and
-    :func:`coverage_gap_bound`; a record without the figures (an old file) is not judged."""
+    the coverage gap the pool allows; a record without the figures (an old file) is not judged."""
     found = []
     means = (base.concurrency.get("mean_running"), spec.concurrency.get("mean_running"))
     if None not in means and batch > 0 and abs(means[0] - means[1]) > MAX_CONCURRENCY_GAP_SHARE * batch:
@@ -173,7 +166,10 @@ def arm_agreement_checks(base: Any, spec: Any, batch: int) -> list[Check]:
     if None in cover or abs(cover[0] - cover[1]) <= MAX_COVERAGE_GAP:
         return found
     gap, pool = abs(cover[0] - cover[1]), len(base.outputs)
-    bound = coverage_gap_bound(batch, pool)
+    # Past the bound ``coverage-differs`` fails (past MAX_COVERAGE_GAP it warns): at the window's close ``batch - 1``
+    # slots hold unfinished requests, so an arm covers at least ``1 - (batch - 1) / pool`` of equal-length outputs
+    # (pool 8 at batch 4: 37.5 points apart).
+    bound = max(MAX_COVERAGE_GAP, (batch - 1) / pool if pool > 0 else 1.0)
     said = (f"the arms' windows covered {cover[0]:.1%} (baseline) vs {cover[1]:.1%} (speculative) of the pool's "
             f"decode tokens, {gap:.1%} apart")
     if gap > bound:
@@ -232,13 +228,6 @@ def _pairing_checks(base: Any, spec: Any) -> list[Check]:
     return found
 
 
-def _remeasured(run: Any) -> str:
-    """For a no-decode message: the repeats already measured again (so the failure is no one passing stall)."""
-    again = [t for s in run.samples for t in (s.window or {}).get("rerun_decode_seconds", ())]
-    return (f" (measured again after repeats whose decode time was {', '.join(f'{t:.3g}' for t in again)} s)"
-            if again else "")
-
-
 def _window_checks(base: Any, spec: Any) -> list[Check]:
     """Decode energy (full minus prefill-only window) must stay positive; a prefill share over half leaves little."""
     found = []
@@ -247,10 +236,13 @@ def _window_checks(base: Any, spec: Any) -> list[Check]:
         # and every per-second or per-token-time figure would be nonsense.
         times = [s.decode_seconds for s in run.samples if s.decode_seconds <= 0]
         if times:
+            # The repeats already measured again: the failure is no one passing stall.
+            again = [t for s in run.samples for t in (s.window or {}).get("rerun_decode_seconds", ())]
+            said = f" (measured again after repeats whose decode time was {', '.join(f'{t:.3g}' for t in again)} s)"
             found.append(Check("decode-time-not-positive", "fail", f"{run.arm} arm: decode time {min(times):.3g} s "
                                f"(full-run window minus its prefill-only window) is not positive, so no decode was "
                                f"timed; the windows ran unlike work (a drain, a stall or a cold engine in one of "
-                               f"them){_remeasured(run)}"))
+                               f"them){said if again else ''}"))
             continue
         if any(s.decode_joules <= 0 for s in run.samples):
             found.append(Check("prefill-in-window", "fail", f"{run.arm} arm: a full-run window used no more energy "

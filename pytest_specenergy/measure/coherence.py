@@ -113,9 +113,8 @@ def score_continuation(client: EngineClient, prompt_ids: Sequence[int], continua
         raise CoherenceError(f"input_token_logprobs should have {len(continuation) + 1} entries with "
                              f"entry 0 = None (logprob_start_len={start}); got {str(entries)[:200]}")
     logprobs = [float(e[0]) for e in entries[1:]]
-    if not top_logprobs_num:
-        return logprobs, []
-    return logprobs, _top_entries(meta.get("input_top_logprobs"), len(continuation), top_logprobs_num, start)
+    tops = _top_entries(meta.get("input_top_logprobs"), len(continuation), top_logprobs_num, start) if top else []
+    return logprobs, tops
 
 
 def _top_entries(positions: Any, n: int, top_n: int, start: int) -> list[TopEntries]:
@@ -140,25 +139,8 @@ def _top_entries(positions: Any, n: int, top_n: int, start: int) -> list[TopEntr
 def later_gap(spec_logprobs: Sequence[float], spec_best: Sequence[TopEntries], start: int) -> tuple[float, int | None]:
     """Largest shortfall of a speculative token below the target's best, from ``start`` on, and where (0.0, None)."""
     gaps = [(best[0][0] - lp, k) for k, (lp, best) in enumerate(zip(spec_logprobs, spec_best)) if k >= start]
-    if not gaps:
-        return 0.0, None
-    gap, index = max(gaps)
+    gap, index = max(gaps, default=(0.0, None))
     return max(gap, 0.0), index
-
-
-def divergence_margin(top: TopEntries, baseline_token: int | None, speculative_token: int | None,
-                      stop_ids: Sequence[int] = (), later: tuple[float, int | None] = (0.0, None)) -> DivergenceMargin:
-    """The baseline's top-2 margin at a divergence and whether the arms' tokens are those two. A ``None`` token:
-    that arm's answer ended there, so the other top-2 entry must be one of ``stop_ids`` (without them, no tie can
-    be shown). ``later``: :func:`later_gap` of the speculative text."""
-    (best_lp, best), (second_lp, second) = top[0], top[1]
-    pair = {best, second}
-    if baseline_token is not None and speculative_token is not None:
-        between = {baseline_token, speculative_token} == pair
-    else:
-        other = baseline_token if baseline_token is not None else speculative_token
-        between = other in pair and bool((pair - {other}) & set(stop_ids))
-    return DivergenceMargin(best_lp - second_lp, (best, second), between, *later)
 
 
 def _suffix_mean(values: Sequence[float], start: int) -> float:
@@ -197,10 +179,21 @@ def measure_coherence(client: EngineClient, prompts: Sequence[str], baseline: Se
 def _margin_at(client: EngineClient, prompt_ids: Sequence[int], base: list[int], spec: list[int],
                at: int, base_top: list[TopEntries], stop_ids: Sequence[int],
                later: tuple[float, int | None]) -> DivergenceMargin:
-    """The baseline model's top-2 at position ``at`` given the common prefix ``base[:at]``."""
+    """The baseline model's top-2 at position ``at`` given the common prefix ``base[:at]`` and whether the arms'
+    tokens are those two. A ``None`` token: that arm's answer ended there, so the other top-2 entry must be one of
+    ``stop_ids`` (without them, no tie can be shown). ``later``: :func:`later_gap` of the speculative text."""
     if at < len(base):  # the baseline's own scoring already holds that position
-        return divergence_margin(base_top[at], base[at], spec[at] if at < len(spec) else None, stop_ids, later)
-    # The baseline's answer ended here (its stop token not in output_ids): score the common prefix plus the
-    # speculative arm's next token, which puts the position in the input.
-    top = score_continuation(client, prompt_ids, base + [spec[at]], top_logprobs_num=2)[1]
-    return divergence_margin(top[at], None, spec[at], stop_ids, later)
+        top, base_token, spec_token = base_top[at], base[at], (spec[at] if at < len(spec) else None)
+    else:
+        # The baseline's answer ended here (its stop token not in output_ids): score the common prefix plus the
+        # speculative arm's next token, which puts the position in the input.
+        top = score_continuation(client, prompt_ids, base + [spec[at]], top_logprobs_num=2)[1][at]
+        base_token, spec_token = None, spec[at]
+    (best_lp, best), (second_lp, second) = top[0], top[1]
+    pair = {best, second}
+    if base_token is not None and spec_token is not None:
+        between = {base_token, spec_token} == pair
+    else:
+        other = base_token if base_token is not None else spec_token
+        between = other in pair and bool((pair - {other}) & set(stop_ids))
+    return DivergenceMargin(best_lp - second_lp, (best, second), between, *later)

@@ -52,11 +52,6 @@ class RequestEquivalence:
     #: The baseline's top-2 at the first divergence (None: identical, or not measured).
     divergence_margin: DivergenceMargin | None = None
 
-    @property
-    def margin(self) -> float | None:
-        """Baseline top-2 log-probability margin at the first divergence, nats (None: not measured)."""
-        return None if self.divergence_margin is None else self.divergence_margin.margin
-
     def kind(self, tie_margin: float = DEFAULT_TIE_MARGIN) -> str:
         """``exact``, ``tie`` (a near-tie of the baseline's two best tokens) or ``real``; a divergence whose margin
         was not measured is ``real``: nothing shows it is noise."""
@@ -83,10 +78,11 @@ class RequestEquivalence:
         return f"token {self.first_divergence} of prompt {self.prompt_index} ({why})"
 
     def as_dict(self, tie_margin: float = DEFAULT_TIE_MARGIN) -> dict[str, Any]:
-        """A JSON-ready record."""
+        """A JSON-ready record; ``margin``: the baseline's top-2 margin at the first divergence (None: not measured)."""
+        m = self.divergence_margin
         return {"prompt": self.prompt_index, "first_divergence": self.first_divergence,
-                "margin": self.margin, "class": self.kind(tie_margin),
-                "top2": None if self.divergence_margin is None else self.divergence_margin.as_dict()}
+                "margin": None if m is None else m.margin, "class": self.kind(tie_margin),
+                "top2": None if m is None else m.as_dict()}
 
     @property
     def common_prefix(self) -> int:

@@ -119,9 +119,7 @@ def energy_ratio(baseline_ept: float | None, speculative_ept: float | None) -> f
 
 def fmt(value: float | None, spec: str, suffix: str = "") -> str:
     """A number as text in ``spec``, ``n/a`` when it could not be computed (the one place that happens)."""
-    if value is None:
-        return "n/a"
-    return format(int(value) if spec == "d" else value, spec) + suffix
+    return "n/a" if value is None else format(int(value) if spec == "d" else value, spec) + suffix
 
 
 def show(metric: str, value: float | None) -> str:

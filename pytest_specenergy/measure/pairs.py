@@ -92,9 +92,8 @@ class PairMeasurer:
         self.pool.max_live = self.residency.engines if self.residency.resident else 1
 
     def start_planned(self) -> None:
-        """On an unbounded pool, start the planned cases' reference engines side by side before the first case measures
-        (``docs/design/measure.md``, "Starting engines together"): at most :data:`PRESTART_MAX`, first cases first; not
-        SGLang engines (a CPU one takes a minute and the cores; GPU ones follow :meth:`plan`'s residency)."""
+        """On an unbounded pool, start the planned cases' reference engines (not SGLang's) side by side before the
+        first case measures, at most :data:`PRESTART_MAX` (``docs/design/measure.md``, "Starting engines together")."""
         if self.pool.max_live or not hasattr(self.pool, "start_together"):
             return
         configs = [self.engine_config(config) for case in self.planned for config in _engine_configs(case)
@@ -338,8 +337,7 @@ def _special_ids(server: Any) -> tuple[int, ...]:
 
 def _extend(run: RunResult, more: RunResult) -> RunResult:
     """``run`` with the samples of ``more`` appended (same arm, same engine)."""
-    return dataclasses.replace(
-        run, samples=run.samples + more.samples,
-        outputs_stable=run.outputs_stable and more.outputs_stable and run.outputs == more.outputs,
-        counter_problems=tuple(dict.fromkeys(run.counter_problems + more.counter_problems)),
-        replay_problems=tuple(dict.fromkeys(run.replay_problems + more.replay_problems)))
+    stable = run.outputs_stable and more.outputs_stable and run.outputs == more.outputs
+    return dataclasses.replace(run, samples=run.samples + more.samples, outputs_stable=stable,
+                               counter_problems=tuple(dict.fromkeys(run.counter_problems + more.counter_problems)),
+                               replay_problems=tuple(dict.fromkeys(run.replay_problems + more.replay_problems)))

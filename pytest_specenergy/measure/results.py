@@ -1,7 +1,6 @@
-"""Measurement records: one :class:`RunResult` per arm, a :class:`PairResult` per case. Per-arm metrics read on the
-pair (``r.energy_per_token``, ``r.tbt_ms``) are the speculative arm's; pair metrics (``energy_saving``, ``speedup``,
-equivalence) compare the arms. An ``assert_*`` helper fails with the value, the limit, both arms, the case and the
-figures' source (``measured (nvml)`` or ``modeled (<gpu>)``).
+"""Measurement records: one :class:`RunResult` per arm, a :class:`PairResult` per case, whose per-arm metrics
+(``r.energy_per_token``, ``r.tbt_ms``) are the speculative arm's and pair metrics (``energy_saving``, ``speedup``,
+equivalence) compare the arms. An ``assert_*`` helper fails with the value, the limit, both arms, the case, the source.
 """
 
 from __future__ import annotations
@@ -110,7 +109,6 @@ class PairResult:
     #: In-job A/B: the reference arm's text scored against the baseline, so its ties are told apart too.
     reference_coherence: Coherence | None = None
 
-    # Per-arm metrics are the speculative arm's.
     energy_per_token = _speculative("energy_per_token", "Speculative J per committed token (median over repeats).")
     tbt_ms = _speculative("tbt_ms", "Speculative mean time between tokens, ms.")
     accept_length = _speculative("accept_length", "Speculative tokens committed per verify step.")
@@ -152,8 +150,7 @@ class PairResult:
     @property
     def draft_share(self) -> float | None:
         """The drafter's share of speculative decode energy (:attr:`draft_share_method` says how): measured by draft
-        removal (per repeat cycle ``1 - removal J/token / speculative J/token``, the mean over cycles), else the modeled
-        meter's price of the draft passes, else None (a board meter without removal)."""
+        removal (:func:`metrics.removal_draft_share`), else the modeled meter's price of the draft passes, else None."""
         if self.removal is not None:
             return metrics.removal_draft_share([s.energy_per_token for s in self.speculative.samples],
                                                [s.energy_per_token for s in self.removal.samples])

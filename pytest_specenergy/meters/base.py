@@ -18,10 +18,9 @@ class MeterError(RuntimeError):
 
 @dataclass(frozen=True)
 class EnergyWindow:
-    """Energy and time over one window. ``request_seconds``: each request's active time in it, when the meter knows
-    it (the modeled meter; a board counter leaves it to the engine's ``e2e_latency``). ``request_decode_seconds``: its
-    decode, verify and draft part: time between tokens without subtracting another window's prefill, whose batching
-    differs at large batch."""
+    """Energy and time over one window. ``request_seconds``: each request's active time in it, when the meter knows it
+    (the modeled meter; a board counter leaves it to ``e2e_latency``). ``request_decode_seconds``: its decode, verify
+    and draft part, time between tokens without another window's prefill (whose batching differs at large batch)."""
 
     joules: float
     seconds: float

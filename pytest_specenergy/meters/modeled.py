@@ -88,9 +88,8 @@ def _cuda_graph(info: Mapping[str, Any], engine: Any) -> bool:
 def _traced_moe(shape_json: Any) -> TracedMoe | None:
     if not isinstance(shape_json, Mapping):
         return None
-    experts, per_token = int(shape_json.get("num_experts") or 0), int(shape_json.get("num_experts_per_tok") or 0)
-    layers = int(shape_json.get("num_layers") or 0)
-    return TracedMoe(experts, per_token, layers) if experts and per_token and layers else None
+    sizes = [int(shape_json.get(key) or 0) for key in ("num_experts", "num_experts_per_tok", "num_layers")]
+    return TracedMoe(*sizes) if all(sizes) else None
 
 
 def _resolve(name: Any) -> ModelShape | None:
@@ -175,18 +174,17 @@ def window_from_steps(steps: Iterable[Mapping[str, Any]], gpu: GpuPreset,
     """Sum modeled step costs; attribute each step's time to the requests in it."""
     pricing = pricing or Pricing(gpu)
     joules = seconds = 0.0
-    moved = flops = count = compute_bound = 0
+    moved = flops = count = compute_bound = 0  # count: steps seen
     per_request: dict[str, float] = {}
     decoding_s: dict[str, float] = {}  # per request, its decode, verify and draft steps only
     by_phase: dict[str, dict[str, float]] = {}
     joules_by_phase = {"prefill": 0.0, "decode": 0.0, "verify": 0.0, "draft": 0.0}
     joules_by_model = {"target": 0.0, "draft": 0.0}
     work = {"verify": [0, 0], "decode": [0, 0]}  # target steps: [flops, bytes]
-    for step in steps:
+    for count, step in enumerate(steps, 1):
         model = str(step.get("model", "target"))
         phase = str(step.get("phase", "?"))
         cost = step_cost(step, gpu, pricing.shape(model), pricing.cuda_graph, pricing.traced_moe.get(model))
-        count += 1
         joules += cost.joules
         seconds += cost.seconds
         moved += cost.bytes

@@ -15,7 +15,6 @@ from pytest_specenergy.meters.shapes import ForwardCost
 from pytest_specenergy.meters.shapes import ModelShape
 from pytest_specenergy.meters.shapes import forward_cost
 from pytest_specenergy.meters.shapes import verify_cost
-from pytest_specenergy.meters.shapes import verify_intensity
 
 
 def overhead_s(shape: ModelShape, cuda_graph: bool = True) -> float:
@@ -86,10 +85,3 @@ def predict(shape: ModelShape, verified: int, context: int, gpu: str | GpuPreset
             break_even_accept_length=spec_j / decode.joules, decode_step_s=decode.seconds, spec_step_s=spec_s,
             speedup=accept_length * decode.seconds / spec_s if accept_length else None))
     return out
-
-
-def crossover_batch(shape: ModelShape, verified: int, context: int, gpu: str | GpuPreset,
-                    batches: Sequence[int] = DEFAULT_BATCHES) -> int | None:
-    """The first batch whose verify step is compute-bound on ``gpu`` (None if none is)."""
-    balance = gpu_preset(gpu).balance_point
-    return next((b for b in batches if verify_intensity(shape, b, verified, context) > balance), None)

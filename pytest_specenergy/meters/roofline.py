@@ -33,14 +33,11 @@ PRESETS: dict[str, GpuPreset] = {
     "h200": GpuPreset("h200", 4.3e12, 4.3e12 * 163, 130.0, 8.0e-11, 8.0e-13, 12e-6),
 }
 
-# --- step overhead (why these numbers: ``docs/design/meters-report-cli.md``) -------------------------------------
-# With CUDA graphs (SGLang's default for decode and verify) a forward is one graph replay plus the scheduler's per-step
-# bookkeeping, whatever the model's depth; without, every kernel is launched from Python (~5 us each) on top of it.
+# --- step overhead: a graph replay, or a launch per kernel (why these numbers: ``docs/design/meters-report-cli.md``) -
 GRAPH_STEP_S = 20e-6
 KERNEL_LAUNCH_S = 5e-6
 EAGER_STEP_S = 20e-6
-# Kernels of an eager forward: per dense decoder layer, extra per routed-MoE MLP, extra per Gated DeltaNet layer, and
-# outside the layers.
+# Kernels of an eager forward: per dense layer, extra per routed-MoE MLP, extra per Gated DeltaNet layer, outside.
 KERNELS_DENSE_LAYER = 10
 KERNELS_MOE_EXTRA = 5
 KERNELS_LINEAR_EXTRA = 2

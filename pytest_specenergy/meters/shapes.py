@@ -1,5 +1,5 @@
 """Real model shapes and the work of one forward pass at a shape (what :func:`forward_cost` counts and how it was
-checked against the paper: ``docs/design/meters-report-cli.md``); :mod:`.prediction`'s names are re-exported here."""
+checked against the paper: ``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 
@@ -101,8 +101,7 @@ class ModelShape:
     def linear_params(self) -> int:
         """Input projections, conv and output projection of one Gated DeltaNet layer."""
         value = self.linear_value_heads * self.linear_value_dim
-        return (self.hidden * self.linear_in_width + self.linear_conv_dim * self.linear_conv_kernel
-                + value * self.hidden)
+        return self.hidden * (self.linear_in_width + value) + self.linear_conv_dim * self.linear_conv_kernel
 
     @property
     def expert_params(self) -> int:
@@ -207,10 +206,8 @@ def forward_cost(shape: ModelShape, rows: int, query_tokens_per_row: Sequence[in
     one int for all). ``experts_touched[l]``: distinct routed experts layer ``l`` reads (default: the uniform-routing
     expectation); ``logit_rows``: positions needing logits (default: every query token); ``per_position_states``: a
     verify step, where linear attention writes one state per query token."""
-    query = [int(query_tokens_per_row)] * rows if isinstance(query_tokens_per_row, int) else \
-        [int(q) for q in query_tokens_per_row]
-    context = [int(context_lens_per_row)] * rows if isinstance(context_lens_per_row, int) else \
-        [int(c) for c in context_lens_per_row]
+    query, context = ([int(lengths)] * rows if isinstance(lengths, int) else [int(n) for n in lengths]
+                      for lengths in (query_tokens_per_row, context_lens_per_row))
     if len(query) != rows or len(context) != rows:
         raise ValueError(f"{rows} rows but {len(query)} query lengths and {len(context)} context lengths")
     tokens = sum(query)
@@ -246,11 +243,6 @@ def forward_cost(shape: ModelShape, rows: int, query_tokens_per_row: Sequence[in
 def verify_cost(shape: ModelShape, batch: int, verified: int, context: int) -> ForwardCost:
     """The verify forward: ``batch`` rows of ``verified`` tokens over ``context`` cached tokens each."""
     return forward_cost(shape, batch, verified, context, per_position_states=verified > 1)
-
-
-def verify_intensity(shape: ModelShape, batch: int, verified: int, context: int) -> float:
-    """FLOP/byte of the verify step (``verified=1`` is a plain decode step)."""
-    return verify_cost(shape, batch, verified, context).intensity
 
 
 # ------------------------------------------------------------------------------------ registry
@@ -302,15 +294,3 @@ for _layers, _suffix in ((4, ""), (2, "-draft")):
         vocab=_TINY_VOCAB, attn_output_gate=True, layer_pattern=(LINEAR, FULL), linear_key_heads=2,
         linear_value_heads=4, linear_key_dim=32, linear_value_dim=32, linear_conv_kernel=4, state_dtype_bytes=2,
         description=_TINY)
-
-
-_PREDICTION_NAMES = ("DEFAULT_BATCHES", "Prediction", "crossover_batch", "overhead_s", "predict", "price")
-
-
-def __getattr__(name: str) -> object:
-    # The predictions price shapes, so they live in .prediction (which imports this module).
-    if name in _PREDICTION_NAMES:
-        from pytest_specenergy.meters import prediction
-
-        return getattr(prediction, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -87,8 +87,7 @@ class ModelShape:
         kv_tokens = sum(q + c for q, c in zip(query_tokens, context_lens))
         state_touches = sum(int(c > 0) + (q if per_position_states else 1) for q, c in zip(query_tokens, context_lens))
         weight_elems = self.final_norm_params + distinct_tokens * self.hidden_size
-        flop_count = 0
-        kv_elems = 0
+        flop_count = kv_elems = 0
         for idx, layer in enumerate(self.layers):
             weight_elems += layer.mixer_matmul_params + layer.mlp_dense_matmul_params + layer.small_params
             flop_count += 2 * tokens * (layer.mixer_matmul_params + layer.mlp_dense_matmul_params)
@@ -137,8 +136,7 @@ def _layer_shape(layer: torch.nn.Module, kind: str, config: object) -> LayerShap
         num_experts = _cfg(config, "num_experts", "num_local_experts", "n_routed_experts")
         if isinstance(experts, torch.nn.ModuleList):
             num_experts = num_experts or len(experts)
-        total = sum(p.numel() for p in experts.parameters())
-        expert_params = total // max(num_experts, 1)
+        expert_params = sum(p.numel() for p in experts.parameters()) // max(num_experts, 1)
         top_k = _cfg(config, "num_experts_per_tok", "top_k", default=1)
         mlp_dense -= sum(p.numel() for p in experts.parameters() if p.ndim >= 2)
     small = sum(p.numel() for p in layer.parameters() if p.ndim < 2)
@@ -147,10 +145,8 @@ def _layer_shape(layer: torch.nn.Module, kind: str, config: object) -> LayerShap
     kv_heads = _cfg(config, "num_key_value_heads") or heads
     kv_elems = attn_pair = state_elems = state_flops = 0
     if kind == "linear_attention":
-        nv = _cfg(config, "linear_num_value_heads")
-        nk = _cfg(config, "linear_num_key_heads")
-        dk = _cfg(config, "linear_key_head_dim")
-        dv = _cfg(config, "linear_value_head_dim")
+        nv, nk = _cfg(config, "linear_num_value_heads"), _cfg(config, "linear_num_key_heads")
+        dk, dv = _cfg(config, "linear_key_head_dim"), _cfg(config, "linear_value_head_dim")
         kernel = _cfg(config, "linear_conv_kernel_dim", default=4)
         conv_dim = 2 * nk * dk + nv * dv
         state_elems = conv_dim * kernel + nv * dk * dv

@@ -122,8 +122,6 @@ class BlockDrafter(DraftCache):
 
     def __init__(self, runner: ModelRunner, block_size: int, pad_id: int) -> None:
         super().__init__(runner, block_size - 1, pad_id)
-        self.block_size = block_size
-        self.placeholder = pad_id
 
     def propose(self, rows: Sequence[Row]) -> list[list[int]]:
         """Feed ``pending + placeholders`` per row in one forward; read the drafts off it."""
@@ -136,7 +134,7 @@ class BlockDrafter(DraftCache):
         r_idx: list[int] = []
         c_idx: list[int] = []
         for b, p in enumerate(pending):
-            block = [*p, *([self.placeholder] * k)]
+            block = [*p, *([self.pad_id] * k)]  # the pending tokens, then k placeholders
             ids[b, : len(block)] = torch.tensor(block, dtype=torch.long)
             valid[b, : len(block)] = True
             r_idx.extend([b] * k)

@@ -49,11 +49,8 @@ class ReferenceEngine:
         if "numerical-noise" in config.faults:
             self.runner.noise_scale = config.numerical_noise_scale
             self.runner.seed = config.seed
-        self.draft: LoadedModel | None = None
-        self.draft_runner: ModelRunner | None = None
-        if config.drafter in ("draft_model", "block"):
-            self.draft = self._load_draft(config)
-            self.draft_runner = ModelRunner(self.draft.model, "draft", self.trace)
+        self.draft = self._load_draft(config) if config.drafter in ("draft_model", "block") else None
+        self.draft_runner = ModelRunner(self.draft.model, "draft", self.trace) if self.draft is not None else None
         self.stats = EngineStats()
         self.lock = threading.Lock()  # held by the scheduler for each iteration
         self.scheduler = Scheduler(self, self.stats, config.max_running_requests, self.lock)
@@ -76,15 +73,9 @@ class ReferenceEngine:
         """Name of the draft model in use, if any."""
         return self.draft.name if self.draft is not None else None
 
-    @property
-    def busy(self) -> bool:
-        """Whether any request is queued or running."""
-        return self.scheduler.busy
-
     def warmup(self) -> None:
-        """Run one small batch through every path (as SGLang does before it reports ready), keeping first-call costs
-        (lazy allocations, kernel selection) out of the first measured request; then flush the since-flush counters
-        (the trace and lifetime counters keep it)."""
+        """Run one small batch (as SGLang does before it reports ready): first-call costs (lazy allocations, kernel
+        selection) stay out of the first measured request; only the trace and lifetime counters keep it."""
         sampling = SamplingParams(max_new_tokens=8, ignore_eos=True)
         self.generate([GenerationRequest(p, sampling) for p in ((3, 4, 5, 6, 7), (8, 9))])
         self.flush_cache()
@@ -92,7 +83,7 @@ class ReferenceEngine:
     def flush_cache(self) -> bool:
         """Reset the since-flush counters (``step_time_dict``, accept length); the trace and the lifetime
         counters stay. False while busy: as SGLang, only an idle engine flushes."""
-        if self.busy:
+        if self.scheduler.busy:
             return False
         with self.lock:
             self.stats.flush()
@@ -123,8 +114,7 @@ class ReferenceEngine:
         self.scheduler.abort(rid)
 
     def set_admission_cap(self, cap: int) -> None:
-        """Admit at most ``cap`` running requests from the next iteration on (SGLang's
-        ``max_running_requests``, changed at run time); at most the configured maximum."""
+        """SGLang's ``max_running_requests`` set at run time (from the next iteration; at most the configured one)."""
         if not isinstance(cap, int) or isinstance(cap, bool) or not 1 <= cap <= self.config.max_running_requests:
             raise ValueError(f"max_running_requests must be an integer from 1 to the engine's "
                              f"--max-running-requests ({self.config.max_running_requests}), got {cap!r}")
@@ -225,17 +215,14 @@ class ReferenceEngine:
     def verify(self, rows: Sequence[Row], kv: BatchKV, drafter: Drafter) -> None:
         """One speculative step over ``rows`` (the running batch, in cache order): draft, verify ``[last, d1..dK]`` per
         row in one forward, accept, roll back, commit (its section of ``docs/design/refserver.md``)."""
-        cfg = self.config
-        k = cfg.num_draft_tokens
-        faults = cfg.faults
+        k, faults = self.config.num_draft_tokens, self.config.faults
         drafts = drafter.propose(rows)
         n = len(rows)
         ids = torch.tensor([[r.tokens[-1], *d] for r, d in zip(rows, drafts)], dtype=torch.long)
         stale_fault = kv.has_linear and "stale-state-after-empty-draft" in faults
         if stale_fault:
-            # the fault: a zero-draft step reads slot 0 of the previous verify's per-position states, not its last
-            # accepted token's (vLLM #39273, fixed in vLLM #52942 and SGLang #26351): wrong only after a step that
-            # accepted drafts, which then vanish from the state
+            # the fault: a zero-draft step reads slot 0 of the previous verify's states, not its last accepted token's
+            # (vLLM #39273): wrong only after a step that accepted drafts, which then vanish from the state
             for b, row in enumerate(rows):
                 if drafter.empty[b] and row.stale_state is not None:
                     kv.set_row_state(b, row.stale_state)

@@ -44,9 +44,7 @@ def validate_faults(names: Iterable[str]) -> tuple[str, ...]:
 
 def numerical_noise(logits: Any, scale: float, key: tuple[Any, ...]) -> Any:
     """Fault ``numerical-noise``: ``logits * (1 + scale * u)``, ``u`` uniform in [-1/2, 1/2) seeded by ``key`` (seed,
-    phase, the step's batch and query shape): the same step shape always rounds the same way and different shapes
-    differ, as real low-precision kernels do. It moves an argmax only where the top two logits lie within about
-    ``scale * |logit|`` of each other."""
+    phase, step shape), so each step shape rounds its own way (why: the section of ``docs/design/refserver.md``)."""
     import hashlib
 
     import torch

@@ -57,10 +57,8 @@ class BatchKV:
         positions = start[:, None] + torch.cumsum(q_valid.long(), dim=1) - 1
         positions = torch.where(q_valid, positions, torch.zeros_like(positions))
         if s0 == 0 and bool(q_valid.all()):
-            # A fresh cache without padding: plain causal attention, no mask given. SDPA then skips
-            # the masked half instead of adding the dtype minimum to it, bit for bit the same on the
-            # CPU (tests/refserver/test_prefill_mask.py) and faster: a 2,400-token tiny:dense prefill
-            # took 0.55 s, not 0.78 s (benchmarks/engine_setup.py). Both arms prefill alike either way.
+            # A fresh cache without padding: no mask, so SDPA skips the masked half; bit for bit the same on the CPU
+            # (tests/refserver/test_prefill_mask.py) and faster (the section of docs/design/refserver.md).
             return None, positions
         causal = torch.ones((q, q), dtype=torch.bool, device=self.device).tril()
         eye = torch.eye(q, dtype=torch.bool, device=self.device)

@@ -80,12 +80,10 @@ def _sampling(raw: Any, where: str) -> SamplingParams:
 
 def _flag(body: dict[str, Any], key: str) -> bool:
     """A boolean top-level field (absent or null = False)."""
-    value = body.get(key, False)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
+    value = body.get(key)
+    if value is not None and not isinstance(value, bool):
         raise ProtocolError(f"{key} must be true or false, got {value!r}")
-    return value
+    return bool(value)
 
 
 def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:

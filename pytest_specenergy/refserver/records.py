@@ -39,10 +39,9 @@ class EngineConfig:
     replay_proposals: bool = False
 
     def __post_init__(self) -> None:
-        if self.drafter not in DRAFTERS:
-            raise ValueError(f"drafter must be one of {DRAFTERS}, got {self.drafter!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        for name, choices in (("drafter", DRAFTERS), ("dtype", DTYPES)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
         if not (self.device in DEVICES or self.device.startswith("cuda:")):
             raise ValueError(f"device must be one of {DEVICES} (or cuda:N), got {self.device!r}")
         if self.num_draft_tokens < 1:

@@ -108,8 +108,7 @@ class Row:
         """One verify step committed ``committed`` tokens (accepted drafts + bonus, cut at a finish)."""
         self.verify_ct += 1
         self.correct += committed - 1
-        if len(self.hist) < self.k + 1:
-            self.hist.extend([0] * (self.k + 1 - len(self.hist)))
+        self.hist.extend([0] * (self.k + 1 - len(self.hist)))  # nothing when long enough
         self.hist[committed - 1] += 1
 
     def result(self) -> GenerationResult:

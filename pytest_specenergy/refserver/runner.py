@@ -161,9 +161,7 @@ class ModelRunner:
     def rollback_linear(self, kv: BatchKV, snapshot: Sequence[torch.Tensor], keep: Sequence[int], width: int,
                         keep_inputs: bool = False) -> None:
         """Return each row's recurrent state to the state after its first ``keep[b]`` of ``width`` tokens, from
-        ``snapshot`` (taken before a forward run with ``capture_linear=True``) by replaying the kept tokens' captured
-        inputs (how and why: the section of ``docs/design/refserver.md``); ``keep_inputs``: keep those inputs for a
-        second rollback of the same forward."""
+        ``snapshot`` by replaying the kept tokens' captured inputs (the section of ``docs/design/refserver.md``)."""
         rows_fix = [b for b, k in enumerate(keep) if k < width]
         if not rows_fix or not self.probes.linear_modules:
             return

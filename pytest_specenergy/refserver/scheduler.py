@@ -56,9 +56,8 @@ class Scheduler:
             self._cv.notify_all()
 
     def abort(self, rid: str | None = None) -> None:
-        """Abort request ``rid`` (None: every request) at the next iteration. Rows queued, being admitted or running
-        now get a flag each (SGLang ignores an unknown rid): a flag on the scheduler outlived a row that finished in
-        the iteration under way and aborted the next caller's requests."""
+        """Abort request ``rid`` (None: every request; an unknown rid is ignored, as SGLang does) at the next iteration:
+        rows queued, being admitted or running now get a flag each (why: ``docs/design/refserver.md``)."""
         with self._cv:
             for row in [*self.running, *self._admitting, *self._queue]:
                 if (rid is None or row.rid == rid) and row.finish is None:
@@ -143,13 +142,12 @@ class Scheduler:
         if not self.running:
             return
         t0 = time.perf_counter()
-        rows = len(self.running)
         if self.drafter is None:
             self.stepper.decode(self.running, self.kv)
         else:
             self.stepper.verify(self.running, self.kv, self.drafter)
         spent = time.perf_counter() - t0
-        self.stats.decode_step(rows, spent)
+        self.stats.decode_step(len(self.running), spent)
         for row in self.running:
             row.decode_s += spent
         self._drop_finished()

@@ -38,11 +38,13 @@ DEFAULT_MAX_CONNECTIONS = 256
 
 
 class HTTPError(Exception):
-    """An answer other than 200, with its status."""
+    """An answer other than 200, with its status; ``close``: the connection cannot serve another request (an unread
+    body would be parsed as the next one)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, close: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        self.close = close
 
 
 class RequestTimeout(Exception):
@@ -140,20 +142,16 @@ class _Handler(BaseHTTPRequestHandler):
     def _body(self) -> Any:
         """The JSON body (``{}`` when there is none); :class:`HTTPError` for anything unreadable."""
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            self.close_connection = True
-            raise HTTPError(411, "chunked request bodies are not supported; send a Content-Length")
+            raise HTTPError(411, "chunked request bodies are not supported; send a Content-Length", close=True)
         raw_len = self.headers.get("Content-Length") or "0"
         try:
             length = int(raw_len)
         except ValueError:
-            self.close_connection = True
-            raise HTTPError(400, f"Content-Length must be an integer, got {raw_len!r}") from None
+            raise HTTPError(400, f"Content-Length must be an integer, got {raw_len!r}", close=True) from None
         if length < 0:
-            self.close_connection = True
-            raise HTTPError(400, f"Content-Length must be >= 0, got {length}")
+            raise HTTPError(400, f"Content-Length must be >= 0, got {length}", close=True)
         if length > MAX_BODY_BYTES:
-            self.close_connection = True  # the unread body would be parsed as the next request
-            raise HTTPError(413, f"request body of {length} bytes is larger than {MAX_BODY_BYTES}")
+            raise HTTPError(413, f"request body of {length} bytes is larger than {MAX_BODY_BYTES}", close=True)
         raw = bytearray()
         why = "the client closed the connection"
         try:  # read1 in a loop, so a timeout keeps what did arrive (for the message)
@@ -165,8 +163,8 @@ class _Handler(BaseHTTPRequestHandler):
         except RequestTimeout as exc:
             why = str(exc)
         if len(raw) < length:
-            self.close_connection = True
-            raise HTTPError(408, f"the body ended after {len(raw)} of {length} bytes (Content-Length): {why}")
+            raise HTTPError(408, f"the body ended after {len(raw)} of {length} bytes (Content-Length): {why}",
+                            close=True)
         if not raw.strip():
             return {}
         try:
@@ -181,6 +179,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             fn()
         except HTTPError as exc:
+            self.close_connection |= exc.close
             self._error(exc.status, str(exc))
         except (ProtocolError, ValueError) as exc:  # engine-side validation: vocabulary, context, ...
             self._error(400, str(exc))

@@ -28,9 +28,8 @@ DEEP_RESIDUAL_SCALE = 0.15
 LOGIT_SCALE = 3.0  # std of the logits for a unit-RMS final hidden state: keeps top-2 gaps wide
 ROUTER_SCALE = 2.0
 ATTN_OUT_SCALE = 0.25
-# The hybrid's gated-delta-net layers (issue 22 item 9): a state remembering tens of tokens, writing under the
-# full-attention layer, lets n-gram drafts be accepted while every state-rollback fault shows (the section of
-# docs/design/refserver.md).
+# The hybrid's gated-delta-net layers (issue 22 item 9): a long-memory state writing under the full-attention layer
+# lets n-gram drafts be accepted while every state-rollback fault shows (the section of docs/design/refserver.md).
 LINEAR_ATTN_OUT_SCALE = 0.2
 GDN_DECAY_RANGE = (0.01, 0.1)
 
@@ -115,8 +114,7 @@ def seed_weights(model: torch.nn.Module, seed: int) -> torch.nn.Module:
                 values = _uniform(seed, name, shape, LOGIT_SCALE * math.sqrt(3.0 / hidden))
                 # Trained models practically never emit <pad>/<bos>; a zero row keeps them out of
                 # greedy output. <eos> stays random, so some answers end early, as real ones do.
-                values[PAD_ID] = 0.0
-                values[BOS_ID] = 0.0
+                values[[PAD_ID, BOS_ID]] = 0.0
             else:
                 bound = math.sqrt(3.0 / shape[-1])  # unit variance out for unit variance in
                 if name.endswith("mlp.gate.weight"):
@@ -148,7 +146,6 @@ HYBRID_LAYER_TYPES = ("linear_attention", "full_attention", "linear_attention", 
 
 
 def _config(family: str, num_layers: int) -> object:
-    """The transformers config of a ``family`` model with ``num_layers`` layers."""
     import transformers
 
     # what every family shares: attention shape, byte-tokenizer vocabulary and special ids
@@ -168,9 +165,8 @@ def _config(family: str, num_layers: int) -> object:
 
 
 def _construct(cls_name: str, config: object) -> torch.nn.Module:
-    """An instance of the transformers class ``cls_name`` without its random initialisation, whose draws
-    :func:`seed_weights` overwrote anyway at most of a build's cost (``tiny:dense`` 0.074 s -> 0.031 s,
-    ``benchmarks/engine_setup.py``); bit-identical weights (``tests/refserver/test_reference_models.py``)."""
+    """An instance of the transformers class ``cls_name`` without its random initialisation, which :func:`seed_weights`
+    overwrites anyway (faster, same weights: the section of ``docs/design/refserver.md``)."""
     import transformers
     from transformers.initialization import no_init_weights
 

@@ -27,10 +27,9 @@ _MERGE_LINES = (
     "ate|her|his|ere|ers|con|res|ver|all|ons|nce|men|ith|ted|ess|ect|pro|ati|est|ive|int|per",
     "ould|ment|ther|with|ight|ally|ation|  |    |        |()|):|(self|, |. |: | = | == | + | - |->|'s",
     " ch| tsch| da| la| il| en| ei| dal| cun| per| ina| in| ils| las| sco| ha| èn| è| ü| ö| ä|ün|ai|au|ia|ie|ua",
+    '\n\n|\n    |\n        |"""',
 )
-DEFAULT_MERGES: tuple[str, ...] = tuple(piece for line in _MERGE_LINES for piece in line.split("|")) + (
-    "\n\n", "\n    ", "\n        ", '"""',
-)
+DEFAULT_MERGES: tuple[str, ...] = tuple(piece for line in _MERGE_LINES for piece in line.split("|"))
 
 
 class TokenizerLike(Protocol):
@@ -116,8 +115,7 @@ class PaddedByteTokenizer(ByteTokenizer):
         for tid in ids:
             tid = int(tid)
             if self.byte_vocab_size <= tid < self.vocab_size:
-                parts.append(super().decode(run, skip_special_tokens))
-                parts.append(UNUSED_TOKEN_TEXT.format(tid))
+                parts += [super().decode(run, skip_special_tokens), UNUSED_TOKEN_TEXT.format(tid)]
                 run = []
             else:
                 run.append(tid)  # out-of-vocabulary ids fail in ByteTokenizer.decode, as there

@@ -101,16 +101,14 @@ def _verdict(rows: Sequence[CaseRecord], comparisons: Sequence[CaseComparison] |
 
 
 def _summary(run: RunDocument, rows: Sequence[CaseRecord], comparisons: Sequence[CaseComparison] | None) -> str:
-    fails = sum(1 for r in rows if r.failed)
-    warns = sum(1 for r in rows if r.checks and not r.failed)
     facts = [
         ("cases", str(len(rows))),
         ("models", ", ".join(sorted({r.model for r in rows}))),
         ("drafters", ", ".join(sorted({r.drafter_id for r in rows}))),
         ("batches", ", ".join(str(b) for b in sorted({r.batch for r in rows if r.batch is not None}))),
         ("corpora", ", ".join(sorted({r.corpus_name for r in rows}))),
-        ("cases with a failed check", str(fails)),
-        ("cases with a warning only", str(warns)),
+        ("cases with a failed check", str(sum(1 for r in rows if r.failed))),
+        ("cases with a warning only", str(sum(1 for r in rows if r.checks and not r.failed))),
         ("engine starts", str(run.engine_starts)),
         ("plugin version", run.plugin_version),
         ("run at", run.datetime or "n/a"),
@@ -210,9 +208,8 @@ def _comparison_table(comparisons: Sequence[CaseComparison]) -> str:
     """One row per case with the gate's own verdict; each metric cell is ``baseline -> current`` over the change,
     shaded by that metric's verdict, with the p-value and method in its tooltip."""
     metrics = list(dict.fromkeys(r.metric for c in comparisons for r in c.rows))
-    ordered = sorted(comparisons, key=lambda c: (c.verdict.rank, c.case_id))
     body = []
-    for c in ordered:
+    for c in sorted(comparisons, key=lambda c: (c.verdict.rank, c.case_id)):
         cells = [_td(c.case_id), f"<td>{_badge(c.verdict.value, _status_kind(c.verdict))}</td>",
                  _td("; ".join(c.reasons) or "-")]
         by_metric = {r.metric: r for r in c.rows}

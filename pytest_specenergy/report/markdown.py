@@ -32,8 +32,7 @@ def md_escape(value: object) -> str:
     return _MARKUP.sub(r"\\\1", text)
 
 
-#: At most this many case rows: a pull-request comment or job summary is read, not searched (the HTML report has
-#: every case).
+#: At most this many case rows: a PR comment or job summary is read, not searched (the HTML report has every case).
 MAX_ROWS = 15
 
 

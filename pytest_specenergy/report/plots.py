@@ -55,7 +55,8 @@ def drafter_colors(rows: Sequence[CaseRecord]) -> dict[str, str]:
 
 
 def render_svg(draw: Callable[[Any], None], size: tuple[float, float], prefix: str) -> str:
-    """Run ``draw(figure)`` on a fresh figure and return cleaned, deterministic inline SVG."""
+    """Run ``draw(figure)`` on a fresh figure and return deterministic inline SVG: no XML prolog, metadata or comments,
+    every id prefixed with ``prefix``."""
     import matplotlib
     from matplotlib.figure import Figure
 
@@ -64,11 +65,7 @@ def render_svg(draw: Callable[[Any], None], size: tuple[float, float], prefix: s
         draw(fig)
         buf = io.StringIO()
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
-    return clean_svg(buf.getvalue(), prefix)
-
-
-def clean_svg(svg: str, prefix: str) -> str:
-    """Strip the XML prolog, metadata and comments, and prefix every id with ``prefix``."""
+    svg = buf.getvalue()
     svg = svg[svg.index("<svg"):]
     svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.S)
     # Comments repeat each text item; they are escaped, but nothing in them is needed.

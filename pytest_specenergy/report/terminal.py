@@ -1,6 +1,5 @@
 """The terminal summary: a header line naming the energy figures' source, one row per test that measured a pair
-(verdict and saving first, in 120 columns; every column with ``-v``), the gate's verdict counts, the suite's verdicts
-and what was written."""
+(verdict and saving first, in 120 columns; all with ``-v``), the gate's and the suite's verdicts, what was written."""
 
 from __future__ import annotations
 

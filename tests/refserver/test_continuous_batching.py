@@ -232,3 +232,23 @@ def test_each_request_names_its_prefill_forward_and_its_own_decode_time(engine_f
         # and no prefill in it (a loaded host stretches the commit, hence the loose top).
         assert sum(mine) <= result.decode_s <= sum(mine) + 0.05 * len(mine) + 0.05
         assert len(mine) == len(result.output_ids) - 1
+
+
+def test_close_fails_the_queued_requests_stops_the_thread_and_refuses_new_ones(make_requests):
+    """In-process use: ``close()`` stops the scheduler thread after its iteration; queued requests fail with the
+    reason, and a submit after it is refused (a fresh engine: closing a shared one would break other tests)."""
+    from pytest_specenergy.refserver import EngineConfig
+    from pytest_specenergy.refserver import ReferenceEngine
+
+    engine = ReferenceEngine(EngineConfig(model="tiny:dense", max_running_requests=1))
+    running, queued = ([GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=400, ignore_eos=True))]
+                       for r in make_requests(engine, 2, 1))
+    engine.submit(running)
+    _until(lambda: any(row.output for row in engine.scheduler.running), "the first request decodes")
+    waiting = engine.submit(queued)
+    engine.close()
+    with pytest.raises(RuntimeError, match="the engine was closed"):
+        waiting.wait(30)
+    assert not engine.scheduler._thread.is_alive()
+    with pytest.raises(RuntimeError, match="the engine is closed"):
+        engine.submit(queued)

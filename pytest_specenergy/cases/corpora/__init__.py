@@ -1,7 +1,4 @@
-"""Prompt corpora for speculative-decoding energy measurements: five built-ins and ``jsonl:PATH``. The built-ins
-and an example: docs/design/root-cases.md."""
-
-from __future__ import annotations
+"""Prompt corpora: five built-ins and ``jsonl:PATH``; the built-ins and an example: docs/design/root-cases.md."""
 
 from .loader import BUILTIN_CORPORA
 from .loader import JSONL_PREFIX

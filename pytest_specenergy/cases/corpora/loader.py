@@ -1,5 +1,4 @@
-"""Load prompt corpora: the five built-ins shipped with the package, or a user's JSONL file. Why order and digest
-matter, and the specs :func:`load_corpus` accepts: docs/design/root-cases.md."""
+"""Load prompt corpora: five built-ins or a JSONL file; why order and digest matter: docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -29,8 +28,7 @@ class CorpusError(ValueError):
 
 
 def _digest(prompts: Iterable[str]) -> str:
-    """The sha256 hex digest of ``prompts``, in order; length-prefixed, so ``("ab", "c")`` and ``("a", "bc")``
-    differ and no prompt character is reserved as a separator."""
+    """The sha256 hex digest of ``prompts``, in order, each length-prefixed (no separator character reserved)."""
     h = hashlib.sha256()
     for prompt in prompts:
         data = prompt.encode("utf-8")
@@ -41,8 +39,7 @@ def _digest(prompts: Iterable[str]) -> str:
 
 @dataclass(frozen=True)
 class Corpus:
-    """An immutable, ordered set of prompts with a content digest (of the prompts only; left empty it is
-    computed, a wrong one is rejected: it would silently validate a stale baseline)."""
+    """An immutable, ordered set of prompts with a content digest (empty: computed; wrong: rejected)."""
 
     name: str
     prompts: tuple[str, ...]
@@ -165,8 +162,7 @@ def _load_jsonl(raw_path: str) -> Corpus:
 
 
 def load_corpus(spec: str | Corpus) -> Corpus:
-    """The corpus named by ``spec``: a built-in name, ``jsonl:PATH`` or a :class:`Corpus` (returned as is); cached
-    per name, or per path, modification time and size, so an edited file is picked up."""
+    """The corpus named by ``spec``: a built-in name, ``jsonl:PATH`` or a :class:`Corpus` (returned as is), cached."""
     if isinstance(spec, Corpus):
         return spec
     if not isinstance(spec, str):

@@ -154,14 +154,6 @@ def test_prompt_ids_from_input_logprobs_when_support_is_unknown():
         coherence.prompt_token_ids(_Client(), ["ab"], return_prompt_token_ids=True)
 
 
-def test_backend_says_which_versions_return_prompt_token_ids():
-    backend = SGLangBackend()
-    assert backend.supports_prompt_token_ids(config(None, "0.5.9")) is False
-    assert backend.supports_prompt_token_ids(config(None, "0.5.12")) is False
-    assert backend.supports_prompt_token_ids(config(None, "0.5.13")) is True
-    assert backend.supports_prompt_token_ids(config(None, "0.5.23")) is True
-
-
 # --- items 5-7: flag names, no-CLI fields, three-state booleans -------------------------------
 
 def test_elastic_ep_join_flags_have_their_real_names():

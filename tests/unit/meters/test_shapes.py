@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 
 from pytest_specenergy.meters import roofline
-from pytest_specenergy.meters import shapes
-from pytest_specenergy.meters.prediction import crossover_batch
 from pytest_specenergy.meters.prediction import overhead_s
 from pytest_specenergy.meters.prediction import predict
 from pytest_specenergy.meters.prediction import price
@@ -16,7 +14,7 @@ from pytest_specenergy.meters.shapes import ModelShape
 from pytest_specenergy.meters.shapes import expected_experts
 from pytest_specenergy.meters.shapes import forward_cost
 from pytest_specenergy.meters.shapes import get_shape
-from pytest_specenergy.meters.shapes import verify_intensity
+from pytest_specenergy.meters.shapes import verify_cost
 
 QWEN3_4B = SHAPES["qwen3-4b"]
 QWEN3_8B = SHAPES["qwen3-8b"]
@@ -57,12 +55,6 @@ def test_unknown_shape_lists_the_known_ones():
     assert get_shape("Qwen3-8B") is QWEN3_8B
 
 
-def test_shapes_module_re_exports_the_predictions():
-    assert shapes.predict is predict and shapes.crossover_batch is crossover_batch
-    with pytest.raises(AttributeError):
-        shapes.no_such_name  # noqa: B018
-
-
 def test_bad_shapes_are_rejected():
     with pytest.raises(ValueError, match="layer_pattern"):
         ModelShape("x", 2, 8, 8, 1, 1, 8, 10, layer_pattern=("mamba",))
@@ -78,7 +70,8 @@ def test_bad_shapes_are_rejected():
     (7, "h100", None),  # ... and stays below H100's up to batch 64
 ])
 def test_crossover_batches_match_the_paper(verified, gpu, batch):
-    assert crossover_batch(QWEN3_4B, verified, 260, gpu) == batch
+    # The first batch whose verify step is compute-bound: what predict's compute_bound flag says per batch.
+    assert next((r.batch for r in predict(QWEN3_4B, verified, 260, gpu) if r.compute_bound), None) == batch
 
 
 def test_balance_points_are_the_papers():
@@ -88,14 +81,14 @@ def test_balance_points_are_the_papers():
 
 def test_decode_is_far_below_the_balance_point_and_batching_moves_it():
     # Decode at single stream: ~1 FLOP/byte (2 FLOPs per bf16 weight of 2 bytes).
-    assert verify_intensity(QWEN3_8B, 1, 1, 260) == pytest.approx(1.0, rel=0.05)
+    assert verify_cost(QWEN3_8B, 1, 1, 260).intensity == pytest.approx(1.0, rel=0.05)
     # "About 10 operations per byte": a modest batch, an order of magnitude below either GPU.
-    assert 5 < verify_intensity(QWEN3_8B, 8, 1, 260) < 163 / 10
-    assert verify_intensity(QWEN3_8B, 64, 1, 260) < 163
+    assert 5 < verify_cost(QWEN3_8B, 8, 1, 260).intensity < 163 / 10
+    assert verify_cost(QWEN3_8B, 64, 1, 260).intensity < 163
 
 
 def test_longer_contexts_lower_intensity():
-    assert verify_intensity(QWEN3_4B, 16, 16, 2000) < verify_intensity(QWEN3_4B, 16, 16, 260)
+    assert verify_cost(QWEN3_4B, 16, 16, 2000).intensity < verify_cost(QWEN3_4B, 16, 16, 260).intensity
 
 
 def test_activations_are_what_keeps_dspark_below_h100_at_batch_64():
