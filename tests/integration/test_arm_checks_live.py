@@ -133,5 +133,7 @@ def test_a_window_disturbed_again_is_kept_and_the_check_says_it_was_run_again(tm
     spec = pair.speculative.concurrency
     assert len(spec["rerun_means"]) == 1 and spec["window_means"][0] < 0.95 * 4, spec
     [differs] = [c for c in pair.failed_checks if c.name == "concurrency-differs"]
-    assert "windows run again after falling below their peak: speculative arm's " in differs.message
+    # A loaded host may disturb a baseline window too (CI: baseline arm's 3.78 once); the message then names both.
+    said = differs.message.partition("windows run again after falling below their peak: ")[2]
+    assert said.startswith(("speculative arm's ", "baseline arm's ")) and "speculative arm's " in said, differs.message
     assert f"{spec['rerun_means'][0]:.2f}" in differs.message, differs.message
