@@ -12,6 +12,7 @@ from typing import Callable
 
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.case import Generation
+from pytest_specenergy.cases.case import model_short_name
 from pytest_specenergy.cases.corpora import Corpus
 from pytest_specenergy.cases.corpora import CorpusError
 from pytest_specenergy.cases.corpora import load_corpus
@@ -85,11 +86,13 @@ def build_cases(test: str, closest: Callable[[str], Any], config: CaseDefaults) 
     # Everything but the batch and the corpus is checked and built once per (model, drafter): a
     # 500-case matrix of 10 drafters builds 10 engine configs, not 500 (issue 24, item 8).
     specs: dict[tuple[int, int], EngineConfig] = {}
+    model_ids = [model_short_name(model) for model, _ in models]
     for (m, (model, opts)), corpus, (d, drafter), batch in itertools.product(
             enumerate(models), corpora, enumerate(drafters), batches):
         if (m, d) not in specs:
             specs[m, d] = _spec(test, model, opts, drafter, reference)
-        cases.append(Case(specs[m, d], batch, corpus, generation, reference, model_in_id=len(models) > 1))
+        cases.append(Case(specs[m, d], batch, corpus, generation, reference, model_id=model_ids[m],
+                          model_in_id=len(models) > 1))
     ids = [c.id for c in cases]
     duplicates = sorted(i for i, n in collections.Counter(ids).items() if n > 1)
     if duplicates:

@@ -22,7 +22,7 @@ class _Setting:
     kind: type
     default: Any = None
     required: bool = False
-    minimum: int | None = None
+    minimum: int = 1  # integer settings only
     help: str = ""
 
 
@@ -31,7 +31,7 @@ def _int(default: int, minimum: int = 1, help: str = "") -> _Setting:
 
 
 def _path(required: bool, help: str) -> _Setting:
-    return _Setting(str, None, required, None, help)
+    return _Setting(str, None, required, help=help)
 
 
 _ACCEPT_P = _Setting(float, help="controlled acceptance (reference server, calibration): verify the target's own "

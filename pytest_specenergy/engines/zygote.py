@@ -356,15 +356,19 @@ _zygote_failed = False
 _zygote_lock = threading.Lock()
 
 
+def _on_gpu(argv: Sequence[str]) -> bool:
+    # a function, not a local: evaluated only for a reference server's argv (the checks before it are cheaper)
+    device = argv[argv.index("--device") + 1] if "--device" in argv[:-1] else "auto"
+    return device.startswith("cuda") or (device == "auto" and os.path.exists("/proc/driver/nvidia"))
+
+
 def zygote_for(argv: Sequence[str], env: dict[str, str]) -> Zygote | None:
     """This process's zygote (started on first use) when ``argv`` starts a reference server with this interpreter
     on a CPU and the zygote is not switched off, else None. A GPU engine starts fresh: CUDA in a fork of a process
     that imported torch is untried there, and the model's load outweighs the imports anyway."""
     global _zygote, _zygote_failed
-    device = argv[argv.index("--device") + 1] if "--device" in argv[:-1] else "auto"
-    on_gpu = device.startswith("cuda") or (device == "auto" and os.path.exists("/proc/driver/nvidia"))
     if (list(argv[:3]) != [sys.executable, "-m", REFSERVER] or env.get(SWITCH, "1") == "0"
-            or on_gpu or not hasattr(socket, "send_fds") or not hasattr(os, "fork")):
+            or _on_gpu(argv) or not hasattr(socket, "send_fds") or not hasattr(os, "fork")):
         return None
     with _zygote_lock:
         if _zygote is not None and not _zygote.alive:

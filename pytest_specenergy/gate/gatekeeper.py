@@ -200,7 +200,9 @@ class Gatekeeper:
         judgement = self._outcome(comparison, update.path)
         if update.written:
             # A rewritten golden decides the outcome: snapshot tools fail "created"/"updated".
-            judgement.fail = [update.message] if update.fails else []
-            if not update.fails:
+            if update.fails:
+                judgement.fail = [update.message]
+            else:
+                judgement.fail = []
                 judgement.warn.append(update.message)
         return judgement

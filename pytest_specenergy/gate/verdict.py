@@ -23,8 +23,7 @@ class Verdict(str, enum.Enum):
     def mark(self) -> str:
         """asv-style change mark: ``+`` worse, ``-`` better, ``~`` inconclusive, ``x``
         incomparable, ``?`` no baseline, blank unchanged."""
-        return {Verdict.PASSED: " ", Verdict.REGRESSED: "+", Verdict.IMPROVED: "-", Verdict.INCONCLUSIVE: "~",
-                Verdict.INCOMPARABLE: "x", Verdict.NO_BASELINE: "?"}[self]
+        return _MARKS[self]
 
     @property
     def label(self) -> str:
@@ -42,6 +41,8 @@ class Verdict(str, enum.Enum):
 #: another that regressed.
 WORST_FIRST: tuple[Verdict, ...] = (Verdict.REGRESSED, Verdict.INCOMPARABLE, Verdict.INCONCLUSIVE, Verdict.NO_BASELINE,
                                     Verdict.IMPROVED, Verdict.PASSED)
+_MARKS = {Verdict.PASSED: " ", Verdict.REGRESSED: "+", Verdict.IMPROVED: "-", Verdict.INCONCLUSIVE: "~",
+          Verdict.INCOMPARABLE: "x", Verdict.NO_BASELINE: "?"}
 
 
 def worst(verdicts: Iterable[Verdict], default: Verdict = Verdict.PASSED) -> Verdict:

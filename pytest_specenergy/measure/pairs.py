@@ -16,7 +16,6 @@ from pytest_specenergy.cases.case import Case
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.launch import ServerProcess
 from pytest_specenergy.engines.pool import EnginePool
-from pytest_specenergy.engines.sglang_args import installed_server_args_fields
 from pytest_specenergy.engines.sglang_residency import Residency
 from pytest_specenergy.engines.sglang_residency import decide as decide_residency
 from pytest_specenergy.engines.sglang_residency import resident_config
@@ -66,7 +65,7 @@ class PairMeasurer:
         #: The GPU's total memory in bytes (NVML by default) and the installed SGLang's ServerArgs fields: what
         #: residency is decided from (tests pass their own).
         self.gpu_memory = gpu_memory or gpu_memory_bytes
-        self.server_fields = server_fields or installed_server_args_fields
+        self.server_fields = server_fields or _installed_server_fields
         self.meters: dict[str, Meter] = {}
         self._baselines: dict[tuple[Any, ...], RunResult] = {}
         self._baseline_from: dict[tuple[Any, ...], str] = {}
@@ -327,6 +326,13 @@ def gpu_memory_bytes() -> int | None:
             return int(total) if total else None
     except Exception:  # noqa: BLE001 - no NVML, no GPU, a MIG slice: not known
         return None
+
+
+def _installed_server_fields() -> frozenset[str] | None:
+    # imported here: only a plan with a GPU case asks, and the SGLang tables cost a CPU session ~13 ms to import
+    from pytest_specenergy.engines.sglang_args import installed_server_args_fields
+
+    return installed_server_args_fields()
 
 
 def _special_ids(server: Any) -> tuple[int, ...]:

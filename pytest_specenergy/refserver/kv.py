@@ -83,18 +83,20 @@ class BatchKV:
     def drop_last(self, counts: Sequence[int]) -> None:
         """Turn the last ``counts[b]`` slots of row ``b`` into holes (rejected drafts)."""
         if any(counts):
-            self._holes_from([self.num_slots - c for c in counts])
+            self._holes_from([self.num_slots - c for c in counts], counts)  # every dropped slot was just fed
 
     def keep_first_of_last(self, width: int, keep: Sequence[int]) -> None:
         """Of the last ``width`` slots (one right-padded forward's, the block drafter's), row ``b`` keeps only its
         first ``keep[b]``; the rest become holes, padding included."""
         self._holes_from([self.num_slots - width + k for k in keep])
 
-    def _holes_from(self, start: Sequence[int]) -> None:
-        # slots from start[b] on become holes in row b
+    def _holes_from(self, start: Sequence[int], dropped: Sequence[int] | None = None) -> None:
+        # slots from start[b] on become holes in row b; ``dropped``: how many of them are valid, when the caller
+        # knows (counting them costs a device-to-host sync, once per verify step on CUDA)
         first = torch.tensor(list(start), dtype=torch.long, device=self.device)
         tail = torch.arange(self.num_slots, device=self.device)[None, :] >= first[:, None]
-        dropped = (self.valid & tail).sum(dim=1).tolist()
+        if dropped is None:
+            dropped = (self.valid & tail).sum(dim=1).tolist()
         self.valid &= ~tail
         self.n_valid = [n - int(d) for n, d in zip(self.n_valid, dropped)]
 

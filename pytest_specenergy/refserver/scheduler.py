@@ -121,9 +121,9 @@ class Scheduler:
         for row in running + queued:
             row.finish = FinishReason("abort", message="Abort requested by /abort_request.")
             row.finish_time = now
-        if queued:
+        if queued:  # the stats lock is taken only when a row goes (this runs every iteration)
             self._queue = deque(r for r in self._queue if not r.abort_requested)
-        self._finished(queued)
+            self._finished(queued)
         return bool(running)
 
     @torch.inference_mode()

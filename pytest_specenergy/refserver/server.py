@@ -74,20 +74,23 @@ class _DeadlineReader(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         """One receive, bounded by the socket timeout and the request's deadline."""
-        late = f"the request was not read within --request-timeout {self.request_timeout:g} s"
         left = self.deadline - time.monotonic()
         if left <= 0:
-            raise RequestTimeout(late)
+            raise RequestTimeout(self._late())
         self.sock.settimeout(min(self.idle_timeout, left))
         try:
             n = self.sock.recv_into(buffer)
         except TimeoutError:
             idle = f"no data for --http-timeout {self.idle_timeout:g} s"
-            raise RequestTimeout(late if time.monotonic() >= self.deadline else idle) from None
+            raise RequestTimeout(self._late() if time.monotonic() >= self.deadline else idle) from None
         finally:
             self.sock.settimeout(self.idle_timeout)  # writes keep the plain socket timeout
         self.received += n
         return n
+
+    def _late(self) -> str:
+        # formatted only when raised: readinto runs for every receive
+        return f"the request was not read within --request-timeout {self.request_timeout:g} s"
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -185,10 +185,11 @@ def _make_draft(target: ModelBuilder, family: str, cls_name: str) -> ModelBuilde
     def build(seed: int) -> torch.nn.Module:
         source = target(seed).state_dict()
         draft = _construct(cls_name, _config(family, DRAFT_LAYERS)).to(torch.float64)
-        missing = next((key for key in draft.state_dict() if key not in source), None)
+        wanted = draft.state_dict().keys()
+        missing = next((key for key in wanted if key not in source), None)
         if missing is not None:
             raise RuntimeError(f"derived draft: target has no parameter {missing!r}")
-        draft.load_state_dict({key: source[key] for key in draft.state_dict()}, strict=True)
+        draft.load_state_dict({key: source[key] for key in wanted}, strict=True)
         return _finish(draft)
 
     return build

@@ -69,10 +69,15 @@ def _fit(columns: list[str], rows: list[dict[str, str]], width: int) -> list[lis
     return [[_cut(r[c], widths[c]) for c in columns] for r in rows]
 
 
+def _sources(records: Iterable[CaseRecord]) -> list[str]:
+    # one order for the legend and the table's source column, whose numbers refer to it
+    return sorted({r.source for r in records})
+
+
 def source_legend(records: Iterable[CaseRecord]) -> str:
     """``modeled (h200, priced as Qwen3-8B)``, or ``1 = modeled (h200), 2 = nvml (H200)`` when the rows' sources
     differ (the default table's source column holds those numbers)."""
-    sources = sorted({r.source for r in records})
+    sources = _sources(records)
     if len(sources) == 1:
         return sources[0]
     return ", ".join(f"{i} = {source}" for i, source in enumerate(sources, 1))
@@ -84,7 +89,7 @@ def render_table(records: Iterable[CaseRecord], verbose: bool = False, width: in
     only when the rows' sources differ, holding each one's number in the header line (:func:`source_legend`)."""
     records = list(records)
     gated = any(r.verdict for r in records)
-    numbers = {source: str(i) for i, source in enumerate(sorted({r.source for r in records}), 1)}
+    numbers = {source: str(i) for i, source in enumerate(_sources(records), 1)}
     columns = [c for c in (HEADERS if verbose else COMPACT)
                if (c != "verdict" or gated) and (c != "source" or len(numbers) > 1 or verbose)]
     # The test's own name: one case may be measured once and used by several tests.
