@@ -6,8 +6,9 @@ concurrency: the per-token figures of the two arms then describe different workl
 pair must fail ``concurrency-differs`` with both arms' figures in the message.
 
 A window the host disturbed (its ramp-up slowed, so it ran far below its own peak for a while)
-is run again once and the new one kept; one disturbed in every run is kept all the same, and
-the check that fails says it was run again.
+is run again (up to ``WINDOW_RERUNS`` times) and the one nearest the batch kept; when every run
+is disturbed the best is kept all the same, and the check that fails says the windows were run
+again.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.engines.client import EngineClient
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.pool import EnginePool
+from pytest_specenergy.measure.arm import WINDOW_RERUNS
 from pytest_specenergy.measure.pairs import PairMeasurer
 
 pytest.importorskip("torch")
@@ -116,9 +118,9 @@ def test_arms_at_the_same_concurrency_do_not(tmp_path: Path) -> None:
 def test_a_window_the_host_disturbed_is_run_again_and_the_new_one_kept(tmp_path: Path) -> None:
     pair = _pair(tmp_path, slow_windows={1})
     spec = pair.speculative.concurrency
-    [dropped] = spec["rerun_means"]
+    dropped = spec["rerun_means"][0]  # the slowed window (a loaded host may disturb its rerun too)
     assert dropped < 0.95 * 4, spec  # the slowed ramp-up really left the window below its peak
-    assert spec["window_means"][0] > dropped + 0.3, spec  # the window kept is the one run again
+    assert spec["window_means"][0] > dropped + 0.3, spec  # the window kept is one run again
     # The baseline's windows are not slowed, but a loaded host can still disturb one (CI builds
     # the SGLang environments beside these tests: 3.73 of 4 once). Then the same rule holds.
     base = pair.baseline.concurrency
@@ -129,9 +131,9 @@ def test_a_window_the_host_disturbed_is_run_again_and_the_new_one_kept(tmp_path:
 
 
 def test_a_window_disturbed_again_is_kept_and_the_check_says_it_was_run_again(tmp_path: Path) -> None:
-    pair = _pair(tmp_path, slow_windows={1, 2})
+    pair = _pair(tmp_path, slow_windows={1, 2, 3})
     spec = pair.speculative.concurrency
-    assert len(spec["rerun_means"]) == 1 and spec["window_means"][0] < 0.95 * 4, spec
+    assert len(spec["rerun_means"]) == WINDOW_RERUNS and spec["window_means"][0] < 0.95 * 4, spec
     [differs] = [c for c in pair.failed_checks if c.name == "concurrency-differs"]
     # A loaded host may disturb a baseline window too (CI: baseline arm's 3.78 once); the message then names both.
     said = differs.message.partition("windows run again after falling below their peak: ")[2]

@@ -787,6 +787,27 @@ def test_a_window_is_disturbed_when_it_ran_well_below_its_own_peak():
     assert "rerun_means" not in arm_concurrency(4, [{"steps_by_running": {4: 10}, "mean_running": 4.0}], 12)
 
 
+
+@pytest.mark.parametrize("means, kept, dropped", [
+    ((3.5, 4.0), 4.0, (3.5,)),  # the rerun ran the batch: no third window
+    ((3.76, 3.31, 3.5), 3.76, (3.31, 3.5)),  # CI's live A/A baseline: the first ran nearest the batch
+    ((3.76, 3.76, 3.76), 3.76, (3.76, 3.76)),
+], ids=["rerun-undisturbed", "first-best", "equal"])
+def test_of_the_windows_a_disturbed_repeat_ran_the_one_nearest_the_batch_is_kept(monkeypatch, means, kept,
+                                                                                  dropped):
+    monkeypatch.setattr(arm_module, "WINDOW_RERUNS", 2)
+    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
+                   corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
+    measurer = ArmMeasurer(_server(FakeClient(False, [])), TokenMeter(1.0), case, repeats=1, warmup=0)
+    windows = [SimpleNamespace(concurrency={"mean_running": m, "max_running": 4}) for m in means]
+    script = iter(windows)
+    monkeypatch.setattr(measurer, "_window", lambda *args, **kwargs: next(script))
+    full, got = measurer._steady_window()
+    assert next(script, None) is None  # every scripted window ran, and no more
+    assert full.concurrency["mean_running"] == kept and got == dropped
+    if means[0] == means[-1]:
+        assert full is windows[-1]  # of equals, the latest
+
 class ScriptedMeter(TokenMeter):
     """Reads each window from a script of (joules, seconds), in the order the windows close."""
 
