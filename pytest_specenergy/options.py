@@ -248,7 +248,8 @@ class SpecEnergyConfig:
                        _choice(("fail", "warn")))
     faults: tuple[str, ...] = _opt(
         "fault", "", "comma-separated reference-server fault switches injected into every reference engine ("
-        + ", ".join(FAULTS) + "): they exist so a suite can prove its checks catch each bug class", _faults,
+        + ", ".join(FAULTS) + "; only numerical-noise into the baseline twins, the rest act in speculation alone): "
+        "they exist so a suite can prove its checks catch each bug class", _faults,
         resolve=lambda value, root: tuple(f.strip() for f in str(value).split(",") if f.strip()))
     storage: Path = field(metadata={"option": STORAGE})
     save: str | None = _opt("save", "", "save this run in the history under NAME (e.g. main)", _run_name,

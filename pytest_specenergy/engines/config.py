@@ -10,6 +10,7 @@ from typing import Any
 from typing import Mapping
 
 from pytest_specenergy.engines.drafters import Drafter
+from pytest_specenergy.refserver.faults import TARGET_FAULTS
 
 #: Replay engines derived from a speculative config (see :class:`EngineConfig`).
 REPLAY_MODES = ("", "verify", "proposals")
@@ -46,8 +47,8 @@ class EngineConfig:
         return self.drafter is not None
 
     def twin(self) -> EngineConfig:
-        """The non-speculative twin: identical in everything but the drafter."""
-        return replace(self, drafter=None, replay="")
+        """The non-speculative twin: identical in everything but the drafter and the faults only speculation runs."""
+        return replace(self, drafter=None, replay="", faults=tuple(f for f in self.faults if f in TARGET_FAULTS))
 
     def replaying(self, mode: str) -> EngineConfig:
         """This speculative config's replay engine (``verify`` or ``proposals``)."""

@@ -32,6 +32,12 @@ FAULTS: dict[str, str] = {
 }
 
 
+#: Faults that change the target's own decode, so a non-speculative engine runs them too; every other fault acts only
+#: where speculation does (drafts, verify, accept, rollback, counters), so the twin starts without it and a faulted case
+#: shares its baseline arm with the healthy case of the same settings.
+TARGET_FAULTS = frozenset({"numerical-noise"})
+
+
 def validate_faults(names: Iterable[str]) -> tuple[str, ...]:
     """Check fault names (``ValueError`` names the unknown and the valid ones); return them de-duplicated, in order."""
     names = list(names)

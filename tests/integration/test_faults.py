@@ -52,43 +52,114 @@ def test_coherent(spec_pair):
 
 
 def test_coherence_defaults_hold_on_every_corpus(pytester: pytest.Pytester, run_suite):
-    pytester.makepyfile(CORPORA_SUITE)
-    run_suite(repeats=1).assert_outcomes(passed=5)
-    faulted = run_suite("--specenergy-fault=skip-state-rollback", repeats=1)
-    faulted.assert_outcomes(failed=5)
+    """The default coherence limits pass the healthy hybrid and fail it without its state
+    rollback, on every corpus; both in one session, sharing the baseline arms."""
+    faulted = CORPORA_SUITE.replace('"tiny:hybrid"', '"tiny:hybrid", faults="skip-state-rollback"').replace(
+        "def test_coherent(", "def test_without_rollback(")
+    pytester.makepyfile(CORPORA_SUITE + "\n" + faulted.split("import pytest\n", 1)[1])
+    result = run_suite(repeats=1)
+    result.assert_outcomes(passed=5, failed=5)
+    passed = {r.nodeid.split("::")[-1].split("[")[0] for r in result.reprec.getreports("pytest_runtest_logreport")
+              if r.when == "call" and r.passed}
+    assert passed == {"test_coherent"}, passed
 
 
-def test_stale_state_after_an_empty_draft_is_caught_on_every_corpus(pytester: pytest.Pytester, run_suite):
-    """The hybrid bug as it was really found (vLLM #39273; fixed in vLLM PR #52942, SGLang PR
-    #26351): a verify step with no drafts, right after one that accepted some, reads stale
-    recurrent state. Counters stay consistent and acceptance looks normal; the quickstart's
-    hybrid test (coherence, then equivalence) fails on every corpus, and the JSON says at
-    which token each corpus first diverges.
+HYBRID_STATE_SUITE = """
+import pytest
 
-    On a tiny random model the log-probability gap alone flags only some corpora: the stale
-    state's text is about as likely as the right one's where the model's text is near-random
-    (measured: code, long-document, rm-news flagged, conversation and news not), so the
-    divergence itself is what fails there."""
-    # Longer answers, run past EOS: the bug needs a step that accepted drafts followed by one
-    # with none, and the tiny hybrid's n-gram drafts are accepted mostly once its text repeats.
-    # Eight prompts: with the hybrid's longer-memory state (issue 22 item 9) the first four of
-    # the code corpus run 64 tokens without a divergence; prompts 5 and 6 diverge at 25 and 49.
-    suite = CORPORA_SUITE.replace("max_new_tokens=24, prompts=4", "max_new_tokens=64, prompts=8, ignore_eos=True")
-    # On the CPU (float32) the arms' logits differ by at most ~1e-5 nats, so a divergence at a
-    # wider margin is no numerical tie: tie_margin=1e-4. At the default bf16 margin (0.125) the
-    # news corpus's divergence reads as a tie.
-    exact = "r.assert_coherent()\n    r.assert_equivalent(tie_margin=1e-4)"
-    pytester.makepyfile(suite.replace("r.assert_coherent()", exact))
+CORPORA = ("code", "conversation", "long-document", "news", "rm-news")
+
+
+# The hybrid case on every corpus; ``faults`` make its speculative engine's copy (one shared baseline).
+def hybrid(*faults):
+    marks = [pytest.mark.model("tiny:hybrid", faults=faults), pytest.mark.corpus(*CORPORA),
+             pytest.mark.drafter("ngram"), pytest.mark.batch(2),
+             # Answers run past EOS: a partial accept late in a short answer has nothing left to spoil.
+             pytest.mark.generation(max_new_tokens=64, prompts=8, ignore_eos=True)]
+    def mark(test):
+        for one in marks:
+            test = one(test)
+        return test
+    return mark
+
+
+def check(spec_pair):
+    r = spec_pair.measure()
+    # Acceptance statistics alone never show these bugs: they look normal healthy and faulted.
+    assert r.accept_length is not None
+    r.assert_coherent()
+    # CPU float32: the arms' logits differ by at most ~1e-5 nats, so a divergence at a wider
+    # margin is no numerical tie (the default margin is sized for bf16 GPUs; at it the news
+    # corpus's stale-state divergence reads as a tie).
+    r.assert_equivalent(tie_margin=1e-4)
+
+
+@hybrid()
+def test_healthy(spec_pair):
+    check(spec_pair)
+
+
+@hybrid("partial-accept-state")
+def test_partial_accept_state(spec_pair):
+    check(spec_pair)
+
+
+@hybrid("stale-state-after-empty-draft")
+def test_stale_state_after_empty_draft(spec_pair):
+    check(spec_pair)
+"""
+
+
+def test_hybrid_state_faults_are_caught_on_every_corpus_the_healthy_hybrid_passes(pytester: pytest.Pytester,
+                                                                                   run_suite):
+    """Two hybrid state bugs, each beside the healthy hybrid in one session (the speculative-only
+    faults leave the baseline twin alone, so the three cases of a corpus share one baseline arm):
+
+    * ``partial-accept-state`` (issue 22 item 9) keeps a partly accepted step's rejected drafts in
+      the recurrent state; all-or-none steps are right. Healthy, every corpus passes with drafts
+      accepted (accept length > 1.3, so not vacuously); faulted, every corpus fails.
+    * ``stale-state-after-empty-draft``, the hybrid bug as it was really found (vLLM #39273; fixed
+      in vLLM PR #52942, SGLang PR #26351): a verify step with no drafts, right after one that
+      accepted some, reads stale recurrent state. It fails on every corpus, and the JSON says at
+      which token each corpus first diverges. On a tiny random model the log-probability gap alone
+      flags only some corpora (measured: code, long-document, rm-news flagged, conversation and
+      news not), so the divergence itself is what fails there.
+
+    Counters stay consistent under both. Longer answers run past EOS: the stale-state bug needs a
+    step that accepted drafts followed by one with none, and the tiny hybrid's n-gram drafts are
+    accepted mostly once its text repeats. Eight prompts: with the hybrid's longer-memory state
+    (issue 22 item 9) the first four of the code corpus run 64 tokens without a divergence;
+    prompts 5 and 6 diverge at 25 and 49."""
+    pytester.makepyfile(HYBRID_STATE_SUITE)
     out = pytester.path / "run.json"
-    faulted = run_suite("--specenergy-fault=stale-state-after-empty-draft", f"--specenergy-json={out}", repeats=1)
-    faulted.assert_outcomes(failed=5)
-    records = {r["case"]["corpus"]["name"]: r for r in json.loads(out.read_text())["results"]}
+    result = run_suite(f"--specenergy-json={out}", repeats=1)
+    outcomes = {r.nodeid.split("::")[-1]: r.outcome
+                for r in result.reprec.getreports("pytest_runtest_logreport") if r.when == "call"}
+    corpora = ("code", "conversation", "long-document", "news", "rm-news")
+    for test, outcome in (("test_healthy", "passed"), ("test_partial_accept_state", "failed"),
+                          ("test_stale_state_after_empty_draft", "failed")):
+        assert {c: outcomes.get(f"{test}[{c}-ngram-b2]") for c in corpora} == dict.fromkeys(corpora, outcome), outcomes
+    result.stdout.fnmatch_lines(["*4 engine starts*"])  # one baseline and three speculative engines
+    records: dict[str, dict[str, dict]] = {}
+    for record in json.loads(out.read_text())["results"]:
+        test = record["nodeid"].split("::")[-1].split("[")[0]
+        records.setdefault(test, {})[record["case"]["corpus"]["name"]] = record
+    assert all("baseline" in r["order"]["order"] for r in records["test_healthy"].values())
+    accept = {c: r["accept_length"] for c, r in records["test_healthy"].items()}
+    assert all(a > 1.3 for a in accept.values()), accept  # drafts accepted on every corpus: not vacuous
+    for test in ("test_partial_accept_state", "test_stale_state_after_empty_draft"):
+        for record in records[test].values():
+            # the counters never show it
+            assert not [c for c in record["checks"] if c["name"] == "counters-inconsistent"]
+            # the baseline arm measured beside the healthy case, not again (the order holds no baseline repeat)
+            assert record["order"]["order"] == ["speculative"] and record["order"]["baseline_from"], record["order"]
+    stale = records["test_stale_state_after_empty_draft"]
     first = {corpus: min(d for d in r["equivalence"]["first_divergence"] if d is not None)
-             for corpus, r in records.items() if any(d is not None for d in r["equivalence"]["first_divergence"])}
-    assert set(first) == {"code", "conversation", "long-document", "news", "rm-news"}
-    for record in records.values():  # the counters never show it
-        assert not [c for c in record["checks"] if c["name"] == "counters-inconsistent"]
-    print({corpus: (token, round(records[corpus]["coherence"]["mean_gap"], 3)) for corpus, token in first.items()})
+             for corpus, r in stale.items() if any(d is not None for d in r["equivalence"]["first_divergence"])}
+    assert set(first) == set(corpora), first
+    print("healthy accept length per corpus:", accept)
+    print("stale state, first divergence and mean gap:",
+          {corpus: (token, round(stale[corpus]["coherence"]["mean_gap"], 3)) for corpus, token in first.items()})
 
 
 def test_inflated_accept_count_fails_closed_even_without_an_assertion(pytester: pytest.Pytester, run_suite):

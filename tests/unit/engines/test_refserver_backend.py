@@ -19,3 +19,16 @@ def test_tiny_models_on_cpu_run_one_thread_and_checkpoints_split_the_cores(monke
     monkeypatch.setattr("os.cpu_count", lambda: 8)
     assert _threads("/ckpt", "cpu") == "4"
     assert _threads("tiny:dense", "cuda") is None
+
+
+def test_the_baseline_twin_runs_only_the_faults_that_reach_a_non_speculative_engine():
+    from pytest_specenergy.engines.drafters import Drafter
+    from pytest_specenergy.refserver.faults import FAULTS
+
+    spec = EngineConfig(engine="reference", model="tiny:hybrid", drafter=Drafter("ngram"), faults=tuple(FAULTS))
+    base = ReferenceBackend().command(spec.twin(), "127.0.0.1", 1)
+    assert [base[i + 1] for i, a in enumerate(base) if a == "--fault"] == ["numerical-noise"]  # it perturbs the target
+    # A speculative-only fault leaves the twin the healthy case's own: the two share one baseline engine and arm.
+    healthy = EngineConfig(engine="reference", model="tiny:hybrid", drafter=Drafter("ngram"))
+    assert EngineConfig(engine="reference", model="tiny:hybrid", drafter=Drafter("ngram"),
+                        faults=("partial-accept-state",)).twin() == healthy.twin()
