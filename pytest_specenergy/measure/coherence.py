@@ -155,15 +155,18 @@ def measure_coherence(client: EngineClient, prompts: Sequence[str], baseline: Se
     first divergence on (the shared prefix would only dilute the gap). ``return_prompt_token_ids``: whether the
     engine has that field (None: unknown, treated as no). ``tie_margins``: also score each divergence's baseline
     top-2 (``margins``); without it every divergence stays unclassified, which equivalence judges as real."""
-    if all(list(b) == list(s) for b, s in zip(baseline, speculative)):
+    diverged = [i for i, (b, s) in enumerate(zip(baseline, speculative)) if list(b) != list(s)]
+    if not diverged:
         n = len(baseline)  # nothing diverged: nothing to score
         return Coherence((0.0,) * n, (0.0,) * n, degeneracy(baseline, speculative, special_ids), (False,) * n,
                          (None,) * n)
-    prompt_ids = prompt_token_ids(client, prompts, return_prompt_token_ids)
+    # Only the diverged prompts are tokenised by the engine: each costs a prefill, the pool's others are not scored.
+    ids_of = dict(zip(diverged, prompt_token_ids(client, [prompts[i] for i in diverged], return_prompt_token_ids)))
     # Per prompt: baseline score, speculative score, diverged, margin.
     rows: list[tuple[float, float, bool, DivergenceMargin | None]] = []
-    for ids, base, spec in zip(prompt_ids, baseline, speculative):
-        if list(spec) == list(base):
+    for i, (base, spec) in enumerate(zip(baseline, speculative)):
+        ids = ids_of.get(i)
+        if ids is None:
             rows.append((0.0, 0.0, False, None))
             continue
         start = first_divergence(base, spec) or 0
