@@ -26,6 +26,7 @@ from pytest_specenergy.gate.settings import StorageError
 from pytest_specenergy.gate.settings import storage_path
 from pytest_specenergy.measure.removal import DRAFT_REMOVAL_MODES
 from pytest_specenergy.refserver.faults import FAULTS  # torch-free: the names only
+from pytest_specenergy.refserver.faults import TARGET_FAULTS
 
 # The gate's defaults come from gate.settings, without the gate: gate.limits (the fail-expression
 # parser) and gate.storage load when an option value needs them (issue 24, item 8).
@@ -248,7 +249,8 @@ class SpecEnergyConfig:
                        _choice(("fail", "warn")))
     faults: tuple[str, ...] = _opt(
         "fault", "", "comma-separated reference-server fault switches injected into every reference engine ("
-        + ", ".join(FAULTS) + "; only numerical-noise into the baseline twins, the rest act in speculation alone): "
+        + ", ".join(FAULTS) + f"; only {', '.join(sorted(TARGET_FAULTS))} into the baseline twins, the rest act in "
+        "speculation alone): "
         "they exist so a suite can prove its checks catch each bug class", _faults,
         resolve=lambda value, root: tuple(f.strip() for f in str(value).split(",") if f.strip()))
     storage: Path = field(metadata={"option": STORAGE})
