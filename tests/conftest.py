@@ -35,9 +35,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     test left late in one share ran alone while the other worker idled (13 s of a 250 s run;
     4 s after). The slowest first, dealt round-robin into one share per worker, leave the many
     short tests for the end, where stealing evens the workers out. A run holding tests/sglang/
-    keeps collection order (the two live tests after the conformance lines, side by side): with
-    the live tests first, a fresh clone's conformance workers imported SGLang after them and the
-    folder took 201 s in one CI run against 146 s in the run before."""
+    keeps collection order, the one its two live tests have run side by side in since they
+    exist: with them first, that folder took as long (99-106 s here; 201 s and 193 s in two CI
+    runs on a slow host, either order)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if workers > 1 and not any(item.nodeid.startswith("tests/sglang/") for item in items):
         ordered = sorted(items, key=_slowness)
