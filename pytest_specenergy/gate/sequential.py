@@ -75,6 +75,8 @@ class SequentialPlan:
     def weights(self) -> tuple[float, ...]:
         """Share of alpha spent at each look (sums to 1)."""
         k = len(self.looks)
+        if k == 1:  # the whole alpha at the cap, whatever interim_share (checked only with interim looks)
+            return (1.0,)
         if self.spending == "equal":
             return tuple([1.0 / k] * k)
         return tuple([self.interim_share] * (k - 1) + [1.0 - self.interim_share * (k - 1)])

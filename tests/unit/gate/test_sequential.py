@@ -76,6 +76,8 @@ def test_plan_variants_and_validation() -> None:
     assert SequentialPlan(start=3, step=3, cap=10).looks == (3, 6, 9, 10)
     assert SequentialPlan(spending="equal").weights == pytest.approx([0.2] * 5)
     assert SequentialPlan(start=5, cap=5).weights == (1.0,)
+    # One look spends the whole alpha there: interim_share (checked only with interim looks) plays no part.
+    assert SequentialPlan(start=5, cap=5, interim_share=float("inf")).alpha_at(1) == SequentialPlan().alpha
     for bad in ({"start": 1}, {"step": 0}, {"cap": 2}, {"alpha": 0.0}, {"beta": 0.7},
                 {"spending": "pocock"}, {"interim_share": 0.3}):
         with pytest.raises(ValueError):
