@@ -21,9 +21,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Every arm runs its prefill-only twin instead of pricing it (the flag window_bias.py sets on its measurer).
 FORCE_TWIN = """
-from pytest_specenergy.measure import arm
-arm.ArmMeasurer._prefill_window = arm.ArmMeasurer._prefill_twin
+from pytest_specenergy.measure import pairs
+_init = pairs.PairMeasurer.__init__
+def __init__(self, *args, **kwargs):
+    _init(self, *args, **kwargs)
+    self.run_twin = True
+pairs.PairMeasurer.__init__ = __init__
 """
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import shlex
 
-_SPECULATIVE_FLAGS = ("--speculative-", "--drafter", "--num-draft-tokens", "--ngram-", "--draft-model")
+# --fault: the reference server's faults that act in speculation alone are not the twin's (EngineConfig.twin).
+_SPECULATIVE_FLAGS = ("--speculative-", "--drafter", "--num-draft-tokens", "--ngram-", "--draft-model", "--fault")
 _ADDRESS_FLAGS = frozenset({"--host", "--port"})
 
 

@@ -25,7 +25,7 @@ class ReferenceBackend:
         return ENGINE_DRAFTERS["reference"]
 
     def twin_differences(self, spec_info: Mapping[str, Any], base_info: Mapping[str, Any]) -> list[str]:
-        """None: the reference server resolves nothing, and the arms' command lines differ only by the drafter."""
+        """None: the reference server resolves nothing; the arms' command lines differ by the drafter (and faults)."""
         return []
 
     def check(self, config: EngineConfig) -> None:
@@ -39,7 +39,7 @@ class ReferenceBackend:
                 f"the reference engine implements drafters {', '.join(self.drafters())}, not {config.drafter.name!r}")
 
     def command(self, config: EngineConfig, host: str, port: int) -> list[str]:
-        """The server's argv; only the drafter flags differ between the two arms."""
+        """The server's argv; the arms' differ only by the drafter flags and faults that act in speculation alone."""
         # Servers start with the interpreter running pytest.
         argv = [sys.executable, "-m", "pytest_specenergy.refserver",
                 "--model", config.model, "--dtype", config.dtype, "--device", config.device,

@@ -363,14 +363,14 @@ class ArmMeasurer:
         return tuple(drafts)
 
     def _steady_window(self) -> tuple[_Window, tuple[float, ...]]:
-        """One repeat's full window, run again (at most :data:`WINDOW_RERUNS` times) while :func:`disturbed_mean`;
-        of those run, the one that ran the most rows per step (nearest the declared batch) is kept whatever it shows
-        (a too-low peak still fails the checks), and the others' means are returned as dropped."""
+        """One repeat's full window, run again (at most :data:`WINDOW_RERUNS` times) while :func:`disturbed_mean`,
+        and the dropped (disturbed) windows' means. An undisturbed window is kept; when every one was disturbed, the
+        one that ran the most rows per step (nearest the declared batch; of equals the later) is kept all the same."""
         tries = [self._window(self.full, range(len(self.prompts)), steady=True)]
         while len(tries) <= WINDOW_RERUNS and disturbed_mean(tries[-1].concurrency) is not None:
             tries.append(self._window(self.full, range(len(self.prompts)), steady=True))
-        # Only a disturbed window is run again, so a rerun always has a mean; the later of equals is kept.
-        kept = max(reversed(tries), key=lambda w: w.concurrency.get("mean_running") or 0.0)
+        calm = disturbed_mean(tries[-1].concurrency) is None  # so only it can lack a mean
+        kept = tries[-1] if calm else max(reversed(tries), key=lambda w: w.concurrency["mean_running"])
         return kept, tuple(w.concurrency["mean_running"] for w in tries if w is not kept)
 
     def measure_repeat(self, arm: str) -> ArmRepeat:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_specenergy.cases.corpora.loader import BUILTIN_CORPORA
+
 QUICKSTART = Path(__file__).resolve().parents[2] / "example_suites" / "quickstart" / "test_quickstart.py"
 
 
@@ -59,9 +61,14 @@ def test_coherence_defaults_hold_on_every_corpus(pytester: pytest.Pytester, run_
     pytester.makepyfile(CORPORA_SUITE + "\n" + faulted.split("import pytest\n", 1)[1])
     result = run_suite(repeats=1)
     result.assert_outcomes(passed=5, failed=5)
-    passed = {r.nodeid.split("::")[-1].split("[")[0] for r in result.reprec.getreports("pytest_runtest_logreport")
-              if r.when == "call" and r.passed}
+    passed = {test.split("[")[0] for test, outcome in call_outcomes(result).items() if outcome == "passed"}
     assert passed == {"test_coherent"}, passed
+
+
+def call_outcomes(result: pytest.RunResult) -> dict[str, str]:
+    """Each inner test's call outcome, by its name with parameters (``test_healthy[code-ngram-b2]``)."""
+    return {r.nodeid.split("::")[-1]: r.outcome
+            for r in result.reprec.getreports("pytest_runtest_logreport") if r.when == "call"}
 
 
 HYBRID_STATE_SUITE = """
@@ -133,9 +140,8 @@ def test_hybrid_state_faults_are_caught_on_every_corpus_the_healthy_hybrid_passe
     pytester.makepyfile(HYBRID_STATE_SUITE)
     out = pytester.path / "run.json"
     result = run_suite(f"--specenergy-json={out}", repeats=1)
-    outcomes = {r.nodeid.split("::")[-1]: r.outcome
-                for r in result.reprec.getreports("pytest_runtest_logreport") if r.when == "call"}
-    corpora = ("code", "conversation", "long-document", "news", "rm-news")
+    outcomes = call_outcomes(result)
+    corpora = BUILTIN_CORPORA  # the suite's CORPORA
     for test, outcome in (("test_healthy", "passed"), ("test_partial_accept_state", "failed"),
                           ("test_stale_state_after_empty_draft", "failed")):
         assert {c: outcomes.get(f"{test}[{c}-ngram-b2]") for c in corpora} == dict.fromkeys(corpora, outcome), outcomes

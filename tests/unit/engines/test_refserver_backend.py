@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pytest_specenergy.engines.argv import describe_pair_difference
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.refserver import ReferenceBackend
 
@@ -28,6 +29,9 @@ def test_the_baseline_twin_runs_only_the_faults_that_reach_a_non_speculative_eng
     spec = EngineConfig(engine="reference", model="tiny:hybrid", drafter=Drafter("ngram"), faults=tuple(FAULTS))
     base = ReferenceBackend().command(spec.twin(), "127.0.0.1", 1)
     assert [base[i + 1] for i, a in enumerate(base) if a == "--fault"] == ["numerical-noise"]  # it perturbs the target
+    # The dry run calls the faults the twin lacks speculative, not a broken pair.
+    differs = describe_pair_difference(ReferenceBackend().command(spec, "127.0.0.1", 1), base)
+    assert differs and not [line for line in differs if line.startswith("MISMATCH")], differs
     # A speculative-only fault leaves the twin the healthy case's own: the two share one baseline engine and arm.
     healthy = EngineConfig(engine="reference", model="tiny:hybrid", drafter=Drafter("ngram"))
     assert EngineConfig(engine="reference", model="tiny:hybrid", drafter=Drafter("ngram"),

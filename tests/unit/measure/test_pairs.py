@@ -792,14 +792,17 @@ def test_a_window_is_disturbed_when_it_ran_well_below_its_own_peak():
     ((3.5, 4.0), 4.0, (3.5,)),  # the rerun ran the batch: no third window
     ((3.76, 3.31, 3.5), 3.76, (3.31, 3.5)),  # CI's live A/A baseline: the first ran nearest the batch
     ((3.76, 3.76, 3.76), 3.76, (3.76, 3.76)),
-], ids=["rerun-undisturbed", "first-best", "equal"])
+    ((3.7, (3.0, 3)), 3.0, (3.7,)),  # the rerun ran at its own (lower) peak: undisturbed, kept; the checks judge it
+    ((3.7, (None, None)), None, (3.7,)),  # the rerun kept no step record: kept, no None among the dropped
+], ids=["rerun-undisturbed", "first-best", "equal", "rerun-at-own-peak", "rerun-without-record"])
 def test_of_the_windows_a_disturbed_repeat_ran_the_one_nearest_the_batch_is_kept(monkeypatch, means, kept,
                                                                                   dropped):
     monkeypatch.setattr(arm_module, "WINDOW_RERUNS", 2)
     case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
                    corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
     measurer = ArmMeasurer(_server(FakeClient(False, [])), TokenMeter(1.0), case, repeats=1, warmup=0)
-    windows = [SimpleNamespace(concurrency={"mean_running": m, "max_running": 4}) for m in means]
+    windows = [SimpleNamespace(concurrency=dict(zip(("mean_running", "max_running"), m if isinstance(m, tuple)
+                                                   else (m, 4)))) for m in means]
     script = iter(windows)
     monkeypatch.setattr(measurer, "_window", lambda *args, **kwargs: next(script))
     full, got = measurer._steady_window()
