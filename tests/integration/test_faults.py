@@ -211,8 +211,13 @@ def test_off_by_one_acceptance_looks_better_but_equivalence_fails(pytester: pyte
 
 
 def test_stale_draft_cache_shifts_acceptance_the_gate_reports_it(pytester: pytest.Pytester, run_suite):
-    # Output stays exact: only the acceptance comparison with main shows this bug.
-    pytester.makepyfile(DRAFT_SUITE)
+    # Output stays exact: only the acceptance comparison with main shows this bug. Its shift
+    # is carried by a few requests (here 1.07, 2.58, 3.44, 1.41 accepted per step healthy, 2.21,
+    # 2.58, 4.43, 1.55 faulted). At batch 2 it varied run to run with which requests shared a
+    # step, and the verdict with it (INCONCLUSIVE at the 11-repeat cap once in a full suite run;
+    # with 8 prompts in one run of three, 16 at batch 4 in one of six); at batch 1 each request
+    # runs alone and every run reads the same figures (+41.4%, IMPROVED, in each of three).
+    pytester.makepyfile(DRAFT_SUITE.replace("batch(2)", "batch(1)"))
     run_suite("--specenergy-save=main", repeats=2).assert_outcomes(passed=1)
     # The default limits all apply (energy among them, which needs 2 stored repeats): energy is
     # set out of reach, so the acceptance comparison alone decides.
@@ -221,7 +226,7 @@ def test_stale_draft_cache_shifts_acceptance_the_gate_reports_it(pytester: pytes
                         # cannot show one beyond a 5% limit with confidence).
                         "--specenergy-compare-fail=accept_length:0%", "--specenergy-compare-fail=energy:1000%",
                         repeats=2)
-    faulted.stdout.fnmatch_lines(["*improved*test_draft[[]code-draft-b2[]]*"])
+    faulted.stdout.fnmatch_lines(["*improved*test_draft[[]code-draft-b1[]]*"])
 
 
 def test_accept_off_by_one_with_a_draft_model_fails_coherence_on_every_corpus(pytester: pytest.Pytester, run_suite):
