@@ -18,10 +18,13 @@ import pytest_specenergy.engines.zygote  # noqa: F401
 # here, before any pytester run, keeps it loaded across runs. The engine zygote likewise: kept
 # loaded, its one process (torch and transformers imported) serves every run of the worker.
 
-#: Test folders by how long their tests take, slowest first (per-test times of 2026-12-05 on 2
-#: cores: the end-to-end folder 290 s in all, up to 56 s a test; refserver 81 s; benchmarks and
-#: unit/engines 37 s each; ...); the rest is seconds in all. Equal ranks keep collection order.
-SLOW_FIRST = (("tests/integration/",), ("tests/refserver/",), ("tests/benchmarks/", "tests/unit/engines/"),
+#: Tests by how long they take, slowest first: the two live SGLang tests (80-100 s each), then
+#: folders (per-test times of 2026-12-05 on 2 cores: the end-to-end folder 290 s in all, up to
+#: 56 s a test; refserver 81 s; benchmarks and unit/engines 37 s each; ...); the rest is seconds
+#: in all. Equal ranks keep collection order.
+SLOW_FIRST = (("tests/sglang/test_sglang_live.py::test_plugin_against_a_live_sglang_cpu_server",
+               "tests/sglang/test_sglang_pair.py::test_spec_pair_end_to_end_on_live_sglang"),
+              ("tests/integration/",), ("tests/refserver/",), ("tests/benchmarks/", "tests/unit/engines/"),
               ("tests/unit/report/",))
 
 
@@ -30,16 +33,16 @@ def _slowness(item: pytest.Item) -> int:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under xdist, every worker starts on the slowest tests: xdist's work stealing hands each
-    worker a contiguous share of the collection and steals from a queue's end, so a minute-long
-    test left late in one share ran alone while the other worker idled (13 s of a 250 s run;
-    4 s after). The slowest first, dealt round-robin into one share per worker, leave the many
-    short tests for the end, where stealing evens the workers out. A run holding tests/sglang/
-    keeps collection order, the one its two live tests have run side by side in since they
-    exist: with them first, that folder took as long (99-106 s here; 201 s and 193 s in two CI
-    runs on a slow host, either order)."""
+    """Under xdist, every worker starts on the slowest tests. xdist's work stealing hands each
+    worker a contiguous share of the collection, steals from a queue's end, and never takes a
+    worker's last two (the running test and the next): a minute-long test left late in one share
+    ran alone while the other worker idled (13 s of a 250 s run; 4 s after), and the two live
+    SGLang tests, last in collection order, ran one after the other whenever one worker reached
+    the first before the other stole (tests/sglang/ 134 s against 99-106 s side by side). The
+    slowest first, dealt round-robin into one share per worker, start side by side and leave the
+    many short tests for the end, where stealing evens the workers out."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
-    if workers > 1 and not any(item.nodeid.startswith("tests/sglang/") for item in items):
+    if workers > 1:
         ordered = sorted(items, key=_slowness)
         items[:] = [item for share in range(workers) for item in ordered[share::workers]]
 
