@@ -215,7 +215,7 @@ def test_stale_draft_cache_shifts_acceptance_the_gate_reports_it(pytester: pytes
     # is carried by a few requests (here 1.07, 2.58, 3.44, 1.41 accepted per step healthy, 2.21,
     # 2.58, 4.43, 1.55 faulted). At batch 2 it varied run to run with which requests shared a
     # step, and the verdict with it (INCONCLUSIVE at the 11-repeat cap once in a full suite run;
-    # with 8 prompts in one run of three, 16 at batch 4 in one of six); at batch 1 each request
+    # with 8 prompts in one run of three, 16 at batch 4 failed one of eight); at batch 1 each request
     # runs alone and every run reads the same figures (+41.4%, IMPROVED, in each of three).
     pytester.makepyfile(DRAFT_SUITE.replace("batch(2)", "batch(1)"))
     run_suite("--specenergy-save=main", repeats=2).assert_outcomes(passed=1)
