@@ -74,7 +74,7 @@ def call_outcomes(result: pytest.RunResult) -> dict[str, str]:
 HYBRID_STATE_SUITE = """
 import pytest
 
-CORPORA = ("code", "conversation", "long-document", "news", "rm-news")
+from pytest_specenergy.cases.corpora.loader import BUILTIN_CORPORA as CORPORA
 
 
 # The hybrid case on every corpus; ``faults`` make its speculative engine's copy (one shared baseline).
@@ -141,7 +141,7 @@ def test_hybrid_state_faults_are_caught_on_every_corpus_the_healthy_hybrid_passe
     out = pytester.path / "run.json"
     result = run_suite(f"--specenergy-json={out}", repeats=1)
     outcomes = call_outcomes(result)
-    corpora = BUILTIN_CORPORA  # the suite's CORPORA
+    corpora = BUILTIN_CORPORA  # the suite's CORPORA, by import
     for test, outcome in (("test_healthy", "passed"), ("test_partial_accept_state", "failed"),
                           ("test_stale_state_after_empty_draft", "failed")):
         assert {c: outcomes.get(f"{test}[{c}-ngram-b2]") for c in corpora} == dict.fromkeys(corpora, outcome), outcomes
