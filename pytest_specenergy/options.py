@@ -3,6 +3,7 @@ default. :class:`SpecEnergyConfig` is built once per session and frozen: nothing
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -65,12 +66,10 @@ def _number(name: str, cast: Callable[[str], Any], ok: Callable[[Any], bool], ex
     """A parser of a number that satisfies ``ok``; anything else is a ValueError saying what is expected.
     It is called ``name``: argparse names a ``type=`` in its error (``invalid _probability value``)."""
     def parse(text: str) -> Any:
-        try:
+        with contextlib.suppress(ValueError):
             value = cast(text)
             if ok(value):
                 return value
-        except ValueError:
-            pass
         raise ValueError(f"expected {expected}, got {text!r}")
 
     parse.__name__ = name

@@ -4,6 +4,7 @@ per token against plain decode, from the modeled meter's roofline (an example: `
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -28,13 +29,11 @@ def _shape(text: str) -> ModelShape:
 def checked_number(cast: Any, ok: Any, expected: str) -> Any:
     """An argparse ``type=``: ``text`` cast and checked, else an error saying what is expected."""
     def parse(text: str) -> Any:
-        try:
+        with contextlib.suppress(ValueError):
             value = cast(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {expected}") from None
-        if not ok(value):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {expected}")
-        return value
+            if ok(value):
+                return value
+        raise argparse.ArgumentTypeError(f"{text!r} is not {expected}") from None
     return parse
 
 

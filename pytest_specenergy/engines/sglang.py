@@ -4,6 +4,7 @@ docs/design/engines.md, ``engines/sglang.py``."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -485,10 +486,8 @@ def _read_model_config(model: str, name: str = "config.json") -> dict[str, Any] 
         if snapshots.is_dir():
             candidates += sorted(snapshots.glob(f"*/{name}"), key=lambda p: p.stat().st_mtime, reverse=True)
     for path in candidates:
-        try:
+        with contextlib.suppress(OSError, ValueError):
             data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
-            return data
+            if isinstance(data, dict):
+                return data
     return None

@@ -35,9 +35,6 @@ SWITCH = "SPECENERGY_ZYGOTE"
 #: Environment variable naming the Unix socket of the zygote this process's parent started
 #: (set in that process's environment, inherited by the processes it starts).
 SHARED = "SPECENERGY_ZYGOTE_SOCKET"
-#: transformers names the reference server's models and caches use (imported in the zygote).
-PRELOAD = ("Qwen3Config", "Qwen3ForCausalLM", "Qwen3MoeConfig", "Qwen3MoeForCausalLM",
-           "Qwen3NextConfig", "Qwen3NextForCausalLM", "DynamicCache", "AutoModelForCausalLM")
 
 
 class ForkedChild:
@@ -127,15 +124,31 @@ def _engine_child(request: dict[str, Any], lifeline: int, zygote_fds: Sequence[i
 
 
 def _preload() -> None:
-    """Import the libraries a reference server spends its start on, running no torch op (the
-    server's own modules are small, and a program of their own: they load in the fork)."""
-    import torch  # noqa: F401
-    import transformers
+    """Import what a reference server spends its start on (torch, transformers, the server's own modules), running
+    no torch op; a tiny model's transformers classes load with its first build (:func:`_build_tiny_models`)."""
+    import transformers  # noqa: F401
 
-    for name in PRELOAD:
-        # An older transformers without that model: the server imports what it needs.
-        with contextlib.suppress(AttributeError, ImportError):
-            getattr(transformers, name)
+    import pytest_specenergy.refserver.engine  # noqa: F401
+    import pytest_specenergy.refserver.server  # noqa: F401
+
+
+def _build_tiny_models(argv: Sequence[str]) -> None:
+    """Build the tiny models (target, draft) an engine asks for here, once: its fork and every later one share them
+    (0.1 s of CPU a start otherwise). At one torch thread, so that OpenMP starts no thread for a fork to hang on."""
+    import torch
+
+    from pytest_specenergy.refserver.models import load_model
+    from pytest_specenergy.refserver.tiny_models import default_draft_for
+
+    flags = dict(zip(argv, argv[1:]))  # --flag -> its value
+    model, drafted = flags.get("--model", ""), flags.get("--drafter") in ("draft_model", "block")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with contextlib.suppress(Exception):  # a bad flag: the engine's own start says what is wrong
+        for name in (model, drafted and (flags.get("--draft-model") or default_draft_for(model))):
+            if name and name.startswith("tiny:"):
+                load_model(name, flags.get("--dtype", "auto"), "cpu", int(flags.get("--seed", 0)))
+    torch.set_num_threads(threads)
 
 
 def serve(sock: socket.socket, listen: str | None = None) -> int:
@@ -190,10 +203,12 @@ def serve(sock: socket.socket, listen: str | None = None) -> int:
                     clients.remove(client)
                     client.close()
                     continue
+                request = json.loads(message)
+                _build_tiny_models(request["argv"])
                 pid = os.fork()
                 if pid == 0:
                     inherited = [c.fileno() for c in [*clients, *listening]] + [wake_r, wake_w]
-                    _engine_child(json.loads(message), fds[0], inherited)
+                    _engine_child(request, fds[0], inherited)
                 for fd in fds:
                     os.close(fd)
                 asked_by[pid] = client

@@ -3,6 +3,7 @@ gate checks (:func:`run_info`, :func:`comparable`); why, and the ``info`` read: 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import platform
@@ -93,13 +94,10 @@ def machine_key(info: Mapping[str, Any], fields: Sequence[str] | None = None) ->
 
 
 def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as handle:
+        for line in handle:
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine() or "unknown"
 
 

@@ -3,6 +3,7 @@ calls are feature-detected: ``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from dataclasses import dataclass
 from typing import Any
@@ -111,12 +112,10 @@ class Nvml:
         """``pynvml.<function>(*args)``, or None if an older driver lacks it or the board refuses it; given several
         names, the first that answers."""
         for name in (function,) if isinstance(function, str) else function:
-            try:
+            with contextlib.suppress(Exception):  # absent, NOT_SUPPORTED, FUNCTION_NOT_FOUND, DEPRECATED...
                 value = getattr(self.lib, name)(*args)
-            except Exception:  # noqa: BLE001 - absent, NOT_SUPPORTED, FUNCTION_NOT_FOUND, DEPRECATED...
-                continue
-            if value is not None:
-                return value
+                if value is not None:
+                    return value
         return None
 
     def constant(self, name: str, default: int) -> Any:
@@ -204,11 +203,9 @@ class Gpu:
             return float(getattr(value.value, _UNION_MEMBER.get(int(value.valueType), "uiVal"))) / 1000.0  # mW
 
         if field is not None and hasattr(lib, "nvmlDeviceGetFieldValues"):
-            try:
+            with contextlib.suppress(Exception):  # the field is not supported on this board/driver
                 instant()
                 return instant, "instant"
-            except Exception:  # noqa: BLE001 - the field is not supported on this board/driver
-                pass
         return (lambda: float(lib.nvmlDeviceGetPowerUsage(self.handle)) / 1000.0), "average"
 
     def facts(self, driver: str | None) -> GpuFacts:

@@ -101,13 +101,6 @@ def pid_exists(pid: int) -> bool:
     return True
 
 
-def _engine_pid(engine: Any) -> int | None:
-    pid = getattr(engine, "pid", None)
-    if pid is None:
-        pid = getattr(getattr(engine, "process", None), "pid", None)
-    return int(pid) if isinstance(pid, int) else None
-
-
 @dataclass
 class _Window:
     devices: list[gpu_info.Gpu]
@@ -174,7 +167,10 @@ class NvmlMeter:
         env: Mapping[str, str] = getattr(engine, "env", None) or os.environ
         visible = env.get("CUDA_VISIBLE_DEVICES")
         devices = resolve_devices(self._nvml, visible, env.get("CUDA_DEVICE_ORDER"))
-        pid = _engine_pid(engine)
+        pid = getattr(engine, "pid", None)
+        if pid is None:
+            pid = getattr(getattr(engine, "process", None), "pid", None)
+        pid = int(pid) if isinstance(pid, int) else None
         processes = {d.index: d.processes() for d in devices}
         if self.contamination == "fail":
             self._contamination(devices, pid, processes, at_start=True)

@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config.num_draft_tokens, engine.target.dtype, engine.target.device, list(config.faults))
     print(f"reference server ready on {server.url}", file=sys.stderr, flush=True)
     try:
-        server.serve_forever(poll_interval=0.2)
+        server.serve_forever(poll_interval=0.05)  # a stop waits for the next poll
     except KeyboardInterrupt:
         pass
     finally:

@@ -55,14 +55,6 @@ def resolve_dtype(spec: str, model: str, device: torch.device) -> torch.dtype:
     return torch.float64 if model.startswith("tiny:") else torch.bfloat16
 
 
-def _eos_ids(model: torch.nn.Module) -> list[int]:
-    ids: list[int] = []
-    for source in (getattr(model, "generation_config", None), model.config):
-        value = getattr(source, "eos_token_id", None)
-        ids.extend(value if isinstance(value, (list, tuple)) else [value])
-    return list(dict.fromkeys(int(tid) for tid in ids if tid is not None))
-
-
 # Built-in (tiny and random) models are shared within a process (tests build many engines over the same weights). Safe
 # because no engine writes to weights; the key includes dtype and device because .to() is in place.
 _TINY_CACHE: dict[tuple[str, int, torch.dtype, str], LoadedModel] = {}
@@ -100,7 +92,11 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto", seed: int =
         return _TINY_CACHE[key]
     model = _build(name, seed, torch_dtype, dev).to(device=dev, dtype=torch_dtype)
     config = model.config
-    eos = _eos_ids(model)
+    declared: list[int] = []
+    for source in (getattr(model, "generation_config", None), config):
+        value = getattr(source, "eos_token_id", None)
+        declared.extend(value if isinstance(value, (list, tuple)) else [value])
+    eos = list(dict.fromkeys(int(tid) for tid in declared if tid is not None))
     tokenizer = load_tokenizer(name, eos, vocab_size=int(config.vocab_size))
     loaded = LoadedModel(name=name, model=model, tokenizer=tokenizer, dtype=torch_dtype, device=dev,
                          eos_token_ids=tuple(dict.fromkeys([*eos, *tokenizer.eos_token_ids])),

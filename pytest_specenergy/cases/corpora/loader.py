@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import hashlib
@@ -122,13 +123,11 @@ def _load_builtin(name: str) -> Corpus:
 def _builtin_prompts(text: str, where: str) -> tuple[str, ...]:
     """The prompts of a packaged corpus: its lines parsed as one JSON array (every collection loads the corpora it
     names; one parse is a few times cheaper than one per line), else line by line, for a message naming the line."""
-    try:
+    with contextlib.suppress(ValueError, TypeError, KeyError):
         records = json.loads("[" + ",".join(line for line in text.splitlines() if line.strip()) + "]")
         prompts = tuple(record["prompt"] for record in records)
         if all(isinstance(p, str) and p.strip() for p in prompts):
             return prompts
-    except (ValueError, TypeError, KeyError):
-        pass
     return tuple(_iter_prompts(text.splitlines(), where))
 
 
