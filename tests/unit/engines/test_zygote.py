@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -55,6 +56,34 @@ def test_a_forked_engines_bad_start_reports_its_exit_code_and_log(tmp_path):
     with pytest.raises(EngineStartError, match=r"exited with code 2 during start-up") as info:
         server.start()
     assert "no-such-checkpoint" in str(info.value)  # the server's own line, from its log
+
+
+def test_the_zygote_builds_the_tiny_models_an_engine_asks_for_once(monkeypatch):
+    """Before it forks an engine the zygote builds that engine's tiny target and draft under the
+    key the engine's own load finds (device ``auto`` included), once, at one torch thread, then
+    restores the thread count; another model (a checkpoint draft, a random or unknown one) or a
+    bad flag builds nothing and raises nothing (the engine's start says what is wrong)."""
+    import torch
+
+    from pytest_specenergy.refserver import models
+
+    monkeypatch.setattr(models, "_TINY_CACHE", {})
+    threads, seen = torch.get_num_threads(), []
+    real_load = models.load_model
+    monkeypatch.setattr(models, "load_model", lambda *a: seen.append(torch.get_num_threads()) or real_load(*a))
+    head = [sys.executable, "-m", zygote_module.REFSERVER]
+    argv = [*head, "--model", "tiny:dense", "--drafter", "draft_model", "--dtype", "auto", "--seed", "3"]
+    zygote_module._build_tiny_models(argv)
+    assert sorted((k[0], k[1]) for k in models._TINY_CACHE) == [("tiny:dense", 3), ("tiny:dense-draft", 3)]
+    assert seen == [1, 1] and torch.get_num_threads() == threads
+    built = dict(models._TINY_CACHE)
+    assert real_load("tiny:dense", "auto", "auto", 3) is built[("tiny:dense", 3, torch.float32, "cpu")]
+    zygote_module._build_tiny_models(argv)
+    for bad in (["--model", "tiny:dense", "--seed", "x"], ["--model", "random:qwen3-4b:layers=1"],
+                ["--model", "tiny:nope"], ["--model", "tiny:dense", "--seed", "3", "--drafter", "block",
+                                           "--draft-model", "/no"]):
+        zygote_module._build_tiny_models([*head, *bad])
+    assert models._TINY_CACHE == built and torch.get_num_threads() == threads
 
 
 def test_off_or_dead_the_zygote_leaves_the_plain_start(tmp_path, monkeypatch, reap_group):
