@@ -141,11 +141,13 @@ def _build_tiny_models(argv: Sequence[str]) -> None:
     from pytest_specenergy.refserver.tiny_models import default_draft_for
 
     flags = dict(zip(argv, argv[1:]))  # --flag -> its value
-    model, drafted = flags.get("--model", ""), flags.get("--drafter") in ("draft_model", "block")
+    names = [flags.get("--model", "")]
+    if flags.get("--drafter") in ("draft_model", "block"):  # the engine's own choice of draft (engine._load_draft)
+        names.append(flags.get("--draft-model") or default_draft_for(names[0]))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     with contextlib.suppress(Exception):  # a bad flag: the engine's own start says what is wrong
-        for name in (model, drafted and (flags.get("--draft-model") or default_draft_for(model))):
+        for name in names:
             if name and name.startswith("tiny:"):
                 load_model(name, flags.get("--dtype", "auto"), "cpu", int(flags.get("--seed", 0)))
     torch.set_num_threads(threads)

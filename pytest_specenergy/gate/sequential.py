@@ -392,8 +392,10 @@ TAIL_MIN_REPLICATES = 10
 def _bootstrap_share(boot: np.ndarray, bound: float, *, above: bool) -> float:
     """The one-sided p-value of the replicates at or ``above`` ``bound`` (else at or below): docs/design/gate.md."""
     count = int(np.sum(boot >= bound if above else boot <= bound))
+    if count >= TAIL_MIN_REPLICATES:
+        return float((1 + count) / (boot.size + 1))
     mean, sd = float(np.mean(boot)), float(np.std(boot, ddof=1)) if boot.size > 1 else 0.0
-    if count >= TAIL_MIN_REPLICATES or not sd > 0:
+    if not sd > 0:
         return float((1 + count) / (boot.size + 1))
     z = (bound - mean) / sd if above else (mean - bound) / sd
     return 0.5 * math.erfc(z / math.sqrt(2.0))
