@@ -13,6 +13,9 @@
 # Each dependency is installed at the version SGLang's own wheel metadata pins, when it pins one;
 # torch stays 2.13.0+cpu throughout (a pip constraint: anything that wants another torch fails).
 #
+# Files identical to those of .venv or of a sibling environment are hardlinked to them
+# (dev/share_dists.py): the 0.5.23 and 0.5.9 environments and .venv share torch and triton.
+#
 # Idempotent: a stamp file (DEST/.specenergy-sglang-env) records the version, the set and a hash
 # of this script; a matching stamp returns at once, anything else rebuilds DEST from scratch.
 # Prints what it does; exits non-zero on any failure.
@@ -75,8 +78,15 @@ pip_q() {
 CONSTRAINTS="$DEST/.specenergy-constraints.txt"
 echo "torch==2.13.0" > "$CONSTRAINTS"
 
+# What DEST holds byte for byte like .venv or a sibling environment (torch, triton, ...) is
+# hardlinked to it, as soon as it is installed: each one on disk once (dev/share_dists.py).
+share_dists() {
+    "$PY" "$HERE/share_dists.py" "$DEST" "$REPO/.venv" "$(dirname "$DEST")"/*/ | tail -n 1
+}
+
 echo "sglang_env: [1/4] torch==2.13.0 (CPU)"
 pip_q install -c "$CONSTRAINTS" "torch==2.13.0"
+share_dists
 echo "sglang_env: [2/4] sglang==$VERSION --no-deps"
 pip_q install --no-deps "sglang==$VERSION"
 
@@ -135,6 +145,8 @@ if [ "$SET" = server ]; then
     pip_q install --no-deps "${NODEPS[@]}"
 fi
 
+share_dists
+
 echo "sglang_env: [4/4] stand-ins ($STANDINS) and checks"
 write_pth
 "$PY" - "$VERSION" "$SET" <<'PYEOF'
@@ -161,4 +173,6 @@ if kind == "server":
 print(f"sglang_env:   ok: sglang {version} ({kind}), torch {torch_version}, stand-ins on sys.path")
 PYEOF
 echo "$STAMP_TEXT" > "$STAMP"
-echo "sglang_env: done in $(( $(date +%s) - start )) s; $(du -sh "$DEST" | cut -f1) at $DEST"
+# du counts a linked file once, under the first folder that holds it: the last line is DEST's own.
+own=$(du -sh "$REPO/.venv" "$(dirname "$DEST")"/*/ "$DEST" 2>/dev/null | tail -n 1 | cut -f1)
+echo "sglang_env: done in $(( $(date +%s) - start )) s; $(du -sh "$DEST" | cut -f1) at $DEST ($own not shared)"
