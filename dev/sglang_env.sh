@@ -174,5 +174,9 @@ print(f"sglang_env:   ok: sglang {version} ({kind}), torch {torch_version}, stan
 PYEOF
 echo "$STAMP_TEXT" > "$STAMP"
 # du counts a linked file once, under the first folder that holds it: the last line is DEST's own.
-own=$(du -sh "$REPO/.venv" "$(dirname "$DEST")"/*/ "$DEST" 2>/dev/null | tail -n 1 | cut -f1)
+others=()
+for other in "$REPO/.venv" "$(dirname "$DEST")"/*/; do
+    [ "$(cd "$other" && pwd)" = "$(cd "$DEST" && pwd)" ] || others+=("$other")
+done
+own=$(du -sh "${others[@]}" "$DEST" 2>/dev/null | tail -n 1 | cut -f1)
 echo "sglang_env: done in $(( $(date +%s) - start )) s; $(du -sh "$DEST" | cut -f1) at $DEST ($own not shared)"
