@@ -127,9 +127,7 @@ def _finite(value: Any) -> bool:
 def _json(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return value.as_dict()  # type: ignore[attr-defined]
-    if isinstance(value, tuple):
-        return [_json(v) for v in value]
-    return value
+    return [_json(v) for v in value] if isinstance(value, tuple) else value
 
 
 def _to_dict(record: Any, omit_empty: Iterable[str] = ()) -> dict[str, Any]:

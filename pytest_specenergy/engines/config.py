@@ -81,6 +81,4 @@ class EngineConfig:
 def _hashable(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_hashable(v) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
-    return value
+    return tuple(sorted((k, _hashable(v)) for k, v in value.items())) if isinstance(value, dict) else value

@@ -109,9 +109,7 @@ class Drafter:
         """Tokens proposed per verify step (the target verifies one more)."""
         if self.name == "block":
             return int(self.get("block_size")) - 1
-        if self.name == "none":
-            return 0
-        return int(self.get("num_draft_tokens"))
+        return 0 if self.name == "none" else int(self.get("num_draft_tokens"))
 
     @property
     def draft_model(self) -> str | None:

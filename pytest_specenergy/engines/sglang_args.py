@@ -406,6 +406,4 @@ def _as_json(value: Any) -> Any:
     if isinstance(value, tuple) and all(isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
                                         for item in value):
         return {k: _as_json(v) for k, v in value}
-    if isinstance(value, (list, tuple)):
-        return [_as_json(v) for v in value]
-    return value
+    return [_as_json(v) for v in value] if isinstance(value, (list, tuple)) else value

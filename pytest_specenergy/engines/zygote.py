@@ -76,7 +76,8 @@ def _fork_server(argv: Sequence[str]) -> ForkedChild:
         if set_pdeathsig is not None:
             set_pdeathsig()
         for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGCHLD):
-            signal.signal(signum, signal.SIG_DFL)  # the watchdog's handlers, as exec would reset
+            signal.signal(signum, signal.SIG_DFL)  # the watchdog's handlers and wake-up pipe, as exec would reset
+        signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         # What ``python -m`` does: the server is a program of its own (the layers), run as
         # __main__ on its flags; its __main__ block exits with main's status.

@@ -64,9 +64,7 @@ class MetricRow:
         absolute = f"{self.change_abs:+.4g} {self.unit}"
         if GATE_METRICS[self.metric].percent_is_points:
             absolute = f"{self.change_abs * 100:+.3g} pts"
-        if self.change_rel is None:
-            return absolute
-        return f"{self.change_rel:+.2%} ({absolute})"
+        return absolute if self.change_rel is None else f"{self.change_rel:+.2%} ({absolute})"
 
     def describe(self) -> str:
         """One line with every number: values, change, limit, p-value, method, verdict."""

@@ -169,9 +169,7 @@ class Gatekeeper:
                          path: Path | None) -> Judgement | NeedsRepeats:
         """More repeats up to the plan's next look while INCONCLUSIVE, else the outcome."""
         extra = min(repeats_needed(comparison), self.plan.cap - len(record.speculative.samples))
-        if extra > 0:
-            return NeedsRepeats(extra)
-        return self._outcome(comparison, path)
+        return NeedsRepeats(extra) if extra > 0 else self._outcome(comparison, path)
 
     def _outcome(self, comparison: CaseComparison, path: Path | None) -> Judgement:
         judgement = Judgement(comparison, path)

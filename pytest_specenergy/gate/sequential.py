@@ -290,9 +290,7 @@ def _projection(est: float, se_per_unit: float, ref_var_term: float, bound: floa
         return None
     z = _NORMAL.inv_cdf(1.0 - level)  # upper critical value
     room = (gap / z) ** 2 - ref_var_term
-    if room <= 0:
-        return None
-    return int(math.ceil(se_per_unit ** 2 / room))
+    return None if room <= 0 else int(math.ceil(se_per_unit ** 2 / room))
 
 
 def _one_case(x: np.ndarray, y: np.ndarray | None, method: str, *, limit: float, worse: str, plan: SequentialPlan,

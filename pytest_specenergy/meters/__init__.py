@@ -11,9 +11,7 @@ def meter_kind_for(requested: str, engine: str, device: str) -> str:
     """Resolve ``auto``: the board counter for engines on a GPU, else the H200 model."""
     if requested != "auto":
         return requested
-    if engine == "sglang" or device.startswith("cuda"):
-        return "nvml"
-    return "modeled:h200"
+    return "nvml" if engine == "sglang" or device.startswith("cuda") else "modeled:h200"
 
 
 def make_meter(kind: str) -> Meter:

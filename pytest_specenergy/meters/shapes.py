@@ -183,9 +183,7 @@ class ForwardCost(NamedTuple):
 
 def expected_experts(experts: int, per_token: int, tokens: float) -> float:
     """Distinct experts ``tokens`` independent uniformly routed tokens touch: E (1 - (1 - k/E)^n)."""
-    if experts <= 0 or tokens <= 0:
-        return 0.0
-    return experts * (1.0 - (1.0 - per_token / experts) ** tokens)
+    return 0.0 if experts <= 0 or tokens <= 0 else experts * (1.0 - (1.0 - per_token / experts) ** tokens)
 
 
 def effective_tokens(touched: float, experts: int, per_token: int, tokens: int) -> float:
