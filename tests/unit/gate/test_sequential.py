@@ -54,6 +54,21 @@ def test_t_matches_scipy_when_available() -> None:
     assert np.max(np.abs(t_sf(t, df) - stats.t.sf(t, df))) < 1e-10
 
 
+def test_t_ppf_starts_near_the_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gate solves two quantiles per look: from Fisher's expansion Newton needs at most 5 tail evaluations
+    for df >= 3 (9 from the old start at -1), and lands on the root."""
+    from pytest_specenergy.gate import tdist
+
+    calls = []
+    monkeypatch.setattr(tdist, "t_sf", lambda t, df: calls.append(1) or t_sf(t, df))
+    for df in (3.0, 4.7, 11.0, 58.0):
+        calls.clear()
+        found = tdist.t_ppf(np.array([0.995, 0.9, 0.02]), df)
+        assert len(calls) <= 5, (df, len(calls))
+        for p, t in zip((0.995, 0.9, 0.02), found):
+            assert float(t_sf(-t, df)) == pytest.approx(p, rel=1e-12)
+
+
 def test_t_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError):
         t_sf(1.0, 0.0)
