@@ -80,8 +80,17 @@ echo "torch==2.13.0" > "$CONSTRAINTS"
 
 # What DEST holds byte for byte like .venv or a sibling environment (torch, triton, ...) is
 # hardlinked to it, as soon as it is installed: each one on disk once (dev/share_dists.py).
+# .venv and the sibling environments (globbed at each call: a sibling may be building beside DEST).
+others() {
+    local other
+    for other in "$REPO/.venv" "$(dirname "$DEST")"/*/; do
+        [ "$(cd "$other" 2>/dev/null && pwd)" = "$(cd "$DEST" && pwd)" ] || echo "$other"
+    done
+}
 share_dists() {
-    "$PY" "$HERE/share_dists.py" "$DEST" "$REPO/.venv" "$(dirname "$DEST")"/*/ | tail -n 1
+    local sources
+    mapfile -t sources < <(others)
+    "$PY" "$HERE/share_dists.py" "$DEST" "${sources[@]}" | tail -n 1
 }
 
 echo "sglang_env: [1/4] torch==2.13.0 (CPU)"
@@ -174,9 +183,6 @@ print(f"sglang_env:   ok: sglang {version} ({kind}), torch {torch_version}, stan
 PYEOF
 echo "$STAMP_TEXT" > "$STAMP"
 # du counts a linked file once, under the first folder that holds it: the last line is DEST's own.
-others=()
-for other in "$REPO/.venv" "$(dirname "$DEST")"/*/; do
-    [ "$(cd "$other" && pwd)" = "$(cd "$DEST" && pwd)" ] || others+=("$other")
-done
-own=$(du -sh "${others[@]}" "$DEST" 2>/dev/null | tail -n 1 | cut -f1)
+mapfile -t sources < <(others)
+own=$(du -sh "${sources[@]}" "$DEST" 2>/dev/null | tail -n 1 | cut -f1)
 echo "sglang_env: done in $(( $(date +%s) - start )) s; $(du -sh "$DEST" | cut -f1) at $DEST ($own not shared)"

@@ -127,7 +127,8 @@ def t_ppf(p: ArrayLike, df: ArrayLike) -> np.ndarray:
     lo, hi = np.full(q.shape, -1e12), np.zeros(q.shape)
     # The start: Fisher's expansion of t in the normal quantile z and 1/df (close from df = 3 on, so Newton
     # needs 2-5 steps, not 9 from -1; the gate solves two quantiles per look).
-    z = np.array([NormalDist().inv_cdf(v) if v < 0.5 else 0.0 for v in q])
+    inv_cdf = NormalDist().inv_cdf
+    z = np.array([inv_cdf(v) if v < 0.5 else 0.0 for v in q])
     inv = 1.0 / np.maximum(df, 3.0)
     fisher = (z + (z**3 + z) / 4.0 * inv + (5 * z**5 + 16 * z**3 + 3 * z) / 96.0 * inv**2
               + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384.0 * inv**3)
