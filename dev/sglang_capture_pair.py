@@ -40,7 +40,7 @@ RACE_TOKENS = 160
 
 
 def live_config(model: str, python: str, **extra: Any) -> EngineConfig:
-    """The live suite's engine config (tests/sglang/test_sglang_pair.py)."""
+    """The live suite's engine config (tests/sglang/pair_suite.py)."""
     options = {"python": python, "sglang_version": "0.5.23", "attention_backend": "torch_native",
                "sleep_on_idle": True, "max_total_tokens": 16384, **extra}
     return EngineConfig(engine="sglang", model=model, dtype="float32", device="cpu",

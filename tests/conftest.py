@@ -18,12 +18,11 @@ import pytest_specenergy.engines.zygote  # noqa: F401
 # here, before any pytester run, keeps it loaded across runs. The engine zygote likewise: kept
 # loaded, its one process (torch and transformers imported) serves every run of the worker.
 
-#: Tests by how long they take, slowest first: the two live SGLang tests (80-100 s each), then
+#: Tests by how long they take, slowest first: the live SGLang test (about 160 s), then
 #: folders (per-test times of 2026-12-05 on 2 cores: the end-to-end folder 290 s in all, up to
 #: 56 s a test; refserver 81 s; benchmarks and unit/engines 37 s each; ...); the rest is seconds
 #: in all. Equal ranks keep collection order.
-SLOW_FIRST = (("tests/sglang/test_sglang_live.py::test_plugin_against_a_live_sglang_cpu_server",
-               "tests/sglang/test_sglang_pair.py::test_spec_pair_end_to_end_on_live_sglang"),
+SLOW_FIRST = (("tests/sglang/test_sglang_live.py::test_plugin_against_live_sglang_cpu_servers",),
               ("tests/integration/",), ("tests/refserver/",), ("tests/benchmarks/", "tests/unit/engines/"),
               ("tests/unit/report/",))
 

@@ -1,8 +1,15 @@
-"""The plugin against a real SGLang 0.5.23 CPU server: the baseline arm, live.
+"""The plugin against real SGLang 0.5.23 CPU servers: one pytester session, run once.
 
-A pytester suite with ``--specenergy-engine=sglang`` and one NGRAM case. What it verifies, on
-the real server (``--device cpu --attention-backend torch_native --dtype float32``, the import-
-only stand-ins for torchvision and sgl_kernel):
+The session (``--specenergy-engine=sglang``) runs on the real server (``--device cpu
+--attention-backend torch_native --dtype float32``, the import-only stand-ins for torchvision
+and sgl_kernel). It holds two test modules, and engines are shared between them:
+
+* first, the ``spec_pair`` cases of ``pair_suite.py`` (A/A pairs through the whole plugin,
+  the twin check between two live servers, a batch above admission, the close's abort race,
+  the flush that waits for idle; that module says what each must show);
+* then the two halves below, on one NGRAM case whose baseline twin is the pairs' baseline
+  engine (the same config: the pool starts it once, so the session starts five engines, not
+  six; each start is about 21 s of CPU here, all imports).
 
 * baseline half (asserted): the plugin's launcher (``EnginePool``/``ServerProcess``: argv,
   ``SGLANG_RECORD_STEP_TIME``, health wait, identity), client, a measured baseline repeat
@@ -18,7 +25,8 @@ only stand-ins for torchvision and sgl_kernel):
 
 Energy is not measured here (no GPU, and SGLang has no work trace for the modeled meter): the
 suite's meter is a wall-clock stand-in, labelled as such. The stand-ins log every import and
-call; the baseline server's log must show imports and no call.
+call; the logs of every server the session started before the speculative half must show
+imports and no call.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import json
 import time
 from pathlib import Path
 
+import pair_suite
 import pytest
 from sglang_envs import NEWEST
 from sglang_envs import REPO
@@ -73,7 +82,7 @@ def pytest_specenergy_make_meter(kind, engine):
     return WallClockStandInMeter()
 '''
 
-SUITE = '''
+LIVE_SUITE = '''
 import json
 import os
 import threading
@@ -126,10 +135,8 @@ def aborted_generate(client, rid, abort_all):
 def test_baseline_half(spec_pair):
     # spec_pair gives the case and the session; .measure() (both arms) cannot run on CPU.
     case, pairs = spec_pair.case, spec_pair.session.measurer
-    os.environ["SPECENERGY_STANDIN_LOG"] = STANDIN_BASE
-    t0 = time.perf_counter()
-    server = pairs.pool.get(case.baseline_config())
-    save("startup_s", time.perf_counter() - t0)
+    server = pairs.pool.get(case.baseline_config())  # the pairs' baseline engine, started for them
+    save("starts_before", len(pairs.pool.starts))
     save("argv", server.argv)
     save("env_record_step_time", server.env.get("SGLANG_RECORD_STEP_TIME"))
     save("identity", server.identity)
@@ -199,33 +206,41 @@ def _events(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_plugin_against_a_live_sglang_cpu_server(pytester: pytest.Pytester, tiny_models,
-                                                 monkeypatch, tmp_path):
+def test_plugin_against_live_sglang_cpu_servers(pytester: pytest.Pytester, tiny_models,
+                                                monkeypatch, tmp_path):
     python = sglang_python(NEWEST)
     model = tiny_models[0]
     facts = tmp_path / "facts.json"
     base_log, spec_log = tmp_path / "standin-baseline.jsonl", tmp_path / "standin-spec.jsonl"
     monkeypatch.setenv("SPECENERGY_LIVE_FACTS", str(facts))
     serve_on_cpu(monkeypatch)
-    monkeypatch.setenv("SPECENERGY_STANDIN_LOG", str(base_log))  # the suite switches it per arm
+    monkeypatch.setenv("SPECENERGY_STANDIN_LOG", str(base_log))  # the speculative half switches it
     pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_live_suite=SUITE.replace("MODEL", repr(model))
+    # Modules run in name order: the pairs first, then the halves (the baseline half stops the
+    # shared baseline engine; the speculative half's start must die).
+    pytester.makepyfile(test_1_pairs=pair_suite.suite(model, str(python)),
+                        test_2_halves=LIVE_SUITE.replace("MODEL", repr(model))
                         .replace("PYTHON", repr(str(python)))
                         .replace("MAX_NEW_TOKENS", str(MAX_NEW_TOKENS))
-                        .replace("STANDIN_BASE", repr(str(base_log)))
                         .replace("STANDIN_SPEC", repr(str(spec_log))))
+    report = tmp_path / "run.json"
     t0 = time.perf_counter()
-    result = pytester.runpytest("--specenergy-engine=sglang", "--specenergy-startup-timeout=240",
-                                "--specenergy-pool=8", "-p", "no:cacheprovider", "-rxX",
-                                f"--specenergy-log-dir={tmp_path / 'logs'}")
+    result = pytester.runpytest("--specenergy-engine=sglang", "--specenergy-startup-timeout=300",
+                                *pair_suite.OPTIONS, "-p", "no:cacheprovider", "-rA",
+                                f"--specenergy-json={report}", f"--specenergy-log-dir={tmp_path / 'logs'}")
     total_s = time.perf_counter() - t0
     got = json.loads(facts.read_text()) if facts.exists() else {}
-    report = json.dumps({"total_s": round(total_s, 1), **got}, indent=1, default=repr)
+    outcomes = {r.nodeid.split("::")[-1].split("[")[0]: r.outcome
+                for r in result.reprec.getreports("pytest_runtest_logreport") if r.when == "call"}
+    summary = json.dumps({"total_s": round(total_s, 1), "outcomes": outcomes, **got}, indent=1, default=repr)
     (REPO / ".sglang-envs").mkdir(exist_ok=True)
-    (REPO / ".sglang-envs" / "live-facts.json").write_text(report)  # for the CI log / report
-    assert result.ret == 0, result.stdout.str()[-6000:] + report[:4000]
-    result.assert_outcomes(passed=1, xfailed=1)
+    (REPO / ".sglang-envs" / "live-facts.json").write_text(summary)  # for the CI log / report
+    text = result.stdout.str()
+    pair_suite.check_pair(outcomes, got, json.loads(report.read_text()), text)
+    result.assert_outcomes(passed=5, failed=1, xfailed=1)  # the batch above admission fails, as it must
     result.stdout.fnmatch_lines(["*XFAIL*speculative arm not runnable on CPU*"])
+    # The halves' case shares the pairs' baseline engine: no start of its own.
+    assert got["starts_before"] == got["flush"]["starts"] == 4, summary[:3000]
 
     # Launcher: the plugin's argv, on CPU, with step records on.
     argv = got["argv"]
@@ -277,7 +292,7 @@ def test_plugin_against_a_live_sglang_cpu_server(pytester: pytest.Pytester, tiny
     # speaks for real servers), and the speculative arm resolves as the baseline's twin
     # (this found the CPU overlap-scheduler difference, now pinned in both arms).
     assert resolved_args_difference(resolved["baseline"]["resolved"], live) == []
-    assert resolved_args_difference(resolved["spec"]["resolved"], live) == [], report[:3000]
+    assert resolved_args_difference(resolved["spec"]["resolved"], live) == [], summary[:3000]
 
     # Stand-ins: imported by the baseline server, never called; the speculative start is what
     # called one (its first kernel), which is why that half cannot run here.
@@ -288,4 +303,4 @@ def test_plugin_against_a_live_sglang_cpu_server(pytester: pytest.Pytester, tiny
     assert spec_calls, f"the speculative start failed without calling a stand-in: {got['spec_start']}"
     got["spec_standin_calls"] = spec_calls[:3]
     (REPO / ".sglang-envs" / "live-facts.json").write_text(
-        json.dumps({"total_s": round(total_s, 1), **got}, indent=1, default=repr))
+        json.dumps({"total_s": round(total_s, 1), "outcomes": outcomes, **got}, indent=1, default=repr))

@@ -1,6 +1,6 @@
 """abort_until_answered: the window's close cuts every request in flight, whatever the timing.
 
-Until now it was exercised only against live SGLang (tests/sglang/test_sglang_pair.py). These
+Until now it was exercised only against live SGLang (tests/sglang/pair_suite.py). These
 tests drive it with a fake client that reproduces the race of issue 20 item 3 deterministically.
 """
 

@@ -1,6 +1,7 @@
-"""The whole plugin path through ``spec_pair`` on real SGLang 0.5.23 CPU servers (issue 20).
+"""The ``spec_pair`` cases of the live SGLang session (issue 20), run first in it by
+``test_sglang_live.py``, and what they must show.
 
-One pytester session, engines shared between its cases, on the real server (``--device cpu
+Engines are shared between the session's cases, on the real server (``--device cpu
 --attention-backend torch_native --dtype float32``, the import-only stand-ins of
 ``tests/sglang_standins/``, a tiny random Llama). SGLang cannot speculate on a CPU (no
 target-verify path without a CPU build of sgl-kernel; sglang-audit.md part (c)), so the pairs
@@ -22,26 +23,15 @@ engine process, the way a user declares a control pair. Cases:
   (the old close) shows the request running on to ``max_new_tokens``.
 * ``test_flush_waits_for_idle``: ``/flush_cache?timeout=`` (what the client sends on 0.5.23)
   succeeds while a request runs; the plain path is refused with 400 then.
-* after the session (outer test): every engine's process group is gone, and their logs show
-  SGLang's graceful SIGTERM drain.
-
-The meter is a wall-clock stand-in (1 J per second, labelled "not energy"): NVML cannot exist
-here and SGLang has no work trace for the modeled meter.
+* after the session: every engine's process group is gone, and their logs show SGLang's
+  graceful SIGTERM drain.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
-
-import pytest
-from sglang_envs import NEWEST
-from sglang_envs import REPO
-from sglang_envs import serve_on_cpu
-from sglang_envs import sglang_python
-from test_sglang_live import CONFTEST
 
 SUITE = '''
 import dataclasses
@@ -248,55 +238,39 @@ def _group_alive(pgid: int) -> list[str]:
     return left
 
 
-def test_spec_pair_end_to_end_on_live_sglang(pytester: pytest.Pytester, tiny_models, monkeypatch,
-                                              tmp_path):
-    python = sglang_python(NEWEST)
-    facts = tmp_path / "facts.json"
-    monkeypatch.setenv("SPECENERGY_LIVE_FACTS", str(facts))
-    serve_on_cpu(monkeypatch)
-    monkeypatch.setenv("SPECENERGY_STANDIN_LOG", str(tmp_path / "standin.jsonl"))
-    pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_pair_suite=SUITE.replace("MODEL", repr(tiny_models[0]))
-                        .replace("PYTHON", repr(str(python))))
-    report = tmp_path / "run.json"
-    t0 = time.perf_counter()
-    result = pytester.runpytest("--specenergy-engine=sglang", "--specenergy-startup-timeout=300",
-                                "--specenergy-repeats=2", "--specenergy-max-repeats=2",
-                                # One warm-up run per arm (a batch of 4, ~0.5 s): without it
-                                # the session's first windows also paid the engines' and the
-                                # client's first requests, and in quiet runs the baseline (the
-                                # first arm measured) was the one whose window ran again.
-                                "--specenergy-warmup=1", "-p", "no:cacheprovider", "-rA",
-                                # The A/A control drafts nothing: no accept-length limit. The
-                                # stand-in's energy on 2 shared cores with several SGLang CPU
-                                # engines alive: with each scheduler on both cores' OpenMP
-                                # threads, one of two identical engines read 10.7x and 11.8x the
-                                # other in both repeats of two full runs, and the gate rightly
-                                # called that a regression; with one thread each
-                                # (serve_on_cpu) they read within 2x, still far from a GPU's
-                                # noise. So the energy limit here only shows the gate judging
-                                # live SGLang end to end; its statistics are tested on the
-                                # reference server.
-                                "--specenergy-compare-fail=energy_ratio:2000%",
-                                "--specenergy-compare-fail=equivalence:0",
-                                f"--specenergy-json={report}",
-                                f"--specenergy-log-dir={tmp_path / 'logs'}")
-    total_s = time.perf_counter() - t0
-    got = json.loads(facts.read_text()) if facts.exists() else {}
-    outcomes = {r.nodeid.split("::")[-1].split("[")[0]: r.outcome
-                for r in result.reprec.getreports("pytest_runtest_logreport") if r.when == "call"}
-    summary = json.dumps({"total_s": round(total_s, 1), "outcomes": outcomes, **got}, indent=1,
-                         default=repr)
-    (REPO / ".sglang-envs").mkdir(exist_ok=True)
-    (REPO / ".sglang-envs" / "pair-facts.json").write_text(summary)  # for the CI log / report
-    text = result.stdout.str()
-    assert outcomes.get("test_aa_pair") == "passed", text[-6000:] + summary[:3000]
+#: The session's options for these cases (the live halves need none of their own).
+OPTIONS = (
+    "--specenergy-repeats=2", "--specenergy-max-repeats=2",
+    # One warm-up run per arm (a batch of 4, ~0.5 s): without it the session's first windows
+    # also paid the engines' and the client's first requests, and in quiet runs the baseline
+    # (the first arm measured) was the one whose window ran again.
+    "--specenergy-warmup=1",
+    # The A/A control drafts nothing: no accept-length limit. The stand-in's energy on 2 shared
+    # cores with several SGLang CPU engines alive: with each scheduler on both cores' OpenMP
+    # threads, one of two identical engines read 10.7x and 11.8x the other in both repeats of
+    # two full runs, and the gate rightly called that a regression; with one thread each
+    # (serve_on_cpu) they read within 2x, still far from a GPU's noise. So the energy limit
+    # here only shows the gate judging live SGLang end to end; its statistics are tested on
+    # the reference server.
+    "--specenergy-compare-fail=energy_ratio:2000%",
+    "--specenergy-compare-fail=equivalence:0",
+)
+
+
+def suite(model: str, python: str) -> str:
+    """The cases' test module for ``model`` served by the SGLang of ``python``."""
+    return SUITE.replace("MODEL", repr(model)).replace("PYTHON", repr(python))
+
+
+def check_pair(outcomes: dict[str, str], got: dict, document: dict, text: str) -> None:
+    """What the cases must show: ``outcomes`` by test name, ``got`` the facts they saved,
+    ``document`` the session's JSON, ``text`` its terminal output."""
+    assert outcomes.get("test_aa_pair") == "passed", text[-6000:]
 
     # A/A: twin check, every check and the gate held, over two repeats on the same engines.
     aa = got["aa"]
     assert aa["checks"] == [] and aa["source"].startswith("wall-clock stand-in"), aa
     assert all(s["decode_seconds"] > 0 and s["decode_tokens"] > 0 for s in aa["samples"])
-    document = json.loads(report.read_text())
     verdicts = {r["nodeid"].split("::")[-1].split("[")[0]: r.get("verdict") for r in document["results"]}
     assert verdicts["test_aa_pair"] in ("passed", "inconclusive"), verdicts
     # baseline + A/A arm + reference arm: three engines, none restarted between the repeats.
