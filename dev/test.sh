@@ -30,7 +30,7 @@ mkdir -p .sglang-envs
 bash dev/sglang_envs.sh >.sglang-envs/build.log 2>&1 &
 build=$!
 # Environments already stamped (the check takes milliseconds): one session runs the whole suite,
-# the live SGLang tests first, so neither run's start-up and tail idle a worker.
+# the live SGLang test first, so its start-up and tail overlap the other tests.
 for _ in 1 2 3 4; do kill -0 "$build" 2>/dev/null && sleep 0.5; done
 if ! kill -0 "$build" 2>/dev/null && wait "$build"; then
     cat .sglang-envs/build.log

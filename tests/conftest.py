@@ -35,8 +35,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under xdist, every worker starts on the slowest tests. xdist's work stealing hands each
     worker a contiguous share of the collection, steals from a queue's end, and never takes a
     worker's last two (the running test and the next): a minute-long test left late in one share
-    ran alone while the other worker idled (13 s of a 250 s run; 4 s after), and the two live
-    SGLang tests, last in collection order, ran one after the other whenever one worker reached
+    ran alone while the other worker idled (13 s of a 250 s run; 4 s after), and the live
+    SGLang tests (two then), last in collection order, ran one after the other whenever one worker reached
     the first before the other stole (tests/sglang/ 134 s against 99-106 s side by side). The
     slowest first, dealt round-robin into one share per worker, start side by side and leave the
     many short tests for the end, where stealing evens the workers out."""

@@ -47,7 +47,7 @@ from pytest_specenergy.engines.sglang import resolved_args_difference
 
 #: Long enough that decode outweighs prefill several times over (about 5 s of decode against
 #: 1 s of prefill-only window here): decode time is the full window minus the prefill-only
-#: window, and at 16 tokens a loaded 2-core CI machine (the pair suite's servers running beside
+#: window, and at 16 tokens a loaded 2-core CI machine (the pair suite's servers then ran beside
 #: this one) once timed the prefill-only window longer than the full one.
 MAX_NEW_TOKENS = 64
 
