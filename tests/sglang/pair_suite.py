@@ -33,14 +33,11 @@ import os
 import re
 import time
 
+#: The cases' test module, after ``test_sglang_live.COMMON`` (``SERVER_MARK``, ``save``).
 SUITE = '''
 import dataclasses
-import json
-import os
 import threading
 import time
-
-import pytest
 
 from pytest_specenergy import Drafter
 from pytest_specenergy.cases.case import Case
@@ -48,11 +45,8 @@ from pytest_specenergy.engines.client import EngineClient
 from pytest_specenergy.engines.client import EngineHTTPError
 from pytest_specenergy.measure.arm import abort_until_answered
 
-FACTS = os.environ["SPECENERGY_LIVE_FACTS"]
 pytestmark = [
-    pytest.mark.model(MODEL, dtype="float32", device="cpu", python=PYTHON, sglang_version="0.5.23",
-                      attention_backend="torch_native", sleep_on_idle=True,
-                      max_total_tokens=16384, max_running_requests=4),
+    SERVER_MARK,
     pytest.mark.corpus("code"),
     # Every request makes exactly max_new_tokens, so a batch-4 window runs in lock-step groups
     # of 4 and the engine's queue (the 4 requests beyond the batch) empties as each group is
@@ -65,12 +59,6 @@ pytestmark = [
     pytest.mark.generation(max_new_tokens=128, prompts=12),
     pytest.mark.drafter(Drafter("none")),
 ]
-
-
-def save(name, value):
-    facts = json.load(open(FACTS)) if os.path.exists(FACTS) else {}
-    facts[name] = value
-    json.dump(facts, open(FACTS, "w"), indent=1, default=repr)
 
 
 def engines(spec_pair):
@@ -255,11 +243,6 @@ OPTIONS = (
     "--specenergy-compare-fail=energy_ratio:2000%",
     "--specenergy-compare-fail=equivalence:0",
 )
-
-
-def suite(model: str, python: str) -> str:
-    """The cases' test module for ``model`` served by the SGLang of ``python``."""
-    return SUITE.replace("MODEL", repr(model)).replace("PYTHON", repr(python))
 
 
 def check_pair(outcomes: dict[str, str], got: dict, document: dict, text: str) -> None:

@@ -82,33 +82,41 @@ def pytest_specenergy_make_meter(kind, engine):
     return WallClockStandInMeter()
 '''
 
-LIVE_SUITE = '''
+#: What both test modules of the session start with: the served model's marker and ``save``,
+#: which keeps a fact in ``$SPECENERGY_LIVE_FACTS`` for the outer test.
+COMMON = '''
 import json
 import os
-import threading
-import time
 
 import pytest
 
-from pytest_specenergy import Drafter
-from pytest_specenergy.measure.arm import ArmMeasurer
-
 FACTS = os.environ["SPECENERGY_LIVE_FACTS"]
-pytestmark = [
-    pytest.mark.model(MODEL, dtype="float32", device="cpu", python=PYTHON, sglang_version="0.5.23",
-                      attention_backend="torch_native", sleep_on_idle=True,
-                      max_total_tokens=16384, max_running_requests=4),
-    pytest.mark.corpus("code"),
-    pytest.mark.generation(max_new_tokens=MAX_NEW_TOKENS, prompts=8),
-    pytest.mark.drafter(Drafter("ngram", num_draft_tokens=4)),
-    pytest.mark.batch(4),
-]
+SERVER_MARK = pytest.mark.model(MODEL, dtype="float32", device="cpu", python=PYTHON, sglang_version="0.5.23",
+                                attention_backend="torch_native", sleep_on_idle=True,
+                                max_total_tokens=16384, max_running_requests=4)
 
 
 def save(name, value):
     facts = json.load(open(FACTS)) if os.path.exists(FACTS) else {}
     facts[name] = value
     json.dump(facts, open(FACTS, "w"), indent=1, default=repr)
+'''
+
+#: The two halves' test module, after :data:`COMMON`.
+LIVE_SUITE = '''
+import threading
+import time
+
+from pytest_specenergy import Drafter
+from pytest_specenergy.measure.arm import ArmMeasurer
+
+pytestmark = [
+    SERVER_MARK,
+    pytest.mark.corpus("code"),
+    pytest.mark.generation(max_new_tokens=MAX_NEW_TOKENS, prompts=8),
+    pytest.mark.drafter(Drafter("ngram", num_draft_tokens=4)),
+    pytest.mark.batch(4),
+]
 
 
 def aborted_generate(client, rid, abort_all):
@@ -218,10 +226,9 @@ def test_plugin_against_live_sglang_cpu_servers(pytester: pytest.Pytester, tiny_
     pytester.makeconftest(CONFTEST)
     # Modules run in name order: the pairs first, then the halves (the baseline half stops the
     # shared baseline engine; the speculative half's start must die).
-    pytester.makepyfile(test_1_pairs=pair_suite.suite(model, str(python)),
-                        test_2_halves=LIVE_SUITE.replace("MODEL", repr(model))
-                        .replace("PYTHON", repr(str(python)))
-                        .replace("MAX_NEW_TOKENS", str(MAX_NEW_TOKENS))
+    common = COMMON.replace("MODEL", repr(model)).replace("PYTHON", repr(str(python)))
+    pytester.makepyfile(test_1_pairs=common + pair_suite.SUITE,
+                        test_2_halves=common + LIVE_SUITE.replace("MAX_NEW_TOKENS", str(MAX_NEW_TOKENS))
                         .replace("STANDIN_SPEC", repr(str(spec_log))))
     report = tmp_path / "run.json"
     t0 = time.perf_counter()
