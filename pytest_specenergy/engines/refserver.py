@@ -19,6 +19,8 @@ class ReferenceBackend:
     name = "reference"
     # Importing torch and transformers dominates start-up; tiny models build in a second.
     startup_timeout_s = 300.0
+    #: ``/generate`` answers ``return_prompt_token_ids`` (without a forward at ``max_new_tokens=0``): coherence asks it.
+    returns_prompt_token_ids = True
 
     def drafters(self) -> tuple[str, ...]:
         """Drafters the reference server implements."""

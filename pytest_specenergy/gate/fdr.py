@@ -61,9 +61,7 @@ def immediate_decision(p_value: float, q: float, n_tests: int, *, method: str = 
     if math.isnan(p_value):
         return PASS_NOW
     scale = _harmonic(n_tests) if method == "by" else 1.0
-    if p_value <= q / (n_tests * scale):
-        return FAIL_NOW
-    return PASS_NOW if p_value > q / scale else PENDING
+    return FAIL_NOW if p_value <= q / (n_tests * scale) else PASS_NOW if p_value > q / scale else PENDING
 
 
 def fdr_plan(plan: SequentialPlan, q: float, n_tests: int) -> SequentialPlan:

@@ -165,9 +165,7 @@ class PairResult:
     @property
     def draft_share_method(self) -> str | None:
         """``removal`` (a verify-only replay was measured), ``priced`` (the modeled meter's split) or None."""
-        if self.removal is not None:
-            return "removal"
-        return "priced" if self.draft_share_priced is not None else None
+        return "removal" if self.removal is not None else "priced" if self.draft_share_priced is not None else None
 
     @cached_property
     def equivalence(self) -> Equivalence:

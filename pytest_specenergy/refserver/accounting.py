@@ -111,9 +111,7 @@ class ModelShape:
 
 
 def _numel(module: torch.nn.Module | None, matmul: bool) -> int:
-    if module is None:
-        return 0
-    return sum(p.numel() for p in module.parameters() if (p.ndim >= 2) == matmul)
+    return 0 if module is None else sum(p.numel() for p in module.parameters() if (p.ndim >= 2) == matmul)
 
 
 def _cfg(config: object, *names: str, default: int = 0) -> int:

@@ -105,8 +105,14 @@ class ReferenceEngine:
         ticket = Ticket(rows)
         for row in rows:
             row.ticket = ticket
-        if rows:
-            self.scheduler.submit(rows)
+        # Asking for no token and no logprob (coherence's tokenisation) needs no forward: the prompt's ids answer it.
+        instant = [r for r in rows if not (r.request.sampling.max_new_tokens or r.request.return_logprob)]
+        for row in instant:
+            row.finish, row.finish_time = FinishReason("length", length=0), time.perf_counter()
+            ticket.row_finished()
+        self.stats.finished(len(instant))
+        if len(instant) < len(rows):
+            self.scheduler.submit([r for r in rows if r not in instant])
         return ticket
 
     def abort(self, rid: str | None = None) -> None:
@@ -195,9 +201,7 @@ class ReferenceEngine:
     @staticmethod
     def logprobs_if_asked(rows: Sequence[Row], logits: torch.Tensor) -> torch.Tensor | None:
         """log-softmax of ``logits`` in float64 when any row asked for logprobs (else None)."""
-        if not any(r.request.return_logprob for r in rows):
-            return None
-        return torch.log_softmax(logits.double(), dim=-1)
+        return torch.log_softmax(logits.double(), dim=-1) if any(r.request.return_logprob for r in rows) else None
 
     def decode(self, rows: Sequence[Row], kv: BatchKV) -> None:
         """One plain decode step: feed each row's last token, commit the argmax."""

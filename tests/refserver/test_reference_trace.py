@@ -154,3 +154,25 @@ def test_trace_json_shape(engine_for, make_requests):
     }
     assert nxt == start + 2
     assert engine.trace.read(nxt) == (nxt, [])
+
+
+def test_a_request_for_no_token_and_no_logprob_runs_no_forward(engine_for):
+    """Coherence tokenises the diverged prompts with ``max_new_tokens=0`` and no logprobs: the answer is the prompt's
+    ids, so no prefill runs for it. With logprobs asked, or one token, a prefill runs as before."""
+    engine = engine_for(model="tiny:dense")
+    prompt = tuple(engine.tokenizer.encode("def add(a, b):"))
+    finished = engine.stats.lifetime.num_requests_finished
+
+    def ask(max_new_tokens, return_logprob=False):
+        request = GenerationRequest(prompt, SamplingParams(max_new_tokens=max_new_tokens),
+                                    return_logprob=return_logprob, logprob_start_len=0)
+        return _steps(engine, lambda: answers.extend(engine.generate([request, request])))
+
+    answers = []
+    assert ask(0) == []
+    assert [a.input_ids for a in answers] == [prompt] * 2 and all(a.output_ids == () for a in answers)
+    assert all(a.finish_reason.type == "length" for a in answers)
+    assert engine.stats.lifetime.num_requests_finished == finished + 2
+    assert [s.phase for s in ask(0, return_logprob=True)] == ["prefill"]
+    assert answers[-1].input_token_logprobs is not None and answers[-1].output_ids == ()
+    assert [s.phase for s in ask(1)] == ["prefill"]

@@ -145,6 +145,7 @@ class ReplayPool:
             self.started.append(config)
             self.servers[config] = SimpleNamespace(
                 config=config, client=RecordingClient(config, self.log), server_info={"device": "cpu"},
+                backend=SimpleNamespace(),
                 describe=lambda c=config: {"engine": "fake", "config": c.as_dict()})
         return self.servers[config]
 

@@ -80,6 +80,7 @@ class FakePool:
             self.starts.append(config)
             client = FakeClient(config.drafter is not None, self.log)
             self.live[config] = SimpleNamespace(config=config, client=client, server_info={"device": "cpu"},
+                                                backend=SimpleNamespace(),  # no prompt_token_ids known
                                                 describe=lambda: {"engine": "fake", "version": "0"})
         return self.live[config]
 
@@ -211,7 +212,7 @@ class BatchingClient(FakeClient):
 
 
 def _server(client):
-    return SimpleNamespace(client=client, server_info={"device": "cpu"},
+    return SimpleNamespace(client=client, server_info={"device": "cpu"}, backend=SimpleNamespace(),
                            describe=lambda: {"engine": "fake"})
 
 
@@ -847,3 +848,45 @@ def test_a_repeat_that_never_measures_decode_is_kept_and_fails_saying_it_was_mea
     assert stalled.samples[0].decode_seconds == pytest.approx(-0.1)
     [check] = [c for c in _window_checks(stalled, stalled) if c.name == "decode-time-not-positive"][:1]
     assert "measured again after repeats whose decode time was -0.2 s" in check.message
+
+
+class ScoringClient(FakeClient):
+    """Answers like the reference server, coherence's scoring calls (``max_new_tokens=0``) included; the
+    speculative arm's last token differs from the baseline's, so every prompt is scored. Each tokenisation is
+    logged as ``("tokenise", asked for prompt_token_ids)``."""
+
+    def generate(self, input_ids=None, *, text=None, sampling_params, rids=None, return_logprob=False,
+                 logprob_start_len=None, return_prompt_token_ids=False, top_logprobs_num=0):
+        if sampling_params["max_new_tokens"]:
+            answers = super().generate(text, sampling_params, rids)
+            for answer in answers if self.speculative else ():
+                answer["output_ids"][-1] += 1
+            return answers
+        if text is not None:
+            self.log.append(("tokenise", return_prompt_token_ids))
+        rows = [[ord(c) for c in t] for t in text] if text is not None else [list(ids) for ids in input_ids]
+        start = logprob_start_len or 0
+        top = [[-0.1, 1, None], [-0.2, 2, None]][:top_logprobs_num]
+        return [{"output_ids": [], "prompt_token_ids": row,
+                 "meta_info": {"input_token_logprobs": [[None if k == start else -0.5, t, None]
+                                                        for k, t in enumerate(row) if k >= start],
+                               "input_top_logprobs": [None] + [top] * (len(row) - start - 1)}} for row in rows]
+
+
+@pytest.mark.parametrize("asks", [True, None])
+def test_coherence_asks_for_prompt_ids_where_the_engine_has_them(asks):
+    """The reference server answers ``prompt_token_ids`` without a forward; an engine not known to have them
+    (older SGLang) is asked for input logprobs instead."""
+    pool = FakePool()
+    get = pool.get
+
+    def with_backend(config):
+        server = get(config)
+        server.client.__class__ = ScoringClient
+        server.backend = SimpleNamespace(returns_prompt_token_ids=True) if asks else SimpleNamespace()
+        return server
+
+    pool.get = with_backend
+    pair = _measurer(pool, TokenMeter(1.0)).measure(_case(Drafter("ngram")))
+    assert all(pair.coherence.diverged)
+    assert {entry for entry in pool.log if entry[0] == "tokenise"} == {("tokenise", bool(asks))}
