@@ -29,9 +29,9 @@ engine process, the way a user declares a control pair. Cases:
 
 from __future__ import annotations
 
-import os
 import re
-import time
+
+from sglang_envs import group_left
 
 #: The cases' test module, after ``test_sglang_live.COMMON`` (``SERVER_MARK``, ``save``).
 SUITE = '''
@@ -211,21 +211,6 @@ def test_flush_waits_for_idle(spec_pair):
 '''
 
 
-def _group_alive(pgid: int) -> list[str]:
-    left = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = open(f"/proc/{entry}/stat").read()
-        except OSError:
-            continue
-        rest = stat[stat.rindex(")") + 2:].split()
-        if int(rest[2]) == pgid and rest[0] != "Z":
-            left.append(entry)
-    return left
-
-
 #: The session's options for these cases (the live halves need none of their own).
 OPTIONS = (
     "--specenergy-repeats=2", "--specenergy-max-repeats=2",
@@ -298,10 +283,7 @@ def check_pair(outcomes: dict[str, str], got: dict, document: dict, text: str) -
 
     # Clean stop: every engine group is gone, each stopped by SGLang's graceful drain.
     groups = set(aa["groups"]) | set(got["skewed"]["groups"]) | set(queued["groups"])
-    deadline = time.monotonic() + 15
-    while any(_group_alive(g) for g in groups) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not [g for g in groups if _group_alive(g)]
+    assert not [g for g in groups if group_left(g, settle_s=15.0)]
     for log in set(aa["logs"]) | set(got["skewed"]["logs"]):
         body = open(log, errors="replace").read()
         assert "Traceback" not in body, log

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +119,25 @@ def run_worker(version: str, mode: str, items: list[dict[str, Any]],
             cache.write_text(done.stdout)
         results = json.loads(cache.read_text())
     return {r["id"]: r for r in results}
+
+
+def group_left(pgid: int, settle_s: float) -> list[str]:
+    """Processes of group ``pgid`` still running (zombies waiting for init are not running), as
+    "pid state name"; polled for up to ``settle_s``. The live session's own oracle (read from
+    ``/proc`` here, not with the plugin's code under test); its inner test modules import it too."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        left = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+            if int(rest[2]) == pgid and rest[0] != "Z":
+                left.append(f"{entry} {rest[0]} {name}")
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)

@@ -107,6 +107,8 @@ LIVE_SUITE = '''
 import threading
 import time
 
+from sglang_envs import group_left  # in-process session: this folder is on sys.path
+
 from pytest_specenergy import Drafter
 from pytest_specenergy.measure.arm import ArmMeasurer
 
@@ -169,28 +171,7 @@ def test_baseline_half(spec_pair):
     t0 = time.perf_counter()
     server.stop()
     save("stop_s", time.perf_counter() - t0)
-    save("group_left", group_members(pgid, settle_s=10.0))
-
-
-def group_members(pgid, settle_s):
-    """Processes of group ``pgid`` still running (zombies waiting for init are not running),
-    as "pid state name"; polled for up to ``settle_s``."""
-    deadline = time.monotonic() + settle_s
-    while True:
-        left = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                stat = open(f"/proc/{entry}/stat").read()
-            except OSError:
-                continue
-            name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-            if int(rest[2]) == pgid and rest[0] != "Z":
-                left.append(f"{entry} {rest[0]} {name}")
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.5)
+    save("group_left", group_left(pgid, settle_s=10.0))
 
 
 def test_speculative_half(spec_pair):
