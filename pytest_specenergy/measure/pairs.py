@@ -256,10 +256,10 @@ class PairMeasurer:
             baseline = self._baselines[key]
             # Scoring is a prefill (max_new_tokens=0) on the engine already running; it never speculates, so the
             # speculative engine scores as its twin would. Prompt ids are asked for where the engine has them.
-            ids = getattr(server.backend, "returns_prompt_token_ids", None)  # None: unknown (older SGLang lacks it)
+            has_ids = getattr(server.backend, "returns_prompt_token_ids", None)  # None: unknown (old SGLang lacks it)
             def scored(run: RunResult) -> Coherence:
                 return measure_coherence(server.client, case.pool(), baseline.outputs, run.outputs,
-                                         _special_ids(server), ids, tie_margins=True)
+                                         _special_ids(server), has_ids, tie_margins=True)
 
             # The reference drafter's divergences are classified too: an A/B compares match fractions, ties
             # counting as matches on both sides.

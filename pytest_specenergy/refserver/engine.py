@@ -103,16 +103,17 @@ class ReferenceEngine:
         rows = [Row(rid=req.rid or uuid.uuid4().hex, request=req, ticket=None, k=k, tokens=list(req.input_ids),
                     wrong_accept_count=wrong) for req in requests]
         ticket = Ticket(rows)
+        queued = []
         for row in rows:
             row.ticket = ticket
-        # Asking for no token and no logprob (coherence's tokenisation) needs no forward: the prompt's ids answer it.
-        instant = [r for r in rows if not (r.request.sampling.max_new_tokens or r.request.return_logprob)]
-        for row in instant:
-            row.finish, row.finish_time = FinishReason("length", length=0), time.perf_counter()
-            ticket.row_finished()
-        self.stats.finished(len(instant))
-        if len(instant) < len(rows):
-            self.scheduler.submit([r for r in rows if r not in instant])
+            if row.request.sampling.max_new_tokens or row.request.return_logprob:
+                queued.append(row)
+            else:  # no token and no logprob (coherence's tokenisation): the prompt's ids answer it, no forward
+                row.finish, row.finish_time = FinishReason("length", length=0), time.perf_counter()
+                self.stats.finished(1)
+                ticket.row_finished()
+        if queued:
+            self.scheduler.submit(queued)
         return ticket
 
     def abort(self, rid: str | None = None) -> None:

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_faults import call_outcomes
 
 from pytest_specenergy.measure.equivalence import DEFAULT_TIE_MARGIN
 
@@ -123,8 +124,7 @@ def test_the_default_gate_passes_numerical_ties_stored_and_in_job(pytester: pyte
     out = pytester.path / "run.json"
     noisy = run_suite("--specenergy-fault=numerical-noise", "--specenergy-compare=main", "--specenergy-pool=8",
                       "--specenergy-max-repeats=2", f"--specenergy-json={out}", repeats=2)
-    outcomes = {r.nodeid.split("::")[-1]: r.outcome
-                for r in noisy.reprec.getreports("pytest_runtest_logreport") if r.when == "call"}
+    outcomes = call_outcomes(noisy)
     records = {r["nodeid"].split("::")[-1]: r for r in json.loads(out.read_text())["results"]}
     assert len(outcomes) == 2 and set(outcomes) == set(records), (outcomes, list(records))
     for name, outcome in outcomes.items():

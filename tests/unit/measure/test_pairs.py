@@ -72,15 +72,18 @@ class FakeClient:
 class FakePool:
     """One fake server per config for the session, as the real pool keeps its processes."""
 
+    client_class = FakeClient
+    backend = SimpleNamespace()  # what a backend declares: here no prompt_token_ids, as older SGLang
+
     def __init__(self) -> None:
         self.starts, self.log, self.live = [], [], {}
 
     def get(self, config):
         if config not in self.live:
             self.starts.append(config)
-            client = FakeClient(config.drafter is not None, self.log)
+            client = self.client_class(config.drafter is not None, self.log)
             self.live[config] = SimpleNamespace(config=config, client=client, server_info={"device": "cpu"},
-                                                backend=SimpleNamespace(),  # no prompt_token_ids known
+                                                backend=self.backend,
                                                 describe=lambda: {"engine": "fake", "version": "0"})
         return self.live[config]
 
@@ -873,20 +876,19 @@ class ScoringClient(FakeClient):
                                "input_top_logprobs": [None] + [top] * (len(row) - start - 1)}} for row in rows]
 
 
+class ScoringPool(FakePool):
+    client_class = ScoringClient
+
+
+class PromptIdsPool(ScoringPool):
+    backend = SimpleNamespace(returns_prompt_token_ids=True)  # as ReferenceBackend declares
+
+
 @pytest.mark.parametrize("asks", [True, None])
 def test_coherence_asks_for_prompt_ids_where_the_engine_has_them(asks):
     """The reference server answers ``prompt_token_ids`` without a forward; an engine not known to have them
     (older SGLang) is asked for input logprobs instead."""
-    pool = FakePool()
-    get = pool.get
-
-    def with_backend(config):
-        server = get(config)
-        server.client.__class__ = ScoringClient
-        server.backend = SimpleNamespace(returns_prompt_token_ids=True) if asks else SimpleNamespace()
-        return server
-
-    pool.get = with_backend
+    pool = PromptIdsPool() if asks else ScoringPool()
     pair = _measurer(pool, TokenMeter(1.0)).measure(_case(Drafter("ngram")))
     assert all(pair.coherence.diverged)
     assert {entry for entry in pool.log if entry[0] == "tokenise"} == {("tokenise", bool(asks))}
