@@ -1,14 +1,15 @@
-"""Two costs every reference engine pays, each timed against the way it was paid before,
-interleaved in one run: building a tiny model (with the modules' random initialisers, which
-``seed_weights`` overwrites, against without them) and prefilling one long prompt into a fresh
-cache (with the explicit causal mask the engine builds for every other step, against none: SDPA's
-causal path). Each pair must give the same tensors bit for bit; the table says whether it did.
+"""Two costs every reference engine pays, each timed against the way it was paid before, interleaved
+in one run: building a tiny model (with the modules' random initialisers, which ``seed_weights``
+overwrites, against without them) and prefilling one long prompt into a fresh cache (with the
+explicit causal mask the engine builds for every other step, against none: SDPA's causal path). Each
+pair must give the same tensors bit for bit; the table says whether it did.
 
-Usage: .venv/bin/python benchmarks/engine_setup.py [--models tiny:dense,...] [--tokens 2400] [--rounds 5]
+Usage: .venv/bin/python benchmarks/engine_setup.py [--models tiny:dense,...] [--tokens 2400]
+[--rounds 5]
 
-Prints, per model, the best of ``--rounds`` for each way and the ratio (new / old). A CPU figure
-of this machine, one thread: the test suite starts about 150 engines and prefills the
-long-document corpus's 2.3-2.5k-token prompts in several end-to-end suites.
+Prints, per model, the best of ``--rounds`` for each way and the ratio (new / old). A CPU figure of
+this machine, one thread: the test suite starts about 150 engines and prefills the long-document
+corpus's 2.3-2.5k-token prompts in several end-to-end suites.
 """
 
 from __future__ import annotations
@@ -36,13 +37,18 @@ class Pair:
 
 
 def _tensors(model) -> dict:
-    return {**dict(model.named_parameters()), **{f"buffer {k}": v for k, v in model.named_buffers()}}
+    return {
+        **dict(model.named_parameters()),
+        **{f"buffer {k}": v for k, v in model.named_buffers()},
+    }
 
 
 def _same(a: dict, b: dict) -> bool:
     import torch
 
-    return a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
+    return a.keys() == b.keys() and all(
+        a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a
+    )
 
 
 def measure(models: list[str], tokens: int, rounds: int) -> list[Pair]:
@@ -73,7 +79,9 @@ def measure(models: list[str], tokens: int, rounds: int) -> list[Pair]:
                     built[way] = tiny_models.build_tiny_model(name)
                     best[way] = min(best[way], time.perf_counter() - t0)
             tiny_models._construct = new_construct
-            pairs.append(Pair(name, "build", best["old"], best["new"], _same(*map(_tensors, built.values()))))
+            pairs.append(
+                Pair(name, "build", best["old"], best["new"], _same(*map(_tensors, built.values())))
+            )
 
             if name.endswith("-draft"):
                 continue  # a draft prefills like its target
@@ -82,9 +90,15 @@ def measure(models: list[str], tokens: int, rounds: int) -> list[Pair]:
             mask, positions = kv.step_inputs(torch.ones((1, tokens), dtype=torch.bool))
             dtype = next(loaded.model.parameters()).dtype
             causal = torch.zeros((1, 1, tokens, tokens), dtype=dtype)
-            causal.masked_fill_(~torch.ones((tokens, tokens), dtype=torch.bool).tril(), torch.finfo(dtype).min)
-            masks = {"old": {"full_attention": causal, "linear_attention": None} if kv.has_linear else causal,
-                     "new": mask}
+            causal.masked_fill_(
+                ~torch.ones((tokens, tokens), dtype=torch.bool).tril(), torch.finfo(dtype).min
+            )
+            masks = {
+                "old": {"full_attention": causal, "linear_attention": None}
+                if kv.has_linear
+                else causal,
+                "new": mask,
+            }
             ids = torch.randint(3, 250, (1, tokens), generator=torch.Generator().manual_seed(0))
             decoder = loaded.model.get_decoder()
             best = {"old": float("inf"), "new": float("inf")}
@@ -93,11 +107,19 @@ def measure(models: list[str], tokens: int, rounds: int) -> list[Pair]:
                 for _ in range(rounds):
                     for way in ("old", "new"):
                         t0 = time.perf_counter()
-                        hidden[way] = decoder(input_ids=ids, position_ids=positions,
-                                              attention_mask=masks[way]).last_hidden_state
+                        hidden[way] = decoder(
+                            input_ids=ids, position_ids=positions, attention_mask=masks[way]
+                        ).last_hidden_state
                         best[way] = min(best[way], time.perf_counter() - t0)
-            pairs.append(Pair(name, f"prefill {tokens}", best["old"], best["new"],
-                              bool(torch.equal(hidden["old"], hidden["new"]))))
+            pairs.append(
+                Pair(
+                    name,
+                    f"prefill {tokens}",
+                    best["old"],
+                    best["new"],
+                    bool(torch.equal(hidden["old"], hidden["new"])),
+                )
+            )
     finally:
         tiny_models._construct = new_construct
         torch.set_num_threads(threads)
@@ -106,10 +128,14 @@ def measure(models: list[str], tokens: int, rounds: int) -> list[Pair]:
 
 def format_pairs(pairs: list[Pair]) -> str:
     """The table: one row per model and cost."""
-    lines = [f"{'model':18} {'cost':14} {'before s':>9} {'now s':>9} {'now/before':>10}  same tensors"]
+    lines = [
+        f"{'model':18} {'cost':14} {'before s':>9} {'now s':>9} {'now/before':>10}  same tensors"
+    ]
     for p in pairs:
-        lines.append(f"{p.model:18} {p.what:14} {p.old_s:9.3f} {p.new_s:9.3f} {p.new_s / p.old_s:10.2f}  "
-                     f"{'yes' if p.identical else 'NO'}")
+        lines.append(
+            f"{p.model:18} {p.what:14} {p.old_s:9.3f} {p.new_s:9.3f} {p.new_s / p.old_s:10.2f}  "
+            f"{'yes' if p.identical else 'NO'}"
+        )
     return "\n".join(lines)
 
 
@@ -117,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated tiny models")
     parser.add_argument("--tokens", type=int, default=2400, help="prompt length of the prefill")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds; the best of each way is kept")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="rounds; the best of each way is kept"
+    )
     args = parser.parse_args(argv)
     pairs = measure(args.models.split(","), args.tokens, args.rounds)
     print(format_pairs(pairs))

@@ -53,9 +53,21 @@ def test_hybrid(spec_pair):
 
 def run(folder: Path, fault: str | None) -> list[dict]:
     out = folder / f"{fault or 'healthy'}.json"
-    args = [sys.executable, "-m", "pytest", str(folder), "-q", "-p", "no:cacheprovider",
-            "--specenergy-repeats=1", "--specenergy-warmup=0", "--specenergy-checks=warn",
-            f"--specenergy-json={out}", "--rootdir", str(folder)]
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(folder),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--specenergy-repeats=1",
+        "--specenergy-warmup=0",
+        "--specenergy-checks=warn",
+        f"--specenergy-json={out}",
+        "--rootdir",
+        str(folder),
+    ]
     if fault:
         args.append(f"--specenergy-fault={fault}")
     proc = subprocess.run(args, capture_output=True, text=True, cwd=folder)
@@ -69,15 +81,25 @@ def rows(results: list[dict], label: str) -> list[tuple]:
     for r in results:
         eq, coherence = r["equivalence"], r["coherence"] or {}
         divergences = [d for d in eq["first_divergence"] if d is not None]
-        table.append((r["case"]["model"], r["case"]["drafter"]["id"], label,
-                      f"{eq['exact_fraction']:.0%}", min(divergences) if divergences else "-",
-                      f"{coherence.get('mean_gap', 0.0):.3f}", f"{r['accept_length']:.2f}",
-                      ", ".join(c["name"] for c in r["checks"] if c["severity"] == "fail") or "-"))
+        table.append(
+            (
+                r["case"]["model"],
+                r["case"]["drafter"]["id"],
+                label,
+                f"{eq['exact_fraction']:.0%}",
+                min(divergences) if divergences else "-",
+                f"{coherence.get('mean_gap', 0.0):.3f}",
+                f"{r['accept_length']:.2f}",
+                ", ".join(c["name"] for c in r["checks"] if c["severity"] == "fail") or "-",
+            )
+        )
     return table
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--fault", default="skip-state-rollback")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -85,9 +107,22 @@ def main() -> int:
         (folder / "test_targets.py").write_text(SUITE)
         table = rows(run(folder, None), "healthy") + rows(run(folder, args.fault), args.fault)
     table.sort(key=lambda row: (row[0], row[1], row[2] != "healthy"))
-    print(tabulate(table, headers=("target", "drafter", "run", "exact", "first divergence",
-                                   "logprob gap (nats/token)", "accept len", "failed checks"),
-                   disable_numparse=True))
+    print(
+        tabulate(
+            table,
+            headers=(
+                "target",
+                "drafter",
+                "run",
+                "exact",
+                "first divergence",
+                "logprob gap (nats/token)",
+                "accept len",
+                "failed checks",
+            ),
+            disable_numparse=True,
+        )
+    )
     return 0
 
 

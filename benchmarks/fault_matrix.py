@@ -1,12 +1,12 @@
 """The fault matrix: every probe of faults and bad input, old and new, with its outcome.
 
-Each probe is a small self-contained scenario in its own temporary folder, run as a CI pipeline
-and its users would hit it: a tiny pytest suite on the reference server (``tiny:dense``, 2
-prompts, 16 new tokens, 1 or 2 repeats, no warm-up), a ``specenergy`` CLI call, or a request to
-a reference server. One row per probe: id, what was done, the expected outcome, the observed
-outcome (exit status and the decisive line of output), and PASS/FAIL of the expectation.
-Probes that need a GPU, real SGLang, or a harness this script does not automate are listed as
-SKIPPED with the reason, never dropped.
+Each probe is a small self-contained scenario in its own temporary folder, run as a CI pipeline and
+its users would hit it: a tiny pytest suite on the reference server (``tiny:dense``, 2 prompts, 16
+new tokens, 1 or 2 repeats, no warm-up), a ``specenergy`` CLI call, or a request to a reference
+server. One row per probe: id, what was done, the expected outcome, the observed outcome (exit
+status and the decisive line of output), and PASS/FAIL of the expectation. Probes that need a GPU,
+real SGLang, or a harness this script does not automate are listed as SKIPPED with the reason, never
+dropped.
 
 Sources of the probe list (ids keep the audits' numbering):
   ``R-*``   the 32 rows of the first audit (reference/fault-audit.md), as re-run in reliability-audit-2
@@ -101,15 +101,26 @@ def _preexec(mem_gb: float | None) -> Callable[[], None]:
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # a background shell may have ignored it
         if mem_gb:
             import resource
+
             limit = int(mem_gb * 2**30)
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
     return setup
 
 
 def run_cmd(args: list[str], cwd: Path, timeout: float = 240, mem_gb: float | None = None) -> Obs:
     """Run ``args`` in its own process group; kill the group when ``timeout`` passes (rc 124)."""
-    proc = subprocess.Popen(args, cwd=cwd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, errors="replace", start_new_session=True, preexec_fn=_preexec(mem_gb))
+    proc = subprocess.Popen(
+        args,
+        cwd=cwd,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+        preexec_fn=_preexec(mem_gb),
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
         return Obs(proc.returncode, out)
@@ -127,13 +138,21 @@ def _kill_group(pid: int) -> None:
 
 
 class Spawned:
-    """A background pytest whose output goes to a file, so a probe can wait for a line and signal it."""
+    """A background pytest whose output goes to a file, so a probe can wait for a line and signal
+    it."""
 
     def __init__(self, args: list[str], cwd: Path) -> None:
         self.log = cwd / "_output.txt"
         self._fh = open(self.log, "w")
-        self.proc = subprocess.Popen(args, cwd=cwd, env=child_env(), stdout=self._fh, stderr=subprocess.STDOUT,
-                                     start_new_session=True, preexec_fn=_preexec(None))
+        self.proc = subprocess.Popen(
+            args,
+            cwd=cwd,
+            env=child_env(),
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_preexec(None),
+        )
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -179,7 +198,9 @@ def descendants(pid: int) -> list[int]:
 
 def cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         return ""
 
@@ -218,8 +239,14 @@ def write(folder: Path, files: dict[str, str]) -> None:
         path.write_text(textwrap.dedent(text))
 
 
-def suite_run(folder: Path, *extra: str, suite: str = SUITE, files: dict[str, str] | None = None,
-              repeats: int = 1, timeout: float = 240) -> Obs:
+def suite_run(
+    folder: Path,
+    *extra: str,
+    suite: str = SUITE,
+    files: dict[str, str] | None = None,
+    repeats: int = 1,
+    timeout: float = 240,
+) -> Obs:
     write(folder, {"test_p.py": suite, **(files or {})})
     return run_cmd(pytest_args(*extra, repeats=repeats), folder, timeout=timeout)
 
@@ -244,11 +271,17 @@ class Fixture:
             root = cls.work / "fixture"
             root.mkdir()
             write(root, {"test_p.py": SUITE})
-            for git in (["init", "-q"], ["add", "-A"],
-                        ["-c", "user.name=fm", "-c", "user.email=fm@localhost", "commit", "-qm", "fixture"]):
+            for git in (
+                ["init", "-q"],
+                ["add", "-A"],
+                ["-c", "user.name=fm", "-c", "user.email=fm@localhost", "commit", "-qm", "fixture"],
+            ):
                 subprocess.run(["git", *git], cwd=root, capture_output=True, timeout=30)
-            obs = run_cmd(pytest_args("--specenergy-save=main", "--specenergy-json=run.json", repeats=2), root,
-                          timeout=300)
+            obs = run_cmd(
+                pytest_args("--specenergy-save=main", "--specenergy-json=run.json", repeats=2),
+                root,
+                timeout=300,
+            )
             if obs.rc != 0 or not (root / "run.json").exists():
                 raise RuntimeError(f"the fixture run failed (rc {obs.rc}):\n{obs.out[-3000:]}")
             cls.root = root
@@ -285,6 +318,7 @@ def every_sample(doc: dict):
 
 def md5(path: Path) -> str:
     import hashlib
+
     return hashlib.md5(path.read_bytes()).hexdigest()
 
 
@@ -294,9 +328,9 @@ def md5(path: Path) -> str:
 
 @dataclass
 class Probe:
-    """One row: ``run`` makes the scenario in a fresh folder; the outcome must match the expectation:
-    the exit status is in ``rc`` (None: any), ``text`` (a regex) is in the output, ``absent`` is not,
-    and ``check`` (folder, obs) returns None or what went wrong."""
+    """One row: ``run`` makes the scenario in a fresh folder; the outcome must match the
+    expectation: the exit status is in ``rc`` (None: any), ``text`` (a regex) is in the output,
+    ``absent`` is not, and ``check`` (folder, obs) returns None or what went wrong."""
 
     id: str
     did: str
@@ -317,6 +351,7 @@ def probe(id: str, did: str, expected: str, **kw) -> Callable:
     def add(fn: Callable[[Path], Obs]) -> Callable[[Path], Obs]:
         PROBES.append(Probe(id, did, expected, run=fn, **kw))
         return fn
+
     return add
 
 
@@ -325,10 +360,20 @@ def skipped(id: str, did: str, expected: str, reason: str) -> None:
 
 
 def option_probe(id: str, option: str, message: str, quick: bool = False, **kw) -> None:
-    """A bad option value: a usage error at start (rc 4) naming the option, before any engine starts."""
-    PROBES.append(Probe(id, f"pytest {option}", f"rc 4 at start: {message}", quick=quick,
-                        run=lambda d, o=option: suite_run(d, *o.split(" "), timeout=90),
-                        rc=(USAGE,), text=re.escape(option.split("=")[0]) + ".*" + message, **kw))
+    """A bad option value: a usage error at start (rc 4) naming the option, before any engine
+    starts."""
+    PROBES.append(
+        Probe(
+            id,
+            f"pytest {option}",
+            f"rc 4 at start: {message}",
+            quick=quick,
+            run=lambda d, o=option: suite_run(d, *o.split(" "), timeout=90),
+            rc=(USAGE,),
+            text=re.escape(option.split("=")[0]) + ".*" + message,
+            **kw,
+        )
+    )
 
 
 def _untouched(path_of: Callable[[Path], Path], digest: dict) -> Callable[[Path, Obs], str | None]:
@@ -340,6 +385,7 @@ def _untouched(path_of: Callable[[Path], Path], digest: dict) -> Callable[[Path,
             return f"{path.name} was modified"
         obs.notes.append(f"{path.name} unchanged")
         return None
+
     return check
 
 
@@ -367,25 +413,45 @@ option_probe("N44.modeled-bogus/I23-14", "--specenergy-meter=modeled:bogus", "bo
 option_probe("I23-13.pool-5000", "--specenergy-pool=5000", "", quick=True)
 
 
-@probe("N8.pool-huge/I23-13", "pytest --specenergy-pool=99999999999999999999999 (address space capped at 6 GiB)",
-       "rc 4 at start naming the option (no OOM)", rc=(USAGE,), text=r"--specenergy-pool")
+@probe(
+    "N8.pool-huge/I23-13",
+    "pytest --specenergy-pool=99999999999999999999999 (address space capped at 6 GiB)",
+    "rc 4 at start naming the option (no OOM)",
+    rc=(USAGE,),
+    text=r"--specenergy-pool",
+)
 def _pool_huge(d: Path) -> Obs:
     write(d, {"test_p.py": SUITE})
-    return run_cmd(pytest_args("--specenergy-pool=99999999999999999999999"), d, timeout=120, mem_gb=6)
+    return run_cmd(
+        pytest_args("--specenergy-pool=99999999999999999999999"), d, timeout=120, mem_gb=6
+    )
 
 
 # --- outputs checked for writability at start (N14, N32, N33, N16, I23-7, I23-10) -------------
 
-@probe("N14.storage-unwritable/I23-7", "pytest --specenergy-save=main --specenergy-storage=<a path under a "
-       "regular file> (root ignores read-only modes, so the folder cannot be made otherwise)",
-       "rc 4 at start naming the storage", rc=(USAGE,), text=r"storage", quick=True)
+
+@probe(
+    "N14.storage-unwritable/I23-7",
+    "pytest --specenergy-save=main --specenergy-storage=<a path under a "
+    "regular file> (root ignores read-only modes, so the folder cannot be made otherwise)",
+    "rc 4 at start naming the storage",
+    rc=(USAGE,),
+    text=r"storage",
+    quick=True,
+)
 def _storage_unwritable(d: Path) -> Obs:
     (d / "afile").write_text("x")
     return suite_run(d, "--specenergy-save=main", "--specenergy-storage=afile/store", timeout=120)
 
 
-@probe("N32.json-unwritable/I23-7", "pytest --specenergy-json=<path under a regular file> --specenergy-save=main",
-       "rc 4 at start naming --specenergy-json", rc=(USAGE,), text=r"--specenergy-json", quick=True)
+@probe(
+    "N32.json-unwritable/I23-7",
+    "pytest --specenergy-json=<path under a regular file> --specenergy-save=main",
+    "rc 4 at start naming --specenergy-json",
+    rc=(USAGE,),
+    text=r"--specenergy-json",
+    quick=True,
+)
 def _json_unwritable(d: Path) -> Obs:
     (d / "afile").write_text("x")
     return suite_run(d, "--specenergy-save=main", "--specenergy-json=afile/run.json", timeout=120)
@@ -397,24 +463,42 @@ _digests: dict = {}
 def _json_onto_baseline(d: Path) -> Obs:
     path = edited_run(d, "baseline.json", lambda doc: None)
     _digests[str(path)] = md5(path)
-    return suite_run(d, "--specenergy-compare=baseline.json", "--specenergy-json=baseline.json", timeout=240)
+    return suite_run(
+        d, "--specenergy-compare=baseline.json", "--specenergy-json=baseline.json", timeout=240
+    )
 
 
-PROBES.append(Probe("N33.json-onto-baseline/I23-10", "pytest --specenergy-compare=baseline.json "
-                    "--specenergy-json=baseline.json", "refused (rc 4), the baseline file unchanged",
-                    run=_json_onto_baseline, rc=(USAGE,), text=r"baseline\.json",
-                    check=_untouched(lambda d: d / "baseline.json", _digests), quick=True))
+PROBES.append(
+    Probe(
+        "N33.json-onto-baseline/I23-10",
+        "pytest --specenergy-compare=baseline.json --specenergy-json=baseline.json",
+        "refused (rc 4), the baseline file unchanged",
+        run=_json_onto_baseline,
+        rc=(USAGE,),
+        text=r"baseline\.json",
+        check=_untouched(lambda d: d / "baseline.json", _digests),
+        quick=True,
+    )
+)
 
 
-@probe("N16.golden-unwritable", "pytest --specenergy-golden=check --specenergy-baselines=<path under a regular "
-       "file>", "a named refusal, no raw OSError traceback", rc=(USAGE, 1), text=r"baselines|golden",
-       absent=r"^E\s+OSError|^OSError")
+@probe(
+    "N16.golden-unwritable",
+    "pytest --specenergy-golden=check --specenergy-baselines=<path under a regular file>",
+    "a named refusal, no raw OSError traceback",
+    rc=(USAGE, 1),
+    text=r"baselines|golden",
+    absent=r"^E\s+OSError|^OSError",
+)
 def _golden_unwritable(d: Path) -> Obs:
     (d / "afile").write_text("x")
-    return suite_run(d, "--specenergy-golden=check", "--specenergy-baselines=afile/golden", timeout=240)
+    return suite_run(
+        d, "--specenergy-golden=check", "--specenergy-baselines=afile/golden", timeout=240
+    )
 
 
 # --- markers and corpora at collection (R-4a, R-4b, N22, N23, N40, N41, I23-14, I23-16) -------
+
 
 def collect(d: Path, suite: str, files: dict[str, str] | None = None) -> Obs:
     return suite_run(d, "--collect-only", "-q", suite=suite, files=files, timeout=90)
@@ -431,6 +515,7 @@ CORPORA = {
     "number": ('{"prompt": 42}\n', r"line 1"),
 }
 for _name, (_text, _msg) in CORPORA.items():
+
     def _corpus(d: Path, name=_name, text=_text) -> Obs:
         path = d / f"{name}.jsonl"
         if text is None:
@@ -438,47 +523,89 @@ for _name, (_text, _msg) in CORPORA.items():
         else:
             path.write_text(text)
         return collect(d, corpus_suite(path.name))
-    PROBES.append(Probe(f"R-4a.{_name}", f"corpus file {_name}.jsonl, --collect-only",
-                        f"collection error naming file and line ({_msg})", run=_corpus, rc=(COLLECT,),
-                        text=_msg, absent=r"Traceback", quick=_name == "malformed"))
+
+    PROBES.append(
+        Probe(
+            f"R-4a.{_name}",
+            f"corpus file {_name}.jsonl, --collect-only",
+            f"collection error naming file and line ({_msg})",
+            run=_corpus,
+            rc=(COLLECT,),
+            text=_msg,
+            absent=r"Traceback",
+            quick=_name == "malformed",
+        )
+    )
 
 
-@probe("R-4b.text-alias", 'corpus line {"text": ...} only, --collect-only', "collected (documented alias)",
-       rc=(0,), text=r"1 test collected|test_p\.py::test_p")
+@probe(
+    "R-4b.text-alias",
+    'corpus line {"text": ...} only, --collect-only',
+    "collected (documented alias)",
+    rc=(0,),
+    text=r"1 test collected|test_p\.py::test_p",
+)
 def _text_alias(d: Path) -> Obs:
     (d / "t.jsonl").write_text('{"text": "hello world"}\n{"text": "again"}\n')
     return collect(d, corpus_suite("t.jsonl"))
 
 
-@probe("N22.lone-surrogate/I23-16", r'corpus line {"prompt": "lone \ud800 here"}, --collect-only',
-       "collection error naming file and line, no UnicodeEncodeError traceback", rc=(COLLECT,),
-       text=r"surrogate\.jsonl.*line 1|line 1.*surrogate", absent=r"UnicodeEncodeError", quick=True)
+@probe(
+    "N22.lone-surrogate/I23-16",
+    r'corpus line {"prompt": "lone \ud800 here"}, --collect-only',
+    "collection error naming file and line, no UnicodeEncodeError traceback",
+    rc=(COLLECT,),
+    text=r"surrogate\.jsonl.*line 1|line 1.*surrogate",
+    absent=r"UnicodeEncodeError",
+    quick=True,
+)
 def _surrogate(d: Path) -> Obs:
     (d / "surrogate.jsonl").write_text('{"prompt": "lone \\ud800 here"}\n{"prompt": "fine"}\n')
     return collect(d, corpus_suite("surrogate.jsonl"))
 
 
-@probe("N23.model-missing", 'model("does/not/exist"), --collect-only', "collection error naming the marker",
-       rc=(COLLECT,), text=r"marker model.*does/not/exist")
+@probe(
+    "N23.model-missing",
+    'model("does/not/exist"), --collect-only',
+    "collection error naming the marker",
+    rc=(COLLECT,),
+    text=r"marker model.*does/not/exist",
+)
 def _model_missing(d: Path) -> Obs:
     return collect(d, SUITE.replace('"tiny:dense"', '"does/not/exist"'))
 
 
-@probe("N40.dtype-marker/I23-14", 'model("tiny:dense", dtype="float64 --host 0.0.0.0"), --collect-only',
-       "collection error naming the test and dtype", rc=(COLLECT,), text=r"dtype", quick=True)
+@probe(
+    "N40.dtype-marker/I23-14",
+    'model("tiny:dense", dtype="float64 --host 0.0.0.0"), --collect-only',
+    "collection error naming the test and dtype",
+    rc=(COLLECT,),
+    text=r"dtype",
+    quick=True,
+)
 def _dtype_marker(d: Path) -> Obs:
     return collect(d, SUITE.replace('"tiny:dense"', '"tiny:dense", dtype="float64 --host 0.0.0.0"'))
 
 
-@probe("N40.device-marker/I23-14", 'model("tiny:dense", device="cpu; touch PWNED"), --collect-only',
-       "collection error naming device; no PWNED file", rc=(COLLECT,), text=r"device",
-       check=lambda d, o: "PWNED exists" if (d / "PWNED").exists() else None)
+@probe(
+    "N40.device-marker/I23-14",
+    'model("tiny:dense", device="cpu; touch PWNED"), --collect-only',
+    "collection error naming device; no PWNED file",
+    rc=(COLLECT,),
+    text=r"device",
+    check=lambda d, o: "PWNED exists" if (d / "PWNED").exists() else None,
+)
 def _device_marker(d: Path) -> Obs:
     return collect(d, SUITE.replace('"tiny:dense"', '"tiny:dense", device="cpu; touch PWNED"'))
 
 
-@probe("N41.drafter-id-traversal", 'Drafter("ngram", id="../../..x"), --collect-only',
-       "collection error on the Drafter id", rc=(COLLECT,), text=r"Drafter id")
+@probe(
+    "N41.drafter-id-traversal",
+    'Drafter("ngram", id="../../..x"), --collect-only',
+    "collection error on the Drafter id",
+    rc=(COLLECT,),
+    text=r"Drafter id",
+)
 def _drafter_id(d: Path) -> Obs:
     suite = SUITE.replace('drafter("ngram")', 'drafter(Drafter("ngram", id="../../..x"))')
     return collect(d, "from pytest_specenergy import Drafter\n" + suite)
@@ -497,67 +624,126 @@ def test_s(spec_pair):
 DRY = ["--specenergy-dry-run", "--specenergy-sglang-version=0.5.23"]
 
 
-@probe("N39.sglang-dry-run-control", "SGLang suite, --specenergy-dry-run --specenergy-sglang-version=0.5.23",
-       "rc 0, prints the command with --host 127.0.0.1", rc=(0,), text=r"--host 127\.0\.0\.1")
+@probe(
+    "N39.sglang-dry-run-control",
+    "SGLang suite, --specenergy-dry-run --specenergy-sglang-version=0.5.23",
+    "rc 0, prints the command with --host 127.0.0.1",
+    rc=(0,),
+    text=r"--host 127\.0\.0\.1",
+)
 def _sglang_control(d: Path) -> Obs:
     return suite_run(d, *DRY, suite=SGLANG_SUITE.format(extra=""), timeout=90)
 
 
-@probe("N39.sglang-list-host/I23-17", 'SGLang option chat_template=["x", "--host", "0.0.0.0"], dry run',
-       "refused: the dry run prints REFUSED for the option holding --host, no command carries it",
-       text=r"REFUSED.*--host", absent=r"launch_server.*--host 0\.0\.0\.0", quick=True)
+@probe(
+    "N39.sglang-list-host/I23-17",
+    'SGLang option chat_template=["x", "--host", "0.0.0.0"], dry run',
+    "refused: the dry run prints REFUSED for the option holding --host, no command carries it",
+    text=r"REFUSED.*--host",
+    absent=r"launch_server.*--host 0\.0\.0\.0",
+    quick=True,
+)
 def _sglang_list_host(d: Path) -> Obs:
-    return suite_run(d, *DRY, suite=SGLANG_SUITE.format(extra=', chat_template=["x", "--host", "0.0.0.0"]'),
-                     timeout=90)
+    return suite_run(
+        d,
+        *DRY,
+        suite=SGLANG_SUITE.format(extra=', chat_template=["x", "--host", "0.0.0.0"]'),
+        timeout=90,
+    )
 
 
-@probe("N39.sglang-dist-init", 'SGLang option dist_init_addr="0.0.0.0:5000", dry run',
-       "refused or kept on loopback", rc=(COLLECT, 1, USAGE), text=r"dist_init_addr|dist-init-addr")
+@probe(
+    "N39.sglang-dist-init",
+    'SGLang option dist_init_addr="0.0.0.0:5000", dry run',
+    "refused or kept on loopback",
+    rc=(COLLECT, 1, USAGE),
+    text=r"dist_init_addr|dist-init-addr",
+)
 def _sglang_dist(d: Path) -> Obs:
-    return suite_run(d, *DRY, suite=SGLANG_SUITE.format(extra=', dist_init_addr="0.0.0.0:5000"'), timeout=90)
+    return suite_run(
+        d, *DRY, suite=SGLANG_SUITE.format(extra=', dist_init_addr="0.0.0.0:5000"'), timeout=90
+    )
 
 
-@probe("N40.sglang-shell-meta", "SGLang chat_template=\"$(touch PWNED); --host 0.0.0.0\", dry run",
-       "rc 0, the value printed quoted as one argument, no PWNED file", rc=(0,),
-       text=r"'\$\(touch PWNED\); --host 0\.0\.0\.0'",
-       check=lambda d, o: "PWNED exists" if (d / "PWNED").exists() else None)
+@probe(
+    "N40.sglang-shell-meta",
+    'SGLang chat_template="$(touch PWNED); --host 0.0.0.0", dry run',
+    "rc 0, the value printed quoted as one argument, no PWNED file",
+    rc=(0,),
+    text=r"'\$\(touch PWNED\); --host 0\.0\.0\.0'",
+    check=lambda d, o: "PWNED exists" if (d / "PWNED").exists() else None,
+)
 def _sglang_meta(d: Path) -> Obs:
-    return suite_run(d, *DRY, suite=SGLANG_SUITE.format(extra=', chat_template="$(touch PWNED); --host 0.0.0.0"'),
-                     timeout=90)
+    return suite_run(
+        d,
+        *DRY,
+        suite=SGLANG_SUITE.format(extra=', chat_template="$(touch PWNED); --host 0.0.0.0"'),
+        timeout=90,
+    )
 
 
 # --- specenergy predict (N11, I23-15) ----------------------------------------------------------
 
 PREDICT = ["predict", "--shape", "qwen3-8b", "--verified", "4", "--accept-length", "2"]
-for _pid, _extra, _quick in (("context", ["--context", "-5"], True), ("draft-passes", ["--draft-shape", "qwen3-0.6b",
-                             "--draft-passes", "-3"], False), ("draft-cost-nan", ["--draft-cost", "nan"], True),
-                             ("draft-cost-neg", ["--draft-cost", "-5"], False), ("shape", [], False)):
-    _args = (["predict", "--shape", "nope", "--verified", "4"] if _pid == "shape" else PREDICT + _extra)
-    PROBES.append(Probe(f"N11.predict-{_pid}/I23-15", "specenergy " + " ".join(_args), "rc 2, the value named",
-                        run=lambda d, a=_args: cli(d, *a), rc=(2,), text=r"error|expected|unknown",
-                        quick=_quick))
+for _pid, _extra, _quick in (
+    ("context", ["--context", "-5"], True),
+    ("draft-passes", ["--draft-shape", "qwen3-0.6b", "--draft-passes", "-3"], False),
+    ("draft-cost-nan", ["--draft-cost", "nan"], True),
+    ("draft-cost-neg", ["--draft-cost", "-5"], False),
+    ("shape", [], False),
+):
+    _args = (
+        ["predict", "--shape", "nope", "--verified", "4"] if _pid == "shape" else PREDICT + _extra
+    )
+    PROBES.append(
+        Probe(
+            f"N11.predict-{_pid}/I23-15",
+            "specenergy " + " ".join(_args),
+            "rc 2, the value named",
+            run=lambda d, a=_args: cli(d, *a),
+            rc=(2,),
+            text=r"error|expected|unknown",
+            quick=_quick,
+        )
+    )
 
 
 # --- the CLI on stored runs (R-3c, R-6a, R-6c, N12, N13, N35-N38, I23-1/8/10/11/12) ------------
 
-@probe("I23-1.cli-after-pytest", "pytest --specenergy-save=main (leaves .specenergy/logs), then "
-       "`specenergy history` in that folder", "rc 0 (logs is not a machine key)", rc=(0,), absent=r"machine keys",
-       quick=True)
+
+@probe(
+    "I23-1.cli-after-pytest",
+    "pytest --specenergy-save=main (leaves .specenergy/logs), then "
+    "`specenergy history` in that folder",
+    "rc 0 (logs is not a machine key)",
+    rc=(0,),
+    absent=r"machine keys",
+    quick=True,
+)
 def _cli_after_pytest(d: Path) -> Obs:
     Fixture.storage_into(d)
     return cli(d, "history")
 
 
-@probe("I23-1.report-last", "after a saved run: `specenergy report last --markdown r.md`",
-       "rc 0, r.md written", rc=(0,), absent=r"machine keys",
-       check=lambda d, o: None if (d / "r.md").exists() else "r.md missing")
+@probe(
+    "I23-1.report-last",
+    "after a saved run: `specenergy report last --markdown r.md`",
+    "rc 0, r.md written",
+    rc=(0,),
+    absent=r"machine keys",
+    check=lambda d, o: None if (d / "r.md").exists() else "r.md missing",
+)
 def _report_last(d: Path) -> Obs:
     Fixture.storage_into(d)
     return cli(d, "report", "last", "--markdown", "r.md")
 
 
-@probe("I23-1.compare-path", "`specenergy compare run.json run2.json` (two copies of one complete run)",
-       "rc 0, no regression", rc=(0,))
+@probe(
+    "I23-1.compare-path",
+    "`specenergy compare run.json run2.json` (two copies of one complete run)",
+    "rc 0, no regression",
+    rc=(0,),
+)
 def _compare_paths(d: Path) -> Obs:
     edited_run(d, "run.json", lambda doc: None)
     edited_run(d, "run2.json", lambda doc: None)
@@ -570,25 +756,43 @@ def _report_onto_input(d: Path) -> Obs:
     return cli(d, "report", "victim.json", "--markdown", "victim.json")
 
 
-PROBES.append(Probe("N13.report-onto-run/I23-10", "specenergy report victim.json --markdown victim.json",
-                    "refused (rc 2), the run file unchanged", run=_report_onto_input, rc=(2,), text=r"victim\.json",
-                    check=_untouched(lambda d: d / "victim.json", _digests), quick=True))
+PROBES.append(
+    Probe(
+        "N13.report-onto-run/I23-10",
+        "specenergy report victim.json --markdown victim.json",
+        "refused (rc 2), the run file unchanged",
+        run=_report_onto_input,
+        rc=(2,),
+        text=r"victim\.json",
+        check=_untouched(lambda d: d / "victim.json", _digests),
+        quick=True,
+    )
+)
 
 
 def _mark_interrupted(doc: dict) -> None:
     doc["interrupted"] = True
 
 
-@probe("N35.compare-interrupted/I23-11", "specenergy compare interrupted.json run.json (baseline saved by an "
-       "interrupted session)", "said so: 'interrupted' in the output (or refused)", text=r"interrupted", quick=True)
+@probe(
+    "N35.compare-interrupted/I23-11",
+    "specenergy compare interrupted.json run.json (baseline saved by an interrupted session)",
+    "said so: 'interrupted' in the output (or refused)",
+    text=r"interrupted",
+    quick=True,
+)
 def _compare_interrupted(d: Path) -> Obs:
     edited_run(d, "interrupted.json", _mark_interrupted)
     edited_run(d, "run.json", lambda doc: None)
     return cli(d, "compare", "interrupted.json", "run.json")
 
 
-@probe("N35.history-interrupted/I23-11", "specenergy history of a folder with one complete and one "
-       "interrupted run", "the interrupted run is said (or left out)", text=r"interrupted")
+@probe(
+    "N35.history-interrupted/I23-11",
+    "specenergy history of a folder with one complete and one interrupted run",
+    "the interrupted run is said (or left out)",
+    text=r"interrupted",
+)
 def _history_interrupted(d: Path) -> Obs:
     folder = Fixture.storage_into(d)
     edited_run(folder, "0002_main_20261202_000000.json", _mark_interrupted)
@@ -600,9 +804,15 @@ def _text_accept_lengths(doc: dict) -> None:
         sample["accept_lengths"] = ["x", "y"]
 
 
-@probe("N36.cli-accept-lengths-text/I23-11", 'specenergy compare bad.json run.json, samples "accept_lengths": '
-       '["x", "y"]', "rc 2 naming bad.json (not rc 1, no traceback)", rc=(2,), text=r"bad\.json",
-       absent=r"Traceback", quick=True)
+@probe(
+    "N36.cli-accept-lengths-text/I23-11",
+    'specenergy compare bad.json run.json, samples "accept_lengths": ["x", "y"]',
+    "rc 2 naming bad.json (not rc 1, no traceback)",
+    rc=(2,),
+    text=r"bad\.json",
+    absent=r"Traceback",
+    quick=True,
+)
 def _cli_text_al(d: Path) -> Obs:
     edited_run(d, "bad.json", _text_accept_lengths)
     edited_run(d, "run.json", lambda doc: None)
@@ -611,55 +821,103 @@ def _cli_text_al(d: Path) -> Obs:
 
 def _nan_text(doc: dict) -> None:
     for sample in every_sample(doc):
-        sample["decode_joules"] = "NaN?"  # a sample's energy_per_token is derived on reading, never read
+        sample["decode_joules"] = (
+            "NaN?"  # a sample's energy_per_token is derived on reading, never read
+        )
 
 
-@probe("R-3c.cli-nan-text", 'specenergy compare bad.json run.json, sample "decode_joules": "NaN?"',
-       "rc 2 naming the file and field", rc=(2,), text=r"bad\.json.*decode_joules", absent=r"Traceback")
+@probe(
+    "R-3c.cli-nan-text",
+    'specenergy compare bad.json run.json, sample "decode_joules": "NaN?"',
+    "rc 2 naming the file and field",
+    rc=(2,),
+    text=r"bad\.json.*decode_joules",
+    absent=r"Traceback",
+)
 def _cli_nan(d: Path) -> Obs:
     edited_run(d, "bad.json", _nan_text)
     edited_run(d, "run.json", lambda doc: None)
     return cli(d, "compare", "bad.json", "run.json")
 
 
-@probe("I23-12.compare-main-last", "one saved run; specenergy compare main last",
-       "refused: the two references are the same run", rc=(2,), text=r"same", quick=True)
+@probe(
+    "I23-12.compare-main-last",
+    "one saved run; specenergy compare main last",
+    "refused: the two references are the same run",
+    rc=(2,),
+    text=r"same",
+    quick=True,
+)
 def _main_last(d: Path) -> Obs:
     Fixture.storage_into(d)
     return cli(d, "compare", "main", "last")
 
 
-@probe("R-4g.cli-storage-url/I23-12", "specenergy history --storage http://x", "refused (rc 2), no ./http: folder",
-       rc=(2,), check=lambda d, o: "a local http: folder was made" if (d / "http:").exists() else None)
+@probe(
+    "R-4g.cli-storage-url/I23-12",
+    "specenergy history --storage http://x",
+    "refused (rc 2), no ./http: folder",
+    rc=(2,),
+    check=lambda d, o: "a local http: folder was made" if (d / "http:").exists() else None,
+)
 def _cli_storage_url(d: Path) -> Obs:
     return cli(d, "history", "--storage", "http://x")
 
 
-for _pid, _content, _msg in (("truncated", '{"schema_version": 1, "results": [', r"not valid JSON|truncated"),
-                             ("empty", "", r"empty"),
-                             ("garbage", "\x00\x01garbage", r"not valid JSON|not UTF-8|trunc")):
+for _pid, _content, _msg in (
+    ("truncated", '{"schema_version": 1, "results": [', r"not valid JSON|truncated"),
+    ("empty", "", r"empty"),
+    ("garbage", "\x00\x01garbage", r"not valid JSON|not UTF-8|trunc"),
+):
+
     def _broken(d: Path, content=_content) -> Obs:
         (d / "broken.json").write_text(content)
         return cli(d, "report", "broken.json", "--markdown", "r.md")
-    PROBES.append(Probe(f"N12.report-{_pid}", f"specenergy report broken.json ({_pid} file)",
-                        "rc 2 naming the file, no traceback", run=_broken, rc=(2,), text=_msg, absent=r"Traceback"))
+
+    PROBES.append(
+        Probe(
+            f"N12.report-{_pid}",
+            f"specenergy report broken.json ({_pid} file)",
+            "rc 2 naming the file, no traceback",
+            run=_broken,
+            rc=(2,),
+            text=_msg,
+            absent=r"Traceback",
+        )
+    )
 
 
-@probe("R-6c.history-nonexistent", "specenergy history /nonexistent/dir", "rc 2, named", rc=(2,),
-       text=r"nonexistent", absent=r"Traceback")
+@probe(
+    "R-6c.history-nonexistent",
+    "specenergy history /nonexistent/dir",
+    "rc 2, named",
+    rc=(2,),
+    text=r"nonexistent",
+    absent=r"Traceback",
+)
 def _history_missing(d: Path) -> Obs:
     return cli(d, "history", "/nonexistent/dir")
 
 
-@probe("R-6c.latency-target-abc", "specenergy report run.json --latency-target abc", "rc 2 usage error", rc=(2,),
-       text=r"latency-target")
+@probe(
+    "R-6c.latency-target-abc",
+    "specenergy report run.json --latency-target abc",
+    "rc 2 usage error",
+    rc=(2,),
+    text=r"latency-target",
+)
 def _latency_abc(d: Path) -> Obs:
     edited_run(d, "run.json", lambda doc: None)
     return cli(d, "report", "run.json", "--markdown", "r.md", "--latency-target", "abc")
 
 
-@probe("R-6c.latency-target-neg", "specenergy report run.json --latency-target -5 (the plugin refuses -5)",
-       "rc 2 usage error", rc=(2,), text=r"latency")
+@probe(
+    "R-6c.latency-target-neg",
+    "specenergy report run.json --latency-target -5 (the plugin refuses -5)",
+    "rc 2 usage error",
+    rc=(2,),
+    text=r"latency",
+)
 def _latency_neg(d: Path) -> Obs:
     edited_run(d, "run.json", lambda doc: None)
     return cli(d, "report", "run.json", "--markdown", "r.md", "--latency-target=-5")
@@ -671,15 +929,20 @@ def _evil_key(doc: dict) -> None:
         result["machine_key"] = "../../../..evil"
 
 
-@probe("N38.merge-evil-key", "specenergy merge evil.json --output m.json --save ok (machine_key '../../../..evil')",
-       "refused (rc 2): not path-safe; nothing written outside", rc=(2,), text=r"path-safe",
-       check=lambda d, o: "escaped the storage" if any(d.parent.parent.glob("*evil*")) else None)
+@probe(
+    "N38.merge-evil-key",
+    "specenergy merge evil.json --output m.json --save ok (machine_key '../../../..evil')",
+    "refused (rc 2): not path-safe; nothing written outside",
+    rc=(2,),
+    text=r"path-safe",
+    check=lambda d, o: "escaped the storage" if any(d.parent.parent.glob("*evil*")) else None,
+)
 def _merge_evil(d: Path) -> Obs:
     edited_run(d, "evil.json", _evil_key)
     return cli(d, "merge", "evil.json", "--output", "m.json", "--save", "ok")
 
 
-XSS = '<script>alert(1)</script>'
+XSS = "<script>alert(1)</script>"
 
 
 def _xss(doc: dict) -> None:
@@ -688,43 +951,71 @@ def _xss(doc: dict) -> None:
         result["case_id"] = result["case_id"] + '"><img src=x onerror=alert(2)>'
 
 
-@probe("R-6a.report-escapes", "specenergy report xss.json --html r.html --markdown r.md (model <script>..., "
-       "case id with <img onerror>)", "rc 0, no raw <script>alert / <img src=x in either file", rc=(0,))
+@probe(
+    "R-6a.report-escapes",
+    "specenergy report xss.json --html r.html --markdown r.md (model <script>..., "
+    "case id with <img onerror>)",
+    "rc 0, no raw <script>alert / <img src=x in either file",
+    rc=(0,),
+)
 def _report_xss(d: Path) -> Obs:
     edited_run(d, "xss.json", _xss)
     obs = cli(d, "report", "xss.json", "--html", "r.html", "--markdown", "r.md")
-    raw = [f for f in ("r.html", "r.md") if (d / f).exists() and re.search(r"<script>alert|<img src=x",
-                                                                            (d / f).read_text())]
+    raw = [
+        f
+        for f in ("r.html", "r.md")
+        if (d / f).exists() and re.search(r"<script>alert|<img src=x", (d / f).read_text())
+    ]
     if raw:
         obs.rc, obs.out = 99, obs.out + f"\n[fault_matrix] raw payload in {', '.join(raw)}"
     return obs
 
 
-@probe("N43.file-modes", "modes of the saved run and run.json under umask 022", "0644 (readable by a CI artifact "
-       "reader)", rc=(0,), text=r"modes 644 644")
+@probe(
+    "N43.file-modes",
+    "modes of the saved run and run.json under umask 022",
+    "0644 (readable by a CI artifact reader)",
+    rc=(0,),
+    text=r"modes 644 644",
+)
 def _modes(d: Path) -> Obs:
     root = Fixture.get()
     modes = [oct(p.stat().st_mode & 0o777)[2:] for p in (stored_runs(root)[0], root / "run.json")]
     return Obs(0, "modes " + " ".join(modes))
 
 
-@probe("I23-20.run-carries-commit", "the fixture run (in a git repository): does run.json name the commit?",
-       "a sha and a dirty flag in the run document", rc=(0,), text=r"sha")
+@probe(
+    "I23-20.run-carries-commit",
+    "the fixture run (in a git repository): does run.json name the commit?",
+    "a sha and a dirty flag in the run document",
+    rc=(0,),
+    text=r"sha",
+)
 def _commit(d: Path) -> Obs:
     text = (Fixture.get() / "run.json").read_text()
     found = re.search(r'"sha":\s*"?[0-9a-f]*"?[^}]*"dirty":\s*\w+', text)
     return Obs(0, found.group(0) if found else "no sha/dirty in run.json")
 
 
-@probe("I23-20.ci-install", "example_suites/ci_gate/specenergy-gate.yml: install step", "installs this checkout "
-       "(pip install -e .), not the unpublished package from the index", rc=(0,), text=r"pip install -e")
+@probe(
+    "I23-20.ci-install",
+    "example_suites/ci_gate/specenergy-gate.yml: install step",
+    "installs this checkout (pip install -e .), not the unpublished package from the index",
+    rc=(0,),
+    text=r"pip install -e",
+)
 def _ci_install(d: Path) -> Obs:
     text = (REPO / "example_suites/ci_gate/specenergy-gate.yml").read_text()
-    lines = [ln.strip() for ln in text.splitlines() if "pip install" in ln and not ln.strip().startswith("#")]
+    lines = [
+        ln.strip()
+        for ln in text.splitlines()
+        if "pip install" in ln and not ln.strip().startswith("#")
+    ]
     return Obs(0, "\n".join(lines) or "no pip install line")
 
 
 # --- pytest sessions gated against a baseline (R-3a, R-3b, N31, N34, N36, N37, I23-3/5/8) -------
+
 
 def gated(d: Path, edit: Callable[[dict], None] | None, *extra: str, repeats: int = 2) -> Obs:
     if edit is not None:
@@ -732,38 +1023,67 @@ def gated(d: Path, edit: Callable[[dict], None] | None, *extra: str, repeats: in
     return suite_run(d, "--specenergy-compare=baseline.json", *extra, repeats=repeats, timeout=300)
 
 
-@probe("R-3-control.gate-passes", "pytest --specenergy-compare=<a copy of the fixture run>, repeats 2",
-       "1 passed (the gate opens on a good baseline)", rc=(0,), text=r"1 passed")
+@probe(
+    "R-3-control.gate-passes",
+    "pytest --specenergy-compare=<a copy of the fixture run>, repeats 2",
+    "1 passed (the gate opens on a good baseline)",
+    rc=(0,),
+    text=r"1 passed",
+)
 def _gate_control(d: Path) -> Obs:
     return gated(d, lambda doc: None)
 
 
-@probe("N31.compare-missing-path/I23-5", "pytest --specenergy-compare=baseline.json (no such file)",
-       "the case fails (rc 1) or a usage error: a gate with no baseline is not green", rc=(1, USAGE),
-       text=r"baseline\.json", quick=True)
+@probe(
+    "N31.compare-missing-path/I23-5",
+    "pytest --specenergy-compare=baseline.json (no such file)",
+    "the case fails (rc 1) or a usage error: a gate with no baseline is not green",
+    rc=(1, USAGE),
+    text=r"baseline\.json",
+    quick=True,
+)
 def _compare_missing(d: Path) -> Obs:
     return gated(d, None, repeats=1)
 
 
-@probe("N31.compare-typo/I23-5", "fixture history; pytest --specenergy-compare=mian (typo of main)",
-       "the case fails (rc 1): no run 'mian'", rc=(1, USAGE), text=r"mian")
+@probe(
+    "N31.compare-typo/I23-5",
+    "fixture history; pytest --specenergy-compare=mian (typo of main)",
+    "the case fails (rc 1): no run 'mian'",
+    rc=(1, USAGE),
+    text=r"mian",
+)
 def _compare_typo(d: Path) -> Obs:
     Fixture.storage_into(d)
     return suite_run(d, "--specenergy-compare=mian", timeout=240)
 
 
-@probe("I23-5.missing-baseline-warn", "pytest --specenergy-compare=mian --specenergy-missing-baseline=warn",
-       "the documented opt-out: passes with a warning", rc=(0,), text=r"1 passed")
+@probe(
+    "I23-5.missing-baseline-warn",
+    "pytest --specenergy-compare=mian --specenergy-missing-baseline=warn",
+    "the documented opt-out: passes with a warning",
+    rc=(0,),
+    text=r"1 passed",
+)
 def _compare_typo_warn(d: Path) -> Obs:
     Fixture.storage_into(d)
-    return suite_run(d, "--specenergy-compare=mian", "--specenergy-missing-baseline=warn", timeout=240)
+    return suite_run(
+        d, "--specenergy-compare=mian", "--specenergy-missing-baseline=warn", timeout=240
+    )
 
 
-@probe("R-3a.truncated-last", "fixture history with a truncated 0002_main as last; pytest --specenergy-compare=last",
-       "the case fails naming the file; the file unchanged", rc=(1,), text=r"cannot be read.*0002_main")
+@probe(
+    "R-3a.truncated-last",
+    "fixture history with a truncated 0002_main as last; pytest --specenergy-compare=last",
+    "the case fails naming the file; the file unchanged",
+    rc=(1,),
+    text=r"cannot be read.*0002_main",
+)
 def _truncated_last(d: Path) -> Obs:
     folder = Fixture.storage_into(d)
-    (folder / "0002_main_20261202_000000.json").write_text('{"schema_version": 1, "kind": "specenergy-run", "res')
+    (folder / "0002_main_20261202_000000.json").write_text(
+        '{"schema_version": 1, "kind": "specenergy-run", "res'
+    )
     return suite_run(d, "--specenergy-compare=last", timeout=240)
 
 
@@ -771,27 +1091,47 @@ def _schema99(doc: dict) -> None:
     doc["schema_version"] = 99
 
 
-@probe("R-3b.schema-99", "pytest --specenergy-compare=baseline.json with schema_version 99",
-       "the case fails naming the schema", rc=(1,), text=r"schema_version 99")
+@probe(
+    "R-3b.schema-99",
+    "pytest --specenergy-compare=baseline.json with schema_version 99",
+    "the case fails naming the schema",
+    rc=(1,),
+    text=r"schema_version 99",
+)
 def _schema(d: Path) -> Obs:
     return gated(d, _schema99, repeats=1)
 
 
-@probe("R-3c.pytest-nan-text", 'pytest --specenergy-compare=baseline.json, sample "decode_joules": "NaN?"',
-       "the case fails naming the file and field", rc=(1,), text=r"baseline\.json.*decode_joules")
+@probe(
+    "R-3c.pytest-nan-text",
+    'pytest --specenergy-compare=baseline.json, sample "decode_joules": "NaN?"',
+    "the case fails naming the file and field",
+    rc=(1,),
+    text=r"baseline\.json.*decode_joules",
+)
 def _pytest_nan(d: Path) -> Obs:
     return gated(d, _nan_text, repeats=1)
 
 
-@probe("N34.compare-interrupted-path", "pytest --specenergy-compare=<a run saved by an interrupted session>",
-       "the case fails: the baseline is interrupted", rc=(1,), text=r"interrupted")
+@probe(
+    "N34.compare-interrupted-path",
+    "pytest --specenergy-compare=<a run saved by an interrupted session>",
+    "the case fails: the baseline is interrupted",
+    rc=(1,),
+    text=r"interrupted",
+)
 def _pytest_interrupted(d: Path) -> Obs:
     return gated(d, _mark_interrupted, repeats=1)
 
 
-@probe("N36.pytest-accept-lengths-text/I23-11", 'pytest --specenergy-compare=baseline.json, samples '
-       '"accept_lengths": ["x", "y"]', "the case fails naming baseline.json (no bare ValueError)", rc=(1,),
-       text=r"baseline\.json.*accept_lengths|accept_lengths.*baseline\.json", absent=r"^E\s+ValueError")
+@probe(
+    "N36.pytest-accept-lengths-text/I23-11",
+    'pytest --specenergy-compare=baseline.json, samples "accept_lengths": ["x", "y"]',
+    "the case fails naming baseline.json (no bare ValueError)",
+    rc=(1,),
+    text=r"baseline\.json.*accept_lengths|accept_lengths.*baseline\.json",
+    absent=r"^E\s+ValueError",
+)
 def _pytest_text_al(d: Path) -> Obs:
     return gated(d, _text_accept_lengths, repeats=1)
 
@@ -802,9 +1142,15 @@ def _null_energy(doc: dict) -> None:
             sample[key] = None
 
 
-@probe("N37.null-energy-baseline/I23-8", "pytest --specenergy-compare=baseline.json whose samples' energy "
-       "figures are all null (default --specenergy-incomparable)", "the case fails (not a warning)", rc=(1,),
-       text=r"incomparable|INCOMPARABLE|no energy|cannot be read", quick=True)
+@probe(
+    "N37.null-energy-baseline/I23-8",
+    "pytest --specenergy-compare=baseline.json whose samples' energy "
+    "figures are all null (default --specenergy-incomparable)",
+    "the case fails (not a warning)",
+    rc=(1,),
+    text=r"incomparable|INCOMPARABLE|no energy|cannot be read",
+    quick=True,
+)
 def _null_energy_probe(d: Path) -> Obs:
     return gated(d, _null_energy)
 
@@ -822,71 +1168,119 @@ def _better_accept(doc: dict) -> None:
         result["speculative"]["accept_length"] = result["speculative"]["accept_length"] * 1.25
 
 
-@probe("I23-3.one-limit-keeps-defaults", "baseline with accept lengths 25% higher; pytest "
-       "--specenergy-compare=baseline.json --specenergy-compare-fail=energy:5% (the README's own limit)",
-       "the case fails on accept_length (the default accept-length limit still applies)", rc=(1,),
-       text=r"accept_length.*(REGRESSED|regressed)|regressed.*accept_length", quick=True)
+@probe(
+    "I23-3.one-limit-keeps-defaults",
+    "baseline with accept lengths 25% higher; pytest --specenergy-compare=baseline.json "
+    "--specenergy-compare-fail=energy:5% (the README's own limit)",
+    "the case fails on accept_length (the default accept-length limit still applies)",
+    rc=(1,),
+    text=r"accept_length.*(REGRESSED|regressed)|regressed.*accept_length",
+    quick=True,
+)
 def _one_limit(d: Path) -> Obs:
     return gated(d, _better_accept, "--specenergy-compare-fail=energy:5%")
 
 
 # --- plain pytest sessions (R-1c, R-4c, N3, N9, N21, N24, I23-2/6) -----------------------------
 
-@probe("BASE.suite-passes", "the base suite (tiny:dense, code, ngram, b1, 2 prompts, 16 tokens), repeats 1",
-       "1 passed, a table row", rc=(0,), text=r"1 passed")
+
+@probe(
+    "BASE.suite-passes",
+    "the base suite (tiny:dense, code, ngram, b1, 2 prompts, 16 tokens), repeats 1",
+    "1 passed, a table row",
+    rc=(0,),
+    text=r"1 passed",
+)
 def _base(d: Path) -> Obs:
     return suite_run(d)
 
 
-@probe("R-3h.unicode-save-name", "pytest --specenergy-save='ünï-名前-🙂'", "saved under that name", rc=(0,),
-       text=r"run saved: .*ünï-名前-🙂")
+@probe(
+    "R-3h.unicode-save-name",
+    "pytest --specenergy-save='ünï-名前-🙂'",
+    "saved under that name",
+    rc=(0,),
+    text=r"run saved: .*ünï-名前-🙂",
+)
 def _unicode_save(d: Path) -> Obs:
     return suite_run(d, "--specenergy-save=ünï-名前-🙂")
 
 
-@probe("R-1c.empty-checkpoint", 'model("emptyckpt") (an empty folder) next to a good case',
-       "that case fails quoting the engine's start-up error; the good one passes", rc=(1,),
-       text=r"1 failed, 1 passed")
+@probe(
+    "R-1c.empty-checkpoint",
+    'model("emptyckpt") (an empty folder) next to a good case',
+    "that case fails quoting the engine's start-up error; the good one passes",
+    rc=(1,),
+    text=r"1 failed, 1 passed",
+)
 def _empty_ckpt(d: Path) -> Obs:
     (d / "emptyckpt").mkdir()
     suite = SUITE + SUITE.replace("def test_p", "def test_q").replace('"tiny:dense"', '"emptyckpt"')
     return suite_run(d, suite=suite, timeout=300)
 
 
-@probe("R-4c.long-prompt-isolated", "case A on a corpus with a 20000-token prompt, case B on code",
-       "A fails with HTTP 400 (context), B passes", rc=(1,), text=r"1 failed, 1 passed")
+@probe(
+    "R-4c.long-prompt-isolated",
+    "case A on a corpus with a 20000-token prompt, case B on code",
+    "A fails with HTTP 400 (context), B passes",
+    rc=(1,),
+    text=r"1 failed, 1 passed",
+)
 def _long_prompt(d: Path) -> Obs:
     (d / "long.jsonl").write_text(json.dumps({"prompt": "word " * 20000}) + "\n")
-    suite = (SUITE.replace("def test_p", "def test_a").replace('corpus("code")', 'corpus("jsonl:long.jsonl")')
-             .replace("prompts=2", "prompts=1") + SUITE.replace("def test_p", "def test_b"))
+    suite = SUITE.replace("def test_p", "def test_a").replace(
+        'corpus("code")', 'corpus("jsonl:long.jsonl")'
+    ).replace("prompts=2", "prompts=1") + SUITE.replace("def test_p", "def test_b")
     return suite_run(d, suite=suite, timeout=300)
 
 
-@probe("N9.pool-below-batch", "pytest --specenergy-pool=2 with batch(4)", "the case fails "
-       "concurrency-below-batch (or the pool is refused)", rc=(1, USAGE, COLLECT), text=r"concurrency|pool")
+@probe(
+    "N9.pool-below-batch",
+    "pytest --specenergy-pool=2 with batch(4)",
+    "the case fails concurrency-below-batch (or the pool is refused)",
+    rc=(1, USAGE, COLLECT),
+    text=r"concurrency|pool",
+)
 def _pool_below(d: Path) -> Obs:
     suite = SUITE.replace("batch(1)", "batch(4)").replace(", prompts=2", "")
     return suite_run(d, "--specenergy-pool=2", suite=suite, timeout=300)
 
 
-@probe("N21.unicode-corpus", "corpus of emoji, RTL, combining marks, zero-width, CJK, control chars, BOM first",
-       "1 passed", rc=(0,), text=r"1 passed")
+@probe(
+    "N21.unicode-corpus",
+    "corpus of emoji, RTL, combining marks, zero-width, CJK, control chars, BOM first",
+    "1 passed",
+    rc=(0,),
+    text=r"1 passed",
+)
 def _unicode_corpus(d: Path) -> Obs:
-    lines = ["\ufeff" + json.dumps({"prompt": "emoji 🙂🚀 and RTL שלום"}),
-             json.dumps({"prompt": "combining e\u0301 zero\u200bwidth 名前 \x07ctl"})]
+    lines = [
+        "\ufeff" + json.dumps({"prompt": "emoji 🙂🚀 and RTL שלום"}),
+        json.dumps({"prompt": "combining e\u0301 zero\u200bwidth 名前 \x07ctl"}),
+    ]
     (d / "u.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return suite_run(d, suite=corpus_suite("u.jsonl"))
 
 
-@probe("N3.draft-removal", "pytest --specenergy-draft-removal=on, ngram", "1 passed", rc=(0,), text=r"1 passed")
+@probe(
+    "N3.draft-removal",
+    "pytest --specenergy-draft-removal=on, ngram",
+    "1 passed",
+    rc=(0,),
+    text=r"1 passed",
+)
 def _removal(d: Path) -> Obs:
     return suite_run(d, "--specenergy-draft-removal=on")
 
 
-@probe("N24.relative-model-path/I23-16", 'rootdir sub/ (pytest.ini, an empty ckpt/), model("ckpt"), pytest run '
-       "from the parent folder", "the check resolves the path where the engine would (the working directory, "
-       "which has no ckpt/): a collection error saying so, no engine started", rc=(COLLECT,),
-       text=r"no such model directory .*relative to the working directory")
+@probe(
+    "N24.relative-model-path/I23-16",
+    'rootdir sub/ (pytest.ini, an empty ckpt/), model("ckpt"), pytest run from the parent folder',
+    "the check resolves the path where the engine would (the working directory, "
+    "which has no ckpt/): a collection error saying so, no engine started",
+    rc=(COLLECT,),
+    text=r"no such model directory .*relative to the working directory",
+)
 def _relative_model(d: Path) -> Obs:
     sub = d / "sub"
     (sub / "ckpt").mkdir(parents=True)
@@ -894,8 +1288,15 @@ def _relative_model(d: Path) -> Obs:
     return run_cmd(pytest_args("sub/test_p.py"), d, timeout=240)
 
 
-@probe("I23-2.xdist-default", "pytest -n 2 (no --specenergy-xdist) on two cases", "both measured: 2 passed, "
-       "none skipped", rc=(0,), text=r"2 passed", absent=r"skipped", quick=True)
+@probe(
+    "I23-2.xdist-default",
+    "pytest -n 2 (no --specenergy-xdist) on two cases",
+    "both measured: 2 passed, none skipped",
+    rc=(0,),
+    text=r"2 passed",
+    absent=r"skipped",
+    quick=True,
+)
 def _xdist_default(d: Path) -> Obs:
     suite = SUITE + SUITE.replace("def test_p", "def test_q").replace("prompts=2", "prompts=3")
     return suite_run(d, "-n", "2", suite=suite, timeout=400)
@@ -909,11 +1310,19 @@ def test_zz_dies():
 """
 
 
-@probe("N28.xdist-killed-worker/I23-6", "pytest -n 1 --specenergy-json=run.json: the worker passes test_p, then "
-       "kills itself in the next test", "run.json keeps test_p's result and is marked interrupted", rc=(1,),
-       text=r"results 1 interrupted True", quick=True)
+@probe(
+    "N28.xdist-killed-worker/I23-6",
+    "pytest -n 1 --specenergy-json=run.json: the worker passes test_p, then "
+    "kills itself in the next test",
+    "run.json keeps test_p's result and is marked interrupted",
+    rc=(1,),
+    text=r"results 1 interrupted True",
+    quick=True,
+)
 def _killed_worker(d: Path) -> Obs:
-    obs = suite_run(d, "-n", "1", "--specenergy-json=run.json", files={"test_zz.py": KILL_SELF}, timeout=400)
+    obs = suite_run(
+        d, "-n", "1", "--specenergy-json=run.json", files={"test_zz.py": KILL_SELF}, timeout=400
+    )
     obs.out += "\n" + _json_summary(d / "run.json")
     return obs
 
@@ -922,14 +1331,24 @@ def _json_summary(path: Path) -> str:
     if not path.exists():
         return f"[fault_matrix] {path.name}: not written"
     doc = json.loads(path.read_text())
-    return f"[fault_matrix] {path.name}: results {len(doc['results'])} interrupted {doc.get('interrupted', False)}"
+    return (
+        f"[fault_matrix] {path.name}: results {len(doc['results'])} interrupted "
+        f"{doc.get('interrupted', False)}"
+    )
 
 
 # --- signals and kills (R-1a, R-1b, R-2a, R-2b, N25, N27, N29, N30, N4, I23-4/6/19) ------------
 
-def interrupted_session(d: Path, sig: signal.Signals, twice: bool = False, xdist: bool = False,
-                        extra: tuple[str, ...] = ()) -> Obs:
-    """Run TWO_TESTS -v with a save and a JSON; once test_a has passed, send ``sig`` (twice, 0.3 s apart)."""
+
+def interrupted_session(
+    d: Path,
+    sig: signal.Signals,
+    twice: bool = False,
+    xdist: bool = False,
+    extra: tuple[str, ...] = (),
+) -> Obs:
+    """Run TWO_TESTS -v with a save and a JSON; once test_a has passed, send ``sig`` (twice, 0.3 s
+    apart)."""
     write(d, {"test_p.py": TWO_TESTS})
     args = pytest_args("-v", "--specenergy-save=main", "--specenergy-json=run.json", *extra)
     if xdist:
@@ -963,47 +1382,76 @@ def _kill_one(pid: int) -> None:
         pass
 
 
-@probe("N27.double-sigterm/I23-4", "SIGTERM to pytest twice 0.3 s apart (coreutils timeout) after test_a passed",
-       "run.json written with test_a, marked interrupted; a run saved; no process left",
-       text=r"results 1 interrupted True\n.*saved runs 1; processes left 0", quick=True)
+@probe(
+    "N27.double-sigterm/I23-4",
+    "SIGTERM to pytest twice 0.3 s apart (coreutils timeout) after test_a passed",
+    "run.json written with test_a, marked interrupted; a run saved; no process left",
+    text=r"results 1 interrupted True\n.*saved runs 1; processes left 0",
+    quick=True,
+)
 def _double_term(d: Path) -> Obs:
     return interrupted_session(d, signal.SIGTERM, twice=True)
 
 
-@probe("R-2b.sigterm", "SIGTERM to pytest once after test_a passed", "rc 2; run.json interrupted with test_a; "
-       "saved; no process left", rc=(2,), text=r"results 1 interrupted True\n.*saved runs 1; processes left 0")
+@probe(
+    "R-2b.sigterm",
+    "SIGTERM to pytest once after test_a passed",
+    "rc 2; run.json interrupted with test_a; saved; no process left",
+    rc=(2,),
+    text=r"results 1 interrupted True\n.*saved runs 1; processes left 0",
+)
 def _single_term(d: Path) -> Obs:
     return interrupted_session(d, signal.SIGTERM)
 
 
-@probe("R-2a.sigint", "SIGINT to pytest after test_a passed", "rc 2; run.json interrupted with test_a; saved; "
-       "no process left", rc=(2,), text=r"results 1 interrupted True\n.*saved runs 1; processes left 0")
+@probe(
+    "R-2a.sigint",
+    "SIGINT to pytest after test_a passed",
+    "rc 2; run.json interrupted with test_a; saved; no process left",
+    rc=(2,),
+    text=r"results 1 interrupted True\n.*saved runs 1; processes left 0",
+)
 def _sigint(d: Path) -> Obs:
     return interrupted_session(d, signal.SIGINT)
 
 
-@probe("N29.xdist-controller-sigterm/I23-6", "pytest -n 1: SIGTERM to the controller after test_a passed",
-       "test_a's result kept: run.json and a saved run, marked interrupted; no process left",
-       text=r"results 1 interrupted True\n.*saved runs 1; processes left 0")
+@probe(
+    "N29.xdist-controller-sigterm/I23-6",
+    "pytest -n 1: SIGTERM to the controller after test_a passed",
+    "test_a's result kept: run.json and a saved run, marked interrupted; no process left",
+    text=r"results 1 interrupted True\n.*saved runs 1; processes left 0",
+)
 def _xdist_term(d: Path) -> Obs:
     return interrupted_session(d, signal.SIGTERM, xdist=True)
 
 
-@probe("N30.exitfirst", "pytest -x: test_a measures then fails; --specenergy-save=mx", "the saved run is marked "
-       "interrupted", rc=(1,), text=r"interrupted True")
+@probe(
+    "N30.exitfirst",
+    "pytest -x: test_a measures then fails; --specenergy-save=mx",
+    "the saved run is marked interrupted",
+    rc=(1,),
+    text=r"interrupted True",
+)
 def _exitfirst(d: Path) -> Obs:
-    suite = SUITE.replace("    spec_pair.measure()", "    spec_pair.measure()\n    assert False") + \
-        SUITE.replace("def test_p", "def test_q")
+    suite = SUITE.replace(
+        "    spec_pair.measure()", "    spec_pair.measure()\n    assert False"
+    ) + SUITE.replace("def test_p", "def test_q")
     obs = suite_run(d, "-x", "--specenergy-save=mx", suite=suite, timeout=300)
     saved = stored_runs(d)
-    obs.out += "\n[fault_matrix] " + (f"{saved[0].name}: interrupted "
-                                      f"{json.loads(saved[0].read_text()).get('interrupted', False)}"
-                                      if saved else "nothing saved")
+    obs.out += "\n[fault_matrix] " + (
+        f"{saved[0].name}: interrupted {json.loads(saved[0].read_text()).get('interrupted', False)}"
+        if saved
+        else "nothing saved"
+    )
     return obs
 
 
-@probe("N25.kill9-pytest", "kill -9 pytest while its two engines run test_b", "every engine and watchdog gone "
-       "within 10 s (parent-death watchdog)", text=r"processes left 0")
+@probe(
+    "N25.kill9-pytest",
+    "kill -9 pytest while its two engines run test_b",
+    "every engine and watchdog gone within 10 s (parent-death watchdog)",
+    text=r"processes left 0",
+)
 def _kill9(d: Path) -> Obs:
     write(d, {"test_p.py": TWO_TESTS})
     run = Spawned(pytest_args("-v"), d)
@@ -1017,15 +1465,21 @@ def _kill9(d: Path) -> Obs:
     while time.monotonic() < deadline and any(alive(p) for p in family):
         time.sleep(0.5)
     left = [p for p in family if alive(p)]
-    obs.out += f"\n[fault_matrix] {len(family)} descendants before the kill; processes left {len(left)}"
+    obs.out += (
+        f"\n[fault_matrix] {len(family)} descendants before the kill; processes left {len(left)}"
+    )
     for p in left:
         _kill_one(p)
     return obs
 
 
-@probe("R-1a.kill9-baseline-engine", "kill -9 the baseline engine during test_b; test_a ran before",
-       "test_b fails quoting the engine's exit (SIGKILL) and its log", rc=(1,),
-       text=r"exited with code -9|SIGKILL")
+@probe(
+    "R-1a.kill9-baseline-engine",
+    "kill -9 the baseline engine during test_b; test_a ran before",
+    "test_b fails quoting the engine's exit (SIGKILL) and its log",
+    rc=(1,),
+    text=r"exited with code -9|SIGKILL",
+)
 def _kill_engine(d: Path) -> Obs:
     write(d, {"test_p.py": TWO_TESTS})
     run = Spawned(pytest_args("-v", "--specenergy-request-timeout=120"), d)
@@ -1037,9 +1491,13 @@ def _kill_engine(d: Path) -> Obs:
     return run.finish(240)
 
 
-@probe("R-1b.sigstop-engine", "kill -STOP both engines during test_b, --specenergy-request-timeout=10",
-       "test_b fails: did not answer within 10 s; the stopped engines are gone afterwards", rc=(1,),
-       text=r"did not answer POST /generate within 10 s")
+@probe(
+    "R-1b.sigstop-engine",
+    "kill -STOP both engines during test_b, --specenergy-request-timeout=10",
+    "test_b fails: did not answer within 10 s; the stopped engines are gone afterwards",
+    rc=(1,),
+    text=r"did not answer POST /generate within 10 s",
+)
 def _stop_engine(d: Path) -> Obs:
     write(d, {"test_p.py": TWO_TESTS})
     run = Spawned(pytest_args("-v", "--specenergy-request-timeout=10"), d)
@@ -1057,9 +1515,12 @@ def _stop_engine(d: Path) -> Obs:
     return obs
 
 
-@probe("N4.engine-restart-flagged/I23-19", "repeats 2: kill -9 the speculative engine as soon as it has "
-       "started (it is restarted)", "the restart is said in the output (a flag, note or warning)",
-       text=r"restart")
+@probe(
+    "N4.engine-restart-flagged/I23-19",
+    "repeats 2: kill -9 the speculative engine as soon as it has started (it is restarted)",
+    "the restart is said in the output (a flag, note or warning)",
+    text=r"restart",
+)
 def _restart(d: Path) -> Obs:
     write(d, {"test_p.py": SUITE.replace("max_new_tokens=16", "max_new_tokens=64")})
     run = Spawned(pytest_args("-v", "-rA", repeats=2), d)
@@ -1071,6 +1532,7 @@ def _restart(d: Path) -> Obs:
 
 
 # --- the reference server itself (R-5a-5e, N19, N20, I23-18) -----------------------------------
+
 
 class Server:
     """One reference server (tiny:dense, --http-timeout 3) shared by the server probes."""
@@ -1084,10 +1546,25 @@ class Server:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 cls.port = s.getsockname()[1]
-            cls.proc = subprocess.Popen([PY, "-m", "pytest_specenergy.refserver", "--model", "tiny:dense",
-                                         "--port", str(cls.port), "--http-timeout", "3", "--threads", "1"],
-                                        env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        start_new_session=True)
+            cls.proc = subprocess.Popen(
+                [
+                    PY,
+                    "-m",
+                    "pytest_specenergy.refserver",
+                    "--model",
+                    "tiny:dense",
+                    "--port",
+                    str(cls.port),
+                    "--http-timeout",
+                    "3",
+                    "--threads",
+                    "1",
+                ],
+                env=child_env(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
                 if cls.request("GET", "/health")[0] == 200:
@@ -1103,9 +1580,16 @@ class Server:
             cls.proc = None
 
     @classmethod
-    def request(cls, method: str, path: str, body: bytes = b"", headers: dict | None = None,
-                timeout: float = 30) -> tuple[int, str]:
+    def request(
+        cls,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        headers: dict | None = None,
+        timeout: float = 30,
+    ) -> tuple[int, str]:
         import http.client
+
         try:
             conn = http.client.HTTPConnection("127.0.0.1", cls.port, timeout=timeout)
             conn.request(method, path, body=body, headers=headers or {})
@@ -1115,42 +1599,114 @@ class Server:
             return 0, f"{type(exc).__name__}: {exc}"
 
 
-def server_probe(id: str, did: str, method: str, path: str, body: bytes, status: int, text: str,
-                 quick: bool = False) -> None:
+def server_probe(
+    id: str,
+    did: str,
+    method: str,
+    path: str,
+    body: bytes,
+    status: int,
+    text: str,
+    quick: bool = False,
+) -> None:
     def run(d: Path) -> Obs:
         Server.get()
         code, answer = Server.request(method, path, body, {"Content-Type": "application/json"})
         return Obs(code, f"HTTP {code}: {answer}")
-    PROBES.append(Probe(id, did, f"HTTP {status}, {text}", run=run, rc=(status,), text=text, quick=quick))
+
+    PROBES.append(
+        Probe(id, did, f"HTTP {status}, {text}", run=run, rc=(status,), text=text, quick=quick)
+    )
 
 
-server_probe("R-5b.malformed-json", "POST /generate with a malformed JSON body", "POST", "/generate", b"{nope",
-             400, r"JSON", quick=True)
-server_probe("R-5b.negative-tokens", "POST /generate, max_new_tokens -5", "POST", "/generate",
-             json.dumps({"input_ids": [[1, 2, 3]], "sampling_params": {"max_new_tokens": -5}}).encode(), 400,
-             r"max_new_tokens")
-server_probe("R-5b.vocab", "POST /generate, a token id out of the vocabulary", "POST", "/generate",
-             json.dumps({"input_ids": [[10**9]], "sampling_params": {"max_new_tokens": 2}}).encode(), 400, r"")
-server_probe("R-5b.nested", "POST /generate, a body of 100000 nested '['", "POST", "/generate", b"[" * 100000,
-             400, r"")
-server_probe("R-5c.flush-malformed", "POST /flush_cache with a malformed JSON body", "POST", "/flush_cache",
-             b"{nope", 400, r"JSON")
+server_probe(
+    "R-5b.malformed-json",
+    "POST /generate with a malformed JSON body",
+    "POST",
+    "/generate",
+    b"{nope",
+    400,
+    r"JSON",
+    quick=True,
+)
+server_probe(
+    "R-5b.negative-tokens",
+    "POST /generate, max_new_tokens -5",
+    "POST",
+    "/generate",
+    json.dumps({"input_ids": [[1, 2, 3]], "sampling_params": {"max_new_tokens": -5}}).encode(),
+    400,
+    r"max_new_tokens",
+)
+server_probe(
+    "R-5b.vocab",
+    "POST /generate, a token id out of the vocabulary",
+    "POST",
+    "/generate",
+    json.dumps({"input_ids": [[10**9]], "sampling_params": {"max_new_tokens": 2}}).encode(),
+    400,
+    r"",
+)
+server_probe(
+    "R-5b.nested",
+    "POST /generate, a body of 100000 nested '['",
+    "POST",
+    "/generate",
+    b"[" * 100000,
+    400,
+    r"",
+)
+server_probe(
+    "R-5c.flush-malformed",
+    "POST /flush_cache with a malformed JSON body",
+    "POST",
+    "/flush_cache",
+    b"{nope",
+    400,
+    r"JSON",
+)
 
 
-@probe("R-5a.bind-any", "python -m pytest_specenergy.refserver --host 0.0.0.0", "rc 2: loopback only", rc=(2,),
-       text=r"loopback only", quick=True)
+@probe(
+    "R-5a.bind-any",
+    "python -m pytest_specenergy.refserver --host 0.0.0.0",
+    "rc 2: loopback only",
+    rc=(2,),
+    text=r"loopback only",
+    quick=True,
+)
 def _bind_any(d: Path) -> Obs:
-    return run_cmd([PY, "-m", "pytest_specenergy.refserver", "--model", "tiny:dense", "--host", "0.0.0.0",
-                    "--port", "0"], d, timeout=120)
+    return run_cmd(
+        [
+            PY,
+            "-m",
+            "pytest_specenergy.refserver",
+            "--model",
+            "tiny:dense",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+        ],
+        d,
+        timeout=120,
+    )
 
 
-@probe("R-5d.short-body", "POST /generate, Content-Length 100 but 4 bytes sent (--http-timeout 3)",
-       "HTTP 408 within a few seconds", rc=(408,), text=r"408")
+@probe(
+    "R-5d.short-body",
+    "POST /generate, Content-Length 100 but 4 bytes sent (--http-timeout 3)",
+    "HTTP 408 within a few seconds",
+    rc=(408,),
+    text=r"408",
+)
 def _short_body(d: Path) -> Obs:
     port = Server.get()
     with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
-        s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: 100\r\n\r\n{\"a\"")
+        s.sendall(
+            b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"a"'
+        )
         start = time.monotonic()
         try:
             data = s.recv(4096).decode(errors="replace")
@@ -1161,9 +1717,13 @@ def _short_body(d: Path) -> Obs:
     return Obs(code, f"{first} after {time.monotonic() - start:.1f} s")
 
 
-@probe("N20.slowloris/I23-18", "40 loopback connections, each dripping one header byte every 1 s for 15 s "
-       "(--http-timeout 3)", "the server closes them (a whole-request deadline or a connection cap); "
-       "/health still answers", rc=(0,), text=r"\b0 still open")
+@probe(
+    "N20.slowloris/I23-18",
+    "40 loopback connections, each dripping one header byte every 1 s for 15 s (--http-timeout 3)",
+    "the server closes them (a whole-request deadline or a connection cap); /health still answers",
+    rc=(0,),
+    text=r"\b0 still open",
+)
 def _slowloris(d: Path) -> Obs:
     port = Server.get()
     socks = []
@@ -1186,67 +1746,156 @@ def _slowloris(d: Path) -> Obs:
     return Obs(0, f"40 drip connections: {len(open_)} still open after 15 s; /health {health}")
 
 
-@probe("N19.concurrent-generate", "50 concurrent POST /generate (8 tokens), one thread each",
-       "all 50 answer 200; /health 200", rc=(0,), text=r"\{200: 50\}.*health 200")
+@probe(
+    "N19.concurrent-generate",
+    "50 concurrent POST /generate (8 tokens), one thread each",
+    "all 50 answer 200; /health 200",
+    rc=(0,),
+    text=r"\{200: 50\}.*health 200",
+)
 def _concurrent(d: Path) -> Obs:
     Server.get()
     codes: dict[int, int] = {}
     lock = threading.Lock()
-    body = json.dumps({"input_ids": [[5, 6, 7, 8]], "sampling_params": {"max_new_tokens": 8}}).encode()
+    body = json.dumps(
+        {"input_ids": [[5, 6, 7, 8]], "sampling_params": {"max_new_tokens": 8}}
+    ).encode()
 
     def one() -> None:
-        code = Server.request("POST", "/generate", body, {"Content-Type": "application/json"}, timeout=120)[0]
+        code = Server.request(
+            "POST", "/generate", body, {"Content-Type": "application/json"}, timeout=120
+        )[0]
         with lock:
             codes[code] = codes.get(code, 0) + 1
+
     threads = [threading.Thread(target=one) for _ in range(50)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(150)
-    return Obs(0, f"50 concurrent: {dict(sorted(codes.items()))}; health {Server.request('GET', '/health')[0]}")
+    return Obs(
+        0,
+        f"50 concurrent: {dict(sorted(codes.items()))}; health "
+        f"{Server.request('GET', '/health')[0]}",
+    )
 
 
 # --- listed, not run here -----------------------------------------------------------------------
 
-skipped("R-1d.port-plain-listener", "port held by a plain TCP listener (conftest forcing the port)",
-        "start-up error naming the port", "needs a conftest patching the plugin's port picker; covered by "
-        "tests/unit engine launch tests")
-skipped("R-1e.port-foreign-engine", "port held by another reference server", "refused, foreign pid named",
-        "needs a forced port and the check-then-bind race; covered by the identity tests")
-skipped("R-3d.two-sessions", "two pytest sessions saving the same name at once", "both runs kept",
-        "two full sessions at once do not fit the shared 2-core machine's budget")
-skipped("R-3e.save-race", "4 processes x 20 save_run calls, same name and second", "80 files",
-        "a library-level race, not a CI-user probe; covered by the storage unit tests")
-skipped("R-6b.browser-dom", "headless Chromium on the HTML report", "no script runs", "no browser on this machine")
-skipped("R-7a.xdist-per-gpu", "-n 2 --specenergy-xdist=per-gpu, 4 cases", "4 passed, one table",
-        "one worker per GPU needs GPUs; the CPU form is I23-2")
-skipped("N1.external-abort-once", "POST /abort_request {abort_all} once into the baseline arm", "case passes, "
-        "the cut prompt regenerated", "needs an abort timed into the measured window; not automated here")
-skipped("N2.abort-during-regeneration/I23-9", "abort_all every 1.5 s, also hitting the unmetered re-generation",
-        "the cut-short answer is not taken as complete; the message blames the abort, not the drafter",
-        "timing-dependent (the abort must land in the re-generation); not automated here")
-skipped("N5.in-job-ab", "reference_drafter in-job A/B, better and worse candidate", "improved / regressed",
-        "repeats 3 of three arms: too slow for the shared machine; tests/integration/test_in_job_ab.py")
-skipped("N6.in-job-ab-kill", "kill -9 the reference-drafter engine", "restarted, flagged",
-        "timing-dependent; see N4 for the restart flag")
-skipped("N15.storage-full", "storage on a full 64 kB tmpfs", "refused at start or saved elsewhere with a message",
-        "needs mounting a tmpfs on a shared machine")
-skipped("N17.golden-concurrent", "two sessions creating the same golden at once", "neither uses an unreviewed "
-        "golden", "two full sessions at once do not fit the shared 2-core machine's budget")
-skipped("N18.sigint-during-fsync", "SIGINT while the run's temp file is fsynced", "no temp file left",
-        "needs an fsync-delaying conftest inside the storage module")
-skipped("N26.kill-watchdog", "kill -9 an engine's watchdog", "the server dies (PDEATHSIG), the case fails",
-        "covered by N25's watchdog path; not automated separately")
-skipped("N42.listening-sockets", "ss -ltnp of every descendant during a run", "only the servers, on 127.0.0.1",
-        "needs ss and a timed look during a run; R-5a checks the server's bind refusal")
-skipped("N45.one-live-engine", "pool.max_live = 1 (the GPU path) with 4c's cases", "A fails, B passes",
-        "needs a conftest patching the pool; R-4c runs the CPU form")
-skipped("GPU.nvml-meter", "--specenergy-meter=nvml on an H100/H200", "energy from the board counter, GPU named",
-        "needs a GPU (benchmarks/gpu_smoke.py)")
-skipped("GPU.sglang-engine", "the suites on real SGLang (engine='sglang')", "same checks as the reference server",
-        "needs a GPU and SGLang (benchmarks/sglang_gpu_check.py); the dry-run probes cover the argv")
-skipped("I23-20.ci-gate-gpu", "example_suites/ci_gate and gpu at batch 64 on a GPU runner", "no "
-        "concurrency-below-batch", "needs a GPU; tests/integration/test_ci_workflow.py runs the CPU form")
+skipped(
+    "R-1d.port-plain-listener",
+    "port held by a plain TCP listener (conftest forcing the port)",
+    "start-up error naming the port",
+    "needs a conftest patching the plugin's port picker; covered by tests/unit engine launch tests",
+)
+skipped(
+    "R-1e.port-foreign-engine",
+    "port held by another reference server",
+    "refused, foreign pid named",
+    "needs a forced port and the check-then-bind race; covered by the identity tests",
+)
+skipped(
+    "R-3d.two-sessions",
+    "two pytest sessions saving the same name at once",
+    "both runs kept",
+    "two full sessions at once do not fit the shared 2-core machine's budget",
+)
+skipped(
+    "R-3e.save-race",
+    "4 processes x 20 save_run calls, same name and second",
+    "80 files",
+    "a library-level race, not a CI-user probe; covered by the storage unit tests",
+)
+skipped(
+    "R-6b.browser-dom",
+    "headless Chromium on the HTML report",
+    "no script runs",
+    "no browser on this machine",
+)
+skipped(
+    "R-7a.xdist-per-gpu",
+    "-n 2 --specenergy-xdist=per-gpu, 4 cases",
+    "4 passed, one table",
+    "one worker per GPU needs GPUs; the CPU form is I23-2",
+)
+skipped(
+    "N1.external-abort-once",
+    "POST /abort_request {abort_all} once into the baseline arm",
+    "case passes, the cut prompt regenerated",
+    "needs an abort timed into the measured window; not automated here",
+)
+skipped(
+    "N2.abort-during-regeneration/I23-9",
+    "abort_all every 1.5 s, also hitting the unmetered re-generation",
+    "the cut-short answer is not taken as complete; the message blames the abort, not the drafter",
+    "timing-dependent (the abort must land in the re-generation); not automated here",
+)
+skipped(
+    "N5.in-job-ab",
+    "reference_drafter in-job A/B, better and worse candidate",
+    "improved / regressed",
+    "repeats 3 of three arms: too slow for the shared machine; tests/integration/test_in_job_ab.py",
+)
+skipped(
+    "N6.in-job-ab-kill",
+    "kill -9 the reference-drafter engine",
+    "restarted, flagged",
+    "timing-dependent; see N4 for the restart flag",
+)
+skipped(
+    "N15.storage-full",
+    "storage on a full 64 kB tmpfs",
+    "refused at start or saved elsewhere with a message",
+    "needs mounting a tmpfs on a shared machine",
+)
+skipped(
+    "N17.golden-concurrent",
+    "two sessions creating the same golden at once",
+    "neither uses an unreviewed golden",
+    "two full sessions at once do not fit the shared 2-core machine's budget",
+)
+skipped(
+    "N18.sigint-during-fsync",
+    "SIGINT while the run's temp file is fsynced",
+    "no temp file left",
+    "needs an fsync-delaying conftest inside the storage module",
+)
+skipped(
+    "N26.kill-watchdog",
+    "kill -9 an engine's watchdog",
+    "the server dies (PDEATHSIG), the case fails",
+    "covered by N25's watchdog path; not automated separately",
+)
+skipped(
+    "N42.listening-sockets",
+    "ss -ltnp of every descendant during a run",
+    "only the servers, on 127.0.0.1",
+    "needs ss and a timed look during a run; R-5a checks the server's bind refusal",
+)
+skipped(
+    "N45.one-live-engine",
+    "pool.max_live = 1 (the GPU path) with 4c's cases",
+    "A fails, B passes",
+    "needs a conftest patching the pool; R-4c runs the CPU form",
+)
+skipped(
+    "GPU.nvml-meter",
+    "--specenergy-meter=nvml on an H100/H200",
+    "energy from the board counter, GPU named",
+    "needs a GPU (benchmarks/gpu_smoke.py)",
+)
+skipped(
+    "GPU.sglang-engine",
+    "the suites on real SGLang (engine='sglang')",
+    "same checks as the reference server",
+    "needs a GPU and SGLang (benchmarks/sglang_gpu_check.py); the dry-run probes cover the argv",
+)
+skipped(
+    "I23-20.ci-gate-gpu",
+    "example_suites/ci_gate and gpu at batch 64 on a GPU runner",
+    "no concurrency-below-batch",
+    "needs a GPU; tests/integration/test_ci_workflow.py runs the CPU form",
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1272,27 +1921,38 @@ def judge(p: Probe, obs: Obs, folder: Path) -> tuple[bool, str]:
         if problem:
             problems.append(problem)
     line = decisive_line(obs.out, found, bad)
-    return not problems, line + (f" [{'; '.join(obs.notes)}]" if obs.notes else "") + \
-        (f" <- {'; '.join(problems)}" if problems else "")
+    return not problems, line + (f" [{'; '.join(obs.notes)}]" if obs.notes else "") + (
+        f" <- {'; '.join(problems)}" if problems else ""
+    )
 
 
-_DECISIVE = re.compile(r"^(ERROR|E\s+\w*Error|error:|specenergy: |.*\bfailed\b.*\bin\b|.*\bpassed\b.*\bin\b|"
-                       r"\[fault_matrix\]|.*Traceback|.*Error:|HTTP )", re.M)
+_DECISIVE = re.compile(
+    r"^(ERROR|E\s+\w*Error|error:|specenergy: |.*\bfailed\b.*\bin\b|.*\bpassed\b.*\bin\b|"
+    r"\[fault_matrix\]|.*Traceback|.*Error:|HTTP )",
+    re.M,
+)
 
 
 def decisive_line(out: str, found: re.Match | None, bad: re.Match | None) -> str:
-    """The line that decided: the unexpected match, else the expected one, else the last telling line."""
+    """The line that decided: the unexpected match, else the expected one, else the last telling
+    line."""
+
     def line_of(match: re.Match) -> str:
         start = out.rfind("\n", 0, match.start()) + 1
         end = out.find("\n", match.end())
-        return out[start:end if end >= 0 else None]
+        return out[start : end if end >= 0 else None]
+
     if bad:
         text = line_of(bad)
     elif found:
         text = line_of(found)
     else:
         telling = [ln for ln in out.splitlines() if _DECISIVE.match(ln.strip())]
-        text = telling[-1] if telling else next((ln for ln in reversed(out.splitlines()) if ln.strip()), "")
+        text = (
+            telling[-1]
+            if telling
+            else next((ln for ln in reversed(out.splitlines()) if ln.strip()), "")
+        )
     text = re.sub(r"\s+", " ", text.strip().strip("=").strip())
     return text[:160] + ("..." if len(text) > 160 else "")
 
@@ -1309,7 +1969,11 @@ def run_probe(p: Probe, work: Path) -> tuple[str, str, float]:
     try:
         obs = p.run(folder)
     except Exception as exc:  # the scenario could not be made: a FAIL with the reason
-        return "FAIL", f"probe error: {type(exc).__name__}: {str(exc)[:200]}", time.monotonic() - start
+        return (
+            "FAIL",
+            f"probe error: {type(exc).__name__}: {str(exc)[:200]}",
+            time.monotonic() - start,
+        )
     ok, line = judge(p, obs, folder)
     return ("PASS" if ok else "FAIL"), f"rc {obs.rc}: {line}", time.monotonic() - start
 
@@ -1318,8 +1982,11 @@ def select(args: argparse.Namespace) -> list[Probe]:
     probes = PROBES
     if args.only:
         wanted = [w.strip() for w in args.only.split(",") if w.strip()]
-        probes = [p for p in PROBES if any(p.id == w or p.id.startswith(w + ".") or w in p.id.split("/")
-                                           for w in wanted)]
+        probes = [
+            p
+            for p in PROBES
+            if any(p.id == w or p.id.startswith(w + ".") or w in p.id.split("/") for w in wanted)
+        ]
         if not probes:
             raise SystemExit(f"no probe matches {args.only!r}; --list shows the ids")
     elif args.quick:
@@ -1328,16 +1995,25 @@ def select(args: argparse.Namespace) -> list[Probe]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a representative subset (and the SKIPPED rows)")
-    parser.add_argument("--only", metavar="ID[,ID]", help="run these probes (an id, or its prefix before '.')")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a representative subset (and the SKIPPED rows)"
+    )
+    parser.add_argument(
+        "--only", metavar="ID[,ID]", help="run these probes (an id, or its prefix before '.')"
+    )
     parser.add_argument("--list", action="store_true", help="list the probes and exit")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folders")
     args = parser.parse_args(argv)
     probes = select(args)
     if args.list:
         for p in probes:
-            print(f"{p.id:40} {'quick ' if p.quick else '      '}{'SKIPPED ' if p.skip else ''}{p.did}")
+            print(
+                f"{p.id:40} "
+                f"{'quick ' if p.quick else '      '}{'SKIPPED ' if p.skip else ''}{p.did}"
+            )
         return 0
     work = Path(tempfile.mkdtemp(prefix="fault_matrix-"))
     Fixture.work, Fixture.root = work, None
@@ -1348,8 +2024,11 @@ def main(argv: list[str] | None = None) -> int:
         for p in probes:
             verdict, observed, took = run_probe(p, work)
             counts[verdict] = counts.get(verdict, 0) + 1
-            print(f"{p.id:34} | {p.did[:200]:60} | {p.expected[:160]:50} | {observed} | {verdict}"
-                  f"{f' ({took:.0f} s)' if took >= 1 else ''}", flush=True)
+            print(
+                f"{p.id:34} | {p.did[:200]:60} | {p.expected[:160]:50} | {observed} | {verdict}"
+                f"{f' ({took:.0f} s)' if took >= 1 else ''}",
+                flush=True,
+            )
     finally:
         Server.stop()
         if not args.keep:

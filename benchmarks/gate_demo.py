@@ -79,32 +79,62 @@ LIMITS = ["--specenergy-compare-fail=energy:5%", "--specenergy-compare-fail=acce
 
 def pytest_run(folder: Path, *args: str, **env: str) -> tuple[str, list[dict]]:
     out = folder / "run.json"
-    proc = subprocess.run([sys.executable, "-m", "pytest", str(folder), "-q", "-p", "no:cacheprovider",
-                           "--rootdir", str(folder), f"--specenergy-json={out}", *args],
-                          capture_output=True, text=True, cwd=folder, env={**os.environ, **env})
-    section = proc.stdout[proc.stdout.find("= specenergy ="):]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(folder),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(folder),
+            f"--specenergy-json={out}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=folder,
+        env={**os.environ, **env},
+    )
+    section = proc.stdout[proc.stdout.find("= specenergy =") :]
     return section, json.loads(out.read_text())["results"] if out.exists() else []
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--noise-runs", type=int, default=10)
     parser.add_argument("--noise-sd", type=float, default=0.02)
-    parser.add_argument("--simulate", action="store_true",
-                        help="instead: the sequential rule (pytest_specenergy.gate.sequential) against "
-                             "pytest-benchmark's and asv's rules on the same simulated 200-case suites")
-    parser.add_argument("--suites", type=int, default=50, help="simulated suites per cell (--simulate)")
-    parser.add_argument("--write-results", action="store_true",
-                        help="regenerate results/gate_demo.txt and results/gate_simulation.txt (both runs)")
+    parser.add_argument(
+        "--simulate",
+        action="store_true",
+        help="instead: the sequential rule (pytest_specenergy.gate.sequential) against "
+        "pytest-benchmark's and asv's rules on the same simulated 200-case suites",
+    )
+    parser.add_argument(
+        "--suites", type=int, default=50, help="simulated suites per cell (--simulate)"
+    )
+    parser.add_argument(
+        "--write-results",
+        action="store_true",
+        help="regenerate results/gate_demo.txt and results/gate_simulation.txt (both runs)",
+    )
     args = parser.parse_args()
     if args.write_results:
         results = Path(__file__).resolve().parent / "results"
-        for name, extra in (("gate_demo.txt", ["--noise-runs", str(args.noise_runs)]),
-                            ("gate_simulation.txt", ["--simulate", "--suites", str(args.suites)])):
+        for name, extra in (
+            ("gate_demo.txt", ["--noise-runs", str(args.noise_runs)]),
+            ("gate_simulation.txt", ["--simulate", "--suites", str(args.suites)]),
+        ):
             command = [sys.executable, __file__, *extra]
             out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
             title = " ".join(["benchmarks/gate_demo.py", *extra])
-            (results / name).write_text(f"# {title}   (written by gate_demo.py --write-results)\n{out}")
+            (results / name).write_text(
+                f"# {title}   (written by gate_demo.py --write-results)\n{out}"
+            )
         return 0
     if args.simulate:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -115,23 +145,36 @@ def main() -> int:
         folder = Path(tmp)
         (folder / "test_gate.py").write_text(SUITE)
         pytest_run(folder, "--specenergy-save=main", GATE_K="8")
-        for title, k in (("run 2: unchanged drafter (8 drafted tokens)", "8"),
-                         ("run 3: ngram with 1 drafted token under the same id", "1")):
+        for title, k in (
+            ("run 2: unchanged drafter (8 drafted tokens)", "8"),
+            ("run 3: ngram with 1 drafted token under the same id", "1"),
+        ):
             table, _ = pytest_run(folder, "--specenergy-compare=main", *LIMITS, GATE_K=k)
             print(f"\n### {title}\n{table}")
         (folder / "conftest.py").write_text(CONFTEST)
-        pytest_run(folder, "--specenergy-save=noisy-main", NOISE_SD=str(args.noise_sd), NOISE_SEED="1")
+        pytest_run(
+            folder, "--specenergy-save=noisy-main", NOISE_SD=str(args.noise_sd), NOISE_SEED="1"
+        )
         regressed = total = 0
         last = ""
         for seed in range(args.noise_runs):
-            last, results = pytest_run(folder, "--specenergy-compare=noisy-main", *LIMITS,
-                                       NOISE_SD=str(args.noise_sd), NOISE_SEED=str(100 + seed))
+            last, results = pytest_run(
+                folder,
+                "--specenergy-compare=noisy-main",
+                *LIMITS,
+                NOISE_SD=str(args.noise_sd),
+                NOISE_SEED=str(100 + seed),
+            )
             total += len(results)
             regressed += sum(r.get("verdict") == "regressed" for r in results)
-        print(f"\n### run 4: unchanged drafter, {args.noise_sd:.0%} noise per window "
-              f"(last of {args.noise_runs})\n{last}")
-        print(f"false positives: {regressed} of {total} case comparisons REGRESSED "
-              f"({regressed / total:.1%}) over {args.noise_runs} noisy unchanged reruns")
+        print(
+            f"\n### run 4: unchanged drafter, {args.noise_sd:.0%} noise per window "
+            f"(last of {args.noise_runs})\n{last}"
+        )
+        print(
+            f"false positives: {regressed} of {total} case comparisons REGRESSED "
+            f"({regressed / total:.1%}) over {args.noise_runs} noisy unchanged reruns"
+        )
     return 0
 
 

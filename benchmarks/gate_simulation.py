@@ -114,8 +114,13 @@ def make_samples(scenario: Scenario, theta: float, rng: np.random.Generator) -> 
 
 
 # -- our rule ---------------------------------------------------------------------------------
-def ours(samples: Samples, scenario: Scenario, plan: SequentialPlan, n: int | None = None,
-         session_sd: float = 0.0):
+def ours(
+    samples: Samples,
+    scenario: Scenario,
+    plan: SequentialPlan,
+    n: int | None = None,
+    session_sd: float = 0.0,
+):
     """Our sequential rule on the first ``n`` current repeats (all when None)."""
     n = samples.current_spec.shape[1] if n is None else n
     if samples.reference_base is None:
@@ -129,16 +134,25 @@ def ours(samples: Samples, scenario: Scenario, plan: SequentialPlan, n: int | No
 def _absolute(samples: Samples, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(current, reference) absolute J/token at n current repeats, as the other tools see it."""
     cur = samples.current_spec[:, :n]
-    ref = samples.reference_spec if samples.reference_base is not None else samples.reference_spec[:, :n]
+    ref = (
+        samples.reference_spec
+        if samples.reference_base is not None
+        else samples.reference_spec[:, :n]
+    )
     return cur, ref
 
 
 # -- pytest-benchmark -------------------------------------------------------------------------
-def pytest_benchmark_fails(current: np.ndarray, reference: np.ndarray,
-                           percent: float = 5.0, field: str = "mean") -> np.ndarray:
+def pytest_benchmark_fails(
+    current: np.ndarray, reference: np.ndarray, percent: float = 5.0, field: str = "mean"
+) -> np.ndarray:
     """``--benchmark-compare-fail=FIELD:PERCENT%`` per row: the bare threshold on a statistic."""
-    stats: dict[str, Callable[..., np.ndarray]] = {"mean": np.mean, "median": np.median,
-                                                   "min": np.min, "max": np.max}
+    stats: dict[str, Callable[..., np.ndarray]] = {
+        "mean": np.mean,
+        "median": np.median,
+        "min": np.min,
+        "max": np.max,
+    }
     stat = stats[field]
     return stat(current, axis=1) / stat(reference, axis=1) * 100.0 - 100.0 > percent
 
@@ -188,21 +202,29 @@ def _laplace_ppf(y: np.ndarray, p: float) -> np.ndarray:
         return np.where(np.isinf(b), 0.0, val)
 
     with np.errstate(invalid="ignore", divide="ignore"):
-        mass = np.where(c != 0, (power(left) - power(right)) / (nu * np.where(c != 0, c, 1.0)),
-                        (right - left) * e ** (-(nu + 1)))
+        mass = np.where(
+            c != 0,
+            (power(left) - power(right)) / (nu * np.where(c != 0, c, 1.0)),
+            (right - left) * e ** (-(nu + 1)),
+        )
     mass = np.maximum(np.nan_to_num(mass, nan=0.0, posinf=0.0), 0.0)
     cum = np.cumsum(mass, axis=1)
     target = p * cum[:, -1:]
     idx = np.argmax(cum >= target, axis=1)
     pick = lambda a: np.take_along_axis(a, idx[:, None], axis=1)[:, 0]  # noqa: E731
     cc, ee, aa = pick(np.broadcast_to(c, (rows, n + 1))), pick(e), pick(left)
-    before = np.where(idx > 0, np.take_along_axis(cum, np.maximum(idx - 1, 0)[:, None], axis=1)[:, 0], 0.0)
+    before = np.where(
+        idx > 0, np.take_along_axis(cum, np.maximum(idx - 1, 0)[:, None], axis=1)[:, 0], 0.0
+    )
     rest = target[:, 0] - before
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         start = np.where(np.isinf(aa), 0.0, (cc * aa + ee) ** (-nu))
         x = start - nu * cc * rest
-        beta = np.where(cc != 0, (x ** (-1.0 / nu) - ee) / np.where(cc != 0, cc, 1.0),
-                        aa + rest * ee ** (nu + 1))
+        beta = np.where(
+            cc != 0,
+            (x ** (-1.0 / nu) - ee) / np.where(cc != 0, cc, 1.0),
+            aa + rest * ee ** (nu + 1),
+        )
     beta = np.minimum(beta, pick(right))
     out = med[:, 0] + beta * scale[:, 0]
     return np.where(flat, med[:, 0], out)
@@ -215,7 +237,7 @@ def _order_ci_index(n: int) -> tuple[int | None, int | None]:
     a = b = None
     cdf = 0.0
     for k in range(n):
-        cdf += math.comb(n, k) / 2.0 ** n
+        cdf += math.comb(n, k) / 2.0**n
         if cdf <= pa:
             a = k
         if cdf >= pb:
@@ -233,8 +255,9 @@ def asv_ci99(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return low, high
 
 
-def asv_worsened(current: np.ndarray, reference: np.ndarray, factor: float = 1.1,
-                 p_threshold: float = 0.002) -> np.ndarray:
+def asv_worsened(
+    current: np.ndarray, reference: np.ndarray, factor: float = 1.1, p_threshold: float = 0.002
+) -> np.ndarray:
     """asv's "+" (got worse) per row: median ratio beyond ``factor`` and ``is_different``."""
     n, m = current.shape[1], reference.shape[1]
     beyond = np.median(reference, axis=1) < np.median(current, axis=1) / factor
@@ -272,24 +295,36 @@ def u_distribution(n: int, m: int) -> np.ndarray:
 # -- the wired gate on the same samples -------------------------------------------------------
 def _arm(values: np.ndarray) -> dict:
     # One committed token per repeat: decode_joules is then the J/token the gate compares.
-    samples = [{"decode_joules": float(v), "decode_seconds": 1.0, "decode_tokens": 1} for v in values]
+    samples = [
+        {"decode_joules": float(v), "decode_seconds": 1.0, "decode_tokens": 1} for v in values
+    ]
     return {"source": "simulated", "samples": samples}
 
 
-def _record(spec: np.ndarray, base: np.ndarray, reference: np.ndarray | None = None,
-            order: dict | None = None) -> CaseRecord:
+def _record(
+    spec: np.ndarray,
+    base: np.ndarray,
+    reference: np.ndarray | None = None,
+    order: dict | None = None,
+) -> CaseRecord:
     """A run record with only what the gate reads, through the run document's own reader;
     ``order`` is the measurement order the plugin records (interleaved, baseline_from)."""
-    record = {"case_id": "simulated", "source": "simulated", "baseline": _arm(base),
-              "speculative": _arm(spec), "order": order or {}}
+    record = {
+        "case_id": "simulated",
+        "source": "simulated",
+        "baseline": _arm(base),
+        "speculative": _arm(spec),
+        "order": order or {},
+    }
     if reference is not None:
         record["reference"] = _arm(reference)
         record["reference_drafter"] = {"id": "reference"}
     return CaseRecord.from_dict(record)
 
 
-def wired_verdicts(samples: Samples, scenario: Scenario, plan: SequentialPlan,
-                   rows: Sequence[int]) -> tuple[list[int], list[int]]:
+def wired_verdicts(
+    samples: Samples, scenario: Scenario, plan: SequentialPlan, rows: Sequence[int]
+) -> tuple[list[int], list[int]]:
     """The plugin's own path on rows of ``samples``: run records judged by the gatekeeper
     (``Gatekeeper.judge``: in-job A/B for a record with a reference arm, else
     ``compare_case`` against the stored record), growing the current repeats by each
@@ -300,8 +335,12 @@ def wired_verdicts(samples: Samples, scenario: Scenario, plan: SequentialPlan,
     from pytest_specenergy.gate.storage import RunStore
     from pytest_specenergy.gate.verdict import Verdict as GateVerdict
 
-    codes = {GateVerdict.PASSED: UNCHANGED, GateVerdict.IMPROVED: IMPROVED,
-             GateVerdict.REGRESSED: REGRESSED, GateVerdict.INCONCLUSIVE: INCONCLUSIVE}
+    codes = {
+        GateVerdict.PASSED: UNCHANGED,
+        GateVerdict.IMPROVED: IMPROVED,
+        GateVerdict.REGRESSED: REGRESSED,
+        GateVerdict.INCONCLUSIVE: INCONCLUSIVE,
+    }
     limits = [parse_fail_expr(f"energy_ratio:{scenario.limit * 100:g}%")]
     gate = Gatekeeper(runs=RunStore(Path(".")), plan=plan)
     out, used = [], []
@@ -316,8 +355,12 @@ def wired_verdicts(samples: Samples, scenario: Scenario, plan: SequentialPlan,
                     continue
                 comparison = decision.comparison
             else:  # stored: what judge runs once it has the stored record
-                comparison = compare_case(_record(samples.reference_spec[i], samples.reference_base[i]),
-                                          _record(spec, base), limits, plan=plan)
+                comparison = compare_case(
+                    _record(samples.reference_spec[i], samples.reference_base[i]),
+                    _record(spec, base),
+                    limits,
+                    plan=plan,
+                )
                 extra = min(repeats_needed(comparison), plan.cap - n)
                 if extra > 0:
                     n += extra
@@ -329,8 +372,9 @@ def wired_verdicts(samples: Samples, scenario: Scenario, plan: SequentialPlan,
     return out, used
 
 
-def wired_agreement(scenario: Scenario, plan: SequentialPlan, seed: int, cases: int = 200
-                    ) -> tuple[int, int, int]:
+def wired_agreement(
+    scenario: Scenario, plan: SequentialPlan, seed: int, cases: int = 200
+) -> tuple[int, int, int]:
     """(agreeing verdicts, agreeing repeat counts, cases) between the tables' vectorized engine
     and the wired gate (:func:`wired_verdicts`), on the same unchanged and +10% samples."""
     rng = np.random.default_rng(seed)
@@ -360,12 +404,27 @@ ORDERS = {
 #: (order, mode) cells of the table. In A/B mode the candidate is judged against the reference
 #: drafter of its own repeats and the baseline cancels, so a shared baseline changes nothing:
 #: interleaved A/B stands for shared A/B too, blocked A/B for blocked+shared A/B.
-ORDER_MODES = (("interleaved", "stored"), ("shared", "stored"), ("blocked", "stored"),
-               ("blocked+shared", "stored"), ("interleaved", "a/b"), ("blocked", "a/b"))
+ORDER_MODES = (
+    ("interleaved", "stored"),
+    ("shared", "stored"),
+    ("blocked", "stored"),
+    ("blocked+shared", "stored"),
+    ("interleaved", "a/b"),
+    ("blocked", "a/b"),
+)
 
 
-def _order_case(rng: np.random.Generator, order: str, mode: str, theta: float, drift: float, noise: float,
-                stored: int, cap: int, offset: float) -> tuple[np.ndarray, ...]:
+def _order_case(
+    rng: np.random.Generator,
+    order: str,
+    mode: str,
+    theta: float,
+    drift: float,
+    noise: float,
+    stored: int,
+    cap: int,
+    offset: float,
+) -> tuple[np.ndarray, ...]:
     """One case's per-repeat J/token up to the cap: (current spec, current base, stored spec,
     stored base) in stored mode, (candidate, base, reference, None) in A/B mode.
 
@@ -385,7 +444,9 @@ def _order_case(rng: np.random.Generator, order: str, mode: str, theta: float, d
     spec = level + ratio + offset + slow + step + noise * rng.standard_normal(cap)
     if mode == "a/b":
         ref = level + ratio + offset + slow + noise * rng.standard_normal(cap)
-        if order.startswith("blocked"):  # the candidate's block against the reference's: drift between them
+        if order.startswith(
+            "blocked"
+        ):  # the candidate's block against the reference's: drift between them
             spec = spec - step + math.log1p(drift)
         elif paired_slow:
             ref = ref + step
@@ -430,8 +491,15 @@ class _OneRun:
         return self.document
 
 
-def judge_order_case(plan: SequentialPlan, order: str, mode: str, spec: np.ndarray, base: np.ndarray,
-                     other: np.ndarray, other_base: np.ndarray | None) -> tuple[str, int]:
+def judge_order_case(
+    plan: SequentialPlan,
+    order: str,
+    mode: str,
+    spec: np.ndarray,
+    base: np.ndarray,
+    other: np.ndarray,
+    other_base: np.ndarray | None,
+) -> tuple[str, int]:
     """One simulated case through ``Gatekeeper.judge`` as the session runs it: the record
     carries the plugin's ``order``, repeats are added per ``NeedsRepeats`` up to the cap.
     Returns (verdict value, current repeats used)."""
@@ -444,8 +512,10 @@ def judge_order_case(plan: SequentialPlan, order: str, mode: str, spec: np.ndarr
     recorded = ORDERS[order]
     runs = _OneRun()
     if other_base is not None:
-        runs.document = RunDocument(results=(replace(_record(other, other_base, order=recorded), nodeid="t"),),
-                                    machine_key="k")
+        runs.document = RunDocument(
+            results=(replace(_record(other, other_base, order=recorded), nodeid="t"),),
+            machine_key="k",
+        )
     # A gatekeeper per case: it reads its stored run once per session.
     gate = Gatekeeper(runs=runs, compare=None if mode == "a/b" else "stored", plan=plan)  # type: ignore[arg-type]
     n = plan.start
@@ -459,10 +529,17 @@ def judge_order_case(plan: SequentialPlan, order: str, mode: str, spec: np.ndarr
     return decision.comparison.verdict.value, n
 
 
-def order_drift_table(plan: SequentialPlan, seed: int, cases: int = 400, other_cases: int = 100,
-                      noise: float = 0.03, drifts: Sequence[float] = (0.0, 0.01, 0.02, 0.03), stored: int = 15,
-                      cells: Sequence[tuple[str, str]] = ORDER_MODES,
-                      changes: Sequence[float] = (0.0, 0.05, 0.10)) -> list[OrderCell]:
+def order_drift_table(
+    plan: SequentialPlan,
+    seed: int,
+    cases: int = 400,
+    other_cases: int = 100,
+    noise: float = 0.03,
+    drifts: Sequence[float] = (0.0, 0.01, 0.02, 0.03),
+    stored: int = 15,
+    cells: Sequence[tuple[str, str]] = ORDER_MODES,
+    changes: Sequence[float] = (0.0, 0.05, 0.10),
+) -> list[OrderCell]:
     """Per order x mode x block drift x true change: P(REGRESSED), P(INCONCLUSIVE at the cap),
     P(passed: unchanged or improved) and mean current repeats, every case a run record with
     the plugin's ``order`` judged by ``Gatekeeper.judge`` (:func:`judge_order_case`; stored
@@ -479,39 +556,61 @@ def order_drift_table(plan: SequentialPlan, seed: int, cases: int = 400, other_c
                 used = []
                 for _ in range(n_cases):
                     offset = rng.uniform(0.02, 0.03) * rng.choice([-1.0, 1.0])
-                    sample = _order_case(rng, order, mode, math.log1p(change), drift, noise, stored, plan.cap,
-                                         offset)
+                    sample = _order_case(
+                        rng, order, mode, math.log1p(change), drift, noise, stored, plan.cap, offset
+                    )
                     verdict, n = judge_order_case(plan, order, mode, *sample)
                     counts[verdict if verdict in ("regressed", "inconclusive") else "passed"] += 1
                     used.append(n)
-                rows.append(OrderCell(order, mode, drift, change, n_cases, counts["regressed"] / n_cases,
-                                      counts["inconclusive"] / n_cases, counts["passed"] / n_cases,
-                                      float(np.mean(used))))
+                rows.append(
+                    OrderCell(
+                        order,
+                        mode,
+                        drift,
+                        change,
+                        n_cases,
+                        counts["regressed"] / n_cases,
+                        counts["inconclusive"] / n_cases,
+                        counts["passed"] / n_cases,
+                        float(np.mean(used)),
+                    )
+                )
     return rows
 
 
-def format_order_table(rows: Sequence[OrderCell], plan: SequentialPlan, stored: int = 15) -> list[str]:
+def format_order_table(
+    rows: Sequence[OrderCell], plan: SequentialPlan, stored: int = 15
+) -> list[str]:
     """The order x drift table as printed lines."""
     at_limit = max((r.cases for r in rows if abs(r.change - 0.05) < 1e-9), default=0)
-    lines = [f"Measurement orders and block drift through Gatekeeper.judge (energy_ratio:5%, 3% per-arm noise, "
-             f"{at_limit} cases per cell at the limit, stored runs of {stored} repeats in the same order, plan "
-             f"{plan.start}..{plan.cap}, block drift allowance {plan.block_drift:.0%} per run not measured "
-             "alongside its baseline): REG / INC (at the cap) / passed (unchanged or improved), mean repeats. "
-             "The drift is the adverse worst case: the current run's later block costlier, a blocked or shared "
-             f"stored run's drift the other way. Bound: alpha = {plan.alpha:g} at the limit (+5%); '<- over "
-             "alpha' marks a cell more than two binomial standard errors above it. A/B: interleaved stands for "
-             "shared too, blocked for blocked+shared (the baseline cancels).",
-             f"{'order':<15} {'mode':<7} {'drift':>5} {'change':>6} {'cases':>5} {'REG':>6} {'INC':>6} "
-             f"{'passed':>6} {'reps':>5}"]
+    lines = [
+        "Measurement orders and block drift through Gatekeeper.judge (energy_ratio:5%, 3% "
+        f"per-arm noise, {at_limit} cases per cell at the limit, stored runs of {stored} repeats "
+        f"in the same order, plan {plan.start}..{plan.cap}, block drift allowance "
+        f"{plan.block_drift:.0%} per run not measured alongside its baseline): REG / INC (at the "
+        "cap) / passed (unchanged or improved), mean repeats. The drift is the adverse worst "
+        "case: the current run's later block costlier, a blocked or shared stored run's drift "
+        f"the other way. Bound: alpha = {plan.alpha:g} at the limit (+5%); '<- over alpha' marks "
+        "a cell more than two binomial standard errors above it. A/B: interleaved stands for "
+        "shared too, blocked for blocked+shared (the baseline cancels).",
+        f"{'order':<15} {'mode':<7} {'drift':>5} {'change':>6} {'cases':>5} {'REG':>6} {'INC':>6} "
+        f"{'passed':>6} {'reps':>5}",
+    ]
     for r in rows:
         flag = "  <- over alpha" if abs(r.change - 0.05) < 1e-9 and r.over_alpha(plan.alpha) else ""
-        lines.append(f"{r.order:<15} {r.mode:<7} {r.drift:>5.0%} {r.change:>+6.0%} {r.cases:>5} {r.regressed:>6.1%} "
-                     f"{r.inconclusive:>6.1%} {r.passed:>6.1%} {r.repeats:>5.1f}{flag}")
-    worst = max((r for r in rows if abs(r.change - 0.05) < 1e-9), key=lambda r: r.regressed, default=None)
+        lines.append(
+            f"{r.order:<15} {r.mode:<7} {r.drift:>5.0%} {r.change:>+6.0%} {r.cases:>5} "
+            f"{r.regressed:>6.1%} {r.inconclusive:>6.1%} {r.passed:>6.1%} {r.repeats:>5.1f}{flag}"
+        )
+    worst = max(
+        (r for r in rows if abs(r.change - 0.05) < 1e-9), key=lambda r: r.regressed, default=None
+    )
     if worst is not None:
-        lines.append(f"Largest P(REGRESSED) at the limit: {worst.regressed:.1%} ({worst.order} {worst.mode}, drift "
-                     f"{worst.drift:.0%}, {worst.cases} cases; two standard errors at alpha: "
-                     f"{2.0 * math.sqrt(plan.alpha * (1.0 - plan.alpha) / worst.cases):.1%}).")
+        lines.append(
+            f"Largest P(REGRESSED) at the limit: {worst.regressed:.1%} ({worst.order} "
+            f"{worst.mode}, drift {worst.drift:.0%}, {worst.cases} cases; two standard errors at "
+            f"alpha: {2.0 * math.sqrt(plan.alpha * (1.0 - plan.alpha) / worst.cases):.1%})."
+        )
     return lines
 
 
@@ -540,17 +639,28 @@ def scenario_cells(scenario: Scenario, plan: SequentialPlan, seed: int) -> list[
     limit_log = math.log1p(scenario.limit)
     batches = {}
     half = max(10, scenario.suites // 2)
-    for name, theta, suites in (("0", 0.0, scenario.suites), ("4", math.log(1.04), half),
-                                ("10", math.log(1.10), max(10, scenario.suites // 2))):
+    for name, theta, suites in (
+        ("0", 0.0, scenario.suites),
+        ("4", math.log(1.04), half),
+        ("10", math.log(1.10), max(10, scenario.suites // 2)),
+    ):
         batches[name] = make_samples(replace(scenario, suites=suites), theta, rng)
     cells = []
     results = {k: ours(s, scenario, plan) for k, s in batches.items()}
 
-    def ours_cell(label: str, regressed: dict[str, np.ndarray], inconclusive: dict[str, np.ndarray]) -> Cell:
-        return Cell(label, _per_suite(regressed["0"], scenario),
-                    _per_suite(inconclusive["0"], scenario), float(np.mean(regressed["4"])),
-                    float(np.mean(regressed["10"])), float(np.mean(inconclusive["10"])),
-                    float(np.mean(results["0"].n_used)), float(np.mean(results["10"].n_used)))
+    def ours_cell(
+        label: str, regressed: dict[str, np.ndarray], inconclusive: dict[str, np.ndarray]
+    ) -> Cell:
+        return Cell(
+            label,
+            _per_suite(regressed["0"], scenario),
+            _per_suite(inconclusive["0"], scenario),
+            float(np.mean(regressed["4"])),
+            float(np.mean(regressed["10"])),
+            float(np.mean(inconclusive["10"])),
+            float(np.mean(results["0"].n_used)),
+            float(np.mean(results["10"].n_used)),
+        )
 
     reg = {k: r.code == REGRESSED for k, r in results.items()}
     inc = {k: r.code == INCONCLUSIVE for k, r in results.items()}
@@ -560,17 +670,30 @@ def scenario_cells(scenario: Scenario, plan: SequentialPlan, seed: int) -> list[
     none = {k: np.zeros_like(v) for k, v in inc.items()}
     cells.append(ours_cell("  variant: cap decides by estimate", est_reg, none))
     for n in (5, scenario.cap):
-        for label, rule in ((f"pytest-benchmark mean:5%, n={n}", lambda c, r: pytest_benchmark_fails(c, r)),
-                            (f"asv factor 1.05, n={n}", lambda c, r: asv_worsened(c, r, 1.05)),
-                            (f"asv factor 1.1 (default), n={n}", lambda c, r: asv_worsened(c, r, 1.1))):
+        for label, rule in (
+            (f"pytest-benchmark mean:5%, n={n}", lambda c, r: pytest_benchmark_fails(c, r)),
+            (f"asv factor 1.05, n={n}", lambda c, r: asv_worsened(c, r, 1.05)),
+            (f"asv factor 1.1 (default), n={n}", lambda c, r: asv_worsened(c, r, 1.1)),
+        ):
             flags = {k: rule(*_absolute(s, n)) for k, s in batches.items()}
-            cells.append(Cell(label, _per_suite(flags["0"], scenario), math.nan,
-                              float(np.mean(flags["4"])), float(np.mean(flags["10"])), math.nan, n, n))
+            cells.append(
+                Cell(
+                    label,
+                    _per_suite(flags["0"], scenario),
+                    math.nan,
+                    float(np.mean(flags["4"])),
+                    float(np.mean(flags["10"])),
+                    math.nan,
+                    n,
+                    n,
+                )
+            )
     return cells
 
 
-def fixed_n_table(noise: float, plan: SequentialPlan, seed: int,
-                  trials: int = 20000) -> list[tuple[str, float, float, float, float, float, float]]:
+def fixed_n_table(
+    noise: float, plan: SequentialPlan, seed: int, trials: int = 20000
+) -> list[tuple[str, float, float, float, float, float, float]]:
     """P(REGRESSED) at a true +4% (limit 5%) with exactly 3 and exactly 5 repeats per side,
     stored mode with equal sizes (as audit item 5 measured main's gate)."""
     rng = np.random.default_rng(seed)
@@ -579,8 +702,13 @@ def fixed_n_table(noise: float, plan: SequentialPlan, seed: int,
         out = []
         for n in (3, 5):
             single = SequentialPlan(start=n, step=1, cap=n, alpha=plan.alpha, beta=plan.beta)
-            scen = Scenario(noise=noise, mode="a/b" if mode == "a/b" else f"stored-{n}",
-                            cases=trials // 10, suites=10, cap=n)
+            scen = Scenario(
+                noise=noise,
+                mode="a/b" if mode == "a/b" else f"stored-{n}",
+                cases=trials // 10,
+                suites=10,
+                cap=n,
+            )
             s = make_samples(scen, math.log(1.04), rng)
             out.append(float(np.mean(ours(s, scen, single).code == REGRESSED)))
             out.append(float(np.mean(pytest_benchmark_fails(*_absolute(s, n)))))
@@ -598,9 +726,11 @@ def fdr_table(plan: SequentialPlan, seed: int, suites: int = 100, q: float = 0.0
     """
     rng = np.random.default_rng(seed)
     rows = []
-    for label, limit, n_bad in (("limit 0%, 200 unchanged", 0.0, 0),
-                                ("limit 5%, 190 unchanged + 10 at +10%", 0.05, 10),
-                                ("limit 5%, 150 unchanged + 50 at +10%", 0.05, 50)):
+    for label, limit, n_bad in (
+        ("limit 0%, 200 unchanged", 0.0, 0),
+        ("limit 5%, 190 unchanged + 10 at +10%", 0.05, 10),
+        ("limit 5%, 150 unchanged + 50 at +10%", 0.05, 50),
+    ):
         scen = Scenario(noise=0.03, mode="a/b", suites=suites, limit=limit)
         n_tests = scen.cases
         bh_plan = fdr.fdr_plan(plan, q, n_tests)
@@ -610,26 +740,40 @@ def fdr_table(plan: SequentialPlan, seed: int, suites: int = 100, q: float = 0.0
         per_case = [ours(part, scen, plan) for part in parts]
         under_bh = [ours(part, scen, bh_plan) for part in parts]
         pc_false = (per_case[0].code == REGRESSED).reshape(suites, -1).sum(axis=1)
-        pc_true = ((per_case[1].code == REGRESSED).reshape(suites, -1).sum(axis=1) if n_bad
-                   else np.zeros(suites))
+        pc_true = (
+            (per_case[1].code == REGRESSED).reshape(suites, -1).sum(axis=1)
+            if n_bad
+            else np.zeros(suites)
+        )
         p = np.concatenate([r.p_sequential.reshape(suites, -1) for r in under_bh], axis=1)
         rejected = np.array([fdr.bh_reject(row, q) for row in p])
         good = scen.cases - n_bad
         bh_false, bh_true = rejected[:, :good].sum(axis=1), rejected[:, good:].sum(axis=1)
-        pending = np.array([[fdr.immediate_decision(v, q, n_tests) == fdr.PENDING for v in row]
-                            for row in p]).sum(axis=1)
+        pending = np.array(
+            [[fdr.immediate_decision(v, q, n_tests) == fdr.PENDING for v in row] for row in p]
+        ).sum(axis=1)
         reps = np.mean(np.concatenate([r.n_used for r in under_bh]))
         fdp = np.where(bh_false + bh_true > 0, bh_false / np.maximum(bh_false + bh_true, 1), 0.0)
-        rows.append((label, float(pc_false.mean()), float(np.mean(pc_false > 0)),
-                     float(pc_true.mean() / n_bad) if n_bad else math.nan,
-                     float(bh_false.mean()), float(np.mean(bh_false > 0)),
-                     float(bh_true.mean() / n_bad) if n_bad else math.nan, float(fdp.mean()),
-                     float(pending.mean()), float(reps)))
+        rows.append(
+            (
+                label,
+                float(pc_false.mean()),
+                float(np.mean(pc_false > 0)),
+                float(pc_true.mean() / n_bad) if n_bad else math.nan,
+                float(bh_false.mean()),
+                float(np.mean(bh_false > 0)),
+                float(bh_true.mean() / n_bad) if n_bad else math.nan,
+                float(fdp.mean()),
+                float(pending.mean()),
+                float(reps),
+            )
+        )
     return rows
 
 
-def at_limit_table(noises: Sequence[float], modes: Sequence[str], plan: SequentialPlan, seed: int,
-                   suites: int = 20) -> list[tuple[float, str, float, float, float, float]]:
+def at_limit_table(
+    noises: Sequence[float], modes: Sequence[str], plan: SequentialPlan, seed: int, suites: int = 20
+) -> list[tuple[float, str, float, float, float, float]]:
     """P(REGRESSED) for a true change exactly at the limit (the bound is ``plan.alpha``): with
     the model's offset leak, without it, and with the leak declared as ``session_sd``; and
     P(UNCHANGED or IMPROVED) at a true +10% (stopping early the wrong way)."""
@@ -646,36 +790,54 @@ def at_limit_table(noises: Sequence[float], modes: Sequence[str], plan: Sequenti
             clean = replace(scen, offset_leak=0.0)
             no_leak = ours(make_samples(clean, math.log1p(scen.limit), rng), clean, plan)
             far = ours(make_samples(scen, math.log(1.10), rng), scen, plan)
-            rows.append((noise, mode, float(np.mean(at.code == REGRESSED)),
-                         float(np.mean(no_leak.code == REGRESSED)),
-                         float(np.mean(declared.code == REGRESSED)),
-                         float(np.mean((far.code == 1) | (far.code == 2)))))
+            rows.append(
+                (
+                    noise,
+                    mode,
+                    float(np.mean(at.code == REGRESSED)),
+                    float(np.mean(no_leak.code == REGRESSED)),
+                    float(np.mean(declared.code == REGRESSED)),
+                    float(np.mean((far.code == 1) | (far.code == 2))),
+                )
+            )
     return rows
 
 
-def plan_table(seed: int, suites: int = 20) -> list[tuple[str, float, float, float, float, float, float]]:
+def plan_table(
+    seed: int, suites: int = 20
+) -> list[tuple[str, float, float, float, float, float, float]]:
     """A/B mode at 3% noise: the default plan against other schedules and spendings."""
-    plans = {"default: final spending, 3..11 by 2": SequentialPlan(),
-             "equal (Bonferroni) spending": SequentialPlan(spending="equal"),
-             "single look at 11": SequentialPlan(start=11, cap=11),
-             "looks 3..11 by 1": SequentialPlan(step=1),
-             "looks 5, 8, 11": SequentialPlan(start=5, step=3),
-             "alpha 0.10": SequentialPlan(alpha=0.10)}
+    plans = {
+        "default: final spending, 3..11 by 2": SequentialPlan(),
+        "equal (Bonferroni) spending": SequentialPlan(spending="equal"),
+        "single look at 11": SequentialPlan(start=11, cap=11),
+        "looks 3..11 by 1": SequentialPlan(step=1),
+        "looks 5, 8, 11": SequentialPlan(start=5, step=3),
+        "alpha 0.10": SequentialPlan(alpha=0.10),
+    }
     rng = np.random.default_rng(seed)
     scen = Scenario(noise=0.03, mode="a/b", suites=suites)
     batches = [make_samples(scen, theta, rng) for theta in (0.0, math.log(1.04), math.log(1.10))]
     rows = []
     for name, plan in plans.items():
         r0, r4, r10 = (ours(b, scen, plan) for b in batches)
-        rows.append((name, float(np.mean(r0.code == REGRESSED)) * scen.cases,
-                     float(np.mean(r0.code == INCONCLUSIVE)) * scen.cases,
-                     float(np.mean(r4.code == REGRESSED)), float(np.mean(r10.code == REGRESSED)),
-                     float(np.mean(r0.n_used)), float(np.mean(r10.n_used))))
+        rows.append(
+            (
+                name,
+                float(np.mean(r0.code == REGRESSED)) * scen.cases,
+                float(np.mean(r0.code == INCONCLUSIVE)) * scen.cases,
+                float(np.mean(r4.code == REGRESSED)),
+                float(np.mean(r10.code == REGRESSED)),
+                float(np.mean(r0.n_used)),
+                float(np.mean(r10.n_used)),
+            )
+        )
     return rows
 
 
-def stored_requirements_table(plan: SequentialPlan, seed: int, suites: int = 20
-                              ) -> list[tuple[int, int, float, float, float]]:
+def stored_requirements_table(
+    plan: SequentialPlan, seed: int, suites: int = 20
+) -> list[tuple[int, int, float, float, float]]:
     """Stored mode at 3% noise: what the stored run's size and the cap buy (power at +10%,
     P(REGRESSED) at +4%, INCONCLUSIVE at the cap per 200 unchanged)."""
     rng = np.random.default_rng(seed)
@@ -686,9 +848,15 @@ def stored_requirements_table(plan: SequentialPlan, seed: int, suites: int = 20
         ten = ours(make_samples(scen, math.log(1.10), rng), scen, p)
         four = ours(make_samples(scen, math.log(1.04), rng), scen, p)
         zero = ours(make_samples(scen, 0.0, rng), scen, p)
-        rows.append((stored, cap, float(np.mean(ten.code == REGRESSED)),
-                     float(np.mean(four.code == REGRESSED)),
-                     float(np.mean(zero.code == INCONCLUSIVE)) * scen.cases))
+        rows.append(
+            (
+                stored,
+                cap,
+                float(np.mean(ten.code == REGRESSED)),
+                float(np.mean(four.code == REGRESSED)),
+                float(np.mean(zero.code == INCONCLUSIVE)) * scen.cases,
+            )
+        )
     return rows
 
 
@@ -697,13 +865,24 @@ LATENCY_LIMIT_TEXT = "limit energy_per_token:5% (sequential Welch's t, one look)
 #: One workload's configurations: (drafter id or None for the baseline, batch, TBT ms, J/token).
 #: Two speculative configurations 4% apart in energy, so the lowest-energy choice under a
 #: target can flip between sessions on noise, as it does on a real suite.
-LATENCY_CONFIGS = ((None, 1, 20.0, 1.00), ("ngram", 1, 12.0, 0.62), ("draft", 1, 11.0, 0.595),
-                   (None, 4, 26.0, 0.40), ("ngram", 4, 16.0, 0.33), ("draft", 4, 14.5, 0.35))
+LATENCY_CONFIGS = (
+    (None, 1, 20.0, 1.00),
+    ("ngram", 1, 12.0, 0.62),
+    ("draft", 1, 11.0, 0.595),
+    (None, 4, 26.0, 0.40),
+    ("ngram", 4, 16.0, 0.33),
+    ("draft", 4, 14.5, 0.35),
+)
 LATENCY_TARGETS = (15.0, 25.0)
 
 
-def _latency_session(rng: np.random.Generator, noise: float, repeats: int, change: float = 0.0,
-                     tbt_noise: float = 0.02) -> list[CaseRecord]:
+def _latency_session(
+    rng: np.random.Generator,
+    noise: float,
+    repeats: int,
+    change: float = 0.0,
+    tbt_noise: float = 0.02,
+) -> list[CaseRecord]:
     """One simulated session's records: every configuration's per-repeat J/token with a shared
     session offset of +-U(2%, 3%) and per-repeat noise ``noise``; ``change`` on every
     speculative configuration (a costlier drafter release)."""
@@ -715,31 +894,59 @@ def _latency_session(rng: np.random.Generator, noise: float, repeats: int, chang
         scale = (1 + change) if spec else 1.0
         values = energy * scale * (1 + offset) * np.exp(rng.normal(0.0, noise, repeats))
         tbts = tbt * np.exp(rng.normal(0.0, tbt_noise, repeats))
-        samples = [{"decode_joules": float(v), "decode_seconds": 1.0, "decode_tokens": 1, "tbt_ms": float(t)}
-                   for v, t in zip(values, tbts)]
-        return {"source": "simulated", "samples": samples, "energy_per_token": float(np.median(values)),
-                "tbt_ms": float(np.median(tbts))}
+        samples = [
+            {
+                "decode_joules": float(v),
+                "decode_seconds": 1.0,
+                "decode_tokens": 1,
+                "tbt_ms": float(t),
+            }
+            for v, t in zip(values, tbts)
+        ]
+        return {
+            "source": "simulated",
+            "samples": samples,
+            "energy_per_token": float(np.median(values)),
+            "tbt_ms": float(np.median(tbts)),
+        }
 
     records = []
     for drafter, batch, tbt, energy in LATENCY_CONFIGS:
         if drafter is None:
             continue
         spec = arm(energy, tbt, True)
-        records.append(CaseRecord.from_dict({
-            "case_id": f"{drafter}-b{batch}", "source": "simulated",
-            "case": {"model": "m", "batch": batch, "corpus": {"name": "c"}, "drafter": {"id": drafter}},
-            "baseline": arm(base[batch], base_tbt[batch], False), "speculative": spec,
-            "energy_per_token": spec["energy_per_token"], "tbt_ms": spec["tbt_ms"]}))
+        records.append(
+            CaseRecord.from_dict(
+                {
+                    "case_id": f"{drafter}-b{batch}",
+                    "source": "simulated",
+                    "case": {
+                        "model": "m",
+                        "batch": batch,
+                        "corpus": {"name": "c"},
+                        "drafter": {"id": drafter},
+                    },
+                    "baseline": arm(base[batch], base_tbt[batch], False),
+                    "speculative": spec,
+                    "energy_per_token": spec["energy_per_token"],
+                    "tbt_ms": spec["tbt_ms"],
+                }
+            )
+        )
     return records
 
 
-def latency_table(plan: SequentialPlan, seed: int, sessions: int = 400, noises: Sequence[float] = (0.01, 0.03, 0.05)
-                  ) -> list[tuple[float, float, float, float, float]]:
+def latency_table(
+    plan: SequentialPlan,
+    seed: int,
+    sessions: int = 400,
+    noises: Sequence[float] = (0.01, 0.03, 0.05),
+) -> list[tuple[float, float, float, float, float]]:
     """Per noise: (noise, P(REGRESSED) per target judgement for an unchanged session, INCONCLUSIVE
     share unchanged, P(REGRESSED) at +10% on every drafter, the point-estimate rule's false
-    failures) - each current session against its own freshly simulated reference session,
-    through :func:`pytest_specenergy.gate.latency.compare_latency` (``energy_per_token:5%``,
-    the stored runs' ``repeats`` repeats each, no repeats added: latency targets are judged once)."""
+    failures) - each current session against its own freshly simulated reference session, through
+    :func:`pytest_specenergy.gate.latency.compare_latency` (``energy_per_token:5%``, the stored
+    runs' ``repeats`` repeats each, no repeats added: latency targets are judged once)."""
     from pytest_specenergy.gate.latency import LATENCY_LIMIT
     from pytest_specenergy.gate.latency import compare_latency
     from pytest_specenergy.gate.latency import latency_choices
@@ -755,18 +962,24 @@ def latency_table(plan: SequentialPlan, seed: int, sessions: int = 400, noises: 
             reference = _latency_session(rng, noise, plan.start)
             current = _latency_session(rng, noise, plan.start)
             worse = _latency_session(rng, noise, plan.start, change=0.10)
-            verdicts = [c.verdict for c in compare_latency(reference, current, LATENCY_TARGETS, limit, plan)]
+            verdicts = [
+                c.verdict for c in compare_latency(reference, current, LATENCY_TARGETS, limit, plan)
+            ]
             judged += len(verdicts)
             false += sum(v is GateVerdict.REGRESSED for v in verdicts)
             inconclusive += sum(v is GateVerdict.INCONCLUSIVE for v in verdicts)
-            tens = [c.verdict for c in compare_latency(reference, worse, LATENCY_TARGETS, limit, plan)]
+            tens = [
+                c.verdict for c in compare_latency(reference, worse, LATENCY_TARGETS, limit, plan)
+            ]
             judged10 += len(tens)
             power += sum(v is GateVerdict.REGRESSED for v in tens)
             # The rule before: a bare 5% on the chosen configurations' median J/token.
             before = {c.target_ms: c.choice for c in latency_choices(reference, LATENCY_TARGETS)}
             for now in latency_choices(current, LATENCY_TARGETS):
                 ref = before[now.target_ms]
-                point += bool(now.choice and ref and now.choice.energy_per_token > 1.05 * ref.energy_per_token)
+                point += bool(
+                    now.choice and ref and now.choice.energy_per_token > 1.05 * ref.energy_per_token
+                )
         out.append((noise, false / judged, inconclusive / judged, power / judged10, point / judged))
     return out
 
@@ -777,85 +990,131 @@ def _fmt(v: float, pct: bool = False) -> str:
     return f"{v:.1%}" if pct else f"{v:.2f}"
 
 
-def format_report(noises: Sequence[float], modes: Sequence[str], plan: SequentialPlan, suites: int,
-                  seed: int, order_cases: int = 400) -> str:
+def format_report(
+    noises: Sequence[float],
+    modes: Sequence[str],
+    plan: SequentialPlan,
+    suites: int,
+    seed: int,
+    order_cases: int = 400,
+) -> str:
     """Run every table and return the printed report."""
     lines = [
         "Gate statistics on simulated suites (benchmarks/gate_simulation.py)",
         f"plan: {plan.describe()}",
-        "limit energy_ratio:5% (stored: session ratios; A/B: candidate/reference); "
-        f"200 cases per suite; {suites} unchanged suites and "
-        f"{max(10, suites // 2)} suites each at +4% and +10% per cell; session offset "
-        "+-U(2%,3%) per suite (10% of it leaks through a ratio); per-arm per-repeat noise as given.",
-        "columns: false = REGRESSED per 200 unchanged cases; inc@cap = INCONCLUSIVE at the cap per 200 "
-        "unchanged (passes under --specenergy-inconclusive=warn, fails under =fail); P(+4%) = "
-        "P(REGRESSED) at a true +4%; power = P(REGRESSED) at a true +10% within the cap; "
-        "inc10 = INCONCLUSIVE at the cap at +10%; reps = mean current repeats used (unchanged / +10%).",
+        "limit energy_ratio:5% (stored: session ratios; A/B: candidate/reference); 200 cases per "
+        f"suite; {suites} unchanged suites and {max(10, suites // 2)} suites each at +4% and +10% "
+        "per cell; session offset +-U(2%,3%) per suite (10% of it leaks through a ratio); "
+        "per-arm per-repeat noise as given.",
+        "columns: false = REGRESSED per 200 unchanged cases; inc@cap = INCONCLUSIVE at the cap "
+        "per 200 unchanged (passes under --specenergy-inconclusive=warn, fails under =fail); "
+        "P(+4%) = P(REGRESSED) at a true +4%; power = P(REGRESSED) at a true +10% within the "
+        "cap; inc10 = INCONCLUSIVE at the cap at +10%; reps = mean current repeats used "
+        "(unchanged / +10%).",
         "",
     ]
-    header = (f"{'noise':>5} {'mode':<9} {'rule':<36} {'false':>6} {'inc@cap':>7} {'P(+4%)':>7} "
-              f"{'power':>6} {'inc10':>6} {'reps':>9}")
+    header = (
+        f"{'noise':>5} {'mode':<9} {'rule':<36} {'false':>6} {'inc@cap':>7} {'P(+4%)':>7} "
+        f"{'power':>6} {'inc10':>6} {'reps':>9}"
+    )
     lines += [header, "-" * len(header)]
     for i, noise in enumerate(noises):
         for j, mode in enumerate(modes):
             scen = Scenario(noise=noise, mode=mode, suites=suites, cap=plan.cap)
             for cell in scenario_cells(scen, plan, seed=seed * 1000 + 10 * i + j):
                 reps = f"{cell.repeats_0:.1f}/{cell.repeats_10:.1f}"
-                lines.append(f"{noise:>5.0%} {mode:<9} {cell.rule:<36} {_fmt(cell.false_per_suite):>6} "
-                             f"{_fmt(cell.inconclusive_per_suite):>7} {_fmt(cell.p_reg_4, True):>7} "
-                             f"{_fmt(cell.power_10, True):>6} {_fmt(cell.inc_10, True):>6} {reps:>9}")
+                lines.append(
+                    f"{noise:>5.0%} {mode:<9} {cell.rule:<36} {_fmt(cell.false_per_suite):>6} "
+                    f"{_fmt(cell.inconclusive_per_suite):>7} {_fmt(cell.p_reg_4, True):>7} "
+                    f"{_fmt(cell.power_10, True):>6} {_fmt(cell.inc_10, True):>6} {reps:>9}"
+                )
         lines.append("")
-    lines += ["P(REGRESSED) at a true +4% under a 5% limit with exactly 3 and 5 repeats per side",
-              "(one look; audit item 5: main's gate gives 2.5% at 3 and 18.7% at 5, at 3% noise):",
-              f"{'noise':>5} {'mode':<7} {'ours n=3':>9} {'ours n=5':>9} {'pb n=3':>7} {'pb n=5':>7} "
-              f"{'asv1.05 n=3':>11} {'asv1.05 n=5':>11}"]
+    lines += [
+        "P(REGRESSED) at a true +4% under a 5% limit with exactly 3 and 5 repeats per side",
+        "(one look; audit item 5: main's gate gives 2.5% at 3 and 18.7% at 5, at 3% noise):",
+        f"{'noise':>5} {'mode':<7} {'ours n=3':>9} {'ours n=5':>9} {'pb n=3':>7} {'pb n=5':>7} "
+        f"{'asv1.05 n=3':>11} {'asv1.05 n=5':>11}",
+    ]
     for noise in noises:
         for mode, o3, b3, a3, o5, b5, a5 in fixed_n_table(noise, plan, seed + 1):
-            lines.append(f"{noise:>5.0%} {mode:<7} {o3:>9.1%} {o5:>9.1%} {b3:>7.1%} {b5:>7.1%} "
-                         f"{a3:>11.1%} {a5:>11.1%}")
-    lines += ["", f"Error rates at the boundaries (default plan). P(REGRESSED) at a true change exactly at "
-              f"the limit, bound alpha = {plan.alpha:g}: as modelled (10% offset leak), without the "
-              "leak, and "
-              "with the leak declared as session_sd; P(UNCHANGED or IMPROVED) at a true +10%:",
-              f"{'noise':>5} {'mode':<9} {'P(REG|+5%)':>10} {'no leak':>8} {'session_sd':>10} "
-              f"{'P(UNCH|+10%)':>12}"]
+            lines.append(
+                f"{noise:>5.0%} {mode:<7} {o3:>9.1%} {o5:>9.1%} {b3:>7.1%} {b5:>7.1%} "
+                f"{a3:>11.1%} {a5:>11.1%}"
+            )
+    lines += [
+        "",
+        f"Error rates at the boundaries (default plan). P(REGRESSED) at a true change exactly at "
+        f"the limit, bound alpha = {plan.alpha:g}: as modelled (10% offset leak), without the "
+        "leak, and "
+        "with the leak declared as session_sd; P(UNCHANGED or IMPROVED) at a true +10%:",
+        f"{'noise':>5} {'mode':<9} {'P(REG|+5%)':>10} {'no leak':>8} {'session_sd':>10} "
+        f"{'P(UNCH|+10%)':>12}",
+    ]
     for noise, mode, reg, clean, declared, unch in at_limit_table(noises, modes, plan, seed + 3):
-        lines.append(f"{noise:>5.0%} {mode:<9} {reg:>10.2%} {clean:>8.2%} {declared:>10.2%} {unch:>12.2%}")
-    lines += ["", "Choice of plan, A/B mode at 3% noise (same samples for every plan):",
-              f"{'plan':<38} {'false':>6} {'inc@cap':>7} {'P(+4%)':>7} {'power':>6} {'reps':>9}"]
+        lines.append(
+            f"{noise:>5.0%} {mode:<9} {reg:>10.2%} {clean:>8.2%} {declared:>10.2%} {unch:>12.2%}"
+        )
+    lines += [
+        "",
+        "Choice of plan, A/B mode at 3% noise (same samples for every plan):",
+        f"{'plan':<38} {'false':>6} {'inc@cap':>7} {'P(+4%)':>7} {'power':>6} {'reps':>9}",
+    ]
     for name, false, inc, four, power, r0, r10 in plan_table(seed + 5):
-        lines.append(f"{name:<38} {false:>6.2f} {inc:>7.1f} {four:>7.1%} {power:>6.1%} "
-                     f"{r0:>4.1f}/{r10:<4.1f}")
-    lines += ["", "Stored mode at 3% noise: what the stored run's repeats and the cap buy:",
-              f"{'stored':>6} {'cap':>4} {'power +10%':>10} {'P(REG | +4%)':>12} "
-              f"{'inc@cap per 200 unchanged':>26}"]
+        lines.append(
+            f"{name:<38} {false:>6.2f} {inc:>7.1f} {four:>7.1%} {power:>6.1%} "
+            f"{r0:>4.1f}/{r10:<4.1f}"
+        )
+    lines += [
+        "",
+        "Stored mode at 3% noise: what the stored run's repeats and the cap buy:",
+        f"{'stored':>6} {'cap':>4} {'power +10%':>10} {'P(REG | +4%)':>12} "
+        f"{'inc@cap per 200 unchanged':>26}",
+    ]
     for stored, cap, power, four, inc in stored_requirements_table(plan, seed + 4):
         lines.append(f"{stored:>6} {cap:>4} {power:>10.1%} {four:>12.1%} {inc:>26.1f}")
-    lines += ["", "Suite-level error control at 3% noise, A/B mode: per-case rule vs --specenergy-fdr=0.05 "
-              "(BH on p_sequential, FDR stopping plan), same samples:",
-              f"{'suite':<38} {'per-case: false':>15} {'P(any)':>7} {'power':>6} | {'BH: false':>9} "
-              f"{'P(any)':>7} {'power':>6} {'FDP':>6} {'pending':>8} {'reps':>5}"]
+    lines += [
+        "",
+        "Suite-level error control at 3% noise, A/B mode: per-case rule vs --specenergy-fdr=0.05 "
+        "(BH on p_sequential, FDR stopping plan), same samples:",
+        f"{'suite':<38} {'per-case: false':>15} {'P(any)':>7} {'power':>6} | {'BH: false':>9} "
+        f"{'P(any)':>7} {'power':>6} {'FDP':>6} {'pending':>8} {'reps':>5}",
+    ]
     fdr_rows = fdr_table(plan, seed + 2, suites=max(20, suites))
     for label, pcf, pca, pcp, bhf, bha, bhp, fdp, pend, reps in fdr_rows:
-        lines.append(f"{label:<38} {pcf:>15.2f} {pca:>7.1%} {_fmt(pcp, True):>6} | {bhf:>9.2f} {bha:>7.1%} "
-                     f"{_fmt(bhp, True):>6} {fdp:>6.1%} {pend:>8.1f} {reps:>5.1f}")
-    lines.append("(false = false failures per suite; P(any) = share of suites with at least one; FDP = mean "
-                 "false-discovery proportion; pending = comparisons per suite decided only at session end, "
-                 "Q/N < p <= Q; reps = mean repeats per case under the FDR plan)")
-    lines += ["", f"Latency targets (TBT <= {', '.join(f'{t:g}' for t in LATENCY_TARGETS)} ms; 6 configurations, "
-              "two drafters 4% apart in energy) through gate/latency.py compare_latency, "
-              f"{LATENCY_LIMIT_TEXT}, {plan.start} repeats per stored and current run, unchanged sessions against "
-              "an independent reference session (offset +-U(2%,3%) each):",
-              f"{'noise':>5} {'P(REG) unchanged':>16} {'INCONCLUSIVE':>12} {'P(REG) +10%':>11} {'bare 5% rule':>12}"]
-    for noise, false, inc, power, point in latency_table(plan, seed + 6, sessions=max(100, 8 * suites)):
+        lines.append(
+            f"{label:<38} {pcf:>15.2f} {pca:>7.1%} {_fmt(pcp, True):>6} | {bhf:>9.2f} {bha:>7.1%} "
+            f"{_fmt(bhp, True):>6} {fdp:>6.1%} {pend:>8.1f} {reps:>5.1f}"
+        )
+    lines.append(
+        "(false = false failures per suite; P(any) = share of suites with at least one; FDP = mean "
+        "false-discovery proportion; pending = comparisons per suite decided only at session end, "
+        "Q/N < p <= Q; reps = mean repeats per case under the FDR plan)"
+    )
+    lines += [
+        "",
+        f"Latency targets (TBT <= {', '.join(f'{t:g}' for t in LATENCY_TARGETS)} ms; 6 "
+        "configurations, two drafters 4% apart in energy) through gate/latency.py "
+        f"compare_latency, {LATENCY_LIMIT_TEXT}, {plan.start} repeats per stored and current run, "
+        "unchanged sessions against an independent reference session (offset +-U(2%,3%) each):",
+        f"{'noise':>5} {'P(REG) unchanged':>16} {'INCONCLUSIVE':>12} {'P(REG) +10%':>11} "
+        f"{'bare 5% rule':>12}",
+    ]
+    for noise, false, inc, power, point in latency_table(
+        plan, seed + 6, sessions=max(100, 8 * suites)
+    ):
         lines.append(f"{noise:>5.0%} {false:>16.2%} {inc:>12.1%} {power:>11.1%} {point:>12.1%}")
-    lines += [""] + format_order_table(order_drift_table(plan, seed + 7, cases=order_cases,
-                                                         other_cases=max(25, order_cases // 4)), plan)
-    lines += ["", "The figures are the wired gate's: the same samples run through the plugin's own path "
-              "(run records -> Gatekeeper.judge / compare_case, repeats added per NeedsRepeats as the "
-              "settle loop does) give the same verdicts and repeat counts as the tables' engine "
-              "(unchanged, +10% and +5% cases):",
-              f"{'noise':>5} {'mode':<9} {'verdicts agree':>15} {'repeats agree':>14}"]
+    lines += [""] + format_order_table(
+        order_drift_table(plan, seed + 7, cases=order_cases, other_cases=max(25, order_cases // 4)),
+        plan,
+    )
+    lines += [
+        "",
+        "The figures are the wired gate's: the same samples run through the plugin's own path "
+        "(run records -> Gatekeeper.judge / compare_case, repeats added per NeedsRepeats as the "
+        "settle loop does) give the same verdicts and repeat counts as the tables' engine "
+        "(unchanged, +10% and +5% cases):",
+        f"{'noise':>5} {'mode':<9} {'verdicts agree':>15} {'repeats agree':>14}",
+    ]
     for i, noise in enumerate(noises):
         for j, mode in enumerate(modes):
             scen = Scenario(noise=noise, mode=mode, cap=plan.cap)
@@ -866,9 +1125,12 @@ def format_report(noises: Sequence[float], modes: Sequence[str], plan: Sequentia
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: print the report (``--quick`` for a smaller run)."""
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--suites", type=int, default=50, help="unchanged suites per cell (200 cases each)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--suites", type=int, default=50, help="unchanged suites per cell (200 cases each)"
+    )
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--quick", action="store_true", help="10 suites per cell")
     parser.add_argument("--alpha", type=float, default=0.05)
@@ -876,35 +1138,76 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--start", type=int, default=3)
     parser.add_argument("--step", type=int, default=2)
     parser.add_argument("--cap", type=int, default=11)
-    parser.add_argument("--block-drift", type=float, default=DEFAULT_BLOCK_DRIFT,
-                        help="the gate's block drift allowance per run not measured alongside its baseline")
-    parser.add_argument("--order-cases", type=int, default=None,
-                        help="cases per order x drift cell at the limit (default 400, --quick 100); a "
-                             "quarter of it at no change and at +10%%")
-    parser.add_argument("--orders-only", action="store_true",
-                        help="print only the measurement order x block drift table")
-    parser.add_argument("--output", type=Path, default=None,
-                        help="write the report there, headed by the command that made it, instead of printing it")
+    parser.add_argument(
+        "--block-drift",
+        type=float,
+        default=DEFAULT_BLOCK_DRIFT,
+        help="the gate's block drift allowance per run not measured alongside its baseline",
+    )
+    parser.add_argument(
+        "--order-cases",
+        type=int,
+        default=None,
+        help="cases per order x drift cell at the limit (default 400, --quick 100); a "
+        "quarter of it at no change and at +10%%",
+    )
+    parser.add_argument(
+        "--orders-only",
+        action="store_true",
+        help="print only the measurement order x block drift table",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="write the report there, headed by the command that made it, instead of printing it",
+    )
     args = parser.parse_args(argv)
-    plan = SequentialPlan(start=args.start, step=args.step, cap=args.cap, alpha=args.alpha,
-                          spending=args.spending, block_drift=args.block_drift)
+    plan = SequentialPlan(
+        start=args.start,
+        step=args.step,
+        cap=args.cap,
+        alpha=args.alpha,
+        spending=args.spending,
+        block_drift=args.block_drift,
+    )
     order_cases = args.order_cases or (100 if args.quick else 400)
     began = time.monotonic()
     if args.orders_only:
-        report = "\n".join(format_order_table(order_drift_table(plan, args.seed + 7, cases=order_cases,
-                                                                other_cases=max(25, order_cases // 4)), plan))
+        report = "\n".join(
+            format_order_table(
+                order_drift_table(
+                    plan, args.seed + 7, cases=order_cases, other_cases=max(25, order_cases // 4)
+                ),
+                plan,
+            )
+        )
     else:
-        report = format_report((0.01, 0.03, 0.05), MODES, plan, 10 if args.quick else args.suites, args.seed,
-                               order_cases)
+        report = format_report(
+            (0.01, 0.03, 0.05),
+            MODES,
+            plan,
+            10 if args.quick else args.suites,
+            args.seed,
+            order_cases,
+        )
     report += f"\n\n({time.monotonic() - began:.0f} s)"
     if args.output is None:
         print(report)
         return 0
     given = list(sys.argv[1:] if argv is None else argv)
     at = given.index("--output") if "--output" in given else -1
-    shown = given[:at] + given[at + 2:] if at >= 0 else [a for a in given if not a.startswith("--output=")]
-    command = " ".join(["python benchmarks/gate_simulation.py", *shown, "--output", str(args.output)])
-    args.output.write_text(f"# {command}   (simulated data, 1 CPU; regenerate with this one command)\n{report}\n")
+    shown = (
+        given[:at] + given[at + 2 :]
+        if at >= 0
+        else [a for a in given if not a.startswith("--output=")]
+    )
+    command = " ".join(
+        ["python benchmarks/gate_simulation.py", *shown, "--output", str(args.output)]
+    )
+    args.output.write_text(
+        f"# {command}   (simulated data, 1 CPU; regenerate with this one command)\n{report}\n"
+    )
     return 0
 
 

@@ -34,14 +34,20 @@ from pytest_specenergy.meters.base import MeterError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--min-window-s", type=float, default=3.0)
     parser.add_argument("--corpus", default="code")
-    parser.add_argument("--device", default="cuda", help="reference server device (cpu only to "
-                        "check this script without a GPU, with --meter modeled:h200)")
+    parser.add_argument(
+        "--device",
+        default="cuda",
+        help="reference server device (cpu only to "
+        "check this script without a GPU, with --meter modeled:h200)",
+    )
     parser.add_argument("--meter", default="nvml", help="nvml (default) or modeled:<gpu>")
     args = parser.parse_args(argv)
 
@@ -63,26 +69,40 @@ def main(argv: list[str] | None = None) -> int:
 
     facts = meter.describe()
     gpu = (facts.get("gpus") or [{}])[0]
-    print(f"meter {meter.label}; GPU: {gpu.get('name')} {gpu.get('uuid')} driver {facts.get('driver')} "
-          f"power limit {gpu.get('power_limit_w')} W; torch {torch.__version__}")
+    print(
+        f"meter {meter.label}; GPU: {gpu.get('name')} {gpu.get('uuid')} driver "
+        f"{facts.get('driver')} power limit {gpu.get('power_limit_w')} W; torch "
+        f"{torch.__version__}"
+    )
     corpus = load_corpus(args.corpus)
-    drafters = [Drafter("ngram", num_draft_tokens=8),
-                Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=4, id="draft")]
+    drafters = [
+        Drafter("ngram", num_draft_tokens=8),
+        Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=4, id="draft"),
+    ]
     # One engine at a time: an idle engine still holds a CUDA context on the measured GPU.
-    pool = EnginePool(Path(tempfile.mkdtemp(prefix="specenergy-smoke-")), startup_timeout_s=600,
-                      max_live=1)
+    pool = EnginePool(
+        Path(tempfile.mkdtemp(prefix="specenergy-smoke-")), startup_timeout_s=600, max_live=1
+    )
     rows, records = [], []
     started = time.monotonic()
     try:
         for batch in args.batches:
             base_result = None
             for drafter in drafters:
-                case = Case.of(engine="reference", model="tiny:dense", drafter=drafter, batch=batch,
-                            corpus=corpus, generation=Generation(max_new_tokens=args.max_new_tokens),
-                            device=args.device)
+                case = Case.of(
+                    engine="reference",
+                    model="tiny:dense",
+                    drafter=drafter,
+                    batch=batch,
+                    corpus=corpus,
+                    generation=Generation(max_new_tokens=args.max_new_tokens),
+                    device=args.device,
+                )
                 if base_result is None:
                     server = pool.get(case.baseline_config())
-                    base_result = ArmMeasurer(server, meter, case, args.repeats, 1).measure("baseline")
+                    base_result = ArmMeasurer(server, meter, case, args.repeats, 1).measure(
+                        "baseline"
+                    )
                     rows.append(_row(batch, "baseline", base_result, None))
                     records.append(base_result.as_dict())
                 server = pool.get(case.spec_config())
@@ -92,14 +112,29 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         pool.close()
         meter.close()
-    print(tabulate(rows, headers=("batch", "arm", "J/token", "saving", "accept len", "tbt ms",
-                                  "decode s/repeat", "counter-vs-sampler gap", "source"),
-                   disable_numparse=True))
+    print(
+        tabulate(
+            rows,
+            headers=(
+                "batch",
+                "arm",
+                "J/token",
+                "saving",
+                "accept len",
+                "tbt ms",
+                "decode s/repeat",
+                "counter-vs-sampler gap",
+                "source",
+            ),
+            disable_numparse=True,
+        )
+    )
     print(f"total wall time {time.monotonic() - started:.0f} s")
     out = os.environ.get("OUT")
     if out:
-        Path(out, "gpu_smoke.json").write_text(json.dumps({"meter": facts, "arms": records}, indent=1,
-                                                          default=str))
+        Path(out, "gpu_smoke.json").write_text(
+            json.dumps({"meter": facts, "arms": records}, indent=1, default=str)
+        )
     return 0
 
 
@@ -108,9 +143,17 @@ def _row(batch, arm, run, base):
     gaps = [g for g in gaps if g is not None]
     saving = energy_saving(run.energy_per_token, base.energy_per_token) if base else None
     decode_s = sum(s.decode_seconds for s in run.samples) / len(run.samples)
-    return (batch, arm, _f(run.energy_per_token, ".4g"), _f(saving, "+.1%"), _f(run.accept_length, ".2f"),
-            _f(run.tbt_ms, ".2f"), f"{decode_s:.2f}",
-            ", ".join(f"{g:+.1%}" for g in gaps) or "n/a", run.source)
+    return (
+        batch,
+        arm,
+        _f(run.energy_per_token, ".4g"),
+        _f(saving, "+.1%"),
+        _f(run.accept_length, ".2f"),
+        _f(run.tbt_ms, ".2f"),
+        f"{decode_s:.2f}",
+        ", ".join(f"{g:+.1%}" for g in gaps) or "n/a",
+        run.source,
+    )
 
 
 def _f(value, spec):

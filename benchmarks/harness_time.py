@@ -98,7 +98,9 @@ class HarnessClock:
         # the meter's start returning to its stop being called, which is the metered window.
         original_window = arm.ArmMeasurer._window
 
-        def window(measurer: Any, sampling: dict[str, Any], indices: Any, steady: bool, **kwargs: Any) -> Any:
+        def window(
+            measurer: Any, sampling: dict[str, Any], indices: Any, steady: bool, **kwargs: Any
+        ) -> Any:
             clock.local.kind = "full" if steady else "prefill"
             clock.local.opened = None
             start = time.perf_counter()
@@ -120,6 +122,7 @@ class HarnessClock:
         meters = [modeled.ModeledMeter]
         try:
             from pytest_specenergy.meters import nvml
+
             meters.append(nvml.NvmlMeter)
         except ImportError:
             pass
@@ -174,31 +177,46 @@ def union(intervals: list[tuple[float, float]]) -> float:
 
 def report(clock: HarnessClock) -> None:
     wall = clock.finished - clock.started
-    cases = list(clock.case_wall) + [c for c in ("(session)", "(session end)")
-                                     if any(k[0] == c for k in clock.intervals)]
+    cases = list(clock.case_wall) + [
+        c for c in ("(session)", "(session end)") if any(k[0] == c for k in clock.intervals)
+    ]
     head = ["case", "wall"] + [key for key, _ in BUCKETS] + ["other", "in windows"]
     rows = []
     totals = defaultdict(float)
     for case in cases:
         case_wall = clock.case_wall.get(case)
         spent = {key: union(clock.intervals.get((case, key), [])) for key, _ in BUCKETS}
-        everything = union([iv for (c, _), ivs in clock.intervals.items() if c == case for iv in ivs])
+        everything = union(
+            [iv for (c, _), ivs in clock.intervals.items() if c == case for iv in ivs]
+        )
         for key, value in spent.items():
             totals[key] += value
         row = [case, "-" if case_wall is None else f"{case_wall:.1f}"]
         row += [f"{spent[key]:.1f}" if spent[key] else "." for key, _ in BUCKETS]
         if case_wall is not None:
             row.append(f"{case_wall - everything:.1f}")
-            row.append(f"{(spent['full'] + spent['prefill']) / case_wall:.0%}" if case_wall else "-")
+            row.append(
+                f"{(spent['full'] + spent['prefill']) / case_wall:.0%}" if case_wall else "-"
+            )
         else:
             row += ["", ""]
         rows.append(row)
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
     print("per case (seconds; '.' = none):")
-    print("  " + "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths))))
+    print(
+        "  "
+        + "  ".join(
+            h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths))
+        )
+    )
     for row in rows:
-        print("  " + "  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w)
-                               for i, (v, w) in enumerate(zip(row, widths))))
+        print(
+            "  "
+            + "  ".join(
+                str(v).ljust(w) if i == 0 else str(v).rjust(w)
+                for i, (v, w) in enumerate(zip(row, widths))
+            )
+        )
     print()
     every = union([iv for ivs in clock.intervals.values() for iv in ivs])
     print(f"session wall time: {wall:.1f} s ({len(clock.case_wall)} cases)")
@@ -207,8 +225,10 @@ def report(clock: HarnessClock) -> None:
     other = wall - every
     print(f"  {'other (pytest, plugin, report)':<32} {other:7.1f} s  {other / wall:5.1%}")
     inside = totals["full"] + totals["prefill"]
-    print(f"share of wall time inside measured windows: {inside / wall:.1%} "
-          f"(full runs {totals['full'] / wall:.1%}, prefill-only twins {totals['prefill'] / wall:.1%})")
+    print(
+        f"share of wall time inside measured windows: {inside / wall:.1%} (full runs "
+        f"{totals['full'] / wall:.1%}, prefill-only twins {totals['prefill'] / wall:.1%})"
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -72,18 +72,38 @@ def _collect_once(folder: Path, args: tuple[str, ...], env: dict[str, str]) -> t
     """One ``--collect-only`` process: its wall time and its CPU time (user + system)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
-                           "-p", "no:cacheprovider", "--rootdir", str(folder), *args, str(folder)],
-                          capture_output=True, text=True, cwd=folder, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(folder),
+            *args,
+            str(folder),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=folder,
+        env=env,
+    )
     elapsed = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr.strip()[-500:]
+    last = (
+        proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr.strip()[-500:]
+    )
     if proc.returncode != 0 or f"{CASES} tests collected" not in last:
         raise SystemExit(f"collection failed (exit {proc.returncode}) in {folder}: {last}")
     return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def _interleaved(dirs: dict[str, Path], env: dict[str, str], rounds: int) -> dict[str, list[tuple[float, float]]]:
+def _interleaved(
+    dirs: dict[str, Path], env: dict[str, str], rounds: int
+) -> dict[str, list[tuple[float, float]]]:
     """``rounds`` x (plugin, plain), alternating, each a (wall, cpu) pair."""
     variants = (("plugin", ()), ("plain", ("-p", "no:specenergy")))
     times: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in variants}
@@ -99,36 +119,66 @@ def _print_times(title: str, times: dict[str, list[tuple[float, float]]]) -> Non
     print("  round   with the plugin (markers)     without it (plain parametrize)   ratio")
     print("          wall ms    cpu ms              wall ms    cpu ms               wall   cpu")
     for i, ((aw, ac), (bw, bc)) in enumerate(zip(plugin, plain), 1):
-        print(f"  {i:5d}   {aw * 1000:7.0f}   {ac * 1000:7.0f}              {bw * 1000:7.0f}   {bc * 1000:7.0f}"
-              f"               {aw / bw:4.2f}x {ac / bc:4.2f}x")
+        print(
+            f"  {i:5d}   {aw * 1000:7.0f}   {ac * 1000:7.0f}              {bw * 1000:7.0f}   "
+            f"{bc * 1000:7.0f}               {aw / bw:4.2f}x {ac / bc:4.2f}x"
+        )
     for k, what in ((0, "wall"), (1, "cpu")):
         a, b = [t[k] for t in plugin], [t[k] for t in plain]
         ratios = [x / y for x, y in zip(a, b)]
-        print(f"  {what:4s} median {statistics.median(a) * 1000:6.0f} ms with, {statistics.median(b) * 1000:6.0f} ms"
-              f" without: ratio {statistics.median(ratios):4.2f}x (median of the per-round ratios; "
-              f"best of each {min(a) * 1000:.0f} vs {min(b) * 1000:.0f} ms, {min(a) / min(b):4.2f}x)")
+        print(
+            f"  {what:4s} median {statistics.median(a) * 1000:6.0f} ms with, "
+            f"{statistics.median(b) * 1000:6.0f} ms without: ratio "
+            f"{statistics.median(ratios):4.2f}x (median of the per-round ratios; best of each "
+            f"{min(a) * 1000:.0f} vs {min(b) * 1000:.0f} ms, {min(a) / min(b):4.2f}x)"
+        )
 
 
 def _instructions(folder: Path, args: tuple[str, ...], env: dict[str, str]) -> int:
     """Instructions one ``--collect-only`` process executes (valgrind's cachegrind)."""
-    proc = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-                           sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                           "--rootdir", str(folder), *args, str(folder)],
-                          capture_output=True, text=True, cwd=folder, env={**env, "PYTHONHASHSEED": "0"})
+    proc = subprocess.run(
+        [
+            "valgrind",
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            "--cachegrind-out-file=/dev/null",
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(folder),
+            *args,
+            str(folder),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=folder,
+        env={**env, "PYTHONHASHSEED": "0"},
+    )
     found = re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)
     if proc.returncode != 0 or not found or f"{CASES} tests collected" not in proc.stdout:
-        raise SystemExit(f"valgrind collection failed (exit {proc.returncode}): {proc.stderr[-500:]}")
+        raise SystemExit(
+            f"valgrind collection failed (exit {proc.returncode}): {proc.stderr[-500:]}"
+        )
     return int(found.group(1).replace(",", ""))
 
 
 def _print_instructions(title: str, dirs: dict[str, Path], env: dict[str, str]) -> None:
     plugin = _instructions(dirs["plugin"], (), env)
     plain = _instructions(dirs["plain"], ("-p", "no:specenergy"), env)
-    print(f"  {title}: {plugin / 1e6:7.0f} M instructions with, {plain / 1e6:7.0f} M without: "
-          f"ratio {plugin / plain:4.2f}x")
+    print(
+        f"  {title}: {plugin / 1e6:7.0f} M instructions with, {plain / 1e6:7.0f} M without: "
+        f"ratio {plugin / plain:4.2f}x"
+    )
 
 
-def collection_overhead(rounds: int = 15, cache_variant: bool = True, instructions: bool = False) -> None:
+def collection_overhead(
+    rounds: int = 15, cache_variant: bool = True, instructions: bool = False
+) -> None:
     """The issue's figure: 500 marker cases with the plugin vs. 500 plain parametrize cases
     without it, interleaved, median of the per-round ratios."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,15 +188,22 @@ def collection_overhead(rounds: int = 15, cache_variant: bool = True, instructio
             (dirs[name] / "test_suite.py").write_text(text)
         env = dict(os.environ)
         bytecode = "off (PYTHONDONTWRITEBYTECODE)" if env.get("PYTHONDONTWRITEBYTECODE") else "on"
-        print(f"collection of {CASES} cases, `pytest --collect-only -q`, {rounds} interleaved rounds, "
-              f"whole process (python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
-              f"load {os.getloadavg()[0]:.2f})")
-        _print_times(f"this environment (bytecode writing {bytecode}):", _interleaved(dirs, env, rounds))
+        print(
+            f"collection of {CASES} cases, `pytest --collect-only -q`, {rounds} interleaved "
+            f"rounds, whole process (python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load "
+            f"{os.getloadavg()[0]:.2f})"
+        )
+        _print_times(
+            f"this environment (bytecode writing {bytecode}):", _interleaved(dirs, env, rounds)
+        )
         if cache_variant:
             cached = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
             cached["PYTHONPYCACHEPREFIX"] = str(Path(tmp, "pycache"))
             _interleaved(dirs, cached, 1)  # warm the cache
-            _print_times("with a bytecode cache (PYTHONPYCACHEPREFIX, warmed):", _interleaved(dirs, cached, rounds))
+            _print_times(
+                "with a bytecode cache (PYTHONPYCACHEPREFIX, warmed):",
+                _interleaved(dirs, cached, rounds),
+            )
         if instructions:
             print("instruction counts (valgrind cachegrind, PYTHONHASHSEED=0, one run each):")
             _print_instructions(f"this environment (bytecode writing {bytecode})", dirs, env)
@@ -158,9 +215,21 @@ def quickstart() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp, "quickstart.json")
         started = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "pytest", "example_suites/quickstart", "-q",
-                               "-p", "no:cacheprovider", f"--specenergy-json={report}"],
-                              capture_output=True, text=True, cwd=ROOT)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "example_suites/quickstart",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                f"--specenergy-json={report}",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         wall = time.perf_counter() - started
         print("quickstart suite:")
         print(f"  wall time:                        {wall:6.1f} s   (exit code {proc.returncode})")
@@ -181,7 +250,10 @@ def _int_arg(name: str, default: int) -> int:
 
 
 if __name__ == "__main__":
-    collection_overhead(_int_arg("--rounds", 15), cache_variant="--no-cache-variant" not in sys.argv,
-                        instructions="--instructions" in sys.argv)
+    collection_overhead(
+        _int_arg("--rounds", 15),
+        cache_variant="--no-cache-variant" not in sys.argv,
+        instructions="--instructions" in sys.argv,
+    )
     if "--skip-quickstart" not in sys.argv:
         quickstart()

@@ -21,7 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Every arm runs its prefill-only twin instead of pricing it (the flag window_bias.py sets on its measurer).
+# Every arm runs its prefill-only twin instead of pricing it (the flag window_bias.py sets on its
+# measurer).
 FORCE_TWIN = """
 from pytest_specenergy.measure import pairs
 _init = pairs.PairMeasurer.__init__
@@ -34,8 +35,22 @@ pairs.PairMeasurer.__init__ = __init__
 
 def _run(extra: list[str], env: dict[str, str]) -> tuple[float, str]:
     began = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "example_suites/quickstart", "-q",
-                           "-p", "no:cacheprovider", *extra], capture_output=True, text=True, cwd=ROOT, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "example_suites/quickstart",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
     wall = time.perf_counter() - began
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-300:]
     if proc.returncode != 0:
@@ -48,11 +63,16 @@ def main(rounds: int) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "force_twin.py").write_text(FORCE_TWIN)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tmp, os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [tmp, os.environ.get("PYTHONPATH")])),
+        }
         variants = {"priced": [], "twin": ["-p", "force_twin"]}
         walls: dict[str, list[float]] = {name: [] for name in variants}
-        print(f"quickstart wall time, {rounds} interleaved rounds (python {sys.version.split()[0]}, "
-              f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f})")
+        print(
+            f"quickstart wall time, {rounds} interleaved rounds (python {sys.version.split()[0]}, "
+            f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f})"
+        )
         for r in range(rounds):
             order = list(variants) if r % 2 else list(reversed(variants))
             for name in order:
@@ -61,8 +81,11 @@ def main(rounds: int) -> None:
                 print(f"  round {r + 1}  {name:6}  {wall:6.1f} s   {last}", flush=True)
         ratios = [p / t for p, t in zip(walls["priced"], walls["twin"])]
         medians = {name: statistics.median(w) for name, w in walls.items()}
-        print(f"  median: priced {medians['priced']:.1f} s, twin {medians['twin']:.1f} s; priced/twin per round: "
-              f"{', '.join(f'{x:.2f}' for x in ratios)} (median {statistics.median(ratios):.2f})")
+        print(
+            f"  median: priced {medians['priced']:.1f} s, twin {medians['twin']:.1f} s; "
+            f"priced/twin per round: {', '.join(f'{x:.2f}' for x in ratios)} (median "
+            f"{statistics.median(ratios):.2f})"
+        )
 
 
 if __name__ == "__main__":

@@ -63,7 +63,10 @@ def _hf_generate(engine, max_new: int, reps: int) -> dict[str, float]:
     model = engine.target.model
     ids = torch.tensor([_requests(engine, 1, max_new)[0].input_ids], device=engine.target.device)
     out: dict[str, float] = {}
-    for label, extra in (("HF generate", {}), ("HF prompt lookup (8)", {"prompt_lookup_num_tokens": 8})):
+    for label, extra in (
+        ("HF generate", {}),
+        ("HF prompt lookup (8)", {"prompt_lookup_num_tokens": 8}),
+    ):
         best = 0.0
         for _ in range(reps):
             t0 = time.perf_counter()
@@ -104,13 +107,18 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",")]
     threads = torch.get_num_threads()
-    print(f"model={args.model} dtype={args.dtype} K={args.k} max_new_tokens={args.max_new_tokens} threads={threads}")
+    print(
+        f"model={args.model} dtype={args.dtype} K={args.k} max_new_tokens={args.max_new_tokens} "
+        f"threads={threads}"
+    )
     header = f"{'engine':<14}" + "".join(f"{'batch ' + str(b):>22}" for b in batches)
     print(header)
     plain = None
     for drafter in ("none", "ngram", "draft_model"):
         engine = ReferenceEngine(
-            EngineConfig(model=args.model, drafter=drafter, num_draft_tokens=args.k, dtype=args.dtype)
+            EngineConfig(
+                model=args.model, drafter=drafter, num_draft_tokens=args.k, dtype=args.dtype
+            )
         )
         plain = plain or engine
         cells = []

@@ -113,15 +113,21 @@ def test_reference_gpu(spec_pair):
 #: The reference path's models per device: full shapes on a GPU, cut-down ones for the CPU check.
 REFERENCE_MODELS = {
     "cuda": ("random:qwen3-4b", "random:qwen3-0.6b"),
-    "cpu": ("random:qwen3-4b:layers=1,hidden=256,mlp=512,vocab=1024",
-            "random:qwen3-0.6b:layers=1,hidden=256,mlp=512,vocab=1024"),
+    "cpu": (
+        "random:qwen3-4b:layers=1,hidden=256,mlp=512,vocab=1024",
+        "random:qwen3-0.6b:layers=1,hidden=256,mlp=512,vocab=1024",
+    ),
 }
 
 
 def _sglang_reason(python: str) -> str | None:
     code = "import importlib.metadata as m; print(m.version('sglang'))"
     done = subprocess.run([python, "-c", code], capture_output=True, text=True)
-    return None if done.returncode == 0 else f"SGLang is not importable by {python}: {done.stderr.strip()[-300:]}"
+    return (
+        None
+        if done.returncode == 0
+        else f"SGLang is not importable by {python}: {done.stderr.strip()[-300:]}"
+    )
 
 
 def _cuda_reason() -> str | None:
@@ -143,24 +149,36 @@ def _gpu_reason() -> str | None:
 
 def _table(document: dict) -> list[str]:
     """Per case and arm what was measured, and per case which checks held."""
-    gpus = [f"{g.get('name')} {g.get('uuid')}" for m in (document.get("machines") or {}).values()
-            for g in (m.get("gpus") or []) if isinstance(g, dict)]
-    rows = [f"GPU: {', '.join(dict.fromkeys(gpus)) or 'not recorded'}; meters: "
-            f"{', '.join(str(m.get('label', k)) for k, m in (document.get('meters') or {}).items()) or '-'}; "
-            f"engine starts: {document.get('engine_starts', '?')}",
-            f"{'case':<48} {'arm':<12} {'J/token':>9} {'accept':>7} {'mean bs':>8}  checks"]
+    gpus = [
+        f"{g.get('name')} {g.get('uuid')}"
+        for m in (document.get("machines") or {}).values()
+        for g in (m.get("gpus") or [])
+        if isinstance(g, dict)
+    ]
+    rows = [
+        f"GPU: {', '.join(dict.fromkeys(gpus)) or 'not recorded'}; meters: "
+        f"{', '.join(str(m.get('label', k)) for k, m in (document.get('meters') or {}).items()) or '-'}; "
+        f"engine starts: {document.get('engine_starts', '?')}",
+        f"{'case':<48} {'arm':<12} {'J/token':>9} {'accept':>7} {'mean bs':>8}  checks",
+    ]
     for result in document.get("results", []):
         tripped = [c for c in result.get("checks", []) if isinstance(c, dict)]
-        checks = ("all held" if not tripped else
-                  ", ".join(f"{c.get('name')} ({c.get('severity', '?')})" for c in tripped))
+        checks = (
+            "all held"
+            if not tripped
+            else ", ".join(f"{c.get('name')} ({c.get('severity', '?')})" for c in tripped)
+        )
         for arm in ("baseline", "speculative"):
             record = result.get(arm) or {}
             ept, accept = record.get("energy_per_token"), record.get("accept_length")
             running = (record.get("concurrency") or {}).get("mean_running")
-            rows.append(f"{result.get('case_id', '?'):<48} {arm:<12} "
-                        f"{'-' if ept is None else f'{ept:.4f}':>9} "
-                        f"{'-' if accept is None else f'{accept:.2f}':>7} "
-                        f"{'-' if running is None else f'{running:.1f}':>8}  {checks if arm == 'speculative' else ''}")
+            rows.append(
+                f"{result.get('case_id', '?'):<48} {arm:<12} "
+                f"{'-' if ept is None else f'{ept:.4f}':>9} "
+                f"{'-' if accept is None else f'{accept:.2f}':>7} "
+                f"{'-' if running is None else f'{running:.1f}':>8}  "
+                f"{checks if arm == 'speculative' else ''}"
+            )
         saving = result.get("energy_saving")
         rows.append(f"{'':<48} {'saving':<12} {'-' if saving is None else f'{saving:+.1%}':>9}")
     return rows
@@ -168,35 +186,67 @@ def _table(document: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", choices=("sglang", "reference"), default="sglang",
-                        help="sglang (default), or reference: the repo's HF-transformers server with random: "
-                        "shapes, for a GPU machine without SGLang")
-    parser.add_argument("--model", help="target checkpoint dir or hub id (required with sglang; reference: "
-                        "default random:qwen3-4b, cut down on --device cpu)")
-    parser.add_argument("--draft-model", help="draft checkpoint (same tokenizer; required with sglang; "
-                        "reference: default random:qwen3-0.6b, cut down on --device cpu)")
-    parser.add_argument("--eagle3", help="an EAGLE3 head for the target: adds an eagle3 drafter (sglang)")
+    parser.add_argument(
+        "--engine",
+        choices=("sglang", "reference"),
+        default="sglang",
+        help="sglang (default), or reference: the repo's HF-transformers server with random: "
+        "shapes, for a GPU machine without SGLang",
+    )
+    parser.add_argument(
+        "--model",
+        help="target checkpoint dir or hub id (required with sglang; reference: "
+        "default random:qwen3-4b, cut down on --device cpu)",
+    )
+    parser.add_argument(
+        "--draft-model",
+        help="draft checkpoint (same tokenizer; required with sglang; "
+        "reference: default random:qwen3-0.6b, cut down on --device cpu)",
+    )
+    parser.add_argument(
+        "--eagle3", help="an EAGLE3 head for the target: adds an eagle3 drafter (sglang)"
+    )
     parser.add_argument("--python", default=sys.executable, help="interpreter with SGLang")
-    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
-                        help="reference engine: auto (CUDA; exits 2 without it), cuda, or cpu (the CPU check)")
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cuda", "cpu"),
+        default="auto",
+        help="reference engine: auto (CUDA; exits 2 without it), cuda, or cpu (the CPU check)",
+    )
     parser.add_argument("--meter", help="default nvml; modeled:h200 with --device cpu")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--prompts", type=int, help="prompt pool (default: 48; reference: 3 x the largest batch)")
+    parser.add_argument(
+        "--prompts", type=int, help="prompt pool (default: 48; reference: 3 x the largest batch)"
+    )
     parser.add_argument("--max-new-tokens", type=int, help="default: 256 sglang, 64 reference")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--attention-backend", default="flashinfer")
-    parser.add_argument("--max-total-tokens", type=int, default=131072,
-                        help="KV pool pinned in both arms (0: leave it to SGLang)")
-    parser.add_argument("--engine-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="a ServerArgs field for both arms (JSON value or plain string)")
+    parser.add_argument(
+        "--max-total-tokens",
+        type=int,
+        default=131072,
+        help="KV pool pinned in both arms (0: leave it to SGLang)",
+    )
+    parser.add_argument(
+        "--engine-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a ServerArgs field for both arms (JSON value or plain string)",
+    )
     parser.add_argument("--json", type=Path, help="where to keep the run document")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print both arms' command lines and exit (no GPU needed)")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print both arms' command lines and exit (no GPU needed)",
+    )
     args = parser.parse_args(argv)
     if args.engine == "reference":
         return _reference(parser, args)
     if not args.model or not args.draft_model:
-        parser.error("--engine sglang needs --model and --draft-model (checkpoint paths or hub ids)")
+        parser.error(
+            "--engine sglang needs --model and --draft-model (checkpoint paths or hub ids)"
+        )
     options: dict = {"attention_backend": args.attention_backend}
     if args.max_total_tokens:
         options["max_total_tokens"] = args.max_total_tokens
@@ -218,15 +268,28 @@ def main(argv: list[str] | None = None) -> int:
         if reasons:
             for reason in reasons:
                 print(f"sglang_gpu_check: cannot run: {reason}", file=sys.stderr)
-            print("sglang_gpu_check: SGLang: pip install -e '.[sglang]', or --python an interpreter that has "
-                  "it; on a GPU machine without SGLang, --engine reference runs the same check on the "
-                  "reference server with random: shapes", file=sys.stderr)
+            print(
+                "sglang_gpu_check: SGLang: pip install -e '.[sglang]', or --python an "
+                "interpreter that has it; on a GPU machine without SGLang, --engine reference "
+                "runs the same check on the reference server with random: shapes",
+                file=sys.stderr,
+            )
             return 2
-    eagle3 = ("" if not args.eagle3 else f"\n    Drafter('eagle3', draft_model={args.eagle3!r}, "
-              "num_steps=3, num_draft_tokens=3, id='eagle3'),")
-    suite = SUITE.format(model=args.model, draft=args.draft_model, options=options,
-                         max_new_tokens=args.max_new_tokens or 256, eagle3=eagle3, prompts=args.prompts or 48,
-                         batches=", ".join(map(str, args.batches)))
+    eagle3 = (
+        ""
+        if not args.eagle3
+        else f"\n    Drafter('eagle3', draft_model={args.eagle3!r}, "
+        "num_steps=3, num_draft_tokens=3, id='eagle3'),"
+    )
+    suite = SUITE.format(
+        model=args.model,
+        draft=args.draft_model,
+        options=options,
+        max_new_tokens=args.max_new_tokens or 256,
+        eagle3=eagle3,
+        prompts=args.prompts or 48,
+        batches=", ".join(map(str, args.batches)),
+    )
     return _run(suite, args, "sglang", meter)
 
 
@@ -234,19 +297,30 @@ def _reference(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     """The reference server's path: the same suite shape and table, random: models, no SGLang."""
     for flag, given in (("--eagle3", args.eagle3), ("--engine-option", args.engine_option)):
         if given:
-            parser.error(f"{flag} is for --engine sglang; the reference server runs ngram and draft_model")
+            parser.error(
+                f"{flag} is for --engine sglang; the reference server runs ngram and draft_model"
+            )
     device = args.device
     if device == "auto":
         reason = _cuda_reason()
         if reason and not args.dry_run:
-            print(f"sglang_gpu_check: cannot run: --device auto wants CUDA and {reason}; --device cpu runs "
-                  "the CPU check (cut-down shapes, modeled meter)", file=sys.stderr)
+            print(
+                f"sglang_gpu_check: cannot run: --device auto wants CUDA and {reason}; --device "
+                "cpu runs the CPU check (cut-down shapes, modeled meter)",
+                file=sys.stderr,
+            )
             return 2
         device = "cuda"
     meter = args.meter or ("modeled:h200" if device == "cpu" else "nvml")
     if not args.dry_run:
-        reasons = [r for r in ((_cuda_reason() if device == "cuda" else None),
-                               (_gpu_reason() if meter == "nvml" else None)) if r]
+        reasons = [
+            r
+            for r in (
+                (_cuda_reason() if device == "cuda" else None),
+                (_gpu_reason() if meter == "nvml" else None),
+            )
+            if r
+        ]
         if reasons:
             for reason in reasons:
                 print(f"sglang_gpu_check: cannot run: {reason}", file=sys.stderr)
@@ -254,12 +328,20 @@ def _reference(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     model, draft = REFERENCE_MODELS[device]
     max_new_tokens = args.max_new_tokens or 64
     suite = REFERENCE_SUITE.format(
-        model=args.model or model, draft=args.draft_model or draft, device=device,
-        running=max(16, max(args.batches)), max_new_tokens=max_new_tokens,
-        prompts=args.prompts or 3 * max(args.batches), batches=", ".join(map(str, args.batches)),
-        prefix=min(32, max_new_tokens))
-    print(f"sglang_gpu_check: reference engine (HF transformers, eager) on {device}, target "
-          f"{args.model or model}, draft {args.draft_model or draft}, meter {meter}", file=sys.stderr)
+        model=args.model or model,
+        draft=args.draft_model or draft,
+        device=device,
+        running=max(16, max(args.batches)),
+        max_new_tokens=max_new_tokens,
+        prompts=args.prompts or 3 * max(args.batches),
+        batches=", ".join(map(str, args.batches)),
+        prefix=min(32, max_new_tokens),
+    )
+    print(
+        f"sglang_gpu_check: reference engine (HF transformers, eager) on {device}, target "
+        f"{args.model or model}, draft {args.draft_model or draft}, meter {meter}",
+        file=sys.stderr,
+    )
     return _run(suite, args, "reference", meter)
 
 
@@ -270,13 +352,37 @@ def _run(suite_text: str, args: argparse.Namespace, engine: str, meter: str) -> 
         suite.write_text(suite_text)
         out = args.json or Path(tmp) / "run.json"
         if args.dry_run:
-            done = subprocess.run([sys.executable, "-m", "pytest", str(suite), "-p", "no:cacheprovider",
-                                   f"--specenergy-engine={engine}", "--specenergy-dry-run", "-q"], cwd=tmp)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    str(suite),
+                    "-p",
+                    "no:cacheprovider",
+                    f"--specenergy-engine={engine}",
+                    "--specenergy-dry-run",
+                    "-q",
+                ],
+                cwd=tmp,
+            )
             return done.returncode
-        done = subprocess.run([sys.executable, "-m", "pytest", str(suite), "-p", "no:cacheprovider",
-                               f"--specenergy-engine={engine}", f"--specenergy-meter={meter}",
-                               f"--specenergy-repeats={args.repeats}", f"--specenergy-json={out}",
-                               "-rA"], cwd=tmp)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                str(suite),
+                "-p",
+                "no:cacheprovider",
+                f"--specenergy-engine={engine}",
+                f"--specenergy-meter={meter}",
+                f"--specenergy-repeats={args.repeats}",
+                f"--specenergy-json={out}",
+                "-rA",
+            ],
+            cwd=tmp,
+        )
         if out.exists():
             print("\n".join(_table(json.loads(out.read_text()))))
         else:

@@ -60,13 +60,20 @@ def _requests(engine, prompts, tokens: int):
     from pytest_specenergy.refserver.records import GenerationRequest
     from pytest_specenergy.refserver.records import SamplingParams
 
-    return [GenerationRequest(tuple(engine.tokenizer.encode(p)), SamplingParams(max_new_tokens=tokens, ignore_eos=True))
-            for p in prompts]
+    return [
+        GenerationRequest(
+            tuple(engine.tokenizer.encode(p)),
+            SamplingParams(max_new_tokens=tokens, ignore_eos=True),
+        )
+        for p in prompts
+    ]
 
 
 def _outputs(engine, prompts, tokens: int, one_at_a_time: bool = False) -> list[tuple[int, ...]]:
     if one_at_a_time:
-        return [tuple(engine.generate(_requests(engine, [p], tokens))[0].output_ids) for p in prompts]
+        return [
+            tuple(engine.generate(_requests(engine, [p], tokens))[0].output_ids) for p in prompts
+        ]
     return [tuple(r.output_ids) for r in engine.generate(_requests(engine, prompts, tokens))]
 
 
@@ -89,7 +96,9 @@ def _gaps_and_noise(model: str, dtype: str, prompts, tokens: int) -> tuple[list[
                 logits = out.logits[0, -1].double()
                 steps.append(logits)
                 ids.append(int(logits.argmax()))
-                out = loaded.model(torch.tensor([ids[-1:]]), cache=out.past_key_values, use_cache=True)
+                out = loaded.model(
+                    torch.tensor([ids[-1:]]), cache=out.past_key_values, use_cache=True
+                )
             whole = loaded.model(torch.tensor([ids]), use_cache=False).logits[0].double()
             first = len(ids) - tokens - 1  # the position whose logits chose the first new token
             for offset, logits in enumerate(steps):
@@ -113,7 +122,9 @@ def _one_torch_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def measure_rows(models: list[str], prompts: int = 8, tokens: int = 64, rounds: int = 3) -> list[DtypeRow]:
+def measure_rows(
+    models: list[str], prompts: int = 8, tokens: int = 64, rounds: int = 3
+) -> list[DtypeRow]:
     """Every model in both dtypes, the timings interleaved round by round, on one torch thread."""
     with _one_torch_thread():
         return _measure(models, prompts, tokens, rounds)
@@ -131,14 +142,19 @@ def _measure(models: list[str], prompts: int, tokens: int, rounds: int) -> list[
     for model in models:
         for dtype in DTYPES:
             for drafter in ("none", "ngram"):
-                engine = ReferenceEngine(EngineConfig(model=model, drafter=drafter, num_draft_tokens=8, dtype=dtype))
+                engine = ReferenceEngine(
+                    EngineConfig(model=model, drafter=drafter, num_draft_tokens=8, dtype=dtype)
+                )
                 engine.warmup()
                 engines[model, dtype, drafter] = engine
 
     code = load_corpus("code").take(prompts)
     # Tokenized once, outside the timed calls (the requests are frozen records).
-    timed = {(model, dtype): _requests(engines[model, dtype, "ngram"], code, tokens)
-             for model in models for dtype in DTYPES}
+    timed = {
+        (model, dtype): _requests(engines[model, dtype, "ngram"], code, tokens)
+        for model in models
+        for dtype in DTYPES
+    }
     best: dict[tuple[str, str], float] = {}
     for _ in range(rounds):  # every configuration once per round: host noise hits them alike
         for model in models:
@@ -162,14 +178,31 @@ def _measure(models: list[str], prompts: int, tokens: int, rounds: int) -> list[
                 spec_differs += sum(s != b for s, b in zip(spec, base))
                 batch_differs += sum(a != b for a, b in zip(alone, base))
             gaps, noise = _gaps_and_noise(model, dtype, all_prompts, tokens)
-            rows.append(DtypeRow(model, dtype, best[model, dtype], best[model, dtype] / best[model, "float64"],
-                                 spec_differs, batch_differs, len(all_prompts), min(gaps),
-                                 float(np.quantile(gaps, 0.01)), noise))
+            rows.append(
+                DtypeRow(
+                    model,
+                    dtype,
+                    best[model, dtype],
+                    best[model, dtype] / best[model, "float64"],
+                    spec_differs,
+                    batch_differs,
+                    len(all_prompts),
+                    min(gaps),
+                    float(np.quantile(gaps, 0.01)),
+                    noise,
+                )
+            )
     return rows
 
 
-def count_divergences(models: list[str], dtype: str, prompts: int, tokens: int, batch: int = 8,
-                      faults: tuple[str, ...] = ()) -> list[str]:
+def count_divergences(
+    models: list[str],
+    dtype: str,
+    prompts: int,
+    tokens: int,
+    batch: int = 8,
+    faults: tuple[str, ...] = (),
+) -> list[str]:
     """Lines of ``spec != base`` for each model in ``dtype`` over ``prompts`` prompts of every
     built-in corpus (fewer where a corpus has fewer), ``batch`` prompts a ``generate``: the sample
     the table's 40 prompts are too small to bound a rare flip with. Each line names the prompts
@@ -184,50 +217,90 @@ def count_divergences(models: list[str], dtype: str, prompts: int, tokens: int, 
     with _one_torch_thread():
         for model in models:
             base = ReferenceEngine(EngineConfig(model=model, drafter="none", dtype=dtype))
-            spec = ReferenceEngine(EngineConfig(model=model, drafter="ngram", num_draft_tokens=8, dtype=dtype,
-                                                faults=faults))
+            spec = ReferenceEngine(
+                EngineConfig(
+                    model=model, drafter="ngram", num_draft_tokens=8, dtype=dtype, faults=faults
+                )
+            )
             total, differ = 0, []
             for corpus in BUILTIN_CORPORA:
                 loaded = load_corpus(corpus)
                 taken = loaded.take(min(prompts, len(loaded)))
                 for start in range(0, len(taken), batch):
-                    chunk = taken[start:start + batch]
-                    for offset, (b, s) in enumerate(zip(_outputs(base, chunk, tokens), _outputs(spec, chunk, tokens))):
+                    chunk = taken[start : start + batch]
+                    for offset, (b, s) in enumerate(
+                        zip(_outputs(base, chunk, tokens), _outputs(spec, chunk, tokens))
+                    ):
                         total += 1
                         if b != s:
-                            first = next((i for i, (x, y) in enumerate(zip(b, s)) if x != y), min(len(b), len(s)))
+                            first = next(
+                                (i for i, (x, y) in enumerate(zip(b, s)) if x != y),
+                                min(len(b), len(s)),
+                            )
                             differ.append((corpus, start + offset, first))
-            lines.append(f"{model:<12} {dtype:<8} spec != base: {len(differ)} of {total} prompts "
-                         f"({total * tokens} tokens, batch {batch}) {differ if differ else ''}".rstrip())
+            lines.append(
+                f"{model:<12} {dtype:<8} spec != base: {len(differ)} of {total} prompts "
+                f"({total * tokens} tokens, batch {batch}) {differ if differ else ''}".rstrip()
+            )
     return lines
 
 
 def format_rows(rows: list[DtypeRow], tokens: int) -> str:
     """The rows as a fixed-width table."""
-    lines = [f"{'model':<12} {'dtype':<8} {'generate s':>10} {'vs f64':>7} {'spec != base':>12} "
-             f"{'b8 != b1':>8} {'min gap':>9} {'1% gap':>9} {'path noise':>10}"]
+    lines = [
+        f"{'model':<12} {'dtype':<8} {'generate s':>10} {'vs f64':>7} {'spec != base':>12} "
+        f"{'b8 != b1':>8} {'min gap':>9} {'1% gap':>9} {'path noise':>10}"
+    ]
     for r in rows:
-        lines.append(f"{r.model:<12} {r.dtype:<8} {r.generate_s:>10.2f} {r.vs_float64:>6.2f}x "
-                     f"{r.spec_differs:>5} of {r.prompts:<3} {r.batch_differs:>8} {r.min_gap:>9.2e} "
-                     f"{r.gap_p01:>9.2e} {r.path_noise:>10.2e}")
-    lines.append(f"({tokens} tokens a prompt, EOS ignored; gaps and noise in logits, one run, interleaved)")
+        lines.append(
+            f"{r.model:<12} {r.dtype:<8} {r.generate_s:>10.2f} {r.vs_float64:>6.2f}x "
+            f"{r.spec_differs:>5} of {r.prompts:<3} {r.batch_differs:>8} {r.min_gap:>9.2e} "
+            f"{r.gap_p01:>9.2e} {r.path_noise:>10.2e}"
+        )
+    lines.append(
+        f"({tokens} tokens a prompt, EOS ignored; gaps and noise in logits, one run, interleaved)"
+    )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (best kept)")
-    parser.add_argument("--prompts", type=int, default=8, help="prompts per corpus (and in the timed batch)")
-    parser.add_argument("--tokens", type=int, default=64, help="max_new_tokens per prompt, EOS ignored")
-    parser.add_argument("--models", default="tiny:dense,tiny:hybrid", help="comma-separated tiny models")
-    parser.add_argument("--divergences", type=int, metavar="N", default=0,
-                        help="instead of the table: spec != base over N prompts of every corpus in --dtype")
-    parser.add_argument("--dtype", choices=DTYPES, default="float32", help="the dtype --divergences runs in")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="interleaved timing rounds (best kept)"
+    )
+    parser.add_argument(
+        "--prompts", type=int, default=8, help="prompts per corpus (and in the timed batch)"
+    )
+    parser.add_argument(
+        "--tokens", type=int, default=64, help="max_new_tokens per prompt, EOS ignored"
+    )
+    parser.add_argument(
+        "--models", default="tiny:dense,tiny:hybrid", help="comma-separated tiny models"
+    )
+    parser.add_argument(
+        "--divergences",
+        type=int,
+        metavar="N",
+        default=0,
+        help="instead of the table: spec != base over N prompts of every corpus in --dtype",
+    )
+    parser.add_argument(
+        "--dtype", choices=DTYPES, default="float32", help="the dtype --divergences runs in"
+    )
     args = parser.parse_args(argv)
     if args.divergences:
-        print("\n".join(count_divergences(args.models.split(","), args.dtype, args.divergences, args.tokens)))
+        print(
+            "\n".join(
+                count_divergences(args.models.split(","), args.dtype, args.divergences, args.tokens)
+            )
+        )
         return 0
-    print(format_rows(measure_rows(args.models.split(","), args.prompts, args.tokens, args.rounds), args.tokens))
+    print(
+        format_rows(
+            measure_rows(args.models.split(","), args.prompts, args.tokens, args.rounds),
+            args.tokens,
+        )
+    )
     return 0
 
 

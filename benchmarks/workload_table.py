@@ -40,7 +40,9 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pool", type=int, default=None, help="prompts per pool (default: the plugin's)")
+    parser.add_argument(
+        "--pool", type=int, default=None, help="prompts per pool (default: the plugin's)"
+    )
     parser.add_argument("--batches", default="1,4,16")
     parser.add_argument("--corpora", default="code,conversation")
     parser.add_argument("--drafters", default="ngram,draft")
@@ -48,27 +50,50 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     generation = Generation(max_new_tokens=args.max_new_tokens, prompts=args.pool)
-    cases = [Case.of(engine="reference", model="tiny:dense", drafter=DRAFTERS[d], batch=int(b),
-                  corpus=load_corpus(c), generation=generation)
-             for c in args.corpora.split(",") for d in args.drafters.split(",") for b in args.batches.split(",")]
+    cases = [
+        Case.of(
+            engine="reference",
+            model="tiny:dense",
+            drafter=DRAFTERS[d],
+            batch=int(b),
+            corpus=load_corpus(c),
+            generation=generation,
+        )
+        for c in args.corpora.split(",")
+        for d in args.drafters.split(",")
+        for b in args.batches.split(",")
+    ]
     with tempfile.TemporaryDirectory() as logs:
-        measurer = PairMeasurer(log_dir=Path(logs), startup_timeout=300, meter="auto",
-                                repeats=args.repeats, warmup=0)
+        measurer = PairMeasurer(
+            log_dir=Path(logs), startup_timeout=300, meter="auto", repeats=args.repeats, warmup=0
+        )
         measurer.plan(cases)
-        print("case | pool | base mean/min | spec mean/min | accept len | saving | draft share | source | s")
+        print(
+            "case | pool | base mean/min | spec mean/min | accept len | saving | draft share | "
+            "source | s"
+        )
         try:
             for case in cases:
                 t0 = time.time()
                 pair = measurer.measure(case)
                 base, spec = pair.baseline.concurrency, pair.speculative.concurrency
                 details = pair.speculative.samples[0].window.get("full", {}).get("details", {})
-                print(" | ".join([
-                    case.id, str(base.get("pool", "?")),
-                    f"{_fmt(base.get('mean_running'), '.1f')}/{base.get('min_running', '?')}",
-                    f"{_fmt(spec.get('mean_running'), '.1f')}/{spec.get('min_running', '?')}",
-                    _fmt(pair.accept_length, ".2f"), _fmt(pair.energy_saving, "+.1%"),
-                    _fmt(details.get("draft_share"), ".1%"), pair.speculative.source,
-                    f"{time.time() - t0:.0f}"]), flush=True)
+                print(
+                    " | ".join(
+                        [
+                            case.id,
+                            str(base.get("pool", "?")),
+                            f"{_fmt(base.get('mean_running'), '.1f')}/{base.get('min_running', '?')}",
+                            f"{_fmt(spec.get('mean_running'), '.1f')}/{spec.get('min_running', '?')}",
+                            _fmt(pair.accept_length, ".2f"),
+                            _fmt(pair.energy_saving, "+.1%"),
+                            _fmt(details.get("draft_share"), ".1%"),
+                            pair.speculative.source,
+                            f"{time.time() - t0:.0f}",
+                        ]
+                    ),
+                    flush=True,
+                )
         finally:
             measurer.close()
 

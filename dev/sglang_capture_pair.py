@@ -41,23 +41,41 @@ RACE_TOKENS = 160
 
 def live_config(model: str, python: str, **extra: Any) -> EngineConfig:
     """The live suite's engine config (tests/sglang/pair_suite.py)."""
-    options = {"python": python, "sglang_version": "0.5.23", "attention_backend": "torch_native",
-               "sleep_on_idle": True, "max_total_tokens": 16384, **extra}
-    return EngineConfig(engine="sglang", model=model, dtype="float32", device="cpu",
-                        max_running_requests=4, options=tuple(sorted(options.items())))
+    options = {
+        "python": python,
+        "sglang_version": "0.5.23",
+        "attention_backend": "torch_native",
+        "sleep_on_idle": True,
+        "max_total_tokens": 16384,
+        **extra,
+    }
+    return EngineConfig(
+        engine="sglang",
+        model=model,
+        dtype="float32",
+        device="cpu",
+        max_running_requests=4,
+        options=tuple(sorted(options.items())),
+    )
 
 
 def send(client: Any, rid: str, tokens: int, box: dict[str, Any]) -> threading.Thread:
     """One ``/generate`` of ``tokens`` greedy tokens in a thread; its answer lands in ``box``."""
+
     def call() -> None:
         started = time.perf_counter()
         try:
-            [answer] = client.generate(text=["def fibonacci(n):"], rids=[rid], sampling_params={
-                "max_new_tokens": tokens, "temperature": 0.0, "ignore_eos": True})
+            [answer] = client.generate(
+                text=["def fibonacci(n):"],
+                rids=[rid],
+                sampling_params={"max_new_tokens": tokens, "temperature": 0.0, "ignore_eos": True},
+            )
             meta = answer["meta_info"]
-            box[rid] = {"completion_tokens": meta.get("completion_tokens"),
-                        "finish": (meta.get("finish_reason") or {}).get("type"),
-                        "seconds": round(time.perf_counter() - started, 3)}
+            box[rid] = {
+                "completion_tokens": meta.get("completion_tokens"),
+                "finish": (meta.get("finish_reason") or {}).get("type"),
+                "seconds": round(time.perf_counter() - started, 3),
+            }
         except Exception as exc:  # noqa: BLE001 - recorded, the capture goes on
             box[rid] = {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -102,16 +120,20 @@ def main() -> None:
             server.start()
             timings[f"start_{name}_s"] = round(time.perf_counter() - started, 1)
             (args.out / f"server_info_{name}.json").write_text(
-                json.dumps(server.client.server_info(), indent=1, sort_keys=True))
+                json.dumps(server.client.server_info(), indent=1, sort_keys=True)
+            )
         b.stop()
         # Six requests on a server admitting four, then abort_all: two are still queued.
         box: dict[str, Any] = {}
         answers: list[Any] = [None] * 6
 
         def one(i: int) -> None:
-            answers[i] = a.client.generate(text=[f"Count: {i}, "], rids=[f"queued-{i}"],
-                                           sampling_params={"max_new_tokens": 600,
-                                                            "temperature": 0.0, "ignore_eos": True})[0]
+            answers[i] = a.client.generate(
+                text=[f"Count: {i}, "],
+                rids=[f"queued-{i}"],
+                sampling_params={"max_new_tokens": 600, "temperature": 0.0, "ignore_eos": True},
+            )[0]
+
         threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
         for thread in threads:
             thread.start()
@@ -121,9 +143,13 @@ def main() -> None:
             thread.join(120)
         (args.out / "generate_abort_queued.json").write_text(json.dumps(answers, indent=1))
         a.client.flush_cache()
-        results = {"old_one_shot_abort_all": [race(a.client, False, i) for i in range(TRIALS)],
-                   "new_abort_until_answered": [race(a.client, True, i) for i in range(TRIALS)],
-                   "max_new_tokens": RACE_TOKENS, **timings, **box}
+        results = {
+            "old_one_shot_abort_all": [race(a.client, False, i) for i in range(TRIALS)],
+            "new_abort_until_answered": [race(a.client, True, i) for i in range(TRIALS)],
+            "max_new_tokens": RACE_TOKENS,
+            **timings,
+            **box,
+        }
         (args.out / "abort_race.json").write_text(json.dumps(results, indent=1))
         print(json.dumps(results, indent=1))
     finally:

@@ -24,8 +24,11 @@ SPECIALS = ("<s>", "</s>", "<pad>")
 
 def _bytes_to_unicode() -> dict[int, str]:
     # GPT-2's reversible byte -> printable character table, as tokenizers' ByteLevel expects.
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
+    bs = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
         + list(range(ord("®"), ord("ÿ") + 1))
+    )
     cs = bs[:]
     n = 0
     for b in range(256):
@@ -50,8 +53,13 @@ def build_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(list(SPECIALS))
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                                   pad_token="<pad>", model_max_length=4096)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        model_max_length=4096,
+    )
 
 
 def write(dest: Path, seed: int = 0, layers: int = 2) -> Path:
@@ -65,19 +73,31 @@ def write(dest: Path, seed: int = 0, layers: int = 2) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
-        bos_token_id=0, eos_token_id=1, pad_token_id=2, tie_word_embeddings=False,
-        torch_dtype="float32")
+        vocab_size=VOCAB_SIZE,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=4096,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=2,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    )
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():  # larger logits than the default init, so greedy top-2 gaps are wide
         model.lm_head.weight.mul_(20.0)
     model.save_pretrained(tmp, safe_serialization=True)
     build_tokenizer().save_pretrained(tmp)
-    (tmp / ".complete").write_text(json.dumps({"seed": seed, "layers": layers,
-                                               "torch": torch.__version__}))
+    (tmp / ".complete").write_text(
+        json.dumps({"seed": seed, "layers": layers, "torch": torch.__version__})
+    )
     if dest.exists():
         import shutil
+
         shutil.rmtree(dest)
     os.replace(tmp, dest)
     return dest

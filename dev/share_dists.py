@@ -98,7 +98,10 @@ def share(target_env: Path, source_envs: list[Path]) -> None:
             paths = [row[0] for row in rows if in_site(row[0]) and not row[0].endswith(".pyc")]
             freed = sum(link_module(source_site / path, target_site / path) for path in paths)
             if freed:
-                print(f"share_dists: {key[0]} {key[1]}: {freed / 2**20:.0f} MB linked to {source_site}")
+                print(
+                    f"share_dists: {key[0]} {key[1]}: {freed / 2**20:.0f} MB linked to "
+                    f"{source_site}"
+                )
                 saved += freed
             break
     print(f"share_dists: {target_env}: {saved / 2**20:.0f} MB freed")

@@ -1,5 +1,6 @@
-"""pytest-specenergy: gate speculative-decoding changes on energy per accepted token. The public names load lazily
-(PEP 562), so importing a subpackage - above all the reference server, its own program - loads none of the plugin."""
+"""pytest-specenergy: gate speculative-decoding changes on energy per accepted token. The public
+names load lazily (PEP 562), so importing a subpackage - above all the reference server, its own
+program - loads none of the plugin."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Atomic file writes: a crash mid-write never leaves a half-written file; why and how: docs/design/root-cases.md."""
+"""Atomic file writes: a crash mid-write never leaves a half-written file; why and how:
+docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -81,7 +82,8 @@ def _json(data: Any) -> str:
 
 @contextlib.contextmanager
 def locked(path: Path | None) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created if needed); no-op for None or without ``fcntl``."""
+    """Hold an exclusive ``flock`` on ``path`` (created if needed); no-op for None or without
+    ``fcntl``."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
@@ -93,13 +95,15 @@ def locked(path: Path | None) -> Iterator[None]:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         try:
             yield
-        finally:  # explicitly: a process forked meanwhile shares the descriptor and would keep the lock
+        # explicitly: a process forked meanwhile shares the descriptor and would keep the lock
+        finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def create_json_exclusive(candidates: Iterable[Path], data: Any, lock: Path | None = None) -> Path:
-    """Publish ``data`` as indented JSON under the first of ``candidates`` that does not exist yet (never replacing a
-    file, even against concurrent writers: a temporary file hard-linked into place); returns the path used."""
+    """Publish ``data`` as indented JSON under the first of ``candidates`` that does not exist yet
+    (never replacing a file, even against concurrent writers: a temporary file hard-linked into
+    place); returns the path used."""
     text = _json(data)  # serialised once, before any file
     tmp: str | None = None
     try:

@@ -1,5 +1,6 @@
-"""The run document, typed: a run, its case records, each record's arms and their samples; standard library and
-:mod:`.measure.metrics` only, so every layer can use it. Who writes and reads it: docs/design/root-cases.md."""
+"""The run document, typed: a run, its case records, each record's arms and their samples; standard
+library and :mod:`.measure.metrics` only, so every layer can use it. Who writes and reads it:
+docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -46,7 +47,9 @@ class _Fields:
         self.read: set[str] = set()
 
     def _refuse(self, key: str, expected: str) -> DocumentError:
-        return DocumentError(f"{self.where}: {key!r} is {self.data.get(key)!r:.60}, expected {expected}")
+        return DocumentError(
+            f"{self.where}: {key!r} is {self.data.get(key)!r:.60}, expected {expected}"
+        )
 
     def get(self, key: str, default: Any = None) -> Any:
         self.read.add(key)
@@ -89,35 +92,52 @@ class _Fields:
         return default if self.get(key) is None else tuple(values)
 
     def numbers(self, key: str, default: None = None) -> tuple[float, ...] | None:
-        value = self._checked(key, None, lambda v: isinstance(v, list) and all(_finite(x) and x >= 0 for x in v),
-                              "an array of finite numbers >= 0 or null")
+        value = self._checked(
+            key,
+            None,
+            lambda v: isinstance(v, list) and all(_finite(x) and x >= 0 for x in v),
+            "an array of finite numbers >= 0 or null",
+        )
         return None if value is None else tuple(float(v) for v in value)
 
     def checks(self, key: str, default: tuple[Check, ...] = ()) -> tuple[Check, ...]:
-        return tuple(Check.from_dict(c, f"{self.where}.{key}[{i}]") for i, c in enumerate(self.items(key)))
+        return tuple(
+            Check.from_dict(c, f"{self.where}.{key}[{i}]") for i, c in enumerate(self.items(key))
+        )
 
     def extra(self) -> dict[str, Any]:
         """The fields no reader asked for (kept, and written back)."""
         return {k: v for k, v in self.data.items() if k not in self.read}
 
     def fill(self, cls: Any, **known: Any) -> Any:
-        """A ``cls`` of ``known`` and its other fields, in field order, each read by its declared type (null or
-        missing: the field's default); ``extra`` last, from the fields no reader asked for."""
+        """A ``cls`` of ``known`` and its other fields, in field order, each read by its declared
+        type (null or missing: the field's default); ``extra`` last, from the fields no reader asked
+        for."""
         for f in dataclasses.fields(cls):
             if f.name == "extra":
                 known["extra"] = self.extra()
             elif f.name not in known:
-                default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+                default = (
+                    f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+                )
                 read = _READERS[f.type.removesuffix(" | None")]  # type: ignore[union-attr]
-                known[f.name] = read(self, f.name, None if default is dataclasses.MISSING else default)
+                known[f.name] = read(
+                    self, f.name, None if default is dataclasses.MISSING else default
+                )
         return cls(**known)
 
 
 #: The :class:`_Fields` reader of each field type a record declares (``X | None`` is read as ``X``).
 _READERS: dict[str, Callable[..., Any]] = {
-    "float": _Fields.number, "int": _Fields.integer, "str": _Fields.text, "bool": _Fields.flag,
-    "dict[str, Any]": _Fields.obj, "tuple[str, ...]": _Fields.texts, "tuple[float, ...]": _Fields.numbers,
-    "tuple[Check, ...]": _Fields.checks}
+    "float": _Fields.number,
+    "int": _Fields.integer,
+    "str": _Fields.text,
+    "bool": _Fields.flag,
+    "dict[str, Any]": _Fields.obj,
+    "tuple[str, ...]": _Fields.texts,
+    "tuple[float, ...]": _Fields.numbers,
+    "tuple[Check, ...]": _Fields.checks,
+}
 
 
 def _finite(value: Any) -> bool:
@@ -131,10 +151,14 @@ def _json(value: Any) -> Any:
 
 
 def _to_dict(record: Any, omit_empty: Iterable[str] = ()) -> dict[str, Any]:
-    """A record's JSON object: its fields, ``extra`` merged in, ``omit_empty`` ones left out while None or empty."""
+    """A record's JSON object: its fields, ``extra`` merged in, ``omit_empty`` ones left out while
+    None or empty."""
     omit = set(omit_empty)
-    out = {f.name: _json(getattr(record, f.name)) for f in dataclasses.fields(record)
-           if f.name != "extra" and not (f.name in omit and getattr(record, f.name) in (None, ()))}
+    out = {
+        f.name: _json(getattr(record, f.name))
+        for f in dataclasses.fields(record)
+        if f.name != "extra" and not (f.name in omit and getattr(record, f.name) in (None, ()))
+    }
     return {**getattr(record, "extra", {}), **out}
 
 
@@ -176,9 +200,11 @@ class RepeatSample:
     proposed_drafts: int | None
     loops: int = 1
     window: dict[str, Any] = field(default_factory=dict, compare=False)
-    #: Per request, committed decode tokens per verify step; None: no speculative counters (docs/design/root-cases.md).
+    #: Per request, committed decode tokens per verify step; None: no speculative counters
+    #: (docs/design/root-cases.md).
     accept_lengths: tuple[float, ...] | None = None
-    #: The share of the pool's decode tokens made inside this repeat's window, per loop; None: not recorded.
+    #: The share of the pool's decode tokens made inside this repeat's window, per loop; None: not
+    #: recorded.
     coverage: float | None = None
 
     @property
@@ -198,19 +224,27 @@ class RepeatSample:
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON object (``energy_per_token`` included, for readers of the file)."""
-        return {**_to_dict(self, omit_empty=("coverage",)), "energy_per_token": self.energy_per_token}
+        return {
+            **_to_dict(self, omit_empty=("coverage",)),
+            "energy_per_token": self.energy_per_token,
+        }
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "sample") -> RepeatSample:
         """A sample read back (``energy_per_token`` is derived, never read)."""
         f = _Fields(data, where)
         f.read.add("energy_per_token")
-        needed = {"decode_joules": f.number("decode_joules"), "decode_seconds": f.number("decode_seconds"),
-                  "decode_tokens": f.integer("decode_tokens")}
+        needed = {
+            "decode_joules": f.number("decode_joules"),
+            "decode_seconds": f.number("decode_seconds"),
+            "decode_tokens": f.integer("decode_tokens"),
+        }
         for key, value in needed.items():
             if value is None:
-                raise DocumentError(f"{where} lacks {key!r}; a sample needs decode_joules, decode_seconds and "
-                                    "decode_tokens")
+                raise DocumentError(
+                    f"{where} lacks {key!r}; a sample needs decode_joules, decode_seconds and "
+                    "decode_tokens"
+                )
         return f.fill(cls, **needed)
 
 
@@ -232,7 +266,8 @@ class Arm:
     counter_problems: tuple[str, ...] = ()
     replay_problems: tuple[str, ...] = ()
     finish_reasons: tuple[str, ...] = ()
-    #: Mean of the repeats' coverage (None: not recorded); the coverage-differs check compares the arms' figures.
+    #: Mean of the repeats' coverage (None: not recorded); the coverage-differs check compares the
+    #: arms' figures.
     coverage: float | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -244,9 +279,17 @@ class Arm:
     def from_dict(cls, data: Any, where: str) -> Arm:
         """An arm read back; ``where`` names it in a refusal."""
         f = _Fields(data, where)
-        samples = tuple(RepeatSample.from_dict(s, f"{where}.samples[{i}]") for i, s in enumerate(f.items("samples")))
-        return f.fill(cls, samples=samples, arm=f.text("arm", where.rsplit(".", 1)[-1]), engine=f.obj("engine", {}),
-                      source=f.text("source", "unknown"))
+        samples = tuple(
+            RepeatSample.from_dict(s, f"{where}.samples[{i}]")
+            for i, s in enumerate(f.items("samples"))
+        )
+        return f.fill(
+            cls,
+            samples=samples,
+            arm=f.text("arm", where.rsplit(".", 1)[-1]),
+            engine=f.obj("engine", {}),
+            source=f.text("source", "unknown"),
+        )
 
     def values(self, metric: str) -> list[float | None]:
         """Per-repeat values of a per-arm metric (None where a repeat cannot give it)."""
@@ -354,8 +397,9 @@ class CaseRecord:
 
     @property
     def matched_fraction(self) -> float | None:
-        """The share of prompts that matched the baseline exactly or diverged only at a numerical tie (what
-        the ``equivalence`` limit compares); a file written before ties were classified: its exact fraction."""
+        """The share of prompts that matched the baseline exactly or diverged only at a numerical
+        tie (what the ``equivalence`` limit compares); a file written before ties were classified:
+        its exact fraction."""
         return _matched(self.equivalence)
 
     @property
@@ -375,13 +419,20 @@ class CaseRecord:
 
     @property
     def scenario(self) -> dict[str, Any]:
-        """What must match, besides the machine, for two records to be compared: meter, engine, version, workload."""
+        """What must match, besides the machine, for two records to be compared: meter, engine,
+        version, workload."""
         engine, case, corpus = self.speculative.engine, self.case, self.corpus
-        return {"meter": self.source,
-                "engine": engine.get("engine") or (engine.get("config") or {}).get("engine") or case.get("engine"),
-                "engine_version": engine.get("version"), "model": case.get("model"), "batch": case.get("batch"),
-                "corpus": f"{corpus.get('name')}@{corpus['digest']}" if corpus.get("digest") else None,
-                "generation": case.get("generation")}
+        return {
+            "meter": self.source,
+            "engine": engine.get("engine")
+            or (engine.get("config") or {}).get("engine")
+            or case.get("engine"),
+            "engine_version": engine.get("version"),
+            "model": case.get("model"),
+            "batch": case.get("batch"),
+            "corpus": f"{corpus.get('name')}@{corpus['digest']}" if corpus.get("digest") else None,
+            "generation": case.get("generation"),
+        }
 
     @property
     def baseline_from(self) -> str | None:
@@ -397,7 +448,9 @@ class CaseRecord:
     def sequential_pvalues(self) -> dict[str, float]:
         """The gate's comparison rows with a sequential p-value, by metric (the FDR family)."""
         rows = (self.comparison or {}).get("rows") or []
-        return {r["metric"]: float(r["p_sequential"]) for r in rows if r.get("p_sequential") is not None}
+        return {
+            r["metric"]: float(r["p_sequential"]) for r in rows if r.get("p_sequential") is not None
+        }
 
     @property
     def logprob_gap(self) -> float | None:
@@ -419,17 +472,39 @@ class CaseRecord:
         """An arm by name (``baseline``, ``speculative``, ``reference``, ``removal``)."""
         return getattr(self, name) if name in ("baseline", *DRAFTER_ARMS) else None
 
-    def judged(self, verdict: str | None, comparison: dict[str, Any] | None, baseline_file: str | None,
-               fdr_pending: tuple[str, ...] | None = None) -> CaseRecord:
+    def judged(
+        self,
+        verdict: str | None,
+        comparison: dict[str, Any] | None,
+        baseline_file: str | None,
+        fdr_pending: tuple[str, ...] | None = None,
+    ) -> CaseRecord:
         """This record with the gate's verdict."""
-        return dataclasses.replace(self, verdict=verdict, comparison=comparison, baseline_file=baseline_file,
-                                   fdr_pending=fdr_pending)
+        return dataclasses.replace(
+            self,
+            verdict=verdict,
+            comparison=comparison,
+            baseline_file=baseline_file,
+            fdr_pending=fdr_pending,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON object."""
-        return _to_dict(self, omit_empty=("reference", "reference_drafter", "reference_equivalence", "removal",
-                                          "nodeid", "machine_key", "verdict", "comparison", "baseline_file",
-                                          "fdr_pending"))
+        return _to_dict(
+            self,
+            omit_empty=(
+                "reference",
+                "reference_drafter",
+                "reference_equivalence",
+                "removal",
+                "nodeid",
+                "machine_key",
+                "verdict",
+                "comparison",
+                "baseline_file",
+                "fdr_pending",
+            ),
+        )
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "record") -> CaseRecord:
@@ -437,8 +512,12 @@ class CaseRecord:
         f = _Fields(data, where)
         case_id = f.text("case_id") or str(f.obj("case", {}).get("id") or "?")
         f.where = where = f"{where} ({case_id})"
-        arms = {name: (Arm.from_dict(f.get(name), f"{where}.{name}") if f.get(name) is not None else None)
-                for name in ("baseline", *DRAFTER_ARMS)}
+        arms = {
+            name: (
+                Arm.from_dict(f.get(name), f"{where}.{name}") if f.get(name) is not None else None
+            )
+            for name in ("baseline", *DRAFTER_ARMS)
+        }
         for name in ("baseline", "speculative"):
             if arms[name] is None:
                 raise DocumentError(f"{where} lacks its {name!r} arm")
@@ -447,9 +526,15 @@ class CaseRecord:
         equivalence.number("matched_fraction")
         equivalence.integer("ties")
         # The rest in field order; compute_bound is kept as written (a reader never refused it).
-        return f.fill(cls, case_id=case_id, **arms, equivalence=equivalence.data, case=f.obj("case", {}),
-                      source=f.text("source") or arms["speculative"].source,  # type: ignore[union-attr]
-                      compute_bound=f.get("compute_bound"))
+        return f.fill(
+            cls,
+            case_id=case_id,
+            **arms,
+            equivalence=equivalence.data,
+            case=f.obj("case", {}),
+            source=f.text("source") or arms["speculative"].source,  # type: ignore[union-attr]
+            compute_bound=f.get("compute_bound"),
+        )
 
 
 def _matched(equivalence: dict[str, Any]) -> float | None:
@@ -487,26 +572,41 @@ class RunDocument:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
-    def build(cls, records: Iterable[CaseRecord], meters: Mapping[str, Any], engine_starts: int,
-              machines: Mapping[str, Any] | None = None, host: Mapping[str, Any] | None = None,
-              **fields: Any) -> RunDocument:
+    def build(
+        cls,
+        records: Iterable[CaseRecord],
+        meters: Mapping[str, Any],
+        engine_starts: int,
+        machines: Mapping[str, Any] | None = None,
+        host: Mapping[str, Any] | None = None,
+        **fields: Any,
+    ) -> RunDocument:
         """A new document of ``records``; ``machines`` maps each machine key to its description,
         ``host`` describes this machine for a document whose records span several keys (or none)."""
         records = tuple(records)
         machines = dict(machines or {})
         keys = sorted({r.machine_key for r in records if r.machine_key})
         one = keys[0] if len(keys) == 1 else None
-        return cls(results=records, machine_key=one,
-                   # One key per document when saved; a session measuring on several keeps them all.
-                   machine_info=dict((machines.get(one) if one else None) or host or {}),
-                   machines=machines, meters=dict(meters), engine_starts=engine_starts,
-                   datetime=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                   plugin_version=plugin_version(), **fields)
+        return cls(
+            results=records,
+            machine_key=one,
+            # One key per document when saved; a session measuring on several keeps them all.
+            machine_info=dict((machines.get(one) if one else None) or host or {}),
+            machines=machines,
+            meters=dict(meters),
+            engine_starts=engine_starts,
+            datetime=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            plugin_version=plugin_version(),
+            **fields,
+        )
 
     def on(self, machine_key: str) -> RunDocument:
         """The part of this document measured on ``machine_key`` (what one history file holds)."""
-        return dataclasses.replace(self, machine_key=machine_key,
-                                   results=tuple(r for r in self.results if r.machine_key == machine_key))
+        return dataclasses.replace(
+            self,
+            machine_key=machine_key,
+            results=tuple(r for r in self.results if r.machine_key == machine_key),
+        )
 
     @property
     def label(self) -> str:
@@ -522,11 +622,21 @@ class RunDocument:
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "document") -> RunDocument:
-        """A document read back (kind and schema checked by the caller); a refusal names the file, record and field."""
+        """A document read back (kind and schema checked by the caller); a refusal names the file,
+        record and field."""
         f = _Fields(data, source)
         results = f.items("results")
         if "results" not in f.data:
-            raise DocumentError(f"{source}: 'results' is missing; the run is incomplete or corrupted")
-        records = tuple(CaseRecord.from_dict(r, f"{source}: results[{i}]") for i, r in enumerate(results))
-        return f.fill(cls, results=records, datetime=str(f.get("datetime", "")),
-                      plugin_version=str(f.get("plugin_version", "unknown")), interrupted=f.get("interrupted") is True)
+            raise DocumentError(
+                f"{source}: 'results' is missing; the run is incomplete or corrupted"
+            )
+        records = tuple(
+            CaseRecord.from_dict(r, f"{source}: results[{i}]") for i, r in enumerate(results)
+        )
+        return f.fill(
+            cls,
+            results=records,
+            datetime=str(f.get("datetime", "")),
+            plugin_version=str(f.get("plugin_version", "unknown")),
+            interrupted=f.get("interrupted") is True,
+        )

@@ -22,7 +22,8 @@ class SpecPair:
     node: pytest.Item
 
     def measure(self) -> PairResult:
-        """Measure and compare both arms; a window the meter cannot measure is retried once, then fails the test."""
+        """Measure and compare both arms; a window the meter cannot measure is retried once, then
+        fails the test."""
         from pytest_specenergy.meters.base import MeterError
         from pytest_specenergy.session import PAIR_KEY
 
@@ -32,8 +33,11 @@ class SpecPair:
             try:
                 pair = self.session.measure(self.case)
             except MeterError as exc:
-                pytest.fail(f"specenergy: energy of {self.case.id} could not be measured, twice: "
-                            f"{exc} (first try: {first})", pytrace=False)
+                pytest.fail(
+                    f"specenergy: energy of {self.case.id} could not be measured, twice: "
+                    f"{exc} (first try: {first})",
+                    pytrace=False,
+                )
         self.node.stash[PAIR_KEY] = pair
         return pair
 
@@ -49,12 +53,16 @@ def specenergy(pytestconfig: pytest.Config) -> SpecEnergySession:
 @pytest.fixture
 def specenergy_case(request: pytest.FixtureRequest) -> Case:
     """This test's case; the plugin parametrizes it from the markers."""
-    raise pytest.UsageError(f"{request.node.nodeid}: spec_pair needs @pytest.mark.model, drafter, batch and corpus "
-                            "markers to form its cases")
+    raise pytest.UsageError(
+        f"{request.node.nodeid}: spec_pair needs @pytest.mark.model, drafter, batch and corpus "
+        "markers to form its cases"
+    )
 
 
 @pytest.fixture
-def spec_pair(specenergy_case: Case, specenergy: SpecEnergySession, request: pytest.FixtureRequest) -> SpecPair:
+def spec_pair(
+    specenergy_case: Case, specenergy: SpecEnergySession, request: pytest.FixtureRequest
+) -> SpecPair:
     """The matched pair (speculative engine + its non-speculative twin) for this case."""
     from pytest_specenergy import xdist
 

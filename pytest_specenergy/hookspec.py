@@ -1,4 +1,5 @@
-"""Hooks other plugins and ``conftest.py`` files can implement; an example of each: docs/design/root-cases.md."""
+"""Hooks other plugins and ``conftest.py`` files can implement; an example of each:
+docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 
 @pytest.hookspec(firstresult=True)
 def pytest_specenergy_make_meter(kind: str, engine: Any) -> Any:
-    """A meter for ``kind`` (``nvml``, ``modeled:<gpu>``) on ``engine``, or None: the plugin builds its own."""
+    """A meter for ``kind`` (``nvml``, ``modeled:<gpu>``) on ``engine``, or None: the plugin builds
+    its own."""
 
 
 def pytest_specenergy_pair_measured(pair: Any) -> None:

@@ -1,5 +1,6 @@
-"""Apply what was decided about a measured pair to its test: fail, skip, xfail or warn. A regression fails the
-test itself (not the session), so JUnit and IDEs pin it to the case. Nothing here decides or measures."""
+"""Apply what was decided about a measured pair to its test: fail, skip, xfail or warn. A regression
+fails the test itself (not the session), so JUnit and IDEs pin it to the case. Nothing here decides
+or measures."""
 
 from __future__ import annotations
 
@@ -16,8 +17,18 @@ if TYPE_CHECKING:
     from pytest_specenergy.measure.checks import Check
 
 #: Record fields copied into the JUnit XML as ``specenergy.<name>`` properties.
-JUNIT_FIELDS = ("energy_per_token", "energy_saving", "accept_length", "acceptance_rate", "tbt_ms",
-                "speedup", "source", "verdict", "baseline_file", "machine_key")
+JUNIT_FIELDS = (
+    "energy_per_token",
+    "energy_saving",
+    "accept_length",
+    "acceptance_rate",
+    "tbt_ms",
+    "speedup",
+    "source",
+    "verdict",
+    "baseline_file",
+    "machine_key",
+)
 
 
 def add_properties(item: pytest.Item, record: CaseRecord) -> None:
@@ -26,13 +37,21 @@ def add_properties(item: pytest.Item, record: CaseRecord) -> None:
         value = getattr(record, key)
         if value is not None:
             item.user_properties.append((f"specenergy.{key}", value))
-    item.user_properties.append(("specenergy.baseline_energy_per_token", record.baseline.energy_per_token))
+    item.user_properties.append(
+        ("specenergy.baseline_energy_per_token", record.baseline.energy_per_token)
+    )
 
 
-def apply(item: pytest.Item, failed_checks: Sequence[Check], checks_mode: str,
-          judgement: Judgement | None, described_pair: str, body_failed: bool) -> None:
-    """Raise to fail, skip or xfail ``item``; warn for what only warns (``checks_mode``: ``fail`` or ``warn`` on a
-    failed validity check). A body that already failed keeps its own failure."""
+def apply(
+    item: pytest.Item,
+    failed_checks: Sequence[Check],
+    checks_mode: str,
+    judgement: Judgement | None,
+    described_pair: str,
+    body_failed: bool,
+) -> None:
+    """Raise to fail, skip or xfail ``item``; warn for what only warns (``checks_mode``: ``fail`` or
+    ``warn`` on a failed validity check). A body that already failed keeps its own failure."""
     __tracebackhide__ = True  # the failure is the message, not this frame
     failures: list[str] = []
     checks = "; ".join(str(c) for c in failed_checks)

@@ -1,5 +1,6 @@
-"""What a finished session writes: the ``--specenergy-json`` file, the run history, the queued golden baselines.
-Each is written on its own: one that cannot be (read-only folder, full disk) fails the session, not the others."""
+"""What a finished session writes: the ``--specenergy-json`` file, the run history, the queued
+golden baselines. Each is written on its own: one that cannot be (read-only folder, full disk) fails
+the session, not the others."""
 
 from __future__ import annotations
 
@@ -32,15 +33,22 @@ def unwritable_outputs(config: SpecEnergyConfig) -> list[str]:
     outputs = []
     if config.json:
         outputs.append(("--specenergy-json", Path(config.json).parent))
-        if config.compare and Path(config.compare).is_file() and Path(config.compare).resolve() == \
-                Path(config.json).resolve():
-            return [f"--specenergy-json {config.json} is the --specenergy-compare baseline: writing it would "
-                    "replace the baseline; write the JSON to another path"]
+        if (
+            config.compare
+            and Path(config.compare).is_file()
+            and Path(config.compare).resolve() == Path(config.json).resolve()
+        ):
+            return [
+                f"--specenergy-json {config.json} is the --specenergy-compare baseline: writing "
+                "it would replace the baseline; write the JSON to another path"
+            ]
     if config.save or config.autosave:
         outputs.append(("--specenergy-storage", Path(config.storage)))
     if config.golden:
         outputs.append(("--specenergy-baselines", Path(config.baselines)))
-    return [f"{option} {folder}: {why}" for option, folder in outputs if (why := _unwritable(folder))]
+    return [
+        f"{option} {folder}: {why}" for option, folder in outputs if (why := _unwritable(folder))
+    ]
 
 
 def _unwritable(folder: Path) -> str | None:
@@ -59,7 +67,9 @@ def _unwritable(folder: Path) -> str | None:
     return None
 
 
-def write_outputs(document: RunDocument, config: SpecEnergyConfig, gate: Gatekeeper, hook: Any) -> Written:
+def write_outputs(
+    document: RunDocument, config: SpecEnergyConfig, gate: Gatekeeper, hook: Any
+) -> Written:
     """Write every output of ``document``; the ``pytest_specenergy_update_json`` hook sees the
     JSON first, and what it adds is kept in the file and in the history."""
     from pytest_specenergy.atomic import write_json_atomic
@@ -71,7 +81,9 @@ def write_outputs(document: RunDocument, config: SpecEnergyConfig, gate: Gatekee
     data = document.as_dict()
     hook.pytest_specenergy_update_json(data=data)
     try:
-        document = RunDocument.from_dict(data, source="the document after pytest_specenergy_update_json")
+        document = RunDocument.from_dict(
+            data, source="the document after pytest_specenergy_update_json"
+        )
     except DocumentError as exc:
         failures.append(f"a pytest_specenergy_update_json hook broke the run document: {exc}")
     json_path = None
@@ -80,15 +92,19 @@ def write_outputs(document: RunDocument, config: SpecEnergyConfig, gate: Gatekee
             write_json_atomic(config.json, data)
             json_path = config.json
         except OSError as exc:
-            failures.append(f"--specenergy-json {config.json}: cannot be written ({exc.strerror or exc})")
+            failures.append(
+                f"--specenergy-json {config.json}: cannot be written ({exc.strerror or exc})"
+            )
     saved = []
     if config.save or config.autosave:
         for key in sorted({r.machine_key for r in document.results if r.machine_key}):
             try:
                 saved.append(gate.runs.save(document.on(key), config.save))
             except (OSError, StorageError) as exc:
-                failures.append(f"the run could not be saved in {gate.runs.root}: "
-                                f"{getattr(exc, 'strerror', None) or exc}")
+                failures.append(
+                    f"the run could not be saved in {gate.runs.root}: "
+                    f"{getattr(exc, 'strerror', None) or exc}"
+                )
     goldens: list[Path] = []
     unused: list[Path] = []
     if config.golden:

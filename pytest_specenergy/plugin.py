@@ -1,5 +1,6 @@
-"""The pytest11 entry point: hook specs, options, and the registered session object; everything else is a method
-of :class:`pytest_specenergy.session.SpecEnergySession`, which ``pytest_configure`` builds and registers."""
+"""The pytest11 entry point: hook specs, options, and the registered session object; everything else
+is a method of :class:`pytest_specenergy.session.SpecEnergySession`, which ``pytest_configure``
+builds and registers."""
 
 from __future__ import annotations
 

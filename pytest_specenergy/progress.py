@@ -1,4 +1,5 @@
-"""Progress lines: engine starts and, at ``-v``, repeats; how workers' lines get out: docs/design/root-cases.md."""
+"""Progress lines: engine starts and, at ``-v``, repeats; how workers' lines get out:
+docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import pytest
 
 from pytest_specenergy import xdist
 
-#: The report attribute that carries a worker's lines to the controller (xdist ships a report's plain attributes).
+#: The report attribute that carries a worker's lines to the controller (xdist ships a report's
+#: plain attributes).
 REPORT_ATTRIBUTE = "specenergy_progress"
 
 
 class Progress:
-    """The progress printer: a pytest plugin, and the callback handed to the engine pool and the pair measurer."""
+    """The progress printer: a pytest plugin, and the callback handed to the engine pool and the
+    pair measurer."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -27,7 +30,8 @@ class Progress:
         self._lock = threading.Lock()
 
     def __call__(self, level: int, text: str) -> None:
-        """Report ``text`` if the verbosity asks for lines of ``level`` (0: engine starts, 1: repeats, at ``-v``)."""
+        """Report ``text`` if the verbosity asks for lines of ``level`` (0: engine starts, 1:
+        repeats, at ``-v``)."""
         if level > self.verbosity:
             return
         line = f"specenergy: {text}"
@@ -67,7 +71,9 @@ class Progress:
         if not lines or self.worker:
             return
         node = getattr(report, "node", None)
-        worker = getattr(getattr(node, "gateway", None), "id", None) or getattr(report, "worker_id", None)
+        worker = getattr(getattr(node, "gateway", None), "id", None) or getattr(
+            report, "worker_id", None
+        )
         prefix = f"[{worker}] " if worker else ""
         with self._lock:
             for line in lines:

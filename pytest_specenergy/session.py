@@ -1,4 +1,5 @@
-"""The session object: the registered plugin whose hook methods delegate; to whom: docs/design/root-cases.md."""
+"""The session object: the registered plugin whose hook methods delegate; to whom:
+docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ if TYPE_CHECKING:
     from pytest_specenergy.options import SpecEnergyConfig
     from pytest_specenergy.report.summary import SummaryReport
 
-# Collection needs only the markers: measurement, gate and report modules (numpy, HTTP, the run document) load on
-# first use (benchmarks/plugin_overhead.py measures the start, tests/unit/test_lazy_imports.py guards it).
+# Collection needs only the markers: measurement, gate and report modules (numpy, HTTP, the run
+# document) load on first use (benchmarks/plugin_overhead.py measures the start,
+# tests/unit/test_lazy_imports.py guards it).
 
 SESSION_KEY = pytest.StashKey["SpecEnergySession"]()
 #: The pair a test measured, for the post-call validity checks and the gate.
@@ -33,7 +35,11 @@ class SpecEnergySession:
     """Session-wide state and the hook methods: what the ``specenergy`` fixture returns."""
 
     def __init__(self, config: SpecEnergyConfig, hook: Any = None, progress: Any = None) -> None:
-        self.config, self.hook, self.progress = config, hook, progress  # progress: progress.Progress
+        self.config, self.hook, self.progress = (
+            config,
+            hook,
+            progress,
+        )  # progress: progress.Progress
         self.planned: list[Case] = []
         self.xdist_worker = False  # a worker collects every case and runs the ones it is sent
         self._measurer: PairMeasurer | None = None
@@ -42,7 +48,8 @@ class SpecEnergySession:
         self.records: list[CaseRecord] = []
         #: machine key -> machine description, for every key this run measured on.
         self.machines: dict[str, dict[str, Any]] = {}
-        #: xdist: spec_pair tests failed unmeasured (--specenergy-xdist=off); a worker crashed (run saved interrupted).
+        #: xdist: spec_pair tests failed unmeasured (--specenergy-xdist=off); a worker crashed (run
+        #: saved interrupted).
         self.xdist_skipped, self.worker_lost = 0, False
         #: ``--specenergy-fdr``: gated per-repeat comparisons collected (BH's N).
         self.fdr_tests = 0
@@ -67,7 +74,11 @@ class SpecEnergySession:
         return self._gate
 
     def _hook_meter(self, kind: str, server: Any) -> Any:
-        return None if self.hook is None else self.hook.pytest_specenergy_make_meter(kind=kind, engine=server)
+        return (
+            None
+            if self.hook is None
+            else self.hook.pytest_specenergy_make_meter(kind=kind, engine=server)
+        )
 
     def measure(self, case: Case) -> PairResult:
         """The pair for ``case``, measured once per session."""
@@ -78,7 +89,8 @@ class SpecEnergySession:
         return pair
 
     def limits_for(self, item: pytest.Item, strict: bool = True) -> list[FailLimit]:
-        """The limits of one test: marker > command line/ini > defaults; for a bad marker, none unless ``strict``."""
+        """The limits of one test: marker > command line/ini > defaults; for a bad marker, none
+        unless ``strict``."""
         from pytest_specenergy.gate.limits import FailExprError
         from pytest_specenergy.gate.limits import limits_of_test
 
@@ -97,7 +109,9 @@ class SpecEnergySession:
         from pytest_specenergy.gate.machine import pair_machine
 
         # The machine key of the run the pair was measured in (meter + engine + GPUs).
-        key, info = pair_machine(pair.speculative.engine, self.measurer.meter_description(pair.source), pair.source)
+        key, info = pair_machine(
+            pair.speculative.engine, self.measurer.meter_description(pair.source), pair.source
+        )
         self.machines.setdefault(key, info)
         record = pair.record(item.nodeid, key)
         judgement = None
@@ -113,7 +127,9 @@ class SpecEnergySession:
         self.records.append(record)
         item.stash[xdist.RECORD_KEY] = record  # under xdist it travels on the test's report
         outcome.add_properties(item, record)
-        outcome.apply(item, pair.failed_checks, self.config.checks, judgement, pair.describe(), body_failed)
+        outcome.apply(
+            item, pair.failed_checks, self.config.checks, judgement, pair.describe(), body_failed
+        )
 
     # -- hooks ----------------------------------------------------------------------------
     def pytest_report_header(self, config: pytest.Config) -> str:
@@ -128,18 +144,28 @@ class SpecEnergySession:
         try:  # the tolerance marker too: a typo is a collection error, not found after measuring
             if definition.get_closest_marker("tolerance") is not None:  # else only parsed options
                 self.limits_for(definition)
-            cases = build_cases(definition.nodeid, definition.get_closest_marker, self.config.case_defaults())
-        except (MarkerError, pytest.UsageError) as exc:  # the message, not a traceback from the plugin
+            cases = build_cases(
+                definition.nodeid, definition.get_closest_marker, self.config.case_defaults()
+            )
+        except (
+            MarkerError,
+            pytest.UsageError,
+        ) as exc:  # the message, not a traceback from the plugin
             raise pytest.Collector.CollectError(f"specenergy: {exc}") from None
         metafunc.parametrize("specenergy_case", cases, ids=[c.id for c in cases])
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Plan the collected cases; under ``--specenergy-dry-run`` print their command lines."""
-        items = [item for item in session.items
-                 if hasattr(item, "callspec") and "specenergy_case" in item.callspec.params]
+        items = [
+            item
+            for item in session.items
+            if hasattr(item, "callspec") and "specenergy_case" in item.callspec.params
+        ]
         self.planned = [item.callspec.params["specenergy_case"] for item in items]
         self.xdist_worker = xdist.is_worker(session.config)
-        if self.config.fdr:  # BH's N: the gated per-repeat comparisons (case x limit) of the collected tests
+        if (
+            self.config.fdr
+        ):  # BH's N: the gated per-repeat comparisons (case x limit) of the collected tests
             from pytest_specenergy.gate.limits import per_repeat_count
 
             self.fdr_tests = per_repeat_count(self.limits_for(item, strict=False) for item in items)
@@ -148,7 +174,9 @@ class SpecEnergySession:
         if self.config.dry_run:
             from pytest_specenergy.engines.dry_run import show_dry_run
 
-            if refused := show_dry_run(self.planned, session.config.pluginmanager.get_plugin("terminalreporter")):
+            if refused := show_dry_run(
+                self.planned, session.config.pluginmanager.get_plugin("terminalreporter")
+            ):
                 raise pytest.UsageError(refused)
 
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
@@ -158,7 +186,9 @@ class SpecEnergySession:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
         """After the body: record the pair it measured, run checks and gate, set the outcome."""
-        __tracebackhide__ = True  # a failure shows the test's line and the message, not this wrapper
+        __tracebackhide__ = (
+            True  # a failure shows the test's line and the message, not this wrapper
+        )
         body_error: BaseException | None = None
         try:
             result = yield
@@ -166,7 +196,11 @@ class SpecEnergySession:
             body_error, result = exc, None
         pair = item.stash.get(PAIR_KEY, None)
         if pair is not None:
-            self.settle(item, pair, body_error is not None and not isinstance(body_error, pytest.skip.Exception))
+            self.settle(
+                item,
+                pair,
+                body_error is not None and not isinstance(body_error, pytest.skip.Exception),
+            )
         if body_error is not None:
             raise body_error
         return result
@@ -178,21 +212,30 @@ class SpecEnergySession:
         self.worker_lost = self.worker_lost or error is not None
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        """Decide the suite, write the outputs, build the summary; a session cut short (Ctrl-C, SIGTERM, ``-x``, a
-        crashed worker) is saved marked ``interrupted``, which no reference (``last``, a name) selects."""
+        """Decide the suite, write the outputs, build the summary; a session cut short (Ctrl-C,
+        SIGTERM, ``-x``, a crashed worker) is saved marked ``interrupted``, which no reference
+        (``last``, a name) selects."""
         if xdist.is_worker(session.config):
             session.config.workeroutput[xdist.SKIPPED_KEY] = self.xdist_skipped  # type: ignore[attr-defined]
             return
-        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop or session.shouldfail) \
+        interrupted = (
+            exitstatus == pytest.ExitCode.INTERRUPTED
+            or bool(session.shouldstop or session.shouldfail)
             or self.worker_lost
-        if self.finish(session.config.hook, interrupted) and session.exitstatus == pytest.ExitCode.OK:
+        )
+        if (
+            self.finish(session.config.hook, interrupted)
+            and session.exitstatus == pytest.ExitCode.OK
+        ):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def finish(self, hook: Any, interrupted: bool) -> bool:
-        """Judge the suite, write the run document and the queued goldens, build the summary; True: fail the session."""
+        """Judge the suite, write the run document and the queued goldens, build the summary; True:
+        fail the session."""
         if not self.records:  # a collection, or nothing measured: no gate; a summary only for xdist
             if self.xdist_skipped:
                 from pytest_specenergy.report.summary import SummaryReport
+
                 self.report = SummaryReport.of_nothing(self.xdist_skipped)
             return False
         import pytest_specenergy.gate.machine as machine
@@ -201,16 +244,34 @@ class SpecEnergySession:
         from pytest_specenergy.outputs import write_outputs
         from pytest_specenergy.report.terminal import summary_report
 
-        suite = judge_suite(self.records, plan=self.gate.plan, fdr_q=self.config.fdr,
-                            fdr_collected=self.fdr_tests, latency_targets=self.config.latency_targets,
-                            references=self.gate.latency_references({r.machine_key for r in self.records}))
-        meters, starts = (self._measurer.describe_meters(), len(self._measurer.pool.starts)) if self._measurer \
+        suite = judge_suite(
+            self.records,
+            plan=self.gate.plan,
+            fdr_q=self.config.fdr,
+            fdr_collected=self.fdr_tests,
+            latency_targets=self.config.latency_targets,
+            references=self.gate.latency_references({r.machine_key for r in self.records}),
+        )
+        meters, starts = (
+            (self._measurer.describe_meters(), len(self._measurer.pool.starts))
+            if self._measurer
             else ({}, 0)
-        document = RunDocument.build(self.records, meters, starts, self.machines, host=machine.machine_info(),
-                                     interrupted=interrupted, fdr=suite.fdr, latency_targets=suite.latency_targets,
-                                     commit=machine.source_commit(self.config.rootdir))
+        )
+        document = RunDocument.build(
+            self.records,
+            meters,
+            starts,
+            self.machines,
+            host=machine.machine_info(),
+            interrupted=interrupted,
+            fdr=suite.fdr,
+            latency_targets=suite.latency_targets,
+            commit=machine.source_commit(self.config.rootdir),
+        )
         written = write_outputs(document, self.config, self.gate, hook)
-        self.report = summary_report(document, suite, written, self.xdist_skipped, self.config.verbose > 0)
+        self.report = summary_report(
+            document, suite, written, self.xdist_skipped, self.config.verbose > 0
+        )
         return suite.failed or bool(written.failures)
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:

@@ -1,4 +1,5 @@
-"""pytest-xdist: one GPU per worker, or no measurement; ``--specenergy-xdist``'s modes: docs/design/root-cases.md."""
+"""pytest-xdist: one GPU per worker, or no measurement; ``--specenergy-xdist``'s modes:
+docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ import pytest
 if TYPE_CHECKING:
     from pytest_specenergy.document import CaseRecord
 
-#: The worker output that hands a worker's count of spec_pair tests it refused to measure to the controller.
+#: The worker output that hands a worker's count of spec_pair tests it refused to measure to the
+#: controller.
 SKIPPED_KEY = "specenergy_xdist_skipped"
-OFF_REASON = ("specenergy: energy is not measured under pytest-xdist with --specenergy-xdist=off (workers would "
-              "share a GPU); use --specenergy-xdist=per-gpu (one GPU per worker) or run without -n")
+OFF_REASON = (
+    "specenergy: energy is not measured under pytest-xdist with --specenergy-xdist=off (workers "
+    "would share a GPU); use --specenergy-xdist=per-gpu (one GPU per worker) or run without -n"
+)
 
 
 def is_worker(config: pytest.Config) -> bool:
@@ -25,13 +29,17 @@ def is_worker(config: pytest.Config) -> bool:
 
 def is_controller(config: pytest.Config) -> bool:
     """True in the process that hands tests to xdist workers."""
-    return not is_worker(config) and bool(getattr(config.option, "numprocesses", None)) \
+    return (
+        not is_worker(config)
+        and bool(getattr(config.option, "numprocesses", None))
         and getattr(config.option, "dist", "no") != "no"
+    )
 
 
 def interrupt_on_sigterm() -> Any:
-    """On the xdist controller (it runs no engine, so no pool handler): SIGTERM interrupts the session like Ctrl-C, so
-    what workers reported is still written, marked interrupted. Returns the replaced handler (None: ignored or set)."""
+    """On the xdist controller (it runs no engine, so no pool handler): SIGTERM interrupts the
+    session like Ctrl-C, so what workers reported is still written, marked interrupted. Returns the
+    replaced handler (None: ignored or set)."""
     previous = signal.getsignal(signal.SIGTERM)
     if previous not in (signal.SIG_DFL, None):
         return None  # ignored, or someone else handles it: leave it
@@ -65,8 +73,10 @@ def pin_worker(config: pytest.Config) -> str | None:
         return None
     count = int(config.workerinput.get("workercount", len(gpus)))  # type: ignore[attr-defined]
     if count > len(gpus):
-        raise pytest.UsageError(f"--specenergy-xdist=per-gpu needs one GPU per worker: {count} workers but only "
-                                f"{len(gpus)} GPU(s) visible ({', '.join(gpus)}); use -n {len(gpus)}")
+        raise pytest.UsageError(
+            f"--specenergy-xdist=per-gpu needs one GPU per worker: {count} workers but only "
+            f"{len(gpus)} GPU(s) visible ({', '.join(gpus)}); use -n {len(gpus)}"
+        )
     os.environ["CUDA_VISIBLE_DEVICES"] = gpus[index]
     return gpus[index]
 
@@ -77,8 +87,9 @@ RECORD_ATTRIBUTE = "specenergy_record"
 
 
 class RecordCourier:
-    """Each test's record travels to the controller (``records``) on its own report (xdist serializes a report's
-    attributes), not in one bundle at the worker's end: a worker killed later loses none of the tests it finished."""
+    """Each test's record travels to the controller (``records``) on its own report (xdist
+    serializes a report's attributes), not in one bundle at the worker's end: a worker killed later
+    loses none of the tests it finished."""
 
     def __init__(self, config: pytest.Config, records: list[CaseRecord]) -> None:
         self.worker, self.records = is_worker(config), records
@@ -98,4 +109,6 @@ class RecordCourier:
         if data is not None and not self.worker:
             from pytest_specenergy.document import CaseRecord
 
-            self.records.append(CaseRecord.from_dict(data, f"the record of {report.nodeid} from its xdist worker"))
+            self.records.append(
+                CaseRecord.from_dict(data, f"the record of {report.nodeid} from its xdist worker")
+            )

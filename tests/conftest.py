@@ -22,24 +22,31 @@ import pytest_specenergy.engines.zygote  # noqa: F401
 #: folders (per-test times of 2026-12-05 on 2 cores: the end-to-end folder 290 s in all, up to
 #: 56 s a test; refserver 81 s; benchmarks and unit/engines 37 s each; ...); the rest is seconds
 #: in all. Equal ranks keep collection order.
-SLOW_FIRST = (("tests/sglang/test_sglang_live.py::test_plugin_against_live_sglang_cpu_servers",),
-              ("tests/integration/",), ("tests/refserver/",), ("tests/benchmarks/", "tests/unit/engines/"),
-              ("tests/unit/report/",))
+SLOW_FIRST = (
+    ("tests/sglang/test_sglang_live.py::test_plugin_against_live_sglang_cpu_servers",),
+    ("tests/integration/",),
+    ("tests/refserver/",),
+    ("tests/benchmarks/", "tests/unit/engines/"),
+    ("tests/unit/report/",),
+)
 
 
 def _slowness(item: pytest.Item) -> int:
-    return next((rank for rank, group in enumerate(SLOW_FIRST) if item.nodeid.startswith(group)), len(SLOW_FIRST))
+    return next(
+        (rank for rank, group in enumerate(SLOW_FIRST) if item.nodeid.startswith(group)),
+        len(SLOW_FIRST),
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under xdist, every worker starts on the slowest tests. xdist's work stealing hands each
     worker a contiguous share of the collection, steals from a queue's end, and never takes a
-    worker's last two (the running test and the next): a minute-long test left late in one share
-    ran alone while the other worker idled (13 s of a 250 s run; 4 s after), and the live
-    SGLang tests (two then), last in collection order, ran one after the other whenever one worker reached
-    the first before the other stole (tests/sglang/ 134 s against 99-106 s side by side). The
-    slowest first, dealt round-robin into one share per worker, start side by side and leave the
-    many short tests for the end, where stealing evens the workers out."""
+    worker's last two (the running test and the next): a minute-long test left late in one share ran
+    alone while the other worker idled (13 s of a 250 s run; 4 s after), and the live SGLang tests
+    (two then), last in collection order, ran one after the other whenever one worker reached the
+    first before the other stole (tests/sglang/ 134 s against 99-106 s side by side). The slowest
+    first, dealt round-robin into one share per worker, start side by side and leave the many short
+    tests for the end, where stealing evens the workers out."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if workers > 1:
         ordered = sorted(items, key=_slowness)
@@ -50,13 +57,19 @@ def fast_options(repeats: int = 1) -> list[str]:
     """The options of a quick pytester session: few repeats, no warm-up, a pool of 4 prompts
     where a suite names none (a batch above 2 needs more, its generation marker says so), no
     cache folder."""
-    return [f"--specenergy-repeats={repeats}", "--specenergy-warmup=0", "--specenergy-pool=4",
-            "-p", "no:cacheprovider"]
+    return [
+        f"--specenergy-repeats={repeats}",
+        "--specenergy-warmup=0",
+        "--specenergy-pool=4",
+        "-p",
+        "no:cacheprovider",
+    ]
 
 
 @pytest.fixture
 def run_suite(pytester: pytest.Pytester) -> Callable[..., Any]:
     """``run_suite(*args, repeats=1)``: run the pytester suite quickly with extra options."""
+
     def run(*args: str, repeats: int = 1) -> Any:
         return pytester.runpytest(*fast_options(repeats), *args)
 

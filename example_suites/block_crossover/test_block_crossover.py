@@ -37,23 +37,36 @@ pytestmark = [
 ]
 
 
-@pytest.mark.drafter(Drafter("block", draft_model="tiny:dense-draft", block_size=16, accept_p=0.8, id="dflash16"))
+@pytest.mark.drafter(
+    Drafter("block", draft_model="tiny:dense-draft", block_size=16, accept_p=0.8, id="dflash16")
+)
 @pytest.mark.batch(*BATCHES)
 def test_block_drafter_curve(spec_pair):
     r = spec_pair.measure()
     r.assert_equivalent()
     assert r.verify_intensity is not None and r.balance_point is not None, r.source
-    seen[r.case.batch] = (bool(r.compute_bound), r.verify_intensity, r.balance_point, r.energy_saving,
-                          r.draft_share)
+    seen[r.case.batch] = (
+        bool(r.compute_bound),
+        r.verify_intensity,
+        r.balance_point,
+        r.energy_saving,
+        r.draft_share,
+    )
 
 
 def test_crossover_matches_the_paper(request):
     meter = request.config.getoption("specenergy_meter") or ""
     gpu = "h100" if "h100" in meter else "h200"
     assert set(seen) == set(BATCHES), "run the whole module: every batch point is needed"
-    lines = [f"batch {b:>2}: verify {i:6.1f} FLOP/byte vs balance {bp:.0f} -> "
-             f"{'compute-bound' if cb else 'memory-bound '}  saving {s:+.1%}  draft share {d:.0%}"
-             for b, (cb, i, bp, s, d) in sorted(seen.items())]
+    lines = [
+        f"batch {b:>2}: verify {i:6.1f} FLOP/byte vs balance {bp:.0f} -> "
+        f"{'compute-bound' if cb else 'memory-bound '}  saving {s:+.1%}  draft share {d:.0%}"
+        for b, (cb, i, bp, s, d) in sorted(seen.items())
+    ]
     found = min((b for b, (cb, *_rest) in seen.items() if cb), default=None)
-    print("\n" + "\n".join(lines) + f"\ncrossover on {gpu}: batch {found} (paper: {PAPER_CROSSOVER[gpu]})")
+    print(
+        "\n"
+        + "\n".join(lines)
+        + f"\ncrossover on {gpu}: batch {found} (paper: {PAPER_CROSSOVER[gpu]})"
+    )
     assert found == PAPER_CROSSOVER[gpu], "\n".join(lines)

@@ -18,8 +18,14 @@ EAGLE3 = os.environ.get("SPECENERGY_EAGLE3", "Tengyunw/qwen3_8b_eagle3")
 MAX_TOTAL_TOKENS = int(os.environ.get("SPECENERGY_MAX_TOTAL_TOKENS", "131072"))
 
 pytestmark = [
-    pytest.mark.model(MODEL, engine="sglang", dtype="bfloat16", max_running_requests=64,
-                      attention_backend="flashinfer", max_total_tokens=MAX_TOTAL_TOKENS),
+    pytest.mark.model(
+        MODEL,
+        engine="sglang",
+        dtype="bfloat16",
+        max_running_requests=64,
+        attention_backend="flashinfer",
+        max_total_tokens=MAX_TOTAL_TOKENS,
+    ),
     pytest.mark.corpus("code", "conversation"),
     # A pool of 3x the largest batch: at batch 64 a 96-prompt pool cannot hold the steady state.
     pytest.mark.generation(max_new_tokens=512, prompts=192),

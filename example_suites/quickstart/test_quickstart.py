@@ -33,7 +33,9 @@ def test_ngram_pays_for_itself(spec_pair):
         r.assert_saves_energy()
 
 
-@pytest.mark.drafter(Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=4, id="draft"))
+@pytest.mark.drafter(
+    Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=4, id="draft")
+)
 @pytest.mark.batch(1, 4)
 def test_draft_model_is_exact(spec_pair):
     r = spec_pair.measure()

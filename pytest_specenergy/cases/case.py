@@ -1,4 +1,5 @@
-"""Cases: one resolved measurement per test item; its engines, pool and baseline arm: docs/design/root-cases.md."""
+"""Cases: one resolved measurement per test item; its engines, pool and baseline arm:
+docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ DEFAULT_PROMPT_POOL = 96
 
 @dataclass(frozen=True)
 class Generation:
-    """How each request is generated; ``prompts``: the pool measured per repeat (docs/design/root-cases.md)."""
+    """How each request is generated; ``prompts``: the pool measured per repeat
+    (docs/design/root-cases.md)."""
 
     max_new_tokens: int = 64
     prompts: int | None = None
@@ -26,8 +28,9 @@ class Generation:
     temperature: float = 0.0
 
     def pool_size(self, corpus_size: int) -> int:
-        """The prompt pool's size for a corpus of ``corpus_size`` prompts, the same at every batch (a pool
-        too small for its batch never reaches a steady state, and the concurrency check says so)."""
+        """The prompt pool's size for a corpus of ``corpus_size`` prompts, the same at every batch
+        (a pool too small for its batch never reaches a steady state, and the concurrency check says
+        so)."""
         return self.prompts if self.prompts is not None else min(DEFAULT_PROMPT_POOL, corpus_size)
 
     def as_dict(self) -> dict[str, Any]:
@@ -37,13 +40,15 @@ class Generation:
 
 @dataclass(frozen=True)
 class Case:
-    """One point of the matrix: a speculative engine (``spec``; its twin the baseline) x batch x corpus x generation."""
+    """One point of the matrix: a speculative engine (``spec``; its twin the baseline) x batch x
+    corpus x generation."""
 
     spec: EngineConfig
     batch: int
     corpus: Corpus = field(compare=False)
     generation: Generation = Generation()
-    #: In-job A/B: a reference drafter measured in the candidate's repeat cycles, interleaved with the shared baseline.
+    #: In-job A/B: a reference drafter measured in the candidate's repeat cycles, interleaved with
+    #: the shared baseline.
     reference: Drafter | None = None
     model_id: str = ""
     #: Prefix ids with the model (set when a test's matrix has several models).
@@ -59,12 +64,27 @@ class Case:
             object.__setattr__(self, "model_id", model_short_name(self.model))
 
     @classmethod
-    def of(cls, *, batch: int, corpus: Corpus, generation: Generation = Generation(),
-           reference: Drafter | None = None, model_in_id: bool = False,
-           engine_options: tuple[tuple[str, Any], ...] = (), **engine: Any) -> Case:
-        """A case from its workload and its engine's settings (EngineConfig's fields; its options as engine_options)."""
-        return cls(EngineConfig(options=engine_options, **engine), batch, corpus, generation, reference,
-                   model_in_id=model_in_id)
+    def of(
+        cls,
+        *,
+        batch: int,
+        corpus: Corpus,
+        generation: Generation = Generation(),
+        reference: Drafter | None = None,
+        model_in_id: bool = False,
+        engine_options: tuple[tuple[str, Any], ...] = (),
+        **engine: Any,
+    ) -> Case:
+        """A case from its workload and its engine's settings (EngineConfig's fields; its options as
+        engine_options)."""
+        return cls(
+            EngineConfig(options=engine_options, **engine),
+            batch,
+            corpus,
+            generation,
+            reference,
+            model_in_id=model_in_id,
+        )
 
     # What the rest of the plugin reads of the engine, by the names the markers use.
     @property
@@ -89,7 +109,8 @@ class Case:
 
     @property
     def id(self) -> str:
-        """The readable id: ``code-ngram-b4``, ``dense-code-ngram-b4`` (several models), ``code-a-vs-b-b4`` (A/B)."""
+        """The readable id: ``code-ngram-b4``, ``dense-code-ngram-b4`` (several models),
+        ``code-a-vs-b-b4`` (A/B)."""
         versus = f"-vs-{self.reference.id}" if self.reference is not None else ""
         base = f"{self.corpus.name}-{self.drafter.id}{versus}-b{self.batch}"
         return f"{self.model_id}-{base}" if self.model_in_id else base
@@ -107,8 +128,13 @@ class Case:
         return self.spec.twin()
 
     def reference_config(self) -> EngineConfig | None:
-        """The in-job A/B reference drafter's engine (the speculative config with that drafter), or None."""
-        return None if self.reference is None else dataclasses.replace(self.spec, drafter=self.reference)
+        """The in-job A/B reference drafter's engine (the speculative config with that drafter), or
+        None."""
+        return (
+            None
+            if self.reference is None
+            else dataclasses.replace(self.spec, drafter=self.reference)
+        )
 
     def baseline_key(self) -> tuple[Any, ...]:
         """What the baseline arm depends on: everything but the drafter."""
@@ -117,12 +143,25 @@ class Case:
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready description of the case."""
         spec, corpus = self.spec, self.corpus
-        return {"id": self.id, "engine": spec.engine, "model": spec.model, "drafter": self.drafter.as_dict(),
-                "reference": self.reference.as_dict() if self.reference is not None else None, "batch": self.batch,
-                "corpus": {"name": corpus.name, "source": corpus.source, "digest": corpus.digest,
-                           "size": len(corpus.prompts)},
-                "generation": self.generation.as_dict(), "engine_options": dict(spec.options), "dtype": spec.dtype,
-                "seed": spec.seed, "faults": list(spec.faults)}
+        return {
+            "id": self.id,
+            "engine": spec.engine,
+            "model": spec.model,
+            "drafter": self.drafter.as_dict(),
+            "reference": self.reference.as_dict() if self.reference is not None else None,
+            "batch": self.batch,
+            "corpus": {
+                "name": corpus.name,
+                "source": corpus.source,
+                "digest": corpus.digest,
+                "size": len(corpus.prompts),
+            },
+            "generation": self.generation.as_dict(),
+            "engine_options": dict(spec.options),
+            "dtype": spec.dtype,
+            "seed": spec.seed,
+            "faults": list(spec.faults),
+        }
 
 
 def model_short_name(model: str) -> str:

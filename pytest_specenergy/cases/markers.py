@@ -1,4 +1,5 @@
-"""Markers -> cases: the closest marker of each name wins, several values form an axis; docs/design/root-cases.md."""
+"""Markers -> cases: the closest marker of each name wins, several values form an axis;
+docs/design/root-cases.md."""
 
 from __future__ import annotations
 
@@ -24,23 +25,33 @@ from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.drafters import DrafterError
 
 #: Built-in tiny models of the reference server (made from a seed, no files).
-TINY_MODELS = ("tiny:dense", "tiny:dense-draft", "tiny:moe", "tiny:moe-draft", "tiny:hybrid", "tiny:hybrid-draft")
+TINY_MODELS = (
+    "tiny:dense",
+    "tiny:dense-draft",
+    "tiny:moe",
+    "tiny:moe-draft",
+    "tiny:hybrid",
+    "tiny:hybrid-draft",
+)
 
 MARKERS = {
-    "model": "model(name_or_path, ..., engine=None, dtype=None, device=None, seed=None, max_running_requests=None, "
-             "faults=(), **engine_kwargs): target model(s) of a spec_pair case; several names form a matrix axis",
-    "drafter": "drafter(*names_or_Drafter): speculative drafter(s) measured against the non-speculative twin; "
-               "several form a matrix axis",
-    "reference_drafter": "reference_drafter(name_or_Drafter): in-job A/B - also measure this drafter in the same "
-                         "repeat cycles as each candidate drafter, and gate the candidate against it (no stored "
-                         "baseline needed)",
-    "batch": "batch(*ints): requests kept in flight (the engine's running batch); several form a matrix axis",
-    "corpus": "corpus(*names_or_Corpus): prompt corpora (code, conversation, long-document, news, rm-news, "
-              "jsonl:PATH); several form a matrix axis",
-    "generation": "generation(max_new_tokens=64, prompts=None, ignore_eos=False, temperature=0): how each request "
-                  "is generated",
-    "tolerance": "tolerance(*exprs, **limits): regression limits for this test, e.g. tolerance(energy_per_token='5%', "
-                 "accept_length=0.1); overrides --specenergy-compare-fail metric by metric",
+    "model": "model(name_or_path, ..., engine=None, dtype=None, device=None, seed=None, "
+    "max_running_requests=None, faults=(), **engine_kwargs): target model(s) of a "
+    "spec_pair case; several names form a matrix axis",
+    "drafter": "drafter(*names_or_Drafter): speculative drafter(s) measured against the "
+    "non-speculative twin; several form a matrix axis",
+    "reference_drafter": "reference_drafter(name_or_Drafter): in-job A/B - also measure this "
+    "drafter in the same repeat cycles as each candidate drafter, and gate "
+    "the candidate against it (no stored baseline needed)",
+    "batch": "batch(*ints): requests kept in flight (the engine's running batch); several form a "
+    "matrix axis",
+    "corpus": "corpus(*names_or_Corpus): prompt corpora (code, conversation, long-document, "
+    "news, rm-news, jsonl:PATH); several form a matrix axis",
+    "generation": "generation(max_new_tokens=64, prompts=None, ignore_eos=False, temperature=0): "
+    "how each request is generated",
+    "tolerance": "tolerance(*exprs, **limits): regression limits for this test, e.g. "
+    "tolerance(energy_per_token='5%', accept_length=0.1); overrides "
+    "--specenergy-compare-fail metric by metric",
 }
 
 _MODEL_KWARGS = {"engine", "dtype", "device", "seed", "max_running_requests", "faults"}
@@ -61,7 +72,8 @@ class CaseDefaults:
     #: Prompts per pool when the generation marker does not say (None: the corpus's first 96).
     pool: int | None = None
     #: The energy is modeled (no board counter): a case's default pool is sized for a CPU minute,
-    #: :data:`CPU_POOL_PER_BATCH` prompts per request in flight, at least :data:`CPU_POOL_MIN`, not the paper's 96.
+    #: :data:`CPU_POOL_PER_BATCH` prompts per request in flight, at least :data:`CPU_POOL_MIN`, not
+    #: the paper's 96.
     modeled: bool = False
 
 
@@ -71,10 +83,15 @@ CPU_POOL_PER_BATCH, CPU_POOL_MIN = 3, 12
 
 
 def build_cases(test: str, closest: Callable[[str], Any], config: CaseDefaults) -> list[Case]:
-    """Expand a test's markers (``closest``: name -> closest pytest Mark or None) into cases, in a stable order."""
+    """Expand a test's markers (``closest``: name -> closest pytest Mark or None) into cases, in a
+    stable order."""
     models = _models(test, closest("model"), config)
-    drafters = [_drafter(test, "drafter", value)
-                for value in _values(test, "drafter", closest("drafter"), "drafter names or Drafter(...) objects")]
+    drafters = [
+        _drafter(test, "drafter", value)
+        for value in _values(
+            test, "drafter", closest("drafter"), "drafter names or Drafter(...) objects"
+        )
+    ]
     batches = _batches(test, closest("batch"))
     corpora = _corpora(test, closest("corpus"))
     pool = config.pool
@@ -88,40 +105,69 @@ def build_cases(test: str, closest: Callable[[str], Any], config: CaseDefaults) 
     specs: dict[tuple[int, int], EngineConfig] = {}
     model_ids = [model_short_name(model) for model, _ in models]
     for (m, (model, opts)), corpus, (d, drafter), batch in itertools.product(
-            enumerate(models), corpora, enumerate(drafters), batches):
+        enumerate(models), corpora, enumerate(drafters), batches
+    ):
         if (m, d) not in specs:
             specs[m, d] = _spec(test, model, opts, drafter, reference)
-        cases.append(Case(specs[m, d], batch, corpus, generation, reference, model_id=model_ids[m],
-                          model_in_id=len(models) > 1))
+        cases.append(
+            Case(
+                specs[m, d],
+                batch,
+                corpus,
+                generation,
+                reference,
+                model_id=model_ids[m],
+                model_in_id=len(models) > 1,
+            )
+        )
     ids = [c.id for c in cases]
     duplicates = sorted(i for i, n in collections.Counter(ids).items() if n > 1)
     if duplicates:
-        raise MarkerError(f"{test}: the matrix has several cases with id {duplicates[0]!r}; give each Drafter a "
-                          f"distinct id= (for example Drafter('ngram', num_draft_tokens=4, id='ngram-4'))")
+        raise MarkerError(
+            f"{test}: the matrix has several cases with id {duplicates[0]!r}; give each Drafter a "
+            f"distinct id= (for example Drafter('ngram', num_draft_tokens=4, id='ngram-4'))"
+        )
     return cases
 
 
-def _spec(test: str, model: str, opts: dict[str, Any], drafter: Drafter, reference: Drafter | None) -> EngineConfig:
+def _spec(
+    test: str, model: str, opts: dict[str, Any], drafter: Drafter, reference: Drafter | None
+) -> EngineConfig:
     """The speculative engine of one (model, drafter) pair, checked."""
     engine = opts["engine"]
     _check_drafter(test, "drafter", drafter, engine)
     for marker, declared in (("drafter", drafter), ("reference_drafter", reference)):
-        if declared is not None and engine != "reference" and dict(declared.settings).get("accept_p") is not None:
-            raise MarkerError(f"{test}: marker {marker} value {declared!r}: accept_p (controlled acceptance) is a "
-                              f"reference-server calibration knob; the {engine} engine has no such setting")
+        if (
+            declared is not None
+            and engine != "reference"
+            and dict(declared.settings).get("accept_p") is not None
+        ):
+            raise MarkerError(
+                f"{test}: marker {marker} value {declared!r}: accept_p (controlled acceptance) is "
+                f"a reference-server calibration knob; the {engine} engine has no such setting"
+            )
     if reference is not None:
         _check_drafter(test, "reference_drafter", reference, engine)
         if reference == drafter:
-            raise MarkerError(f"{test}: marker reference_drafter {reference!r} is the candidate drafter itself; "
-                              f"name the drafter the candidate replaces (e.g. the old draft checkpoint)")
-    return EngineConfig(engine=engine, model=model, drafter=drafter, options=opts["engine_options"],
-                        **{k: v for k, v in opts.items() if k not in ("engine", "engine_options")})
+            raise MarkerError(
+                f"{test}: marker reference_drafter {reference!r} is the candidate drafter itself; "
+                f"name the drafter the candidate replaces (e.g. the old draft checkpoint)"
+            )
+    return EngineConfig(
+        engine=engine,
+        model=model,
+        drafter=drafter,
+        options=opts["engine_options"],
+        **{k: v for k, v in opts.items() if k not in ("engine", "engine_options")},
+    )
 
 
 def _check_drafter(test: str, marker: str, drafter: Drafter, engine: str) -> None:
     if drafter.name not in ENGINE_DRAFTERS[engine]:
-        raise MarkerError(f"{test}: marker {marker} value {drafter!r} is not implemented by the {engine} "
-                          f"engine; expected one of {', '.join(ENGINE_DRAFTERS[engine])}")
+        raise MarkerError(
+            f"{test}: marker {marker} value {drafter!r} is not implemented by the {engine} "
+            f"engine; expected one of {', '.join(ENGINE_DRAFTERS[engine])}"
+        )
     if drafter.draft_model:
         _check_model_path(test, marker, drafter.draft_model, engine)
 
@@ -139,17 +185,32 @@ def _models(test: str, mark: Any, config: CaseDefaults) -> list[tuple[str, dict[
     kwargs = dict(mark.kwargs)
     engine = kwargs.get("engine") or config.engine
     if engine not in ENGINES:
-        raise MarkerError(f"{test}: marker model(engine={engine!r}): expected one of {', '.join(ENGINES)}")
-    values = {"dtype": kwargs.get("dtype", "auto"), "device": kwargs.get("device", config.device),
-              "seed": kwargs.get("seed", 0), "max_running_requests": kwargs.get("max_running_requests")}
+        raise MarkerError(
+            f"{test}: marker model(engine={engine!r}): expected one of {', '.join(ENGINES)}"
+        )
+    values = {
+        "dtype": kwargs.get("dtype", "auto"),
+        "device": kwargs.get("device", config.device),
+        "seed": kwargs.get("seed", 0),
+        "max_running_requests": kwargs.get("max_running_requests"),
+    }
     dtypes = ENGINE_DTYPES[engine]
     for key, ok, expected in (  # in this order: the first check a value fails names it
-            ("dtype", lambda v: isinstance(v, str), "expected a string"),
-            ("dtype", lambda v: v in dtypes, f"the {engine} engine takes one of {', '.join(dtypes)}"),
-            ("device", lambda v: isinstance(v, str), "expected a string"),
-            ("device", lambda v: re.fullmatch(r"auto|cpu|cuda(:\d+)?", v), "expected auto, cpu, cuda or cuda:N"),
-            ("seed", _integer, "expected an integer"),
-            ("max_running_requests", lambda v: v is None or (_integer(v) and v >= 1), "expected a positive integer")):
+        ("dtype", lambda v: isinstance(v, str), "expected a string"),
+        ("dtype", lambda v: v in dtypes, f"the {engine} engine takes one of {', '.join(dtypes)}"),
+        ("device", lambda v: isinstance(v, str), "expected a string"),
+        (
+            "device",
+            lambda v: re.fullmatch(r"auto|cpu|cuda(:\d+)?", v),
+            "expected auto, cpu, cuda or cuda:N",
+        ),
+        ("seed", _integer, "expected an integer"),
+        (
+            "max_running_requests",
+            lambda v: v is None or (_integer(v) and v >= 1),
+            "expected a positive integer",
+        ),
+    ):
         if not ok(values[key]):
             raise MarkerError(f"{test}: marker model({key}={values[key]!r}): {expected}")
     faults = kwargs.get("faults", ())
@@ -161,9 +222,16 @@ def _models(test: str, mark: Any, config: CaseDefaults) -> list[tuple[str, dict[
     if engine == "sglang" and config.sglang_version and "sglang_version" not in extra:
         extra["sglang_version"] = config.sglang_version
     if extra and engine == "reference":
-        raise MarkerError(f"{test}: marker model got engine option(s) {', '.join(sorted(extra))} that the "
-                          f"reference engine does not take; expected only {', '.join(sorted(_MODEL_KWARGS))}")
-    opts = {"engine": engine, **values, "faults": tuple(faults), "engine_options": EngineConfig.freeze_options(extra)}
+        raise MarkerError(
+            f"{test}: marker model got engine option(s) {', '.join(sorted(extra))} that the "
+            f"reference engine does not take; expected only {', '.join(sorted(_MODEL_KWARGS))}"
+        )
+    opts = {
+        "engine": engine,
+        **values,
+        "faults": tuple(faults),
+        "engine_options": EngineConfig.freeze_options(extra),
+    }
     models = []
     for name in names:
         if not isinstance(name, (str, os.PathLike)) or not str(name):
@@ -184,11 +252,15 @@ def _check_model_path(test: str, marker: str, name: str, engine: str) -> None:
     if name.startswith(("tiny:", "random:")):
         tiny = name.startswith("tiny:")
         if tiny and name not in TINY_MODELS:
-            raise MarkerError(f"{test}: marker {marker} value {name!r} is not a built-in tiny "
-                              f"model; expected one of {', '.join(TINY_MODELS)} or a checkpoint path")
+            raise MarkerError(
+                f"{test}: marker {marker} value {name!r} is not a built-in tiny "
+                f"model; expected one of {', '.join(TINY_MODELS)} or a checkpoint path"
+            )
         if engine != "reference":
-            raise MarkerError(f"{test}: marker {marker} value {name!r}: {'tiny' if tiny else 'random:'} models run "
-                              f"only on the reference engine, not {engine}")
+            raise MarkerError(
+                f"{test}: marker {marker} value {name!r}: {'tiny' if tiny else 'random:'} models "
+                f"run only on the reference engine, not {engine}"
+            )
         return
     # The engine process inherits pytest's working directory and resolves a relative path there,
     # so the check does too (not against the rootdir, which a run from a subfolder differs from).
@@ -198,11 +270,18 @@ def _check_model_path(test: str, marker: str, name: str, engine: str) -> None:
     hub_id = not name.startswith(("/", ".", "~")) and name.count("/") == 1
     if engine == "sglang" and hub_id:
         return  # a hub id: SGLang resolves it from its own cache on the runner
-    relative = "" if os.path.isabs(os.path.expanduser(name)) else " (relative to the working directory)"
-    raise MarkerError(f"{test}: marker {marker} value {name!r}: no such model directory "
-                      f"({path}{relative}); expected an existing checkpoint directory"
-                      + (f", random:SHAPE or one of {', '.join(TINY_MODELS)}" if engine == "reference"
-                         else " or a hub id such as Qwen/Qwen3-8B"))
+    relative = (
+        "" if os.path.isabs(os.path.expanduser(name)) else " (relative to the working directory)"
+    )
+    raise MarkerError(
+        f"{test}: marker {marker} value {name!r}: no such model directory "
+        f"({path}{relative}); expected an existing checkpoint directory"
+        + (
+            f", random:SHAPE or one of {', '.join(TINY_MODELS)}"
+            if engine == "reference"
+            else " or a hub id such as Qwen/Qwen3-8B"
+        )
+    )
 
 
 def _drafter(test: str, marker: str, value: Any) -> Drafter:
@@ -210,7 +289,10 @@ def _drafter(test: str, marker: str, value: Any) -> Drafter:
     if isinstance(value, Drafter):
         return value
     if not isinstance(value, str):
-        raise MarkerError(f"{test}: marker {marker} value {value!r}: expected a drafter name or a Drafter(...) object")
+        raise MarkerError(
+            f"{test}: marker {marker} value {value!r}: expected a drafter name or a Drafter(...) "
+            "object"
+        )
     try:
         return Drafter(value)
     except DrafterError as exc:
@@ -222,8 +304,10 @@ def _reference(test: str, mark: Any) -> Drafter | None:
     if mark is None:
         return None
     if len(mark.args) != 1 or mark.kwargs:
-        raise MarkerError(f"{test}: marker reference_drafter takes exactly one drafter name or "
-                          f"Drafter(...) object, got args={mark.args!r} kwargs={mark.kwargs!r}")
+        raise MarkerError(
+            f"{test}: marker reference_drafter takes exactly one drafter name or "
+            f"Drafter(...) object, got args={mark.args!r} kwargs={mark.kwargs!r}"
+        )
     return _drafter(test, "reference_drafter", mark.args[0])
 
 
@@ -231,8 +315,10 @@ def _batches(test: str, mark: Any) -> list[int]:
     values = _values(test, "batch", mark, "positive integers such as batch(1, 4, 16)")
     for value in values:
         if not _integer(value) or value < 1:
-            raise MarkerError(f"{test}: marker batch value {value!r}: expected a positive "
-                              f"integer such as batch(1, 4, 16)")
+            raise MarkerError(
+                f"{test}: marker batch value {value!r}: expected a positive "
+                f"integer such as batch(1, 4, 16)"
+            )
     return list(values)
 
 
@@ -251,24 +337,38 @@ def _generation(test: str, mark: Any, pool: int | None = None) -> Generation:
     if mark is None:
         return Generation(prompts=pool)
     if mark.args:
-        raise MarkerError(f"{test}: marker generation takes keywords only "
-                          f"(max_new_tokens=, prompts=, ignore_eos=, temperature=), got {mark.args!r}")
+        raise MarkerError(
+            f"{test}: marker generation takes keywords only "
+            f"(max_new_tokens=, prompts=, ignore_eos=, temperature=), got {mark.args!r}"
+        )
     kwargs = dict(mark.kwargs)
     unknown = sorted(set(kwargs) - {"max_new_tokens", "prompts", "ignore_eos", "temperature"})
     if unknown:
-        raise MarkerError(f"{test}: marker generation got unknown keyword(s) {', '.join(unknown)}; "
-                          f"expected max_new_tokens=, prompts=, ignore_eos=, temperature=")
+        raise MarkerError(
+            f"{test}: marker generation got unknown keyword(s) {', '.join(unknown)}; "
+            f"expected max_new_tokens=, prompts=, ignore_eos=, temperature="
+        )
     for key in ("max_new_tokens", "prompts"):
         value = kwargs.get(key)
         if value is not None and (not _integer(value) or value < 1):
-            raise MarkerError(f"{test}: marker generation({key}={value!r}): expected a positive integer")
+            raise MarkerError(
+                f"{test}: marker generation({key}={value!r}): expected a positive integer"
+            )
     if not isinstance(kwargs.get("ignore_eos", False), bool):
-        raise MarkerError(f"{test}: marker generation(ignore_eos={kwargs['ignore_eos']!r}): expected True or False")
+        raise MarkerError(
+            f"{test}: marker generation(ignore_eos={kwargs['ignore_eos']!r}): expected True or "
+            "False"
+        )
     temperature = kwargs.get("temperature", 0)
     if temperature != 0:
-        raise MarkerError(f"{test}: marker generation(temperature={temperature!r}): only greedy decoding "
-                          f"(temperature=0) is measured, because equivalence with the baseline is checked token for "
-                          f"token")
-    return Generation(max_new_tokens=kwargs.get("max_new_tokens", 64), prompts=kwargs.get("prompts", pool),
-                      ignore_eos=kwargs.get("ignore_eos", False), temperature=0.0)
-
+        raise MarkerError(
+            f"{test}: marker generation(temperature={temperature!r}): only greedy decoding "
+            "(temperature=0) is measured, because equivalence with the baseline is checked token "
+            "for token"
+        )
+    return Generation(
+        max_new_tokens=kwargs.get("max_new_tokens", 64),
+        prompts=kwargs.get("prompts", pool),
+        ignore_eos=kwargs.get("ignore_eos", False),
+        temperature=0.0,
+    )

@@ -1,5 +1,5 @@
-"""``specenergy doctor``: can this machine run the GPU path (SGLang + NVML)?
-One line per check, OK / WARN / FAIL, each failure with its fix (which fail: ``docs/design/meters-report-cli.md``)."""
+"""``specenergy doctor``: can this machine run the GPU path (SGLang + NVML)? One line per check, OK
+/ WARN / FAIL, each failure with its fix (which fail: ``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 
@@ -47,9 +47,18 @@ def check_nvml(nvml_module: Any = None) -> tuple[Finding, Nvml | None]:
     try:
         nvml = Nvml(nvml_module)
     except MeterError as exc:
-        return Finding("nvml", FAIL, str(exc), "run on a machine with an NVIDIA GPU and driver, with nvidia-ml-py "
-                       "installed (pip install 'pytest-specenergy[nvml]')"), None
-    binding = "injected module" if nvml_module is not None else f"nvidia-ml-py {_dist_version('nvidia-ml-py') or '?'}"
+        return Finding(
+            "nvml",
+            FAIL,
+            str(exc),
+            "run on a machine with an NVIDIA GPU and driver, with nvidia-ml-py "
+            "installed (pip install 'pytest-specenergy[nvml]')",
+        ), None
+    binding = (
+        "injected module"
+        if nvml_module is not None
+        else f"nvidia-ml-py {_dist_version('nvidia-ml-py') or '?'}"
+    )
     return Finding("nvml", OK, f"{binding}, driver {nvml.driver() or '?'}"), nvml
 
 
@@ -60,23 +69,42 @@ def check_gpus(nvml: Nvml) -> list[Finding]:
     except MeterError as exc:
         return [Finding("gpus", FAIL, str(exc))]
     if not gpus:
-        return [Finding("gpus", FAIL, "NVML sees no GPU", "check nvidia-smi and the container's GPU runtime")]
+        return [
+            Finding(
+                "gpus", FAIL, "NVML sees no GPU", "check nvidia-smi and the container's GPU runtime"
+            )
+        ]
     checks = []
     driver = nvml.driver()
     for index, gpu in enumerate(gpus):
         facts = gpu.facts(driver)
         persistence = {True: "on", False: "off", None: "?"}[facts.persistence_mode]
-        detail = (f"{facts.name} {facts.uuid}, power limit {_num(facts.power_limit_w, 'W')} "
-                  f"(default {_num(facts.default_power_limit_w, 'W')}), SM {_num(facts.sm_clock_mhz, 'MHz')} "
-                  f"(max {_num(facts.max_sm_clock_mhz, 'MHz')}), memory {_num(facts.mem_clock_mhz, 'MHz')}, "
-                  f"{_num(facts.temperature_c, 'C')}, persistence {persistence}")
+        detail = (
+            f"{facts.name} {facts.uuid}, power limit {_num(facts.power_limit_w, 'W')} (default "
+            f"{_num(facts.default_power_limit_w, 'W')}), SM {_num(facts.sm_clock_mhz, 'MHz')} "
+            f"(max {_num(facts.max_sm_clock_mhz, 'MHz')}), memory "
+            f"{_num(facts.mem_clock_mhz, 'MHz')}, {_num(facts.temperature_c, 'C')}, persistence "
+            f"{persistence}"
+        )
         status, fix = OK, ""
         if facts.persistence_mode is False:
-            status, fix = WARN, ("enable persistence (nvidia-persistenced, or nvidia-smi -pm 1) so the driver keeps "
-                                 "state between engine starts")
+            status, fix = (
+                WARN,
+                (
+                    "enable persistence (nvidia-persistenced, or nvidia-smi -pm 1) so the driver "
+                    "keeps state between engine starts"
+                ),
+            )
         if facts.mig_enabled:
-            status, fix = WARN, "MIG is on: NVML measures the whole GPU, not a slice; disable MIG for energy runs"
-        if facts.power_limit_w and facts.default_power_limit_w and facts.power_limit_w < facts.default_power_limit_w:
+            status, fix = (
+                WARN,
+                "MIG is on: NVML measures the whole GPU, not a slice; disable MIG for energy runs",
+            )
+        if (
+            facts.power_limit_w
+            and facts.default_power_limit_w
+            and facts.power_limit_w < facts.default_power_limit_w
+        ):
             status, fix = WARN, "the power limit is below the default; results are not comparable"
         checks.append(Finding(f"gpu {index}", status, detail, fix))
     return checks
@@ -86,8 +114,9 @@ def _num(value: Any, unit: str) -> str:
     return "?" if value is None else f"{value:g} {unit}"
 
 
-def check_energy_counter(nvml: Nvml, interval_s: float = 0.5,
-                         sleep: Callable[[float], None] = time.sleep) -> list[Finding]:
+def check_energy_counter(
+    nvml: Nvml, interval_s: float = 0.5, sleep: Callable[[float], None] = time.sleep
+) -> list[Finding]:
     """Read every GPU's total-energy counter twice, ``interval_s`` apart."""
     gpus = nvml.gpus()
     first: list[int | MeterError] = []
@@ -111,14 +140,32 @@ def check_energy_counter(nvml: Nvml, interval_s: float = 0.5,
             continue
         delta = after - before
         if delta < 0:
-            checks.append(Finding(name, FAIL, f"went backwards ({before} -> {after} mJ)",
-                                "the driver reloaded or the GPU reset; check dmesg"))
+            checks.append(
+                Finding(
+                    name,
+                    FAIL,
+                    f"went backwards ({before} -> {after} mJ)",
+                    "the driver reloaded or the GPU reset; check dmesg",
+                )
+            )
         elif delta == 0:
-            checks.append(Finding(name, WARN, f"did not advance in {interval_s:g} s (it ticks about every 100 ms)",
-                                  "if it stays flat the counter is stuck"))
+            checks.append(
+                Finding(
+                    name,
+                    WARN,
+                    f"did not advance in {interval_s:g} s (it ticks about every 100 ms)",
+                    "if it stays flat the counter is stuck",
+                )
+            )
         else:
-            checks.append(Finding(name, OK, f"{after} mJ, +{delta} mJ in {interval_s:g} s "
-                                  f"(~{delta / 1000.0 / interval_s:.0f} W)"))
+            checks.append(
+                Finding(
+                    name,
+                    OK,
+                    f"{after} mJ, +{delta} mJ in {interval_s:g} s "
+                    f"(~{delta / 1000.0 / interval_s:.0f} W)",
+                )
+            )
     return checks
 
 
@@ -137,30 +184,65 @@ def check_visible_devices(nvml: Nvml, env: Mapping[str, str]) -> Finding:
 def check_sglang(version_text: str | None) -> list[Finding]:
     """SGLang's version and the known problems of that release."""
     if version_text is None:
-        return [Finding("sglang", WARN, "not installed in this Python", "install sglang>=0.5.9,<0.6 where the "
-                        "servers run (pytest-specenergy[sglang]), or point the engine option python= at an "
-                        "interpreter that has it")]
+        return [
+            Finding(
+                "sglang",
+                WARN,
+                "not installed in this Python",
+                "install sglang>=0.5.9,<0.6 where the "
+                "servers run (pytest-specenergy[sglang]), or point the engine option python= at an "
+                "interpreter that has it",
+            )
+        ]
     try:
         version = sa.parse_version(version_text)
     except Exception as exc:  # noqa: BLE001 - EngineConfigError
         return [Finding("sglang", FAIL, str(exc))]
     shown = sa.format_version(version)
     if version < sa.MIN_VERSION:
-        return [Finding("sglang", FAIL, f"{shown} is older than {sa.format_version(sa.MIN_VERSION)}", "upgrade sglang")]
+        return [
+            Finding(
+                "sglang",
+                FAIL,
+                f"{shown} is older than {sa.format_version(sa.MIN_VERSION)}",
+                "upgrade sglang",
+            )
+        ]
     facts = sa.facts_for(version)
-    checks = [Finding("sglang", OK, f"{version_text}; algorithms {', '.join(sorted(facts.algorithms))}")]
+    checks = [
+        Finding("sglang", OK, f"{version_text}; algorithms {', '.join(sorted(facts.algorithms))}")
+    ]
     if version > sa.NEWEST_READ:
-        checks.append(Finding("sglang", WARN, f"newer than {sa.format_version(sa.NEWEST_READ)}, the newest release "
-                              "this plugin was checked against",
-                              "check the dry-run command lines (specenergy dry runs) before trusting it"))
+        checks.append(
+            Finding(
+                "sglang",
+                WARN,
+                f"newer than {sa.format_version(sa.NEWEST_READ)}, the newest release "
+                "this plugin was checked against",
+                "check the dry-run command lines (specenergy dry runs) before trusting it",
+            )
+        )
     if not facts.ngram_commits_hybrid_state:
-        checks.append(Finding("sglang ngram", WARN, f"{shown} corrupts hybrid (Mamba/GDN) models under NGRAM: no "
-                              "state commit after verify (fixed by PR #26351 in 0.5.14); the plugin refuses that "
-                              "combination", "upgrade to sglang>=0.5.14"))
+        checks.append(
+            Finding(
+                "sglang ngram",
+                WARN,
+                f"{shown} corrupts hybrid (Mamba/GDN) models under NGRAM: no "
+                "state commit after verify (fixed by PR #26351 in 0.5.14); the plugin refuses that "
+                "combination",
+                "upgrade to sglang>=0.5.14",
+            )
+        )
     if not facts.shutdown_waits_for_gpu:
-        checks.append(Finding("sglang shutdown", WARN, f"{shown} does not wait for GPU memory release on shutdown "
-                              "(PR #23213, in 0.5.12), so the next engine can run out of memory at start-up",
-                              "upgrade to sglang>=0.5.12"))
+        checks.append(
+            Finding(
+                "sglang shutdown",
+                WARN,
+                f"{shown} does not wait for GPU memory release on shutdown "
+                "(PR #23213, in 0.5.12), so the next engine can run out of memory at start-up",
+                "upgrade to sglang>=0.5.12",
+            )
+        )
     flag = sa.flag_for(facts.cuda_graph_max_bs_field)
     if flag.endswith("bs"):
         note = "--cuda-graph-max-bs (renamed --cuda-graph-max-bs-decode in 0.5.14)"
@@ -168,41 +250,66 @@ def check_sglang(version_text: str | None) -> list[Finding]:
         note = f"{flag}; --cuda-graph-max-bs is a deprecated alias"
     else:
         note = f"{flag}; --cuda-graph-max-bs is an argparse error since 0.5.23"
-    checks.append(Finding("sglang cuda graphs", OK, f"batch cap flag {note}; the plugin translates either spelling in "
-                          "engine options"))
+    checks.append(
+        Finding(
+            "sglang cuda graphs",
+            OK,
+            f"batch cap flag {note}; the plugin translates either spelling in engine options",
+        )
+    )
     return checks
 
 
 def check_torch() -> Finding:
     """torch and CUDA as this Python sees them (the server's Python is what matters)."""
     if importlib.util.find_spec("torch") is None:
-        return Finding("torch", WARN, "not installed", "pip install torch (CUDA build) where the servers run")
+        return Finding(
+            "torch", WARN, "not installed", "pip install torch (CUDA build) where the servers run"
+        )
     import torch
 
     if torch.cuda.is_available():
-        return Finding("torch", OK, f"{torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.device_count()} "
-                       "device(s)")
-    return Finding("torch", WARN, f"{torch.__version__} sees no CUDA device"
-                   f"{' (CPU build)' if torch.version.cuda is None else ''}",
-                   "the GPU path needs a CUDA build of torch in the servers' Python")
+        return Finding(
+            "torch",
+            OK,
+            f"{torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.device_count()} "
+            "device(s)",
+        )
+    return Finding(
+        "torch",
+        WARN,
+        f"{torch.__version__} sees no CUDA device"
+        f"{' (CPU build)' if torch.version.cuda is None else ''}",
+        "the GPU path needs a CUDA build of torch in the servers' Python",
+    )
 
 
 def check_transformers() -> Finding:
     """transformers, which the reference engine needs."""
     version = _dist_version("transformers")
     if version is None:
-        return Finding("transformers", WARN, "not installed", "pip install 'pytest-specenergy[reference]'")
+        return Finding(
+            "transformers", WARN, "not installed", "pip install 'pytest-specenergy[reference]'"
+        )
     return Finding("transformers", OK, version)
 
 
-def run_checks(nvml_module: Any = None, sglang_version: str | None = None, env: Mapping[str, str] | None = None,
-               interval_s: float = 0.5, sleep: Callable[[float], None] = time.sleep) -> list[Finding]:
+def run_checks(
+    nvml_module: Any = None,
+    sglang_version: str | None = None,
+    env: Mapping[str, str] | None = None,
+    interval_s: float = 0.5,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[Finding]:
     """Every check, in the order printed."""
     env = os.environ if env is None else env
     nvml_check, nvml = check_nvml(nvml_module)
     checks = [nvml_check]
     if nvml is None:
-        checks += [Finding(name, FAIL, "not checked: NVML unavailable") for name in ("gpus", "energy counter")]
+        checks += [
+            Finding(name, FAIL, "not checked: NVML unavailable")
+            for name in ("gpus", "energy counter")
+        ]
     else:
         try:
             checks += check_gpus(nvml)
@@ -211,16 +318,30 @@ def run_checks(nvml_module: Any = None, sglang_version: str | None = None, env: 
                 checks.append(check_visible_devices(nvml, env))
         finally:
             nvml.close()
-    return [*checks, *check_sglang(sglang_version or sa.installed_version()), check_torch(), check_transformers()]
+    return [
+        *checks,
+        *check_sglang(sglang_version or sa.installed_version()),
+        check_torch(),
+        check_transformers(),
+    ]
 
 
-def main(argv: list[str] | None = None, *, nvml_module: Any = None, out: TextIO | None = None,
-         sleep: Callable[[float], None] = time.sleep) -> int:
+def main(
+    argv: list[str] | None = None,
+    *,
+    nvml_module: Any = None,
+    out: TextIO | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     """Run the checks and print them; 0 when a GPU run can work here, 1 otherwise."""
     parser = argparse.ArgumentParser(prog="specenergy doctor", description=__doc__.splitlines()[0])
     parser.add_argument("--sglang-version", help="check as if this SGLang version were installed")
-    parser.add_argument("--interval", type=float, default=0.5,
-                        help="seconds between the two energy-counter reads (default 0.5)")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=0.5,
+        help="seconds between the two energy-counter reads (default 0.5)",
+    )
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
     args = parser.parse_args(argv)
     out = out or sys.stdout
@@ -237,8 +358,10 @@ def main(argv: list[str] | None = None, *, nvml_module: Any = None, out: TextIO 
             out.write(f"       fix: {check.fix}\n")
     warned = sum(c.status == WARN for c in checks)
     if failed:
-        out.write(f"doctor: {len(failed)} FAIL, {warned} WARN - GPU runs cannot work here (exit 1). CPU runs "
-                  "(reference engine, modeled meter) need none of this.\n")
+        out.write(
+            f"doctor: {len(failed)} FAIL, {warned} WARN - GPU runs cannot work here (exit 1). CPU "
+            "runs (reference engine, modeled meter) need none of this.\n"
+        )
         return 1
     out.write(f"doctor: GPU runs can work here ({warned} WARN).\n")
     return 0

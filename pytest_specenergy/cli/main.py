@@ -1,5 +1,6 @@
-"""The ``specenergy`` command: report, compare, history, merge, doctor. Runs are named as ``--specenergy-compare``
-names them: a PATH, or last/NAME/NNNN in the history folder (how: ``docs/design/meters-report-cli.md``)."""
+"""The ``specenergy`` command: report, compare, history, merge, doctor. Runs are named as
+``--specenergy-compare`` names them: a PATH, or last/NAME/NNNN in the history folder (how:
+``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 
@@ -45,22 +46,30 @@ def _machine_key(store: RunStore, wanted: str | None) -> str:
         return keys[0]
     if not keys:
         raise CliError(f"no runs stored in {store.root}; pass a run file PATH or --storage")
-    raise CliError(f"{store.root} holds runs of several machine keys ({', '.join(keys)}); "
-                   f"choose one with --machine-key")
+    raise CliError(
+        f"{store.root} holds runs of several machine keys ({', '.join(keys)}); "
+        f"choose one with --machine-key"
+    )
 
 
 def resolve_run(ref: str, store: RunStore, machine_key: str | None) -> tuple[RunDocument, Path]:
-    """Load a run named by PATH or by last/NAME/NNNN in the history; an interrupted run is said to be one."""
+    """Load a run named by PATH or by last/NAME/NNNN in the history; an interrupted run is said to
+    be one."""
     path = Path(ref)
     if not path.is_file():
         path = store.find(_machine_key(store, machine_key), ref)
     document = store.load(path)
     if document.interrupted:
-        print(f"specenergy: {path} was saved by an interrupted session: its results are incomplete", file=sys.stderr)
+        print(
+            f"specenergy: {path} was saved by an interrupted session: its results are incomplete",
+            file=sys.stderr,
+        )
     return document, path
 
 
-def _history(store: RunStore, machine_key: str | None, upto: Path | None = None) -> list[RunDocument]:
+def _history(
+    store: RunStore, machine_key: str | None, upto: Path | None = None
+) -> list[RunDocument]:
     try:
         key = _machine_key(store, machine_key)
     except CliError:
@@ -93,23 +102,38 @@ def cmd_report(args: argparse.Namespace) -> int:
     run, path = resolve_run(args.run, store, args.machine_key)
     comparisons, baseline_path, inputs = None, None, [path]
     if args.baseline:
-        # The gate's own comparison, so a report shows exactly the verdicts a test would get, latency targets included.
+        # The gate's own comparison, so a report shows exactly the verdicts a test would get,
+        # latency targets included.
         baseline, baseline_path = resolve_run(args.baseline, store, args.machine_key)
         inputs.append(baseline_path)
         plan = _plan(args, run)
         comparisons = compare_documents(baseline, run, _limits(args), args.alpha, plan=plan)
         if args.latency_target:
-            comparisons += compare_latency(baseline.results, run.results, args.latency_target,
-                                           parse_fail_expr(LATENCY_LIMIT), plan)
+            comparisons += compare_latency(
+                baseline.results,
+                run.results,
+                args.latency_target,
+                parse_fail_expr(LATENCY_LIMIT),
+                plan,
+            )
     if args.html:
         from pytest_specenergy.report.html import render_html
 
         out = _output(args.html, *inputs)
-        history = [d for d in _history(store, run.machine_key or args.machine_key, path) if d.datetime != run.datetime]
-        html = render_html(run, comparisons, history=history,
-                           latency_targets_ms=tuple(args.latency_target or (25.0, 10.0)),
-                           title=args.title or f"specenergy report: {path.name}",
-                           plots=False if args.no_plots else None, baseline_label=str(baseline_path or ""))
+        history = [
+            d
+            for d in _history(store, run.machine_key or args.machine_key, path)
+            if d.datetime != run.datetime
+        ]
+        html = render_html(
+            run,
+            comparisons,
+            history=history,
+            latency_targets_ms=tuple(args.latency_target or (25.0, 10.0)),
+            title=args.title or f"specenergy report: {path.name}",
+            plots=False if args.no_plots else None,
+            baseline_label=str(baseline_path or ""),
+        )
         write_text_atomic(out, html)
         print(f"specenergy: wrote {args.html}")
     if args.markdown:
@@ -125,8 +149,9 @@ def _limits(args: argparse.Namespace) -> list[Any]:
 
 
 def _plan(args: argparse.Namespace, run: RunDocument) -> Any:
-    """The gate's sequential plan as the session that measured ``run`` had it (first look at the fewest repeats of any
-    case, then every 2 more up to ``--max-repeats``), so a report shows the verdicts the plugin gave."""
+    """The gate's sequential plan as the session that measured ``run`` had it (first look at the
+    fewest repeats of any case, then every 2 more up to ``--max-repeats``), so a report shows the
+    verdicts the plugin gave."""
     started = min((len(r.speculative.samples) for r in run.results), default=3)
     try:
         return gate_plan(args.alpha, max(2, started), args.max_repeats or DEFAULT_CAP)
@@ -140,18 +165,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
     base, base_path = resolve_run(args.baseline, store, args.machine_key)
     current, current_path = resolve_run(args.current, store, args.machine_key)
     if base_path.resolve() == current_path.resolve():
-        raise CliError(f"{args.baseline!r} and {args.current!r} are the same run ({base_path}); a run compared with "
-                       "itself shows nothing")
+        raise CliError(
+            f"{args.baseline!r} and {args.current!r} are the same run ({base_path}); a run "
+            "compared with itself shows nothing"
+        )
     if base.interrupted:
-        raise CliError(f"the baseline {base_path} was saved by an interrupted session; compare with a complete run")
-    comparisons = compare_documents(base, current, _limits(args), args.alpha, plan=_plan(args, current))
+        raise CliError(
+            f"the baseline {base_path} was saved by an interrupted session; compare with a "
+            "complete run"
+        )
+    comparisons = compare_documents(
+        base, current, _limits(args), args.alpha, plan=_plan(args, current)
+    )
     rows = []
     for comparison in sorted(comparisons, key=lambda c: c.verdict.rank):
-        deciding = [r for r in comparison.rows if r.verdict is comparison.verdict] or list(comparison.rows)
+        deciding = [r for r in comparison.rows if r.verdict is comparison.verdict] or list(
+            comparison.rows
+        )
         detail = "; ".join(r.describe() for r in deciding) or "; ".join(comparison.reasons)
-        rows.append((f"{comparison.verdict.mark} {comparison.verdict.value}", comparison.case_id, detail))
+        rows.append(
+            (f"{comparison.verdict.mark} {comparison.verdict.value}", comparison.case_id, detail)
+        )
     print(f"baseline: {base_path}")
-    print(tabulate(rows, headers=("verdict", "case", "detail"), tablefmt="simple", disable_numparse=True))
+    print(
+        tabulate(
+            rows, headers=("verdict", "case", "detail"), tablefmt="simple", disable_numparse=True
+        )
+    )
     regressed = sum(c.verdict is Verdict.REGRESSED for c in comparisons)
     blocked = sum(c.verdict is Verdict.INCOMPARABLE for c in comparisons) if args.strict else 0
     print(f"{regressed} regressed of {len(comparisons)} cases")
@@ -174,9 +214,24 @@ def cmd_history(args: argparse.Namespace) -> int:
     if not steps:
         print("no steps detected")
         return 0
-    print(tabulate([(s.case_id, s.metric, s.run, f"{s.before:.4g}", f"{s.after:.4g}", f"{s.change:+.1%}")
-                    for s in steps], headers=("case", "metric", "from run", "before", "after", "change"),
-                   tablefmt="simple", disable_numparse=True))
+    print(
+        tabulate(
+            [
+                (
+                    s.case_id,
+                    s.metric,
+                    s.run,
+                    f"{s.before:.4g}",
+                    f"{s.after:.4g}",
+                    f"{s.change:+.1%}",
+                )
+                for s in steps
+            ],
+            headers=("case", "metric", "from run", "before", "after", "change"),
+            tablefmt="simple",
+            disable_numparse=True,
+        )
+    )
     return 1 if args.fail_on_step else 0
 
 
@@ -186,37 +241,55 @@ def cmd_merge(args: argparse.Namespace) -> int:
     shards = [resolve_run(ref, store, args.machine_key) for ref in args.shards]
     merged = merge_documents([doc for doc, _ in shards], [str(path) for _, path in shards])
     write_json_atomic(_output(args.output, *(path for _, path in shards)), merged.as_dict())
-    print(f"specenergy: merged {len(shards)} shards ({len(merged.results)} results) into {args.output}")
+    print(
+        f"specenergy: merged {len(shards)} shards ({len(merged.results)} results) into "
+        f"{args.output}"
+    )
     if args.save:
         print(f"specenergy: saved {store.save(merged, args.save)}")
     return 0
 
 
-_milliseconds = checked_number(float, lambda v: 0 < v < float("inf"), "a time between tokens in ms > 0, e.g. 25")
+_milliseconds = checked_number(
+    float, lambda v: 0 < v < float("inf"), "a time between tokens in ms > 0, e.g. 25"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also what ``--help`` prints)."""
     parser = argparse.ArgumentParser(
-        prog="specenergy", description="Report, compare, merge and check pytest-specenergy runs.")
+        prog="specenergy", description="Report, compare, merge and check pytest-specenergy runs."
+    )
     common = argparse.ArgumentParser(add_help=False)
     add_cli_options(common)
-    common.add_argument("--machine-key", help="machine key of the runs (default: the only one stored)")
+    common.add_argument(
+        "--machine-key", help="machine key of the runs (default: the only one stored)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     report = sub.add_parser("report", parents=[common], help="render a run as HTML and/or Markdown")
     report.add_argument("run", help="run file PATH, or last/NAME/NNNN in the history")
     report.add_argument("--baseline", help="run to compare with (PATH, last, NAME or NNNN)")
     report.add_argument("--html", help="write a self-contained HTML report here")
-    report.add_argument("--markdown", help="write a Markdown summary here (CI step summary, PR comment)")
+    report.add_argument(
+        "--markdown", help="write a Markdown summary here (CI step summary, PR comment)"
+    )
     add_cli_options(report, storage=False, gate=True)
-    report.add_argument("--latency-target", type=_milliseconds, action="append", default=[],
-                        metavar="MS", help="time-between-tokens target in ms (repeatable), e.g. 25")
+    report.add_argument(
+        "--latency-target",
+        type=_milliseconds,
+        action="append",
+        default=[],
+        metavar="MS",
+        help="time-between-tokens target in ms (repeatable), e.g. 25",
+    )
     report.add_argument("--title", help="report title")
     report.add_argument("--no-plots", action="store_true", help="tables only")
     report.set_defaults(func=cmd_report)
 
-    compare = sub.add_parser("compare", parents=[common], help="compare two runs; exit 1 on regression")
+    compare = sub.add_parser(
+        "compare", parents=[common], help="compare two runs; exit 1 on regression"
+    )
     compare.add_argument("baseline", help="baseline run (PATH, last, NAME or NNNN)")
     compare.add_argument("current", help="current run (PATH, last, NAME or NNNN)")
     add_cli_options(compare, storage=False, gate=True)
@@ -224,10 +297,19 @@ def build_parser() -> argparse.ArgumentParser:
     compare.set_defaults(func=cmd_compare)
 
     history = sub.add_parser("history", parents=[common], help="detect steps across stored runs")
-    history.add_argument("storage_dir", nargs="?", type=Path, help="history folder (same as --storage)")
-    history.add_argument("--metric", action="append", default=[], help="metric to scan (repeatable; default "
-                         "energy_per_token, accept_length, energy_saving, tbt_ms)")
-    history.add_argument("--threshold", type=float, default=0.05, help="smallest step, relative (default 0.05 = 5%%)")
+    history.add_argument(
+        "storage_dir", nargs="?", type=Path, help="history folder (same as --storage)"
+    )
+    history.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        help="metric to scan (repeatable; default "
+        "energy_per_token, accept_length, energy_saving, tbt_ms)",
+    )
+    history.add_argument(
+        "--threshold", type=float, default=0.05, help="smallest step, relative (default 0.05 = 5%%)"
+    )
     history.add_argument("--fail-on-step", action="store_true", help="exit 1 when a step is found")
     history.set_defaults(func=cmd_history)
 
@@ -240,7 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_predict_parser(sub)
 
     # Listed for --help only: main() hands ``doctor ...`` to cli.doctor before parsing.
-    sub.add_parser("doctor", help="check a GPU runner: NVML, energy counter, GPUs, sglang, torch", add_help=False)
+    sub.add_parser(
+        "doctor",
+        help="check a GPU runner: NVML, energy counter, GPUs, sglang, torch",
+        add_help=False,
+    )
     return parser
 
 
@@ -248,8 +334,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``specenergy`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["doctor"]:
-        # doctor parses its own arguments, --help included: argparse's REMAINDER would refuse an option (``--help``,
-        # ``--json``) as the first thing after the subcommand.
+        # doctor parses its own arguments, --help included: argparse's REMAINDER would refuse an
+        # option (``--help``, ``--json``) as the first thing after the subcommand.
         from pytest_specenergy.cli.doctor import main as doctor_main
 
         return doctor_main(argv[1:])

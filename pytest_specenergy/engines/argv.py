@@ -5,19 +5,31 @@ from __future__ import annotations
 
 import shlex
 
-# --fault: the reference server's faults that act in speculation alone are not the twin's (EngineConfig.twin).
-_SPECULATIVE_FLAGS = ("--speculative-", "--drafter", "--num-draft-tokens", "--ngram-", "--draft-model", "--fault")
+# --fault: the reference server's faults that act in speculation alone are not the twin's
+# (EngineConfig.twin).
+_SPECULATIVE_FLAGS = (
+    "--speculative-",
+    "--drafter",
+    "--num-draft-tokens",
+    "--ngram-",
+    "--draft-model",
+    "--fault",
+)
 _ADDRESS_FLAGS = frozenset({"--host", "--port"})
 
 
 def describe_pair_difference(spec_argv: list[str], base_argv: list[str]) -> list[str]:
-    """What differs between the speculative and the baseline command lines, one line each: ``speculative: ...``
-    for drafter flags (expected), ``MISMATCH: ...`` for anything else (a broken pair); host and port are ignored."""
+    """What differs between the speculative and the baseline command lines, one line each:
+    ``speculative: ...`` for drafter flags (expected), ``MISMATCH: ...`` for anything else (a broken
+    pair); host and port are ignored."""
     spec_prog, spec = _parse_argv(spec_argv)
     base_prog, base = _parse_argv(base_argv)
     lines = []
     if spec_prog != base_prog:
-        lines.append(f"MISMATCH: program {shlex.join(spec_prog)} (speculative) vs {shlex.join(base_prog)} (baseline)")
+        lines.append(
+            f"MISMATCH: program {shlex.join(spec_prog)} (speculative) vs {shlex.join(base_prog)} "
+            "(baseline)"
+        )
     for flag in [*spec, *(f for f in base if f not in spec)]:
         if flag in _ADDRESS_FLAGS or spec.get(flag) == base.get(flag):
             continue

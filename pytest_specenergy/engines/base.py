@@ -1,5 +1,6 @@
-"""The engine backend protocol (:mod:`.backends` picks one): a backend turns an :class:`EngineConfig` into the command
-line and environment of a server speaking SGLang's HTTP protocol subset, so one client drives them all."""
+"""The engine backend protocol (:mod:`.backends` picks one): a backend turns an
+:class:`EngineConfig` into the command line and environment of a server speaking SGLang's HTTP
+protocol subset, so one client drives them all."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ class EngineBackend(Protocol):
     startup_timeout_s: float
 
     def check(self, config: EngineConfig) -> None:
-        """Raise :class:`EngineConfigError` (naming the problem and the fix) if ``config`` cannot run."""
+        """Raise :class:`EngineConfigError` (naming the problem and the fix) if ``config`` cannot
+        run."""
 
     def command(self, config: EngineConfig, host: str, port: int) -> list[str]:
         """The argv that starts a server for ``config`` listening on ``host:port``."""
@@ -34,7 +36,9 @@ class EngineBackend(Protocol):
     def drafters(self) -> tuple[str, ...]:
         """Drafter names this backend implements."""
 
-    def twin_differences(self, spec_info: Mapping[str, Any], base_info: Mapping[str, Any]) -> list[str]:
+    def twin_differences(
+        self, spec_info: Mapping[str, Any], base_info: Mapping[str, Any]
+    ) -> list[str]:
         """What differs between the two arms' ``/server_info`` outside the speculative settings."""
 
 

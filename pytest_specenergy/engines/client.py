@@ -1,6 +1,7 @@
-"""The one client path: SGLang's HTTP protocol subset, spoken by every engine: ``POST /generate``, ``GET /server_info``,
-``POST /flush_cache``, ``GET /health``, plus the reference server's ``GET /work_trace`` cursor. Stdlib only, so the
-plugin needs no HTTP dependency; errors carry the server's message."""
+"""The one client path: SGLang's HTTP protocol subset, spoken by every engine: ``POST /generate``,
+``GET /server_info``, ``POST /flush_cache``, ``GET /health``, plus the reference server's ``GET
+/work_trace`` cursor. Stdlib only, so the plugin needs no HTTP dependency; errors carry the server's
+message."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ class EngineHTTPError(RuntimeError):
 
 
 class EngineError(EngineHTTPError):
-    """An engine died or hung mid-request; the message has its exit code or the timeout, and the tail of its log."""
+    """An engine died or hung mid-request; the message has its exit code or the timeout, and the
+    tail of its log."""
 
 
 #: ``diagnose(what, exc, timed_out)``: a fuller message for a request that got no answer
@@ -35,10 +37,17 @@ Diagnose = Callable[[str, BaseException, bool], "str | None"]
 class EngineClient:
     """JSON over HTTP to one engine at ``base_url`` (``http://127.0.0.1:PORT``)."""
 
-    def __init__(self, base_url: str, timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-                 diagnose: Diagnose | None = None, flush_path: str = "/flush_cache") -> None:
+    def __init__(
+        self,
+        base_url: str,
+        timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        diagnose: Diagnose | None = None,
+        flush_path: str = "/flush_cache",
+    ) -> None:
         if not timeout_s > 0:
-            raise ValueError(f"request timeout must be a positive number of seconds, got {timeout_s!r}")
+            raise ValueError(
+                f"request timeout must be a positive number of seconds, got {timeout_s!r}"
+            )
         if not flush_path.startswith("/flush_cache"):
             raise ValueError(f"flush_path must be a /flush_cache request path, got {flush_path!r}")
         self.base_url = base_url.rstrip("/")
@@ -48,11 +57,21 @@ class EngineClient:
         #: waits for the scheduler to go idle instead of refusing (400) while it is busy.
         self.flush_path = flush_path
 
-    def _request(self, method: str, path: str, body: Any = None, timeout_s: float | None = None,
-                 diagnose: bool = True) -> Any:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout_s: float | None = None,
+        diagnose: bool = True,
+    ) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base_url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.base_url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
         timeout = timeout_s or self.timeout_s
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -63,10 +82,18 @@ class EngineClient:
                 detail = json.loads(detail)["error"]["message"]
             raise EngineHTTPError(f"{method} {path} -> HTTP {exc.code}: {detail}") from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            # No answer (died, hung, or closed mid-response): the launcher knows which (exit code, log); ask it first.
-            timed_out = any(isinstance(e, (socket.timeout, TimeoutError)) for e in (exc, getattr(exc, "reason", exc)))
+            # No answer (died, hung, or closed mid-response): the launcher knows which (exit code,
+            # log); ask it first.
+            timed_out = any(
+                isinstance(e, (socket.timeout, TimeoutError))
+                for e in (exc, getattr(exc, "reason", exc))
+            )
             what = f"{method} {path}"
-            plain = f"{what} got no answer within {timeout:g} s" if timed_out else f"{what} failed: {exc}"
+            plain = (
+                f"{what} got no answer within {timeout:g} s"
+                if timed_out
+                else f"{what} failed: {exc}"
+            )
             fuller = self.diagnose(what, exc, timed_out) if diagnose and self.diagnose else None
             if fuller:
                 raise EngineError(f"{fuller}\n({plain})") from None
@@ -97,32 +124,52 @@ class EngineClient:
             return self._request("GET", "/get_server_info")
 
     def flush_cache(self) -> None:
-        """Reset caches, the n-gram table and speculative metrics between arms and repeats (:attr:`flush_path`)."""
+        """Reset caches, the n-gram table and speculative metrics between arms and repeats
+        (:attr:`flush_path`)."""
         self._request("POST", self.flush_path)
 
     def abort(self, rid: str | None = None) -> None:
-        """SGLang's ``/abort_request``: cut request ``rid`` (None: every request); an aborted ``/generate`` still
-        answers, with ``finish_reason`` ``{"type": "abort"}`` and the tokens made so far in its ``meta_info``."""
-        self._request("POST", "/abort_request", {"rid": rid} if rid is not None else {"abort_all": True})
+        """SGLang's ``/abort_request``: cut request ``rid`` (None: every request); an aborted
+        ``/generate`` still answers, with ``finish_reason`` ``{"type": "abort"}`` and the tokens
+        made so far in its ``meta_info``."""
+        self._request(
+            "POST", "/abort_request", {"rid": rid} if rid is not None else {"abort_all": True}
+        )
 
     def set_internal_state(self, **values: Any) -> dict[str, Any]:
         """SGLang's ``/set_internal_state``: change runtime values (the reference server takes
         ``max_running_requests`` only; ``/server_info`` lists them as ``settable_internal_state``)."""
         return self._request("POST", "/set_internal_state", values)
 
-    def generate(self, input_ids: Sequence[Sequence[int]] | None = None, *, text: Sequence[str] | None = None,
-                 sampling_params: dict[str, Any] | Sequence[dict[str, Any]], rids: Sequence[str] | None = None,
-                 return_logprob: bool = False, logprob_start_len: int | None = None, top_logprobs_num: int = 0,
-                 return_prompt_token_ids: bool = False, return_spec_drafts: bool = False) -> list[dict[str, Any]]:
-        """One batched ``/generate`` call; answers in input order. ``top_logprobs_num=N`` (with ``return_logprob``)
-        also asks for the N best tokens per position (``input/output_top_logprobs``); ``return_spec_drafts``
-        (reference server only) for every verify step's drafts in ``meta_info.spec_drafts``, for draft removal."""
+    def generate(
+        self,
+        input_ids: Sequence[Sequence[int]] | None = None,
+        *,
+        text: Sequence[str] | None = None,
+        sampling_params: dict[str, Any] | Sequence[dict[str, Any]],
+        rids: Sequence[str] | None = None,
+        return_logprob: bool = False,
+        logprob_start_len: int | None = None,
+        top_logprobs_num: int = 0,
+        return_prompt_token_ids: bool = False,
+        return_spec_drafts: bool = False,
+    ) -> list[dict[str, Any]]:
+        """One batched ``/generate`` call; answers in input order. ``top_logprobs_num=N`` (with
+        ``return_logprob``) also asks for the N best tokens per position
+        (``input/output_top_logprobs``); ``return_spec_drafts`` (reference server only) for every
+        verify step's drafts in ``meta_info.spec_drafts``, for draft removal."""
         if (input_ids is None) == (text is None):
             raise ValueError("generate() takes exactly one of input_ids= or text=")
-        if top_logprobs_num and (not return_logprob or isinstance(top_logprobs_num, bool)
-                                 or not isinstance(top_logprobs_num, int) or top_logprobs_num < 0):
-            raise ValueError(f"top_logprobs_num must be an integer >= 0 and needs return_logprob=True, "
-                             f"got top_logprobs_num={top_logprobs_num!r}, return_logprob={return_logprob!r}")
+        if top_logprobs_num and (
+            not return_logprob
+            or isinstance(top_logprobs_num, bool)
+            or not isinstance(top_logprobs_num, int)
+            or top_logprobs_num < 0
+        ):
+            raise ValueError(
+                f"top_logprobs_num must be an integer >= 0 and needs return_logprob=True, "
+                f"got top_logprobs_num={top_logprobs_num!r}, return_logprob={return_logprob!r}"
+            )
         body: dict[str, Any] = {"sampling_params": sampling_params}
         if input_ids is not None:
             body["input_ids"] = [list(ids) for ids in input_ids]
@@ -144,7 +191,9 @@ class EngineClient:
         if isinstance(answer, dict):
             answer = [answer]
         if not isinstance(answer, list):
-            raise EngineHTTPError(f"POST /generate answered {type(answer).__name__}, expected a list")
+            raise EngineHTTPError(
+                f"POST /generate answered {type(answer).__name__}, expected a list"
+            )
         return answer
 
     def work_trace(self, start: int) -> tuple[int, list[dict[str, Any]]]:

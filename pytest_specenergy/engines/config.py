@@ -1,5 +1,6 @@
-"""Engine configurations: what one server process is started with. Equal configs share one pool process for the
-session; the baseline arm is always :meth:`EngineConfig.twin`, so the matched pair cannot differ by accident."""
+"""Engine configurations: what one server process is started with. Equal configs share one pool
+process for the session; the baseline arm is always :meth:`EngineConfig.twin`, so the matched pair
+cannot differ by accident."""
 
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ REPLAY_MODES = ("", "verify", "proposals")
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Everything that identifies one engine process. ``options``: the ``model(...)`` marker's engine keywords (SGLang
-    ``ServerArgs`` fields), sorted so equal settings hash alike; ``faults``: reference-server fault switches for the
-    plugin's own tests. ``replay`` (draft removal, :mod:`pytest_specenergy.measure.removal`): ``verify`` verifies the
-    drafts each request brings, recorded from this drafter, with no draft passes; ``proposals`` runs the drafter's
-    passes but verifies the recorded drafts (controlled acceptance without its oracle); ``""`` is the drafter itself."""
+    """Everything that identifies one engine process. ``options``: the ``model(...)`` marker's
+    engine keywords (SGLang ``ServerArgs`` fields), sorted so equal settings hash alike; ``faults``:
+    reference-server fault switches for the plugin's own tests. ``replay`` (draft removal,
+    :mod:`pytest_specenergy.measure.removal`): ``verify`` verifies the drafts each request brings,
+    recorded from this drafter, with no draft passes; ``proposals`` runs the drafter's passes but
+    verifies the recorded drafts (controlled acceptance without its oracle); ``""`` is the drafter
+    itself."""
 
     engine: str
     model: str
@@ -39,7 +42,9 @@ class EngineConfig:
         if self.replay not in REPLAY_MODES:
             raise ValueError(f"replay={self.replay!r}: expected one of {REPLAY_MODES}")
         if self.replay and self.drafter is None:
-            raise ValueError("a replay engine replays a drafter's drafts; this config has no drafter")
+            raise ValueError(
+                "a replay engine replays a drafter's drafts; this config has no drafter"
+            )
 
     @property
     def is_speculative(self) -> bool:
@@ -47,8 +52,14 @@ class EngineConfig:
         return self.drafter is not None
 
     def twin(self) -> EngineConfig:
-        """The non-speculative twin: identical in everything but the drafter and the faults only speculation runs."""
-        return replace(self, drafter=None, replay="", faults=tuple(f for f in self.faults if f in TARGET_FAULTS))
+        """The non-speculative twin: identical in everything but the drafter and the faults only
+        speculation runs."""
+        return replace(
+            self,
+            drafter=None,
+            replay="",
+            faults=tuple(f for f in self.faults if f in TARGET_FAULTS),
+        )
 
     def replaying(self, mode: str) -> EngineConfig:
         """This speculative config's replay engine (``verify`` or ``proposals``)."""
@@ -67,9 +78,14 @@ class EngineConfig:
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready description of every field, in field order (``replay`` only when set)."""
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "replay" or self.replay}
-        data.update(drafter=self.drafter.as_dict() if self.drafter else None, options=dict(self.options),
-                    faults=list(self.faults))
+        data = {
+            f.name: getattr(self, f.name) for f in fields(self) if f.name != "replay" or self.replay
+        }
+        data.update(
+            drafter=self.drafter.as_dict() if self.drafter else None,
+            options=dict(self.options),
+            faults=list(self.faults),
+        )
         return data
 
     @staticmethod
@@ -81,4 +97,8 @@ class EngineConfig:
 def _hashable(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_hashable(v) for v in value)
-    return tuple(sorted((k, _hashable(v)) for k, v in value.items())) if isinstance(value, dict) else value
+    return (
+        tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+        if isinstance(value, dict)
+        else value
+    )

@@ -1,7 +1,8 @@
-"""Drafter declarations: which speculative scheme a case uses, with validated settings. A :class:`Drafter` is a value
-object: equal name, settings and id share one pool engine. ``num_draft_tokens`` always means *drafted* tokens per
-verify step; the target verifies one more (the last committed token); SGLang's ``speculative_num_draft_tokens``
-counts it, so its builder adds one."""
+"""Drafter declarations: which speculative scheme a case uses, with validated settings. A
+:class:`Drafter` is a value object: equal name, settings and id share one pool engine.
+``num_draft_tokens`` always means *drafted* tokens per verify step; the target verifies one more
+(the last committed token); SGLang's ``speculative_num_draft_tokens`` counts it, so its builder adds
+one."""
 
 from __future__ import annotations
 
@@ -34,54 +35,85 @@ def _path(required: bool, help: str) -> _Setting:
     return _Setting(str, None, required, help=help)
 
 
-_ACCEPT_P = _Setting(float, help="controlled acceptance (reference server, calibration): verify the target's own "
-                                 "greedy continuation with each drafted token kept with this probability")
+_ACCEPT_P = _Setting(
+    float,
+    help="controlled acceptance (reference server, calibration): verify the target's own "
+    "greedy continuation with each drafted token kept with this probability",
+)
 
 
 def _tree(required: bool, help: str) -> dict[str, _Setting]:
     """The settings of SGLang's tree drafters (EAGLE, EAGLE3, MTP): a head and its tree's shape."""
-    return {"draft_model": _path(required, help), "num_steps": _int(3), "topk": _int(1), "num_draft_tokens": _int(3)}
+    return {
+        "draft_model": _path(required, help),
+        "num_steps": _int(3),
+        "topk": _int(1),
+        "num_draft_tokens": _int(3),
+    }
 
 
 # One schema per scheme. The reference server implements `ngram` and `draft_model`; SGLang
 # implements the rest (engines/sglang.py maps each to its algorithm and flags).
 SCHEMAS: dict[str, dict[str, _Setting]] = {
-    "ngram": {"num_draft_tokens": _int(8, help="tokens proposed per step"),
-              "min_match_window": _int(1, help="shortest suffix matched against earlier tokens"),
-              "max_match_window": _int(4, help="longest suffix matched against earlier tokens"),
-              "max_bfs_breadth": _int(1, help="SGLang only: tree breadth (1 = chain, keeps fa3)")},
-    "draft_model": {"draft_model": _path(True, "path or tiny:* name of the smaller draft model"),
-                    "num_draft_tokens": _int(4, help="tokens proposed per step"), "accept_p": _ACCEPT_P},
+    "ngram": {
+        "num_draft_tokens": _int(8, help="tokens proposed per step"),
+        "min_match_window": _int(1, help="shortest suffix matched against earlier tokens"),
+        "max_match_window": _int(4, help="longest suffix matched against earlier tokens"),
+        "max_bfs_breadth": _int(1, help="SGLang only: tree breadth (1 = chain, keeps fa3)"),
+    },
+    "draft_model": {
+        "draft_model": _path(True, "path or tiny:* name of the smaller draft model"),
+        "num_draft_tokens": _int(4, help="tokens proposed per step"),
+        "accept_p": _ACCEPT_P,
+    },
     # The DFlash/DSpark shape on the reference server: one draft forward proposes a whole block.
     "block": {
         "draft_model": _path(True, "path or tiny:* name of the block draft model"),
-        "block_size": _int(16, minimum=2, help="positions verified per step: the last token + block_size - 1 drafts"),
+        "block_size": _int(
+            16,
+            minimum=2,
+            help="positions verified per step: the last token + block_size - 1 drafts",
+        ),
         "accept_p": _ACCEPT_P,
     },
     "eagle": _tree(True, "EAGLE head checkpoint"),
     "eagle3": _tree(True, "EAGLE3 head checkpoint"),
     "nextn": _tree(False, "MTP head checkpoint (default: inside the target)"),
-    "dflash": {"draft_model": _path(True, "DFlash block drafter checkpoint"),
-               "num_draft_tokens": _int(15, help="block size minus one")},
-    "dspark": {"draft_model": _path(True, "DSpark block drafter checkpoint"),
-               "num_draft_tokens": _int(6, help="block size minus one")},
-    # The A/A control: the "speculative" arm is the baseline's own non-speculative engine, started as a second process.
-    # Its pair must pass every check and the gate: it measures the plugin's noise floor, and it is what runs on engines
-    # that cannot speculate (SGLang on CPU). Nothing is drafted: no setting, 0 tokens proposed per step.
+    "dflash": {
+        "draft_model": _path(True, "DFlash block drafter checkpoint"),
+        "num_draft_tokens": _int(15, help="block size minus one"),
+    },
+    "dspark": {
+        "draft_model": _path(True, "DSpark block drafter checkpoint"),
+        "num_draft_tokens": _int(6, help="block size minus one"),
+    },
+    # The A/A control: the "speculative" arm is the baseline's own non-speculative engine, started
+    # as a second process. Its pair must pass every check and the gate: it measures the plugin's
+    # noise floor, and it is what runs on engines that cannot speculate (SGLang on CPU). Nothing is
+    # drafted: no setting, 0 tokens proposed per step.
     "none": {},
 }
 
 _ID_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
-_ID_ABBREV = {"num_draft_tokens": "k", "num_steps": "s", "topk": "t", "min_match_window": "min",
-              "max_match_window": "w", "max_bfs_breadth": "bfs", "block_size": "b", "accept_p": "p"}
+_ID_ABBREV = {
+    "num_draft_tokens": "k",
+    "num_steps": "s",
+    "topk": "t",
+    "min_match_window": "min",
+    "max_match_window": "w",
+    "max_bfs_breadth": "bfs",
+    "block_size": "b",
+    "accept_p": "p",
+}
 
 
 @dataclass(frozen=True, init=False)
 class Drafter:
-    """A speculative drafter for one case: ``Drafter("ngram", num_draft_tokens=8)``. ``id`` names it in test ids and
-    baselines: by default the scheme plus its non-default settings (``ngram-k4``, ``draft_model-dense-draft``), so a
-    changed setting starts a new history. Pass ``id=`` to keep a case's stored baseline across a checkpoint swap or
-    retune: how a pull request is gated against main."""
+    """A speculative drafter for one case: ``Drafter("ngram", num_draft_tokens=8)``. ``id`` names it
+    in test ids and baselines: by default the scheme plus its non-default settings (``ngram-k4``,
+    ``draft_model-dense-draft``), so a changed setting starts a new history. Pass ``id=`` to keep a
+    case's stored baseline across a checkpoint swap or retune: how a pull request is gated against
+    main."""
 
     name: str
     settings: tuple[tuple[str, Any], ...]
@@ -95,7 +127,10 @@ class Drafter:
         if id is None:
             id = _default_id(name, settings)
         elif not isinstance(id, str) or not _ID_RE.match(id):
-            raise DrafterError(f"Drafter id {id!r} must be a non-empty string of letters, digits, '_', '.', '+', '-'")
+            raise DrafterError(
+                f"Drafter id {id!r} must be a non-empty string of letters, digits, '_', '.', '+', "
+                "'-'"
+            )
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "settings", tuple(sorted(settings.items())))
         object.__setattr__(self, "id", id)
@@ -135,7 +170,9 @@ def _validate(name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(kwargs) - set(schema))
     if unknown:
         raise DrafterError(
-            f"Drafter({name!r}) got unknown setting(s) {', '.join(unknown)}; valid settings are {', '.join(schema)}")
+            f"Drafter({name!r}) got unknown setting(s) {', '.join(unknown)}; valid settings are "
+            f"{', '.join(schema)}"
+        )
     values: dict[str, Any] = {}
     for key, spec in schema.items():
         value = kwargs.get(key, spec.default)
@@ -145,17 +182,27 @@ def _validate(name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
             continue
         if spec.kind is int:
             if isinstance(value, bool) or not isinstance(value, int) or value < spec.minimum:
-                raise DrafterError(f"Drafter({name!r}) {key}={value!r}: expected an integer >= {spec.minimum}")
+                raise DrafterError(
+                    f"Drafter({name!r}) {key}={value!r}: expected an integer >= {spec.minimum}"
+                )
         elif spec.kind is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-                raise DrafterError(f"Drafter({name!r}) {key}={value!r}: expected a probability in [0, 1]")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0.0 <= value <= 1.0
+            ):
+                raise DrafterError(
+                    f"Drafter({name!r}) {key}={value!r}: expected a probability in [0, 1]"
+                )
             value = float(value)
         elif not isinstance(value, (str, os.PathLike)) or not str(value):
             raise DrafterError(f"Drafter({name!r}) {key}={value!r}: expected a path or model name")
         values[key] = str(value) if spec.kind is str else value
     if name == "ngram" and values["min_match_window"] > values["max_match_window"]:
-        raise DrafterError(f"Drafter('ngram') min_match_window={values['min_match_window']} exceeds "
-                           f"max_match_window={values['max_match_window']}")
+        raise DrafterError(
+            f"Drafter('ngram') min_match_window={values['min_match_window']} exceeds "
+            f"max_match_window={values['max_match_window']}"
+        )
     return values
 
 

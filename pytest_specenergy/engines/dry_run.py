@@ -22,17 +22,25 @@ def show_dry_run(cases: Iterable[Any], reporter: Any) -> str | None:
     else:
         reporter.write_sep("=", "specenergy dry run")
         reporter.write_line(text)
-    # A dry run with a refused or unbuildable command fails: a CI step checking the suite's commands must not go green.
-    refused = [line for line in text.splitlines() if "# REFUSED:" in line or ": cannot build the command:" in line]
+    # A dry run with a refused or unbuildable command fails: a CI step checking the suite's commands
+    # must not go green.
+    refused = [
+        line
+        for line in text.splitlines()
+        if "# REFUSED:" in line or ": cannot build the command:" in line
+    ]
     if not refused:
         return None
-    return (f"specenergy dry run: {len(refused)} engine command(s) refused or not buildable "
-            f"(see above), first: {refused[0].strip()}")
+    return (
+        f"specenergy dry run: {len(refused)} engine command(s) refused or not buildable "
+        f"(see above), first: {refused[0].strip()}"
+    )
 
 
 def render_dry_run(cases: Iterable[Any]) -> str:
-    """One block per distinct speculative engine, listing the cases it serves; ``cases`` are taken by their shape
-    (``id``, ``spec_config()``, ``baseline_config()``), since engines sit below :mod:`pytest_specenergy.cases`."""
+    """One block per distinct speculative engine, listing the cases it serves; ``cases`` are taken
+    by their shape (``id``, ``spec_config()``, ``baseline_config()``), since engines sit below
+    :mod:`pytest_specenergy.cases`."""
     cases = list(cases)
     groups: dict[object, list[Any]] = {}
     for case in cases:
@@ -43,12 +51,18 @@ def render_dry_run(cases: Iterable[Any]) -> str:
         blocks.append("\n".join([f"cases: {ids}", *dry_run_lines(config)]))
     if not blocks:
         return "no spec_pair cases collected"
-    return "\n\n".join(blocks) + f"\n\n{len(groups)} speculative engines, " \
+    return (
+        "\n\n".join(blocks) + f"\n\n{len(groups)} speculative engines, "
         f"{len({c.baseline_config() for c in cases})} baseline twins; nothing was started"
+    )
 
 
-def dry_run_lines(config: EngineConfig, backend: EngineBackend | None = None,
-                  host: str = "127.0.0.1", port: int = 30000) -> list[str]:
+def dry_run_lines(
+    config: EngineConfig,
+    backend: EngineBackend | None = None,
+    host: str = "127.0.0.1",
+    port: int = 30000,
+) -> list[str]:
     """Human-readable launch lines for ``config`` and (if speculative) its baseline twin, for any
     backend with ``command()``/``environment()``; refusals become lines too."""
     backend = backend or get_backend(config.engine)
@@ -59,7 +73,11 @@ def dry_run_lines(config: EngineConfig, backend: EngineBackend | None = None,
         backend.check(config)
     except EngineConfigError as exc:
         lines.append(f"# REFUSED: {exc}")
-    arms = [("speculative", config), ("baseline", config.twin())] if config.is_speculative else [("baseline", config)]
+    arms = (
+        [("speculative", config), ("baseline", config.twin())]
+        if config.is_speculative
+        else [("baseline", config)]
+    )
     argvs: dict[str, list[str]] = {}
     for arm, arm_config in arms:
         try:

@@ -1,4 +1,5 @@
-"""Engine identity: the server answering on our port is ours (docs/design/engines.md, ``engines/identity.py``)."""
+"""Engine identity: the server answering on our port is ours (docs/design/engines.md,
+``engines/identity.py``)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,11 @@ def listening_inodes(port: int, proc: Path = Path("/proc")) -> set[str] | None:
         for line in lines:
             fields = line.split()
             # sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
-            if len(fields) > 9 and fields[3] == _TCP_LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+            if (
+                len(fields) > 9
+                and fields[3] == _TCP_LISTEN
+                and int(fields[1].rsplit(":", 1)[1], 16) == port
+            ):
                 found.add(fields[9])
     return found if readable else None
 
@@ -63,9 +68,13 @@ def listening_inodes(port: int, proc: Path = Path("/proc")) -> set[str] | None:
 def socket_holders(inodes: set[str], pgid: int, proc: Path = Path("/proc")) -> list[int]:
     """Pids of group ``pgid`` holding one of the socket ``inodes`` open."""
     wanted = {f"socket:[{inode}]" for inode in inodes}
-    return [int(entry.name) for entry in proc.iterdir()
-            if entry.name.isdigit() and _pgid(int(entry.name)) == pgid
-            and any(link in wanted for link in _fd_links(entry / "fd"))]
+    return [
+        int(entry.name)
+        for entry in proc.iterdir()
+        if entry.name.isdigit()
+        and _pgid(int(entry.name)) == pgid
+        and any(link in wanted for link in _fd_links(entry / "fd"))
+    ]
 
 
 def _fd_links(fd_dir: Path) -> Iterator[str]:
@@ -113,8 +122,14 @@ def config_mismatches(config: EngineConfig, info: Mapping[str, Any]) -> list[str
     return problems
 
 
-def check_identity(config: EngineConfig, info: Mapping[str, Any], pgid: int, host: str,
-                   port: int, proc: Path = Path("/proc")) -> str:
+def check_identity(
+    config: EngineConfig,
+    info: Mapping[str, Any],
+    pgid: int,
+    host: str,
+    port: int,
+    proc: Path = Path("/proc"),
+) -> str:
     """Raise :class:`EngineIdentityError` unless our group's server answered; say how it
     was proven (``pid``, ``port`` or why the ownership part was skipped)."""
     label = config.label()
@@ -123,9 +138,11 @@ def check_identity(config: EngineConfig, info: Mapping[str, Any], pgid: int, hos
         owner = _pgid(pid)
         if owner != pgid:
             where = "is not running" if owner is None else f"is in process group {owner}"
-            raise PortTakenError(f"a foreign server answers on {host}:{port}: /server_info reports pid {pid} (model "
-                                 f"{info.get('model_path')!r}), which {where}, not in the group {pgid} of engine "
-                                 f"{label} that was started; another process took the port")
+            raise PortTakenError(
+                f"a foreign server answers on {host}:{port}: /server_info reports pid {pid} (model "
+                f"{info.get('model_path')!r}), which {where}, not in the group {pgid} of engine "
+                f"{label} that was started; another process took the port"
+            )
         how = f"pid {pid} in group {pgid}"
     else:
         inodes = listening_inodes(port, proc)
@@ -133,11 +150,15 @@ def check_identity(config: EngineConfig, info: Mapping[str, Any], pgid: int, hos
             how = "ownership skipped: /server_info has no pid and /proc/net/tcp is unreadable"
         elif not (holders := socket_holders(inodes, pgid, proc)):
             raise PortTakenError(
-                f"a foreign server answers on {host}:{port}: no process of the group {pgid} of engine {label} holds "
-                f"the listening socket (model {info.get('model_path')!r}); another process took the port")
+                f"a foreign server answers on {host}:{port}: no process of the group {pgid} of "
+                f"engine {label} holds the listening socket (model {info.get('model_path')!r}); "
+                "another process took the port"
+            )
         else:
             how = f"port {port} held by pid {holders[0]} in group {pgid}"
     problems = config_mismatches(config, info)
     if problems:
-        raise EngineIdentityError(f"the server on {host}:{port} is not engine {label}: {'; '.join(problems)}")
+        raise EngineIdentityError(
+            f"the server on {host}:{port} is not engine {label}: {'; '.join(problems)}"
+        )
     return how

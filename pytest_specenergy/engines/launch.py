@@ -1,5 +1,5 @@
-"""Supervised server processes: each engine in its own process group under a parent-death watchdog, with
-start-up, identity and request checks; see docs/design/engines.md, ``engines/launch.py``."""
+"""Supervised server processes: each engine in its own process group under a parent-death watchdog,
+with start-up, identity and request checks; see docs/design/engines.md, ``engines/launch.py``."""
 
 from __future__ import annotations
 
@@ -31,8 +31,9 @@ __all__ = ["EngineIdentityError", "EngineStartError", "ServerProcess", "free_por
 
 #: Fresh ports tried when the picked one turns out to be taken before the launch.
 PORT_TRIES = 5
-#: Launches tried when another process's server takes the port between our pick and bind (it answers our /health first):
-#: the identity check catches it, a fresh port is the remedy; bounded, so a port thief following us still fails.
+#: Launches tried when another process's server takes the port between our pick and bind (it answers
+#: our /health first): the identity check catches it, a fresh port is the remedy; bounded, so a port
+#: thief following us still fails.
 LAUNCH_TRIES = 2
 #: How long a request failure waits for the engine's exit to become visible: a killed
 #: engine closes its socket a moment before the watchdog reports its status.
@@ -75,9 +76,15 @@ def _killpg(proc: subprocess.Popen[bytes] | ZygoteChild | None, sig: int) -> Non
 class ServerProcess:
     """One running engine server; also the meters' :class:`EngineHandle`."""
 
-    def __init__(self, config: EngineConfig, backend: EngineBackend, log_dir: Path,
-                 startup_timeout_s: float | None = None, host: str = "127.0.0.1",
-                 request_timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        backend: EngineBackend,
+        log_dir: Path,
+        startup_timeout_s: float | None = None,
+        host: str = "127.0.0.1",
+        request_timeout_s: float | None = None,
+    ) -> None:
         self.config = config
         self.backend = backend
         self.host = host
@@ -108,8 +115,12 @@ class ServerProcess:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.config.label())
         self.log_path = self.log_dir / f"{stamp}-{safe}-{port}.log"
         flush = getattr(self.backend, "flush_cache_path", None)
-        self.client = EngineClient(f"http://{self.host}:{port}", timeout_s=self.request_timeout_s,
-                                   diagnose=self._diagnose, flush_path=flush(self.config) if flush else "/flush_cache")
+        self.client = EngineClient(
+            f"http://{self.host}:{port}",
+            timeout_s=self.request_timeout_s,
+            diagnose=self._diagnose,
+            flush_path=flush(self.config) if flush else "/flush_cache",
+        )
 
     @property
     def pid(self) -> int | None:
@@ -124,19 +135,25 @@ class ServerProcess:
                 return
             taken.append(self.port)
             self._use_port(free_port(self.host))
-        raise EngineStartError(f"engine {self.config.label()} was not started: ports {', '.join(map(str, taken))} on "
-                               f"{self.host} were already in use by another process ({self._foreign(taken[-1])}); is "
-                               "another session's engine running there?")
+        raise EngineStartError(
+            f"engine {self.config.label()} was not started: ports {', '.join(map(str, taken))} on "
+            f"{self.host} were already in use by another process ({self._foreign(taken[-1])}); is "
+            "another session's engine running there?"
+        )
 
     def _foreign(self, port: int) -> str:
         try:
             info = EngineClient(f"http://{self.host}:{port}")._request(
-                "GET", "/server_info", timeout_s=2.0, diagnose=False)
+                "GET", "/server_info", timeout_s=2.0, diagnose=False
+            )
         except EngineHTTPError:
             return "no /server_info: not an engine"
         if not isinstance(info, dict):
             return "not an engine"
-        return f"an engine serving model {info.get('model_path')!r}, pid {info.get('pid', 'not reported')}"
+        return (
+            f"an engine serving model {info.get('model_path')!r}, pid "
+            f"{info.get('pid', 'not reported')}"
+        )
 
     def start(self) -> ServerProcess:
         """Launch and wait until ``/health`` answers; raise :class:`EngineStartError` otherwise."""
@@ -149,22 +166,39 @@ class ServerProcess:
                 # Our engine was stopped before it could bind; a fresh port avoids the thief.
                 lost.append(self.port)
                 if len(lost) >= LAUNCH_TRIES:
-                    raise PortTakenError(f"{exc}\n(ports lost to other processes this start: "
-                                         f"{', '.join(map(str, lost))})") from None
+                    raise PortTakenError(
+                        f"{exc}\n(ports lost to other processes this start: "
+                        f"{', '.join(map(str, lost))})"
+                    ) from None
                 self._use_port(free_port(self.host))
 
     def _launch(self) -> ServerProcess:
         """One launch on ``self.port``, under the watchdog, up to a proven identity."""
         read_end, self._lifeline = os.pipe()  # both non-inheritable; the watchdog gets read_end
-        command = [sys.executable, "-m", "pytest_specenergy.engines.watchdog",
-                   "--parent", str(os.getpid()), "--fd", str(read_end), "--", *self.argv]
+        command = [
+            sys.executable,
+            "-m",
+            "pytest_specenergy.engines.watchdog",
+            "--parent",
+            str(os.getpid()),
+            "--fd",
+            str(read_end),
+            "--",
+            *self.argv,
+        ]
         try:
             with open(self.log_path, "ab") as log:
                 log.write(f"$ {' '.join(self.argv)}\n".encode())
                 log.flush()
                 self._proc = self._spawn_forked(read_end) or subprocess.Popen(
-                    command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env=self.env, start_new_session=True, pass_fds=(read_end,))
+                    command,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=self.env,
+                    start_new_session=True,
+                    pass_fds=(read_end,),
+                )
         except BaseException:
             self._close_lifeline()
             raise
@@ -176,16 +210,20 @@ class ServerProcess:
             code = self._proc.poll()
             if code is not None:
                 self.stop()
-                raise EngineStartError(f"engine {self.config.label()} exited with code {describe_exit(code)} "
-                                       f"during start-up; {self._log()}")
+                raise EngineStartError(
+                    f"engine {self.config.label()} exited with code {describe_exit(code)} "
+                    f"during start-up; {self._log()}"
+                )
             if self.client.health(timeout_s=2.0):
                 self._check_identity()
                 return self
             time.sleep(delay)
             delay = min(delay * 1.5, 0.2)
         self.stop()
-        raise EngineStartError(f"engine {self.config.label()} did not answer /health within "
-                               f"{self.startup_timeout_s:.0f} s; {self._log()}")
+        raise EngineStartError(
+            f"engine {self.config.label()} did not answer /health within "
+            f"{self.startup_timeout_s:.0f} s; {self._log()}"
+        )
 
     def _log(self) -> str:
         try:
@@ -195,7 +233,8 @@ class ServerProcess:
         return f"log {self.log_path}:\n{tail}"
 
     def _spawn_forked(self, lifeline: int) -> ZygoteChild | None:
-        """A fork of the zygote (torch and transformers already imported), or None where the plain start applies."""
+        """A fork of the zygote (torch and transformers already imported), or None where the plain
+        start applies."""
         zygote = zygote_for(self.argv, self.env)
         if zygote is None:
             return None
@@ -211,12 +250,18 @@ class ServerProcess:
         try:
             self.server_info = self.client.server_info()
             if not isinstance(self.server_info, dict):
-                raise EngineIdentityError(f"/server_info on {self.host}:{self.port} answered "
-                                          f"{type(self.server_info).__name__}, not an object")
-            self.identity = check_identity(self.config, self.server_info, proc.pid, self.host, self.port)
+                raise EngineIdentityError(
+                    f"/server_info on {self.host}:{self.port} answered "
+                    f"{type(self.server_info).__name__}, not an object"
+                )
+            self.identity = check_identity(
+                self.config, self.server_info, proc.pid, self.host, self.port
+            )
         except (EngineIdentityError, EngineHTTPError) as exc:
             code = proc.poll()
-            ours = ("exited with code " + describe_exit(code)) if code is not None else "was stopped"
+            ours = (
+                ("exited with code " + describe_exit(code)) if code is not None else "was stopped"
+            )
             self.stop()
             error = PortTakenError if isinstance(exc, PortTakenError) else EngineIdentityError
             raise error(f"{exc}; engine {self.config.label()} {ours}; {self._log()}") from None
@@ -234,13 +279,19 @@ class ServerProcess:
         log = self._log()
         if code is not None:
             self.stop()  # sweep what is left of its group, close the lifeline
-            return f"engine {label} (pid {pid}) exited with code {describe_exit(code)} during {what}; {log}"
+            return (
+                f"engine {label} (pid {pid}) exited with code {describe_exit(code)} during "
+                f"{what}; {log}"
+            )
         if timed_out:
-            # A hung engine would stall every later case: stop it, so the pool starts a fresh one for the next case.
+            # A hung engine would stall every later case: stop it, so the pool starts a fresh one
+            # for the next case.
             self.stop(grace_s=5.0)
-            return (f"engine {label} (pid {pid}) did not answer {what} within "
-                    f"{self.client.timeout_s:g} s (hung, or slower than the request timeout: "
-                    f"raise --specenergy-request-timeout); the engine was stopped; {log}")
+            return (
+                f"engine {label} (pid {pid}) did not answer {what} within "
+                f"{self.client.timeout_s:g} s (hung, or slower than the request timeout: "
+                f"raise --specenergy-request-timeout); the engine was stopped; {log}"
+            )
         return f"engine {label} (pid {pid}) is running but {what} got no answer ({exc}); {log}"
 
     def alive(self) -> bool:
@@ -252,14 +303,15 @@ class ServerProcess:
         return self._proc.poll() if self._proc is not None else None
 
     def terminate(self) -> None:
-        """Ask the engine to exit without waiting, as :meth:`stop` starts. SIGTERM to SGLang's whole group made its
-        scheduler die mid-drain ("crashed with exit code -15. Triggering SIGQUIT"), hence :meth:`_ask_leader`."""
+        """Ask the engine to exit without waiting, as :meth:`stop` starts. SIGTERM to SGLang's whole
+        group made its scheduler die mid-drain ("crashed with exit code -15. Triggering SIGQUIT"),
+        hence :meth:`_ask_leader`."""
         if not self._ask_leader(self._proc):
             _killpg(self._proc, signal.SIGTERM)
 
     def _ask_leader(self, proc: subprocess.Popen[bytes] | ZygoteChild | None) -> bool:
-        """SIGUSR1 to the group's leader (the watchdog), which sends SIGTERM to the server alone, for a
-        leader-only backend; False for any other (nothing sent)."""
+        """SIGUSR1 to the group's leader (the watchdog), which sends SIGTERM to the server alone,
+        for a leader-only backend; False for any other (nothing sent)."""
         if proc is None or not getattr(self.backend, "stop_signal_leader_only", False):
             return False
         with contextlib.suppress(ProcessLookupError):
@@ -308,8 +360,9 @@ class ServerProcess:
 
     @property
     def special_token_ids(self) -> tuple[int, ...]:
-        """The served model's special token ids: the engine's ``/server_info`` list (the reference server's),
-        else what the backend reads from the checkpoint (SGLang's ``/server_info`` has none)."""
+        """The served model's special token ids: the engine's ``/server_info`` list (the reference
+        server's), else what the backend reads from the checkpoint (SGLang's ``/server_info`` has
+        none)."""
         reported = self.server_info.get("special_token_ids")
         if reported:
             return tuple(int(t) for t in reported)
@@ -319,6 +372,12 @@ class ServerProcess:
     def describe(self) -> dict[str, Any]:
         """What ran: argv, log, and the engine's own ``/server_info`` facts."""
         info = self.server_info
-        return {"config": self.config.as_dict(), "argv": self.argv, "log": str(self.log_path),
-                "version": info.get("version"), "engine": info.get("engine", self.backend.name),
-                "identity": self.identity, "server_info": {k: v for k, v in info.items() if k != "internal_states"}}
+        return {
+            "config": self.config.as_dict(),
+            "argv": self.argv,
+            "log": str(self.log_path),
+            "version": info.get("version"),
+            "engine": info.get("engine", self.backend.name),
+            "identity": self.identity,
+            "server_info": {k: v for k, v in info.items() if k != "internal_states"},
+        }

@@ -1,5 +1,6 @@
-"""Reading SGLang's per-request ``meta_info`` and ``/server_info`` across releases, whose key names changed; an
-absent speculative counter stays ``None``. See docs/design/engines.md, ``engines/meta_info.py``."""
+"""Reading SGLang's per-request ``meta_info`` and ``/server_info`` across releases, whose key names
+changed; an absent speculative counter stays ``None``. See docs/design/engines.md,
+``engines/meta_info.py``."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ class MetaInfoError(ValueError):
 
 @dataclass(frozen=True)
 class RequestCounters:
-    """One request's counters, under canonical (0.5.23) names. ``spec_num_correct_drafts`` excludes the
-    bonus token; ``correct_drafts_histogram[k]`` is the number of verify steps that accepted ``k`` drafts."""
+    """One request's counters, under canonical (0.5.23) names. ``spec_num_correct_drafts`` excludes
+    the bonus token; ``correct_drafts_histogram[k]`` is the number of verify steps that accepted
+    ``k`` drafts."""
 
     rid: str | None
     prompt_tokens: int
@@ -30,8 +32,9 @@ class RequestCounters:
     correct_drafts_histogram: tuple[int, ...] | None = None
     cached_tokens: int | None = None
     retractions: int | None = None
-    #: Reference server only: the engine's number of the prefill forward that prefilled the request (requests sharing it
-    #: were prefilled together) and the wall seconds of the decode / verify steps it ran in; None from SGLang.
+    #: Reference server only: the engine's number of the prefill forward that prefilled the request
+    #: (requests sharing it were prefilled together) and the wall seconds of the decode / verify
+    #: steps it ran in; None from SGLang.
     prefill_forward: int | None = None
     decode_seconds: float | None = None
 
@@ -39,26 +42,47 @@ class RequestCounters:
         """Internal inconsistencies (histogram vs totals); empty when the counters agree."""
         out = []
         hist = self.correct_drafts_histogram
-        if hist is not None and self.spec_verify_ct is not None and sum(hist) != self.spec_verify_ct:
-            out.append(f"request {self.rid}: histogram counts {sum(hist)} verify steps, "
-                       f"spec_verify_ct says {self.spec_verify_ct}")
+        if (
+            hist is not None
+            and self.spec_verify_ct is not None
+            and sum(hist) != self.spec_verify_ct
+        ):
+            out.append(
+                f"request {self.rid}: histogram counts {sum(hist)} verify steps, "
+                f"spec_verify_ct says {self.spec_verify_ct}"
+            )
         if hist is not None and self.spec_num_correct_drafts is not None:
             weighted = sum(k * n for k, n in enumerate(hist))
             if weighted != self.spec_num_correct_drafts:
-                out.append(f"request {self.rid}: histogram sums to {weighted} accepted drafts, "
-                           f"spec_num_correct_drafts says {self.spec_num_correct_drafts}")
-        if (self.spec_num_correct_drafts is not None and self.spec_num_proposed_drafts is not None
-                and self.spec_num_correct_drafts > self.spec_num_proposed_drafts):
-            out.append(f"request {self.rid}: {self.spec_num_correct_drafts} accepted drafts "
-                       f"exceed {self.spec_num_proposed_drafts} proposed")
+                out.append(
+                    f"request {self.rid}: histogram sums to {weighted} accepted drafts, "
+                    f"spec_num_correct_drafts says {self.spec_num_correct_drafts}"
+                )
+        if (
+            self.spec_num_correct_drafts is not None
+            and self.spec_num_proposed_drafts is not None
+            and self.spec_num_correct_drafts > self.spec_num_proposed_drafts
+        ):
+            out.append(
+                f"request {self.rid}: {self.spec_num_correct_drafts} accepted drafts "
+                f"exceed {self.spec_num_proposed_drafts} proposed"
+            )
         return out
 
 
 # Canonical field -> accepted key names, canonical first.
 _SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "spec_verify_ct": ("spec_verify_ct",),
-    "spec_num_correct_drafts": ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num"),
-    "spec_num_proposed_drafts": ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num"),
+    "spec_num_correct_drafts": (
+        "spec_num_correct_drafts",
+        "spec_accepted_drafts",
+        "spec_accept_token_num",
+    ),
+    "spec_num_proposed_drafts": (
+        "spec_num_proposed_drafts",
+        "spec_proposed_drafts",
+        "spec_draft_token_num",
+    ),
     "correct_drafts_histogram": ("spec_correct_drafts_histogram", "spec_accept_histogram"),
 }
 _RETRACTION_KEYS = ("num_retractions", "total_retractions")
@@ -77,16 +101,23 @@ def parse_meta_info(meta: Mapping[str, Any]) -> RequestCounters:
         finish_detail = next(iter(detail.values())) if len(detail) == 1 else (detail or None)
     elif isinstance(finish, str):
         finish_type = finish
-    # Aborted in SGLang's waiting queue: an abort with no prompt_tokens and zero completion_tokens (any other payload
-    # lacking prompt_tokens is still refused); see docs/design/engines.md, ``engines/meta_info.py``.
-    queued_abort = (finish_type == "abort" and meta.get("prompt_tokens") is None
-                    and meta.get("completion_tokens") is not None and int(meta["completion_tokens"]) == 0)
+    # Aborted in SGLang's waiting queue: an abort with no prompt_tokens and zero completion_tokens
+    # (any other payload lacking prompt_tokens is still refused); see docs/design/engines.md,
+    # ``engines/meta_info.py``.
+    queued_abort = (
+        finish_type == "abort"
+        and meta.get("prompt_tokens") is None
+        and meta.get("completion_tokens") is not None
+        and int(meta["completion_tokens"]) == 0
+    )
     required = ("completion_tokens",) if queued_abort else ("prompt_tokens", "completion_tokens")
     missing = [k for k in required if meta.get(k) is None]
     if missing:
         raise MetaInfoError(
-            f"meta_info lacks {', '.join(missing)} (every SGLang release sends them, except prompt_tokens for a "
-            f"request aborted while queued); keys present: {', '.join(sorted(meta)) or 'none'}")
+            f"meta_info lacks {', '.join(missing)} (every SGLang release sends them, except "
+            "prompt_tokens for a request aborted while queued); keys present: "
+            f"{', '.join(sorted(meta)) or 'none'}"
+        )
     spec = {field: _first(meta, keys, field) for field, keys in _SPEC_KEYS.items()}
     hist = spec.pop("correct_drafts_histogram")
     return RequestCounters(
@@ -115,7 +146,9 @@ def _first(meta: Mapping[str, Any], keys: Sequence[str], field: str) -> Any:
     for other, other_value in found[1:]:
         if _normal(other_value) != _normal(value):
             raise MetaInfoError(
-                f"meta_info has {key}={value!r} and its alias {other}={other_value!r}; they must be equal ({field})")
+                f"meta_info has {key}={value!r} and its alias {other}={other_value!r}; they must "
+                f"be equal ({field})"
+            )
     return value
 
 
@@ -128,8 +161,9 @@ def _or_none(kind: Any, value: Any) -> Any:
 
 
 def parse_concurrency(server_info: Mapping[str, Any]) -> dict[str, Any]:
-    """How many requests actually ran per decode/verify step, from ``internal_states[*].step_time_dict`` in
-    ``/server_info`` (data-parallel ranks merged; None when no steps were recorded), over the engine's life."""
+    """How many requests actually ran per decode/verify step, from
+    ``internal_states[*].step_time_dict`` in ``/server_info`` (data-parallel ranks merged; None when
+    no steps were recorded), over the engine's life."""
     states = server_info.get("internal_states") if isinstance(server_info, Mapping) else None
     steps: dict[int, int] | None = None
     cap = None
@@ -155,8 +189,10 @@ def concurrency_between(before: Mapping[str, Any], after: Mapping[str, Any]) -> 
     old = first["steps_by_running"] or {}
     delta = {rows: n - old.get(rows, 0) for rows, n in second["steps_by_running"].items()}
     if any(n < 0 for n in delta.values()):
-        raise MetaInfoError("step_time_dict shrank between the two /server_info reads: the engine restarted or its "
-                            "step record was reset; measure both reads on one engine")
+        raise MetaInfoError(
+            "step_time_dict shrank between the two /server_info reads: the engine restarted or its "
+            "step record was reset; measure both reads on one engine"
+        )
     return _summary({r: n for r, n in delta.items() if n}, second["max_running_requests"])
 
 
@@ -188,8 +224,9 @@ def _summary(steps: dict[int, int] | None, cap: Any) -> dict[str, Any]:
 
 
 def cuda_graph_setting(engine: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Every ``*cuda_graph*`` setting an engine description records (its ``/server_info`` and the case's engine
-    options), or None: CUDA graphs change the result (paper), so any difference makes runs incomparable."""
+    """Every ``*cuda_graph*`` setting an engine description records (its ``/server_info`` and the
+    case's engine options), or None: CUDA graphs change the result (paper), so any difference makes
+    runs incomparable."""
     found: dict[str, Any] = {}
     for source in (engine.get("server_info"), (engine.get("config") or {}).get("options")):
         if isinstance(source, Mapping):

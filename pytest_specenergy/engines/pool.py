@@ -1,5 +1,5 @@
-"""The engine pool: one supervised server per distinct engine config, for the whole session; handles SIGTERM
-while it holds engines. See docs/design/engines.md, ``engines/pool.py``."""
+"""The engine pool: one supervised server per distinct engine config, for the whole session; handles
+SIGTERM while it holds engines. See docs/design/engines.md, ``engines/pool.py``."""
 
 from __future__ import annotations
 
@@ -30,8 +30,14 @@ class EngineTerminated(KeyboardInterrupt):
 class EnginePool:
     """Starts engines on first use and keeps them until :meth:`close` (or eviction)."""
 
-    def __init__(self, log_dir: Path, startup_timeout_s: float | None = None, max_live: int = 0,
-                 request_timeout_s: float | None = None, progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        startup_timeout_s: float | None = None,
+        max_live: int = 0,
+        request_timeout_s: float | None = None,
+        progress: Progress | None = None,
+    ) -> None:
         self.log_dir = log_dir
         self.progress = progress
         self.startup_timeout_s = startup_timeout_s
@@ -65,17 +71,26 @@ class EnginePool:
             server.stop()
             # Never silent: the next measurement runs on a new process (see its log).
             how = f"exit code {describe_exit(code)}" if code is not None else "stopped"
-            self._report(f"engine {config.label()} died ({how}) and is restarted; log {server.log_path}")
+            self._report(
+                f"engine {config.label()} died ({how}) and is restarted; log {server.log_path}"
+            )
         self._install_sigterm_handler()
-        server = ServerProcess(config, backend, self.log_dir, self.startup_timeout_s,
-                               request_timeout_s=self.request_timeout_s)
+        server = ServerProcess(
+            config,
+            backend,
+            self.log_dir,
+            self.startup_timeout_s,
+            request_timeout_s=self.request_timeout_s,
+        )
         self.starts.append(config)
         began = time.monotonic()
         try:
             server.start()
         except Exception as exc:
             self.failed[config] = exc
-            self._report(f"engine {config.label()} failed to start after {time.monotonic() - began:.1f} s")
+            self._report(
+                f"engine {config.label()} failed to start after {time.monotonic() - began:.1f} s"
+            )
             raise
         except BaseException:  # Ctrl-C or SIGTERM mid-start: it is in no list close() sees
             server.stop()
@@ -89,14 +104,21 @@ class EnginePool:
             self.progress(0, text)
 
     def start_together(self, configs: list[EngineConfig]) -> None:
-        """Start the engines of ``configs`` not running yet side by side when the pool is unbounded (a start is mostly
-        imports and model building, which overlap on separate cores); a failed config's :meth:`get` raises its error."""
-        pending = [c for c in dict.fromkeys(configs) if c not in self._live and c not in self.failed]
+        """Start the engines of ``configs`` not running yet side by side when the pool is unbounded
+        (a start is mostly imports and model building, which overlap on separate cores); a failed
+        config's :meth:`get` raises its error."""
+        pending = [
+            c for c in dict.fromkeys(configs) if c not in self._live and c not in self.failed
+        ]
         if self.max_live or len(pending) < 2:
             return
         self._install_sigterm_handler()  # only the main thread can; the starting threads cannot
-        threads = [threading.Thread(target=self._start_quietly, args=(c,), name="specenergy-start", daemon=True)
-                   for c in pending]
+        threads = [
+            threading.Thread(
+                target=self._start_quietly, args=(c,), name="specenergy-start", daemon=True
+            )
+            for c in pending
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -140,8 +162,9 @@ class EnginePool:
         self._terminations += 1
         servers = list(self._live.values())
         if self._terminations == 2:
-            # A second SIGTERM (coreutils timeout signals the whole group) will not wait: kill the engines now but keep
-            # unwinding, so what was measured is still written (table, JSON, run marked interrupted); a third ends it.
+            # A second SIGTERM (coreutils timeout signals the whole group) will not wait: kill the
+            # engines now but keep unwinding, so what was measured is still written (table, JSON,
+            # run marked interrupted); a third ends it.
             for server in servers:
                 server.kill()
             return
@@ -155,4 +178,6 @@ class EnginePool:
         previous = self._previous_handler
         if callable(previous):
             previous(signum, frame)  # chain: a handler installed before ours still runs
-        raise EngineTerminated(f"SIGTERM received: stopping {len(servers)} engine(s) and ending the session")
+        raise EngineTerminated(
+            f"SIGTERM received: stopping {len(servers)} engine(s) and ending the session"
+        )

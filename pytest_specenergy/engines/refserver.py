@@ -19,33 +19,56 @@ class ReferenceBackend:
     name = "reference"
     # Importing torch and transformers dominates start-up; tiny models build in a second.
     startup_timeout_s = 300.0
-    #: ``/generate`` answers ``return_prompt_token_ids`` (without a forward at ``max_new_tokens=0``): coherence asks it.
+    #: ``/generate`` answers ``return_prompt_token_ids`` (without a forward at
+    #: ``max_new_tokens=0``): coherence asks it.
     returns_prompt_token_ids = True
 
     def drafters(self) -> tuple[str, ...]:
         """Drafters the reference server implements."""
         return ENGINE_DRAFTERS["reference"]
 
-    def twin_differences(self, spec_info: Mapping[str, Any], base_info: Mapping[str, Any]) -> list[str]:
-        """None: the reference server resolves nothing; the arms' command lines differ by the drafter (and faults)."""
+    def twin_differences(
+        self, spec_info: Mapping[str, Any], base_info: Mapping[str, Any]
+    ) -> list[str]:
+        """None: the reference server resolves nothing; the arms' command lines differ by the
+        drafter (and faults)."""
         return []
 
     def check(self, config: EngineConfig) -> None:
         """The reference server needs torch and transformers (the ``reference`` extra)."""
         missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
         if missing:
-            raise EngineConfigError(f"the reference engine needs {', '.join(missing)}; install them with pip install "
-                                    "'pytest-specenergy[reference]' torch==2.13.0")
+            raise EngineConfigError(
+                f"the reference engine needs {', '.join(missing)}; install them with pip install "
+                "'pytest-specenergy[reference]' torch==2.13.0"
+            )
         if config.drafter and config.drafter.name not in self.drafters():
             raise EngineConfigError(
-                f"the reference engine implements drafters {', '.join(self.drafters())}, not {config.drafter.name!r}")
+                f"the reference engine implements drafters {', '.join(self.drafters())}, not "
+                f"{config.drafter.name!r}"
+            )
 
     def command(self, config: EngineConfig, host: str, port: int) -> list[str]:
-        """The server's argv; the arms' differ only by the drafter flags and faults that act in speculation alone."""
+        """The server's argv; the arms' differ only by the drafter flags and faults that act in
+        speculation alone."""
         # Servers start with the interpreter running pytest.
-        argv = [sys.executable, "-m", "pytest_specenergy.refserver",
-                "--model", config.model, "--dtype", config.dtype, "--device", config.device,
-                "--seed", str(config.seed), "--host", host, "--port", str(port)]
+        argv = [
+            sys.executable,
+            "-m",
+            "pytest_specenergy.refserver",
+            "--model",
+            config.model,
+            "--dtype",
+            config.dtype,
+            "--device",
+            config.device,
+            "--seed",
+            str(config.seed),
+            "--host",
+            host,
+            "--port",
+            str(port),
+        ]
         workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
         if config.model.startswith("tiny:") and not config.device.startswith("cuda"):
             # A built-in tiny model's ops are too small to split: on 2 cores the hybrid's
@@ -64,7 +87,12 @@ class ReferenceBackend:
             return argv + ["--drafter", "none"]
         if config.replay == "verify":
             # Draft removal: the same verify width, the drafts each request brings, no draft model.
-            return argv + ["--drafter", "replay", "--num-draft-tokens", str(drafter.num_draft_tokens)]
+            return argv + [
+                "--drafter",
+                "replay",
+                "--num-draft-tokens",
+                str(drafter.num_draft_tokens),
+            ]
         argv += ["--drafter", drafter.name, "--num-draft-tokens", str(drafter.num_draft_tokens)]
         if drafter.name == "block":
             argv += ["--block-size", str(drafter.get("block_size"))]
@@ -74,8 +102,12 @@ class ReferenceBackend:
         elif dict(drafter.settings).get("accept_p") is not None:
             argv += ["--draft-accept-p", repr(drafter.get("accept_p"))]
         if drafter.name == "ngram":
-            argv += ["--ngram-min-match-window", str(drafter.get("min_match_window")),
-                     "--ngram-max-match-window", str(drafter.get("max_match_window"))]
+            argv += [
+                "--ngram-min-match-window",
+                str(drafter.get("min_match_window")),
+                "--ngram-max-match-window",
+                str(drafter.get("max_match_window")),
+            ]
         if drafter.draft_model:
             argv += ["--draft-model", drafter.draft_model]
         return argv

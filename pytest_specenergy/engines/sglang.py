@@ -1,6 +1,6 @@
-"""The SGLang backend: ``python -m sglang.launch_server ...`` for one engine config. Both arms are built from the
-same config, with everything SGLang would resolve differently for a speculative engine pinned in both; see
-docs/design/engines.md, ``engines/sglang.py``."""
+"""The SGLang backend: ``python -m sglang.launch_server ...`` for one engine config. Both arms are
+built from the same config, with everything SGLang would resolve differently for a speculative
+engine pinned in both; see docs/design/engines.md, ``engines/sglang.py``."""
 
 from __future__ import annotations
 
@@ -24,8 +24,15 @@ from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.drafters import Drafter
 
 #: Our drafter name -> SGLang ``speculative_algorithm``.
-ALGORITHMS: dict[str, str] = {"ngram": "NGRAM", "draft_model": "STANDALONE", "eagle": "EAGLE", "eagle3": "EAGLE3",
-                              "nextn": "NEXTN", "dflash": "DFLASH", "dspark": "DSPARK"}
+ALGORITHMS: dict[str, str] = {
+    "ngram": "NGRAM",
+    "draft_model": "STANDALONE",
+    "eagle": "EAGLE",
+    "eagle3": "EAGLE3",
+    "nextn": "NEXTN",
+    "dflash": "DFLASH",
+    "dspark": "DSPARK",
+}
 # flashinfer runs chains and trees on Hopper and Blackwell alike, so one value fits both arms
 # whatever the drafter's topk; it is also what SGLang's own EAGLE3 parity test uses.
 DEFAULT_ATTENTION_BACKEND = "flashinfer"
@@ -38,27 +45,88 @@ DEFAULT_TP_SIZE = 1
 DEFAULT_LOG_LEVEL = "warning"
 #: Seconds ``/flush_cache?timeout=`` waits for the scheduler to go idle (0.5.23+).
 FLUSH_CACHE_TIMEOUT_S = 30
-_DTYPES = {d: {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}.get(d, d) for d in ENGINE_DTYPES["sglang"]}
+_DTYPES = {
+    d: {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}.get(d, d)
+    for d in ENGINE_DTYPES["sglang"]
+}
 _TREE_DRAFTERS = ("eagle", "eagle3", "nextn")
-#: Architectures whose checkpoint carries its own MTP (NEXTN) layers, so SGLang fills ``speculative_draft_model_path``
-#: with the target itself (0.5.9 ``server_args.py``, 0.5.23 ``speculative_hook.py:1120-1150``). Any other target run as
-#: NEXTN without ``draft_model`` resolves to EAGLE with no draft checkpoint at all.
-MTP_IN_TARGET_0_5_9 = frozenset({"DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM",
-                                 "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM", "BailingMoeForCausalLM",
-                                 "BailingMoeV2ForCausalLM", "BailingMoeV2_5ForCausalLM", "MistralLarge3ForCausalLM",
-                                 "PixtralForConditionalGeneration"})
-MTP_IN_TARGET_0_5_23 = MTP_IN_TARGET_0_5_9 | {"DeepseekV4ForCausalLM", "HYV3ForCausalLM", "HYV4ForCausalLM",
-                                              "Qwen4ExpForConditionalGeneration"}
+#: Architectures whose checkpoint carries its own MTP (NEXTN) layers, so SGLang fills
+#: ``speculative_draft_model_path`` with the target itself (0.5.9 ``server_args.py``, 0.5.23
+#: ``speculative_hook.py:1120-1150``). Any other target run as NEXTN without ``draft_model``
+#: resolves to EAGLE with no draft checkpoint at all.
+MTP_IN_TARGET_0_5_9 = frozenset(
+    {
+        "DeepseekV32ForCausalLM",
+        "DeepseekV3ForCausalLM",
+        "Glm4MoeForCausalLM",
+        "Glm4MoeLiteForCausalLM",
+        "GlmMoeDsaForCausalLM",
+        "BailingMoeForCausalLM",
+        "BailingMoeV2ForCausalLM",
+        "BailingMoeV2_5ForCausalLM",
+        "MistralLarge3ForCausalLM",
+        "PixtralForConditionalGeneration",
+    }
+)
+MTP_IN_TARGET_0_5_23 = MTP_IN_TARGET_0_5_9 | {
+    "DeepseekV4ForCausalLM",
+    "HYV3ForCausalLM",
+    "HYV4ForCausalLM",
+    "Qwen4ExpForConditionalGeneration",
+}
 
 # Hybrid (linear-attention / state-space) checkpoints: SGLang's hybrid_arch.py config classes.
-HYBRID_MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "mamba",
-                                "mamba2", "falcon_mamba", "falcon_h1", "nemotron_h", "nemotron_h_puzzle", "jamba",
-                                "zamba2", "bamba", "granitemoehybrid", "kimi_linear", "bailing_hybrid", "minicpm_sala",
-                                "lfm2", "lfm2_moe", "jet_nemotron", "intern_s2_preview", "zaya", "plamo2", "glm5_next"})
-_HYBRID_ARCH_PREFIXES = ("Qwen3Next", "Qwen3_5", "Mamba", "FalconMamba", "FalconH1", "NemotronH", "Jamba", "Zamba",
-                         "Bamba", "GraniteMoeHybrid", "KimiLinear", "BailingHybrid", "Lfm2", "JetNemotron", "Plamo2")
-_HYBRID_NAME = re.compile(r"qwen3[-_]?next|qwen3\.[56](?!\d)|mamba|nemotron[-_]h(?![a-z])|falcon[-_]h1|jamba|zamba"
-                          r"|bamba|kimi[-_]linear|lfm2", re.IGNORECASE)
+HYBRID_MODEL_TYPES = frozenset(
+    {
+        "qwen3_next",
+        "qwen3_5",
+        "qwen3_5_text",
+        "qwen3_5_moe",
+        "qwen3_5_moe_text",
+        "mamba",
+        "mamba2",
+        "falcon_mamba",
+        "falcon_h1",
+        "nemotron_h",
+        "nemotron_h_puzzle",
+        "jamba",
+        "zamba2",
+        "bamba",
+        "granitemoehybrid",
+        "kimi_linear",
+        "bailing_hybrid",
+        "minicpm_sala",
+        "lfm2",
+        "lfm2_moe",
+        "jet_nemotron",
+        "intern_s2_preview",
+        "zaya",
+        "plamo2",
+        "glm5_next",
+    }
+)
+_HYBRID_ARCH_PREFIXES = (
+    "Qwen3Next",
+    "Qwen3_5",
+    "Mamba",
+    "FalconMamba",
+    "FalconH1",
+    "NemotronH",
+    "Jamba",
+    "Zamba",
+    "Bamba",
+    "GraniteMoeHybrid",
+    "KimiLinear",
+    "BailingHybrid",
+    "Lfm2",
+    "JetNemotron",
+    "Plamo2",
+)
+_HYBRID_NAME = re.compile(
+    r"qwen3[-_]?next|qwen3\.[56](?!\d)|mamba|nemotron[-_]h(?![a-z])|falcon[-_]h1|jamba|zamba"
+    r"|bamba|kimi[-_]linear|lfm2",
+    re.IGNORECASE,
+)
 
 
 class SGLangBackend:
@@ -67,8 +135,9 @@ class SGLangBackend:
     name = "sglang"
     # Loading a large checkpoint and capturing CUDA graphs for both phases takes minutes.
     startup_timeout_s = 1800.0
-    #: Stop policy: SIGTERM to the group kills the scheduler first, so the SGLang parent logs a crash and sleeps 5 s
-    #: before cleaning up; SIGTERM to the leader alone drains gracefully. So: SIGTERM the leader, wait, then the group.
+    #: Stop policy: SIGTERM to the group kills the scheduler first, so the SGLang parent logs a
+    #: crash and sleeps 5 s before cleaning up; SIGTERM to the leader alone drains gracefully. So:
+    #: SIGTERM the leader, wait, then the group.
     stop_signal_leader_only = True
 
     def drafters(self) -> tuple[str, ...]:
@@ -85,17 +154,21 @@ class SGLangBackend:
             # The server runs under that interpreter, so its sglang is the one that counts.
             found = python_sglang_version(str(python))
             if found is None:
-                raise EngineConfigError(f"SGLang is not installed in the engine option python={python!s} (asking it "
-                                        "for importlib.metadata.version('sglang') failed), so its command line cannot "
-                                        "be built; install sglang>=0.5.9,<0.6 there, or set the engine option "
-                                        "sglang_version='0.5.23' on pytest.mark.model(...)")
+                raise EngineConfigError(
+                    f"SGLang is not installed in the engine option python={python!s} (asking it "
+                    "for importlib.metadata.version('sglang') failed), so its command line cannot "
+                    "be built; install sglang>=0.5.9,<0.6 there, or set the engine option "
+                    "sglang_version='0.5.23' on pytest.mark.model(...)"
+                )
             return sa.parse_version(found), f"installed in {python}"
         installed = sa.installed_version()
         if installed is None:
             raise EngineConfigError(
-                "SGLang is not installed in this Python, so its command line cannot be built; install "
-                "sglang>=0.5.9,<0.6 on the GPU runner (pip install 'pytest-specenergy[sglang]'), or set the engine "
-                "option sglang_version='0.5.23' on pytest.mark.model(...) for a dry run")
+                "SGLang is not installed in this Python, so its command line cannot be built; "
+                "install sglang>=0.5.9,<0.6 on the GPU runner (pip install "
+                "'pytest-specenergy[sglang]'), or set the engine option sglang_version='0.5.23' "
+                "on pytest.mark.model(...) for a dry run"
+            )
         return sa.parse_version(installed), "installed"
 
     def flush_cache_path(self, config: EngineConfig) -> str:
@@ -107,7 +180,8 @@ class SGLangBackend:
         return f"/flush_cache?timeout={FLUSH_CACHE_TIMEOUT_S}" if waits else "/flush_cache"
 
     def special_token_ids(self, config: EngineConfig) -> tuple[int, ...]:
-        """Special token ids from the target's checkpoint, for leak detection: SGLang's ``/server_info`` has none."""
+        """Special token ids from the target's checkpoint, for leak detection: SGLang's
+        ``/server_info`` has none."""
         return checkpoint_special_token_ids(config.model)
 
     def check(self, config: EngineConfig) -> None:
@@ -116,7 +190,9 @@ class SGLangBackend:
         if version < sa.MIN_VERSION:
             raise EngineConfigError(
                 f"SGLang {sa.format_version(version)} ({source}) is older than "
-                f"{sa.format_version(sa.MIN_VERSION)}, the oldest release this plugin drives; upgrade sglang")
+                f"{sa.format_version(sa.MIN_VERSION)}, the oldest release this plugin drives; "
+                "upgrade sglang"
+            )
         facts = sa.facts_for(version)
         user = sa.translate_options(dict(config.options), facts)
         fields = sa.installed_server_args_fields() if source == "installed" else None
@@ -127,58 +203,85 @@ class SGLangBackend:
         _check_model_path("model", config.model)
         _dtype(config.dtype)
         if ":" in config.device:
-            raise EngineConfigError(f"device {config.device!r}: SGLang takes a device type (cuda), not an index; "
-                                    "choose GPUs with CUDA_VISIBLE_DEVICES (one pytest-xdist worker per GPU)")
+            raise EngineConfigError(
+                f"device {config.device!r}: SGLang takes a device type (cuda), not an index; "
+                "choose GPUs with CUDA_VISIBLE_DEVICES (one pytest-xdist worker per GPU)"
+            )
         if config.drafter is not None:
             self._check_drafter(config, config.drafter, facts, user)
-            spec, base = self.command(config, "127.0.0.1", 30000), self.command(config.twin(), "127.0.0.1", 30000)
-            problems = [line for line in describe_pair_difference(spec, base) if line.startswith("MISMATCH")]
+            spec, base = (
+                self.command(config, "127.0.0.1", 30000),
+                self.command(config.twin(), "127.0.0.1", 30000),
+            )
+            problems = [
+                line for line in describe_pair_difference(spec, base) if line.startswith("MISMATCH")
+            ]
             if problems:
-                raise EngineConfigError("the speculative engine and its baseline twin would differ in more than the "
-                                        "speculative flags: " + "; ".join(problems))
+                raise EngineConfigError(
+                    "the speculative engine and its baseline twin would differ in more than the "
+                    "speculative flags: " + "; ".join(problems)
+                )
 
-    def _check_drafter(self, config: EngineConfig, drafter: Drafter, facts: sa.VersionFacts,
-                       user: dict[str, Any]) -> None:
+    def _check_drafter(
+        self, config: EngineConfig, drafter: Drafter, facts: sa.VersionFacts, user: dict[str, Any]
+    ) -> None:
         version = sa.format_version(facts.version)
         if drafter.name == "none":
             return  # the A/A control: no speculative flag at all, nothing to check
         algorithm = ALGORITHMS.get(drafter.name)
         if algorithm is None:
             raise EngineConfigError(
-                f"drafter {drafter.name!r} has no SGLang algorithm; expected one of {', '.join(ALGORITHMS)}")
+                f"drafter {drafter.name!r} has no SGLang algorithm; expected one of "
+                f"{', '.join(ALGORITHMS)}"
+            )
         if algorithm not in facts.algorithms:
             since = sa.format_version(sa.ALGORITHM_SINCE[algorithm])
-            raise EngineConfigError(f"SGLang {version} has no {algorithm} speculative algorithm (drafter "
-                                    f"{drafter.name!r}); the first release known to have it is {since} - upgrade "
-                                    f"sglang, or use one of {', '.join(sorted(facts.algorithms))}")
-        if drafter.draft_model:  # Drafter(...) itself refuses a scheme whose checkpoint is required without one
+            raise EngineConfigError(
+                f"SGLang {version} has no {algorithm} speculative algorithm (drafter "
+                f"{drafter.name!r}); the first release known to have it is {since} - upgrade "
+                f"sglang, or use one of {', '.join(sorted(facts.algorithms))}"
+            )
+        if (
+            drafter.draft_model
+        ):  # Drafter(...) itself refuses a scheme whose checkpoint is required without one
             _check_model_path("draft model", drafter.draft_model)
         elif drafter.name == "nextn":
             _check_mtp_in_target(config.model, facts.version)
         clash = sorted(k for k in user if k in _speculative_args(drafter, facts))
         if clash:
-            raise EngineConfigError(f"engine option(s) {', '.join(clash)} would override the drafter's own setting; "
-                                    f"set it on Drafter({drafter.name!r}, ...) instead")
-        if drafter.name in _TREE_DRAFTERS and drafter.get("topk") == 1 \
-                and drafter.num_draft_tokens != drafter.get("num_steps"):
-            raise EngineConfigError(f"Drafter({drafter.name!r}) with topk=1 proposes one token per step, so "
-                                    f"num_draft_tokens must equal num_steps ({drafter.get('num_steps')}), not "
-                                    f"{drafter.num_draft_tokens}; SGLang would silently reset it")
+            raise EngineConfigError(
+                f"engine option(s) {', '.join(clash)} would override the drafter's own setting; "
+                f"set it on Drafter({drafter.name!r}, ...) instead"
+            )
+        if (
+            drafter.name in _TREE_DRAFTERS
+            and drafter.get("topk") == 1
+            and drafter.num_draft_tokens != drafter.get("num_steps")
+        ):
+            raise EngineConfigError(
+                f"Drafter({drafter.name!r}) with topk=1 proposes one token per step, so "
+                f"num_draft_tokens must equal num_steps ({drafter.get('num_steps')}), not "
+                f"{drafter.num_draft_tokens}; SGLang would silently reset it"
+            )
         if drafter.name != "ngram":
             return
         hybrid, why = detect_hybrid(config.model, config.option("hybrid"))
         if hybrid and not facts.ngram_commits_hybrid_state:
             raise EngineConfigError(
-                f"NGRAM on the hybrid model {config.model} ({why}) needs SGLang >= 0.5.14; {version} never commits "
-                f"the Mamba/GDN recurrent state after NGRAM verify (fixed by PR #26351), so outputs are corrupted "
-                "while acceptance looks healthy. Upgrade sglang, or pass hybrid=False to pytest.mark.model if the "
-                "model has no linear-attention or state-space layers")
+                f"NGRAM on the hybrid model {config.model} ({why}) needs SGLang >= 0.5.14; "
+                f"{version} never commits the Mamba/GDN recurrent state after NGRAM verify (fixed "
+                "by PR #26351), so outputs are corrupted while acceptance looks healthy. Upgrade "
+                "sglang, or pass hybrid=False to pytest.mark.model if the model has no "
+                "linear-attention or state-space layers"
+            )
         backend = user.get("attention_backend", DEFAULT_ATTENTION_BACKEND)
         page = user.get("page_size")
         if drafter.get("max_bfs_breadth") > 1 and page not in (None, 1) and backend != "flashinfer":
             raise EngineConfigError(
-                f"NGRAM with max_bfs_breadth={drafter.get('max_bfs_breadth')} (a draft tree) and page_size={page} runs "
-                f"only on attention_backend='flashinfer', not {backend!r}; SGLang rejects it (sglang-api.md s.1.2)")
+                f"NGRAM with max_bfs_breadth={drafter.get('max_bfs_breadth')} (a draft tree) and "
+                f"page_size={page} runs only on attention_backend='flashinfer', not {backend!r}; "
+                "SGLang rejects it (sglang-api.md s.1.2)"
+            )
 
     def server_args(self, config: EngineConfig) -> dict[str, Any]:
         """ServerArgs field -> value for ``config``: pinned, then speculative, then user options."""
@@ -186,16 +289,20 @@ class SGLangBackend:
         running = config.max_running_requests or DEFAULT_MAX_RUNNING_REQUESTS
         cap_field, list_field = facts.cuda_graph_max_bs_field, facts.cuda_graph_bs_field
         args: dict[str, Any] = {
-            "dtype": _dtype(config.dtype), "tp_size": DEFAULT_TP_SIZE, "random_seed": config.seed,
-            "attention_backend": DEFAULT_ATTENTION_BACKEND, "max_running_requests": running,
+            "dtype": _dtype(config.dtype),
+            "tp_size": DEFAULT_TP_SIZE,
+            "random_seed": config.seed,
+            "attention_backend": DEFAULT_ATTENTION_BACKEND,
+            "max_running_requests": running,
             "mem_fraction_static": DEFAULT_MEM_FRACTION_STATIC,
             # Capture decode graphs for every batch the engine may run, in both arms; the
             # capture list itself is pinned below, once the cap is final.
             cap_field: running,
             list_field: None,  # placeholder, so the list renders next to the cap
             "disable_radix_cache": True,
-            # step_time_dict gets one entry per decode_log_interval steps (SGLang appends only at the logging tick,
-            # metrics_reporter.py:933-955), so per-step concurrency needs 1; the log level cuts the per-step INFO line.
+            # step_time_dict gets one entry per decode_log_interval steps (SGLang appends only at
+            # the logging tick, metrics_reporter.py:933-955), so per-step concurrency needs 1; the
+            # log level cuts the per-step INFO line.
             "decode_log_interval": 1,
             "log_level": DEFAULT_LOG_LEVEL,
         }
@@ -222,24 +329,37 @@ class SGLangBackend:
                 args[cap_field] = max(int(b) for b in user[list_field])
         else:
             args[list_field] = decode_cuda_graph_batch_sizes(
-                int(args[cap_field]), padding=not args.get("disable_cuda_graph_padding"))
+                int(args[cap_field]), padding=not args.get("disable_cuda_graph_padding")
+            )
         return args
 
     def command(self, config: EngineConfig, host: str, port: int) -> list[str]:
         """The server argv; the twin's differs only in ``--speculative-*`` flags."""
         facts = sa.facts_for(self.version(config)[0])
         python = config.option("python")
-        return [str(sys.executable if python is None else python), "-m", "sglang.launch_server",
-                "--model-path", config.model, "--host", host, "--port", str(port),
-                *sa.render_flags(self.server_args(config), facts.negatable_fields)]
+        return [
+            str(sys.executable if python is None else python),
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            config.model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            *sa.render_flags(self.server_args(config), facts.negatable_fields),
+        ]
 
     def environment(self, config: EngineConfig) -> dict[str, str]:
         """Record per-step running batch sizes so actual concurrency can be read back."""
         return {"SGLANG_RECORD_STEP_TIME": "1"}
 
-    def twin_differences(self, spec_info: Mapping[str, Any], base_info: Mapping[str, Any]) -> list[str]:
-        """The arms' resolved settings that differ outside the speculative fields: SGLang resolves many
-        itself (CUDA-graph sizes, chunked prefill, memory fraction), and the twin must match in all."""
+    def twin_differences(
+        self, spec_info: Mapping[str, Any], base_info: Mapping[str, Any]
+    ) -> list[str]:
+        """The arms' resolved settings that differ outside the speculative fields: SGLang resolves
+        many itself (CUDA-graph sizes, chunked prefill, memory fraction), and the twin must match in
+        all."""
         return resolved_args_difference(spec_info, base_info)
 
     def dry_run_notes(self, config: EngineConfig) -> list[str]:
@@ -249,29 +369,47 @@ class SGLangBackend:
         except EngineConfigError as exc:
             return [f"sglang version unknown: {exc}"]
         facts = sa.facts_for(version)
-        notes = [f"sglang {sa.format_version(version)} ({source}); CUDA-graph cap flag "
-                 f"{sa.flag_for(facts.cuda_graph_max_bs_field)}"]
+        notes = [
+            f"sglang {sa.format_version(version)} ({source}); CUDA-graph cap flag "
+            f"{sa.flag_for(facts.cuda_graph_max_bs_field)}"
+        ]
         if version > sa.NEWEST_READ:
-            notes.append(f"newer than {sa.format_version(sa.NEWEST_READ)}, the newest release "
-                         "read; its command-line facts are assumed")
+            notes.append(
+                f"newer than {sa.format_version(sa.NEWEST_READ)}, the newest release "
+                "read; its command-line facts are assumed"
+            )
         if facts.spec_disables_overlap or config.device == "cpu":
-            notes.append("overlap scheduler off in both arms: this release (or the CPU device) "
-                         "turns it off for speculative engines")
-        if config.drafter is not None and config.drafter.name == "ngram" and not facts.ngram_match_windows:
-            notes.append("ngram min/max_match_window apply to the reference server only; "
-                         "SGLang >= 0.5.12 matches against a trie (speculative_ngram_max_trie_depth)")
+            notes.append(
+                "overlap scheduler off in both arms: this release (or the CPU device) "
+                "turns it off for speculative engines"
+            )
+        if (
+            config.drafter is not None
+            and config.drafter.name == "ngram"
+            and not facts.ngram_match_windows
+        ):
+            notes.append(
+                "ngram min/max_match_window apply to the reference server only; "
+                "SGLang >= 0.5.12 matches against a trie (speculative_ngram_max_trie_depth)"
+            )
         return notes
 
 
 def decode_cuda_graph_batch_sizes(cap: int, padding: bool = True) -> list[int]:
-    """The decode CUDA-graph capture list pinned in both arms: SGLang's finer speculative list, or with
-    ``padding=False`` every size up to the cap; see docs/design/engines.md, ``engines/sglang.py``."""
+    """The decode CUDA-graph capture list pinned in both arms: SGLang's finer speculative list, or
+    with ``padding=False`` every size up to the cap; see docs/design/engines.md,
+    ``engines/sglang.py``."""
     if cap < 1:
         raise EngineConfigError(f"CUDA-graph batch cap must be >= 1, got {cap}")
     if not padding:
         return list(range(1, cap + 1))
-    sizes = (list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4))
-             + list(range(72, 257, 8)) + list(range(272, cap + 1, 16)))
+    sizes = (
+        list(range(1, 9))
+        + list(range(10, 33, 2))
+        + list(range(40, 65, 4))
+        + list(range(72, 257, 8))
+        + list(range(272, cap + 1, 16))
+    )
     sizes = [b for b in sizes if b <= cap]
     if cap not in sizes:
         sizes.append(cap)
@@ -283,49 +421,63 @@ def python_sglang_version(python: str) -> str | None:
     """``importlib.metadata.version('sglang')`` as seen by the interpreter ``python``, or None."""
     code = "import importlib.metadata as m; print(m.version('sglang'))"
     try:
-        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(
+            [python, "-c", code], capture_output=True, text=True, timeout=60, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     lines = done.stdout.strip().splitlines()
     return lines[-1].strip() if done.returncode == 0 and lines else None
 
 
-#: ``/server_info`` keys the twin check skips, each with why it is not configuration; all else but ``speculative_*``
-#: is compared. How the list was derived from real SGLang: docs/design/engines.md, ``engines/sglang.py``.
+#: ``/server_info`` keys the twin check skips, each with why it is not configuration; all else but
+#: ``speculative_*`` is compared. How the list was derived from real SGLang: docs/design/engines.md,
+#: ``engines/sglang.py``.
 RESOLVED_IGNORED: dict[str, str] = {
     # Not ServerArgs fields: facts about this one start.
     "launch_command": "0.5.23: the argv as given, with this server's --port and the arm's own "
-                      "--speculative-* flags; the value every flag resolved to is compared as its own field",
+    "--speculative-* flags; the value every flag resolved to is compared as its own field",
     "startup_time": "0.5.23: seconds each start-up phase took (weights, KV allocation, graphs): a "
-                    "timing of this start, different every time",
+    "timing of this start, different every time",
     "internal_states": "live scheduler state per DP rank (throughput, memory use, step records; "
-                       "read separately for concurrency); its resolved fields repeat the top level",
+    "read separately for concurrency); its resolved fields repeat the top level",
     "kv_events": "0.5.23: the KV-event publisher's endpoint (a port) or None; its settings "
-                 "(kv_events_config) are compared",
+    "(kv_events_config) are compared",
     "kv_event_sources": "0.5.23, with grpc_port: this worker's KV-event endpoints",
     "hicache_object_layout": "0.5.23: a report of this process's hierarchical-cache storage pools, "
-                             "derived from enable_hierarchical_cache and the compared hicache_* fields",
+    "derived from enable_hierarchical_cache and the compared hicache_* fields",
     "tp_rank": "0.5.9, remote-instance weight loading only: the answering rank",
     "remote_instance_transfer_engine_session_id": "0.5.9, remote-instance weight loading only: "
-                                                  "this process's transfer-engine session",
+    "this process's transfer-engine session",
     "remote_instance_transfer_engine_weights_info_dict": "0.5.9, remote-instance weight loading "
-                                                         "only: addresses of this process's weights",
+    "only: addresses of this process's weights",
     # ServerArgs fields that are this server's address or a per-process channel.
     "host": "the address this server listens on",
     "port": "the port this server listens on (free port per start)",
     "nccl_port": "resolved to a free port per start when unset",
     "dist_init_addr": "multi-node rendezvous address of this server's processes",
-    **dict.fromkeys(("disaggregation_bootstrap_port", "engine_info_bootstrap_port", "grpc_port",
-                     "encoder_bootstrap_port", "gated_launch_port", "smg_http_sidecar_port",
-                     "grpc_http_sidecar_port"), "a port of this server"),
+    **dict.fromkeys(
+        (
+            "disaggregation_bootstrap_port",
+            "engine_info_bootstrap_port",
+            "grpc_port",
+            "encoder_bootstrap_port",
+            "gated_launch_port",
+            "smg_http_sidecar_port",
+            "grpc_http_sidecar_port",
+        ),
+        "a port of this server",
+    ),
     "forward_pass_metrics_ipc_name": "an IPC socket name chosen per process",
 }
 
 #: Why a speculative arm's KV pool can hold fewer tokens than its twin's, and the fix.
-CAPACITY_HINT = ("the arms' KV pools hold different numbers of tokens: for EAGLE, EAGLE3, NEXTN and STANDALONE, SGLang "
-                 "0.5.23 sizes the speculative engine's pool with the draft model's layers too "
-                 "(pool_configurator.py:259-314), so it admits less; pin the same pool in both arms with the engine "
-                 "option max_total_tokens=<the smaller value> on pytest.mark.model(...)")
+CAPACITY_HINT = (
+    "the arms' KV pools hold different numbers of tokens: for EAGLE, EAGLE3, NEXTN and "
+    "STANDALONE, SGLang 0.5.23 sizes the speculative engine's pool with the draft model's layers "
+    "too (pool_configurator.py:259-314), so it admits less; pin the same pool in both arms with "
+    "the engine option max_total_tokens=<the smaller value> on pytest.mark.model(...)"
+)
 _CAPACITY_KEYS = frozenset({"max_total_num_tokens", "max_req_input_len"})
 # Decode CUDA-graph capture lists: SGLang resolves a finer one for a speculative engine even
 # when decode graphs are off (nothing is captured then), and the plugin pins none in that case.
@@ -336,8 +488,11 @@ def _decode_graphs_off(info: Any) -> bool:
     """Whether ``/server_info`` says decode CUDA graphs are disabled (any release's spelling)."""
     config = info.get("cuda_graph_config")
     decode = config.get("decode") if isinstance(config, dict) else None
-    return bool(info.get("disable_cuda_graph") or info.get("disable_decode_cuda_graph")
-                or (isinstance(decode, dict) and decode.get("backend") == "disabled"))
+    return bool(
+        info.get("disable_cuda_graph")
+        or info.get("disable_decode_cuda_graph")
+        or (isinstance(decode, dict) and decode.get("backend") == "disabled")
+    )
 
 
 def _without_decode_list(config: Any) -> Any:
@@ -347,20 +502,30 @@ def _without_decode_list(config: Any) -> Any:
 
 
 def resolved_args_difference(spec_info: Any, base_info: Any) -> list[str]:
-    """One line per key both ``/server_info`` report with different values, except ``speculative_*``,
-    :data:`RESOLVED_IGNORED` and, when both arms have decode CUDA graphs off, the never-captured decode
-    list; a KV-capacity difference adds :data:`CAPACITY_HINT`, which says how to pin it."""
+    """One line per key both ``/server_info`` report with different values, except
+    ``speculative_*``, :data:`RESOLVED_IGNORED` and, when both arms have decode CUDA graphs off, the
+    never-captured decode list; a KV-capacity difference adds :data:`CAPACITY_HINT`, which says how
+    to pin it."""
     lines = []
     capacity = False
     graphless = _decode_graphs_off(spec_info) and _decode_graphs_off(base_info)
     for key in sorted(set(spec_info) & set(base_info)):
-        if key.startswith("speculative_") or key in RESOLVED_IGNORED or (graphless and key in _DECODE_CAPTURE_LISTS):
+        if (
+            key.startswith("speculative_")
+            or key in RESOLVED_IGNORED
+            or (graphless and key in _DECODE_CAPTURE_LISTS)
+        ):
             continue
         spec_value, base_value = spec_info[key], base_info[key]
         if graphless and key == "cuda_graph_config":
-            spec_value, base_value = _without_decode_list(spec_value), _without_decode_list(base_value)
+            spec_value, base_value = (
+                _without_decode_list(spec_value),
+                _without_decode_list(base_value),
+            )
         if spec_value != base_value:
-            lines.append(f"{key}: {spec_info[key]!r} (speculative) vs {base_info[key]!r} (baseline)")
+            lines.append(
+                f"{key}: {spec_info[key]!r} (speculative) vs {base_info[key]!r} (baseline)"
+            )
             capacity = capacity or key in _CAPACITY_KEYS
     if capacity:
         lines.append(CAPACITY_HINT)
@@ -404,13 +569,18 @@ def _check_mtp_in_target(model: str, version: sa.Version) -> None:
     archs = [str(a) for a in (_read_model_config(model) or {}).get("architectures") or []]
     if archs and archs[0] in known:
         return
-    found = (f"its config.json names architecture {archs[0]}" if archs
-             else "no config.json naming its architecture was found")
+    found = (
+        f"its config.json names architecture {archs[0]}"
+        if archs
+        else "no config.json naming its architecture was found"
+    )
     raise EngineConfigError(
-        f"Drafter('nextn') without draft_model= on {model}: {found}, which SGLang {sa.format_version(version)} does "
-        f"not know to carry MTP layers (it fills the draft path only for {', '.join(sorted(known))}), so the engine "
-        f"would resolve to EAGLE with no draft checkpoint; pass draft_model= (the MTP/EAGLE head), or use a "
-        "checkpoint whose architecture has its own MTP layers")
+        f"Drafter('nextn') without draft_model= on {model}: {found}, which SGLang "
+        f"{sa.format_version(version)} does not know to carry MTP layers (it fills the draft path "
+        f"only for {', '.join(sorted(known))}), so the engine would resolve to EAGLE with no "
+        "draft checkpoint; pass draft_model= (the MTP/EAGLE head), or use a checkpoint whose "
+        "architecture has its own MTP layers"
+    )
 
 
 def _dtype(dtype: str) -> str:
@@ -418,21 +588,25 @@ def _dtype(dtype: str) -> str:
         return _DTYPES[dtype.lower()]
     except KeyError:
         raise EngineConfigError(
-            f"dtype {dtype!r} is not an SGLang dtype; expected one of {', '.join(sorted(_DTYPES))}") from None
+            f"dtype {dtype!r} is not an SGLang dtype; expected one of {', '.join(sorted(_DTYPES))}"
+        ) from None
 
 
 def _check_model_path(what: str, model: str) -> None:
     if model.startswith("tiny:"):
-        raise EngineConfigError(f"{what} {model!r} is a built-in tiny model of the reference server; SGLang needs a "
-                                "checkpoint directory or a Hugging Face hub id")
+        raise EngineConfigError(
+            f"{what} {model!r} is a built-in tiny model of the reference server; SGLang needs a "
+            "checkpoint directory or a Hugging Face hub id"
+        )
     # "org/name" is a hub id; only explicit paths can be checked here.
     if model.startswith(("/", "./", "../", "~")) and not Path(model).expanduser().exists():
         raise EngineConfigError(f"{what} path {model} does not exist on this machine")
 
 
 def detect_hybrid(model: str, option: Any = None) -> tuple[bool, str]:
-    """Whether ``model`` has linear-attention / state-space layers, and how that was decided: the option
-    ``hybrid=``, else the checkpoint's ``config.json`` (local or in the Hugging Face cache), else its name."""
+    """Whether ``model`` has linear-attention / state-space layers, and how that was decided: the
+    option ``hybrid=``, else the checkpoint's ``config.json`` (local or in the Hugging Face cache),
+    else its name."""
     if option is not None:
         return bool(option), f"engine option hybrid={bool(option)}"
     config = _read_model_config(model)
@@ -454,8 +628,9 @@ def detect_hybrid(model: str, option: Any = None) -> tuple[bool, str]:
 
 
 def checkpoint_special_token_ids(model: str) -> tuple[int, ...]:
-    """Special token ids a checkpoint (local or in the Hugging Face cache) declares: ``bos/eos/pad_token_id``
-    of its configs and the tokenizer's added tokens marked ``special``; empty when none can be read."""
+    """Special token ids a checkpoint (local or in the Hugging Face cache) declares:
+    ``bos/eos/pad_token_id`` of its configs and the tokenizer's added tokens marked ``special``;
+    empty when none can be read."""
     ids: set[int] = set()
 
     def add(value: Any) -> None:
@@ -481,10 +656,13 @@ def _read_model_config(model: str, name: str = "config.json") -> dict[str, Any] 
     candidates = [Path(model).expanduser() / name]
     if "/" in model and not model.startswith(("/", ".", "~")):
         hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
-            os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub")
+            os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub"
+        )
         snapshots = Path(hub) / ("models--" + model.replace("/", "--")) / "snapshots"
         if snapshots.is_dir():
-            candidates += sorted(snapshots.glob(f"*/{name}"), key=lambda p: p.stat().st_mtime, reverse=True)
+            candidates += sorted(
+                snapshots.glob(f"*/{name}"), key=lambda p: p.stat().st_mtime, reverse=True
+            )
     for path in candidates:
         with contextlib.suppress(OSError, ValueError):
             data = json.loads(path.read_text())

@@ -1,5 +1,6 @@
-"""SGLang's command-line surface across releases: versions, renamed fields, known field names, from reading the
-0.5.9, 0.5.12, 0.5.13, 0.5.14 and 0.5.23 wheels; see docs/design/engines.md, ``engines/sglang_args.py``."""
+"""SGLang's command-line surface across releases: versions, renamed fields, known field names, from
+reading the 0.5.9, 0.5.12, 0.5.13, 0.5.14 and 0.5.23 wheels; see docs/design/engines.md,
+``engines/sglang_args.py``."""
 
 from __future__ import annotations
 
@@ -170,35 +171,70 @@ weight_loader_prefetch_num_threads weight_version
 """
 KNOWN_FIELDS: frozenset[str] = frozenset(_KNOWN_FIELDS_TEXT.split())
 
-# Fields whose flag is not ``--`` + the field name with dashes (0.5.23 ``Arg(cli_name=...)``; the ep_join_* ones:
-# fields/exec_.py:970-977, fields/parallel.py:303, checked with the real parser).
-_CLI_NAME_OVERRIDES = {"fp8_gemm_runner_backend": "--fp8-gemm-backend", "fp4_gemm_runner_backend": "--fp4-gemm-backend",
-                       "ep_join_mode": "--elastic-ep-join-mode", "ep_join_rank_offset": "--elastic-ep-join-rank-offset"}
+# Fields whose flag is not ``--`` + the field name with dashes (0.5.23 ``Arg(cli_name=...)``; the
+# ep_join_* ones: fields/exec_.py:970-977, fields/parallel.py:303, checked with the real parser).
+_CLI_NAME_OVERRIDES = {
+    "fp8_gemm_runner_backend": "--fp8-gemm-backend",
+    "fp4_gemm_runner_backend": "--fp4-gemm-backend",
+    "ep_join_mode": "--elastic-ep-join-mode",
+    "ep_join_rank_offset": "--elastic-ep-join-rank-offset",
+}
 
 # ServerArgs fields with no command-line flag at all (``Arg(no_cli=True)`` or plain dataclass
 # fields the parser never registers), per first read release; found by comparing the fields
 # with the real parser's actions. 0.5.15-0.5.22 were not read and get 0.5.14's list.
 _NO_CLI_0_5_14 = frozenset({"custom_sigquit_handler", "stat_loggers"})
-_NO_CLI_0_5_23 = frozenset({
-    "_radix_eviction_policy_explicitly_set", "_speculative_draft_quantization_explicitly_set",
-    "_swa_full_tokens_ratio_explicitly_set", "aux_hidden_state_capture", "custom_sigquit_handler",
-    "enable_cp_tp_group_sharing", "grpc_worker_threads", "speculative_boundary_reduction", "stat_loggers",
-    "uses_mamba_radix_cache", "watermark_context_window", "watermark_default_enabled", "watermark_enforce_all",
-    "watermark_key", "watermark_key_b", "watermark_max_probability", "watermark_mixing_probability",
-})
+_NO_CLI_0_5_23 = frozenset(
+    {
+        "_radix_eviction_policy_explicitly_set",
+        "_speculative_draft_quantization_explicitly_set",
+        "_swa_full_tokens_ratio_explicitly_set",
+        "aux_hidden_state_capture",
+        "custom_sigquit_handler",
+        "enable_cp_tp_group_sharing",
+        "grpc_worker_threads",
+        "speculative_boundary_reduction",
+        "stat_loggers",
+        "uses_mamba_radix_cache",
+        "watermark_context_window",
+        "watermark_default_enabled",
+        "watermark_enforce_all",
+        "watermark_key",
+        "watermark_key_b",
+        "watermark_max_probability",
+        "watermark_mixing_probability",
+    }
+)
 
 # Three-state booleans (argparse.BooleanOptionalAction, default None = auto or True): False
 # is only reachable through ``--no-<flag>``. Same sources as above.
 _NEGATABLE_0_5_14 = frozenset({"experts_shared_outer_loras", "lora_strict_loading"})
-_NEGATABLE_0_5_23 = frozenset({
-    "dcp_replicate_q_proj", "dllm_fdfo", "enable_decoder_swa_bounded_replay", "enable_dsa_fused_indexer",
-    "enable_fused_qk_norm_rope", "enable_tf32_matmul", "enable_tp_lm_head_all_to_all", "experts_shared_outer_loras",
-    "lora_strict_loading", "mm_enable_dp_encoder", "ple_offload_embedding", "speculative_enable_w4a4_mxfp4_megamoe",
-})
+_NEGATABLE_0_5_23 = frozenset(
+    {
+        "dcp_replicate_q_proj",
+        "dllm_fdfo",
+        "enable_decoder_swa_bounded_replay",
+        "enable_dsa_fused_indexer",
+        "enable_fused_qk_norm_rope",
+        "enable_tf32_matmul",
+        "enable_tp_lm_head_all_to_all",
+        "experts_shared_outer_loras",
+        "lora_strict_loading",
+        "mm_enable_dp_encoder",
+        "ple_offload_embedding",
+        "speculative_enable_w4a4_mxfp4_megamoe",
+    }
+)
 
 # JSON-valued fields: a dict option (frozen by EngineConfig into sorted pairs) is sent as JSON.
-_JSON_FIELDS = frozenset({"cuda_graph_config", "json_model_override_args", "speculative_adaptive_config",
-                          "hicache_storage_backend_extra_config"})
+_JSON_FIELDS = frozenset(
+    {
+        "cuda_graph_config",
+        "json_model_override_args",
+        "speculative_adaptive_config",
+        "hicache_storage_backend_extra_config",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -232,15 +268,24 @@ class VersionFacts:
 
 
 #: First read release that accepts each algorithm (0.5.10/11 and 0.5.15-0.5.22 were not read).
-ALGORITHM_SINCE: dict[str, Version] = {"NGRAM": (0, 5, 9), "EAGLE": (0, 5, 9), "EAGLE3": (0, 5, 9), "NEXTN": (0, 5, 9),
-                                       "STANDALONE": (0, 5, 9), "DFLASH": (0, 5, 12), "DSPARK": (0, 5, 23)}
+ALGORITHM_SINCE: dict[str, Version] = {
+    "NGRAM": (0, 5, 9),
+    "EAGLE": (0, 5, 9),
+    "EAGLE3": (0, 5, 9),
+    "NEXTN": (0, 5, 9),
+    "STANDALONE": (0, 5, 9),
+    "DFLASH": (0, 5, 12),
+    "DSPARK": (0, 5, 23),
+}
 
 
 def parse_version(text: str) -> Version:
     """``"0.5.14.post1"`` -> ``(0, 5, 14)``; raise :class:`EngineConfigError` if unreadable."""
     match = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(text))
     if not match:
-        raise EngineConfigError(f"cannot read SGLang version {text!r}; expected something like '0.5.23'")
+        raise EngineConfigError(
+            f"cannot read SGLang version {text!r}; expected something like '0.5.23'"
+        )
     major, minor, patch = match.groups()
     return int(major), int(minor), int(patch or 0)
 
@@ -273,7 +318,11 @@ def facts_for(version: Version) -> VersionFacts:
         shutdown_waits_for_gpu=version >= (0, 5, 12),
         algorithms=frozenset(a for a, since in ALGORITHM_SINCE.items() if version >= since),
         no_cli_fields=_NO_CLI_0_5_23 if newest else _NO_CLI_0_5_14 if renamed else frozenset(),
-        negatable_fields=_NEGATABLE_0_5_23 if newest else _NEGATABLE_0_5_14 if renamed else frozenset(),
+        negatable_fields=_NEGATABLE_0_5_23
+        if newest
+        else _NEGATABLE_0_5_14
+        if renamed
+        else frozenset(),
         flush_cache_timeout=newest,
     )
 
@@ -286,67 +335,98 @@ _RENAMES: tuple[tuple[str, str, Version], ...] = (
     ("speculative_ngram_branch_length", "speculative_ngram_max_trie_depth", (0, 5, 12)),
 )
 # Fields that exist on one side of a boundary only, with no spelling on the other side.
-_NEW_ONLY: dict[str, Version] = {**dict.fromkeys(
-    ("cuda_graph_max_bs_prefill", "cuda_graph_bs_prefill", "disable_decode_cuda_graph", "disable_prefill_cuda_graph",
-     "cuda_graph_backend_decode", "cuda_graph_backend_prefill"), (0, 5, 14)),
-    "speculative_dflash_block_size": (0, 5, 12), "speculative_dspark_block_size": (0, 5, 23)}
+_NEW_ONLY: dict[str, Version] = {
+    **dict.fromkeys(
+        (
+            "cuda_graph_max_bs_prefill",
+            "cuda_graph_bs_prefill",
+            "disable_decode_cuda_graph",
+            "disable_prefill_cuda_graph",
+            "cuda_graph_backend_decode",
+            "cuda_graph_backend_prefill",
+        ),
+        (0, 5, 14),
+    ),
+    "speculative_dflash_block_size": (0, 5, 12),
+    "speculative_dspark_block_size": (0, 5, 23),
+}
 _REMOVED: dict[str, tuple[Version, str]] = dict.fromkeys(
     ("speculative_ngram_min_match_window_size", "speculative_ngram_max_match_window_size"),
-    ((0, 5, 12), "NGRAM matches against a trie since 0.5.12; tune speculative_ngram_max_trie_depth"))
+    (
+        (0, 5, 12),
+        "NGRAM matches against a trie since 0.5.12; tune speculative_ngram_max_trie_depth",
+    ),
+)
 
 
 def translate_options(options: Mapping[str, Any], facts: VersionFacts) -> dict[str, Any]:
-    """User ServerArgs options spelled for ``facts.version``: a renamed field is sent under the name this release
-    knows, so a marker written for 0.5.13 keeps working on 0.5.23 (where ``--cuda-graph-max-bs`` is an argparse
-    error); ``disable_cuda_graph`` becomes the two per-phase switches from 0.5.14 on, which lack its flag."""
+    """User ServerArgs options spelled for ``facts.version``: a renamed field is sent under the name
+    this release knows, so a marker written for 0.5.13 keeps working on 0.5.23 (where
+    ``--cuda-graph-max-bs`` is an argparse error); ``disable_cuda_graph`` becomes the two per-phase
+    switches from 0.5.14 on, which lack its flag."""
     out: dict[str, Any] = {}
     version = facts.version
     for name, value in options.items():
         if name in PLUGIN_OPTIONS:
             continue
         if name in RESERVED_FIELDS:
-            raise EngineConfigError(f"engine option {name}= is set by the plugin from the model marker; remove it")
+            raise EngineConfigError(
+                f"engine option {name}= is set by the plugin from the model marker; remove it"
+            )
         target = name
         for old, new, since in _RENAMES:
             if name in (old, new):
                 target = new if version >= since else old
         if name in _NEW_ONLY and version < _NEW_ONLY[name]:
-            raise EngineConfigError(f"engine option {name}= needs SGLang >= {format_version(_NEW_ONLY[name])}; this "
-                                    f"run uses {format_version(version)}")
+            raise EngineConfigError(
+                f"engine option {name}= needs SGLang >= {format_version(_NEW_ONLY[name])}; this "
+                f"run uses {format_version(version)}"
+            )
         if name in facts.no_cli_fields:
             raise EngineConfigError(
                 f"engine option {name}= is a ServerArgs field with no command-line flag in SGLang "
-                f"{format_version(version)} (SGLang sets or resolves it itself; the watermark_* ones come from "
-                f"watermark_config), so launch_server would reject --{name.replace('_', '-')}; remove it")
+                f"{format_version(version)} (SGLang sets or resolves it itself; the watermark_* "
+                "ones come from watermark_config), so launch_server would reject "
+                f"--{name.replace('_', '-')}; remove it"
+            )
         if name in _REMOVED and version >= _REMOVED[name][0]:
             since, advice = _REMOVED[name]
-            raise EngineConfigError(f"engine option {name}= was removed in SGLang {format_version(since)} (this run "
-                                    f"uses {format_version(version)}): {advice}")
+            raise EngineConfigError(
+                f"engine option {name}= was removed in SGLang {format_version(since)} (this run "
+                f"uses {format_version(version)}): {advice}"
+            )
         if name == "dist_init_addr" and not _LOOPBACK.match(str(value)):
             # The engines listen on loopback only: another address opens the rendezvous beyond it.
-            raise EngineConfigError(f"engine option dist_init_addr={value!r} is not a loopback address; the plugin's "
-                                    "engines listen on loopback only (e.g. 127.0.0.1:5000)")
+            raise EngineConfigError(
+                f"engine option dist_init_addr={value!r} is not a loopback address; the plugin's "
+                "engines listen on loopback only (e.g. 127.0.0.1:5000)"
+            )
         values = value if isinstance(value, (list, tuple)) else (value,)
         flags = [v for v in values if isinstance(v, str) and _FLAG_LIKE.match(v)]
         if flags:
-            # argparse takes the last of a repeated flag: values "--host", "0.0.0.0" would move the engine off loopback.
-            raise EngineConfigError(f"engine option {name}={value!r} holds {flags[0]!r}, which the command line would "
-                                    "read as another flag; give each option its own keyword argument")
+            # argparse takes the last of a repeated flag: values "--host", "0.0.0.0" would move the
+            # engine off loopback.
+            raise EngineConfigError(
+                f"engine option {name}={value!r} holds {flags[0]!r}, which the command line would "
+                "read as another flag; give each option its own keyword argument"
+            )
         if name == "disable_cuda_graph" and version >= (0, 5, 14):
             if value:
                 out["disable_decode_cuda_graph"] = out["disable_prefill_cuda_graph"] = True
             continue
         if target in out and out[target] != value:
-            raise EngineConfigError(f"engine options set {target} twice with different values (old and new name): "
-                                    f"{out[target]!r} vs {value!r}; keep one")
+            raise EngineConfigError(
+                f"engine options set {target} twice with different values (old and new name): "
+                f"{out[target]!r} vs {value!r}; keep one"
+            )
         out[target] = value
     return out
 
 
 @functools.lru_cache(maxsize=1)
 def installed_server_args_fields() -> frozenset[str] | None:
-    """Field names of the importable ``sglang.srt.server_args.ServerArgs``, or None: importing it can
-    fail without CUDA or with a broken install, and then the known-field list is used instead."""
+    """Field names of the importable ``sglang.srt.server_args.ServerArgs``, or None: importing it
+    can fail without CUDA or with a broken install, and then the known-field list is used instead."""
     try:
         from sglang.srt.server_args import ServerArgs  # type: ignore[import-not-found]
     except Exception:  # noqa: BLE001 - any import failure means "not available here"
@@ -370,8 +450,10 @@ def validate_fields(names: list[str], fields: frozenset[str], where: str) -> Non
         close = difflib.get_close_matches(name, sorted(fields), n=2)
         hints.append(name + (f" (did you mean {' or '.join(close)}?)" if close else ""))
     raise EngineConfigError(
-        f"unknown SGLang engine option(s): {'; '.join(hints)}. Engine options of pytest.mark.model(...) must be "
-        f"ServerArgs field names ({where}), or one of the plugin's own: {', '.join(sorted(PLUGIN_OPTIONS))}")
+        f"unknown SGLang engine option(s): {'; '.join(hints)}. Engine options of "
+        f"pytest.mark.model(...) must be ServerArgs field names ({where}), or one of the plugin's "
+        f"own: {', '.join(sorted(PLUGIN_OPTIONS))}"
+    )
 
 
 def flag_for(field: str) -> str:
@@ -380,9 +462,10 @@ def flag_for(field: str) -> str:
 
 
 def render_flags(args: Mapping[str, Any], negatable: frozenset[str] = frozenset()) -> list[str]:
-    """Field -> value as argv, in the mapping's order: ``True`` is a bare flag; ``False`` is ``--no-<flag>`` for
-    the three-state fields in ``negatable`` (:attr:`VersionFacts.negatable_fields`), else omitted (store-true
-    flags default to False), as is ``None``; sequences become several values, dicts become JSON."""
+    """Field -> value as argv, in the mapping's order: ``True`` is a bare flag; ``False`` is
+    ``--no-<flag>`` for the three-state fields in ``negatable``
+    (:attr:`VersionFacts.negatable_fields`), else omitted (store-true flags default to False), as is
+    ``None``; sequences become several values, dicts become JSON."""
     argv: list[str] = []
     for field, value in args.items():
         flag = flag_for(field)
@@ -403,7 +486,8 @@ def render_flags(args: Mapping[str, Any], negatable: frozenset[str] = frozenset(
 
 def _as_json(value: Any) -> Any:
     # EngineConfig.freeze_options turns dicts into sorted (key, value) pairs; undo that.
-    if isinstance(value, tuple) and all(isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
-                                        for item in value):
+    if isinstance(value, tuple) and all(
+        isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) for item in value
+    ):
         return {k: _as_json(v) for k, v in value}
     return [_as_json(v) for v in value] if isinstance(value, (list, tuple)) else value

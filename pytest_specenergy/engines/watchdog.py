@@ -1,8 +1,8 @@
 """A parent-death watchdog for one engine server: no orphan engines, even after ``kill -9``.
 
-``python -m pytest_specenergy.engines.watchdog --parent PID --fd N -- CMD...`` runs ``CMD`` in its own process
-group and stops the group when the parent goes. Stdlib only, and nothing from the plugin: it must start in
-milliseconds. See docs/design/engines.md, ``engines/watchdog.py``."""
+``python -m pytest_specenergy.engines.watchdog --parent PID --fd N -- CMD...`` runs ``CMD`` in its
+own process group and stops the group when the parent goes. Stdlib only, and nothing from the
+plugin: it must start in milliseconds. See docs/design/engines.md, ``engines/watchdog.py``."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ from typing import Callable
 from typing import Iterator
 from typing import Sequence
 
-#: Seconds between checks of the parent pid, which no event announces (its pipe closing, the child's exit and a signal
-#: each wake the watchdog at once). Polling all at 0.02 s cost an idle engine 0.8% of a core; suites run dozens.
+#: Seconds between checks of the parent pid, which no event announces (its pipe closing, the child's
+#: exit and a signal each wake the watchdog at once). Polling all at 0.02 s cost an idle engine 0.8%
+#: of a core; suites run dozens.
 POLL_S = 0.5
 DEFAULT_GRACE_S = 10.0
 _PR_SET_PDEATHSIG = 1
@@ -67,7 +68,11 @@ def proc_stats() -> Iterator[tuple[int, list[str]]]:
 def group_members(pgid: int) -> list[int]:
     """Pids in process group ``pgid`` (from ``/proc``; empty where there is none)."""
     # A zombie needs no signal.
-    return [pid for pid, fields in proc_stats() if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z"]
+    return [
+        pid
+        for pid, fields in proc_stats()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z"
+    ]
 
 
 def _kill_others(pgid: int) -> None:
@@ -94,12 +99,20 @@ def _exit_like(code: int) -> None:
 class Watchdog:
     """Runs one server command and ties its process group's life to a parent process."""
 
-    def __init__(self, command: Sequence[str], parent: int, fd: int | None,
-                 grace_s: float = DEFAULT_GRACE_S, spawn: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self,
+        command: Sequence[str],
+        parent: int,
+        fd: int | None,
+        grace_s: float = DEFAULT_GRACE_S,
+        spawn: Callable[[], Any] | None = None,
+    ) -> None:
         self.command = list(command)
         #: How the server starts: ``Popen(command)``, or a fork of a process that already
         #: imported it (:mod:`.zygote`), which returns a ``Popen``-like child.
-        self.spawn = spawn or (lambda: subprocess.Popen(self.command, preexec_fn=_pdeathsig_setter()))
+        self.spawn = spawn or (
+            lambda: subprocess.Popen(self.command, preexec_fn=_pdeathsig_setter())
+        )
         self.parent = parent
         self.fd = fd
         self.grace_s = grace_s
@@ -112,8 +125,9 @@ class Watchdog:
         self.pgid = os.getpgrp()
 
     def _on_signal(self, signum: int, frame: object) -> None:
-        # The launcher's stop SIGTERMs the whole group, the server too: we only remember to wait for it (SIGKILL after
-        # the grace period). SIGUSR1 is the leader-only stop: the server was not signalled, so we signal it.
+        # The launcher's stop SIGTERMs the whole group, the server too: we only remember to wait for
+        # it (SIGKILL after the grace period). SIGUSR1 is the leader-only stop: the server was not
+        # signalled, so we signal it.
         if signum == signal.SIGUSR1 and self.child is not None:
             with contextlib.suppress(ProcessLookupError):
                 self.child.send_signal(signal.SIGTERM)
@@ -121,8 +135,11 @@ class Watchdog:
             self.stopping = f"received {signal.Signals(signum).name}"
 
     def _parent_gone(self, wake: int) -> str | None:
-        """Waits up to ``POLL_S`` for the parent's pipe or ``wake`` (a signal); why to stop if the parent has gone."""
-        readable, _, _ = select.select([wake] if self.fd is None else [self.fd, wake], [], [], POLL_S)
+        """Waits up to ``POLL_S`` for the parent's pipe or ``wake`` (a signal); why to stop if the
+        parent has gone."""
+        readable, _, _ = select.select(
+            [wake] if self.fd is None else [self.fd, wake], [], [], POLL_S
+        )
         with contextlib.suppress(BlockingIOError):
             os.read(wake, 512)  # drained: it is non-blocking
         if self.fd in readable:
@@ -140,8 +157,9 @@ class Watchdog:
         """Supervise until the server exits (its status) or the parent dies (group stopped)."""
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
             signal.signal(signum, self._on_signal)
-        # Each signal with a handler writes to this pipe, which the wait watches: one arriving just before the wait
-        # ends it at once. SIGCHLD (the server's exit) gets a handler for that alone.
+        # Each signal with a handler writes to this pipe, which the wait watches: one arriving just
+        # before the wait ends it at once. SIGCHLD (the server's exit) gets a handler for that
+        # alone.
         wake, wake_w = os.pipe()
         os.set_blocking(wake, False)
         os.set_blocking(wake_w, False)
@@ -187,11 +205,19 @@ class Watchdog:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point, ``--parent PID [--fd N] [--grace S] -- CMD...``; exits with the server's status."""
-    parser = argparse.ArgumentParser(prog="python -m pytest_specenergy.engines.watchdog",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_specenergy.engines.watchdog", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--parent", type=int, required=True, help="pid to watch")
-    parser.add_argument("--fd", type=int, default=None, help="read end of a pipe whose write end only the parent holds")
-    parser.add_argument("--grace", type=float, default=DEFAULT_GRACE_S, help="seconds between SIGTERM and SIGKILL")
+    parser.add_argument(
+        "--fd",
+        type=int,
+        default=None,
+        help="read end of a pipe whose write end only the parent holds",
+    )
+    parser.add_argument(
+        "--grace", type=float, default=DEFAULT_GRACE_S, help="seconds between SIGTERM and SIGKILL"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the server argv")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command

@@ -1,7 +1,7 @@
 """A fork server for reference engines: torch and transformers imported once per pytest process.
 
-Each CPU reference engine is a fork of the zygote, under the same watchdog; processes a pytest process starts share
-its zygote (:data:`SHARED`). See docs/design/engines.md, ``engines/zygote.py``."""
+Each CPU reference engine is a fork of the zygote, under the same watchdog; processes a pytest
+process starts share its zygote (:data:`SHARED`). See docs/design/engines.md, ``engines/zygote.py``."""
 
 from __future__ import annotations
 
@@ -64,7 +64,8 @@ class ForkedChild:
 
 
 def _fork_server(argv: Sequence[str]) -> ForkedChild:
-    """The watchdog's server: a fork running the reference server as ``python -m`` would, dying with the watchdog."""
+    """The watchdog's server: a fork running the reference server as ``python -m`` would, dying with
+    the watchdog."""
     from pytest_specenergy.engines.watchdog import _pdeathsig_setter
 
     set_pdeathsig = _pdeathsig_setter()
@@ -76,7 +77,9 @@ def _fork_server(argv: Sequence[str]) -> ForkedChild:
         if set_pdeathsig is not None:
             set_pdeathsig()
         for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGCHLD):
-            signal.signal(signum, signal.SIG_DFL)  # the watchdog's handlers and wake-up pipe, as exec would reset
+            signal.signal(
+                signum, signal.SIG_DFL
+            )  # the watchdog's handlers and wake-up pipe, as exec would reset
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         # What ``python -m`` does: the server is a program of its own (the layers), run as
@@ -125,8 +128,9 @@ def _engine_child(request: dict[str, Any], lifeline: int, zygote_fds: Sequence[i
 
 
 def _preload() -> None:
-    """Import what a reference server spends its start on (torch, transformers, the server's own modules), running
-    no torch op; a tiny model's transformers classes load with its first build (:func:`_build_tiny_models`)."""
+    """Import what a reference server spends its start on (torch, transformers, the server's own
+    modules), running no torch op; a tiny model's transformers classes load with its first build
+    (:func:`_build_tiny_models`)."""
     import transformers  # noqa: F401
 
     import pytest_specenergy.refserver.engine  # noqa: F401
@@ -134,8 +138,9 @@ def _preload() -> None:
 
 
 def _build_tiny_models(argv: Sequence[str]) -> None:
-    """Build the tiny models (target, draft) an engine asks for here, once: its fork and every later one share them
-    (0.1 s of CPU a start otherwise). At one torch thread, so that OpenMP starts no thread for a fork to hang on."""
+    """Build the tiny models (target, draft) an engine asks for here, once: its fork and every later
+    one share them (0.1 s of CPU a start otherwise). At one torch thread, so that OpenMP starts no
+    thread for a fork to hang on."""
     import torch
 
     from pytest_specenergy.refserver.models import load_model
@@ -143,7 +148,10 @@ def _build_tiny_models(argv: Sequence[str]) -> None:
 
     flags = dict(zip(argv, argv[1:]))  # --flag -> its value
     names = [flags.get("--model", "")]
-    if flags.get("--drafter") in ("draft_model", "block"):  # the engine's own choice of draft (engine._load_draft)
+    if flags.get("--drafter") in (
+        "draft_model",
+        "block",
+    ):  # the engine's own choice of draft (engine._load_draft)
         names.append(flags.get("--draft-model") or default_draft_for(names[0]))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -155,8 +163,8 @@ def _build_tiny_models(argv: Sequence[str]) -> None:
 
 
 def serve(sock: socket.socket, listen: str | None = None) -> int:
-    """Fork an engine per request and report its exit to the connection that asked, until the launcher's
-    ``sock`` closes; others connect at ``listen``."""
+    """Fork an engine per request and report its exit to the connection that asked, until the
+    launcher's ``sock`` closes; others connect at ``listen``."""
     _preload()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -172,7 +180,12 @@ def serve(sock: socket.socket, listen: str | None = None) -> int:
         except OSError:  # a TMPDIR too long for a socket path: serve this launcher alone
             listener.close()
     shared = listen if listening else None
-    ready = {"ready": os.getpid(), "python": sys.executable, "package": _package(), "shared": shared}
+    ready = {
+        "ready": os.getpid(),
+        "python": sys.executable,
+        "package": _package(),
+        "shared": shared,
+    }
     clients = [sock]  # the first is the launcher that started this zygote
     asked_by: dict[int, socket.socket] = {}
     sock.send(json.dumps(ready).encode())
@@ -239,7 +252,8 @@ def _send(conn: socket.socket, message: dict[str, Any]) -> bool:
 
 
 def _read(ref: weakref.ref[Zygote], sock: socket.socket) -> None:
-    """The launcher's reader: the zygote's replies and exit statuses, until it or the :class:`Zygote` is gone."""
+    """The launcher's reader: the zygote's replies and exit statuses, until it or the
+    :class:`Zygote` is gone."""
     while True:
         readable, _, _ = select.select([sock], [], [], 1.0)
         zygote = ref()
@@ -268,7 +282,8 @@ def _read(ref: weakref.ref[Zygote], sock: socket.socket) -> None:
 
 
 class ZygoteChild:
-    """The launcher's ``Popen``-like handle on one engine the zygote forked, with the exit status it reported."""
+    """The launcher's ``Popen``-like handle on one engine the zygote forked, with the exit status it
+    reported."""
 
     def __init__(self, zygote: Zygote, pid: int) -> None:
         self.zygote = zygote
@@ -293,7 +308,8 @@ class ZygoteChild:
 
 
 class Zygote:
-    """The launcher's side: the socket to one zygote, started by this process (:meth:`start`) or its parent."""
+    """The launcher's side: the socket to one zygote, started by this process (:meth:`start`) or its
+    parent."""
 
     def __init__(self, sock: socket.socket, proc: subprocess.Popen[bytes] | None = None) -> None:
         self.sock = sock
@@ -305,7 +321,9 @@ class Zygote:
         self.alive = True
         # The reader holds the zygote weakly: a zygote nobody refers to any more (its module
         # dropped by an in-process pytester run) closes the socket, and the process exits.
-        threading.Thread(target=_read, args=(weakref.ref(self), sock), name="specenergy-zygote", daemon=True).start()
+        threading.Thread(
+            target=_read, args=(weakref.ref(self), sock), name="specenergy-zygote", daemon=True
+        ).start()
         ready = self._reply()
         if "ready" not in ready:
             raise OSError(f"the engine zygote did not start: {ready}")
@@ -325,9 +343,15 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         listen = os.path.join(tempfile.mkdtemp(prefix="specenergy-zygote-"), "socket")
         try:
-            proc = subprocess.Popen([sys.executable, "-m", __name__, "--fd", str(theirs.fileno()), "--listen", listen],
-                                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", __name__, "--fd", str(theirs.fileno()), "--listen", listen],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
         finally:
             theirs.close()
         try:
@@ -357,7 +381,9 @@ class Zygote:
                 return {"error": "the zygote exited" if not self.alive else "no answer in 120 s"}
             return self.replies.pop(0)
 
-    def spawn(self, argv: Sequence[str], env: dict[str, str], log_path: Path, lifeline: int) -> ZygoteChild:
+    def spawn(
+        self, argv: Sequence[str], env: dict[str, str], log_path: Path, lifeline: int
+    ) -> ZygoteChild:
         """Fork one engine (its watchdog, then its server) from the zygote."""
         request = {"argv": list(argv), "env": env, "cwd": os.getcwd(), "log": str(log_path)}
         with self.lock:
@@ -375,18 +401,25 @@ _zygote_lock = threading.Lock()
 
 
 def _on_gpu(argv: Sequence[str]) -> bool:
-    # a function, not a local: evaluated only for a reference server's argv (the checks before it are cheaper)
+    # a function, not a local: evaluated only for a reference server's argv (the checks before it
+    # are cheaper)
     device = argv[argv.index("--device") + 1] if "--device" in argv[:-1] else "auto"
     return device.startswith("cuda") or (device == "auto" and os.path.exists("/proc/driver/nvidia"))
 
 
 def zygote_for(argv: Sequence[str], env: dict[str, str]) -> Zygote | None:
-    """This process's zygote (started on first use) when ``argv`` starts a reference server with this interpreter
-    on a CPU and the zygote is not switched off, else None. A GPU engine starts fresh: CUDA in a fork of a process
-    that imported torch is untried there, and the model's load outweighs the imports anyway."""
+    """This process's zygote (started on first use) when ``argv`` starts a reference server with
+    this interpreter on a CPU and the zygote is not switched off, else None. A GPU engine starts
+    fresh: CUDA in a fork of a process that imported torch is untried there, and the model's load
+    outweighs the imports anyway."""
     global _zygote, _zygote_failed
-    if (list(argv[:3]) != [sys.executable, "-m", REFSERVER] or env.get(SWITCH, "1") == "0"
-            or _on_gpu(argv) or not hasattr(socket, "send_fds") or not hasattr(os, "fork")):
+    if (
+        list(argv[:3]) != [sys.executable, "-m", REFSERVER]
+        or env.get(SWITCH, "1") == "0"
+        or _on_gpu(argv)
+        or not hasattr(socket, "send_fds")
+        or not hasattr(os, "fork")
+    ):
         return None
     with _zygote_lock:
         if _zygote is not None and not _zygote.alive:
@@ -404,8 +437,12 @@ def zygote_for(argv: Sequence[str], env: dict[str, str]) -> Zygote | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m pytest_specenergy.engines.zygote --fd N``: serve on the inherited socket."""
-    parser = argparse.ArgumentParser(prog=f"python -m {__name__}", description=__doc__.splitlines()[0])
-    parser.add_argument("--fd", type=int, required=True, help="the launcher's socket (SOCK_SEQPACKET)")
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {__name__}", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--fd", type=int, required=True, help="the launcher's socket (SOCK_SEQPACKET)"
+    )
     parser.add_argument("--listen", help="a Unix socket path where other launchers connect")
     args = parser.parse_args(argv)
     return serve(socket.socket(fileno=args.fd), args.listen)

@@ -1,5 +1,6 @@
-"""The regression gate: one case's record against its baseline, per-repeat metrics by the sequential limit rule, the
-match fraction as a fact, runs on another machine, meter, engine or scenario INCOMPARABLE (docs/design/gate.md)."""
+"""The regression gate: one case's record against its baseline, per-repeat metrics by the sequential
+limit rule, the match fraction as a fact, runs on another machine, meter, engine or scenario
+INCOMPARABLE (docs/design/gate.md)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ INCONCLUSIVE_POLICIES = ("fail", "warn", "xfail")
 
 @dataclass(frozen=True)
 class MetricRow:
-    """One metric of one case against its baseline (the fields: docs/design/gate.md, ``compare.py``)."""
+    """One metric of one case against its baseline (the fields: docs/design/gate.md,
+    ``compare.py``)."""
 
     metric: str
     stat: str
@@ -78,16 +80,24 @@ class MetricRow:
                 relative_scale = "log ratios" in self.method or "bootstrap" in self.method
                 span = f"{low:+.2%}, {high:+.2%}" if relative_scale else f"{low:+.4g}, {high:+.4g}"
                 how += f", change interval [{span}]"
-        line = (f"{self.metric} ({self.stat}): baseline {metrics.fmt(self.baseline, '.4g')} {self.unit} -> "
-                f"current {metrics.fmt(self.current, '.4g')} {self.unit}, change {self.change_text()}, "
-                f"limit {self.limit.describe()} [{self.limit.expr}], p={p} ({how}): {self.verdict.value.upper()}")
+        line = (
+            f"{self.metric} ({self.stat}): baseline {metrics.fmt(self.baseline, '.4g')} "
+            f"{self.unit} -> current {metrics.fmt(self.current, '.4g')} {self.unit}, change "
+            f"{self.change_text()}, limit {self.limit.describe()} [{self.limit.expr}], p={p} "
+            f"({how}): {self.verdict.value.upper()}"
+        )
         return f"{line} - {self.note}" if self.note else line
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record (the fields in order)."""
         record = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return {**record, "limit": self.limit.expr, "interval": list(self.interval) if self.interval else None,
-                "verdict": self.verdict.value, "ties": list(self.ties) if self.ties is not None else None}
+        return {
+            **record,
+            "limit": self.limit.expr,
+            "interval": list(self.interval) if self.interval else None,
+            "verdict": self.verdict.value,
+            "ties": list(self.ties) if self.ties is not None else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -110,24 +120,34 @@ class CaseComparison:
         if self.verdict is Verdict.NO_BASELINE:
             return f"specenergy: no baseline for {self.case_id} ({source})"
         if self.verdict is Verdict.INCOMPARABLE and self.reasons:
-            return (f"specenergy: {self.case_id} cannot be compared with {source}:\n"
-                    + "\n".join(f"  - {r}" for r in self.reasons))
+            return f"specenergy: {self.case_id} cannot be compared with {source}:\n" + "\n".join(
+                f"  - {r}" for r in self.reasons
+            )
         # The rows that decided the verdict come first.
         ordered = sorted(self.rows, key=lambda r: r.verdict.rank)
-        return (f"specenergy: {self.case_id} {self.verdict.value} against {source}:\n"
-                + "\n".join(f"  {r.describe()}" for r in ordered))
+        return f"specenergy: {self.case_id} {self.verdict.value} against {source}:\n" + "\n".join(
+            f"  {r.describe()}" for r in ordered
+        )
 
     def summary(self) -> str:
         """One short line: the verdict and the deciding metrics."""
-        deciding = [r for r in self.rows if r.verdict is self.verdict and r.verdict is not Verdict.PASSED]
+        deciding = [
+            r for r in self.rows if r.verdict is self.verdict and r.verdict is not Verdict.PASSED
+        ]
         detail = ", ".join(f"{r.metric} {r.change_text()}" for r in deciding)
         return f"{self.case_id}: {self.verdict.value}" + (f" ({detail})" if detail else "")
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record."""
-        return {"case_id": self.case_id, "verdict": self.verdict.value, "reasons": list(self.reasons),
-                "alpha": self.alpha, "mode": "in-job" if self.reference is not None else "baseline",
-                "reference": self.reference, "rows": [r.as_dict() for r in self.rows]}
+        return {
+            "case_id": self.case_id,
+            "verdict": self.verdict.value,
+            "reasons": list(self.reasons),
+            "alpha": self.alpha,
+            "mode": "in-job" if self.reference is not None else "baseline",
+            "reference": self.reference,
+            "rows": [r.as_dict() for r in self.rows],
+        }
 
 
 # -- samples ------------------------------------------------------------------------------
@@ -136,9 +156,11 @@ def _positive(value: Any) -> bool:
 
 
 #: Pair metrics per repeat cycle: the per-arm metric they combine, and their definition.
-_PAIR_METRICS = {"energy_ratio": ("energy_per_token", metrics.energy_ratio),
-                 "energy_saving": ("energy_per_token", lambda b, s: metrics.energy_saving(s, b)),
-                 "speedup": ("tbt_ms", metrics.speedup)}
+_PAIR_METRICS = {
+    "energy_ratio": ("energy_per_token", metrics.energy_ratio),
+    "energy_saving": ("energy_per_token", lambda b, s: metrics.energy_saving(s, b)),
+    "speedup": ("tbt_ms", metrics.speedup),
+}
 
 
 #: What the gate and the report call arms measured one after the other (one engine at a time).
@@ -146,12 +168,14 @@ BLOCKED_ORDER = "blocked order (one engine at a time)"
 
 
 def drift_allowance(block_drift: float, sides: int) -> float:
-    """The block drift allowed for ``sides`` (0-2) unpaired runs, added on the log scale (why: docs/design/gate.md)."""
+    """The block drift allowed for ``sides`` (0-2) unpaired runs, added on the log scale (why:
+    docs/design/gate.md)."""
     return (1.0 + block_drift) ** sides - 1.0 if sides > 0 else 0.0
 
 
 def unpaired_reason(record: CaseRecord) -> str | None:
-    """Why ``record``'s baseline repeats cannot be paired with its drafter arms by index (None: they can)."""
+    """Why ``record``'s baseline repeats cannot be paired with its drafter arms by index (None: they
+    can)."""
     if record.baseline_from:
         return f"baseline shared from {record.baseline_from}"
     if not record.interleaved:
@@ -162,7 +186,8 @@ def unpaired_reason(record: CaseRecord) -> str | None:
 
 
 def _baseline_level(record: CaseRecord, key: str) -> tuple[float | None, float, int]:
-    """(geometric mean, variance of that mean on the log scale, its df) of the baseline's positive ``key`` values."""
+    """(geometric mean, variance of that mean on the log scale, its df) of the baseline's positive
+    ``key`` values."""
     logs = [math.log(float(v)) for v in record.baseline.values(key) if _positive(v)]
     if not logs:
         return None, math.nan, 0
@@ -170,8 +195,11 @@ def _baseline_level(record: CaseRecord, key: str) -> tuple[float | None, float, 
     return math.exp(sum(logs) / len(logs)), var, len(logs) - 1
 
 
-def arm_repeat_values(record: CaseRecord, metric: str, arm: str = "speculative") -> list[float | None]:
-    """Per-repeat ``metric`` of a drafter arm, None where a repeat has none (pair metrics: docs/design/gate.md)."""
+def arm_repeat_values(
+    record: CaseRecord, metric: str, arm: str = "speculative"
+) -> list[float | None]:
+    """Per-repeat ``metric`` of a drafter arm, None where a repeat has none (pair metrics:
+    docs/design/gate.md)."""
     drafter = record.arm(arm)
     if drafter is None:
         return []
@@ -180,28 +208,38 @@ def arm_repeat_values(record: CaseRecord, metric: str, arm: str = "speculative")
     key, combine = _PAIR_METRICS[metric]
     if unpaired_reason(record) is not None:
         level = _baseline_level(record, key)[0]
-        return [combine(level, float(s)) if level is not None and _positive(s) else None for s in drafter.values(key)]
+        return [
+            combine(level, float(s)) if level is not None and _positive(s) else None
+            for s in drafter.values(key)
+        ]
     pairs = zip(record.baseline.values(key), drafter.values(key))
-    return [combine(float(b), float(s)) if _positive(b) and _positive(s) else None for b, s in pairs]
+    return [
+        combine(float(b), float(s)) if _positive(b) and _positive(s) else None for b, s in pairs
+    ]
 
 
 @dataclass(frozen=True)
 class BaselineSpread:
-    """An unpaired record's baseline uncertainty in a pair metric: the variance of log(baseline geometric mean), which
-    all repeats share (more do not shrink it), its df, and |d value / d log baseline| at the metric's level."""
+    """An unpaired record's baseline uncertainty in a pair metric: the variance of log(baseline
+    geometric mean), which all repeats share (more do not shrink it), its df, and |d value / d log
+    baseline| at the metric's level."""
 
     var_log: float
     df: float
     scale: float
 
 
-def baseline_spread(record: CaseRecord, metric: str, values: Sequence[float]) -> BaselineSpread | None:
-    """An unpaired record's pair-metric :class:`BaselineSpread` (else None); ``var_log`` nan below 2 repeats."""
+def baseline_spread(
+    record: CaseRecord, metric: str, values: Sequence[float]
+) -> BaselineSpread | None:
+    """An unpaired record's pair-metric :class:`BaselineSpread` (else None); ``var_log`` nan below 2
+    repeats."""
     if metric not in _PAIR_METRICS or unpaired_reason(record) is None:
         return None
     _, var, df = _baseline_level(record, _PAIR_METRICS[metric][0])
     level = sum(values) / len(values) if values else math.nan
-    # q = s / b and speedup = b / s move by their own level per unit of log b; saving = 1 - s / b by 1 - saving.
+    # q = s / b and speedup = b / s move by their own level per unit of log b; saving = 1 - s / b by
+    # 1 - saving.
     scale = abs(1.0 - level) if metric == "energy_saving" else abs(level)
     return BaselineSpread(var, float(df), scale)
 
@@ -211,16 +249,23 @@ _DRIFTING = frozenset(_PAIR_METRICS) | {"energy_per_token", "tbt_ms"}
 
 
 def request_accept_lengths(record: CaseRecord, arm: str = "speculative") -> list[float] | None:
-    """Each request's accept length averaged over the repeats of ``arm``, or None (when: docs/design/gate.md)."""
+    """Each request's accept length averaged over the repeats of ``arm``, or None (when:
+    docs/design/gate.md)."""
     drafter = record.arm(arm)
     lists = [s.accept_lengths for s in drafter.samples] if drafter is not None else []
-    if not lists or any(v is None for v in lists) or len({len(v) for v in lists}) != 1 or len(lists[0]) < 2:
+    if (
+        not lists
+        or any(v is None for v in lists)
+        or len({len(v) for v in lists}) != 1
+        or len(lists[0]) < 2
+    ):
         return None
     return [float(v) for v in np.asarray(lists, dtype=float).mean(axis=0)]
 
 
 def metric_samples(record: CaseRecord, metric: str) -> list[float]:
-    """The values the gate compares: the speculative arm's defined per-repeat ``metric``, or the match fraction."""
+    """The values the gate compares: the speculative arm's defined per-repeat ``metric``, or the
+    match fraction."""
     if metric == "equivalence":
         value = record.matched_fraction
         return [] if value is None else [float(value)]
@@ -228,35 +273,60 @@ def metric_samples(record: CaseRecord, metric: str) -> list[float]:
 
 
 # -- comparison ---------------------------------------------------------------------------
-def gate_plan(alpha: float = DEFAULT_ALPHA, repeats: int = 3, cap: int = DEFAULT_CAP,
-              block_drift: float = DEFAULT_BLOCK_DRIFT) -> SequentialPlan:
-    """The gate's plan: looks at ``repeats`` (at least 2), ``repeats + 2``, ... and ``cap``, total level ``alpha``."""
+def gate_plan(
+    alpha: float = DEFAULT_ALPHA,
+    repeats: int = 3,
+    cap: int = DEFAULT_CAP,
+    block_drift: float = DEFAULT_BLOCK_DRIFT,
+) -> SequentialPlan:
+    """The gate's plan: looks at ``repeats`` (at least 2), ``repeats + 2``, ... and ``cap``, total
+    level ``alpha``."""
     start = max(2, int(repeats))
-    return SequentialPlan(start=start, step=2, cap=max(int(cap), start), alpha=alpha, block_drift=block_drift)
+    return SequentialPlan(
+        start=start, step=2, cap=max(int(cap), start), alpha=alpha, block_drift=block_drift
+    )
 
 
-def _sequential(limit: FailLimit, base: list[float], cur: list[float], b: float, plan: SequentialPlan, paired: bool,
-                requests: tuple[list[float], list[float]] | None, seed: int, resamples: int,
-                spreads: Sequence[BaselineSpread] = (), drift: float = 0.0
-                ) -> tuple[sequential.SequentialResult | None, str]:
+def _sequential(
+    limit: FailLimit,
+    base: list[float],
+    cur: list[float],
+    b: float,
+    plan: SequentialPlan,
+    paired: bool,
+    requests: tuple[list[float], list[float]] | None,
+    seed: int,
+    resamples: int,
+    spreads: Sequence[BaselineSpread] = (),
+    drift: float = 0.0,
+) -> tuple[sequential.SequentialResult | None, str]:
     """The sequential verdict of one per-repeat metric, or (None, why it cannot be judged)."""
     absolute, threshold = not limit.relative, limit.threshold
     if not absolute and min(base + cur) <= 0:
         # Values that reach zero (a drafter accepting nothing): the limit as an amount at the
         # baseline's level, so a collapse still regresses.
         if b <= 0:
-            return None, (f"a relative limit needs a positive baseline value, got {b:.4g}; use "
-                          f"an absolute limit ({limit.metric}:<amount in {limit.unit}>)")
+            return None, (
+                f"a relative limit needs a positive baseline value, got {b:.4g}; use "
+                f"an absolute limit ({limit.metric}:<amount in {limit.unit}>)"
+            )
         absolute, threshold = True, limit.threshold * abs(b)
     if any(not math.isfinite(s.var_log) for s in spreads):
-        return None, f"{limit.metric}: an unpaired baseline needs at least 2 repeats to carry its spread into the test"
+        return (
+            None,
+            f"{limit.metric}: an unpaired baseline needs at least 2 repeats to carry its spread "
+            "into the test",
+        )
     # Amounts on the log scale for a relative limit, else in the metric's unit at its level.
-    terms = [s.var_log * (1.0 if not absolute else s.scale ** 2) for s in spreads]
+    terms = [s.var_log * (1.0 if not absolute else s.scale**2) for s in spreads]
     extra = {}
     if terms:
         total = sum(terms)
         dfs = sum(t * t / max(s.df, 1.0) for t, s in zip(terms, spreads))
-        extra = {"session_sd": math.sqrt(total), "session_df": total * total / dfs if dfs > 0 else None}
+        extra = {
+            "session_sd": math.sqrt(total),
+            "session_df": total * total / dfs if dfs > 0 else None,
+        }
     if drift:
         scale = max((s.scale for s in spreads), default=abs(b)) if absolute else 1.0
         extra["drift"] = drift * scale if absolute else math.log1p(drift)
@@ -265,39 +335,90 @@ def _sequential(limit: FailLimit, base: list[float], cur: list[float], b: float,
             ref_req, cur_req = requests
             level = sum(ref_req) / len(ref_req)
             result = sequential.compare_per_request(
-                cur_req, [1.0] * len(cur_req), ref_req, [1.0] * len(ref_req), worse=limit.worse,
-                limit=threshold / level if absolute else threshold, paired=len(cur_req) == len(ref_req),
-                n_repeats=len(cur), plan=plan, resamples=resamples, seed=seed)
+                cur_req,
+                [1.0] * len(cur_req),
+                ref_req,
+                [1.0] * len(ref_req),
+                worse=limit.worse,
+                limit=threshold / level if absolute else threshold,
+                paired=len(cur_req) == len(ref_req),
+                n_repeats=len(cur),
+                plan=plan,
+                resamples=resamples,
+                seed=seed,
+            )
         elif paired:
-            result = sequential.compare_paired(cur, base, limit=threshold, worse=limit.worse,
-                                               plan=plan, absolute=absolute, drift=extra.get("drift", 0.0))
+            result = sequential.compare_paired(
+                cur,
+                base,
+                limit=threshold,
+                worse=limit.worse,
+                plan=plan,
+                absolute=absolute,
+                drift=extra.get("drift", 0.0),
+            )
         else:
             if len(base) < 2:
-                return None, (f"the stored baseline has {len(base)} repeat of {limit.metric}; the sequential rule "
-                              "needs at least 2 (save it with --specenergy-repeats=3 or more)")
-            result = sequential.compare_stored(cur, base, limit=threshold, worse=limit.worse,
-                                               plan=plan, absolute=absolute, **extra)
+                return None, (
+                    f"the stored baseline has {len(base)} repeat of {limit.metric}; the "
+                    "sequential rule needs at least 2 (save it with --specenergy-repeats=3 or "
+                    "more)"
+                )
+            result = sequential.compare_stored(
+                cur, base, limit=threshold, worse=limit.worse, plan=plan, absolute=absolute, **extra
+            )
     except ValueError as exc:
         return None, f"{limit.metric} cannot be judged: {exc}"
     return result, ""
 
 
-def compare_metric(limit: FailLimit, base: Sequence[float], cur: Sequence[float], alpha: float = DEFAULT_ALPHA, *,
-                   plan: SequentialPlan | None = None, paired: bool = False,
-                   requests: tuple[list[float], list[float]] | None = None, seed: int = 0, resamples: int = 5000,
-                   spreads: Sequence[BaselineSpread] = (), drift: float = 0.0, unpaired: str = "") -> MetricRow:
-    """Compare one metric's reference and current samples under ``limit``: per-repeat metrics by the sequential rule
-    under ``plan`` (default :func:`gate_plan` at ``alpha``), the match fraction as a fact (docs/design/gate.md)."""
+def compare_metric(
+    limit: FailLimit,
+    base: Sequence[float],
+    cur: Sequence[float],
+    alpha: float = DEFAULT_ALPHA,
+    *,
+    plan: SequentialPlan | None = None,
+    paired: bool = False,
+    requests: tuple[list[float], list[float]] | None = None,
+    seed: int = 0,
+    resamples: int = 5000,
+    spreads: Sequence[BaselineSpread] = (),
+    drift: float = 0.0,
+    unpaired: str = "",
+) -> MetricRow:
+    """Compare one metric's reference and current samples under ``limit``: per-repeat metrics by the
+    sequential rule under ``plan`` (default :func:`gate_plan` at ``alpha``), the match fraction as a
+    fact (docs/design/gate.md)."""
     info = GATE_METRICS[limit.metric]
     base, cur = list(base), list(cur)
-    unjudged = MetricRow(limit.metric, limit.stat, info.unit, None, None, None, None, limit, None, "none",
-                         len(base), len(cur), None, Verdict.INCOMPARABLE)
+    unjudged = MetricRow(
+        limit.metric,
+        limit.stat,
+        info.unit,
+        None,
+        None,
+        None,
+        None,
+        limit,
+        None,
+        "none",
+        len(base),
+        len(cur),
+        None,
+        Verdict.INCOMPARABLE,
+    )
     if not base or not cur:
         side = "baseline" if not base else "current"
         return dataclasses.replace(unjudged, note=f"the {side} record has no {limit.metric} values")
     b, c = stats.summarize(base).stat(limit.stat), stats.summarize(cur).stat(limit.stat)
-    measured = dataclasses.replace(unjudged, baseline=b, current=c, change_abs=c - b,
-                                   change_rel=None if b == 0 else c / b - 1.0)
+    measured = dataclasses.replace(
+        unjudged,
+        baseline=b,
+        current=c,
+        change_abs=c - b,
+        change_rel=None if b == 0 else c / b - 1.0,
+    )
     if not info.per_repeat:
         # The exact-match fraction of greedy outputs: one number, the fact itself.
         worse = limit.worse_amount(b, c)
@@ -305,32 +426,63 @@ def compare_metric(limit: FailLimit, base: Sequence[float], cur: Sequence[float]
         if worse > limit.threshold:
             verdict = Verdict.REGRESSED
         elif -worse > limit.threshold:
-            verdict, note = Verdict.IMPROVED, "better beyond the limit: consider updating the baseline"
+            verdict, note = (
+                Verdict.IMPROVED,
+                "better beyond the limit: consider updating the baseline",
+            )
         return dataclasses.replace(measured, method="deterministic", verdict=verdict, note=note)
-    result, why = _sequential(limit, base, cur, b, plan or gate_plan(alpha), paired, requests,
-                              seed, resamples, spreads, drift if requests is None else 0.0)
+    result, why = _sequential(
+        limit,
+        base,
+        cur,
+        b,
+        plan or gate_plan(alpha),
+        paired,
+        requests,
+        seed,
+        resamples,
+        spreads,
+        drift if requests is None else 0.0,
+    )
     if result is None:
         return dataclasses.replace(measured, note=why)
     verdict = result.verdict
     notes = [result.note] if result.note else []
     if verdict is Verdict.INCONCLUSIVE and result.more_repeats:
-        notes.insert(0, f"needs {result.more_repeats} more repeats (look {result.look}/"
-                        f"{result.looks}); more repeats would decide")
+        notes.insert(
+            0,
+            f"needs {result.more_repeats} more repeats (look {result.look}/"
+            f"{result.looks}); more repeats would decide",
+        )
     elif verdict is Verdict.IMPROVED:
         notes.insert(0, "better beyond the limit: consider updating the baseline")
-    how = f"{result.method}, unpaired: {unpaired}" if unpaired and requests is None else result.method
+    how = (
+        f"{result.method}, unpaired: {unpaired}" if unpaired and requests is None else result.method
+    )
     method = f"sequential {how}, look {max(result.look, 1)}/{result.looks}"
-    return dataclasses.replace(measured, p_value=result.p_value, method=method, interval=tuple(result.interval),
-                               verdict=verdict, note="; ".join(notes), p_sequential=result.p_sequential,
-                               more_repeats=result.more_repeats, estimate=result.estimate)
+    return dataclasses.replace(
+        measured,
+        p_value=result.p_value,
+        method=method,
+        interval=tuple(result.interval),
+        verdict=verdict,
+        note="; ".join(notes),
+        p_sequential=result.p_sequential,
+        more_repeats=result.more_repeats,
+        estimate=result.estimate,
+    )
 
 
-def _accept_requests(limit: FailLimit, reference: CaseRecord, reference_arm: str, current: CaseRecord
-                     ) -> tuple[list[float], list[float]] | None:
+def _accept_requests(
+    limit: FailLimit, reference: CaseRecord, reference_arm: str, current: CaseRecord
+) -> tuple[list[float], list[float]] | None:
     """Per-request accept lengths of both sides, when both carry them (a bootstrap over requests)."""
     if limit.metric != "accept_length":
         return None
-    ref_req, cur_req = request_accept_lengths(reference, reference_arm), request_accept_lengths(current)
+    ref_req, cur_req = (
+        request_accept_lengths(reference, reference_arm),
+        request_accept_lengths(current),
+    )
     return (ref_req, cur_req) if ref_req and cur_req else None
 
 
@@ -346,129 +498,295 @@ def applicable(limits: Sequence[FailLimit], record: CaseRecord) -> list[FailLimi
     return [limit for limit in limits if limit.metric not in DRAFTING_METRICS]
 
 
-def compare_case(baseline_record: CaseRecord | None, current_record: CaseRecord, limits: Sequence[FailLimit],
-                 alpha: float = DEFAULT_ALPHA, *, baseline_info: dict[str, Any] | None = None,
-                 current_info: dict[str, Any] | None = None, plan: SequentialPlan | None = None,
-                 seed: int = 0, resamples: int = 5000) -> CaseComparison:
-    """A case's record against its baseline; ``*_info`` add run facts (``machine_key``) to :func:`run_info`'s."""
+def compare_case(
+    baseline_record: CaseRecord | None,
+    current_record: CaseRecord,
+    limits: Sequence[FailLimit],
+    alpha: float = DEFAULT_ALPHA,
+    *,
+    baseline_info: dict[str, Any] | None = None,
+    current_info: dict[str, Any] | None = None,
+    plan: SequentialPlan | None = None,
+    seed: int = 0,
+    resamples: int = 5000,
+) -> CaseComparison:
+    """A case's record against its baseline; ``*_info`` add run facts (``machine_key``) to
+    :func:`run_info`'s."""
     case_id = current_record.key
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
     if baseline_record is None:
         return CaseComparison(case_id, Verdict.NO_BASELINE, (), ("no baseline record",), alpha)
-    reasons = comparable({**run_info(baseline_record), **(baseline_info or {})},
-                         {**run_info(current_record), **(current_info or {})})
+    reasons = comparable(
+        {**run_info(baseline_record), **(baseline_info or {})},
+        {**run_info(current_record), **(current_info or {})},
+    )
     if reasons:
         return CaseComparison(case_id, Verdict.INCOMPARABLE, (), tuple(reasons), alpha)
     plan = plan or gate_plan(alpha)
-    rows = [_with_ties(_stored_row(limit, baseline_record, current_record, alpha, plan, seed, resamples),
-                       baseline_record.ties, current_record.ties) for limit in applicable(limits, current_record)]
+    rows = [
+        _with_ties(
+            _stored_row(limit, baseline_record, current_record, alpha, plan, seed, resamples),
+            baseline_record.ties,
+            current_record.ties,
+        )
+        for limit in applicable(limits, current_record)
+    ]
     return CaseComparison(case_id, worst(r.verdict for r in rows), tuple(rows), (), alpha)
 
 
-def _stored_row(limit: FailLimit, baseline_record: CaseRecord, current_record: CaseRecord, alpha: float,
-                plan: SequentialPlan, seed: int, resamples: int) -> MetricRow:
-    """One metric against the stored record; an unpaired pair metric carries the baseline spread and block drift."""
-    base, cur = metric_samples(baseline_record, limit.metric), metric_samples(current_record, limit.metric)
-    spreads = [s for s in (baseline_spread(baseline_record, limit.metric, base),
-                           baseline_spread(current_record, limit.metric, cur)) if s is not None]
-    why = [f"{side} {r}" for side, r in (("current", unpaired_reason(current_record)),
-                                        ("stored", unpaired_reason(baseline_record))) if r]
+def _stored_row(
+    limit: FailLimit,
+    baseline_record: CaseRecord,
+    current_record: CaseRecord,
+    alpha: float,
+    plan: SequentialPlan,
+    seed: int,
+    resamples: int,
+) -> MetricRow:
+    """One metric against the stored record; an unpaired pair metric carries the baseline spread and
+    block drift."""
+    base, cur = (
+        metric_samples(baseline_record, limit.metric),
+        metric_samples(current_record, limit.metric),
+    )
+    spreads = [
+        s
+        for s in (
+            baseline_spread(baseline_record, limit.metric, base),
+            baseline_spread(current_record, limit.metric, cur),
+        )
+        if s is not None
+    ]
+    why = [
+        f"{side} {r}"
+        for side, r in (
+            ("current", unpaired_reason(current_record)),
+            ("stored", unpaired_reason(baseline_record)),
+        )
+        if r
+    ]
     unpaired = "; ".join(why) if limit.metric in _PAIR_METRICS else ""
     # Each run not measured alongside its baseline brings its own block drift: both allowed for.
     drift = drift_allowance(plan.block_drift, len(why)) if unpaired else 0.0
-    return compare_metric(limit, base, cur, alpha, plan=plan,
-                          requests=_accept_requests(limit, baseline_record, "speculative", current_record),
-                          seed=seed, resamples=resamples, spreads=spreads, drift=drift, unpaired=unpaired)
+    return compare_metric(
+        limit,
+        base,
+        cur,
+        alpha,
+        plan=plan,
+        requests=_accept_requests(limit, baseline_record, "speculative", current_record),
+        seed=seed,
+        resamples=resamples,
+        spreads=spreads,
+        drift=drift,
+        unpaired=unpaired,
+    )
 
 
-def _with_ties(row: MetricRow, baseline_ties: int, current_ties: int, baseline_side: str = "baseline") -> MetricRow:
+def _with_ties(
+    row: MetricRow, baseline_ties: int, current_ties: int, baseline_side: str = "baseline"
+) -> MetricRow:
     """An ``equivalence`` row with the numerical ties it counted as matches beside it."""
     if row.metric != "equivalence" or row.method != "deterministic":
         return row
     note = row.note
     if baseline_ties or current_ties:
-        note = "; ".join(filter(None, (note, f"numerical ties counted as matches: {baseline_side} "
-                                             f"{baseline_ties}, current {current_ties}")))
+        note = "; ".join(
+            filter(
+                None,
+                (
+                    note,
+                    f"numerical ties counted as matches: {baseline_side} "
+                    f"{baseline_ties}, current {current_ties}",
+                ),
+            )
+        )
     return dataclasses.replace(row, ties=(baseline_ties, current_ties), note=note)
 
 
-def compare_in_job(record: CaseRecord, limits: Sequence[FailLimit], alpha: float = DEFAULT_ALPHA, *,
-                   plan: SequentialPlan | None = None, seed: int = 0, resamples: int = 5000) -> CaseComparison:
-    """In-job A/B: the candidate (speculative arm) against the reference drafter's arm of the same repeat cycles by the
-    paired sequential rule (the shared baseline cancels); ``equivalence``: docs/design/gate.md."""
+def compare_in_job(
+    record: CaseRecord,
+    limits: Sequence[FailLimit],
+    alpha: float = DEFAULT_ALPHA,
+    *,
+    plan: SequentialPlan | None = None,
+    seed: int = 0,
+    resamples: int = 5000,
+) -> CaseComparison:
+    """In-job A/B: the candidate (speculative arm) against the reference drafter's arm of the same
+    repeat cycles by the paired sequential rule (the shared baseline cancels); ``equivalence``:
+    docs/design/gate.md."""
     case_id = record.key
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
     label = record.reference_label
     if record.reference is None:
-        return CaseComparison(case_id, Verdict.NO_BASELINE, (), ("no reference arm in the record",),
-                              alpha, reference=label)
+        return CaseComparison(
+            case_id,
+            Verdict.NO_BASELINE,
+            (),
+            ("no reference arm in the record",),
+            alpha,
+            reference=label,
+        )
     if record.reference.source != record.speculative.source:
-        return CaseComparison(case_id, Verdict.INCOMPARABLE, (), (
-            f"the reference arm's energy source {record.reference.source!r} differs from the candidate's "
-            f"{record.speculative.source!r}",), alpha, reference=label)
+        return CaseComparison(
+            case_id,
+            Verdict.INCOMPARABLE,
+            (),
+            (
+                f"the reference arm's energy source {record.reference.source!r} differs from the "
+                f"candidate's {record.speculative.source!r}",
+            ),
+            alpha,
+            reference=label,
+        )
     plan = plan or gate_plan(alpha)
     rows = []
     for limit in applicable(limits, record):
         if limit.metric == "equivalence":
             ref_value = record.reference_matched_fraction
-            row = compare_metric(limit, [1.0 if ref_value is None else float(ref_value)],
-                                 metric_samples(record, "equivalence"), alpha, plan=plan)
+            row = compare_metric(
+                limit,
+                [1.0 if ref_value is None else float(ref_value)],
+                metric_samples(record, "equivalence"),
+                alpha,
+                plan=plan,
+            )
             if ref_value is None:
-                row = dataclasses.replace(row, note="; ".join(filter(None, (
-                    row.note, "reference equivalence not in the record: compared with 1.0"))))
+                row = dataclasses.replace(
+                    row,
+                    note="; ".join(
+                        filter(
+                            None,
+                            (
+                                row.note,
+                                "reference equivalence not in the record: compared with 1.0",
+                            ),
+                        )
+                    ),
+                )
             rows.append(_with_ties(row, record.reference_ties, record.ties, "reference"))
             continue
         # (reference, candidate) per-repeat values from the same repeat cycles.
-        pairs = [(r, c) for r, c in zip(arm_repeat_values(record, limit.metric, "reference"),
-                                        arm_repeat_values(record, limit.metric)) if r is not None and c is not None]
+        pairs = [
+            (r, c)
+            for r, c in zip(
+                arm_repeat_values(record, limit.metric, "reference"),
+                arm_repeat_values(record, limit.metric),
+            )
+            if r is not None and c is not None
+        ]
         # Blocked arms: the candidate's and the reference's repeats ran in separate blocks.
         blocked = not record.interleaved and limit.metric in _DRIFTING
-        rows.append(compare_metric(limit, [r for r, _ in pairs], [c for _, c in pairs], alpha, plan=plan, paired=True,
-                                   requests=_accept_requests(limit, record, "reference", record),
-                                   seed=seed, resamples=resamples, drift=plan.block_drift if blocked else 0.0,
-                                   unpaired=f"{BLOCKED_ORDER}: candidate and reference in separate blocks"
-                                   if blocked else ""))
-    return CaseComparison(case_id, worst(r.verdict for r in rows), tuple(rows), (), alpha, reference=label)
+        rows.append(
+            compare_metric(
+                limit,
+                [r for r, _ in pairs],
+                [c for _, c in pairs],
+                alpha,
+                plan=plan,
+                paired=True,
+                requests=_accept_requests(limit, record, "reference", record),
+                seed=seed,
+                resamples=resamples,
+                drift=plan.block_drift if blocked else 0.0,
+                unpaired=f"{BLOCKED_ORDER}: candidate and reference in separate blocks"
+                if blocked
+                else "",
+            )
+        )
+    return CaseComparison(
+        case_id, worst(r.verdict for r in rows), tuple(rows), (), alpha, reference=label
+    )
 
 
-def compare_documents(baseline_document: RunDocument, current_document: RunDocument, limits: Sequence[FailLimit],
-                      alpha: float = DEFAULT_ALPHA, **kwargs: Any) -> list[CaseComparison]:
+def compare_documents(
+    baseline_document: RunDocument,
+    current_document: RunDocument,
+    limits: Sequence[FailLimit],
+    alpha: float = DEFAULT_ALPHA,
+    **kwargs: Any,
+) -> list[CaseComparison]:
     """Compare every result of a run with the baseline run's of the same key (or NO_BASELINE)."""
     baseline = {r.key: r for r in baseline_document.results}
     b_info, c_info = document_run_info(baseline_document), document_run_info(current_document)
-    return [compare_case(baseline.get(r.key), r, limits, alpha, baseline_info=b_info, current_info=c_info, **kwargs)
-            for r in current_document.results]
+    return [
+        compare_case(
+            baseline.get(r.key),
+            r,
+            limits,
+            alpha,
+            baseline_info=b_info,
+            current_info=c_info,
+            **kwargs,
+        )
+        for r in current_document.results
+    ]
 
 
 def repeats_needed(comparison: CaseComparison) -> int:
-    """Repeats of each arm the next look needs: INCONCLUSIVE per-repeat rows' largest ``more_repeats`` (else 0)."""
+    """Repeats of each arm the next look needs: INCONCLUSIVE per-repeat rows' largest
+    ``more_repeats`` (else 0)."""
     if comparison.verdict is not Verdict.INCONCLUSIVE:
         return 0
-    return max((r.more_repeats for r in comparison.rows
-                if r.verdict is Verdict.INCONCLUSIVE and GATE_METRICS[r.metric].per_repeat), default=0)
+    return max(
+        (
+            r.more_repeats
+            for r in comparison.rows
+            if r.verdict is Verdict.INCONCLUSIVE and GATE_METRICS[r.metric].per_repeat
+        ),
+        default=0,
+    )
 
 
 @dataclass(frozen=True)
 class Resolution:
-    """What to do with a case INCONCLUSIVE at the cap (``fail``, ``warn``, ``xfail``), and the message."""
+    """What to do with a case INCONCLUSIVE at the cap (``fail``, ``warn``, ``xfail``), and the
+    message."""
 
     action: str
     message: str
 
 
-def resolve_inconclusive(policy: str, comparison: CaseComparison | None = None,
-                         baseline_path: str | Path | None = None) -> Resolution:
+def resolve_inconclusive(
+    policy: str, comparison: CaseComparison | None = None, baseline_path: str | Path | None = None
+) -> Resolution:
     """Apply the inconclusive policy (``fail``, ``warn`` or ``xfail``)."""
     if policy not in INCONCLUSIVE_POLICIES:
-        raise ValueError(f"unknown inconclusive policy {policy!r}; expected one of {', '.join(INCONCLUSIVE_POLICIES)}")
+        raise ValueError(
+            f"unknown inconclusive policy {policy!r}; expected one of "
+            f"{', '.join(INCONCLUSIVE_POLICIES)}"
+        )
     detail = comparison.failure_message(baseline_path) if comparison else "inconclusive"
     return Resolution(policy, f"{detail}\n(inconclusive at the repeat cap; policy: {policy})")
 
 
-__all__ = ["CaseComparison", "DEFAULT_ALPHA", "DEFAULT_CAP", "INCONCLUSIVE_POLICIES", "MetricRow", "Resolution",
-           "Verdict", "arm_repeat_values", "comparable", "compare_case", "compare_documents", "compare_in_job",
-           "compare_metric", "document_run_info", "gate_plan", "metric_samples", "repeats_needed", "baseline_spread",
-           "BaselineSpread", "unpaired_reason", "BLOCKED_ORDER", "drift_allowance", "request_accept_lengths",
-           "resolve_inconclusive", "run_info"]
+__all__ = [
+    "CaseComparison",
+    "DEFAULT_ALPHA",
+    "DEFAULT_CAP",
+    "INCONCLUSIVE_POLICIES",
+    "MetricRow",
+    "Resolution",
+    "Verdict",
+    "arm_repeat_values",
+    "comparable",
+    "compare_case",
+    "compare_documents",
+    "compare_in_job",
+    "compare_metric",
+    "document_run_info",
+    "gate_plan",
+    "metric_samples",
+    "repeats_needed",
+    "baseline_spread",
+    "BaselineSpread",
+    "unpaired_reason",
+    "BLOCKED_ORDER",
+    "drift_allowance",
+    "request_accept_lengths",
+    "resolve_inconclusive",
+    "run_info",
+]

@@ -1,5 +1,6 @@
-"""False-discovery-rate control across a suite's gated comparisons (Benjamini-Hochberg), off by default; false alarms,
-the fail-now / pass-now / pending split and dependence: docs/design/gate.md, ``fdr.py``."""
+"""False-discovery-rate control across a suite's gated comparisons (Benjamini-Hochberg), off by
+default; false alarms, the fail-now / pass-now / pending split and dependence: docs/design/gate.md,
+``fdr.py``."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def _harmonic(n: int) -> float:
 
 
 def bh_adjust(pvalues: ArrayLike, *, method: str = "bh") -> np.ndarray:
-    """BH (or BY) adjusted p-values in input order: ``adjusted[i] <= Q`` iff step-up at Q rejects i; NaN stays NaN."""
+    """BH (or BY) adjusted p-values in input order: ``adjusted[i] <= Q`` iff step-up at Q rejects i;
+    NaN stays NaN."""
     if method not in METHODS:
         raise ValueError(f"unknown FDR method {method!r}; expected one of {METHODS}")
     p = np.asarray(pvalues, dtype=float).ravel()
@@ -61,12 +63,18 @@ def immediate_decision(p_value: float, q: float, n_tests: int, *, method: str = 
     if math.isnan(p_value):
         return PASS_NOW
     scale = _harmonic(n_tests) if method == "by" else 1.0
-    return FAIL_NOW if p_value <= q / (n_tests * scale) else PASS_NOW if p_value > q / scale else PENDING
+    return (
+        FAIL_NOW
+        if p_value <= q / (n_tests * scale)
+        else PASS_NOW
+        if p_value > q / scale
+        else PENDING
+    )
 
 
 def fdr_plan(plan: SequentialPlan, q: float, n_tests: int) -> SequentialPlan:
-    """The per-case plan under ``--specenergy-fdr=q``: REGRESSED stops only at a repeated p-value <= ``q / n_tests``,
-    anything weaker runs on to the cap (why: docs/design/gate.md, ``fdr.py``)."""
+    """The per-case plan under ``--specenergy-fdr=q``: REGRESSED stops only at a repeated p-value <=
+    ``q / n_tests``, anything weaker runs on to the cap (why: docs/design/gate.md, ``fdr.py``)."""
     if not 0.0 < q < 1.0:
         raise ValueError(f"FDR level must lie in (0, 1), got {q!r}")
     if n_tests < 1:
@@ -76,8 +84,9 @@ def fdr_plan(plan: SequentialPlan, q: float, n_tests: int) -> SequentialPlan:
 
 @dataclass(frozen=True)
 class SuiteFdr:
-    """BH over a suite: the ids that fail at level ``q`` (``rejected``, in input order), those of them that passed
-    provisionally while running (``pending_rejected``: the session fails them now), and every adjusted p-value."""
+    """BH over a suite: the ids that fail at level ``q`` (``rejected``, in input order), those of
+    them that passed provisionally while running (``pending_rejected``: the session fails them now),
+    and every adjusted p-value."""
 
     q: float
     method: str
@@ -88,8 +97,10 @@ class SuiteFdr:
 
     def summary(self) -> str:
         """A terminal-summary paragraph."""
-        head = (f"specenergy FDR ({self.method.upper()}, q={self.q:g}) over {self.n_tests} gated "
-                f"comparisons: {len(self.rejected)} regressed")
+        head = (
+            f"specenergy FDR ({self.method.upper()}, q={self.q:g}) over {self.n_tests} gated "
+            f"comparisons: {len(self.rejected)} regressed"
+        )
         if not self.rejected:
             return head
         lines = [head + ":"]
@@ -99,8 +110,13 @@ class SuiteFdr:
         return "\n".join(lines)
 
 
-def suite_fdr(pvalues: Mapping[str, float | None], q: float, *, method: str = "bh",
-              pending: tuple[str, ...] | set[str] = ()) -> SuiteFdr:
+def suite_fdr(
+    pvalues: Mapping[str, float | None],
+    q: float,
+    *,
+    method: str = "bh",
+    pending: tuple[str, ...] | set[str] = (),
+) -> SuiteFdr:
     """Run BH at level ``q`` over ``{comparison id: p-value}`` (None/NaN: not tested)."""
     keys = list(pvalues)
     values = [math.nan if (v := pvalues[k]) is None else float(v) for k in keys]
@@ -108,10 +124,25 @@ def suite_fdr(pvalues: Mapping[str, float | None], q: float, *, method: str = "b
     reject = bh_reject(values, q, method=method)
     rejected = tuple(k for k, r in zip(keys, reject, strict=True) if r)
     pending = set(pending)
-    return SuiteFdr(q=q, method=method, n_tests=int(np.sum(~np.isnan(values))), rejected=rejected,
-                    adjusted={k: float(a) for k, a in zip(keys, adjusted, strict=True)},
-                    pending_rejected=tuple(k for k in rejected if k in pending))
+    return SuiteFdr(
+        q=q,
+        method=method,
+        n_tests=int(np.sum(~np.isnan(values))),
+        rejected=rejected,
+        adjusted={k: float(a) for k, a in zip(keys, adjusted, strict=True)},
+        pending_rejected=tuple(k for k in rejected if k in pending),
+    )
 
 
-__all__ = ["FAIL_NOW", "METHODS", "PASS_NOW", "PENDING", "SuiteFdr", "bh_adjust", "bh_reject",
-           "fdr_plan", "immediate_decision", "suite_fdr"]
+__all__ = [
+    "FAIL_NOW",
+    "METHODS",
+    "PASS_NOW",
+    "PENDING",
+    "SuiteFdr",
+    "bh_adjust",
+    "bh_reject",
+    "fdr_plan",
+    "immediate_decision",
+    "suite_fdr",
+]

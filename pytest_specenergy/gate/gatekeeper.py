@@ -1,6 +1,7 @@
-"""The gate inside a test run: each measured case against its baseline (a stored run, a golden file or a reference
-drafter's arm), as a :class:`Judgement`, or :class:`NeedsRepeats` (the gate never calls back into the session). More:
-docs/design/gate.md, section ``pytest_specenergy/gate/gatekeeper.py``."""
+"""The gate inside a test run: each measured case against its baseline (a stored run, a golden file
+or a reference drafter's arm), as a :class:`Judgement`, or :class:`NeedsRepeats` (the gate never
+calls back into the session). More: docs/design/gate.md, section
+``pytest_specenergy/gate/gatekeeper.py``."""
 
 from __future__ import annotations
 
@@ -49,8 +50,12 @@ class Judgement:
 
     def applied_to(self, record: CaseRecord) -> CaseRecord:
         """``record`` with this verdict, its comparison, baseline file and pending FDR comparisons."""
-        return record.judged(self.verdict, self.comparison and self.comparison.as_dict(),
-                             self.baseline_path and str(self.baseline_path), self.fdr_pending or None)
+        return record.judged(
+            self.verdict,
+            self.comparison and self.comparison.as_dict(),
+            self.baseline_path and str(self.baseline_path),
+            self.fdr_pending or None,
+        )
 
     def apply_policy(self, policy: str, message: str) -> Judgement:
         """A ``fail`` / ``skip`` / ``warn`` policy applied to ``message``."""
@@ -65,15 +70,17 @@ class Judgement:
 
 @dataclass(frozen=True)
 class NeedsRepeats:
-    """The case is INCONCLUSIVE; ``extra`` more repeats of every arm (the next look) could settle it."""
+    """The case is INCONCLUSIVE; ``extra`` more repeats of every arm (the next look) could settle
+    it."""
 
     extra: int
 
 
 @dataclass(frozen=True)
 class GatePolicies:
-    """What a case does when it cannot be decided: ``fail``, ``warn``, ``skip`` or ``xfail``. A case that cannot be
-    compared, or has no baseline, fails by default: a gate never passes quietly what it could not judge."""
+    """What a case does when it cannot be decided: ``fail``, ``warn``, ``skip`` or ``xfail``. A case
+    that cannot be compared, or has no baseline, fails by default: a gate never passes quietly what
+    it could not judge."""
 
     inconclusive: str = "warn"
     incomparable: str = "fail"
@@ -81,13 +88,24 @@ class GatePolicies:
 
 
 class Gatekeeper:
-    """Finds each case's baseline, compares, and returns the verdict as a :class:`Judgement`; built from plain values
-    and stores, so it is tested without pytest (the arguments: docs/design/gate.md)."""
+    """Finds each case's baseline, compares, and returns the verdict as a :class:`Judgement`; built
+    from plain values and stores, so it is tested without pytest (the arguments:
+    docs/design/gate.md)."""
 
-    def __init__(self, *, runs: RunStore, goldens: GoldenStore | None = None, compare: str | None = None,
-                 golden: str | None = None, alpha: float = DEFAULT_ALPHA, repeats: int = 3,
-                 max_repeats: int = DEFAULT_CAP, policies: GatePolicies = GatePolicies(),
-                 plan: SequentialPlan | None = None, fdr: tuple[float, int] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        runs: RunStore,
+        goldens: GoldenStore | None = None,
+        compare: str | None = None,
+        golden: str | None = None,
+        alpha: float = DEFAULT_ALPHA,
+        repeats: int = 3,
+        max_repeats: int = DEFAULT_CAP,
+        policies: GatePolicies = GatePolicies(),
+        plan: SequentialPlan | None = None,
+        fdr: tuple[float, int] | None = None,
+    ) -> None:
         self.runs = runs
         self.goldens = goldens or GoldenStore()
         self.compare = compare
@@ -115,16 +133,21 @@ class Gatekeeper:
                 self._unreadable = f"specenergy: the baseline run cannot be read: {exc}"
             else:
                 if document.interrupted:
-                    self._unreadable = (f"specenergy: the baseline run {path} was saved by an "
-                                        f"interrupted session; compare with a complete run")
+                    self._unreadable = (
+                        f"specenergy: the baseline run {path} was saved by an "
+                        f"interrupted session; compare with a complete run"
+                    )
                 else:
                     self._run = (document, path)
         if self._run is None:
             return None, None, self._run_error or self._unreadable
         return self._run[0], self._run[1], None
 
-    def latency_references(self, machine_keys: set[str | None]) -> dict[str, tuple[RunDocument | None, str, bool]]:
-        """Per machine key, the compare run latency targets are judged against: (run or None, file or why, fatal)."""
+    def latency_references(
+        self, machine_keys: set[str | None]
+    ) -> dict[str, tuple[RunDocument | None, str, bool]]:
+        """Per machine key, the compare run latency targets are judged against: (run or None, file
+        or why, fatal)."""
         if not self.compare:
             return {}
         refs = {}
@@ -135,9 +158,10 @@ class Gatekeeper:
         return refs
 
     def judge(self, record: CaseRecord, limits: Sequence[FailLimit]) -> Judgement | NeedsRepeats:
-        """Compare ``record`` (its ``nodeid`` and ``machine_key`` set) with its baseline or reference arm;
-        :class:`NeedsRepeats` while INCONCLUSIVE below the cap (the caller adds repeats and asks again); under ``fdr``
-        the comparisons BH decides at session end pass with a warning."""
+        """Compare ``record`` (its ``nodeid`` and ``machine_key`` set) with its baseline or
+        reference arm; :class:`NeedsRepeats` while INCONCLUSIVE below the cap (the caller adds
+        repeats and asks again); under ``fdr`` the comparisons BH decides at session end pass with a
+        warning."""
         decision = self._decide(record, limits)
         if self.fdr and isinstance(decision, Judgement) and decision.comparison is not None:
             decision.fdr_pending, warnings = fdr_pending(record.key, decision.comparison, *self.fdr)
@@ -153,20 +177,29 @@ class Gatekeeper:
         key = str(record.machine_key)
         document, path, error = self.reference_run(key)
         if self._unreadable:
-            return Judgement(compare_case(None, record, limits, self.alpha), None, fail=[self._unreadable])
+            return Judgement(
+                compare_case(None, record, limits, self.alpha), None, fail=[self._unreadable]
+            )
         baseline = {r.key: r for r in document.results}.get(record.key) if document else None
         if baseline is None:
             comparison = compare_case(None, record, limits, self.alpha)
             why = error or f"no result for this test in {path}"
             message = f"specenergy: no baseline for {comparison.case_id}: {why}"
             return Judgement(comparison, path).apply_policy(self.policies.missing_baseline, message)
-        comparison = compare_case(baseline, record, limits, self.alpha, plan=self.plan,
-                                  baseline_info={"machine_key": document.machine_key},  # type: ignore[union-attr]
-                                  current_info={"machine_key": key})
+        comparison = compare_case(
+            baseline,
+            record,
+            limits,
+            self.alpha,
+            plan=self.plan,
+            baseline_info={"machine_key": document.machine_key},  # type: ignore[union-attr]
+            current_info={"machine_key": key},
+        )
         return self._more_or_outcome(comparison, record, path)
 
-    def _more_or_outcome(self, comparison: CaseComparison, record: CaseRecord,
-                         path: Path | None) -> Judgement | NeedsRepeats:
+    def _more_or_outcome(
+        self, comparison: CaseComparison, record: CaseRecord, path: Path | None
+    ) -> Judgement | NeedsRepeats:
         """More repeats up to the plan's next look while INCONCLUSIVE, else the outcome."""
         extra = min(repeats_needed(comparison), self.plan.cap - len(record.speculative.samples))
         return NeedsRepeats(extra) if extra > 0 else self._outcome(comparison, path)
@@ -191,10 +224,19 @@ class Gatekeeper:
         golden = self.goldens.load(key, nodeid)
         info = {"machine_key": key}
         # No golden: NO_BASELINE, which the outcome leaves to the golden mode below.
-        comparison = compare_case(None if golden is None else golden.record, record, limits, self.alpha,
-                                  plan=self.plan, baseline_info=info, current_info=info)
+        comparison = compare_case(
+            None if golden is None else golden.record,
+            record,
+            limits,
+            self.alpha,
+            plan=self.plan,
+            baseline_info=info,
+            current_info=info,
+        )
         mismatched = comparison.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)
-        update = self.goldens.update(key, nodeid, record, mode=str(self.golden), mismatched=mismatched, run_info=info)
+        update = self.goldens.update(
+            key, nodeid, record, mode=str(self.golden), mismatched=mismatched, run_info=info
+        )
         judgement = self._outcome(comparison, update.path)
         if update.written:
             # A rewritten golden decides the outcome: snapshot tools fail "created"/"updated".

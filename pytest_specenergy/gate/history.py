@@ -1,6 +1,6 @@
-"""Step detection over the stored run history (what ``specenergy history`` prints and the report's history section
-draws): a drafter or engine change shows as a sustained level shift in a case's nightly metric, while a lone spike (one
-noisy night) is not a step."""
+"""Step detection over the stored run history (what ``specenergy history`` prints and the report's
+history section draws): a drafter or engine change shows as a sustained level shift in a case's
+nightly metric, while a lone spike (one noisy night) is not a step."""
 
 from __future__ import annotations
 
@@ -24,15 +24,21 @@ class Step:
     change: float  # relative, or absolute when detected with relative=False
 
 
-def detect_steps(values: Sequence[float | None], threshold: float = DEFAULT_STEP,
-                 window: int = 3, min_sustain: int = 2, relative: bool = True) -> list[Step]:
-    """Level shifts in a series of per-run values (None = the case did not run), sustained by ``min_sustain`` runs so
-    that a lone spike is not a step (the rule: docs/design/gate.md, ``history.py``)."""
+def detect_steps(
+    values: Sequence[float | None],
+    threshold: float = DEFAULT_STEP,
+    window: int = 3,
+    min_sustain: int = 2,
+    relative: bool = True,
+) -> list[Step]:
+    """Level shifts in a series of per-run values (None = the case did not run), sustained by
+    ``min_sustain`` runs so that a lone spike is not a step (the rule: docs/design/gate.md,
+    ``history.py``)."""
     present = [(i, float(v)) for i, v in enumerate(values) if v is not None]
     vals = [v for _, v in present]
     candidates: list[Step] = []
     for j in range(1, len(vals)):
-        before, after = vals[max(0, j - window):j], vals[j:j + window]
+        before, after = vals[max(0, j - window) : j], vals[j : j + window]
         if len(after) < min_sustain:
             break
         old, new = statistics.median(before), statistics.median(after)
@@ -73,14 +79,23 @@ class HistoryStep:
     change: float
 
 
-def detect_history_steps(documents: Sequence[RunDocument], metrics: Sequence[str],
-                         threshold: float = DEFAULT_STEP) -> list[HistoryStep]:
+def detect_history_steps(
+    documents: Sequence[RunDocument], metrics: Sequence[str], threshold: float = DEFAULT_STEP
+) -> list[HistoryStep]:
     """Every step of every case and metric across ``documents`` (oldest first)."""
     labels = [d.label or str(i) for i, d in enumerate(documents)]
     found = []
     for metric in metrics:
         for case_id, values in history_series(documents, metric).items():
             for step in detect_steps(values, threshold=threshold):
-                found.append(HistoryStep(case_id, metric, f"{step.index:04d} ({labels[step.index]})",
-                                         step.before, step.after, step.change))
+                found.append(
+                    HistoryStep(
+                        case_id,
+                        metric,
+                        f"{step.index:04d} ({labels[step.index]})",
+                        step.before,
+                        step.after,
+                        step.change,
+                    )
+                )
     return found

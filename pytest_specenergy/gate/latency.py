@@ -46,13 +46,37 @@ def config_points(records: Iterable[CaseRecord]) -> list[ConfigPoint]:
         key = (r.model, corpus, r.batch)
         if key not in seen and base.tbt_ms is not None and base.energy_per_token is not None:
             seen.add(key)
-            points.append(ConfigPoint(f"baseline b{r.batch}", r.model, corpus, None, r.batch, base.tbt_ms,
-                                      base.energy_per_token, base.source, False, False,
-                                      _defined(base.values("energy_per_token"))))
+            points.append(
+                ConfigPoint(
+                    f"baseline b{r.batch}",
+                    r.model,
+                    corpus,
+                    None,
+                    r.batch,
+                    base.tbt_ms,
+                    base.energy_per_token,
+                    base.source,
+                    False,
+                    False,
+                    _defined(base.values("energy_per_token")),
+                )
+            )
         if r.tbt_ms is not None and r.energy_per_token is not None:
-            points.append(ConfigPoint(f"{r.drafter_id} b{r.batch}", r.model, corpus, r.drafter_id, r.batch,
-                                      r.tbt_ms, r.energy_per_token, r.source, tripped, failed,
-                                      _defined(r.speculative.values("energy_per_token"))))
+            points.append(
+                ConfigPoint(
+                    f"{r.drafter_id} b{r.batch}",
+                    r.model,
+                    corpus,
+                    r.drafter_id,
+                    r.batch,
+                    r.tbt_ms,
+                    r.energy_per_token,
+                    r.source,
+                    tripped,
+                    failed,
+                    _defined(r.speculative.values("energy_per_token")),
+                )
+            )
     return points
 
 
@@ -61,8 +85,8 @@ def _defined(values: Sequence[float | None]) -> tuple[float, ...]:
 
 
 def best_under_target(points: Iterable[ConfigPoint], target_ms: float) -> ConfigPoint | None:
-    """The lowest-energy configuration whose time between tokens meets ``target_ms``, never one
-    with a failed check (its numbers cannot be trusted); ties go to the lower TBT, then the label."""
+    """The lowest-energy configuration whose time between tokens meets ``target_ms``, never one with
+    a failed check (its numbers cannot be trusted); ties go to the lower TBT, then the label."""
     eligible = [p for p in points if p.tbt_ms <= target_ms and not p.failed]
     return min(eligible, key=lambda p: (p.energy_per_token, p.tbt_ms, p.label), default=None)
 
@@ -87,32 +111,59 @@ class TargetChoice:
         if self.choice is None:
             return f"{where}: no tested configuration meets it"
         c = self.choice
-        return f"{where}: {c.label}, {c.energy_per_token:.4g} J/token, TBT {c.tbt_ms:.3g} ms [{c.source}]"
+        return (
+            f"{where}: {c.label}, {c.energy_per_token:.4g} J/token, TBT {c.tbt_ms:.3g} ms "
+            f"[{c.source}]"
+        )
 
     def as_dict(self) -> dict[str, object]:
         """A JSON-ready record."""
         c = self.choice
-        return {"model": self.model, "corpus": self.corpus, "target_ms": self.target_ms,
-                "choice": None if c is None else {"label": c.label, "drafter": c.drafter_id, "batch": c.batch,
-                                                  "energy_per_token": c.energy_per_token, "tbt_ms": c.tbt_ms,
-                                                  "source": c.source}}
+        return {
+            "model": self.model,
+            "corpus": self.corpus,
+            "target_ms": self.target_ms,
+            "choice": None
+            if c is None
+            else {
+                "label": c.label,
+                "drafter": c.drafter_id,
+                "batch": c.batch,
+                "energy_per_token": c.energy_per_token,
+                "tbt_ms": c.tbt_ms,
+                "source": c.source,
+            },
+        }
 
 
-def latency_choices(records: Iterable[CaseRecord], targets_ms: Sequence[float]) -> list[TargetChoice]:
+def latency_choices(
+    records: Iterable[CaseRecord], targets_ms: Sequence[float]
+) -> list[TargetChoice]:
     """Per workload (model, corpus) and target, the lowest-energy configuration meeting it;
     workloads are kept apart because energy per token of different text is not comparable."""
     by_workload: dict[tuple[str, str], list[ConfigPoint]] = {}
     for p in config_points(records):
         by_workload.setdefault((p.model, p.corpus), []).append(p)
-    return [TargetChoice(model, corpus, t, best_under_target(points, t))
-            for (model, corpus), points in by_workload.items() for t in targets_ms]
+    return [
+        TargetChoice(model, corpus, t, best_under_target(points, t))
+        for (model, corpus), points in by_workload.items()
+        for t in targets_ms
+    ]
 
 
-def compare_latency(reference: Iterable[CaseRecord], current: Iterable[CaseRecord], targets_ms: Sequence[float],
-                    limit: FailLimit, plan: SequentialPlan) -> list[CaseComparison]:
-    """Per workload and latency target, the current lowest-energy configuration meeting it against the reference run's,
-    by :func:`~pytest_specenergy.gate.compare.compare_metric` (the rules: docs/design/gate.md)."""
-    before = {(c.model, c.corpus, c.target_ms): c.choice for c in latency_choices(reference, targets_ms)}
+def compare_latency(
+    reference: Iterable[CaseRecord],
+    current: Iterable[CaseRecord],
+    targets_ms: Sequence[float],
+    limit: FailLimit,
+    plan: SequentialPlan,
+) -> list[CaseComparison]:
+    """Per workload and latency target, the current lowest-energy configuration meeting it against
+    the reference run's, by :func:`~pytest_specenergy.gate.compare.compare_metric` (the rules:
+    docs/design/gate.md)."""
+    before = {
+        (c.model, c.corpus, c.target_ms): c.choice for c in latency_choices(reference, targets_ms)
+    }
     found = []
     for now in latency_choices(current, targets_ms):
         ref = before.get((now.model, now.corpus, now.target_ms))
@@ -120,17 +171,45 @@ def compare_latency(reference: Iterable[CaseRecord], current: Iterable[CaseRecor
             continue
         where = f"TBT <= {now.target_ms:g} ms on {now.model} / {now.corpus}"
         if now.choice is None:
-            found.append(CaseComparison(where, Verdict.REGRESSED, (), (
-                f"no tested configuration meets the target any more (the reference met it with {ref.label} at "
-                f"{ref.energy_per_token:.4g} J/token)",), plan.alpha))
+            found.append(
+                CaseComparison(
+                    where,
+                    Verdict.REGRESSED,
+                    (),
+                    (
+                        "no tested configuration meets the target any more (the reference met it "
+                        f"with {ref.label} at {ref.energy_per_token:.4g} J/token)",
+                    ),
+                    plan.alpha,
+                )
+            )
             continue
         if now.choice.source != ref.source:
-            found.append(CaseComparison(where, Verdict.INCOMPARABLE, (), (
-                f"the reference's figures are {ref.source}, this run's {now.choice.source}; they cannot be compared",),
-                plan.alpha))
+            found.append(
+                CaseComparison(
+                    where,
+                    Verdict.INCOMPARABLE,
+                    (),
+                    (
+                        f"the reference's figures are {ref.source}, this run's "
+                        f"{now.choice.source}; they cannot be compared",
+                    ),
+                    plan.alpha,
+                )
+            )
             continue
         row = compare_metric(limit, ref.samples, now.choice.samples, plan.alpha, plan=plan)
-        row = dataclasses.replace(row, note="; ".join(filter(None, (
-            f"lowest-energy configuration {now.choice.label} (reference: {ref.label})", row.note))))
+        row = dataclasses.replace(
+            row,
+            note="; ".join(
+                filter(
+                    None,
+                    (
+                        f"lowest-energy configuration {now.choice.label} (reference: {ref.label})",
+                        row.note,
+                    ),
+                )
+            ),
+        )
         found.append(CaseComparison(where, row.verdict, (row,), (), plan.alpha))
     return found

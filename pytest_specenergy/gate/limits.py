@@ -1,6 +1,6 @@
 """``METRIC[:STAT]:LIMIT`` fail expressions for the regression gate (e.g. ``energy_ratio:5%``,
-``accept_length:median:0.1``, ``equivalence:0``): how far a metric may move in its worse direction. Syntax and meaning:
-docs/design/gate.md, section ``pytest_specenergy/gate/limits.py``."""
+``accept_length:median:0.1``, ``equivalence:0``): how far a metric may move in its worse direction.
+Syntax and meaning: docs/design/gate.md, section ``pytest_specenergy/gate/limits.py``."""
 
 from __future__ import annotations
 
@@ -21,17 +21,31 @@ DEFAULT_STAT = "median"
 
 
 #: The metrics a limit may name: the registry's entries the gate can check.
-GATE_METRICS: dict[str, MetricInfo] = {name: info for name, info in METRICS.items() if info.per_repeat is not None}
+GATE_METRICS: dict[str, MetricInfo] = {
+    name: info for name, info in METRICS.items() if info.per_repeat is not None
+}
 
 #: ``energy`` names the session-robust default, the ratio; energy_per_token gates absolute J.
-ALIASES: dict[str, str] = {"energy": "energy_ratio", "ratio": "energy_ratio", "epat": "energy_per_token",
-                           "acceptance": "accept_length", "accept": "accept_length", "saving": "energy_saving",
-                           "tbt": "tbt_ms"}
+ALIASES: dict[str, str] = {
+    "energy": "energy_ratio",
+    "ratio": "energy_ratio",
+    "epat": "energy_per_token",
+    "acceptance": "accept_length",
+    "accept": "accept_length",
+    "saving": "energy_saving",
+    "tbt": "tbt_ms",
+}
 
-VALID_FORMS = ("METRIC[:STAT]:LIMIT where METRIC is one of " + ", ".join(GATE_METRICS) + " (aliases: "
-               + ", ".join(f"{a}={m}" for a, m in ALIASES.items()) + "), STAT is one of " + "|".join(STATS)
-               + f" (default {DEFAULT_STAT}), and LIMIT is N% or an absolute value in the metric's unit; e.g. "
-               "energy:5%, accept_length:median:0.1, energy_saving:2%, tbt_ms:mean:10%, equivalence:0")
+VALID_FORMS = (
+    "METRIC[:STAT]:LIMIT where METRIC is one of "
+    + ", ".join(GATE_METRICS)
+    + " (aliases: "
+    + ", ".join(f"{a}={m}" for a, m in ALIASES.items())
+    + "), STAT is one of "
+    + "|".join(STATS)
+    + f" (default {DEFAULT_STAT}), and LIMIT is N% or an absolute value in the metric's unit; e.g. "
+    "energy:5%, accept_length:median:0.1, energy_saving:2%, tbt_ms:mean:10%, equivalence:0"
+)
 
 
 class FailExprError(argparse.ArgumentTypeError, ValueError):
@@ -98,22 +112,33 @@ def parse_fail_expr(text: str) -> FailLimit:
     raw = text.strip()
     parts = [p.strip() for p in raw.split(":")]
     if len(parts) not in (2, 3):
-        raise FailExprError(f"fail expression {raw!r} has {len(parts) - 1} ':' separators, "
-                            f"expected 1 or 2; expected {VALID_FORMS}")
+        raise FailExprError(
+            f"fail expression {raw!r} has {len(parts) - 1} ':' separators, "
+            f"expected 1 or 2; expected {VALID_FORMS}"
+        )
     name, stat, limit = parts[0], parts[1].lower() if len(parts) == 3 else DEFAULT_STAT, parts[-1]
     metric = ALIASES.get(name.lower(), name.lower())
     if metric not in GATE_METRICS:
-        raise FailExprError(f"fail expression {raw!r}: unknown metric {name!r}; expected {VALID_FORMS}")
+        raise FailExprError(
+            f"fail expression {raw!r}: unknown metric {name!r}; expected {VALID_FORMS}"
+        )
     if stat not in STATS:
-        raise FailExprError(f"fail expression {raw!r}: unknown statistic {stat!r}; expected one of {', '.join(STATS)}")
+        raise FailExprError(
+            f"fail expression {raw!r}: unknown statistic {stat!r}; expected one of "
+            f"{', '.join(STATS)}"
+        )
     info, percent = GATE_METRICS[metric], limit.endswith("%")
     number = limit[:-1].strip() if percent else limit
     # A strict pattern: float() accepts "nan", "inf" and "-5", none of which is a usable limit.
     if not _NUMBER.match(number):
-        raise FailExprError(f"fail expression {raw!r}: limit {limit!r} is not a non-negative number or percentage; "
-                            f"expected N% (e.g. 5%) or an absolute value in {info.unit} (e.g. 0.1)")
+        raise FailExprError(
+            f"fail expression {raw!r}: limit {limit!r} is not a non-negative number or percentage; "
+            f"expected N% (e.g. 5%) or an absolute value in {info.unit} (e.g. 0.1)"
+        )
     # N% is N points for a fraction that may sit at or cross zero.
-    threshold, relative = (float(number) / 100.0, not info.percent_is_points) if percent else (float(number), False)
+    threshold, relative = (
+        (float(number) / 100.0, not info.percent_is_points) if percent else (float(number), False)
+    )
     return FailLimit(metric=metric, stat=stat, threshold=threshold, relative=relative, expr=raw)
 
 
@@ -132,7 +157,9 @@ def merge_limits(*layers: Sequence[FailLimit]) -> list[FailLimit]:
     return list(merged.values())
 
 
-def limits_for(configured: Sequence[FailLimit], marker: Sequence[FailLimit] = ()) -> list[FailLimit]:
+def limits_for(
+    configured: Sequence[FailLimit], marker: Sequence[FailLimit] = ()
+) -> list[FailLimit]:
     """The limits of one test: marker > command line/ini > :data:`DEFAULT_LIMITS`, metric by
     metric: naming one metric's limit never stops the gate from checking the others."""
     return merge_limits([parse_fail_expr(t) for t in DEFAULT_LIMITS], configured, marker)
@@ -140,10 +167,13 @@ def limits_for(configured: Sequence[FailLimit], marker: Sequence[FailLimit] = ()
 
 def limits_of_test(configured: Sequence[FailLimit], tolerance: Any = None) -> list[FailLimit]:
     """The limits of one test from its ``tolerance`` marker (a pytest Mark, or None), e.g.
-    ``tolerance(energy_per_token="5%")`` or ``tolerance("energy:median:5%")``; raises :class:`FailExprError`."""
+    ``tolerance(energy_per_token="5%")`` or ``tolerance("energy:median:5%")``; raises
+    :class:`FailExprError`."""
     marker = []
     if tolerance is not None:
-        for text in [str(a) for a in tolerance.args] + [f"{k}:{v}" for k, v in tolerance.kwargs.items()]:
+        for text in [str(a) for a in tolerance.args] + [
+            f"{k}:{v}" for k, v in tolerance.kwargs.items()
+        ]:
             try:
                 marker.append(parse_fail_expr(text))
             except FailExprError as exc:
@@ -153,4 +183,6 @@ def limits_of_test(configured: Sequence[FailLimit], tolerance: Any = None) -> li
 
 def per_repeat_count(limit_lists: Iterable[Sequence[FailLimit]]) -> int:
     """How many per-repeat comparisons (test x limit) these tests' limits make: the FDR's N."""
-    return sum(1 for limits in limit_lists for limit in limits if GATE_METRICS[limit.metric].per_repeat)
+    return sum(
+        1 for limits in limit_lists for limit in limits if GATE_METRICS[limit.metric].per_repeat
+    )

@@ -1,5 +1,6 @@
-"""Machine description, the machine key run history is stored under (stable fields only) and the comparability facts the
-gate checks (:func:`run_info`, :func:`comparable`); why, and the ``info`` read: docs/design/gate.md, ``machine.py``."""
+"""Machine description, the machine key run history is stored under (stable fields only) and the
+comparability facts the gate checks (:func:`run_info`, :func:`comparable`); why, and the ``info``
+read: docs/design/gate.md, ``machine.py``."""
 
 from __future__ import annotations
 
@@ -31,11 +32,16 @@ def slugify(text: str) -> str:
 
 
 def _power_w(gpu: Mapping[str, Any]) -> int | None:
-    for key, scale in (("power_limit_w", 1.0), ("power_limit", 1.0),
-                       ("enforced_power_limit_mw", 1e-3), ("power_limit_mw", 1e-3)):
+    for key, scale in (
+        ("power_limit_w", 1.0),
+        ("power_limit", 1.0),
+        ("enforced_power_limit_mw", 1e-3),
+        ("power_limit_mw", 1e-3),
+    ):
         value = gpu.get(key)
         if isinstance(value, (int, float)) and value > 0:
-            # Whole watts: NVML reports milliwatts, and a rounding difference must not split a history.
+            # Whole watts: NVML reports milliwatts, and a rounding difference must not split a
+            # history.
             return int(round(value * scale))
     return None
 
@@ -60,30 +66,38 @@ def _key_parts(info: Mapping[str, Any]) -> dict[str, str | None]:
             preset_name = str(preset["name"])
         else:
             preset_name = kind.split(":", 1)[1] if ":" in kind else "unknown"
-        # The modeled preset is the GPU part (a second copy as the meter part would only lengthen keys).
+        # The modeled preset is the GPU part (a second copy as the meter part would only lengthen
+        # keys).
         return {"gpu": f"modeled-{preset_name}-cpu", "engine": _engine_part(info)}
     listed = info.get("gpus")
-    gpus = [g for g in (meter.get("gpus") if listed is None else listed) or [] if isinstance(g, Mapping)]
+    gpus = [
+        g for g in (meter.get("gpus") if listed is None else listed) or [] if isinstance(g, Mapping)
+    ]
     counts = Counter(str(g.get("name") or "unknown-gpu") for g in gpus)
     watts = sorted({w for w in (_power_w(g) for g in gpus) if w is not None})
     drivers = sorted({str(g["driver"]) for g in gpus if g.get("driver")})
     if not drivers and info.get("driver"):
         drivers = [str(info["driver"])]
-    return {"gpu": "+".join(f"{n}x{name}" for name, n in sorted(counts.items())) or "nogpu",
-            "power_limit": "+".join(f"{w}w" for w in watts) or None,
-            "driver": "drv" + "+".join(drivers) if drivers else None, "engine": _engine_part(info),
-            "meter": kind or None}
+    return {
+        "gpu": "+".join(f"{n}x{name}" for name, n in sorted(counts.items())) or "nogpu",
+        "power_limit": "+".join(f"{w}w" for w in watts) or None,
+        "driver": "drv" + "+".join(drivers) if drivers else None,
+        "engine": _engine_part(info),
+        "meter": kind or None,
+    }
 
 
 def machine_key(info: Mapping[str, Any], fields: Sequence[str] | None = None) -> str:
-    """A stable, path-safe key from the stable fields of ``info`` (``fields``: a subset of :data:`KEY_FIELDS`); absent
-    facts are left out, e.g. ``1xnvidia-h200-700w-drv550.54.15-sglang-0.5.9-nvml`` or
-    ``modeled-h200-cpu-reference-0.1.0``."""
+    """A stable, path-safe key from the stable fields of ``info`` (``fields``: a subset of
+    :data:`KEY_FIELDS`); absent facts are left out, e.g.
+    ``1xnvidia-h200-700w-drv550.54.15-sglang-0.5.9-nvml`` or ``modeled-h200-cpu-reference-0.1.0``."""
     chosen = KEY_FIELDS if fields is None else tuple(fields)
     unknown = [f for f in chosen if f not in KEY_FIELDS]
     if unknown:
-        raise ValueError(f"unknown machine-key field(s) {', '.join(map(repr, unknown))}; "
-                         f"expected some of {', '.join(KEY_FIELDS)}")
+        raise ValueError(
+            f"unknown machine-key field(s) {', '.join(map(repr, unknown))}; "
+            f"expected some of {', '.join(KEY_FIELDS)}"
+        )
     parts = _key_parts(info)
     key = slugify("-".join(p for p in (parts.get(f) for f in KEY_FIELDS if f in chosen) if p))
     if len(key) > _MAX_KEY:
@@ -101,33 +115,55 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def machine_info(meter: Mapping[str, Any] | None = None, *, engine: Mapping[str, Any] | None = None,
-                 gpus: Sequence[Mapping[str, Any]] | None = None, driver: str | None = None) -> dict[str, Any]:
+def machine_info(
+    meter: Mapping[str, Any] | None = None,
+    *,
+    engine: Mapping[str, Any] | None = None,
+    gpus: Sequence[Mapping[str, Any]] | None = None,
+    driver: str | None = None,
+) -> dict[str, Any]:
     """Describe this machine without NVML: platform, Python and CPU, plus what callers know
     (``meter``: a meter's ``describe()``; ``gpus``: from whoever opened NVML, else the meter's)."""
     meter_desc = dict(meter) if meter else None
     gpu_list = [dict(g) for g in gpus] if gpus is not None else None
     if gpu_list is None and meter_desc and isinstance(meter_desc.get("gpus"), list):
         gpu_list = [dict(g) for g in meter_desc["gpus"] if isinstance(g, Mapping)]
-    return {"node": platform.node(), "system": platform.system(), "release": platform.release(),
-            "machine": platform.machine(), "python": platform.python_version(),
-            "python_implementation": platform.python_implementation(), "cpu": _cpu_name(), "cpu_count": os.cpu_count(),
-            "gpus": gpu_list or [], "driver": driver, "engine": dict(engine) if engine else None, "meter": meter_desc}
+    return {
+        "node": platform.node(),
+        "system": platform.system(),
+        "release": platform.release(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "cpu": _cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "gpus": gpu_list or [],
+        "driver": driver,
+        "engine": dict(engine) if engine else None,
+        "meter": meter_desc,
+    }
 
 
-def pair_machine(engine: Mapping[str, Any], meter: Mapping[str, Any] | None, source: str) -> tuple[str, dict[str, Any]]:
+def pair_machine(
+    engine: Mapping[str, Any], meter: Mapping[str, Any] | None, source: str
+) -> tuple[str, dict[str, Any]]:
     """The machine key and description of the run a pair was measured in (meter, engine, GPUs)."""
     name, version = str(engine.get("engine")), str(engine.get("version"))
     version = version.removeprefix(f"{name}-")  # the reference server says "reference-0.1.0"
-    info = machine_info(meter or {"kind": source, "label": source}, engine={"name": name, "version": version})
+    info = machine_info(
+        meter or {"kind": source, "label": source}, engine={"name": name, "version": version}
+    )
     return machine_key(info), info
 
 
 def source_commit(root: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The git commit checked out at ``root`` and whether the tree has changes (None outside git)."""
+
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+            done = subprocess.run(
+                ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10
+            )
         except (OSError, subprocess.SubprocessError):
             return None
         return done.stdout.strip() if done.returncode == 0 else None
@@ -142,9 +178,16 @@ def source_commit(root: str | os.PathLike[str]) -> dict[str, Any] | None:
 # -- comparability --------------------------------------------------------------------------
 #: Facts that must match for two results to be compared, in report order.
 COMPARED_FIELDS: tuple[tuple[str, str], ...] = (
-    ("machine_key", "machine key"), ("meter", "meter"), ("engine", "engine"), ("engine_version", "engine version"),
-    ("cuda_graph", "CUDA-graph setting"), ("model", "model"), ("batch", "batch"), ("corpus", "corpus"),
-    ("generation", "generation settings"))
+    ("machine_key", "machine key"),
+    ("meter", "meter"),
+    ("engine", "engine"),
+    ("engine_version", "engine version"),
+    ("cuda_graph", "CUDA-graph setting"),
+    ("model", "model"),
+    ("batch", "batch"),
+    ("corpus", "corpus"),
+    ("generation", "generation settings"),
+)
 
 
 def run_info(record: CaseRecord) -> dict[str, Any]:
@@ -171,15 +214,19 @@ def _meter_reason(baseline: Any, current: Any) -> str:
     if b_kind != c_kind:
         return f"meter differs: {both}; modeled and measured energy are never compared"
     if b_kind == "modeled" and b_what.split(",")[0] == c_what.split(",")[0]:
-        return f"modeled pricing differs: {both}; figures priced as different models are not comparable"
+        return (
+            f"modeled pricing differs: {both}; figures priced as different models are not "
+            "comparable"
+        )
     if b_kind == "modeled":
         return f"modeled GPU differs: {both}; figures modeled for different GPUs are not comparable"
     return f"meter differs: {both}"
 
 
 def comparable(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """Reasons why two runs' facts (:func:`run_info` with :func:`document_run_info`) cannot be compared, empty when they
-    can. A fact on one side only is a reason: a match that cannot be shown is not assumed."""
+    """Reasons why two runs' facts (:func:`run_info` with :func:`document_run_info`) cannot be
+    compared, empty when they can. A fact on one side only is a reason: a match that cannot be shown
+    is not assumed."""
     reasons = []
     labels = dict(COMPARED_FIELDS)
     for key in [*labels, *sorted((set(baseline) | set(current)) - set(labels))]:
@@ -188,15 +235,25 @@ def comparable(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> list[
         if b == c:
             continue
         if b is None:
-            reasons.append(f"the baseline does not record its {label} (current: {c}); a match cannot be shown")
+            reasons.append(
+                f"the baseline does not record its {label} (current: {c}); a match cannot be shown"
+            )
         elif c is None:
-            reasons.append(f"the current run does not record its {label} (baseline: {b}); a match cannot be shown")
+            reasons.append(
+                f"the current run does not record its {label} (baseline: {b}); a match cannot be "
+                "shown"
+            )
         elif key == "meter":
             reasons.append(_meter_reason(b, c))
         elif key == "cuda_graph" and isinstance(b, Mapping) and isinstance(c, Mapping):
-            diffs = [f"{k}={b.get(k)!r} (baseline) vs {c.get(k)!r} (current)"
-                     for k in sorted(set(b) | set(c)) if b.get(k) != c.get(k)]
-            reasons.append(f"CUDA-graph setting differs: {'; '.join(diffs)}; CUDA graphs change the result")
+            diffs = [
+                f"{k}={b.get(k)!r} (baseline) vs {c.get(k)!r} (current)"
+                for k in sorted(set(b) | set(c))
+                if b.get(k) != c.get(k)
+            ]
+            reasons.append(
+                f"CUDA-graph setting differs: {'; '.join(diffs)}; CUDA graphs change the result"
+            )
         else:
             reasons.append(f"{label} differs: baseline {b!r}, current {c!r}")
     return reasons

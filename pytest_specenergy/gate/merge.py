@@ -1,5 +1,6 @@
-"""Merging run shards (one matrix split over several CI machines) into one run; shards that could not have been one run
-(another schema, machine key, meter or engine version, or a test measured twice) are refused, never mixed."""
+"""Merging run shards (one matrix split over several CI machines) into one run; shards that could
+not have been one run (another schema, machine key, meter or engine version, or a test measured
+twice) are refused, never mixed."""
 
 from __future__ import annotations
 
@@ -30,20 +31,33 @@ def merge_documents(shards: Sequence[RunDocument], names: Sequence[str]) -> RunD
     for shard, name in zip(shards, names):
         for fact in _SHARD_FACTS:
             if getattr(shard, fact) != getattr(first, fact):
-                raise MergeError(f"{name}: {fact} is {getattr(shard, fact)!r} but {first_name} has "
-                                 f"{getattr(first, fact)!r}; shards of one run share it")
+                raise MergeError(
+                    f"{name}: {fact} is {getattr(shard, fact)!r} but {first_name} has "
+                    f"{getattr(first, fact)!r}; shards of one run share it"
+                )
         for record in shard.results:
             if record.key in seen:
-                raise MergeError(f"{name}: {record.key} was also measured in {seen[record.key]}; a test "
-                                 f"belongs to exactly one shard")
+                raise MergeError(
+                    f"{name}: {record.key} was also measured in {seen[record.key]}; a test "
+                    f"belongs to exactly one shard"
+                )
             seen[record.key] = name
             info = run_info(record)
             engines.setdefault((info["meter"], info["engine_version"]), name)
             results.append(record)
     if len(engines) > 1:
-        described = "; ".join(f"{meter} with engine {version} in {name}" for (meter, version), name in engines.items())
-        raise MergeError(f"shards were measured differently: {described}; only runs with one "
-                         f"meter and engine version merge")
-    return dataclasses.replace(first, name=None, results=tuple(results), shards=tuple(names),
-                               engine_starts=sum(s.engine_starts for s in shards),
-                               meters={k: v for s in shards for k, v in s.meters.items()})
+        described = "; ".join(
+            f"{meter} with engine {version} in {name}" for (meter, version), name in engines.items()
+        )
+        raise MergeError(
+            f"shards were measured differently: {described}; only runs with one "
+            f"meter and engine version merge"
+        )
+    return dataclasses.replace(
+        first,
+        name=None,
+        results=tuple(results),
+        shards=tuple(names),
+        engine_starts=sum(s.engine_starts for s in shards),
+        meters={k: v for s in shards for k, v in s.meters.items()},
+    )

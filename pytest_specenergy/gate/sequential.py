@@ -1,5 +1,6 @@
-"""Sequential, limit-based verdicts for per-repeat samples: REGRESSED iff the change's lower bound is past the limit,
-at any repeat count (statistics, look plan, error spending, block drift: docs/design/gate.md, ``sequential.py``)."""
+"""Sequential, limit-based verdicts for per-repeat samples: REGRESSED iff the change's lower bound
+is past the limit, at any repeat count (statistics, look plan, error spending, block drift:
+docs/design/gate.md, ``sequential.py``)."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ INCONCLUSIVE, UNCHANGED, IMPROVED, REGRESSED = 0, 1, 2, 3
 
 @dataclass(frozen=True)
 class SequentialPlan:
-    """When to look (``start, start + step, ...`` and ``cap``) and how much error each look may spend: ``alpha`` bounds
-    P(REGRESSED) at the limit over all looks, ``beta`` is the per-look level of the UNCHANGED / IMPROVED bound."""
+    """When to look (``start, start + step, ...`` and ``cap``) and how much error each look may
+    spend: ``alpha`` bounds P(REGRESSED) at the limit over all looks, ``beta`` is the per-look level
+    of the UNCHANGED / IMPROVED bound."""
 
     start: int = 3
     step: int = 2
@@ -40,14 +42,17 @@ class SequentialPlan:
     beta: float = 0.05
     spending: str = "final"
     interim_share: float = 0.02
-    #: The block drift (a fraction) allowed either way between arms not measured alongside each other.
+    #: The block drift (a fraction) allowed either way between arms not measured alongside each
+    #: other.
     block_drift: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.block_drift < 0.5:
             raise ValueError(f"block_drift must lie in [0, 0.5), got {self.block_drift!r}")
         if self.start < 2:
-            raise ValueError(f"start must be at least 2 repeats (a spread needs two), got {self.start}")
+            raise ValueError(
+                f"start must be at least 2 repeats (a spread needs two), got {self.start}"
+            )
         if self.step < 1:
             raise ValueError(f"step must be at least 1, got {self.step}")
         if self.cap < self.start:
@@ -60,8 +65,10 @@ class SequentialPlan:
             raise ValueError(f"unknown spending {self.spending!r}; expected one of {SPENDINGS}")
         interim = len(self.looks) - 1
         if self.spending == "final" and interim and not 0.0 < self.interim_share * interim < 1.0:
-            raise ValueError(f"interim_share {self.interim_share} x {interim} interim looks must "
-                             "be positive and leave part of alpha for the cap")
+            raise ValueError(
+                f"interim_share {self.interim_share} x {interim} interim looks must "
+                "be positive and leave part of alpha for the cap"
+            )
 
     @property
     def looks(self) -> tuple[int, ...]:
@@ -75,7 +82,9 @@ class SequentialPlan:
     def weights(self) -> tuple[float, ...]:
         """Share of alpha spent at each look (sums to 1)."""
         k = len(self.looks)
-        if k == 1:  # the whole alpha at the cap, whatever interim_share (checked only with interim looks)
+        if (
+            k == 1
+        ):  # the whole alpha at the cap, whatever interim_share (checked only with interim looks)
             return (1.0,)
         if self.spending == "equal":
             return tuple([1.0 / k] * k)
@@ -95,11 +104,19 @@ class SequentialPlan:
 
     def describe(self) -> str:
         """The plan in one line."""
-        levels = ", ".join(f"{size}:{self.alpha_at(i + 1):.3g}" for i, size in enumerate(self.looks))
-        drift = f"; unpaired arms (blocked order, shared baseline) allow {self.block_drift:.1%} block drift per run"
-        return (f"looks at {', '.join(map(str, self.looks))} repeats; REGRESSED levels (repeats:alpha) {levels} "
-                f"(total {self.alpha:g}, {self.spending} spending); UNCHANGED/IMPROVED at {self.beta:g} per look; "
-                "INCONCLUSIVE at the cap stays INCONCLUSIVE" + (drift if self.block_drift else ""))
+        levels = ", ".join(
+            f"{size}:{self.alpha_at(i + 1):.3g}" for i, size in enumerate(self.looks)
+        )
+        drift = (
+            f"; unpaired arms (blocked order, shared baseline) allow {self.block_drift:.1%} "
+            "block drift per run"
+        )
+        return (
+            f"looks at {', '.join(map(str, self.looks))} repeats; REGRESSED levels "
+            f"(repeats:alpha) {levels} (total {self.alpha:g}, {self.spending} spending); "
+            f"UNCHANGED/IMPROVED at {self.beta:g} per look; INCONCLUSIVE at the cap stays "
+            "INCONCLUSIVE" + (drift if self.block_drift else "")
+        )
 
 
 DEFAULT_PLAN = SequentialPlan()
@@ -107,7 +124,8 @@ DEFAULT_PLAN = SequentialPlan()
 
 @dataclass(frozen=True)
 class SequentialResult:
-    """One comparison's verdict with every number behind it (the fields: docs/design/gate.md, ``sequential.py``)."""
+    """One comparison's verdict with every number behind it (the fields: docs/design/gate.md,
+    ``sequential.py``)."""
 
     verdict: Verdict
     estimate: float
@@ -130,9 +148,12 @@ class SequentialResult:
         """One line with the verdict, change, interval, limit, p-values and repeats."""
         low, high = self.interval
         sign = "+" if self.worse == "up" else "-"
-        line = (f"{self.verdict.value.upper()}: change {self.estimate:+.2%} [{low:+.2%}, {high:+.2%}], limit "
-                f"{sign}{self.limit:.2%}, p={self.p_value:.3g} (sequential {self.p_sequential:.3g}), {self.method}, "
-                f"{self.n_current} vs {self.n_reference} repeats, look {self.look}/{self.looks}")
+        line = (
+            f"{self.verdict.value.upper()}: change {self.estimate:+.2%} [{low:+.2%}, "
+            f"{high:+.2%}], limit {sign}{self.limit:.2%}, p={self.p_value:.3g} (sequential "
+            f"{self.p_sequential:.3g}), {self.method}, {self.n_current} vs {self.n_reference} "
+            f"repeats, look {self.look}/{self.looks}"
+        )
         if self.more_repeats:
             line += f"; needs {self.more_repeats} more repeats"
         if self.note:
@@ -141,6 +162,7 @@ class SequentialResult:
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record (strict JSON: a non-finite number becomes None)."""
+
         def finite(value: Any) -> Any:
             return value if not isinstance(value, float) or math.isfinite(value) else None
 
@@ -152,7 +174,8 @@ class SequentialResult:
 
 # -- bounds on the log scale ----------------------------------------------------------------
 def _bounds(limit: float, worse: str, absolute: bool = False) -> tuple[float, float]:
-    """(regression, improvement) bound: log-ratio scale for a relative limit, the metric's unit if ``absolute``."""
+    """(regression, improvement) bound: log-ratio scale for a relative limit, the metric's unit if
+    ``absolute``."""
     if worse not in WORSE_DIRECTIONS:
         raise ValueError(f"worse must be 'up' or 'down', got {worse!r}")
     if not limit >= 0 or not math.isfinite(limit):
@@ -187,10 +210,16 @@ def _prefix_moments(x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return mean, var
 
 
-def _look_stats(current: np.ndarray, reference: np.ndarray | None, n: int,
-                ref_moments: tuple[np.ndarray, np.ndarray] | None, session_sd: float = 0.0,
-                session_df: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(estimate, standard error, df) at ``n`` current repeats; with ``session_df``, ``session_sd`` enters the df."""
+def _look_stats(
+    current: np.ndarray,
+    reference: np.ndarray | None,
+    n: int,
+    ref_moments: tuple[np.ndarray, np.ndarray] | None,
+    session_sd: float = 0.0,
+    session_df: float | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(estimate, standard error, df) at ``n`` current repeats; with ``session_df``, ``session_sd``
+    enters the df."""
     mean_c, var_c = _prefix_moments(current, n)
     a = var_c / n
     if reference is None:  # paired: current holds per-repeat log differences
@@ -201,12 +230,12 @@ def _look_stats(current: np.ndarray, reference: np.ndarray | None, n: int,
         m = reference.shape[1]
         est, b = mean_c - mean_r, var_r / m
         terms = a * a / (n - 1) + b * b / (m - 1)
-    c = session_sd ** 2
+    c = session_sd**2
     total = a + b  # a declared constant component: the df of the sampled terms only
     if session_df is not None:
         terms, total = terms + c * c / session_df, total + c
     with np.errstate(divide="ignore", invalid="ignore"):
-        df = total ** 2 / terms
+        df = total**2 / terms
     if reference is None and session_df is None:
         df = np.full(current.shape[0], float(n - 1))
     df = np.where(np.isfinite(df) & (df > 0), df, np.inf)
@@ -223,11 +252,21 @@ def _tail_p(z_num: np.ndarray, se: np.ndarray, df: np.ndarray, upper: bool) -> n
     return np.where((se == 0) & (z_num == 0), 0.5, p)
 
 
-def sequential_arrays(current: ArrayLike, reference: ArrayLike | None = None, *, limit: float, worse: str = "up",
-                      plan: SequentialPlan = DEFAULT_PLAN, session_sd: float = 0.0, absolute: bool = False,
-                      drift: float = 0.0, session_df: float | None = None) -> SequentialArrays:
-    """Run the sequential rule on many cases at once (what :func:`compare_paired` and :func:`compare_stored` run on one
-    row); ``current``, ``reference`` and the options: docs/design/gate.md, ``sequential.py``."""
+def sequential_arrays(
+    current: ArrayLike,
+    reference: ArrayLike | None = None,
+    *,
+    limit: float,
+    worse: str = "up",
+    plan: SequentialPlan = DEFAULT_PLAN,
+    session_sd: float = 0.0,
+    absolute: bool = False,
+    drift: float = 0.0,
+    session_df: float | None = None,
+) -> SequentialArrays:
+    """Run the sequential rule on many cases at once (what :func:`compare_paired` and
+    :func:`compare_stored` run on one row); ``current``, ``reference`` and the options:
+    docs/design/gate.md, ``sequential.py``."""
     for name, value in (("drift", drift), ("session_sd", session_sd)):
         if not value >= 0:
             raise ValueError(f"{name} must be non-negative, got {value!r}")
@@ -241,15 +280,24 @@ def sequential_arrays(current: ArrayLike, reference: ArrayLike | None = None, *,
     reg_bound, imp_bound = _bounds(limit, worse, absolute)
     up = worse == "up"
     last = plan.look_for(n)
-    # Each row's outcome (SequentialArrays' fields); p_value 1 before a look: no evidence against "within the limit".
-    out = {"code": np.zeros(rows, dtype=int), "look": np.zeros(rows, dtype=int), "n_used": np.full(rows, n),
-           "estimate": np.full(rows, np.nan), "se": np.full(rows, np.nan), "df": np.full(rows, np.nan),
-           "p_value": np.ones(rows)}
+    # Each row's outcome (SequentialArrays' fields); p_value 1 before a look: no evidence against
+    # "within the limit".
+    out = {
+        "code": np.zeros(rows, dtype=int),
+        "look": np.zeros(rows, dtype=int),
+        "n_used": np.full(rows, n),
+        "estimate": np.full(rows, np.nan),
+        "se": np.full(rows, np.nan),
+        "df": np.full(rows, np.nan),
+        "p_value": np.ones(rows),
+    }
     p_seq = np.ones(rows)
     ref_m = None if y is None else _prefix_moments(y, y.shape[1])
     if last == 0 and n >= 2:  # not even the first look's repeats yet: the numbers so far
         est, se, df = _look_stats(x, y, n, ref_m, session_sd, session_df)
-        p_now = _tail_p(((est - reg_bound) if up else (reg_bound - est)) - drift, se, df, upper=True)
+        p_now = _tail_p(
+            ((est - reg_bound) if up else (reg_bound - est)) - drift, se, df, upper=True
+        )
         out.update(estimate=est, se=se, df=df, p_value=p_now)
     open_ = np.ones(rows, dtype=bool)
     for k in range(1, last + 1):
@@ -261,12 +309,27 @@ def sequential_arrays(current: ArrayLike, reference: ArrayLike | None = None, *,
         p_reg = _tail_p(beyond - drift, s, d, upper=True)
         p_ok = _tail_p(beyond + drift, s, d, upper=False)  # H0: at or beyond the limit
         better = (imp_bound - e) if up else (e - imp_bound)  # > 0: beyond the better limit
-        p_imp = _tail_p(better - drift, s, d, upper=True) if math.isfinite(imp_bound) else np.ones(rows)
+        p_imp = (
+            _tail_p(better - drift, s, d, upper=True) if math.isfinite(imp_bound) else np.ones(rows)
+        )
         p_seq = np.where(open_, np.minimum(p_seq, p_reg / plan.weights[k - 1]), p_seq)
-        new = np.where(p_reg <= plan.alpha_at(k), REGRESSED,
-                       np.where(p_ok <= plan.beta, np.where(p_imp <= plan.beta, IMPROVED, UNCHANGED), INCONCLUSIVE))
+        new = np.where(
+            p_reg <= plan.alpha_at(k),
+            REGRESSED,
+            np.where(
+                p_ok <= plan.beta, np.where(p_imp <= plan.beta, IMPROVED, UNCHANGED), INCONCLUSIVE
+            ),
+        )
         take = open_ & ((new != INCONCLUSIVE) | (k == last))
-        at_look = {"code": new, "look": k, "n_used": size, "estimate": e, "se": s, "df": d, "p_value": p_reg}
+        at_look = {
+            "code": new,
+            "look": k,
+            "n_used": size,
+            "estimate": e,
+            "se": s,
+            "df": d,
+            "p_value": p_reg,
+        }
         out = {name: np.where(take, value, out[name]) for name, value in at_look.items()}
         open_ &= new == INCONCLUSIVE
     return SequentialArrays(**out, p_sequential=np.minimum(p_seq, 1.0))
@@ -283,29 +346,60 @@ def _checked(values: ArrayLike, what: str, absolute: bool) -> np.ndarray:
     return array
 
 
-def _projection(est: float, se_per_unit: float, ref_var_term: float, bound: float, level: float) -> int | None:
+def _projection(
+    est: float, se_per_unit: float, ref_var_term: float, bound: float, level: float
+) -> int | None:
     """Total current repeats at which |est - bound| would reach the normal critical value."""
     gap = abs(est - bound)
     if gap == 0 or not math.isfinite(se_per_unit):
         return None
     z = _NORMAL.inv_cdf(1.0 - level)  # upper critical value
     room = (gap / z) ** 2 - ref_var_term
-    return None if room <= 0 else int(math.ceil(se_per_unit ** 2 / room))
+    return None if room <= 0 else int(math.ceil(se_per_unit**2 / room))
 
 
-def _one_case(x: np.ndarray, y: np.ndarray | None, method: str, *, limit: float, worse: str, plan: SequentialPlan,
-              session_sd: float, absolute: bool, drift: float, session_df: float | None = None) -> SequentialResult:
-    """One case's verdict: ``x`` current and ``y`` stored (log) values, or ``y`` None and ``x`` paired differences."""
+def _one_case(
+    x: np.ndarray,
+    y: np.ndarray | None,
+    method: str,
+    *,
+    limit: float,
+    worse: str,
+    plan: SequentialPlan,
+    session_sd: float,
+    absolute: bool,
+    drift: float,
+    session_df: float | None = None,
+) -> SequentialResult:
+    """One case's verdict: ``x`` current and ``y`` stored (log) values, or ``y`` None and ``x``
+    paired differences."""
     if x.size < 2:  # no look possible yet: only the estimate so far
         estimate = x.mean() - y.mean() if y is not None else (x.mean() if x.size else np.nan)
-        arrays = SequentialArrays(np.zeros(1, int), np.zeros(1, int), np.array([x.size]), np.array([estimate]),
-                                  np.array([np.nan]), np.array([np.nan]), np.ones(1), np.ones(1))
+        arrays = SequentialArrays(
+            np.zeros(1, int),
+            np.zeros(1, int),
+            np.array([x.size]),
+            np.array([estimate]),
+            np.array([np.nan]),
+            np.array([np.nan]),
+            np.ones(1),
+            np.ones(1),
+        )
     else:
-        arrays = sequential_arrays(x[None, :], None if y is None else y[None, :], limit=limit, worse=worse, plan=plan,
-                                   session_sd=session_sd, absolute=absolute, drift=drift, session_df=session_df)
+        arrays = sequential_arrays(
+            x[None, :],
+            None if y is None else y[None, :],
+            limit=limit,
+            worse=worse,
+            plan=plan,
+            session_sd=session_sd,
+            absolute=absolute,
+            drift=drift,
+            session_df=session_df,
+        )
     n_current = int(arrays.n_used[0])
     var_c = float(np.var(x[:n_current], ddof=1)) if n_current > 1 else math.nan
-    ref_var_term = session_sd ** 2 if y is None else float(np.var(y, ddof=1)) / y.size + session_sd ** 2
+    ref_var_term = session_sd**2 if y is None else float(np.var(y, ddof=1)) / y.size + session_sd**2
     look = int(arrays.look[0])
     est, se, df = float(arrays.estimate[0]), float(arrays.se[0]), float(arrays.df[0])
     reg_bound, _ = _bounds(limit, worse, absolute)
@@ -333,7 +427,9 @@ def _one_case(x: np.ndarray, y: np.ndarray | None, method: str, *, limit: float,
     low, high = low - drift, high + drift  # the decision interval: what a bias within drift allows
     if drift:
         amount = f"{drift:.4g}" if absolute else f"{math.expm1(drift):.1%}"
-        notes.append(f"block drift allowance {amount} either way (arms not measured alongside each other)")
+        notes.append(
+            f"block drift allowance {amount} either way (arms not measured alongside each other)"
+        )
     projected = None
     if verdict is Verdict.INCONCLUSIVE and math.isfinite(est):
         worse_side = (est > reg_bound) if worse == "up" else (est < reg_bound)
@@ -343,42 +439,101 @@ def _one_case(x: np.ndarray, y: np.ndarray | None, method: str, *, limit: float,
         if projected is not None:
             projected = max(projected, n_current + max(more, 1))
         elif ref_var_term > 0:
-            notes.append("more current repeats alone cannot decide: the stored baseline's repeats (or the session "
-                         "component) limit the precision; re-save the baseline with more repeats, or compare in-job")
+            notes.append(
+                "more current repeats alone cannot decide: the stored baseline's repeats (or the "
+                "session component) limit the precision; re-save the baseline with more repeats, "
+                "or compare in-job"
+            )
     rel = lambda v: v if absolute or not math.isfinite(v) else math.expm1(v)  # noqa: E731
     return SequentialResult(
-        verdict=verdict, estimate=rel(est), interval=(rel(low), rel(high)), p_value=float(arrays.p_value[0]),
-        p_sequential=float(arrays.p_sequential[0]), limit=limit, worse=worse, n_current=n_current,
-        n_reference=n_current if y is None else int(y.size), look=look, looks=len(plan.looks), alpha_look=alpha_look,
-        more_repeats=int(more), projected_repeats=projected, method=method, note="; ".join(notes))
+        verdict=verdict,
+        estimate=rel(est),
+        interval=(rel(low), rel(high)),
+        p_value=float(arrays.p_value[0]),
+        p_sequential=float(arrays.p_sequential[0]),
+        limit=limit,
+        worse=worse,
+        n_current=n_current,
+        n_reference=n_current if y is None else int(y.size),
+        look=look,
+        looks=len(plan.looks),
+        alpha_look=alpha_look,
+        more_repeats=int(more),
+        projected_repeats=projected,
+        method=method,
+        note="; ".join(notes),
+    )
 
 
-def compare_stored(current: ArrayLike, reference: ArrayLike, *, limit: float, worse: str = "up",
-                   plan: SequentialPlan = DEFAULT_PLAN, session_sd: float = 0.0, absolute: bool = False,
-                   drift: float = 0.0, session_df: float | None = None) -> SequentialResult:
-    """Current run's per-repeat values (e.g. session ratios) against a stored run's by Welch's t: the stored side is
-    fixed, the current side grows with the plan; each needs 2+ positive values (finite if ``absolute``)."""
-    cur, ref = _checked(current, "current samples", absolute), _checked(reference, "reference samples", absolute)
+def compare_stored(
+    current: ArrayLike,
+    reference: ArrayLike,
+    *,
+    limit: float,
+    worse: str = "up",
+    plan: SequentialPlan = DEFAULT_PLAN,
+    session_sd: float = 0.0,
+    absolute: bool = False,
+    drift: float = 0.0,
+    session_df: float | None = None,
+) -> SequentialResult:
+    """Current run's per-repeat values (e.g. session ratios) against a stored run's by Welch's t:
+    the stored side is fixed, the current side grows with the plan; each needs 2+ positive values
+    (finite if ``absolute``)."""
+    cur, ref = (
+        _checked(current, "current samples", absolute),
+        _checked(reference, "reference samples", absolute),
+    )
     if ref.size < 2:
         raise ValueError(f"the stored reference needs at least 2 repeats, got {ref.size}")
     if cur.size < 1:
         raise ValueError("no current samples")
     x, y = (cur, ref) if absolute else (np.log(cur), np.log(ref))
-    return _one_case(x, y, "welch-t on differences" if absolute else "welch-t on log ratios", limit=limit, worse=worse,
-                     plan=plan, session_sd=session_sd, absolute=absolute, drift=drift, session_df=session_df)
+    return _one_case(
+        x,
+        y,
+        "welch-t on differences" if absolute else "welch-t on log ratios",
+        limit=limit,
+        worse=worse,
+        plan=plan,
+        session_sd=session_sd,
+        absolute=absolute,
+        drift=drift,
+        session_df=session_df,
+    )
 
 
-def compare_paired(candidate: ArrayLike, reference: ArrayLike, *, limit: float, worse: str = "up",
-                   plan: SequentialPlan = DEFAULT_PLAN, session_sd: float = 0.0, absolute: bool = False,
-                   drift: float = 0.0) -> SequentialResult:
-    """Candidate against reference measured in the same repeats (in-job A/B): one-sample t on the per-repeat
-    ``log(candidate_r / reference_r)``; both sides grow together (docs/design/gate.md)."""
-    cand, ref = _checked(candidate, "candidate samples", absolute), _checked(reference, "reference samples", absolute)
+def compare_paired(
+    candidate: ArrayLike,
+    reference: ArrayLike,
+    *,
+    limit: float,
+    worse: str = "up",
+    plan: SequentialPlan = DEFAULT_PLAN,
+    session_sd: float = 0.0,
+    absolute: bool = False,
+    drift: float = 0.0,
+) -> SequentialResult:
+    """Candidate against reference measured in the same repeats (in-job A/B): one-sample t on the
+    per-repeat ``log(candidate_r / reference_r)``; both sides grow together (docs/design/gate.md)."""
+    cand, ref = (
+        _checked(candidate, "candidate samples", absolute),
+        _checked(reference, "reference samples", absolute),
+    )
     if cand.size != ref.size:
         raise ValueError(f"paired samples need equal lengths, got {cand.size} and {ref.size}")
     d = (cand - ref) if absolute else (np.log(cand) - np.log(ref))
-    return _one_case(d, None, "paired t on differences" if absolute else "paired t on log ratios", limit=limit,
-                     worse=worse, plan=plan, session_sd=session_sd, absolute=absolute, drift=drift)
+    return _one_case(
+        d,
+        None,
+        "paired t on differences" if absolute else "paired t on log ratios",
+        limit=limit,
+        worse=worse,
+        plan=plan,
+        session_sd=session_sd,
+        absolute=absolute,
+        drift=drift,
+    )
 
 
 # -- per-request metrics (accept length, acceptance rate) ---------------------------------------
@@ -388,7 +543,8 @@ TAIL_MIN_REPLICATES = 10
 
 
 def _bootstrap_share(boot: np.ndarray, bound: float, *, above: bool) -> float:
-    """The one-sided p-value of the replicates at or ``above`` ``bound`` (else at or below): docs/design/gate.md."""
+    """The one-sided p-value of the replicates at or ``above`` ``bound`` (else at or below):
+    docs/design/gate.md."""
     count = int(np.sum(boot >= bound if above else boot <= bound))
     if count >= TAIL_MIN_REPLICATES:
         return float((1 + count) / (boot.size + 1))
@@ -399,13 +555,27 @@ def _bootstrap_share(boot: np.ndarray, bound: float, *, above: bool) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2.0))
 
 
-def compare_per_request(current_num: ArrayLike, current_den: ArrayLike, reference_num: ArrayLike,
-                        reference_den: ArrayLike, *, limit: float, worse: str = "down", offset: float = 0.0,
-                        paired: bool = True, n_repeats: int | None = None, plan: SequentialPlan = DEFAULT_PLAN,
-                        resamples: int = 4000, seed: int = 0) -> SequentialResult:
-    """A pooled per-request metric ``offset + sum(num) / sum(den)`` by the energy gate's limit rule on a seeded
-    bootstrap over requests, at the look ``n_repeats`` reaches (docs/design/gate.md)."""
-    cn, cd, rn, rd = (np.asarray(v, float).ravel() for v in (current_num, current_den, reference_num, reference_den))
+def compare_per_request(
+    current_num: ArrayLike,
+    current_den: ArrayLike,
+    reference_num: ArrayLike,
+    reference_den: ArrayLike,
+    *,
+    limit: float,
+    worse: str = "down",
+    offset: float = 0.0,
+    paired: bool = True,
+    n_repeats: int | None = None,
+    plan: SequentialPlan = DEFAULT_PLAN,
+    resamples: int = 4000,
+    seed: int = 0,
+) -> SequentialResult:
+    """A pooled per-request metric ``offset + sum(num) / sum(den)`` by the energy gate's limit rule
+    on a seeded bootstrap over requests, at the look ``n_repeats`` reaches (docs/design/gate.md)."""
+    cn, cd, rn, rd = (
+        np.asarray(v, float).ravel()
+        for v in (current_num, current_den, reference_num, reference_den)
+    )
     if cn.size != cd.size or rn.size != rd.size:
         raise ValueError("numerators and denominators need one entry per request")
     if paired and cn.size != rn.size:
@@ -441,7 +611,9 @@ def compare_per_request(current_num: ArrayLike, current_den: ArrayLike, referenc
     if np.all(boot == boot[0]):  # no spread at all (deterministic engine): the point decides
         beyond = point > reg_bound if up else point < reg_bound
         inside = point < reg_bound if up else point > reg_bound
-        better = (point < imp_bound if up else point > imp_bound) if math.isfinite(imp_bound) else False
+        better = (
+            (point < imp_bound if up else point > imp_bound) if math.isfinite(imp_bound) else False
+        )
         p_reg, p_ok, p_imp = (0.0 if shown else 1.0 for shown in (beyond, inside, better))
     if p_reg <= alpha_look:
         verdict = Verdict.REGRESSED
@@ -455,15 +627,39 @@ def compare_per_request(current_num: ArrayLike, current_den: ArrayLike, referenc
     if verdict is Verdict.INCONCLUSIVE:
         if n_repeats is not None and (nxt := plan.next_size(n_repeats)) is not None:
             more = nxt - n_repeats
-        note = ("the spread is across requests: more repeats of the same prompts narrow it "
-                "only where outputs vary run to run; more prompts narrow it for sure")
+        note = (
+            "the spread is across requests: more repeats of the same prompts narrow it "
+            "only where outputs vary run to run; more prompts narrow it for sure"
+        )
     return SequentialResult(
-        verdict=verdict, estimate=math.expm1(point), interval=(math.expm1(low), math.expm1(high)), p_value=p_reg,
-        p_sequential=min(1.0, p_reg / plan.weights[look - 1]), limit=limit, worse=worse, n_current=int(cn.size),
-        n_reference=int(rn.size), look=look, looks=len(plan.looks), alpha_look=alpha_look, more_repeats=int(more),
-        projected_repeats=None, note=note,
-        method=("paired" if paired else "two-sample") + f" bootstrap over requests ({resamples})")
+        verdict=verdict,
+        estimate=math.expm1(point),
+        interval=(math.expm1(low), math.expm1(high)),
+        p_value=p_reg,
+        p_sequential=min(1.0, p_reg / plan.weights[look - 1]),
+        limit=limit,
+        worse=worse,
+        n_current=int(cn.size),
+        n_reference=int(rn.size),
+        look=look,
+        looks=len(plan.looks),
+        alpha_look=alpha_look,
+        more_repeats=int(more),
+        projected_repeats=None,
+        note=note,
+        method=("paired" if paired else "two-sample") + f" bootstrap over requests ({resamples})",
+    )
 
 
-__all__ = ["CODES", "DEFAULT_PLAN", "SequentialArrays", "SequentialPlan", "SequentialResult", "Verdict",
-           "compare_paired", "compare_per_request", "compare_stored", "sequential_arrays"]
+__all__ = [
+    "CODES",
+    "DEFAULT_PLAN",
+    "SequentialArrays",
+    "SequentialPlan",
+    "SequentialResult",
+    "Verdict",
+    "compare_paired",
+    "compare_per_request",
+    "compare_stored",
+    "sequential_arrays",
+]

@@ -1,5 +1,6 @@
-"""The gate's defaults and the storage setting's parser, apart from :mod:`.limits` and :mod:`.storage` (which import
-them from here) so that the options table can show and check them without loading the gate (issue 24, item 8)."""
+"""The gate's defaults and the storage setting's parser, apart from :mod:`.limits` and
+:mod:`.storage` (which import them from here) so that the options table can show and check them
+without loading the gate (issue 24, item 8)."""
 
 from __future__ import annotations
 
@@ -26,9 +27,11 @@ def storage_path(storage: str | Path) -> Path:
     """The directory of a storage setting; ``file://./.specenergy`` URIs are accepted."""
     text = str(storage)
     if text.startswith("file://"):
-        text = text[len("file://"):]
+        text = text[len("file://") :]
     elif "://" in text:
-        raise StorageError(f"storage {text!r}: only local directories (PATH or file://PATH) are supported")
+        raise StorageError(
+            f"storage {text!r}: only local directories (PATH or file://PATH) are supported"
+        )
     if not text:
         raise StorageError("storage path is empty; expected a directory such as .specenergy")
     return Path(text)

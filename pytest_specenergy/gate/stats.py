@@ -1,5 +1,6 @@
-"""The statistic a limit names (``median``, ``mean``, ``min``, ``max``) of a metric's samples, with numpy only (scipy is
-not a dependency). The tests that decide verdicts are the sequential rule's (:mod:`.sequential`, :mod:`.tdist`)."""
+"""The statistic a limit names (``median``, ``mean``, ``min``, ``max``) of a metric's samples, with
+numpy only (scipy is not a dependency). The tests that decide verdicts are the sequential rule's
+(:mod:`.sequential`, :mod:`.tdist`)."""
 
 from __future__ import annotations
 
@@ -33,5 +34,10 @@ def summarize(values: Sequence[float | None]) -> Summary:
         raise ValueError("cannot summarize an empty sample (no defined values)")
     if not np.all(np.isfinite(data)):
         raise ValueError(f"sample contains a non-finite value: {data.tolist()}")
-    return Summary(n=int(data.size), min=float(data.min()), max=float(data.max()),
-                   mean=float(np.mean(data)), median=float(np.median(data)))
+    return Summary(
+        n=int(data.size),
+        min=float(data.min()),
+        max=float(data.max()),
+        mean=float(np.mean(data)),
+        median=float(np.median(data)),
+    )

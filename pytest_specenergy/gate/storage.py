@@ -1,5 +1,6 @@
-"""Run history and committed golden baselines on disk (:class:`RunStore`, :class:`GoldenStore`): files are validated on
-load, never overwritten or deleted when bad, and written atomically (layout: docs/design/gate.md, ``storage.py``)."""
+"""Run history and committed golden baselines on disk (:class:`RunStore`, :class:`GoldenStore`):
+files are validated on load, never overwritten or deleted when bad, and written atomically (layout:
+docs/design/gate.md, ``storage.py``)."""
 
 from __future__ import annotations
 
@@ -52,19 +53,27 @@ def validate_run_name(name: str) -> str:
         raise InvalidRunName("run name is empty; expected a name such as main or pr-123")
     if len(name.encode()) > MAX_RUN_NAME:
         # The file name adds a counter and a time stamp; file systems allow 255 bytes.
-        raise InvalidRunName(f"run name {name[:40]!r}... is {len(name.encode())} bytes; at most {MAX_RUN_NAME} "
-                             "fit in a file name")
+        raise InvalidRunName(
+            f"run name {name[:40]!r}... is {len(name.encode())} bytes; at most {MAX_RUN_NAME} "
+            "fit in a file name"
+        )
     bad = sorted(set(_ILLEGAL_NAME.findall(name)))
     if bad:
-        raise InvalidRunName(f"run name {name!r} contains {', '.join(repr(c) for c in bad)}; names may not contain any "
-                             "of \\ / : * ? \" < > | or control characters (try main, pr-123)")
+        raise InvalidRunName(
+            f"run name {name!r} contains {', '.join(repr(c) for c in bad)}; names may not contain any "
+            'of \\ / : * ? " < > | or control characters (try main, pr-123)'
+        )
     if name != name.strip() or name in (".", "..") or name.startswith("."):
-        raise InvalidRunName(f"run name {name!r} must not start with '.' or have surrounding "
-                             "spaces; expected a name such as main or pr-123")
+        raise InvalidRunName(
+            f"run name {name!r} must not start with '.' or have surrounding "
+            "spaces; expected a name such as main or pr-123"
+        )
     # These would be read back as another kind of reference by RunStore.find.
     if name == "last" or name.isdigit():
-        raise InvalidRunName(f"run name {name!r} is reserved: 'last' and bare numbers are "
-                             "compare references (latest run, run counter); pick another name")
+        raise InvalidRunName(
+            f"run name {name!r} is reserved: 'last' and bare numbers are "
+            "compare references (latest run, run counter); pick another name"
+        )
     return name
 
 
@@ -95,33 +104,47 @@ def _read_json(path: Path, kind: str) -> dict[str, Any]:
     try:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise StorageError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); it is "
-                           f"corrupted or not a specenergy file; {untouched}") from None
+        raise StorageError(
+            f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); it is "
+            f"corrupted or not a specenergy file; {untouched}"
+        ) from None
     except json.JSONDecodeError as exc:
-        problem = "is empty" if not raw.strip() else (
-            f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")
-        raise StorageError(f"{path}: {problem} - truncated or corrupted; {untouched}; restore "
-                           "it from version control or delete it yourself") from None
+        problem = (
+            "is empty"
+            if not raw.strip()
+            else (f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")
+        )
+        raise StorageError(
+            f"{path}: {problem} - truncated or corrupted; {untouched}; restore "
+            "it from version control or delete it yourself"
+        ) from None
     if not isinstance(data, dict):
-        raise StorageError(f"{path}: top level is a JSON {type(data).__name__}, expected an "
-                           f"object with 'kind': {kind!r}; {untouched}")
+        raise StorageError(
+            f"{path}: top level is a JSON {type(data).__name__}, expected an "
+            f"object with 'kind': {kind!r}; {untouched}"
+        )
     found_kind, version = data.get("kind"), data.get("schema_version")
     if found_kind is None or version is None:
         missing = [k for k in ("kind", "schema_version") if data.get(k) is None]
-        raise StorageError(f"{path}: lacks {' and '.join(map(repr, missing))}, so it is not a "
-                           f"specenergy {kind} file (foreign schema); {untouched}")
+        raise StorageError(
+            f"{path}: lacks {' and '.join(map(repr, missing))}, so it is not a "
+            f"specenergy {kind} file (foreign schema); {untouched}"
+        )
     if found_kind != kind:
         raise StorageError(f"{path}: is a {found_kind!r} file, expected {kind!r}; {untouched}")
     supported = SUPPORTED_SCHEMAS[kind]
     if isinstance(version, bool) or not isinstance(version, int) or version not in supported:
-        raise StorageError(f"{path}: schema_version {version!r} is not supported (this plugin "
-                           f"reads {', '.join(map(str, supported))}); upgrade pytest-specenergy "
-                           f"or re-create the file; {untouched}")
+        raise StorageError(
+            f"{path}: schema_version {version!r} is not supported (this plugin "
+            f"reads {', '.join(map(str, supported))}); upgrade pytest-specenergy "
+            f"or re-create the file; {untouched}"
+        )
     return data
 
 
 def load_run(path: str | Path) -> RunDocument:
-    """Load and check a saved or ``--specenergy-json`` run file; a :class:`StorageError` names file, record, field."""
+    """Load and check a saved or ``--specenergy-json`` run file; a :class:`StorageError` names file,
+    record, field."""
     from pytest_specenergy.document import RUN_KIND
     from pytest_specenergy.document import DocumentError
     from pytest_specenergy.document import RunDocument
@@ -131,8 +154,10 @@ def load_run(path: str | Path) -> RunDocument:
     try:
         return RunDocument.from_dict(data, source=str(file))
     except DocumentError as exc:
-        raise StorageError(f"{exc}; the file is corrupted or not written by pytest-specenergy; "
-                           "the file was left untouched") from None
+        raise StorageError(
+            f"{exc}; the file is corrupted or not written by pytest-specenergy; "
+            "the file was left untouched"
+        ) from None
 
 
 # -- run history ------------------------------------------------------------------------
@@ -147,7 +172,8 @@ class StoredRun:
 
 
 class RunStore:
-    """The run history under one folder: a subfolder per machine key, files ``NNNN_<name>_<stamp>.json``."""
+    """The run history under one folder: a subfolder per machine key, files
+    ``NNNN_<name>_<stamp>.json``."""
 
     def __init__(self, root: str | Path = DEFAULT_STORAGE) -> None:
         self.root = storage_path(root)
@@ -159,8 +185,11 @@ class RunStore:
         """Machine keys with saved runs (a folder with no run file, such as ``logs/``, is not one)."""
         if not self.root.is_dir():
             return []
-        return sorted(p.name for p in self.root.iterdir()
-                      if p.is_dir() and not p.name.startswith(".") and self.list(p.name))
+        return sorted(
+            p.name
+            for p in self.root.iterdir()
+            if p.is_dir() and not p.name.startswith(".") and self.list(p.name)
+        )
 
     def list(self, machine_key: str) -> list[StoredRun]:
         """Saved runs of one machine key, oldest (lowest counter) first."""
@@ -168,23 +197,34 @@ class RunStore:
         if not folder.is_dir():
             return []
         found = ((path, _RUN_FILE.match(path.name)) for path in folder.iterdir())
-        runs = [StoredRun(path, int(m["counter"]), m["name"], m["stamp"]) for path, m in found if m and path.is_file()]
+        runs = [
+            StoredRun(path, int(m["counter"]), m["name"], m["stamp"])
+            for path, m in found
+            if m and path.is_file()
+        ]
         return sorted(runs, key=lambda r: (r.counter, r.timestamp, r.path.name))
 
-    def save(self, document: RunDocument, name: str | None = None, *, now: dt.datetime | None = None) -> Path:
-        """Save ``document`` as ``<root>/<machine_key>/<NNNN>_<name>_<stamp>.json``, exclusively and atomically."""
+    def save(
+        self, document: RunDocument, name: str | None = None, *, now: dt.datetime | None = None
+    ) -> Path:
+        """Save ``document`` as ``<root>/<machine_key>/<NNNN>_<name>_<stamp>.json``, exclusively and
+        atomically."""
         import pytest_specenergy.gate.machine as machine
         from pytest_specenergy.atomic import create_json_exclusive
         from pytest_specenergy.document import RUN_KIND
 
         run_name = AUTO_NAME if name is None else validate_run_name(name)
         if document.kind != RUN_KIND:
-            raise StorageError(f"cannot save a {document.kind!r} document as a run; "
-                               f"expected a run document (kind {RUN_KIND!r})")
+            raise StorageError(
+                f"cannot save a {document.kind!r} document as a run; "
+                f"expected a run document (kind {RUN_KIND!r})"
+            )
         key = document.machine_key or machine.machine_key(document.machine_info)
         if machine.slugify(key) != key:
-            raise StorageError(f"machine key {key!r} is not path-safe; expected something like "
-                               f"{machine.slugify(key)!r} (see machine.machine_key)")
+            raise StorageError(
+                f"machine key {key!r} is not path-safe; expected something like "
+                f"{machine.slugify(key)!r} (see machine.machine_key)"
+            )
         folder = ensure_storage(self.root) / key
         folder.mkdir(parents=True, exist_ok=True)
         stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y%m%d_%H%M%S")
@@ -203,23 +243,27 @@ class RunStore:
     load = staticmethod(load_run)
 
     def find(self, machine_key: str, ref: str) -> Path:
-        """Resolve a compare reference: ``last``, a run ``NAME`` (its latest save), a counter ``NNNN``, or a ``PATH`` to
-        a run file; raises :class:`RunNotFound` with what exists."""
+        """Resolve a compare reference: ``last``, a run ``NAME`` (its latest save), a counter
+        ``NNNN``, or a ``PATH`` to a run file; raises :class:`RunNotFound` with what exists."""
         text = str(ref).strip()
         if not text:
             raise RunNotFound("empty compare reference; expected last, NAME, NNNN or PATH")
         if text.endswith(".json") or "/" in text or "\\" in text:
             if Path(text).is_file():
                 return Path(text)
-            raise RunNotFound(f"compare reference {text!r} looks like a path, but no such file "
-                              "exists; expected last, NAME, NNNN or an existing PATH")
+            raise RunNotFound(
+                f"compare reference {text!r} looks like a path, but no such file "
+                "exists; expected last, NAME, NNNN or an existing PATH"
+            )
         runs = self.list(machine_key)
         folder = self.root / machine_key
         if not runs:
             others = [k for k in self.machine_keys() if k != machine_key]
             hint = f" (runs exist for: {', '.join(others)})" if others else ""
-            raise RunNotFound(f"no saved runs for machine key {machine_key!r} in {folder}{hint}; "
-                              "save one first with --specenergy-save=NAME")
+            raise RunNotFound(
+                f"no saved runs for machine key {machine_key!r} in {folder}{hint}; "
+                "save one first with --specenergy-save=NAME"
+            )
         if text == "last":
             matches, what = runs, "run"
         elif text.isdigit():
@@ -235,11 +279,15 @@ class RunStore:
         if skipped:
             raise RunNotFound(
                 f"no finished {what} for machine key {machine_key!r} in {folder}: "
-                f"{', '.join(r.path.name for r in skipped[:5])} {'was' if len(skipped) == 1 else 'were'} saved "
-                f"by an interrupted session and never serve as a baseline; available: {available}; expected last, "
-                "NAME, NNNN or PATH")
-        raise RunNotFound(f"no run {text!r} for machine key {machine_key!r} in {folder}; "
-                          f"available: {available}; expected last, NAME, NNNN or PATH")
+                f"{', '.join(r.path.name for r in skipped[:5])} "
+                f"{'was' if len(skipped) == 1 else 'were'} saved by an interrupted session and "
+                f"never serve as a baseline; available: {available}; expected last, NAME, NNNN or "
+                "PATH"
+            )
+        raise RunNotFound(
+            f"no run {text!r} for machine key {machine_key!r} in {folder}; "
+            f"available: {available}; expected last, NAME, NNNN or PATH"
+        )
 
     def find_any(self, machine_key: str, ref: str) -> Path:
         """:meth:`find` on ``machine_key``, else the same reference stored under another key
@@ -281,7 +329,9 @@ class Golden:
 
 
 def _safe_component(text: str) -> str:
-    safe = _ILLEGAL_NAME.sub("_", text).rstrip(" .") or "_"  # a trailing dot is stripped: never "." or ".."
+    safe = (
+        _ILLEGAL_NAME.sub("_", text).rstrip(" .") or "_"
+    )  # a trailing dot is stripped: never "." or ".."
     if len(safe) > 150:
         # Long parametrize ids: keep a readable prefix, stay unique with a digest.
         safe = f"{safe[:130]}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
@@ -317,14 +367,18 @@ class GoldenStore:
         """Where the golden of ``nodeid`` lives: ``tests/x/test_a.py::T::t[id]`` becomes
         ``<root>/<machine_key>/tests/x/test_a/T.t[id].json``."""
         if not nodeid or not nodeid.strip():
-            raise StorageError("empty node id; expected a pytest node id such as "
-                               "tests/test_energy.py::test_x[code-ngram-b4]")
+            raise StorageError(
+                "empty node id; expected a pytest node id such as "
+                "tests/test_energy.py::test_x[code-ngram-b4]"
+            )
         module, sep, rest = nodeid.partition("::")
         if not sep:
             module, rest = "", nodeid
         module = module[:-3] if module.endswith(".py") else module
         parts = [_safe_component(p) for p in module.replace("\\", "/").split("/") if p]
-        return self.root.joinpath(machine_key, *parts, _safe_component(rest.replace("::", ".")) + ".json")
+        return self.root.joinpath(
+            machine_key, *parts, _safe_component(rest.replace("::", ".")) + ".json"
+        )
 
     def load(self, machine_key: str, nodeid: str) -> Golden | None:
         """The golden of ``nodeid``, or None when none exists; a bad file raises StorageError."""
@@ -337,42 +391,75 @@ class GoldenStore:
             return None
         data = _read_json(path, GOLDEN_KIND)
         if data.get("nodeid") != nodeid:
-            raise StorageError(f"{path}: holds the baseline of {data.get('nodeid')!r}, not {nodeid!r} (two node "
-                               "ids map to one file name); the file was left untouched")
+            raise StorageError(
+                f"{path}: holds the baseline of {data.get('nodeid')!r}, not {nodeid!r} (two node "
+                "ids map to one file name); the file was left untouched"
+            )
         if not isinstance(data.get("record"), dict):
-            raise StorageError(f"{path}: 'record' is missing or not an object; the baseline is "
-                               "corrupted; the file was left untouched")
+            raise StorageError(
+                f"{path}: 'record' is missing or not an object; the baseline is "
+                "corrupted; the file was left untouched"
+            )
         try:
             record = CaseRecord.from_dict(data["record"], f"{path}: record")
         except DocumentError as exc:
-            raise StorageError(f"{exc}; the baseline is corrupted; the file was left untouched") from None
+            raise StorageError(
+                f"{exc}; the baseline is corrupted; the file was left untouched"
+            ) from None
         return Golden(path, nodeid, record, dict(data.get("run_info") or {}))
 
-    def update(self, machine_key: str, nodeid: str, record: CaseRecord, *, mode: str,
-               mismatched: bool, run_info: dict[str, Any] | None = None) -> GoldenUpdate:
-        """Decide snapshot-style what happens to one golden and queue the write (the modes: docs/design/gate.md)."""
+    def update(
+        self,
+        machine_key: str,
+        nodeid: str,
+        record: CaseRecord,
+        *,
+        mode: str,
+        mismatched: bool,
+        run_info: dict[str, Any] | None = None,
+    ) -> GoldenUpdate:
+        """Decide snapshot-style what happens to one golden and queue the write (the modes:
+        docs/design/gate.md)."""
         if mode not in GOLDEN_MODES:
-            raise ValueError(f"unknown golden mode {mode!r}; expected one of {', '.join(GOLDEN_MODES)}")
+            raise ValueError(
+                f"unknown golden mode {mode!r}; expected one of {', '.join(GOLDEN_MODES)}"
+            )
         self.used.add((machine_key, nodeid))
         existing = self.load(machine_key, nodeid)  # a corrupt golden raises here, before any write
         path = self.path(machine_key, nodeid)
         if existing is None:
             fails = mode in ("check", "update")
-            update = GoldenUpdate("created", True, fails, path, f"no baseline for {nodeid}: created {path}"
-                                  + ("; review and commit it, then rerun" if fails else ""))
+            update = GoldenUpdate(
+                "created",
+                True,
+                fails,
+                path,
+                f"no baseline for {nodeid}: created {path}"
+                + ("; review and commit it, then rerun" if fails else ""),
+            )
         elif mode == "regen-all":
             update = GoldenUpdate("regenerated", True, False, path, f"regenerated {path}")
         elif mismatched and mode == "update":
-            update = GoldenUpdate("updated", True, True, path, f"baseline of {nodeid} differed: rewrote "
-                                  f"{path}; review and commit it, then rerun")
+            update = GoldenUpdate(
+                "updated",
+                True,
+                True,
+                path,
+                f"baseline of {nodeid} differed: rewrote {path}; review and commit it, then rerun",
+            )
         else:
             what = "kept (differs)" if mismatched else "unchanged"
             return GoldenUpdate(what.split()[0], False, False, path, f"baseline {path} {what}")
         from pytest_specenergy.document import GOLDEN_KIND
         from pytest_specenergy.document import SCHEMA_VERSION
 
-        self._queue[path] = {"schema_version": SCHEMA_VERSION, "kind": GOLDEN_KIND, "nodeid": nodeid,
-                             "run_info": dict(run_info or {}), "record": record.as_dict()}
+        self._queue[path] = {
+            "schema_version": SCHEMA_VERSION,
+            "kind": GOLDEN_KIND,
+            "nodeid": nodeid,
+            "run_info": dict(run_info or {}),
+            "record": record.as_dict(),
+        }
         return update
 
     def flush(self) -> tuple[list[Path], list[str]]:
@@ -397,6 +484,9 @@ class GoldenStore:
             if not folder.is_dir():
                 continue
             used = {self.path(k, n) for k, n in self.used if k == key}
-            unused += sorted(p for p in folder.rglob("*.json")
-                             if p.is_file() and not p.name.startswith(".") and p not in used)
+            unused += sorted(
+                p
+                for p in folder.rglob("*.json")
+                if p.is_file() and not p.name.startswith(".") and p not in used
+            )
         return unused

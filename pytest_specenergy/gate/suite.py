@@ -1,6 +1,6 @@
-"""Suite-level verdicts: what the gate decides once every case of a session is in (FDR, latency targets, verdict
-counts), as one :class:`SuiteVerdict`; the session only applies its exit bit and prints its lines. More:
-docs/design/gate.md, section ``pytest_specenergy/gate/suite.py``."""
+"""Suite-level verdicts: what the gate decides once every case of a session is in (FDR, latency
+targets, verdict counts), as one :class:`SuiteVerdict`; the session only applies its exit bit and
+prints its lines. More: docs/design/gate.md, section ``pytest_specenergy/gate/suite.py``."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ from pytest_specenergy.gate.verdict import Verdict
 
 @dataclass(frozen=True)
 class SuiteVerdict:
-    """The suite's sections to print, whether the session fails, and the document's ``fdr`` and ``latency_targets``."""
+    """The suite's sections to print, whether the session fails, and the document's ``fdr`` and
+    ``latency_targets``."""
 
     sections: tuple[Section, ...] = ()
     failed: bool = False
@@ -35,36 +36,63 @@ class SuiteVerdict:
     latency_targets: dict[str, Any] | None = None
 
 
-def fdr_pending(key: str, comparison: CaseComparison, q: float, n_tests: int) -> tuple[tuple[str, ...], list[str]]:
-    """``--specenergy-fdr`` while a test runs: its comparisons whose p-value lies in (Q/N, Q] pass for now, with a
-    warning each, and are decided at session end (REGRESSED rows are BH's "fail now")."""
+def fdr_pending(
+    key: str, comparison: CaseComparison, q: float, n_tests: int
+) -> tuple[tuple[str, ...], list[str]]:
+    """``--specenergy-fdr`` while a test runs: its comparisons whose p-value lies in (Q/N, Q] pass
+    for now, with a warning each, and are decided at session end (REGRESSED rows are BH's "fail
+    now")."""
     pending, warnings = [], []
     for row in comparison.rows:
-        if row.p_sequential is not None and immediate_decision(row.p_sequential, q, n_tests) == PENDING:
+        if (
+            row.p_sequential is not None
+            and immediate_decision(row.p_sequential, q, n_tests) == PENDING
+        ):
             pending.append(f"{key}::{row.metric}")
-            warnings.append(f"specenergy: pending FDR: {key}::{row.metric} p_sequential={row.p_sequential:.3g} lies "
-                            f"in (Q/N, Q] = ({q / n_tests:.3g}, {q:g}]; Benjamini-Hochberg decides it at session end")
+            warnings.append(
+                f"specenergy: pending FDR: {key}::{row.metric} "
+                f"p_sequential={row.p_sequential:.3g} lies in (Q/N, Q] = ({q / n_tests:.3g}, "
+                f"{q:g}]; Benjamini-Hochberg decides it at session end"
+            )
     return tuple(pending), warnings
 
 
-def _fdr(records: Sequence[CaseRecord], q: float, n_collected: int) -> tuple[Section, dict[str, Any]]:
-    """BH over the suite's gated comparisons; a pending one it rejects fails the session (its test passed)."""
+def _fdr(
+    records: Sequence[CaseRecord], q: float, n_collected: int
+) -> tuple[Section, dict[str, Any]]:
+    """BH over the suite's gated comparisons; a pending one it rejects fails the session (its test
+    passed)."""
     pvalues = {f"{r.key}::{m}": p for r in records for m, p in r.sequential_pvalues.items()}
     pending = {key for r in records for key in (r.fdr_pending or ())}
     result = suite_fdr(pvalues, q, pending=tuple(pending))
     lines = result.summary().splitlines()
     if result.pending_rejected:
-        lines.append(f"{len(result.pending_rejected)} comparison(s) that passed pending FDR regressed at "
-                     "session end: exit status 1")
-    block = {"q": result.q, "method": result.method, "n_collected": n_collected, "n_tests": result.n_tests,
-             "rejected": list(result.rejected), "pending_rejected": list(result.pending_rejected),
-             "adjusted": dict(result.adjusted)}
-    return Section("specenergy false-discovery rate", tuple(lines), bool(result.pending_rejected)), block
+        lines.append(
+            f"{len(result.pending_rejected)} comparison(s) that passed pending FDR regressed at "
+            "session end: exit status 1"
+        )
+    block = {
+        "q": result.q,
+        "method": result.method,
+        "n_collected": n_collected,
+        "n_tests": result.n_tests,
+        "rejected": list(result.rejected),
+        "pending_rejected": list(result.pending_rejected),
+        "adjusted": dict(result.adjusted),
+    }
+    return Section(
+        "specenergy false-discovery rate", tuple(lines), bool(result.pending_rejected)
+    ), block
 
 
-def _latency(records: Sequence[CaseRecord], targets: Sequence[float], references: dict[str, Any],
-             plan: SequentialPlan) -> tuple[Section, dict[str, Any]]:
-    """Per latency target the lowest-energy configuration meeting it, judged against its machine key's reference run."""
+def _latency(
+    records: Sequence[CaseRecord],
+    targets: Sequence[float],
+    references: dict[str, Any],
+    plan: SequentialPlan,
+) -> tuple[Section, dict[str, Any]]:
+    """Per latency target the lowest-energy configuration meeting it, judged against its machine
+    key's reference run."""
     choices = latency_choices(records, targets)
     lines = [choice.line() for choice in choices]
     failures: list[str] = []
@@ -81,8 +109,13 @@ def _latency(records: Sequence[CaseRecord], targets: Sequence[float], references
                 failures.append(comparison.failure_message(where))
             elif comparison.verdict is Verdict.INCONCLUSIVE:
                 lines.append(comparison.failure_message(where))
-    block = {"targets_ms": list(targets), "limit": LATENCY_LIMIT, "choices": [c.as_dict() for c in choices],
-             "comparisons": [c.as_dict() for c in comparisons], "failures": failures}
+    block = {
+        "targets_ms": list(targets),
+        "limit": LATENCY_LIMIT,
+        "choices": [c.as_dict() for c in choices],
+        "comparisons": [c.as_dict() for c in comparisons],
+        "failures": failures,
+    }
     return Section("specenergy latency targets", tuple(lines + failures), bool(failures)), block
 
 
@@ -94,10 +127,17 @@ def verdict_counts(records: Sequence[CaseRecord]) -> str | None:
     return " · ".join(f"{counts.get(v.value, 0)} {v.label}" for v in WORST_FIRST)
 
 
-def judge_suite(records: Sequence[CaseRecord], *, plan: SequentialPlan, fdr_q: float | None = None,
-                fdr_collected: int = 0, latency_targets: Sequence[float] = (),
-                references: dict[str, tuple[RunDocument | None, str, bool]] | None = None) -> SuiteVerdict:
-    """Every suite-level verdict of a session (``references``: as :meth:`.Gatekeeper.latency_references` gives them)."""
+def judge_suite(
+    records: Sequence[CaseRecord],
+    *,
+    plan: SequentialPlan,
+    fdr_q: float | None = None,
+    fdr_collected: int = 0,
+    latency_targets: Sequence[float] = (),
+    references: dict[str, tuple[RunDocument | None, str, bool]] | None = None,
+) -> SuiteVerdict:
+    """Every suite-level verdict of a session (``references``: as
+    :meth:`.Gatekeeper.latency_references` gives them)."""
     sections: list[Section] = []
     fdr = latency = None
     if latency_targets:

@@ -1,5 +1,5 @@
-"""Student's t distribution with numpy only (scipy is not a dependency), vectorized so that the simulation and the gate
-get the very same numbers (the methods: docs/design/gate.md, ``tdist.py``)."""
+"""Student's t distribution with numpy only (scipy is not a dependency), vectorized so that the
+simulation and the gate get the very same numbers (the methods: docs/design/gate.md, ``tdist.py``)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,10 @@ def _betacf_scalar(a: float, b: float, x: float) -> float:
     h = d
     for m in range(1, _MAX_TERMS):
         m2 = 2.0 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+        for aa in (
+            m * (b - m) * x / ((qam + m2) * (a + m2)),
+            -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2)),
+        ):
             d = 1.0 + aa * d
             d = 1.0 / (d if abs(d) >= _TINY else _TINY)
             c = 1.0 + aa / c
@@ -38,7 +41,12 @@ def _betacf_scalar(a: float, b: float, x: float) -> float:
 def _betacf(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Continued fraction of I_x(a, b) (Numerical Recipes' betacf, on arrays)."""
     if x.size <= 16:
-        return np.array([_betacf_scalar(float(ai), float(bi), float(xi)) for ai, bi, xi in zip(a, b, x, strict=True)])
+        return np.array(
+            [
+                _betacf_scalar(float(ai), float(bi), float(xi))
+                for ai, bi, xi in zip(a, b, x, strict=True)
+            ]
+        )
     qab, qap, qam = a + b, a + 1.0, a - 1.0
     c = np.ones_like(x)
     d = 1.0 - qab * x / qap
@@ -47,7 +55,10 @@ def _betacf(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
     done = np.zeros(x.shape, dtype=bool)
     for m in range(1, _MAX_TERMS):
         m2 = 2.0 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+        for aa in (
+            m * (b - m) * x / ((qam + m2) * (a + m2)),
+            -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2)),
+        ):
             d = 1.0 + aa * d
             d = np.where(np.abs(d) < _TINY, _TINY, d)
             c = 1.0 + aa / c
@@ -70,7 +81,9 @@ def betainc(a: ArrayLike, b: ArrayLike, x: ArrayLike) -> np.ndarray:
     mid = ~(low | high)
     if mid.any():
         am, bm, xm = a[mid], b[mid], x[mid]
-        log_front = _lgamma(am + bm) - _lgamma(am) - _lgamma(bm) + am * np.log(xm) + bm * np.log1p(-xm)
+        log_front = (
+            _lgamma(am + bm) - _lgamma(am) - _lgamma(bm) + am * np.log(xm) + bm * np.log1p(-xm)
+        )
         front = np.exp(log_front)
         direct = xm < (am + 1.0) / (am + bm + 2.0)
         value = np.empty(xm.shape)
@@ -84,7 +97,8 @@ def betainc(a: ArrayLike, b: ArrayLike, x: ArrayLike) -> np.ndarray:
 
 
 def t_sf(t: ArrayLike, df: ArrayLike) -> np.ndarray:
-    """Upper tail P(T > t) of Student's t, ``df`` > 0; ``t = +-inf`` gives 0 or 1, ``df = inf`` the normal tail."""
+    """Upper tail P(T > t) of Student's t, ``df`` > 0; ``t = +-inf`` gives 0 or 1, ``df = inf`` the
+    normal tail."""
     t, df = np.broadcast_arrays(np.asarray(t, float), np.asarray(df, float))
     if np.any(~(df > 0)):
         raise ValueError("degrees of freedom must be positive")
@@ -117,7 +131,8 @@ def t_pdf(t: ArrayLike, df: ArrayLike) -> np.ndarray:
 
 
 def t_ppf(p: ArrayLike, df: ArrayLike) -> np.ndarray:
-    """Quantile of Student's t: the t with P(T <= t) = p, for 0 < p < 1 (the method: docs/design/gate.md)."""
+    """Quantile of Student's t: the t with P(T <= t) = p, for 0 < p < 1 (the method:
+    docs/design/gate.md)."""
     p, df = np.broadcast_arrays(np.asarray(p, float), np.asarray(df, float))
     if np.any((p <= 0) | (p >= 1)):
         raise ValueError("quantile level must lie in (0, 1)")
@@ -125,13 +140,17 @@ def t_ppf(p: ArrayLike, df: ArrayLike) -> np.ndarray:
     p, df = p.reshape(-1), df.reshape(-1)
     q = np.minimum(p, 1.0 - p)  # lower-tail level, <= 1/2
     lo, hi = np.full(q.shape, -1e12), np.zeros(q.shape)
-    # The start: Fisher's expansion of t in the normal quantile z and 1/df (close from df = 3 on, so Newton
-    # needs 2-5 steps, not 9 from -1; the gate solves two quantiles per look).
+    # The start: Fisher's expansion of t in the normal quantile z and 1/df (close from df = 3 on, so
+    # Newton needs 2-5 steps, not 9 from -1; the gate solves two quantiles per look).
     inv_cdf = NormalDist().inv_cdf
     z = np.array([inv_cdf(v) if v < 0.5 else 0.0 for v in q])
     inv = 1.0 / np.maximum(df, 3.0)
-    fisher = (z + (z**3 + z) / 4.0 * inv + (5 * z**5 + 16 * z**3 + 3 * z) / 96.0 * inv**2
-              + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384.0 * inv**3)
+    fisher = (
+        z
+        + (z**3 + z) / 4.0 * inv
+        + (5 * z**5 + 16 * z**3 + 3 * z) / 96.0 * inv**2
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384.0 * inv**3
+    )
     t = np.where(df >= 3.0, fisher, np.where(q < 0.5, -1.0, 0.0))
     for _ in range(100):
         cdf = t_sf(-t, df)

@@ -28,7 +28,9 @@ class Verdict(str, enum.Enum):
     @property
     def label(self) -> str:
         """The verdict in a count: ``3 regressed``, ``2 unchanged``, ``1 without baseline``."""
-        return {Verdict.PASSED: "unchanged", Verdict.NO_BASELINE: "without baseline"}.get(self, self.value)
+        return {Verdict.PASSED: "unchanged", Verdict.NO_BASELINE: "without baseline"}.get(
+            self, self.value
+        )
 
     @property
     def rank(self) -> int:
@@ -39,10 +41,22 @@ class Verdict(str, enum.Enum):
 #: Worst first: the order of every table, and a case's verdict is the first of its metrics'.
 #: A regression outranks an incomparable metric, so one row that cannot be judged never hides
 #: another that regressed.
-WORST_FIRST: tuple[Verdict, ...] = (Verdict.REGRESSED, Verdict.INCOMPARABLE, Verdict.INCONCLUSIVE, Verdict.NO_BASELINE,
-                                    Verdict.IMPROVED, Verdict.PASSED)
-_MARKS = {Verdict.PASSED: " ", Verdict.REGRESSED: "+", Verdict.IMPROVED: "-", Verdict.INCONCLUSIVE: "~",
-          Verdict.INCOMPARABLE: "x", Verdict.NO_BASELINE: "?"}
+WORST_FIRST: tuple[Verdict, ...] = (
+    Verdict.REGRESSED,
+    Verdict.INCOMPARABLE,
+    Verdict.INCONCLUSIVE,
+    Verdict.NO_BASELINE,
+    Verdict.IMPROVED,
+    Verdict.PASSED,
+)
+_MARKS = {
+    Verdict.PASSED: " ",
+    Verdict.REGRESSED: "+",
+    Verdict.IMPROVED: "-",
+    Verdict.INCONCLUSIVE: "~",
+    Verdict.INCOMPARABLE: "x",
+    Verdict.NO_BASELINE: "?",
+}
 
 
 def worst(verdicts: Iterable[Verdict], default: Verdict = Verdict.PASSED) -> Verdict:

@@ -1,6 +1,7 @@
-"""Validity checks run on every pair, each a named flag in the result and the table: ``fail`` checks fail closed
-(a broken drafter or engine must never pass because a number looked normal, paper s.10; by default the test fails
-when one trips), ``warn`` checks mark a row the reader should not take at face value.
+"""Validity checks run on every pair, each a named flag in the result and the table: ``fail`` checks
+fail closed (a broken drafter or engine must never pass because a number looked normal, paper s.10;
+by default the test fails when one trips), ``warn`` checks mark a row the reader should not take at
+face value.
 """
 
 from __future__ import annotations
@@ -20,16 +21,18 @@ from pytest_specenergy.measure.degeneracy import repeated_suffix_fraction
 if TYPE_CHECKING:
     from pytest_specenergy.measure.results import PairResult
 
-#: Mean log-probability gap (nats/token, from the first divergence on) beyond which diverging text is incoherent:
-#: a near-tie's two continuations are greedy paths of (almost) one model and score within hundredths of a nat per
-#: token; the skip-state-rollback fault scores 0.69-0.80 below on tiny:hybrid (benchmarks/fault_figures.py).
+#: Mean log-probability gap (nats/token, from the first divergence on) beyond which diverging text
+#: is incoherent: a near-tie's two continuations are greedy paths of (almost) one model and score
+#: within hundredths of a nat per token; the skip-state-rollback fault scores 0.69-0.80 below on
+#: tiny:hybrid (benchmarks/fault_figures.py).
 DEFAULT_MAX_LOGPROB_GAP = 0.25
 
 
 def counter_problems(counters: Sequence[RequestCounters], drafted_per_step: int) -> list[str]:
-    """Speculative counters that contradict the tokens the engine committed: every verify step commits its accepted
-    drafts plus a bonus token and the first token is prefill's, so ``completion - 1 - verify_ct`` drafts were
-    accepted, less at most ``drafted_per_step`` in a final step cut by ``max_new_tokens`` or EOS."""
+    """Speculative counters that contradict the tokens the engine committed: every verify step
+    commits its accepted drafts plus a bonus token and the first token is prefill's, so ``completion
+    - 1 - verify_ct`` drafts were accepted, less at most ``drafted_per_step`` in a final step cut by
+    ``max_new_tokens`` or EOS."""
     problems = []
     for index, c in enumerate(counters):
         problems += c.problems()
@@ -38,11 +41,18 @@ def counter_problems(counters: Sequence[RequestCounters], drafted_per_step: int)
         implied = c.completion_tokens - 1 - c.spec_verify_ct
         if not implied <= c.spec_num_correct_drafts <= implied + drafted_per_step:
             problems.append(
-                f"request {index}: {c.spec_num_correct_drafts} accepted drafts reported, but {c.completion_tokens} "
-                f"tokens over {c.spec_verify_ct} verify steps allow {max(implied, 0)} to {implied + drafted_per_step}")
-        if c.spec_num_proposed_drafts is not None and c.spec_num_proposed_drafts != c.spec_verify_ct * drafted_per_step:
-            problems.append(f"request {index}: {c.spec_num_proposed_drafts} proposed drafts "
-                            f"reported for {c.spec_verify_ct} steps of {drafted_per_step}")
+                f"request {index}: {c.spec_num_correct_drafts} accepted drafts reported, but "
+                f"{c.completion_tokens} tokens over {c.spec_verify_ct} verify steps allow "
+                f"{max(implied, 0)} to {implied + drafted_per_step}"
+            )
+        if (
+            c.spec_num_proposed_drafts is not None
+            and c.spec_num_proposed_drafts != c.spec_verify_ct * drafted_per_step
+        ):
+            problems.append(
+                f"request {index}: {c.spec_num_proposed_drafts} proposed drafts "
+                f"reported for {c.spec_verify_ct} steps of {drafted_per_step}"
+            )
     return problems
 
 
@@ -55,148 +65,258 @@ def pair_checks(pair: PairResult, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_G
     if case.drafter.name == "none":
         pass  # the A/A control drafts nothing: no speculative counters to expect
     elif verify is None:
-        found.append(Check("missing-counters", "fail", "the speculative engine reported no spec_verify_ct / "
-                           "spec_num_correct_drafts for the measured requests"))
+        found.append(
+            Check(
+                "missing-counters",
+                "fail",
+                "the speculative engine reported no spec_verify_ct / "
+                "spec_num_correct_drafts for the measured requests",
+            )
+        )
     elif verify == 0:
-        found.append(Check("no-verify-steps", "fail", "the speculative arm ran zero verify steps: speculation never "
-                           "happened"))
+        found.append(
+            Check(
+                "no-verify-steps",
+                "fail",
+                "the speculative arm ran zero verify steps: speculation never happened",
+            )
+        )
     found += [Check("counters-inconsistent", "fail", problem) for problem in spec.counter_problems]
     for restart in pair.order.get("restarts", ()):
         # Warmed up again before it was measured; the repeats before and after ran on two processes.
-        found.append(Check("engine-restarted", "warn", f"the {restart['arm']} engine died and was started again "
-                           f"before its repeat {restart['before_repeat'] + 1} (warmed up again); see its log"))
+        found.append(
+            Check(
+                "engine-restarted",
+                "warn",
+                f"the {restart['arm']} engine died and was started again "
+                f"before its repeat {restart['before_repeat'] + 1} (warmed up again); see its log",
+            )
+        )
     accept = pair.accept_length
     if accept is not None and case.drafter.name == "ngram" and accept == 1.0:
         loops = [repeated_suffix_fraction(o) for o in base.outputs]
         if loops and max(loops) >= 0.3:
-            found.append(Check("accept-length-1-on-repetition", "fail", f"n-gram accepted nothing although the "
-                               f"baseline output repeats itself ({max(loops):.0%} of a prompt's answer is a loop)"))
+            found.append(
+                Check(
+                    "accept-length-1-on-repetition",
+                    "fail",
+                    "n-gram accepted nothing although the baseline output repeats itself "
+                    f"({max(loops):.0%} of a prompt's answer is a loop)",
+                )
+            )
     if case.drafter.draft_model == case.model:
-        # Every verify step accepts all k drafts, except a request's last step, which EOS or max_new_tokens may cut
-        # short: at most one short step per request and repeat.
+        # Every verify step accepts all k drafts, except a request's last step, which EOS or
+        # max_new_tokens may cut short: at most one short step per request and repeat.
         for sample in spec.samples:
             if sample.verify_steps is None or sample.correct_drafts is None:
                 continue
             floor = (sample.verify_steps - len(spec.outputs)) * k
             if sample.correct_drafts < floor:
-                found.append(Check("self-draft-not-exact", "fail", "drafting with the target itself must accept every "
-                                   f"draft: {sample.correct_drafts} accepted over {sample.verify_steps} steps of {k} "
-                                   f"for {len(spec.outputs)} requests (at least {floor}); accept length {accept:.3f}"))
+                found.append(
+                    Check(
+                        "self-draft-not-exact",
+                        "fail",
+                        "drafting with the target itself must accept every draft: "
+                        f"{sample.correct_drafts} accepted over {sample.verify_steps} steps of "
+                        f"{k} for {len(spec.outputs)} requests (at least {floor}); accept length "
+                        f"{accept:.3f}",
+                    )
+                )
                 break
     coherence = pair.coherence
     if coherence is not None and not pair.equivalence.exact_fraction == 1.0:
         if coherence.mean_gap > max_logprob_gap:
-            found.append(Check("incoherent", "fail", f"speculative text scores {coherence.mean_gap:.2f} nats/token "
-                               f"below the baseline's under the target (limit {max_logprob_gap:.2f})"))
-        found += [Check("degenerate-output", "fail", problem) for problem in coherence.degeneracy.problems()]
+            found.append(
+                Check(
+                    "incoherent",
+                    "fail",
+                    f"speculative text scores {coherence.mean_gap:.2f} nats/token "
+                    f"below the baseline's under the target (limit {max_logprob_gap:.2f})",
+                )
+            )
+        found += [
+            Check("degenerate-output", "fail", problem)
+            for problem in coherence.degeneracy.problems()
+        ]
     # The removal arm's J/token is only comparable at the batch the speculative arm ran.
     for run in (base, spec, *((pair.removal,) if pair.removal is not None else ())):
         found += _concurrency_checks(run, case.batch)
         if not run.outputs_stable:
-            found.append(Check("outputs-unstable", "warn", f"{run.arm} arm's outputs changed between repeats"))
+            found.append(
+                Check(
+                    "outputs-unstable", "warn", f"{run.arm} arm's outputs changed between repeats"
+                )
+            )
     found += _pairing_checks(base, spec) + _window_checks(base, spec) + _replay_checks(pair)
     found += arm_agreement_checks(base, spec, case.batch)
-    short = sum(1 for o, f in zip(base.outputs, base.finish_reasons)
-                if f == "stop" and len(o) < case.generation.max_new_tokens // 2)
+    short = sum(
+        1
+        for o, f in zip(base.outputs, base.finish_reasons)
+        if f == "stop" and len(o) < case.generation.max_new_tokens // 2
+    )
     if short * 2 > len(base.outputs):
-        found.append(Check("answers-cut-short", "warn", f"{short} of {len(base.outputs)} baseline answers ended "
-                           f"before half of max_new_tokens: the window measures little decode"))
+        found.append(
+            Check(
+                "answers-cut-short",
+                "warn",
+                f"{short} of {len(base.outputs)} baseline answers ended "
+                f"before half of max_new_tokens: the window measures little decode",
+            )
+        )
     return found
 
 
-#: Mean running requests per decode step, as a share of the batch, below which an arm did not run the batch it
-#: claims (issue #10): its energy per token belongs to a smaller batch.
+#: Mean running requests per decode step, as a share of the batch, below which an arm did not run
+#: the batch it claims (issue #10): its energy per token belongs to a smaller batch.
 MIN_CONCURRENCY_SHARE = 0.9
 
 
 def _concurrency_checks(run: Any, batch: int) -> list[Check]:
-    """Fail an arm whose mean concurrency (all windows merged, and the worst alone) is below 90% of the batch."""
+    """Fail an arm whose mean concurrency (all windows merged, and the worst alone) is below 90% of
+    the batch."""
     c = run.concurrency
     means = [m for m in [c.get("mean_running"), *(c.get("window_means") or [])] if m is not None]
     if not means:
         # A record from before the mean was kept (stored results): only the maximum to go by.
         top = c.get("max_running")
         if "mean_running" not in c and top is not None and top < batch:
-            return [Check("concurrency-below-batch", "warn", f"{run.arm} arm ran at most {top} requests at once, "
-                          f"not {batch}")]
+            return [
+                Check(
+                    "concurrency-below-batch",
+                    "warn",
+                    f"{run.arm} arm ran at most {top} requests at once, not {batch}",
+                )
+            ]
         return []
     worst = min(means)
     if worst >= MIN_CONCURRENCY_SHARE * batch:
         return []
     pool = c.get("pool")
-    hint = (f"; the pool of {pool} prompts is too small to keep {batch} in flight"
-            if pool is not None and pool < 4 * batch else "")
+    hint = (
+        f"; the pool of {pool} prompts is too small to keep {batch} in flight"
+        if pool is not None and pool < 4 * batch
+        else ""
+    )
     cap = c.get("max_running_requests")
     if cap is not None and cap < batch:
         hint += f"; the engine admits at most {cap} requests"
-    return [Check("concurrency-below-batch", "fail", f"{run.arm} arm ran {worst:.1f} requests per step on average "
-                  f"(min {c.get('min_running')}, max {c.get('max_running')}), below {MIN_CONCURRENCY_SHARE:.0%} of "
-                  f"the batch {batch}{hint}{_reruns_said(run)}")]
+    return [
+        Check(
+            "concurrency-below-batch",
+            "fail",
+            f"{run.arm} arm ran {worst:.1f} requests per step on average (min "
+            f"{c.get('min_running')}, max {c.get('max_running')}), below "
+            f"{MIN_CONCURRENCY_SHARE:.0%} of the batch {batch}{hint}{_reruns_said(run)}",
+        )
+    ]
 
 
 def _reruns_said(*runs: Any) -> str:
-    """For a concurrency message: the windows already run again (a failure after that is no passing noise)."""
-    said = [f"{run.arm} arm's {', '.join(f'{m:.2f}' for m in run.concurrency['rerun_means'])}"
-            for run in runs if run.concurrency.get("rerun_means")]
+    """For a concurrency message: the windows already run again (a failure after that is no passing
+    noise)."""
+    said = [
+        f"{run.arm} arm's {', '.join(f'{m:.2f}' for m in run.concurrency['rerun_means'])}"
+        for run in runs
+        if run.concurrency.get("rerun_means")
+    ]
     return f" (windows run again after falling below their peak: {'; '.join(said)})" if said else ""
 
 
-#: Largest gap between the arms' mean running requests per decode step, as a share of the batch (each may pass the
-#: 90% floor alone, issue 21: 14.79 vs 15.67 at b16): rows share a memory-bound step's weight read, so a 5% gap
-#: moves J/token by up to about 5% where weights dominate.
+#: Largest gap between the arms' mean running requests per decode step, as a share of the batch
+#: (each may pass the 90% floor alone, issue 21: 14.79 vs 15.67 at b16): rows share a memory-bound
+#: step's weight read, so a 5% gap moves J/token by up to about 5% where weights dominate.
 MAX_CONCURRENCY_GAP_SHARE = 0.05
 
-#: Largest gap between the arms' coverage (share of the pool's decode tokens inside the window), in points, where
-#: the pool is large enough: a window ends as the pool runs dry, leaving out late positions of different requests;
-#: beyond this the figures describe visibly different workloads (issue 21: 100% vs 89.1% for block16 b16).
+#: Largest gap between the arms' coverage (share of the pool's decode tokens inside the window), in
+#: points, where the pool is large enough: a window ends as the pool runs dry, leaving out late
+#: positions of different requests; beyond this the figures describe visibly different workloads
+#: (issue 21: 100% vs 89.1% for block16 b16).
 MAX_COVERAGE_GAP = 0.10
 
 
 def arm_agreement_checks(base: Any, spec: Any, batch: int) -> list[Check]:
-    """The arms' concurrency and coverage must agree within :data:`MAX_CONCURRENCY_GAP_SHARE` of the batch and
-    the coverage gap the pool allows; a record without the figures (an old file) is not judged."""
+    """The arms' concurrency and coverage must agree within :data:`MAX_CONCURRENCY_GAP_SHARE` of the
+    batch and the coverage gap the pool allows; a record without the figures (an old file) is not
+    judged."""
     found = []
     means = (base.concurrency.get("mean_running"), spec.concurrency.get("mean_running"))
-    if None not in means and batch > 0 and abs(means[0] - means[1]) > MAX_CONCURRENCY_GAP_SHARE * batch:
-        found.append(Check("concurrency-differs", "fail", f"the arms ran different batches: {means[0]:.2f} (baseline) "
-                           f"vs {means[1]:.2f} (speculative) requests per step, more than "
-                           f"{MAX_CONCURRENCY_GAP_SHARE:.0%} of the batch {batch} apart; J/token depends on the rows "
-                           f"sharing each step{_reruns_said(base, spec)}"))
+    if (
+        None not in means
+        and batch > 0
+        and abs(means[0] - means[1]) > MAX_CONCURRENCY_GAP_SHARE * batch
+    ):
+        found.append(
+            Check(
+                "concurrency-differs",
+                "fail",
+                f"the arms ran different batches: {means[0]:.2f} (baseline) vs {means[1]:.2f} "
+                f"(speculative) requests per step, more than {MAX_CONCURRENCY_GAP_SHARE:.0%} of "
+                f"the batch {batch} apart; J/token depends on the rows sharing each "
+                f"step{_reruns_said(base, spec)}",
+            )
+        )
     cover = (getattr(base, "coverage", None), getattr(spec, "coverage", None))
     if None in cover or abs(cover[0] - cover[1]) <= MAX_COVERAGE_GAP:
         return found
     gap, pool = abs(cover[0] - cover[1]), len(base.outputs)
-    # Past the bound ``coverage-differs`` fails (past MAX_COVERAGE_GAP it warns): at the window's close ``batch - 1``
-    # slots hold unfinished requests, so an arm covers at least ``1 - (batch - 1) / pool`` of equal-length outputs
-    # (pool 8 at batch 4: 37.5 points apart).
+    # Past the bound ``coverage-differs`` fails (past MAX_COVERAGE_GAP it warns): at the window's
+    # close ``batch - 1`` slots hold unfinished requests, so an arm covers at least ``1 - (batch -
+    # 1) / pool`` of equal-length outputs (pool 8 at batch 4: 37.5 points apart).
     bound = max(MAX_COVERAGE_GAP, (batch - 1) / pool if pool > 0 else 1.0)
-    said = (f"the arms' windows covered {cover[0]:.1%} (baseline) vs {cover[1]:.1%} (speculative) of the pool's "
-            f"decode tokens, {gap:.1%} apart")
+    said = (
+        f"the arms' windows covered {cover[0]:.1%} (baseline) vs {cover[1]:.1%} (speculative) of "
+        f"the pool's decode tokens, {gap:.1%} apart"
+    )
     if gap > bound:
-        found.append(Check("coverage-differs", "fail", f"{said}, more than the {bound:.0%} a pool of {pool} prompts "
-                           f"at batch {batch} allows: the figures describe different requests"))
+        found.append(
+            Check(
+                "coverage-differs",
+                "fail",
+                f"{said}, more than the {bound:.0%} a pool of {pool} prompts "
+                f"at batch {batch} allows: the figures describe different requests",
+            )
+        )
     else:
         # The smallest pool whose structural allowance is within MAX_COVERAGE_GAP.
         enough = math.ceil((batch - 1) / MAX_COVERAGE_GAP)
-        found.append(Check("coverage-differs", "warn", f"{said}: within what a pool of {pool} prompts at batch "
-                           f"{batch} allows (up to {bound:.0%}), but the figures describe partly different requests; "
-                           f"a pool of at least {enough} prompts holds the arms within {MAX_COVERAGE_GAP:.0%}"))
+        found.append(
+            Check(
+                "coverage-differs",
+                "warn",
+                f"{said}: within what a pool of {pool} prompts at batch {batch} allows (up to "
+                f"{bound:.0%}), but the figures describe partly different requests; a pool of at "
+                f"least {enough} prompts holds the arms within {MAX_COVERAGE_GAP:.0%}",
+            )
+        )
     return found
 
 
 def _replay_checks(pair: PairResult) -> list[Check]:
-    """A replayed arm must repeat the recorded run exactly (every verify step found its drafts, the outputs are the
-    speculative arm's), else its energy (draft removal's or oracle-free) describes another run."""
-    found = [Check("replay-unlike", "fail", f"{run.arm} arm: {p}") for run in
-             (pair.speculative, pair.reference, pair.removal) if run is not None for p in run.replay_problems]
+    """A replayed arm must repeat the recorded run exactly (every verify step found its drafts, the
+    outputs are the speculative arm's), else its energy (draft removal's or oracle-free) describes
+    another run."""
+    found = [
+        Check("replay-unlike", "fail", f"{run.arm} arm: {p}")
+        for run in (pair.speculative, pair.reference, pair.removal)
+        if run is not None
+        for p in run.replay_problems
+    ]
     removal = pair.removal
     if removal is not None:
-        found += [Check("replay-unlike", "fail", f"removal arm: {p}") for p in removal.counter_problems]
+        found += [
+            Check("replay-unlike", "fail", f"removal arm: {p}") for p in removal.counter_problems
+        ]
         differ = sum(1 for a, b in zip(removal.outputs, pair.speculative.outputs) if a != b)
         if differ or len(removal.outputs) != len(pair.speculative.outputs):
-            found.append(Check("replay-unlike", "fail", f"the verify-only replay's outputs differ from the "
-                               f"speculative arm's on {differ} of {len(pair.speculative.outputs)} prompts: it did "
-                               f"not make the same verify steps, so its energy is no draft-removal figure"))
+            found.append(
+                Check(
+                    "replay-unlike",
+                    "fail",
+                    "the verify-only replay's outputs differ from the speculative arm's on "
+                    f"{differ} of {len(pair.speculative.outputs)} prompts: it did not make the "
+                    "same verify steps, so its energy is no draft-removal figure",
+                )
+            )
     return found
 
 
@@ -213,51 +333,97 @@ def _pairing_checks(base: Any, spec: Any) -> list[Check]:
     found = []
     base_graph, spec_graph = cuda_graph_setting(base.engine), cuda_graph_setting(spec.engine)
     if base_graph != spec_graph:
-        found.append(Check("cuda-graph-differs", "fail", f"CUDA-graph settings differ between the arms (baseline "
-                           f"{base_graph}, speculative {spec_graph}); CUDA graphs change the result"))
+        found.append(
+            Check(
+                "cuda-graph-differs",
+                "fail",
+                f"CUDA-graph settings differ between the arms (baseline "
+                f"{base_graph}, speculative {spec_graph}); CUDA graphs change the result",
+            )
+        )
     engine = spec.engine.get("engine")
     if engine in ENGINES and base.engine.get("engine") == engine:
-        differences = get_backend(engine).twin_differences(spec.engine.get("server_info") or {},
-                                                           base.engine.get("server_info") or {})
+        differences = get_backend(engine).twin_differences(
+            spec.engine.get("server_info") or {}, base.engine.get("server_info") or {}
+        )
         if differences:
-            found.append(Check("twin-differs", "fail", f"the arms' resolved {engine} settings differ outside the "
-                               "speculative fields: " + "; ".join(differences)))
+            found.append(
+                Check(
+                    "twin-differs",
+                    "fail",
+                    f"the arms' resolved {engine} settings differ outside the "
+                    "speculative fields: " + "; ".join(differences),
+                )
+            )
     if _gpus(base) != _gpus(spec):
-        found.append(Check("gpu-differs", "fail", f"the arms ran on different GPUs (baseline {_gpus(base)}, "
-                           f"speculative {_gpus(spec)})"))
+        found.append(
+            Check(
+                "gpu-differs",
+                "fail",
+                f"the arms ran on different GPUs (baseline {_gpus(base)}, "
+                f"speculative {_gpus(spec)})",
+            )
+        )
     return found
 
 
 def _window_checks(base: Any, spec: Any) -> list[Check]:
-    """Decode energy (full minus prefill-only window) must stay positive; a prefill share over half leaves little."""
+    """Decode energy (full minus prefill-only window) must stay positive; a prefill share over half
+    leaves little."""
     found = []
     for run in (base, spec):
-        # Time is differenced like energy: a full window no longer than its prefill-only one measured no decode,
-        # and every per-second or per-token-time figure would be nonsense.
+        # Time is differenced like energy: a full window no longer than its prefill-only one
+        # measured no decode, and every per-second or per-token-time figure would be nonsense.
         times = [s.decode_seconds for s in run.samples if s.decode_seconds <= 0]
         if times:
             # The repeats already measured again: the failure is no one passing stall.
-            again = [t for s in run.samples for t in (s.window or {}).get("rerun_decode_seconds", ())]
-            said = f" (measured again after repeats whose decode time was {', '.join(f'{t:.3g}' for t in again)} s)"
-            found.append(Check("decode-time-not-positive", "fail", f"{run.arm} arm: decode time {min(times):.3g} s "
-                               f"(full-run window minus its prefill-only window) is not positive, so no decode was "
-                               f"timed; the windows ran unlike work (a drain, a stall or a cold engine in one of "
-                               f"them){said if again else ''}"))
+            again = [
+                t for s in run.samples for t in (s.window or {}).get("rerun_decode_seconds", ())
+            ]
+            said = (
+                " (measured again after repeats whose decode time was "
+                f"{', '.join(f'{t:.3g}' for t in again)} s)"
+            )
+            found.append(
+                Check(
+                    "decode-time-not-positive",
+                    "fail",
+                    f"{run.arm} arm: decode time {min(times):.3g} s (full-run window minus its "
+                    "prefill-only window) is not positive, so no decode was timed; the windows "
+                    "ran unlike work (a drain, a stall or a cold engine in one of "
+                    f"them){said if again else ''}",
+                )
+            )
             continue
         if any(s.decode_joules <= 0 for s in run.samples):
-            found.append(Check("prefill-in-window", "fail", f"{run.arm} arm: a full-run window used no more energy "
-                               f"than its prefill-only window, so no decode energy was measured"))
+            found.append(
+                Check(
+                    "prefill-in-window",
+                    "fail",
+                    f"{run.arm} arm: a full-run window used no more energy "
+                    f"than its prefill-only window, so no decode energy was measured",
+                )
+            )
             continue
-        shares = [share for share in (prefill_share(s.window) for s in run.samples) if share is not None]
+        shares = [
+            share for share in (prefill_share(s.window) for s in run.samples) if share is not None
+        ]
         if shares and max(shares) > 0.5:
-            found.append(Check("prefill-dominates-window", "warn", f"{run.arm} arm: prefill takes {max(shares):.0%} "
-                               f"of a run's energy; generate more tokens per request for a decode-only figure"))
+            found.append(
+                Check(
+                    "prefill-dominates-window",
+                    "warn",
+                    f"{run.arm} arm: prefill takes {max(shares):.0%} "
+                    f"of a run's energy; generate more tokens per request for a decode-only figure",
+                )
+            )
     return found
 
 
 def prefill_share(window: dict[str, Any]) -> float | None:
-    """Prefill's share of one run's energy: per-loop prefill over per-loop full energy (the two windows repeat
-    their run different ``loops`` times; window totals would give the ratio of average powers: 5% read as 84%)."""
+    """Prefill's share of one run's energy: per-loop prefill over per-loop full energy (the two
+    windows repeat their run different ``loops`` times; window totals would give the ratio of
+    average powers: 5% read as 84%)."""
     full, prefill = window.get("full") or {}, window.get("prefill") or {}
     if not full.get("joules") or prefill.get("joules") is None:
         return None

@@ -1,6 +1,7 @@
-"""From a :class:`Case` to a :class:`PairResult`: engines, meters, shared baselines, repeats, from plain values (it
-knows nothing of pytest, the gate or the session). Interleaved arms, shared baselines, GPU residency and replay
-arms: ``docs/design/measure.md``, section ``pytest_specenergy/measure/pairs.py``.
+"""From a :class:`Case` to a :class:`PairResult`: engines, meters, shared baselines, repeats, from
+plain values (it knows nothing of pytest, the gate or the session). Interleaved arms, shared
+baselines, GPU residency and replay arms: ``docs/design/measure.md``, section
+``pytest_specenergy/measure/pairs.py``.
 """
 
 from __future__ import annotations
@@ -33,19 +34,30 @@ from pytest_specenergy.meters import make_meter
 from pytest_specenergy.meters import meter_kind_for
 from pytest_specenergy.meters.base import Meter
 
-#: Builds the meter of a kind for an engine, or returns None for the built-in one (the session passes the
-#: ``pytest_specenergy_make_meter`` hook here).
+#: Builds the meter of a kind for an engine, or returns None for the built-in one (the session
+#: passes the ``pytest_specenergy_make_meter`` hook here).
 MeterFactory = Callable[[str, ServerProcess], "Meter | None"]
 
 
 class PairMeasurer:
     """Measures pairs on pooled engines; one instance per session (or per xdist worker)."""
 
-    def __init__(self, *, log_dir: Path, startup_timeout: float, meter: str, repeats: int, warmup: int | None,
-                 meter_factory: MeterFactory | None = None, pool: EnginePool | None = None, cooldown_s: float = 0.0,
-                 draft_removal: str = "auto", progress: Callable[[int, str], None] | None = None,
-                 gpu_memory: Callable[[], int | None] | None = None,
-                 server_fields: Callable[[], frozenset[str] | None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        log_dir: Path,
+        startup_timeout: float,
+        meter: str,
+        repeats: int,
+        warmup: int | None,
+        meter_factory: MeterFactory | None = None,
+        pool: EnginePool | None = None,
+        cooldown_s: float = 0.0,
+        draft_removal: str = "auto",
+        progress: Callable[[int, str], None] | None = None,
+        gpu_memory: Callable[[], int | None] | None = None,
+        server_fields: Callable[[], frozenset[str] | None] | None = None,
+    ) -> None:
         if cooldown_s < 0:
             raise ValueError(f"cooldown must be >= 0 seconds, got {cooldown_s!r}")
         self.draft_removal = check_mode(draft_removal)
@@ -62,8 +74,8 @@ class PairMeasurer:
         self.planned: list[Case] = []
         #: How the GPU's engines run (None: no GPU case planned); ``plan`` decides it.
         self.residency: Residency | None = None
-        #: The GPU's total memory in bytes (NVML by default) and the installed SGLang's ServerArgs fields: what
-        #: residency is decided from (tests pass their own).
+        #: The GPU's total memory in bytes (NVML by default) and the installed SGLang's ServerArgs
+        #: fields: what residency is decided from (tests pass their own).
         self.gpu_memory = gpu_memory or gpu_memory_bytes
         self.server_fields = server_fields or _installed_server_fields
         self.meters: dict[str, Meter] = {}
@@ -76,31 +88,46 @@ class PairMeasurer:
         self._recorded: dict[tuple[Any, ...], Drafts] = {}
 
     def plan(self, cases: list[Case]) -> None:
-        """Record the collected cases and decide how the GPU's engines run: a case's SGLang engines all resident,
-        interleaved, when they fit, else one at a time, blocked (CPU cases keep the unbounded pool: no GPU held)."""
+        """Record the collected cases and decide how the GPU's engines run: a case's SGLang engines
+        all resident, interleaved, when they fit, else one at a time, blocked (CPU cases keep the
+        unbounded pool: no GPU held)."""
         self.planned = cases
-        gpu = [c for c in cases if (c.engine == "sglang" and c.device != "cpu") or c.device.startswith("cuda")]
+        gpu = [
+            c
+            for c in cases
+            if (c.engine == "sglang" and c.device != "cpu") or c.device.startswith("cuda")
+        ]
         if not gpu:
             return
         engines = max(3 if c.reference is not None else 2 for c in gpu)
         if any(c.engine != "sglang" for c in gpu):
-            self.residency = Residency(False, 1, None, "a non-SGLang engine on the GPU (no memory split)")
+            self.residency = Residency(
+                False, 1, None, "a non-SGLang engine on the GPU (no memory split)"
+            )
         else:
             configs = [config for c in gpu for config in _engine_configs(c)]
-            self.residency = decide_residency(configs, engines, self.gpu_memory(), self.server_fields())
+            self.residency = decide_residency(
+                configs, engines, self.gpu_memory(), self.server_fields()
+            )
         self.pool.max_live = self.residency.engines if self.residency.resident else 1
 
     def start_planned(self) -> None:
-        """On an unbounded pool, start the planned cases' reference engines (not SGLang's) side by side before the
-        first case measures, at most :data:`PRESTART_MAX` (``docs/design/measure.md``, "Starting engines together")."""
+        """On an unbounded pool, start the planned cases' reference engines (not SGLang's) side by
+        side before the first case measures, at most :data:`PRESTART_MAX`
+        (``docs/design/measure.md``, "Starting engines together")."""
         if self.pool.max_live or not hasattr(self.pool, "start_together"):
             return
-        configs = [self.engine_config(config) for case in self.planned for config in _engine_configs(case)
-                   if config.engine == "reference"]
+        configs = [
+            self.engine_config(config)
+            for case in self.planned
+            for config in _engine_configs(case)
+            if config.engine == "reference"
+        ]
         self.pool.start_together(list(dict.fromkeys(configs))[:PRESTART_MAX])
 
     def engine_config(self, config: EngineConfig) -> EngineConfig:
-        """``config`` with its share of GPU memory and ``sleep_on_idle`` when engines are resident (:meth:`plan`)."""
+        """``config`` with its share of GPU memory and ``sleep_on_idle`` when engines are resident
+        (:meth:`plan`)."""
         return resident_config(config, self.residency) if self.residency is not None else config
 
     def meter_for(self, server: ServerProcess) -> Meter:
@@ -112,55 +139,84 @@ class PairMeasurer:
             self.meters[kind] = meter or make_meter(kind)
         return self.meters[kind]
 
-    def _arm(self, config: EngineConfig, case: Case, repeats: int,
-             warmup: int | None, replay: Drafts | None = None) -> ArmMeasurer:
+    def _arm(
+        self,
+        config: EngineConfig,
+        case: Case,
+        repeats: int,
+        warmup: int | None,
+        replay: Drafts | None = None,
+    ) -> ArmMeasurer:
         server = self.pool.get(self.engine_config(config))
         meter = self.meter_for(server)
         warmup = self.warmup if warmup is None else warmup
         if warmup is None:  # auto: only a measured window needs the engine warm
             warmup = 0 if meter.kind.startswith("modeled:") else 1
-        return ArmMeasurer(server, meter, case, repeats, warmup, replay=replay, run_twin=self.run_twin)
+        return ArmMeasurer(
+            server, meter, case, repeats, warmup, replay=replay, run_twin=self.run_twin
+        )
 
-    def _replay_arms(self, case: Case, arms: list[tuple[str, Case]], first: EngineConfig
-                     ) -> dict[str, tuple[EngineConfig, Case]]:
-        """The arms measured on replay engines (``measure/removal.py``): each one's engine and the drafting arm
-        whose recorded drafts it replays. ``first``, the engine the case starts first anyway, decides the meter."""
+    def _replay_arms(
+        self, case: Case, arms: list[tuple[str, Case]], first: EngineConfig
+    ) -> dict[str, tuple[EngineConfig, Case]]:
+        """The arms measured on replay engines (``measure/removal.py``): each one's engine and the
+        drafting arm whose recorded drafts it replays. ``first``, the engine the case starts first
+        anyway, decides the meter."""
         kind = self.meter_for(self.pool.get(self.engine_config(first))).kind
-        replays = {name: (arm_case.spec_config().replaying("proposals"), arm_case) for name, arm_case in arms
-                   if replays_proposals(arm_case.drafter, arm_case.engine, kind)}
+        replays = {
+            name: (arm_case.spec_config().replaying("proposals"), arm_case)
+            for name, arm_case in arms
+            if replays_proposals(arm_case.drafter, arm_case.engine, kind)
+        }
         if removes_drafts(self.draft_removal, case, kind):
             if case.engine != "reference":
-                raise RuntimeError(f"draft removal replays recorded drafts, which only the reference engine can "
-                                   f"(--drafter replay); {case.id} runs on {case.engine}: use "
-                                   f"--specenergy-draft-removal=auto or off for it")
+                raise RuntimeError(
+                    f"draft removal replays recorded drafts, which only the reference engine can "
+                    f"(--drafter replay); {case.id} runs on {case.engine}: use "
+                    f"--specenergy-draft-removal=auto or off for it"
+                )
             replays["removal"] = (case.spec_config().replaying("verify"), case)
         return replays
 
     def _drafts(self, arm_case: Case) -> Drafts:
-        """``arm_case``'s drafts on its pool, recorded once (unmetered) on its own engine for every replay to share."""
+        """``arm_case``'s drafts on its pool, recorded once (unmetered) on its own engine for every
+        replay to share."""
         key = (arm_case.spec_config(), arm_case.batch, arm_case.corpus_key, arm_case.generation)
         if key not in self._recorded:
             self._recorded[key] = self._arm(arm_case.spec_config(), arm_case, 0, 0).record_drafts()
         return self._recorded[key]
 
-    def _interleaved(self, case: Case, repeats: int, warmup: int | None, with_baseline: bool
-                     ) -> tuple[dict[str, RunResult], ServerProcess, dict[str, Any]]:
-        """``repeats`` of each arm, interleaved: per cycle the baseline, then the speculative arm and (in-job A/B)
-        the reference, whose order alternates between cycles so neither always runs right after the baseline, then
-        (draft removal) the verify-only replay of the speculative arm. Returns each arm's result by name."""
+    def _interleaved(
+        self, case: Case, repeats: int, warmup: int | None, with_baseline: bool
+    ) -> tuple[dict[str, RunResult], ServerProcess, dict[str, Any]]:
+        """``repeats`` of each arm, interleaved: per cycle the baseline, then the speculative arm
+        and (in-job A/B) the reference, whose order alternates between cycles so neither always runs
+        right after the baseline, then (draft removal) the verify-only replay of the speculative
+        arm. Returns each arm's result by name."""
         drafting: list[tuple[str, Case]] = [("speculative", case)]
         if case.reference is not None:
-            drafting.append(("reference", dataclasses.replace(case, spec=case.reference_config(), reference=None)))
+            drafting.append(
+                (
+                    "reference",
+                    dataclasses.replace(case, spec=case.reference_config(), reference=None),
+                )
+            )
         baseline = [("baseline", case)] if with_baseline else []
         start_together = getattr(self.pool, "start_together", None)
         if start_together is not None:  # an unbounded pool starts the arms' engines side by side
-            start_together([c.baseline_config() for _, c in baseline] + [c.spec_config() for _, c in drafting])
-        replays = self._replay_arms(case, drafting, case.baseline_config() if with_baseline else case.spec_config())
+            start_together(
+                [c.baseline_config() for _, c in baseline] + [c.spec_config() for _, c in drafting]
+            )
+        replays = self._replay_arms(
+            case, drafting, case.baseline_config() if with_baseline else case.spec_config()
+        )
         removal = [("removal", case)] if "removal" in replays else []
         arms = baseline + drafting + removal
-        live = getattr(self.pool, "max_live", 0)  # 0: unbounded; else the engines the GPU holds at once
-        # A lone arm (a drafter whose baseline is shared from a sibling) has nothing to alternate with: it is not
-        # blocked; its record says where the baseline came from (baseline_from).
+        live = getattr(
+            self.pool, "max_live", 0
+        )  # 0: unbounded; else the engines the GPU holds at once
+        # A lone arm (a drafter whose baseline is shared from a sibling) has nothing to alternate
+        # with: it is not blocked; its record says where the baseline came from (baseline_from).
         interleave = len(arms) < 2 or not live or live >= len(arms)
 
         def measurer(name: str, arm_case: Case) -> ArmMeasurer:
@@ -176,7 +232,8 @@ class PairMeasurer:
 
         def measure_next(name: str) -> None:
             index, each = len(done[name]), measurers[name]
-            # The pool's engine again: one that died and was restarted is warmed up again and the case flagged.
+            # The pool's engine again: one that died and was restarted is warmed up again and the
+            # case flagged.
             server = self.pool.get(each.server.config)
             if server is not each.server:
                 each.server = server
@@ -189,7 +246,9 @@ class PairMeasurer:
             for each in measurers.values():
                 each.warm_up()
             for cycle in range(repeats):
-                for name, _ in baseline + (drafting if cycle % 2 == 0 else drafting[::-1]) + removal:
+                for name, _ in (
+                    baseline + (drafting if cycle % 2 == 0 else drafting[::-1]) + removal
+                ):
                     measure_next(name)
         else:
             for name, arm_case in arms:  # one engine at a time: each arm's repeats together
@@ -199,11 +258,22 @@ class PairMeasurer:
                     measure_next(name)
                 if name == "baseline":
                     self._measure_siblings(case)
-        entries = sorted(({"arm": name, "repeat": i, "started": r.started, "finished": r.finished}
-                          for name, rs in done.items() for i, r in enumerate(rs)), key=lambda e: e["started"])
-        order = {"interleaved": interleave, "cooldown_s": self.cooldown_s, "order": [e["arm"] for e in entries],
-                 "repeats": entries, **({"restarts": restarts} if restarts else {}),
-                 **({"residency": self.residency.as_dict()} if self.residency is not None else {})}
+        entries = sorted(
+            (
+                {"arm": name, "repeat": i, "started": r.started, "finished": r.finished}
+                for name, rs in done.items()
+                for i, r in enumerate(rs)
+            ),
+            key=lambda e: e["started"],
+        )
+        order = {
+            "interleaved": interleave,
+            "cooldown_s": self.cooldown_s,
+            "order": [e["arm"] for e in entries],
+            "repeats": entries,
+            **({"restarts": restarts} if restarts else {}),
+            **({"residency": self.residency.as_dict()} if self.residency is not None else {}),
+        }
         results = {name: measurers[name].result(name, rs) for name, rs in done.items()}
         return results, measurers["speculative"].server, order
 
@@ -211,14 +281,23 @@ class PairMeasurer:
         """On a one-engine pool: every other planned baseline of this engine, while it runs."""
         for other in self.planned:
             key = other.baseline_key()
-            if other.baseline_config() != case.baseline_config() or key == case.baseline_key() \
-                    or key in self._baselines or key in self._sibling_failed:
+            if (
+                other.baseline_config() != case.baseline_config()
+                or key == case.baseline_key()
+                or key in self._baselines
+                or key in self._sibling_failed
+            ):
                 continue
             try:
                 measurer = self._arm(other.baseline_config(), other, self.repeats, None)
                 measurer.warm_up()
                 self._baselines[key] = measurer.result(
-                    "baseline", [self._timed(measurer, "baseline", i, self.repeats) for i in range(self.repeats)])
+                    "baseline",
+                    [
+                        self._timed(measurer, "baseline", i, self.repeats)
+                        for i in range(self.repeats)
+                    ],
+                )
                 self._baseline_from[key] = f"{other.id} (measured ahead, with {case.id})"
             except Exception:  # noqa: BLE001 - reported when the sibling itself runs
                 self._sibling_failed.add(key)
@@ -229,7 +308,11 @@ class PairMeasurer:
         began = time.monotonic()
         repeat = measurer.measure_repeat(arm)
         if self.progress is not None:
-            self.progress(1, f"{measurer.case.id} {arm} repeat {index + 1}/{total} ({time.monotonic() - began:.1f} s)")
+            self.progress(
+                1,
+                f"{measurer.case.id} {arm} repeat {index + 1}/{total} "
+                f"({time.monotonic() - began:.1f} s)",
+            )
         return repeat
 
     def baseline(self, case: Case) -> RunResult:
@@ -248,39 +331,65 @@ class PairMeasurer:
         if case not in self._pairs:
             key = case.baseline_key()
             shared = key in self._baselines
-            arms, server, order = self._interleaved(case, self.repeats, None, with_baseline=not shared)
+            arms, server, order = self._interleaved(
+                case, self.repeats, None, with_baseline=not shared
+            )
             if shared:
                 order["baseline_from"] = self._baseline_from[key]
             else:
                 self._baselines[key], self._baseline_from[key] = arms["baseline"], case.id
             baseline = self._baselines[key]
-            # Scoring is a prefill (max_new_tokens=0) on the engine already running; it never speculates, so the
-            # speculative engine scores as its twin would. Prompt ids are asked for where the engine has them.
-            has_ids = getattr(server.backend, "returns_prompt_token_ids", None)  # None: unknown (old SGLang lacks it)
-            def scored(run: RunResult) -> Coherence:
-                return measure_coherence(server.client, case.pool(), baseline.outputs, run.outputs,
-                                         _special_ids(server), has_ids, tie_margins=True)
+            # Scoring is a prefill (max_new_tokens=0) on the engine already running; it never
+            # speculates, so the speculative engine scores as its twin would. Prompt ids are asked
+            # for where the engine has them.
+            has_ids = getattr(
+                server.backend, "returns_prompt_token_ids", None
+            )  # None: unknown (old SGLang lacks it)
 
-            # The reference drafter's divergences are classified too: an A/B compares match fractions, ties
-            # counting as matches on both sides.
+            def scored(run: RunResult) -> Coherence:
+                return measure_coherence(
+                    server.client,
+                    case.pool(),
+                    baseline.outputs,
+                    run.outputs,
+                    _special_ids(server),
+                    has_ids,
+                    tie_margins=True,
+                )
+
+            # The reference drafter's divergences are classified too: an A/B compares match
+            # fractions, ties counting as matches on both sides.
             reference = arms.get("reference")
-            self._pairs[case] = PairResult(case, case.id, baseline, arms["speculative"], scored(arms["speculative"]),
-                                           order=order, reference=reference, removal=arms.get("removal"),
-                                           reference_coherence=None if reference is None else scored(reference))
+            self._pairs[case] = PairResult(
+                case,
+                case.id,
+                baseline,
+                arms["speculative"],
+                scored(arms["speculative"]),
+                order=order,
+                reference=reference,
+                removal=arms.get("removal"),
+                reference_coherence=None if reference is None else scored(reference),
+            )
         return self._pairs[case]
 
     def add_repeats(self, case: Case, extra: int) -> PairResult:
-        """``extra`` more interleaved repeats of every arm (asked by an INCONCLUSIVE verdict); the baseline grows."""
+        """``extra`` more interleaved repeats of every arm (asked by an INCONCLUSIVE verdict); the
+        baseline grows."""
         pair = self.measure(case)
         more, _, order = self._interleaved(case, extra, 0, with_baseline=True)
-        grown = {name: _extend(getattr(pair, name), run) for name, run in more.items()
-                 if getattr(pair, name) is not None}
+        grown = {
+            name: _extend(getattr(pair, name), run)
+            for name, run in more.items()
+            if getattr(pair, name) is not None
+        }
         self._baselines[case.baseline_key()] = grown["baseline"]
         merged = dict(pair.order or {})
         offset = {arm: sum(1 for a in merged.get("order", []) if a == arm) for arm in more}
         merged["order"] = list(merged.get("order", [])) + order["order"]
         merged["repeats"] = list(merged.get("repeats", [])) + [
-            {**e, "repeat": e["repeat"] + offset[e["arm"]], "added": True} for e in order["repeats"]]
+            {**e, "repeat": e["repeat"] + offset[e["arm"]], "added": True} for e in order["repeats"]
+        ]
         merged["interleaved"] = bool(merged.get("interleaved", True)) and order["interleaved"]
         self._pairs[case] = dataclasses.replace(pair, order=merged, **grown)
         return self._pairs[case]
@@ -305,8 +414,8 @@ class PairMeasurer:
             meter.close()
 
 
-#: Reference engines :meth:`PairMeasurer.start_planned` starts at once (a tiny model's takes about 0.4 GB; a
-#: checkpoint's more).
+#: Reference engines :meth:`PairMeasurer.start_planned` starts at once (a tiny model's takes about
+#: 0.4 GB; a checkpoint's more).
 PRESTART_MAX = 6
 
 
@@ -316,13 +425,16 @@ def _engine_configs(case: Case) -> list[EngineConfig]:
 
 
 def gpu_memory_bytes() -> int | None:
-    """Total memory of the engines' first GPU from NVML; None when NVML does not say (residency is not guessed)."""
+    """Total memory of the engines' first GPU from NVML; None when NVML does not say (residency is
+    not guessed)."""
     try:
         from pytest_specenergy.meters.devices import Nvml
         from pytest_specenergy.meters.nvml import resolve_devices
 
         with Nvml() as nvml:
-            gpu = resolve_devices(nvml, os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("CUDA_DEVICE_ORDER"))[0]
+            gpu = resolve_devices(
+                nvml, os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("CUDA_DEVICE_ORDER")
+            )[0]
             total = getattr(nvml.optional("nvmlDeviceGetMemoryInfo", gpu.handle), "total", None)
             return int(total) if total else None
     except Exception:  # noqa: BLE001 - no NVML, no GPU, a MIG slice: not known
@@ -330,14 +442,16 @@ def gpu_memory_bytes() -> int | None:
 
 
 def _installed_server_fields() -> frozenset[str] | None:
-    # imported here: only a plan with a GPU case asks, and the SGLang tables cost a CPU session ~13 ms to import
+    # imported here: only a plan with a GPU case asks, and the SGLang tables cost a CPU session ~13
+    # ms to import
     from pytest_specenergy.engines.sglang_args import installed_server_args_fields
 
     return installed_server_args_fields()
 
 
 def _special_ids(server: Any) -> tuple[int, ...]:
-    """``ServerProcess.special_token_ids`` (SGLang's ``/server_info`` has none), else ``/server_info``'s."""
+    """``ServerProcess.special_token_ids`` (SGLang's ``/server_info`` has none), else
+    ``/server_info``'s."""
     ids = getattr(server, "special_token_ids", None)
     return tuple(ids) if ids is not None else tuple(server.server_info.get("special_token_ids", ()))
 
@@ -345,6 +459,10 @@ def _special_ids(server: Any) -> tuple[int, ...]:
 def _extend(run: RunResult, more: RunResult) -> RunResult:
     """``run`` with the samples of ``more`` appended (same arm, same engine)."""
     stable = run.outputs_stable and more.outputs_stable and run.outputs == more.outputs
-    return dataclasses.replace(run, samples=run.samples + more.samples, outputs_stable=stable,
-                               counter_problems=tuple(dict.fromkeys(run.counter_problems + more.counter_problems)),
-                               replay_problems=tuple(dict.fromkeys(run.replay_problems + more.replay_problems)))
+    return dataclasses.replace(
+        run,
+        samples=run.samples + more.samples,
+        outputs_stable=stable,
+        counter_problems=tuple(dict.fromkeys(run.counter_problems + more.counter_problems)),
+        replay_problems=tuple(dict.fromkeys(run.replay_problems + more.replay_problems)),
+    )

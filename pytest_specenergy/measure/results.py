@@ -1,6 +1,7 @@
-"""Measurement records: one :class:`RunResult` per arm, a :class:`PairResult` per case, whose per-arm metrics
-(``r.energy_per_token``, ``r.tbt_ms``) are the speculative arm's and pair metrics (``energy_saving``, ``speedup``,
-equivalence) compare the arms. An ``assert_*`` helper fails with the value, the limit, both arms, the case, the source.
+"""Measurement records: one :class:`RunResult` per arm, a :class:`PairResult` per case, whose
+per-arm metrics (``r.energy_per_token``, ``r.tbt_ms``) are the speculative arm's and pair metrics
+(``energy_saving``, ``speedup``, equivalence) compare the arms. An ``assert_*`` helper fails with
+the value, the limit, both arms, the case, the source.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ class RunResult:
 
     @property
     def coverage(self) -> float | None:
-        """Mean over repeats of the share of the pool's decode tokens inside the window (None: not recorded)."""
+        """Mean over repeats of the share of the pool's decode tokens inside the window (None: not
+        recorded)."""
         total = self._pooled("coverage")
         return None if total is None else total / len(self.samples)
 
@@ -79,10 +81,13 @@ class RunResult:
     @property
     def acceptance_rate(self) -> float | None:
         """Accepted over proposed drafts over all repeats."""
-        return metrics.acceptance_rate(self._pooled("correct_drafts"), self._pooled("proposed_drafts"))
+        return metrics.acceptance_rate(
+            self._pooled("correct_drafts"), self._pooled("proposed_drafts")
+        )
 
     def record(self) -> Arm:
-        """This arm as the run document stores it, every sample kept: each field of an :class:`Arm` is this one's."""
+        """This arm as the run document stores it, every sample kept: each field of an :class:`Arm`
+        is this one's."""
         return Arm(**{f.name: getattr(self, f.name) for f in fields(Arm) if f.name != "extra"})
 
     def as_dict(self) -> dict[str, Any]:
@@ -99,26 +104,36 @@ class PairResult:
     baseline: RunResult
     speculative: RunResult
     coherence: Coherence | None = None
-    #: How the repeats ran: ``order`` (arm per repeat, in run order), ``repeats`` (arm, index, wall-clock start and
-    #: finish), ``interleaved``, ``cooldown_s``, and ``baseline_from`` when the baseline came from another pair.
+    #: How the repeats ran: ``order`` (arm per repeat, in run order), ``repeats`` (arm, index,
+    #: wall-clock start and finish), ``interleaved``, ``cooldown_s``, and ``baseline_from`` when the
+    #: baseline came from another pair.
     order: dict[str, Any] = field(default_factory=dict, compare=False)
-    #: In-job A/B: the reference drafter's arm (``case.reference``); sample i of each arm comes from one cycle.
+    #: In-job A/B: the reference drafter's arm (``case.reference``); sample i of each arm comes from
+    #: one cycle.
     reference: RunResult | None = None
-    #: Draft removal: the verify-only replay of the speculative arm's recorded drafts (no draft passes).
+    #: Draft removal: the verify-only replay of the speculative arm's recorded drafts (no draft
+    #: passes).
     removal: RunResult | None = None
-    #: In-job A/B: the reference arm's text scored against the baseline, so its ties are told apart too.
+    #: In-job A/B: the reference arm's text scored against the baseline, so its ties are told apart
+    #: too.
     reference_coherence: Coherence | None = None
 
-    energy_per_token = _speculative("energy_per_token", "Speculative J per committed token (median over repeats).")
+    energy_per_token = _speculative(
+        "energy_per_token", "Speculative J per committed token (median over repeats)."
+    )
     tbt_ms = _speculative("tbt_ms", "Speculative mean time between tokens, ms.")
     accept_length = _speculative("accept_length", "Speculative tokens committed per verify step.")
     acceptance_rate = _speculative("acceptance_rate", "Speculative accepted / proposed drafts.")
-    verified_per_step = _speculative("verified_per_step", "Tokens the target verifies per request per step.")
+    verified_per_step = _speculative(
+        "verified_per_step", "Tokens the target verifies per request per step."
+    )
 
     @property
     def energy_saving(self) -> float | None:
         """``1 - spec / baseline`` energy per token; negative = speculation costs energy."""
-        return metrics.energy_saving(self.speculative.energy_per_token, self.baseline.energy_per_token)
+        return metrics.energy_saving(
+            self.speculative.energy_per_token, self.baseline.energy_per_token
+        )
 
     @property
     def speedup(self) -> float | None:
@@ -127,12 +142,16 @@ class PairResult:
 
     def _meter_detail(self, key: str) -> list[Any]:
         """``key`` from the speculative arm's full-window meter details, per repeat (None-free)."""
-        values = [(s.window.get("full") or {}).get("details", {}).get(key) for s in self.speculative.samples]
+        values = [
+            (s.window.get("full") or {}).get("details", {}).get(key)
+            for s in self.speculative.samples
+        ]
         return [v for v in values if v is not None]
 
     @property
     def verify_intensity(self) -> float | None:
-        """The verify step's FLOP/byte under the meter's GPU and shape (mean over repeats; None: steps not modeled)."""
+        """The verify step's FLOP/byte under the meter's GPU and shape (mean over repeats; None:
+        steps not modeled)."""
         values = self._meter_detail("verify_intensity")
         return sum(values) / len(values) if values else None
 
@@ -149,11 +168,14 @@ class PairResult:
 
     @property
     def draft_share(self) -> float | None:
-        """The drafter's share of speculative decode energy (:attr:`draft_share_method` says how): measured by draft
-        removal (:func:`metrics.removal_draft_share`), else the modeled meter's price of the draft passes, else None."""
+        """The drafter's share of speculative decode energy (:attr:`draft_share_method` says how):
+        measured by draft removal (:func:`metrics.removal_draft_share`), else the modeled meter's
+        price of the draft passes, else None."""
         if self.removal is not None:
-            return metrics.removal_draft_share([s.energy_per_token for s in self.speculative.samples],
-                                               [s.energy_per_token for s in self.removal.samples])
+            return metrics.removal_draft_share(
+                [s.energy_per_token for s in self.speculative.samples],
+                [s.energy_per_token for s in self.removal.samples],
+            )
         return self.draft_share_priced
 
     @property
@@ -164,8 +186,15 @@ class PairResult:
 
     @property
     def draft_share_method(self) -> str | None:
-        """``removal`` (a verify-only replay was measured), ``priced`` (the modeled meter's split) or None."""
-        return "removal" if self.removal is not None else "priced" if self.draft_share_priced is not None else None
+        """``removal`` (a verify-only replay was measured), ``priced`` (the modeled meter's split)
+        or None."""
+        return (
+            "removal"
+            if self.removal is not None
+            else "priced"
+            if self.draft_share_priced is not None
+            else None
+        )
 
     @cached_property
     def equivalence(self) -> Equivalence:
@@ -202,12 +231,14 @@ class PairResult:
         """Both arms' numbers on a few lines, for failure messages."""
         return (
             f"case {self.case_id} [{self.source}]\n{_arm_line('baseline:   ', self.baseline)}"
-            f"{_arm_line('speculative:', self.speculative)}  accept length {metrics.fmt(self.accept_length, '.3f')}, "
-            f"acceptance rate {metrics.fmt(self.acceptance_rate, '.3f')}, verified/step {self.verified_per_step}, "
-            f"energy saving {metrics.fmt(self.energy_saving, '+.1%')}, speedup {metrics.fmt(self.speedup, '.2f')}x, "
-            f"equivalence {self.equivalence.summary()}"
+            f"{_arm_line('speculative:', self.speculative)}  accept length "
+            f"{metrics.fmt(self.accept_length, '.3f')}, acceptance rate "
+            f"{metrics.fmt(self.acceptance_rate, '.3f')}, verified/step {self.verified_per_step}, "
+            f"energy saving {metrics.fmt(self.energy_saving, '+.1%')}, speedup "
+            f"{metrics.fmt(self.speedup, '.2f')}x, equivalence {self.equivalence.summary()}"
             + (f", logprob gap {self.coherence.mean_gap:.3f} nats/token" if self.coherence else "")
-            + "".join(f"\n  check {c}" for c in self.checks))
+            + "".join(f"\n  check {c}" for c in self.checks)
+        )
 
     def _fail(self, headline: str) -> None:
         __tracebackhide__ = True  # a failure shows the user's line and this message, not ours
@@ -228,20 +259,27 @@ class PairResult:
         __tracebackhide__ = True
         value = self.accept_length
         if value is None:
-            self._fail("accept length could not be computed: the engine reported no verify steps "
-                       "or no speculative counters for the measured requests")
+            self._fail(
+                "accept length could not be computed: the engine reported no verify steps "
+                "or no speculative counters for the measured requests"
+            )
         elif value < at_least:
             self._fail(f"accept length {value:.3f} is below the required {at_least:.3f}")
         return self
 
-    def assert_equivalent(self, min_common_prefix: int | None = None, min_exact_fraction: float | None = None,
-                          tie_margin: float = DEFAULT_TIE_MARGIN) -> PairResult:
-        """Greedy outputs match the baseline's token ids, up to numerical ties: a first divergence between the
-        baseline's two best tokens, less than ``tie_margin`` nats apart (0: exact equality), counts as a match
-        (:mod:`~pytest_specenergy.measure.equivalence`; the text after it is :meth:`assert_coherent`'s). Any other
-        divergence, or one whose margin was not measured, is real. With no arguments any real divergence fails;
-        ``min_common_prefix=N`` asks each prompt to agree on its first N tokens (or all of a shorter answer) unless
-        it diverged at a tie; ``min_exact_fraction`` bounds the share of prompts that match."""
+    def assert_equivalent(
+        self,
+        min_common_prefix: int | None = None,
+        min_exact_fraction: float | None = None,
+        tie_margin: float = DEFAULT_TIE_MARGIN,
+    ) -> PairResult:
+        """Greedy outputs match the baseline's token ids, up to numerical ties: a first divergence
+        between the baseline's two best tokens, less than ``tie_margin`` nats apart (0: exact
+        equality), counts as a match (:mod:`~pytest_specenergy.measure.equivalence`; the text after
+        it is :meth:`assert_coherent`'s). Any other divergence, or one whose margin was not
+        measured, is real. With no arguments any real divergence fails; ``min_common_prefix=N`` asks
+        each prompt to agree on its first N tokens (or all of a shorter answer) unless it diverged
+        at a tie; ``min_exact_fraction`` bounds the share of prompts that match."""
         __tracebackhide__ = True
         eq = self.equivalence.classified(tie_margin)
         if min_common_prefix is None and min_exact_fraction is None:
@@ -250,45 +288,63 @@ class PairResult:
         if not eq.requests:
             self._fail("equivalence cannot be judged: the arms answered no prompts")
         if min_exact_fraction is not None and eq.matched_fraction < min_exact_fraction:
-            self._fail(f"outputs differ from the baseline: exact-match fraction {eq.matched_fraction:.3f} (counting "
-                       f"{len(eq.ties)} numerical tie(s) as matches) is below the required {min_exact_fraction:.3f}\n"
-                       f"  {len(real)} real divergence(s), the first at {real[0].describe(tie_margin)}")
+            self._fail(
+                "outputs differ from the baseline: exact-match fraction "
+                f"{eq.matched_fraction:.3f} (counting {len(eq.ties)} numerical tie(s) as matches) "
+                f"is below the required {min_exact_fraction:.3f}\n  {len(real)} real "
+                f"divergence(s), the first at {real[0].describe(tie_margin)}"
+            )
         if min_common_prefix is not None:
             # An identical answer shorter than N (it ended at EOS) still agrees on all of it.
             short = [r for r in real if r.common_prefix < min_common_prefix]
             if short:
                 worst = short[0]
-                self._fail(f"outputs diverge from the baseline at token {worst.common_prefix} of "
-                           f"prompt {worst.prompt_index}, before the required common prefix of "
-                           f"{min_common_prefix} ({len(short)} of {len(eq.requests)} prompts short; "
-                           f"a real divergence: {worst.describe(tie_margin)})")
+                self._fail(
+                    f"outputs diverge from the baseline at token {worst.common_prefix} of "
+                    f"prompt {worst.prompt_index}, before the required common prefix of "
+                    f"{min_common_prefix} ({len(short)} of {len(eq.requests)} prompts short; "
+                    f"a real divergence: {worst.describe(tie_margin)})"
+                )
         return self
 
-    def assert_coherent(self, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_GAP,
-                        tie_margin: float = DEFAULT_TIE_MARGIN) -> PairResult:
-        """The speculative text is as likely under the target as the baseline's own text, shows no degeneracy (loops,
-        distinct-n collapse, special-token leakage, length blow-up), and from each prompt's first divergence on no token
-        of it lies more than ``tie_margin`` nats below the target's best (``inf``: not judged). For where exact equality
-        cannot hold (GPU numerics; why it works: ``docs/design/measure.md``, "Details from the code's docstrings")."""
+    def assert_coherent(
+        self,
+        max_logprob_gap: float = DEFAULT_MAX_LOGPROB_GAP,
+        tie_margin: float = DEFAULT_TIE_MARGIN,
+    ) -> PairResult:
+        """The speculative text is as likely under the target as the baseline's own text, shows no
+        degeneracy (loops, distinct-n collapse, special-token leakage, length blow-up), and from
+        each prompt's first divergence on no token of it lies more than ``tie_margin`` nats below
+        the target's best (``inf``: not judged). For where exact equality cannot hold (GPU numerics;
+        why it works: ``docs/design/measure.md``, "Details from the code's docstrings")."""
         __tracebackhide__ = True
         coherence = self.coherence
         if coherence is None:
             self._fail("coherence was not measured for this pair")
             return self
         worst = self.equivalence.first_divergent
-        where = (f"first divergence at token {worst.first_divergence} of prompt {worst.prompt_index}"
-                 if worst else "no divergence")
+        where = (
+            f"first divergence at token {worst.first_divergence} of prompt {worst.prompt_index}"
+            if worst
+            else "no divergence"
+        )
         if coherence.mean_gap > max_logprob_gap:
-            self._fail(f"speculative output is incoherent: {where}; log-probability gap {coherence.mean_gap:.3f} "
-                       f"nats/token (worst prompt {coherence.worst_gap:.3f}) exceeds {max_logprob_gap:.3f}")
+            self._fail(
+                f"speculative output is incoherent: {where}; log-probability gap "
+                f"{coherence.mean_gap:.3f} nats/token (worst prompt {coherence.worst_gap:.3f}) "
+                f"exceeds {max_logprob_gap:.3f}"
+            )
         off = coherence.off_greedy(tie_margin)
         if off:
             prompt, m = max(off, key=lambda e: e[1].later_gap)
             diverged = sum(coherence.diverged) or len(off)
-            self._fail(f"speculative output is not the target's greedy text: {len(off)} of {diverged} diverged "
-                       f"prompt(s) commit a token the target ranks more than the tie margin {tie_margin:g} nats below "
-                       f"its best; the worst is token {m.later_index} of prompt {prompt}, {m.later_gap:.3f} nats below "
-                       f"({where}; mean gap {coherence.mean_gap:.3f} nats/token)")
+            self._fail(
+                f"speculative output is not the target's greedy text: {len(off)} of {diverged} "
+                "diverged prompt(s) commit a token the target ranks more than the tie margin "
+                f"{tie_margin:g} nats below its best; the worst is token {m.later_index} of "
+                f"prompt {prompt}, {m.later_gap:.3f} nats below ({where}; mean gap "
+                f"{coherence.mean_gap:.3f} nats/token)"
+            )
         problems = coherence.degeneracy.problems()
         if problems:
             self._fail(f"speculative output is degenerate ({where}): " + "; ".join(problems))
@@ -305,20 +361,36 @@ class PairResult:
         """The pair as the run document stores it, with every sample of every arm."""
         ab = self.reference is not None and self.case.reference is not None
         return CaseRecord(
-            case_id=self.case_id, case=self.case.as_dict(), source=self.source, baseline=self.baseline.record(),
-            speculative=self.speculative.record(), energy_saving=self.energy_saving, speedup=self.speedup,
-            accept_length=self.accept_length, acceptance_rate=self.acceptance_rate,
-            energy_per_token=self.energy_per_token, tbt_ms=self.tbt_ms, verified_per_step=self.verified_per_step,
-            verify_intensity=self.verify_intensity, balance_point=self.balance_point, compute_bound=self.compute_bound,
-            draft_share=self.draft_share, draft_share_method=self.draft_share_method,
-            draft_share_priced=self.draft_share_priced, equivalence=self.equivalence.as_dict(),
-            coherence=self.coherence.as_dict() if self.coherence else None, checks=self.checks, order=self.order,
+            case_id=self.case_id,
+            case=self.case.as_dict(),
+            source=self.source,
+            baseline=self.baseline.record(),
+            speculative=self.speculative.record(),
+            energy_saving=self.energy_saving,
+            speedup=self.speedup,
+            accept_length=self.accept_length,
+            acceptance_rate=self.acceptance_rate,
+            energy_per_token=self.energy_per_token,
+            tbt_ms=self.tbt_ms,
+            verified_per_step=self.verified_per_step,
+            verify_intensity=self.verify_intensity,
+            balance_point=self.balance_point,
+            compute_bound=self.compute_bound,
+            draft_share=self.draft_share,
+            draft_share_method=self.draft_share_method,
+            draft_share_priced=self.draft_share_priced,
+            equivalence=self.equivalence.as_dict(),
+            coherence=self.coherence.as_dict() if self.coherence else None,
+            checks=self.checks,
+            order=self.order,
             reference=self.reference.record() if ab else None,  # type: ignore[union-attr]
             reference_drafter=self.case.reference.as_dict() if ab else None,  # type: ignore[union-attr]
             # The reference arm's own match with the baseline: an A/B compares equivalence too.
             reference_equivalence=self.reference_equivalence.as_dict() if ab else None,  # type: ignore[union-attr]
             removal=self.removal.record() if self.removal is not None else None,
-            nodeid=nodeid, machine_key=machine_key)
+            nodeid=nodeid,
+            machine_key=machine_key,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record of the pair with every sample."""
@@ -327,5 +399,7 @@ class PairResult:
 
 def _arm_line(label: str, run: RunResult) -> str:
     samples = ", ".join(metrics.fmt(s.energy_per_token, ".4g") for s in run.samples)
-    return (f"  {label} {metrics.fmt(run.energy_per_token, '.4g')} J/token, tbt {metrics.fmt(run.tbt_ms, '.3f')} ms "
-            f"({len(run.samples)} repeats: {samples})\n")
+    return (
+        f"  {label} {metrics.fmt(run.energy_per_token, '.4g')} J/token, tbt "
+        f"{metrics.fmt(run.tbt_ms, '.3f')} ms ({len(run.samples)} repeats: {samples})\n"
+    )

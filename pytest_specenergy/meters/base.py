@@ -1,5 +1,5 @@
-"""The meter protocol: how energy over one measurement window is obtained; every window's ``source`` label
-(``measured (nvml)``, ``modeled (h200)``) follows its figure into tables, JSON and reports."""
+"""The meter protocol: how energy over one measurement window is obtained; every window's ``source``
+label (``measured (nvml)``, ``modeled (h200)``) follows its figure into tables, JSON and reports."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ class MeterError(RuntimeError):
 
 @dataclass(frozen=True)
 class EnergyWindow:
-    """Energy and time over one window. ``request_seconds``: each request's active time in it, when the meter knows it
-    (the modeled meter; a board counter leaves it to ``e2e_latency``). ``request_decode_seconds``: its decode, verify
-    and draft part, time between tokens without another window's prefill (whose batching differs at large batch)."""
+    """Energy and time over one window. ``request_seconds``: each request's active time in it, when
+    the meter knows it (the modeled meter; a board counter leaves it to ``e2e_latency``).
+    ``request_decode_seconds``: its decode, verify and draft part, time between tokens without
+    another window's prefill (whose batching differs at large batch)."""
 
     joules: float
     seconds: float
@@ -28,8 +29,9 @@ class EnergyWindow:
     request_seconds: Mapping[str, float] | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
     request_decode_seconds: Mapping[str, float] | None = None
-    #: The window's prefill forwards alone, where the meter prices the engine's steps (the modeled meter; None with a
-    #: board meter): what a prefill-only twin would read. A meter adjusting a window's readings adjusts this alike.
+    #: The window's prefill forwards alone, where the meter prices the engine's steps (the modeled
+    #: meter; None with a board meter): what a prefill-only twin would read. A meter adjusting a
+    #: window's readings adjusts this alike.
     prefill_only: EnergyWindow | None = None
 
 

@@ -1,5 +1,6 @@
-"""The modeled meter: a roofline model of a GPU applied to the reference server's work trace (how a trace is priced,
-and why nothing about speculation is special-cased: ``docs/design/meters-report-cli.md``)."""
+"""The modeled meter: a roofline model of a GPU applied to the reference server's work trace (how a
+trace is priced, and why nothing about speculation is special-cased:
+``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,16 @@ from pytest_specenergy.meters.shapes import expected_experts
 from pytest_specenergy.meters.shapes import forward_cost
 from pytest_specenergy.meters.shapes import get_shape
 
-__all__ = ["PRESETS", "GpuPreset", "ModeledMeter", "Pricing", "StepCost", "pricing_for", "step_cost",
-           "window_from_steps"]
+__all__ = [
+    "PRESETS",
+    "GpuPreset",
+    "ModeledMeter",
+    "Pricing",
+    "StepCost",
+    "pricing_for",
+    "step_cost",
+    "window_from_steps",
+]
 
 SELF = "self"
 ROLES = ("target", "draft")
@@ -67,8 +76,11 @@ class Pricing:
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready: the shape key of each role (``self`` = the trace's own size) and graphs."""
-        return {"priced_as": {role: (s.name if s else SELF) for role, s in self.shapes.items()} or SELF,
-                "cuda_graph": self.cuda_graph, "label": self.label}
+        return {
+            "priced_as": {role: (s.name if s else SELF) for role, s in self.shapes.items()} or SELF,
+            "cuda_graph": self.cuda_graph,
+            "label": self.label,
+        }
 
 
 def _cuda_graph(info: Mapping[str, Any], engine: Any) -> bool:
@@ -88,7 +100,10 @@ def _cuda_graph(info: Mapping[str, Any], engine: Any) -> bool:
 def _traced_moe(shape_json: Any) -> TracedMoe | None:
     if not isinstance(shape_json, Mapping):
         return None
-    sizes = [int(shape_json.get(key) or 0) for key in ("num_experts", "num_experts_per_tok", "num_layers")]
+    sizes = [
+        int(shape_json.get(key) or 0)
+        for key in ("num_experts", "num_experts_per_tok", "num_layers")
+    ]
     return TracedMoe(*sizes) if all(sizes) else None
 
 
@@ -98,14 +113,18 @@ def _resolve(name: Any) -> ModelShape | None:
     try:
         return get_shape(str(name))
     except ValueError as exc:
-        raise MeterError(f"the engine asks to be priced as {name!r}, which the modeled meter does not "
-                         f"know: {exc}") from None
+        raise MeterError(
+            f"the engine asks to be priced as {name!r}, which the modeled meter does not "
+            f"know: {exc}"
+        ) from None
 
 
-def pricing_for(gpu: GpuPreset, info: Mapping[str, Any] | None, engine: Any = None,
-                override: str | None = None) -> Pricing:
-    """The pricing of an engine from its ``/server_info`` (``priced_as``, CUDA-graph setting); ``override`` replaces
-    the server's declaration: ``self`` prices every step at the trace's own size, a shape name the target there."""
+def pricing_for(
+    gpu: GpuPreset, info: Mapping[str, Any] | None, engine: Any = None, override: str | None = None
+) -> Pricing:
+    """The pricing of an engine from its ``/server_info`` (``priced_as``, CUDA-graph setting);
+    ``override`` replaces the server's declaration: ``self`` prices every step at the trace's own
+    size, a shape name the target there."""
     info = info if isinstance(info, Mapping) else {}
     declared = info.get("priced_as")
     if isinstance(declared, str):
@@ -114,8 +133,11 @@ def pricing_for(gpu: GpuPreset, info: Mapping[str, Any] | None, engine: Any = No
     if override is not None:
         declared = {} if override.lower() == SELF else {**declared, "target": override}
     shapes = {role: _resolve(declared.get(role)) for role in ROLES if role in declared}
-    traced = {role: moe for role, key in (("target", "model_shape"), ("draft", "draft_model_shape"))
-              if (moe := _traced_moe(info.get(key))) is not None}
+    traced = {
+        role: moe
+        for role, key in (("target", "model_shape"), ("draft", "draft_model_shape"))
+        if (moe := _traced_moe(info.get(key))) is not None
+    }
     model = str(info.get("model_path") or "")
     self_name = "tiny model" if not model or model.startswith("tiny:") else "served model"
     return Pricing(gpu, shapes, _cuda_graph(info, engine), traced, self_name)
@@ -128,10 +150,11 @@ def _field(step: Mapping[str, Any], key: str) -> Any:
         raise MeterError(f"work-trace step lacks {key}: {step!r}") from exc
 
 
-def _scaled_experts(step: Mapping[str, Any], shape: ModelShape, traced: TracedMoe | None,
-                    tokens: int) -> list[float] | None:
-    """Experts the real shape would touch for this step, per real layer, from the tiny router's overlap (the
-    method: ``docs/design/meters-report-cli.md``)."""
+def _scaled_experts(
+    step: Mapping[str, Any], shape: ModelShape, traced: TracedMoe | None, tokens: int
+) -> list[float] | None:
+    """Experts the real shape would touch for this step, per real layer, from the tiny router's
+    overlap (the method: ``docs/design/meters-report-cli.md``)."""
     touched = step.get("experts_touched")
     if not shape.is_moe or not touched or traced is None:
         return None  # forward_cost uses the uniform expectation for all tokens
@@ -144,15 +167,23 @@ def _scaled_experts(step: Mapping[str, Any], shape: ModelShape, traced: TracedMo
     return out
 
 
-def step_cost(step: Mapping[str, Any], gpu: GpuPreset, shape: ModelShape | None = None,
-              cuda_graph: bool = True, traced: TracedMoe | None = None) -> StepCost:
-    """Roofline time and energy of one work-trace step, at ``shape`` or (None) at the trace's own size."""
+def step_cost(
+    step: Mapping[str, Any],
+    gpu: GpuPreset,
+    shape: ModelShape | None = None,
+    cuda_graph: bool = True,
+    traced: TracedMoe | None = None,
+) -> StepCost:
+    """Roofline time and energy of one work-trace step, at ``shape`` or (None) at the trace's own
+    size."""
     if shape is None:
         try:
             moved = int(step["weight_bytes"]) + int(step["kv_bytes"])
             flops = int(step["flops"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise MeterError(f"work-trace step lacks weight_bytes/kv_bytes/flops: {step!r}") from exc
+            raise MeterError(
+                f"work-trace step lacks weight_bytes/kv_bytes/flops: {step!r}"
+            ) from exc
         return roofline(moved, flops, gpu.step_overhead_s, gpu)
     query = [int(q) for q in _field(step, "query_tokens")]
     context = [int(c) for c in _field(step, "context_lens")]
@@ -160,8 +191,15 @@ def step_cost(step: Mapping[str, Any], gpu: GpuPreset, shape: ModelShape | None 
     logits = None  # decode, verify, draft passes: every fed position needs logits
     if phase == "prefill":
         logits = len(query) if step.get("model", "target") == "target" else 0
-    cost = forward_cost(shape, len(query), query, context, _scaled_experts(step, shape, traced, sum(query)),
-                        logit_rows=logits, per_position_states=phase == "verify")
+    cost = forward_cost(
+        shape,
+        len(query),
+        query,
+        context,
+        _scaled_experts(step, shape, traced, sum(query)),
+        logit_rows=logits,
+        per_position_states=phase == "verify",
+    )
     return roofline(cost.bytes, cost.flops, overhead_s(shape, cuda_graph), gpu)
 
 
@@ -169,22 +207,26 @@ def _intensity(flops: float, moved: float) -> float | None:
     return flops / moved if moved else None
 
 
-def window_from_steps(steps: Iterable[Mapping[str, Any]], gpu: GpuPreset,
-                      pricing: Pricing | None = None) -> EnergyWindow:
+def window_from_steps(
+    steps: Iterable[Mapping[str, Any]], gpu: GpuPreset, pricing: Pricing | None = None
+) -> EnergyWindow:
     """Sum modeled step costs; attribute each step's time to the requests in it."""
     pricing = pricing or Pricing(gpu)
     joules = seconds = 0.0
-    moved = flops = count = compute_bound = 0  # count: steps seen
+    moved = flops = count = compute_bound = 0
     per_request: dict[str, float] = {}
     decoding_s: dict[str, float] = {}  # per request, its decode, verify and draft steps only
     by_phase: dict[str, dict[str, float]] = {}
     joules_by_phase = {"prefill": 0.0, "decode": 0.0, "verify": 0.0, "draft": 0.0}
     joules_by_model = {"target": 0.0, "draft": 0.0}
     work = {"verify": [0, 0], "decode": [0, 0]}  # target steps: [flops, bytes]
-    for count, step in enumerate(steps, 1):
+    for step in steps:
+        count += 1  # steps is any iterable: counted as it is read
         model = str(step.get("model", "target"))
         phase = str(step.get("phase", "?"))
-        cost = step_cost(step, gpu, pricing.shape(model), pricing.cuda_graph, pricing.traced_moe.get(model))
+        cost = step_cost(
+            step, gpu, pricing.shape(model), pricing.cuda_graph, pricing.traced_moe.get(model)
+        )
         joules += cost.joules
         seconds += cost.seconds
         moved += cost.bytes
@@ -208,19 +250,31 @@ def window_from_steps(steps: Iterable[Mapping[str, Any]], gpu: GpuPreset,
     verify_intensity = _intensity(*work[phase]) if phase else None
     decoding = joules_by_phase["decode"] + joules_by_phase["verify"] + joules_by_phase["draft"]
     details = {
-        "steps": count, "bytes": moved, "flops": flops, "arithmetic_intensity": flops / moved if moved else 0.0,
-        "compute_bound_steps": compute_bound, "by_phase": by_phase, **pricing.describe(),
-        "verify_intensity": verify_intensity, "intensity_phase": phase, "decode_intensity": _intensity(*work["decode"]),
+        "steps": count,
+        "bytes": moved,
+        "flops": flops,
+        "arithmetic_intensity": flops / moved if moved else 0.0,
+        "compute_bound_steps": compute_bound,
+        "by_phase": by_phase,
+        **pricing.describe(),
+        "verify_intensity": verify_intensity,
+        "intensity_phase": phase,
+        "decode_intensity": _intensity(*work["decode"]),
         "balance_point": gpu.balance_point,
-        "compute_bound": verify_intensity > gpu.balance_point if verify_intensity is not None else None,
-        "joules_by_phase": joules_by_phase, "joules_by_model": joules_by_model,
-        "draft_share": joules_by_phase["draft"] / decoding if decoding else None}
+        "compute_bound": verify_intensity > gpu.balance_point
+        if verify_intensity is not None
+        else None,
+        "joules_by_phase": joules_by_phase,
+        "joules_by_model": joules_by_model,
+        "draft_share": joules_by_phase["draft"] / decoding if decoding else None,
+    }
     return EnergyWindow(joules, seconds, pricing.label, per_request, details, decoding_s)
 
 
 class ModeledMeter:
-    """``modeled:<gpu>``: energy from the reference server's work trace; ``modeled:<gpu>:<shape>`` (or ``priced_as=``)
-    overrides what the server declares, as :func:`pricing_for`'s ``override`` does."""
+    """``modeled:<gpu>``: energy from the reference server's work trace; ``modeled:<gpu>:<shape>``
+    (or ``priced_as=``) overrides what the server declares, as :func:`pricing_for`'s ``override``
+    does."""
 
     # The trace is exact, so any window is long enough.
     min_window_s = 0.0
@@ -228,8 +282,10 @@ class ModeledMeter:
     def __init__(self, gpu: str = "h200", priced_as: str | None = None) -> None:
         gpu_name, _, suffix = gpu.partition(":")
         if gpu_name not in PRESETS:
-            raise MeterError(f"no GPU preset {gpu_name!r} for the modeled meter; expected one of "
-                             f"{', '.join(sorted(PRESETS))}")
+            raise MeterError(
+                f"no GPU preset {gpu_name!r} for the modeled meter; expected one of "
+                f"{', '.join(sorted(PRESETS))}"
+            )
         self.gpu = PRESETS[gpu_name]
         self.override = priced_as or suffix or None
         if self.override:
@@ -243,12 +299,20 @@ class ModeledMeter:
 
     def describe(self) -> dict[str, Any]:
         """The preset constants, the balance point, the step overhead and how engines were priced."""
-        return {"kind": self.kind, "label": self.label, "preset": asdict(self.gpu),
-                "balance_point_flop_per_byte": round(self.gpu.balance_point, 1),
-                "step_overhead": {"cuda_graph_s": _roofline.GRAPH_STEP_S,
-                                  "eager_kernel_launch_s": _roofline.KERNEL_LAUNCH_S,
-                                  "eager_step_s": _roofline.EAGER_STEP_S, "self_priced_s": self.gpu.step_overhead_s},
-                "priced_as_override": self.override, "labels": list(self.labels)}
+        return {
+            "kind": self.kind,
+            "label": self.label,
+            "preset": asdict(self.gpu),
+            "balance_point_flop_per_byte": round(self.gpu.balance_point, 1),
+            "step_overhead": {
+                "cuda_graph_s": _roofline.GRAPH_STEP_S,
+                "eager_kernel_launch_s": _roofline.KERNEL_LAUNCH_S,
+                "eager_step_s": _roofline.EAGER_STEP_S,
+                "self_priced_s": self.gpu.step_overhead_s,
+            },
+            "priced_as_override": self.override,
+            "labels": list(self.labels),
+        }
 
     def pricing(self, engine: Any) -> Pricing:
         """How ``engine``'s steps are priced (read once from its ``/server_info``)."""
@@ -267,8 +331,10 @@ class ModeledMeter:
     def start(self, engine: EngineHandle) -> Any:
         """Skip past everything recorded so far (warm-up, earlier windows)."""
         if not hasattr(engine, "work_trace"):
-            raise MeterError(f"the modeled meter needs an engine with a work trace (the reference server), not "
-                             f"{engine.config.engine}; use --specenergy-meter=nvml")
+            raise MeterError(
+                f"the modeled meter needs an engine with a work trace (the reference server), not "
+                f"{engine.config.engine}; use --specenergy-meter=nvml"
+            )
         self._advance(engine)
         pricing = self.pricing(engine)
         self.label = pricing.label
@@ -281,7 +347,9 @@ class ModeledMeter:
         steps = self._advance(token)
         pricing = self.pricing(token)
         self.label = pricing.label
-        prefill = window_from_steps([s for s in steps if s.get("phase") == "prefill"], self.gpu, pricing)
+        prefill = window_from_steps(
+            [s for s in steps if s.get("phase") == "prefill"], self.gpu, pricing
+        )
         return replace(window_from_steps(steps, self.gpu, pricing), prefill_only=prefill)
 
     def close(self) -> None:

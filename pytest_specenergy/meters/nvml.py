@@ -1,5 +1,5 @@
-"""The ``nvml`` meter: GPU board energy counters, cross-checked by sampled power (how GPUs are resolved and why short
-windows are refused: ``docs/design/meters-report-cli.md``)."""
+"""The ``nvml`` meter: GPU board energy counters, cross-checked by sampled power (how GPUs are
+resolved and why short windows are refused: ``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ class PowerGapWarning(UserWarning):
     """The energy counter and the integrated power samples disagree beyond the tolerance."""
 
 
-def resolve_devices(nvml: gpu_info.Nvml, visible: str | None, device_order: str | None = None) -> list[gpu_info.Gpu]:
+def resolve_devices(
+    nvml: gpu_info.Nvml, visible: str | None, device_order: str | None = None
+) -> list[gpu_info.Gpu]:
     """The GPUs a process with this ``CUDA_VISIBLE_DEVICES`` uses (unset = all of them)."""
     devices = nvml.gpus()
     count = len(devices)
@@ -45,33 +47,43 @@ def resolve_devices(nvml: gpu_info.Nvml, visible: str | None, device_order: str 
     by_index = False
     for entry in entries:
         if entry.upper().startswith("MIG"):
-            raise MeterError(f"CUDA_VISIBLE_DEVICES names the MIG slice {entry}; NVML cannot measure the energy of a "
-                             "MIG slice, only of a whole GPU. Give the engine whole GPUs (indices or GPU- UUIDs)")
+            raise MeterError(
+                f"CUDA_VISIBLE_DEVICES names the MIG slice {entry}; NVML cannot measure the "
+                "energy of a MIG slice, only of a whole GPU. Give the engine whole GPUs (indices "
+                "or GPU- UUIDs)"
+            )
         if entry.upper().startswith("GPU-"):
             # CUDA accepts any unique UUID prefix.
             matches = [d for d in devices if d.uuid.lower().startswith(entry.lower())]
             if len(matches) != 1:
-                raise MeterError(f"CUDA_VISIBLE_DEVICES entry {entry} matches {len(matches)} GPUs; known UUIDs: "
-                                 f"{', '.join(d.uuid for d in devices)}")
+                raise MeterError(
+                    f"CUDA_VISIBLE_DEVICES entry {entry} matches {len(matches)} GPUs; known UUIDs: "
+                    f"{', '.join(d.uuid for d in devices)}"
+                )
             device = matches[0]
         else:
             try:
                 index = int(entry)
             except ValueError:
-                raise MeterError(f"CUDA_VISIBLE_DEVICES entry {entry!r} is neither a GPU index nor a GPU- "
-                                 "UUID") from None
+                raise MeterError(
+                    f"CUDA_VISIBLE_DEVICES entry {entry!r} is neither a GPU index nor a GPU- UUID"
+                ) from None
             if not 0 <= index < count:
-                raise MeterError(f"CUDA_VISIBLE_DEVICES entry {index} is out of range: NVML sees {count} GPU(s), "
-                                 f"indices 0-{count - 1}")
+                raise MeterError(
+                    f"CUDA_VISIBLE_DEVICES entry {index} is out of range: NVML sees {count} "
+                    f"GPU(s), indices 0-{count - 1}"
+                )
             device, by_index = devices[index], True
         if device in chosen:
             raise MeterError(f"CUDA_VISIBLE_DEVICES lists GPU {device.uuid} twice ({visible})")
         chosen.append(device)
     if by_index and device_order != "PCI_BUS_ID" and len({d.name for d in devices}) > 1:
         # CUDA numbers fastest-first by default, NVML by PCI bus: on mixed boards they differ.
-        raise MeterError("CUDA_VISIBLE_DEVICES uses indices on a machine with different GPU models, where CUDA's "
-                         "default order is not NVML's; set CUDA_DEVICE_ORDER=PCI_BUS_ID or name the GPUs by UUID "
-                         "(GPU-...)")
+        raise MeterError(
+            "CUDA_VISIBLE_DEVICES uses indices on a machine with different GPU models, where "
+            "CUDA's default order is not NVML's; set CUDA_DEVICE_ORDER=PCI_BUS_ID or name the "
+            "GPUs by UUID (GPU-...)"
+        )
     return chosen
 
 
@@ -121,12 +133,23 @@ class NvmlMeter:
     kind = "nvml"
     label = "measured (nvml)"
 
-    def __init__(self, *, nvml_module: Any = None, min_window_s: float = 5.0, sample_hz: float = 20.0,
-                 contamination: str = "warn", max_power_gap: float = 0.25, clock: Callable[[], float] = time.monotonic,
-                 process_tree: Callable[[int], set[int]] = pid_tree,
-                 process_exists: Callable[[int], bool] = pid_exists) -> None:
+    def __init__(
+        self,
+        *,
+        nvml_module: Any = None,
+        min_window_s: float = 5.0,
+        sample_hz: float = 20.0,
+        contamination: str = "warn",
+        max_power_gap: float = 0.25,
+        clock: Callable[[], float] = time.monotonic,
+        process_tree: Callable[[int], set[int]] = pid_tree,
+        process_exists: Callable[[int], bool] = pid_exists,
+    ) -> None:
         if contamination not in CONTAMINATION_POLICIES:
-            raise ValueError(f"contamination={contamination!r}; expected one of {', '.join(CONTAMINATION_POLICIES)}")
+            raise ValueError(
+                f"contamination={contamination!r}; expected one of "
+                f"{', '.join(CONTAMINATION_POLICIES)}"
+            )
         if min_window_s <= 0:
             raise ValueError(f"min_window_s={min_window_s} must be positive")
         self.min_window_s = float(min_window_s)
@@ -156,9 +179,16 @@ class NvmlMeter:
     def describe(self) -> dict[str, Any]:
         """The machine: driver, NVML version, every GPU's facts, and the meter's settings."""
         gpus = [asdict(gpu.facts(self._driver)) for gpu in self._nvml.gpus()]
-        return {"kind": self.kind, "label": self.label, "driver": self._driver,
-                "nvml_version": self._nvml.version(), "gpus": gpus, "min_window_s": self.min_window_s,
-                "sample_hz": self.sample_hz, "contamination": self.contamination}
+        return {
+            "kind": self.kind,
+            "label": self.label,
+            "driver": self._driver,
+            "nvml_version": self._nvml.version(),
+            "gpus": gpus,
+            "min_window_s": self.min_window_s,
+            "sample_hz": self.sample_hz,
+            "contamination": self.contamination,
+        }
 
     def start(self, engine: EngineHandle) -> _Window:
         """Read every counter of the engine's GPUs and start the power sampler."""
@@ -193,72 +223,120 @@ class NvmlMeter:
         deltas = [end - start for start, end in zip(token.start_mj, end_mj)]
         for device, start, end in zip(token.devices, token.start_mj, end_mj):
             if end < start:
-                raise MeterError(f"the energy counter of GPU {device.index} ({device.uuid}) went backwards ({start} -> "
-                                 f"{end} mJ): the driver was reloaded or the GPU reset during the window; the window "
-                                 "is discarded, run it again")
+                raise MeterError(
+                    f"the energy counter of GPU {device.index} ({device.uuid}) went backwards "
+                    f"({start} -> {end} mJ): the driver was reloaded or the GPU reset during the "
+                    "window; the window is discarded, run it again"
+                )
         if seconds < self.min_window_s:
-            raise MeterError(f"energy window too short: {seconds:.2f} s < min_window_s {self.min_window_s:g} s; the "
-                             "board counter updates about every 100 ms and its sensor is only accurate over several "
-                             "seconds - repeat the workload until the window is long enough")
+            raise MeterError(
+                f"energy window too short: {seconds:.2f} s < min_window_s {self.min_window_s:g} "
+                "s; the board counter updates about every 100 ms and its sensor is only accurate "
+                "over several seconds - repeat the workload until the window is long enough"
+            )
         if not any(deltas):
-            raise MeterError(f"the energy counters did not advance over {seconds:.1f} s on "
-                             f"{', '.join(d.uuid for d in token.devices)}; the counter is stuck or unsupported")
+            raise MeterError(
+                f"the energy counters did not advance over {seconds:.1f} s on "
+                f"{', '.join(d.uuid for d in token.devices)}; the counter is stuck or unsupported"
+            )
         joules = sum(deltas) / 1000.0
         gap = (sampled.joules - joules) / joules
         if abs(gap) > self.max_power_gap:
-            warnings.warn(PowerGapWarning(
-                f"sampled power integrates to {sampled.joules:.1f} J but the energy counter says {joules:.1f} J "
-                f"({gap:+.1%}, tolerance {self.max_power_gap:.0%}); the window is suspect"), stacklevel=2)
-        processes = {d.index: d.processes() | token.processes.get(d.index, set()) for d in token.devices}
+            warnings.warn(
+                PowerGapWarning(
+                    f"sampled power integrates to {sampled.joules:.1f} J but the energy counter "
+                    f"says {joules:.1f} J ({gap:+.1%}, tolerance {self.max_power_gap:.0%}); the "
+                    "window is suspect"
+                ),
+                stacklevel=2,
+            )
+        processes = {
+            d.index: d.processes() | token.processes.get(d.index, set()) for d in token.devices
+        }
         contamination = self._contamination(token.devices, token.engine_pid, processes)
         gpus = []
         for i, device in enumerate(token.devices):
             before, after = asdict(token.before[i]), asdict(device.facts(self._driver))
             mask = (token.masks[i] or 0) | (device.clock_events() or 0)
             reasons = gpu_info.decode_clock_events(mask)
-            gpus.append({
-                **before, "energy_j": deltas[i] / 1000.0, "sampled_energy_j": sampled.joules_per_gpu[i],
-                **{key: {"before": before[key], "after": after[key]}
-                   for key in ("sm_clock_mhz", "mem_clock_mhz", "temperature_c")},
-                "throttle_reasons": reasons, "slowed_down": bool(gpu_info.SLOWDOWN_REASONS & set(reasons)),
-            })
+            gpus.append(
+                {
+                    **before,
+                    "energy_j": deltas[i] / 1000.0,
+                    "sampled_energy_j": sampled.joules_per_gpu[i],
+                    **{
+                        key: {"before": before[key], "after": after[key]}
+                        for key in ("sm_clock_mhz", "mem_clock_mhz", "temperature_c")
+                    },
+                    "throttle_reasons": reasons,
+                    "slowed_down": bool(gpu_info.SLOWDOWN_REASONS & set(reasons)),
+                }
+            )
         details = {
-            "gpus": gpus, "driver": self._driver, "cuda_visible_devices": token.visible, "power_gap": gap,
-            "sampler": {"source": sampled.source, "hz_requested": sampled.hz_requested,
-                        "hz_achieved": sampled.hz_achieved, "samples": sampled.samples,
-                        "energy_j": sampled.joules, "errors": sampled.errors},
+            "gpus": gpus,
+            "driver": self._driver,
+            "cuda_visible_devices": token.visible,
+            "power_gap": gap,
+            "sampler": {
+                "source": sampled.source,
+                "hz_requested": sampled.hz_requested,
+                "hz_achieved": sampled.hz_achieved,
+                "samples": sampled.samples,
+                "energy_j": sampled.joules,
+                "errors": sampled.errors,
+            },
             "contamination": contamination,
         }
         return EnergyWindow(joules=joules, seconds=seconds, source=self.label, details=details)
 
-    def _contamination(self, devices: list[gpu_info.Gpu], pid: int | None,
-                       processes: dict[int, set[int]], at_start: bool = False) -> dict[str, Any]:
+    def _contamination(
+        self,
+        devices: list[gpu_info.Gpu],
+        pid: int | None,
+        processes: dict[int, set[int]],
+        at_start: bool = False,
+    ) -> dict[str, Any]:
         """Other processes on the engine's GPUs, and what the policy does about them."""
         listed = {p for pids in processes.values() for p in pids}
-        report: dict[str, Any] = {"policy": self.contamination, "engine_pid": pid,
-                                  "other_processes": [], "status": "clean"}
+        report: dict[str, Any] = {
+            "policy": self.contamination,
+            "engine_pid": pid,
+            "other_processes": [],
+            "status": "clean",
+        }
         if pid is None:
             report["status"] = "unchecked: the engine handle has no pid"
             return report
         ours = self._process_tree(pid)
         if listed and not listed & ours and not any(map(self._process_exists, listed)):
-            # NVML reports host PIDs; inside a container's own PID namespace none of them exists here, so the engine's
-            # processes cannot be told from anyone else's.
+            # NVML reports host PIDs; inside a container's own PID namespace none of them exists
+            # here, so the engine's processes cannot be told from anyone else's.
             report.update(status="unattributable", other_processes=sorted(listed))
             if self.contamination != "ignore" and not at_start:
-                warnings.warn(GpuContaminationWarning(
-                    f"NVML lists processes {sorted(listed)} on the measured GPUs but none belongs to the engine (pid "
-                    f"{pid}); in a container without the host PID namespace they cannot be told apart - run with "
-                    "--pid=host to enable this check"), stacklevel=3)
+                warnings.warn(
+                    GpuContaminationWarning(
+                        f"NVML lists processes {sorted(listed)} on the measured GPUs but none "
+                        f"belongs to the engine (pid {pid}); in a container without the host PID "
+                        "namespace they cannot be told apart - run with --pid=host to enable "
+                        "this check"
+                    ),
+                    stacklevel=3,
+                )
             return report
-        others = [{"pid": p, "gpu": d.uuid, "this_pytest": p == os.getpid()}
-                  for d in devices for p in sorted(processes.get(d.index, set()) - ours)]
+        others = [
+            {"pid": p, "gpu": d.uuid, "this_pytest": p == os.getpid()}
+            for d in devices
+            for p in sorted(processes.get(d.index, set()) - ours)
+        ]
         if not others:
             return report
         report.update(status="contaminated", other_processes=others)
         listing = ", ".join(f"pid {o['pid']} on {o['gpu']}" for o in others)
-        message = (f"other processes use the measured GPU(s) during the window: {listing}; their energy is counted "
-                   "too. Free the GPU, or set the contamination policy to 'ignore' if this is expected")
+        message = (
+            f"other processes use the measured GPU(s) during the window: {listing}; their energy "
+            "is counted too. Free the GPU, or set the contamination policy to 'ignore' if this "
+            "is expected"
+        )
         if self.contamination == "fail":
             raise MeterError(message)
         if self.contamination == "warn" and not at_start:

@@ -1,5 +1,5 @@
-"""A power-sampling thread: the cross-check for the board energy counter (why instantaneous power and why a thread:
-``docs/design/meters-report-cli.md``)."""
+"""A power-sampling thread: the cross-check for the board energy counter (why instantaneous power
+and why a thread: ``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ def integrate_trapezoid(times: Sequence[float], watts: Sequence[float]) -> float
     """Joules under the piecewise-linear power curve through the samples."""
     if len(times) != len(watts):
         raise ValueError(f"{len(times)} times but {len(watts)} power values")
-    return sum((times[i + 1] - times[i]) * (watts[i + 1] + watts[i]) / 2.0 for i in range(len(times) - 1))
+    return sum(
+        (times[i + 1] - times[i]) * (watts[i + 1] + watts[i]) / 2.0 for i in range(len(times) - 1)
+    )
 
 
 @dataclass(frozen=True)
@@ -41,9 +43,12 @@ class SamplerResult:
 
 
 class PowerSampler:
-    """Samples the power of ``gpus`` (:class:`.devices.Gpu`) at ``hz`` on a daemon thread between start and stop."""
+    """Samples the power of ``gpus`` (:class:`.devices.Gpu`) at ``hz`` on a daemon thread between
+    start and stop."""
 
-    def __init__(self, gpus: Sequence[Any], hz: float = 20.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, gpus: Sequence[Any], hz: float = 20.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if hz < MIN_HZ:
             raise ValueError(f"power sampling at {hz} Hz is too coarse; use >= {MIN_HZ:g} Hz")
         self.hz = hz
@@ -79,7 +84,9 @@ class PowerSampler:
     def start(self) -> None:
         """Take the first sample now (the window's left edge) and start the thread."""
         self._sample()
-        self._thread = threading.Thread(target=self._run, name="specenergy-power-sampler", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="specenergy-power-sampler", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> SamplerResult:
@@ -94,7 +101,15 @@ class PowerSampler:
             watts = [self._watts[i] for i in order]
             errors = self._errors
         seconds = times[-1] - times[0] if len(times) > 1 else 0.0
-        per_gpu = tuple(integrate_trapezoid(times, [w[g] for w in watts]) for g in range(len(self._readers)))
-        return SamplerResult(samples=len(times), seconds=seconds, hz_requested=self.hz,
-                             hz_achieved=(len(times) - 1) / seconds if seconds > 0 else None,
-                             joules_per_gpu=per_gpu, source=self.source, errors=errors)
+        per_gpu = tuple(
+            integrate_trapezoid(times, [w[g] for w in watts]) for g in range(len(self._readers))
+        )
+        return SamplerResult(
+            samples=len(times),
+            seconds=seconds,
+            hz_requested=self.hz,
+            hz_achieved=(len(times) - 1) / seconds if seconds > 0 else None,
+            joules_per_gpu=per_gpu,
+            source=self.source,
+            errors=errors,
+        )

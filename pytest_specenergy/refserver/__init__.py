@@ -1,19 +1,26 @@
 """The reference inference server: a real HF-transformers engine speaking SGLang's protocol subset.
 
-Run it with ``python -m pytest_specenergy.refserver`` or in-process as :class:`ReferenceEngine`. Importing this package
-is cheap (torch loads with the engine) and imports nothing else of ``pytest_specenergy``. Usage and module map: its
-section of ``docs/design/refserver.md``."""
+Run it with ``python -m pytest_specenergy.refserver`` or in-process as :class:`ReferenceEngine`.
+Importing this package is cheap (torch loads with the engine) and imports nothing else of
+``pytest_specenergy``. Usage and module map: its section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-# Every name loads on first use, so that importing a submodule (``.names``, ``.faults``) runs only it and this file.
+# Every name loads on first use, so that importing a submodule (``.names``, ``.faults``) runs only
+# it and this file.
 _MODULES = {
     ".names": ("DRAFTERS",),
     ".faults": ("FAULTS", "validate_faults"),
-    ".records": ("EngineConfig", "FinishReason", "GenerationRequest", "GenerationResult", "SamplingParams",
-                 "SpecStats"),
+    ".records": (
+        "EngineConfig",
+        "FinishReason",
+        "GenerationRequest",
+        "GenerationResult",
+        "SamplingParams",
+        "SpecStats",
+    ),
     ".engine": ("ReferenceEngine",),
     ".server": ("ReferenceHTTPServer",),
     ".trace": ("TraceStep", "WorkTrace"),

@@ -1,7 +1,8 @@
-"""What one forward pass would cost on a GPU: weight bytes, KV/state bytes and FLOPs (charged at bf16).
+"""What one forward pass would cost on a GPU: weight bytes, KV/state bytes and FLOPs (charged at
+bf16).
 
-All per-architecture knowledge of the work trace lives here; the charging conventions: its section of
-``docs/design/refserver.md``."""
+All per-architecture knowledge of the work trace lives here; the charging conventions: its section
+of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -67,8 +68,11 @@ class ModelShape:
         """A JSON-friendly summary for ``/server_info``'s ``model_shape``."""
         first_moe = next((layer for layer in self.layers if layer.num_experts), None)
         return {
-            "architecture": self.architecture, "num_params": self.num_params, "num_layers": self.num_layers,
-            "hidden_size": self.hidden_size, "vocab_size": self.vocab_size,
+            "architecture": self.architecture,
+            "num_params": self.num_params,
+            "num_layers": self.num_layers,
+            "hidden_size": self.hidden_size,
+            "vocab_size": self.vocab_size,
             "layer_types": [layer.kind for layer in self.layers],
             "num_experts": first_moe.num_experts if first_moe else 0,
             "num_experts_per_tok": first_moe.experts_per_token if first_moe else 0,
@@ -77,19 +81,32 @@ class ModelShape:
             "layers": [asdict(layer) for layer in self.layers],
         }
 
-    def step_cost(self, query_tokens: Sequence[int], context_lens: Sequence[int], logit_rows: int, distinct_tokens: int,
-                  experts_touched: Sequence[int] | None = None, per_position_states: bool = False) -> StepCost:
-        """Cost of one forward over ``len(query_tokens)`` rows. ``experts_touched[l]``: distinct experts layer ``l``
-        ran (when missing, the worst case ``min(E, tokens * top_k)`` is charged); ``per_position_states`` marks a
-        verify step, where linear attention writes one state per query token."""
+    def step_cost(
+        self,
+        query_tokens: Sequence[int],
+        context_lens: Sequence[int],
+        logit_rows: int,
+        distinct_tokens: int,
+        experts_touched: Sequence[int] | None = None,
+        per_position_states: bool = False,
+    ) -> StepCost:
+        """Cost of one forward over ``len(query_tokens)`` rows. ``experts_touched[l]``: distinct
+        experts layer ``l`` ran (when missing, the worst case ``min(E, tokens * top_k)`` is
+        charged); ``per_position_states`` marks a verify step, where linear attention writes one
+        state per query token."""
         tokens = int(sum(query_tokens))
         pair_sum = sum(q * c + q * (q + 1) // 2 for q, c in zip(query_tokens, context_lens))
         kv_tokens = sum(q + c for q, c in zip(query_tokens, context_lens))
-        state_touches = sum(int(c > 0) + (q if per_position_states else 1) for q, c in zip(query_tokens, context_lens))
+        state_touches = sum(
+            int(c > 0) + (q if per_position_states else 1)
+            for q, c in zip(query_tokens, context_lens)
+        )
         weight_elems = self.final_norm_params + distinct_tokens * self.hidden_size
         flop_count = kv_elems = 0
         for idx, layer in enumerate(self.layers):
-            weight_elems += layer.mixer_matmul_params + layer.mlp_dense_matmul_params + layer.small_params
+            weight_elems += (
+                layer.mixer_matmul_params + layer.mlp_dense_matmul_params + layer.small_params
+            )
             flop_count += 2 * tokens * (layer.mixer_matmul_params + layer.mlp_dense_matmul_params)
             if layer.num_experts:
                 touched = min(layer.num_experts, tokens * layer.experts_per_token)
@@ -106,12 +123,19 @@ class ModelShape:
         if logit_rows > 0:
             weight_elems += self.lm_head_params
             flop_count += 2 * logit_rows * self.lm_head_params
-        return StepCost(weight_bytes=int(weight_elems * BYTES_PER_ELEMENT), kv_bytes=int(kv_elems * BYTES_PER_ELEMENT),
-                        flops=int(flop_count))
+        return StepCost(
+            weight_bytes=int(weight_elems * BYTES_PER_ELEMENT),
+            kv_bytes=int(kv_elems * BYTES_PER_ELEMENT),
+            flops=int(flop_count),
+        )
 
 
 def _numel(module: torch.nn.Module | None, matmul: bool) -> int:
-    return 0 if module is None else sum(p.numel() for p in module.parameters() if (p.ndim >= 2) == matmul)
+    return (
+        0
+        if module is None
+        else sum(p.numel() for p in module.parameters() if (p.ndim >= 2) == matmul)
+    )
 
 
 def _cfg(config: object, *names: str, default: int = 0) -> int:
@@ -153,23 +177,39 @@ def _layer_shape(layer: torch.nn.Module, kind: str, config: object) -> LayerShap
     else:
         kv_elems = 2 * kv_heads * head_dim
         attn_pair = 4 * heads * head_dim
-    return LayerShape(kind=kind, mixer_matmul_params=_numel(mixer, matmul=True), mlp_dense_matmul_params=mlp_dense,
-                      small_params=small, expert_params=expert_params, num_experts=num_experts,
-                      experts_per_token=top_k, kv_elems_per_token=kv_elems, attn_flops_per_pair=attn_pair,
-                      state_elems_per_row=state_elems, state_flops_per_token=state_flops)
+    return LayerShape(
+        kind=kind,
+        mixer_matmul_params=_numel(mixer, matmul=True),
+        mlp_dense_matmul_params=mlp_dense,
+        small_params=small,
+        expert_params=expert_params,
+        num_experts=num_experts,
+        experts_per_token=top_k,
+        kv_elems_per_token=kv_elems,
+        attn_flops_per_pair=attn_pair,
+        state_elems_per_row=state_elems,
+        state_flops_per_token=state_flops,
+    )
 
 
 def model_shape(model: torch.nn.Module) -> ModelShape:
     """Read a :class:`ModelShape` from a Hugging Face causal LM."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    config = (
+        model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    )
     decoder = model.get_decoder()
     layers = list(decoder.layers)
     kinds = list(getattr(config, "layer_types", None) or ["full_attention"] * len(layers))
     embed = model.get_input_embeddings()
     head = model.get_output_embeddings()
     norm = getattr(decoder, "norm", None)
-    return ModelShape(architecture=type(model).__name__, num_params=sum(p.numel() for p in model.parameters()),
-                      hidden_size=int(config.hidden_size), vocab_size=int(config.vocab_size),
-                      embed_params=embed.weight.numel(), lm_head_params=head.weight.numel() if head is not None else 0,
-                      final_norm_params=sum(p.numel() for p in norm.parameters()) if norm is not None else 0,
-                      layers=tuple(_layer_shape(layer, kinds[i], config) for i, layer in enumerate(layers)))
+    return ModelShape(
+        architecture=type(model).__name__,
+        num_params=sum(p.numel() for p in model.parameters()),
+        hidden_size=int(config.hidden_size),
+        vocab_size=int(config.vocab_size),
+        embed_params=embed.weight.numel(),
+        lm_head_params=head.weight.numel() if head is not None else 0,
+        final_norm_params=sum(p.numel() for p in norm.parameters()) if norm is not None else 0,
+        layers=tuple(_layer_shape(layer, kinds[i], config) for i, layer in enumerate(layers)),
+    )

@@ -1,6 +1,8 @@
-"""Drafters that run a draft model: cache bookkeeping (:class:`DraftCache`), the chain and the block drafter.
+"""Drafters that run a draft model: cache bookkeeping (:class:`DraftCache`), the chain and the block
+drafter.
 
-Prefilling joining rows, the block's shape, context and rollback: its two sections of ``docs/design/refserver.md``."""
+Prefilling joining rows, the block's shape, context and rollback: its two sections of
+``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -59,13 +61,16 @@ class DraftCache:
 
 
 class DraftModelDrafter(DraftCache):
-    """A small model drafting greedily, K batched one-token steps per verify (the schedule, and why no forward feeds
-    padding: its section of ``docs/design/refserver.md``)."""
+    """A small model drafting greedily, K batched one-token steps per verify (the schedule, and why
+    no forward feeds padding: its section of ``docs/design/refserver.md``)."""
 
     def __init__(self, runner: ModelRunner, k: int, pad_id: int, stale_cache: bool = False) -> None:
         super().__init__(runner, k, pad_id)
         self.stale_cache = stale_cache  # fault "stale-draft-cache"
-        self._round: tuple[list[int], list[int], list[int], int, list[list[torch.Tensor]], list[list[int]]] | None
+        self._round: (
+            tuple[list[int], list[int], list[int], int, list[list[torch.Tensor]], list[list[int]]]
+            | None
+        )
         self._round = None
 
     def propose(self, rows: Sequence[Row]) -> list[list[int]]:
@@ -81,14 +86,20 @@ class DraftModelDrafter(DraftCache):
         b_idx = torch.arange(bsz, dtype=torch.long)
         cols = torch.zeros(bsz, dtype=torch.long)
         for j in range(1, forwards + 1):
-            column = [tokens[b][lengths[b] - pending[b] + j - 1] if j <= pending[b] else drafts[b][j - pending[b] - 1]
-                      for b in range(bsz)]
+            column = [
+                tokens[b][lengths[b] - pending[b] + j - 1]
+                if j <= pending[b]
+                else drafts[b][j - pending[b] - 1]
+                for b in range(bsz)
+            ]
             ids = torch.tensor(column, dtype=torch.long)[:, None]
             out = self.runner.forward(kv, ids, None, b_idx, cols, "draft", self.rids)
             assert out.logits is not None
             nxt = out.logits.argmax(dim=-1).tolist()
             for b in range(bsz):
-                if j >= pending[b]:  # a row past its K drafts keeps drafting: it has a token to feed
+                if (
+                    j >= pending[b]
+                ):  # a row past its K drafts keeps drafting: it has a token to feed
                     drafts[b].append(int(nxt[b]))
             if kv.has_linear and j < forwards:
                 snapshots.append(kv.snapshot_linear())
@@ -98,19 +109,24 @@ class DraftModelDrafter(DraftCache):
         return [d[: self.k] for d in drafts]
 
     def after_verify(self, accepted: Sequence[int], committed: Sequence[Sequence[int]]) -> None:
-        """Turn drafts that were not committed into holes; roll hybrid draft state back, row by row (which drafts a row
-        keeps: the section of ``docs/design/refserver.md``)."""
+        """Turn drafts that were not committed into holes; roll hybrid draft state back, row by row
+        (which drafts a row keeps: the section of ``docs/design/refserver.md``)."""
         kv = self.kv
         assert self._round is not None
         lengths, pending, fed, forwards, snapshots, drafts = self._round
         self._round = None
-        keep = [min(int(a), f, common_prefix(d, c)) for a, f, d, c in zip(accepted, fed, drafts, committed)]
+        keep = [
+            min(int(a), f, common_prefix(d, c))
+            for a, f, d, c in zip(accepted, fed, drafts, committed)
+        ]
         if not self.stale_cache:
             kv.drop_last([f - v for f, v in zip(fed, keep)])
             if kv.has_linear:
                 # state after forward number pending+keep; the last forward's state is the live one
                 for j in range(1, forwards):
-                    sel = torch.tensor([p + v == j for p, v in zip(pending, keep)], device=kv.device)
+                    sel = torch.tensor(
+                        [p + v == j for p, v in zip(pending, keep)], device=kv.device
+                    )
                     if bool(sel.any()):
                         kv.restore_linear_rows(snapshots[j - 1], sel)
         self.cached = [n + v for n, v in zip(lengths, keep)]
@@ -140,8 +156,16 @@ class BlockDrafter(DraftCache):
             r_idx.extend([b] * k)
             c_idx.extend(range(len(p) - 1, len(p) - 1 + k))
         snapshot = kv.snapshot_linear() if kv.has_linear else []
-        out = self.runner.forward(kv, ids, valid, torch.tensor(r_idx), torch.tensor(c_idx), "draft", self.rids,
-                                  capture_linear=kv.has_linear)
+        out = self.runner.forward(
+            kv,
+            ids,
+            valid,
+            torch.tensor(r_idx),
+            torch.tensor(c_idx),
+            "draft",
+            self.rids,
+            capture_linear=kv.has_linear,
+        )
         assert out.logits is not None
         drafts = out.logits.view(n, k, -1).argmax(dim=-1).tolist()
         keep = [len(p) for p in pending]

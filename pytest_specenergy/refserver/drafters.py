@@ -1,7 +1,8 @@
 """Drafters: propose exactly K tokens per running row per speculative step.
 
-The :class:`Drafter` protocol and the drafters without draft passes (n-gram, replay); the drafter catalogue and the
-``join``/``propose``/``after_verify``/``select_rows`` cycle: its section of ``docs/design/refserver.md``."""
+The :class:`Drafter` protocol and the drafters without draft passes (n-gram, replay); the drafter
+catalogue and the ``join``/``propose``/``after_verify``/``select_rows`` cycle: its section of
+``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ class Drafter(Protocol):
         """``K`` drafts per row, continuing ``rows[b].tokens`` (all committed tokens)."""
 
     def after_verify(self, accepted: Sequence[int], committed: Sequence[Sequence[int]]) -> None:
-        """Row ``b`` accepted ``accepted[b]`` drafts and committed ``committed[b]`` (drafts + bonus)."""
+        """Row ``b`` accepted ``accepted[b]`` drafts and committed ``committed[b]`` (drafts +
+        bonus)."""
 
     def select_rows(self, keep: Sequence[int]) -> None:
         """Only rows ``keep`` stay in the batch (in that order)."""
@@ -63,8 +65,9 @@ class NgramDrafter:
 
 
 class ReplayDrafter:
-    """Verify-only runs: step ``i`` of a request verifies the ``i``-th drafts it brought along (missing or short drafts:
-    the section of ``docs/design/refserver.md``; they count in :attr:`misses`, ``spec_replay_misses``)."""
+    """Verify-only runs: step ``i`` of a request verifies the ``i``-th drafts it brought along
+    (missing or short drafts: the section of ``docs/design/refserver.md``; they count in
+    :attr:`misses`, ``spec_replay_misses``)."""
 
     def __init__(self, k: int) -> None:
         self.k = k

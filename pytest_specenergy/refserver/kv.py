@@ -1,6 +1,7 @@
 """A batched KV cache with holes, plus snapshot/restore of recurrent (linear attention) state.
 
-How holes, joins (merge), masks and linear-attention rollback work: its section of ``docs/design/refserver.md``."""
+How holes, joins (merge), masks and linear-attention rollback work: its section of
+``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ def layer_types(config: object, num_layers: int) -> list[str]:
     kinds = list(getattr(config, "layer_types", None) or ["full_attention"] * num_layers)
     bad = sorted(set(kinds) - set(SUPPORTED_LAYER_TYPES))
     if bad:
-        raise ValueError(f"the reference engine supports layer types {SUPPORTED_LAYER_TYPES}, but this model has {bad} "
-                         "(sliding-window and other masks are not implemented)")
+        raise ValueError(
+            f"the reference engine supports layer types {SUPPORTED_LAYER_TYPES}, but this model "
+            f"has {bad} (sliding-window and other masks are not implemented)"
+        )
     return kinds
 
 
@@ -47,18 +50,21 @@ class BatchKV:
         """Physical slots per row (valid tokens + holes)."""
         return int(self.valid.shape[1])
 
-    # ------------------------------------------------------------------ forward inputs / bookkeeping
+    # ------------------------------------------------------------------ forward inputs /
+    # bookkeeping
     def step_inputs(self, q_valid: torch.Tensor) -> tuple[object, torch.Tensor]:
-        """Attention mask (tensor or per-layer-type dict) and position ids for ``Q`` new slots per row; padding in
-        them (``q_valid[b, i]`` False) gets position 0 and is never visible to other queries."""
+        """Attention mask (tensor or per-layer-type dict) and position ids for ``Q`` new slots per
+        row; padding in them (``q_valid[b, i]`` False) gets position 0 and is never visible to other
+        queries."""
         bsz, q = q_valid.shape
         s0 = self.num_slots
         start = torch.tensor(self.n_valid, dtype=torch.long, device=self.device)
         positions = start[:, None] + torch.cumsum(q_valid.long(), dim=1) - 1
         positions = torch.where(q_valid, positions, torch.zeros_like(positions))
         if s0 == 0 and bool(q_valid.all()):
-            # A fresh cache without padding: no mask, so SDPA skips the masked half; bit for bit the same on the CPU
-            # (tests/refserver/test_prefill_mask.py) and faster (the section of docs/design/refserver.md).
+            # A fresh cache without padding: no mask, so SDPA skips the masked half; bit for bit the
+            # same on the CPU (tests/refserver/test_prefill_mask.py) and faster (the section of
+            # docs/design/refserver.md).
             return None, positions
         causal = torch.ones((q, q), dtype=torch.bool, device=self.device).tril()
         eye = torch.eye(q, dtype=torch.bool, device=self.device)
@@ -83,16 +89,19 @@ class BatchKV:
     def drop_last(self, counts: Sequence[int]) -> None:
         """Turn the last ``counts[b]`` slots of row ``b`` into holes (rejected drafts)."""
         if any(counts):
-            self._holes_from([self.num_slots - c for c in counts], counts)  # every dropped slot was just fed
+            self._holes_from(
+                [self.num_slots - c for c in counts], counts
+            )  # every dropped slot was just fed
 
     def keep_first_of_last(self, width: int, keep: Sequence[int]) -> None:
-        """Of the last ``width`` slots (one right-padded forward's, the block drafter's), row ``b`` keeps only its
-        first ``keep[b]``; the rest become holes, padding included."""
+        """Of the last ``width`` slots (one right-padded forward's, the block drafter's), row ``b``
+        keeps only its first ``keep[b]``; the rest become holes, padding included."""
         self._holes_from([self.num_slots - width + k for k in keep])
 
     def _holes_from(self, start: Sequence[int], dropped: Sequence[int] | None = None) -> None:
-        # slots from start[b] on become holes in row b; ``dropped``: how many of them are valid, when the caller
-        # knows (counting them costs a device-to-host sync, once per verify step on CUDA)
+        # slots from start[b] on become holes in row b; ``dropped``: how many of them are valid,
+        # when the caller knows (counting them costs a device-to-host sync, once per verify step on
+        # CUDA)
         first = torch.tensor(list(start), dtype=torch.long, device=self.device)
         tail = torch.arange(self.num_slots, device=self.device)[None, :] >= first[:, None]
         if dropped is None:
@@ -102,8 +111,13 @@ class BatchKV:
 
     # -------------------------------------------------------------------------- batch reshaping
     def _layer_tensors(self) -> list[tuple[object, str]]:
-        return [(layer, name) for layer in self.cache.layers for name in ("keys", "values")
-                if isinstance(getattr(layer, name, None), torch.Tensor) and getattr(layer, name).ndim == 4]
+        return [
+            (layer, name)
+            for layer in self.cache.layers
+            for name in ("keys", "values")
+            if isinstance(getattr(layer, name, None), torch.Tensor)
+            and getattr(layer, name).ndim == 4
+        ]
 
     def select_rows(self, keep: Sequence[int]) -> None:
         """Keep only rows ``keep`` (finished requests leave the batch)."""
@@ -120,8 +134,9 @@ class BatchKV:
         self.n_valid = [self.n_valid[i] for i in keep]
 
     def merge(self, other: BatchKV) -> None:
-        """Append ``other``'s rows (requests joining the batch; same model) after this batch's rows. The shorter slot
-        range is left-padded with holes (zero K/V, never visible), so every row keeps its valid slots and positions."""
+        """Append ``other``'s rows (requests joining the batch; same model) after this batch's rows.
+        The shorter slot range is left-padded with holes (zero K/V, never visible), so every row
+        keeps its valid slots and positions."""
         if other.batch_size == 0:
             return
         if self.batch_size == 0:
@@ -140,12 +155,14 @@ class BatchKV:
                 o = o_states.get(key)
                 if isinstance(t, torch.Tensor) and isinstance(o, torch.Tensor):
                     states[key] = torch.cat([t, o], dim=0)
-        self.valid = torch.cat([_left_pad(self.valid, width, dim=1), _left_pad(other.valid, width, dim=1)], dim=0)
+        self.valid = torch.cat(
+            [_left_pad(self.valid, width, dim=1), _left_pad(other.valid, width, dim=1)], dim=0
+        )
         self.n_valid = self.n_valid + list(other.n_valid)
 
     def compact_if_needed(self, slack: int) -> None:
-        """Squeeze out holes when more than ``slack`` slots of every row are holes: each row keeps its valid slots,
-        right-aligned, in their original order."""
+        """Squeeze out holes when more than ``slack`` slots of every row are holes: each row keeps
+        its valid slots, right-aligned, in their original order."""
         if not self.batch_size or self.num_slots - max(self.n_valid) <= slack:
             return
         width = max(self.n_valid)
@@ -162,12 +179,21 @@ class BatchKV:
     # ------------------------------------------------------------------------ recurrent state
     def _linear_dicts(self, layer_idx: int | None = None) -> list[dict]:
         layers = self.cache.layers if layer_idx is None else [self.cache.layers[layer_idx]]
-        states = [getattr(layer, name, None) for layer in layers for name in ("conv_states", "recurrent_states")]
+        states = [
+            getattr(layer, name, None)
+            for layer in layers
+            for name in ("conv_states", "recurrent_states")
+        ]
         return [d for d in states if isinstance(d, dict)]
 
     def linear_tensors(self, layer_idx: int | None = None) -> list[torch.Tensor]:
         """The live conv/recurrent state tensors (all layers, or one layer), in a fixed order."""
-        return [t for d in self._linear_dicts(layer_idx) for _, t in sorted(d.items()) if isinstance(t, torch.Tensor)]
+        return [
+            t
+            for d in self._linear_dicts(layer_idx)
+            for _, t in sorted(d.items())
+            if isinstance(t, torch.Tensor)
+        ]
 
     def row_state(self, row: int) -> list[torch.Tensor]:
         """Copies of one row's live recurrent state (for the stale-state fault)."""
@@ -182,10 +208,11 @@ class BatchKV:
         """Copies of the live recurrent state (empty list for a model without linear attention)."""
         return [t.clone() for t in self.linear_tensors(layer_idx)]
 
-    def restore_linear_rows(self, snapshot: Sequence[torch.Tensor], rows: torch.Tensor,
-                            layer_idx: int | None = None) -> None:
-        """Copy ``snapshot`` into the live state where ``rows`` (bool [B]) is True, in place: transformers keeps these
-        tensors at static addresses."""
+    def restore_linear_rows(
+        self, snapshot: Sequence[torch.Tensor], rows: torch.Tensor, layer_idx: int | None = None
+    ) -> None:
+        """Copy ``snapshot`` into the live state where ``rows`` (bool [B]) is True, in place:
+        transformers keeps these tensors at static addresses."""
         live = self.linear_tensors(layer_idx)
         if len(live) != len(snapshot):
             raise RuntimeError("linear-attention snapshot does not match the cache layout")

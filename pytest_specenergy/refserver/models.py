@@ -1,7 +1,8 @@
-"""Load a ``tiny:*`` model, a ``random:*`` model of a real shape (:mod:`.random_models`) or a local HF checkpoint.
+"""Load a ``tiny:*`` model, a ``random:*`` model of a real shape (:mod:`.random_models`) or a local
+HF checkpoint.
 
-dtype ``auto``: float32 on the CPU; on CUDA float64 for tiny models, bfloat16 otherwise. Why float32 is safe for the
-tiny models on the CPU: its section of ``docs/design/refserver.md``."""
+dtype ``auto``: float32 on the CPU; on CUDA float64 for tiny models, bfloat16 otherwise. Why float32
+is safe for the tiny models on the CPU: its section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -55,8 +56,9 @@ def resolve_dtype(spec: str, model: str, device: torch.device) -> torch.dtype:
     return torch.float64 if model.startswith("tiny:") else torch.bfloat16
 
 
-# Built-in (tiny and random) models are shared within a process (tests build many engines over the same weights). Safe
-# because no engine writes to weights; the key includes dtype and device because .to() is in place.
+# Built-in (tiny and random) models are shared within a process (tests build many engines over the
+# same weights). Safe because no engine writes to weights; the key includes dtype and device because
+# .to() is in place.
 _TINY_CACHE: dict[tuple[str, int, torch.dtype, str], LoadedModel] = {}
 
 
@@ -69,9 +71,11 @@ def _build(name: str, seed: int, dtype: torch.dtype, device: torch.device) -> to
         return build_random_model(parse_random_model(name), seed, dtype, device)
     path = Path(name)
     if not path.is_dir():
-        raise ValueError(f"model {name!r} is neither a built-in tiny model ({', '.join(tiny_model_names())}), "
-                         "a random:NAME model nor an existing local checkpoint directory (the reference server "
-                         "never downloads weights)")
+        raise ValueError(
+            f"model {name!r} is neither a built-in tiny model ({', '.join(tiny_model_names())}), "
+            "a random:NAME model nor an existing local checkpoint directory (the reference server "
+            "never downloads weights)"
+        )
     from transformers import AutoModelForCausalLM
 
     # SDPA or eager honour the explicit 4-D masks the engine builds; flash-attention would not.
@@ -84,7 +88,8 @@ def _build(name: str, seed: int, dtype: torch.dtype, device: torch.device) -> to
 
 
 def load_model(name: str, dtype: str = "auto", device: str = "auto", seed: int = 0) -> LoadedModel:
-    """Load ``name`` (``tiny:*``, ``random:*`` or a checkpoint directory) in eval mode on ``device``."""
+    """Load ``name`` (``tiny:*``, ``random:*`` or a checkpoint directory) in eval mode on
+    ``device``."""
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, name, dev)
     key = (name, seed, torch_dtype, str(dev))
@@ -98,10 +103,16 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto", seed: int =
         declared.extend(value if isinstance(value, (list, tuple)) else [value])
     eos = list(dict.fromkeys(int(tid) for tid in declared if tid is not None))
     tokenizer = load_tokenizer(name, eos, vocab_size=int(config.vocab_size))
-    loaded = LoadedModel(name=name, model=model, tokenizer=tokenizer, dtype=torch_dtype, device=dev,
-                         eos_token_ids=tuple(dict.fromkeys([*eos, *tokenizer.eos_token_ids])),
-                         max_context=int(getattr(config, "max_position_embeddings", 0) or 1 << 20),
-                         vocab_size=int(config.vocab_size))
+    loaded = LoadedModel(
+        name=name,
+        model=model,
+        tokenizer=tokenizer,
+        dtype=torch_dtype,
+        device=dev,
+        eos_token_ids=tuple(dict.fromkeys([*eos, *tokenizer.eos_token_ids])),
+        max_context=int(getattr(config, "max_position_embeddings", 0) or 1 << 20),
+        vocab_size=int(config.vocab_size),
+    )
     if name.startswith("tiny:") or is_random_model(name):
         _TINY_CACHE[key] = loaded
     return loaded

@@ -1,7 +1,8 @@
 """The reference server's name lists: drafters, compute dtypes, devices.
 
-Torch-free and import-free: the plugin checks markers against them at every collection, and importing :mod:`.records`
-(the engine's config and result classes) for three tuples would cost every ``pytest`` start (issue 24, item 8)."""
+Torch-free and import-free: the plugin checks markers against them at every collection, and
+importing :mod:`.records` (the engine's config and result classes) for three tuples would cost every
+``pytest`` start (issue 24, item 8)."""
 
 DRAFTERS = ("none", "ngram", "draft_model", "block", "replay")
 DTYPES = ("auto", "float64", "float32", "bfloat16", "float16")

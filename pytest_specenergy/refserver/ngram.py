@@ -9,14 +9,17 @@ from collections.abc import Sequence
 
 
 class NgramIndex:
-    """Per-request n-gram index for n in ``[min_n, max_n]``: ``tables[n]`` maps an n-gram to the most recent start
-    ``i`` whose continuation token ``tokens[i + n]`` already exists, so the current suffix never matches itself."""
+    """Per-request n-gram index for n in ``[min_n, max_n]``: ``tables[n]`` maps an n-gram to the
+    most recent start ``i`` whose continuation token ``tokens[i + n]`` already exists, so the
+    current suffix never matches itself."""
 
     def __init__(self, tokens: Sequence[int], min_n: int, max_n: int) -> None:
         self.tokens: list[int] = []
         self.min_n = min_n
         self.max_n = max_n
-        self.tables: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(min_n, max_n + 1)}
+        self.tables: dict[int, dict[tuple[int, ...], int]] = {
+            n: {} for n in range(min_n, max_n + 1)
+        }
         self._indexed = 0  # length of self.tokens already indexed
         self.extend(tokens)
 
@@ -32,9 +35,9 @@ class NgramIndex:
         self._indexed = length
 
     def propose(self, k: int) -> tuple[list[int], bool]:
-        """``k`` draft tokens and whether a real match was found: the continuation of the longest matching suffix, past
-        the end periodic as chaining the lookup on its own drafts would; else the last token, ``k`` times (SGLang counts
-        ``k`` proposed drafts either way)."""
+        """``k`` draft tokens and whether a real match was found: the continuation of the longest
+        matching suffix, past the end periodic as chaining the lookup on its own drafts would; else
+        the last token, ``k`` times (SGLang counts ``k`` proposed drafts either way)."""
         toks = self.tokens
         length = len(toks)
         for n in range(min(self.max_n, length - 1), self.min_n - 1, -1):

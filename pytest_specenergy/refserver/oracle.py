@@ -1,7 +1,7 @@
 """Drafters with draft passes, and controlled acceptance for calibration (``--draft-accept-p P``).
 
-:class:`ControlledAcceptance` and :class:`ReplayedProposals`, their oracle and its consequences for meters: its section
-of ``docs/design/refserver.md``."""
+:class:`ControlledAcceptance` and :class:`ReplayedProposals`, their oracle and its consequences for
+meters: its section of ``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -21,14 +21,19 @@ if TYPE_CHECKING:
     from .engine import ReferenceEngine
 
 
-def build_draft_pass_drafter(engine: ReferenceEngine, cfg: EngineConfig, runner: ModelRunner, pad: int) -> Drafter:
-    """The chain or block drafter over ``runner``'s draft model, wrapped when acceptance is controlled."""
+def build_draft_pass_drafter(
+    engine: ReferenceEngine, cfg: EngineConfig, runner: ModelRunner, pad: int
+) -> Drafter:
+    """The chain or block drafter over ``runner``'s draft model, wrapped when acceptance is
+    controlled."""
     shape: DraftModelDrafter | BlockDrafter
     if cfg.drafter == "block":
         assert cfg.block_size is not None
         shape = BlockDrafter(runner, cfg.block_size, pad)
     else:
-        shape = DraftModelDrafter(runner, cfg.num_draft_tokens, pad, stale_cache="stale-draft-cache" in cfg.faults)
+        shape = DraftModelDrafter(
+            runner, cfg.num_draft_tokens, pad, stale_cache="stale-draft-cache" in cfg.faults
+        )
     if cfg.replay_proposals:
         return ReplayedProposals(shape, ReplayDrafter(cfg.num_draft_tokens))
     if cfg.draft_accept_p is None:
@@ -40,16 +45,25 @@ def build_draft_pass_drafter(engine: ReferenceEngine, cfg: EngineConfig, runner:
             oracle_runner = ModelRunner(engine.target.model, "oracle", None)
             engine._oracle_runner = oracle_runner  # type: ignore[attr-defined]
         oracle = DraftModelDrafter(oracle_runner, cfg.num_draft_tokens, pad)
-    return ControlledAcceptance(shape, oracle, cfg.draft_accept_p, cfg.seed, engine.target.vocab_size)
+    return ControlledAcceptance(
+        shape, oracle, cfg.draft_accept_p, cfg.seed, engine.target.vocab_size
+    )
 
 
 class ControlledAcceptance:
     """Proposals = the target's greedy continuation, each token kept with probability ``p``."""
 
-    def __init__(self, shape: DraftModelDrafter | BlockDrafter, oracle: Drafter | None, p: float, seed: int,
-                 vocab_size: int) -> None:
+    def __init__(
+        self,
+        shape: DraftModelDrafter | BlockDrafter,
+        oracle: Drafter | None,
+        p: float,
+        seed: int,
+        vocab_size: int,
+    ) -> None:
         self.shape = shape
-        # the truth source; None: the shape drafter is the target itself, its drafts are the oracle's
+        # the truth source; None: the shape drafter is the target itself, its drafts are the
+        # oracle's
         self.oracle = oracle
         self.drafters = [shape] if oracle is None else [shape, oracle]
         self.k = shape.k
@@ -65,7 +79,9 @@ class ControlledAcceptance:
             drafter.join(rows)
         for row in rows:
             prompt = b"".join(t.to_bytes(4, "little") for t in row.request.input_ids)
-            self.keys.append(hashlib.blake2b(prompt, digest_size=16, key=str(self.seed).encode()).digest())
+            self.keys.append(
+                hashlib.blake2b(prompt, digest_size=16, key=str(self.seed).encode()).digest()
+            )
 
     def corrupt(self, row: int, context_len: int, tokens: Sequence[int]) -> list[int]:
         """Keep each token with probability ``p``; otherwise swap in a different one (seeded)."""
@@ -102,8 +118,8 @@ class ControlledAcceptance:
 
 
 class ReplayedProposals(ControlledAcceptance):
-    """Proposals = the drafts each request brought (``spec_replay_drafts``), verified unchanged; the wrapped drafter's
-    passes run, the truth is a :class:`~.drafters.ReplayDrafter`, not an oracle."""
+    """Proposals = the drafts each request brought (``spec_replay_drafts``), verified unchanged; the
+    wrapped drafter's passes run, the truth is a :class:`~.drafters.ReplayDrafter`, not an oracle."""
 
     def __init__(self, shape: DraftModelDrafter | BlockDrafter, replay: ReplayDrafter) -> None:
         super().__init__(shape, replay, 1.0, 0, 0)

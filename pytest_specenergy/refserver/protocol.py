@@ -1,7 +1,8 @@
 """SGLang's ``/generate`` protocol subset: parse request bodies, shape answers.
 
-A rejection is a :class:`ProtocolError` naming the field, what was given and what is expected (HTTP 400). Where parsing
-is strict and where lenient, and why: its section of ``docs/design/refserver.md``."""
+A rejection is a :class:`ProtocolError` naming the field, what was given and what is expected (HTTP
+400). Where parsing is strict and where lenient, and why: its section of
+``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -13,16 +14,43 @@ from .records import GenerationResult
 from .records import SamplingParams
 from .tokenizer import TokenizerLike
 
-SUPPORTED_SAMPLING = ("max_new_tokens", "temperature", "ignore_eos", "stop_token_ids", "spec_replay_drafts")
-# Sampling keys accepted only with a value that cannot change greedy output (None: any value, as the seed is
-# irrelevant for greedy decoding and the others change only the text).
+SUPPORTED_SAMPLING = (
+    "max_new_tokens",
+    "temperature",
+    "ignore_eos",
+    "stop_token_ids",
+    "spec_replay_drafts",
+)
+# Sampling keys accepted only with a value that cannot change greedy output (None: any value, as the
+# seed is irrelevant for greedy decoding and the others change only the text).
 NEUTRAL_SAMPLING: dict[str, tuple[Any, ...] | None] = {
-    "top_p": (1,), "top_k": (-1, 0, 1), "min_p": (0,), "n": (1,), "frequency_penalty": (0,), "presence_penalty": (0,),
-    "repetition_penalty": (1,), "min_new_tokens": (0,), "stop": (None, "", []), "sampling_seed": None,
-    "skip_special_tokens": None, "spaces_between_special_tokens": None, "no_stop_trim": None,
+    "top_p": (1,),
+    "top_k": (-1, 0, 1),
+    "min_p": (0,),
+    "n": (1,),
+    "frequency_penalty": (0,),
+    "presence_penalty": (0,),
+    "repetition_penalty": (1,),
+    "min_new_tokens": (0,),
+    "stop": (None, "", []),
+    "sampling_seed": None,
+    "skip_special_tokens": None,
+    "spaces_between_special_tokens": None,
+    "no_stop_trim": None,
 }
-TOP_LEVEL = ("input_ids", "text", "sampling_params", "return_logprob", "logprob_start_len", "return_prompt_token_ids",
-             "return_text_in_logprobs", "rid", "stream", "top_logprobs_num", "return_spec_drafts")
+TOP_LEVEL = (
+    "input_ids",
+    "text",
+    "sampling_params",
+    "return_logprob",
+    "logprob_start_len",
+    "return_prompt_token_ids",
+    "return_text_in_logprobs",
+    "rid",
+    "stream",
+    "top_logprobs_num",
+    "return_spec_drafts",
+)
 
 
 class ProtocolError(ValueError):
@@ -40,7 +68,9 @@ class ParsedGenerate:
 
 
 def _is_int_list(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+    return isinstance(value, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) for t in value
+    )
 
 
 def _sampling(raw: Any, where: str) -> SamplingParams:
@@ -51,31 +81,49 @@ def _sampling(raw: Any, where: str) -> SamplingParams:
         if key in SUPPORTED_SAMPLING:
             continue
         if key not in NEUTRAL_SAMPLING:
-            raise ProtocolError(f"{where}.{key} is not supported by the reference server; supported: "
-                                f"{', '.join(SUPPORTED_SAMPLING)} (plus neutral values of "
-                                f"{', '.join(NEUTRAL_SAMPLING)})")
+            raise ProtocolError(
+                f"{where}.{key} is not supported by the reference server; supported: "
+                f"{', '.join(SUPPORTED_SAMPLING)} (plus neutral values of "
+                f"{', '.join(NEUTRAL_SAMPLING)})"
+            )
         neutral = NEUTRAL_SAMPLING[key]
         if neutral is not None and value not in neutral:
-            raise ProtocolError(f"{where}.{key}={value!r} would change greedy decoding; only neutral values "
-                                "are accepted")
+            raise ProtocolError(
+                f"{where}.{key}={value!r} would change greedy decoding; only neutral values "
+                "are accepted"
+            )
     mnt = raw.get("max_new_tokens", 128)
     if not isinstance(mnt, int) or isinstance(mnt, bool) or mnt < 0:
         raise ProtocolError(f"{where}.max_new_tokens must be an integer >= 0, got {mnt!r}")
     temp = raw.get("temperature", 0.0)
     if not isinstance(temp, (int, float)) or isinstance(temp, bool) or temp != 0:
-        raise ProtocolError(f"{where}.temperature must be 0: the reference server decodes greedily only, got {temp!r}")
+        raise ProtocolError(
+            f"{where}.temperature must be 0: the reference server decodes greedily only, got "
+            f"{temp!r}"
+        )
     ignore_eos = raw.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         raise ProtocolError(f"{where}.ignore_eos must be true or false, got {ignore_eos!r}")
     stops = raw.get("stop_token_ids") or []
     if not _is_int_list(stops):
-        raise ProtocolError(f"{where}.stop_token_ids must be a list of integer token ids, got {stops!r}")
+        raise ProtocolError(
+            f"{where}.stop_token_ids must be a list of integer token ids, got {stops!r}"
+        )
     replay = raw.get("spec_replay_drafts")
-    if replay is not None and not (isinstance(replay, list) and all(_is_int_list(d) for d in replay)):
-        raise ProtocolError(f"{where}.spec_replay_drafts must be a list (one per verify step) of lists of token ids, "
-                            "as meta_info.spec_drafts returns them")
-    return SamplingParams(max_new_tokens=mnt, temperature=0.0, ignore_eos=ignore_eos, stop_token_ids=tuple(stops),
-                          replay_drafts=tuple(tuple(d) for d in replay) if replay is not None else None)
+    if replay is not None and not (
+        isinstance(replay, list) and all(_is_int_list(d) for d in replay)
+    ):
+        raise ProtocolError(
+            f"{where}.spec_replay_drafts must be a list (one per verify step) of lists of token "
+            "ids, as meta_info.spec_drafts returns them"
+        )
+    return SamplingParams(
+        max_new_tokens=mnt,
+        temperature=0.0,
+        ignore_eos=ignore_eos,
+        stop_token_ids=tuple(stops),
+        replay_drafts=tuple(tuple(d) for d in replay) if replay is not None else None,
+    )
 
 
 def _flag(body: dict[str, Any], key: str) -> bool:
@@ -89,20 +137,28 @@ def _flag(body: dict[str, Any], key: str) -> bool:
 def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
     """Validate a ``/generate`` JSON body and build the engine requests."""
     if not isinstance(body, dict):
-        raise ProtocolError('the body must be a JSON object like {"input_ids": [[...]], "sampling_params": {...}}')
+        raise ProtocolError(
+            'the body must be a JSON object like {"input_ids": [[...]], "sampling_params": {...}}'
+        )
     for key, value in body.items():
         if key not in TOP_LEVEL and value not in (None, False, [], {}):
-            raise ProtocolError(f"field {key!r} is not supported by the reference server; supported: "
-                                f"{', '.join(TOP_LEVEL)}")
+            raise ProtocolError(
+                f"field {key!r} is not supported by the reference server; supported: "
+                f"{', '.join(TOP_LEVEL)}"
+            )
     if _flag(body, "stream"):
-        raise ProtocolError("stream=true is not supported by the reference server; send stream=false")
+        raise ProtocolError(
+            "stream=true is not supported by the reference server; send stream=false"
+        )
     top_n = body.get("top_logprobs_num") or 0
     if not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 0:
         raise ProtocolError(f"top_logprobs_num must be an integer >= 0, got {top_n!r}")
     has_ids, has_text = body.get("input_ids") is not None, body.get("text") is not None
     if has_ids == has_text:
-        raise ProtocolError("give exactly one of 'input_ids' (list of ints, or list of lists) and 'text' "
-                            "(string or list)")
+        raise ProtocolError(
+            "give exactly one of 'input_ids' (list of ints, or list of lists) and 'text' "
+            "(string or list)"
+        )
     if has_ids:
         ids = body["input_ids"]
         if _is_int_list(ids) and ids:
@@ -110,7 +166,9 @@ def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
         elif isinstance(ids, list) and ids and all(_is_int_list(p) for p in ids):
             prompts, batched = [list(p) for p in ids], True
         else:
-            raise ProtocolError("input_ids must be a non-empty list of token ids or a non-empty list of such lists")
+            raise ProtocolError(
+                "input_ids must be a non-empty list of token ids or a non-empty list of such lists"
+            )
     else:
         text = body["text"]
         if isinstance(text, str):
@@ -121,18 +179,24 @@ def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
             raise ProtocolError("text must be a string or a non-empty list of strings")
     for i, p in enumerate(prompts):
         if not p:
-            raise ProtocolError(f"prompt {i} is empty; every request needs at least one input token")
+            raise ProtocolError(
+                f"prompt {i} is empty; every request needs at least one input token"
+            )
     raw_sp = body.get("sampling_params")
     if isinstance(raw_sp, list):
         if len(raw_sp) != len(prompts):
-            raise ProtocolError(f"sampling_params has {len(raw_sp)} entries for {len(prompts)} prompts; give one "
-                                "or one per prompt")
+            raise ProtocolError(
+                f"sampling_params has {len(raw_sp)} entries for {len(prompts)} prompts; give one "
+                "or one per prompt"
+            )
         sps = [_sampling(sp, f"sampling_params[{i}]") for i, sp in enumerate(raw_sp)]
     else:
         sps = [_sampling(raw_sp, "sampling_params")] * len(prompts)
     ret_lp = _flag(body, "return_logprob")
     if top_n and not ret_lp:
-        raise ProtocolError("top_logprobs_num needs return_logprob=true (SGLang returns top logprobs only then)")
+        raise ProtocolError(
+            "top_logprobs_num needs return_logprob=true (SGLang returns top logprobs only then)"
+        )
     return_drafts = _flag(body, "return_spec_drafts")
     start = -1 if body.get("logprob_start_len") is None else body["logprob_start_len"]
     if not isinstance(start, int) or isinstance(start, bool) or start < -1:
@@ -140,31 +204,64 @@ def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
     if ret_lp:
         for i, p in enumerate(prompts):
             if start > len(p):
-                raise ProtocolError(f"logprob_start_len={start} is larger than prompt {i} ({len(p)} tokens)")
+                raise ProtocolError(
+                    f"logprob_start_len={start} is larger than prompt {i} ({len(p)} tokens)"
+                )
     rids = body.get("rid")
     if rids is not None:
         rids = [rids] if isinstance(rids, str) else rids
-        if not (isinstance(rids, list) and len(rids) == len(prompts) and all(isinstance(r, str) for r in rids)):
-            raise ProtocolError("rid must be a string (single input) or a list of strings, one per prompt")
-    requests = tuple(GenerationRequest(input_ids=tuple(p), sampling=sps[i], return_logprob=ret_lp,
-                                       logprob_start_len=start, rid=rids[i] if rids else None, top_logprobs_num=top_n,
-                                       return_spec_drafts=return_drafts) for i, p in enumerate(prompts))
-    return ParsedGenerate(requests=requests, batched=batched,
-                          return_prompt_token_ids=_flag(body, "return_prompt_token_ids"),
-                          return_text_in_logprobs=_flag(body, "return_text_in_logprobs"))
+        if not (
+            isinstance(rids, list)
+            and len(rids) == len(prompts)
+            and all(isinstance(r, str) for r in rids)
+        ):
+            raise ProtocolError(
+                "rid must be a string (single input) or a list of strings, one per prompt"
+            )
+    requests = tuple(
+        GenerationRequest(
+            input_ids=tuple(p),
+            sampling=sps[i],
+            return_logprob=ret_lp,
+            logprob_start_len=start,
+            rid=rids[i] if rids else None,
+            top_logprobs_num=top_n,
+            return_spec_drafts=return_drafts,
+        )
+        for i, p in enumerate(prompts)
+    )
+    return ParsedGenerate(
+        requests=requests,
+        batched=batched,
+        return_prompt_token_ids=_flag(body, "return_prompt_token_ids"),
+        return_text_in_logprobs=_flag(body, "return_text_in_logprobs"),
+    )
 
 
 def _lp_entries(entries: Any, tokenizer: TokenizerLike, with_text: bool) -> list[list[Any]]:
-    return [[lp, tid, tokenizer.decode([tid], skip_special_tokens=False) if with_text else None] for lp, tid in entries]
+    return [
+        [lp, tid, tokenizer.decode([tid], skip_special_tokens=False) if with_text else None]
+        for lp, tid in entries
+    ]
 
 
-def result_json(result: GenerationResult, tokenizer: TokenizerLike, return_prompt_token_ids: bool = False,
-                return_text_in_logprobs: bool = False) -> dict[str, Any]:
+def result_json(
+    result: GenerationResult,
+    tokenizer: TokenizerLike,
+    return_prompt_token_ids: bool = False,
+    return_text_in_logprobs: bool = False,
+) -> dict[str, Any]:
     """One ``/generate`` answer entry with SGLang's keys (``reference/sglang-api.md`` section 2)."""
     meta: dict[str, Any] = {
-        "id": result.rid, "finish_reason": result.finish_reason.to_json(), "prompt_tokens": len(result.input_ids),
-        "completion_tokens": result.completion_tokens, "cached_tokens": 0, "weight_version": "default",
-        "num_retractions": 0, "reasoning_tokens": 0, "e2e_latency": result.e2e_latency,
+        "id": result.rid,
+        "finish_reason": result.finish_reason.to_json(),
+        "prompt_tokens": len(result.input_ids),
+        "completion_tokens": result.completion_tokens,
+        "cached_tokens": 0,
+        "weight_version": "default",
+        "num_retractions": 0,
+        "reasoning_tokens": 0,
+        "e2e_latency": result.e2e_latency,
     }
     # Reference-server extensions (SGLang has neither): which prefill forward prefilled the
     # request, and the wall time of the decode / verify steps it ran in.
@@ -181,20 +278,30 @@ def result_json(result: GenerationResult, tokenizer: TokenizerLike, return_promp
         meta["spec_accept_length"] = result.completion_tokens / spec.verify_ct
         meta["spec_correct_drafts_histogram"] = list(spec.correct_drafts_histogram)
     if result.input_token_logprobs is not None:
-        meta["input_token_logprobs"] = _lp_entries(result.input_token_logprobs, tokenizer, return_text_in_logprobs)
+        meta["input_token_logprobs"] = _lp_entries(
+            result.input_token_logprobs, tokenizer, return_text_in_logprobs
+        )
     if result.output_token_logprobs is not None:
-        meta["output_token_logprobs"] = _lp_entries(result.output_token_logprobs, tokenizer, return_text_in_logprobs)
+        meta["output_token_logprobs"] = _lp_entries(
+            result.output_token_logprobs, tokenizer, return_text_in_logprobs
+        )
         meta["output_token_logprobs_length"] = len(result.output_token_logprobs)
-    # top logprobs: per position a list of [logprob, id, text-or-None], best first; a None position stays None
+    # top logprobs: per position a list of [logprob, id, text-or-None], best first; a None position
+    # stays None
     for key in ("input_top_logprobs", "output_top_logprobs"):
         positions = getattr(result, key)
         if positions is not None:
-            meta[key] = [None if top is None else _lp_entries(top, tokenizer, return_text_in_logprobs)
-                         for top in positions]
+            meta[key] = [
+                None if top is None else _lp_entries(top, tokenizer, return_text_in_logprobs)
+                for top in positions
+            ]
     if result.spec_drafts is not None:
         meta["spec_drafts"] = [list(d) for d in result.spec_drafts]
-    out: dict[str, Any] = {"text": tokenizer.decode(result.output_ids), "output_ids": list(result.output_ids),
-                           "meta_info": meta}
+    out: dict[str, Any] = {
+        "text": tokenizer.decode(result.output_ids),
+        "output_ids": list(result.output_ids),
+        "meta_info": meta,
+    }
     if return_prompt_token_ids:
         out["prompt_token_ids"] = list(result.input_ids)
     return out

@@ -43,17 +43,42 @@ def is_random_model(name: str | None) -> bool:
     return name is not None and name.startswith(RANDOM_PREFIX)
 
 
-#: The published configs (Hugging Face ``config.json``) of the dense Qwen3 models a random model can stand for - the
-#: shapes Qwen3ForCausalLM expresses exactly (no routed experts, no linear or gated attention). The reference server
-#: stands alone, so it keeps these few numbers itself; a test holds them equal to the plugin's shape registry
-#: (:mod:`pytest_specenergy.meters.shapes`), whose key is also what the model is priced as.
+#: The published configs (Hugging Face ``config.json``) of the dense Qwen3 models a random model can
+#: stand for - the shapes Qwen3ForCausalLM expresses exactly (no routed experts, no linear or gated
+#: attention). The reference server stands alone, so it keeps these few numbers itself; a test holds
+#: them equal to the plugin's shape registry (:mod:`pytest_specenergy.meters.shapes`), whose key is
+#: also what the model is priced as.
 PUBLISHED_SHAPES: dict[str, dict[str, Any]] = {
-    "qwen3-0.6b": dict(layers=28, hidden=1024, mlp=3072, q_heads=16, kv_heads=8, head_dim=128,
-                       vocab=151936, tied_embeddings=True),
-    "qwen3-4b": dict(layers=36, hidden=2560, mlp=9728, q_heads=32, kv_heads=8, head_dim=128,
-                     vocab=151936, tied_embeddings=True),
-    "qwen3-8b": dict(layers=36, hidden=4096, mlp=12288, q_heads=32, kv_heads=8, head_dim=128,
-                     vocab=151936, tied_embeddings=False),
+    "qwen3-0.6b": dict(
+        layers=28,
+        hidden=1024,
+        mlp=3072,
+        q_heads=16,
+        kv_heads=8,
+        head_dim=128,
+        vocab=151936,
+        tied_embeddings=True,
+    ),
+    "qwen3-4b": dict(
+        layers=36,
+        hidden=2560,
+        mlp=9728,
+        q_heads=32,
+        kv_heads=8,
+        head_dim=128,
+        vocab=151936,
+        tied_embeddings=True,
+    ),
+    "qwen3-8b": dict(
+        layers=36,
+        hidden=4096,
+        mlp=12288,
+        q_heads=32,
+        kv_heads=8,
+        head_dim=128,
+        vocab=151936,
+        tied_embeddings=False,
+    ),
 }
 
 
@@ -88,29 +113,45 @@ def parse_random_model(name: str) -> RandomModelSpec:
     key = key.strip().lower()
     shape = PUBLISHED_SHAPES.get(key)
     if shape is None:
-        raise ValueError(f"unknown random model {name!r}; expected one of {', '.join(random_model_names())} "
-                         f"(optionally :layers=N,...): the dense Qwen3 shapes")
+        raise ValueError(
+            f"unknown random model {name!r}; expected one of {', '.join(random_model_names())} "
+            f"(optionally :layers=N,...): the dense Qwen3 shapes"
+        )
     spec = RandomModelSpec(name=name, shape_key=key, **shape)
     if overrides:
         spec = replace(spec, **_parse_overrides(overrides, name))
     if spec.vocab < MIN_VOCAB:
-        raise ValueError(f"override vocab={spec.vocab} in {name!r} is smaller than the byte tokenizer's "
-                         f"{MIN_VOCAB} ids")
+        raise ValueError(
+            f"override vocab={spec.vocab} in {name!r} is smaller than the byte tokenizer's "
+            f"{MIN_VOCAB} ids"
+        )
     return spec
 
 
-def build_random_model(spec: RandomModelSpec, seed: int, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
+def build_random_model(
+    spec: RandomModelSpec, seed: int, dtype: torch.dtype, device: torch.device
+) -> torch.nn.Module:
     """Build ``spec`` with seeded random weights directly on ``device`` in ``dtype`` (eval mode)."""
     import torch
     from transformers import Qwen3Config
     from transformers import Qwen3ForCausalLM
 
-    # byte-tokenizer special ids; SDPA honours the explicit 4-D masks the engine builds, flash-attention would not
+    # byte-tokenizer special ids; SDPA honours the explicit 4-D masks the engine builds,
+    # flash-attention would not
     config = Qwen3Config(
-        vocab_size=spec.vocab, hidden_size=spec.hidden, intermediate_size=spec.mlp, num_hidden_layers=spec.layers,
-        num_attention_heads=spec.q_heads, num_key_value_heads=spec.kv_heads, head_dim=spec.head_dim,
-        tie_word_embeddings=spec.tied_embeddings, pad_token_id=PAD_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
-        attn_implementation="sdpa")
+        vocab_size=spec.vocab,
+        hidden_size=spec.hidden,
+        intermediate_size=spec.mlp,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.q_heads,
+        num_key_value_heads=spec.kv_heads,
+        head_dim=spec.head_dim,
+        tie_word_embeddings=spec.tied_embeddings,
+        pad_token_id=PAD_ID,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        attn_implementation="sdpa",
+    )
     # fork_rng restores every RNG it seeds, so building a model leaves the caller's streams alone
     cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     before = torch.get_default_dtype()

@@ -32,10 +32,17 @@ class EngineConfig:
     seed: int = 0
     max_running_requests: int = 32
     faults: tuple[str, ...] = ()
-    block_size: int | None = None  # block drafter: positions verified per step (drafts = block_size - 1)
-    draft_accept_p: float | None = None  # controlled acceptance: P(a drafted token is the target's own)
-    numerical_noise_scale: float = 2.0**-8  # fault "numerical-noise": relative logit noise (bf16 ulp)
-    # verify the drafts each request brings (spec_replay_drafts) while the drafter's passes still run
+    block_size: int | None = (
+        None  # block drafter: positions verified per step (drafts = block_size - 1)
+    )
+    draft_accept_p: float | None = (
+        None  # controlled acceptance: P(a drafted token is the target's own)
+    )
+    numerical_noise_scale: float = (
+        2.0**-8
+    )  # fault "numerical-noise": relative logit noise (bf16 ulp)
+    # verify the drafts each request brings (spec_replay_drafts) while the drafter's passes still
+    # run
     replay_proposals: bool = False
 
     def __post_init__(self) -> None:
@@ -47,46 +54,68 @@ class EngineConfig:
         if self.num_draft_tokens < 1:
             raise ValueError(f"num_draft_tokens must be >= 1, got {self.num_draft_tokens}")
         if not 1 <= self.ngram_min_match_window <= self.ngram_max_match_window:
-            raise ValueError("need 1 <= ngram_min_match_window <= ngram_max_match_window, got "
-                             f"{self.ngram_min_match_window} and {self.ngram_max_match_window}")
+            raise ValueError(
+                "need 1 <= ngram_min_match_window <= ngram_max_match_window, got "
+                f"{self.ngram_min_match_window} and {self.ngram_max_match_window}"
+            )
         if self.max_running_requests < 1:
             raise ValueError(f"max_running_requests must be >= 1, got {self.max_running_requests}")
         object.__setattr__(self, "faults", validate_faults(self.faults))
         if self.block_size is not None:
             if self.drafter not in ("block", "replay"):
-                raise ValueError(f"block_size is for the block (or replay) drafter, not {self.drafter!r}")
+                raise ValueError(
+                    f"block_size is for the block (or replay) drafter, not {self.drafter!r}"
+                )
             if self.block_size < 2:
-                raise ValueError(f"block_size must be >= 2 (the last committed token + >= 1 draft), "
-                                 f"got {self.block_size}")
+                raise ValueError(
+                    f"block_size must be >= 2 (the last committed token + >= 1 draft), "
+                    f"got {self.block_size}"
+                )
             # a block of B positions verifies the last committed token and B - 1 drafts
             object.__setattr__(self, "num_draft_tokens", self.block_size - 1)
         elif self.drafter == "block":
             object.__setattr__(self, "block_size", self.num_draft_tokens + 1)
         if self.draft_accept_p is not None:
             if self.drafter not in ("draft_model", "block"):
-                raise ValueError("draft_accept_p needs a drafter with draft passes (draft_model or block), "
-                                 f"not {self.drafter!r}")
+                raise ValueError(
+                    "draft_accept_p needs a drafter with draft passes (draft_model or block), "
+                    f"not {self.drafter!r}"
+                )
             if not 0.0 <= self.draft_accept_p <= 1.0:
                 raise ValueError(f"draft_accept_p must be in [0, 1], got {self.draft_accept_p}")
         if self.replay_proposals and self.drafter not in ("draft_model", "block"):
-            raise ValueError("replay_proposals replays recorded drafts through a drafter with draft passes "
-                             f"(draft_model or block), not {self.drafter!r}; drafter 'replay' verifies recorded "
-                             "drafts with no draft passes")
+            raise ValueError(
+                "replay_proposals replays recorded drafts through a drafter with draft passes "
+                f"(draft_model or block), not {self.drafter!r}; drafter 'replay' verifies recorded "
+                "drafts with no draft passes"
+            )
         if self.replay_proposals and self.draft_accept_p is not None:
-            raise ValueError("replay_proposals and draft_accept_p are mutually exclusive: the verified drafts are "
-                             "either the recorded ones or the oracle's")
+            raise ValueError(
+                "replay_proposals and draft_accept_p are mutually exclusive: the verified drafts "
+                "are either the recorded ones or the oracle's"
+            )
         if not 0.0 < self.numerical_noise_scale < 1.0:
-            raise ValueError(f"numerical_noise_scale must be in (0, 1), got {self.numerical_noise_scale}")
-        # A bad random:* name or override fails here, in milliseconds, not after a target has loaded.
+            raise ValueError(
+                f"numerical_noise_scale must be in (0, 1), got {self.numerical_noise_scale}"
+            )
+        # A bad random:* name or override fails here, in milliseconds, not after a target has
+        # loaded.
         from .random_models import is_random_model
         from .random_models import parse_random_model
 
-        specs = {name: parse_random_model(name) for name in (self.model, self.draft_model) if is_random_model(name)}
+        specs = {
+            name: parse_random_model(name)
+            for name in (self.model, self.draft_model)
+            if is_random_model(name)
+        }
         if self.drafter in ("draft_model", "block") and len(specs) == 2:
             target, draft = specs[self.model], specs[self.draft_model]  # type: ignore[index]
             if target.vocab != draft.vocab:
-                raise ValueError(f"draft model {draft.name!r} has vocabulary {draft.vocab}, the target {target.name!r} "
-                                 f"{target.vocab}: they must share a tokenizer (set both with :vocab=N)")
+                raise ValueError(
+                    f"draft model {draft.name!r} has vocabulary {draft.vocab}, the target "
+                    f"{target.name!r} {target.vocab}: they must share a tokenizer (set both with "
+                    ":vocab=N)"
+                )
 
     @property
     def speculative(self) -> bool:
@@ -100,7 +129,8 @@ class EngineConfig:
 
     @property
     def verified_per_step(self) -> int | None:
-        """Tokens the target verifies per request per step: the last committed token + K drafts (a block's size)."""
+        """Tokens the target verifies per request per step: the last committed token + K drafts (a
+        block's size)."""
         return self.num_draft_tokens + 1 if self.speculative else None
 
 
@@ -119,7 +149,10 @@ class SamplingParams:
         if self.max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
         if self.temperature != 0:
-            raise ValueError(f"temperature must be 0 (the reference engine decodes greedily), got {self.temperature}")
+            raise ValueError(
+                "temperature must be 0 (the reference engine decodes greedily), got "
+                f"{self.temperature}"
+            )
 
 
 @dataclass(frozen=True)
@@ -138,8 +171,10 @@ class GenerationRequest:
         if len(self.input_ids) == 0:
             raise ValueError("input_ids must not be empty")
         if self.return_logprob and self.logprob_start_len > len(self.input_ids):
-            raise ValueError(f"logprob_start_len ({self.logprob_start_len}) is larger than the prompt "
-                             f"({len(self.input_ids)} tokens)")
+            raise ValueError(
+                f"logprob_start_len ({self.logprob_start_len}) is larger than the prompt "
+                f"({len(self.input_ids)} tokens)"
+            )
 
 
 @dataclass(frozen=True)
@@ -153,7 +188,8 @@ class FinishReason:
     message: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """``{"type": "length", "length": N}``, ``{"type": "stop", "matched": id}`` or ``{"type": "abort", ...}``."""
+        """``{"type": "length", "length": N}``, ``{"type": "stop", "matched": id}`` or ``{"type":
+        "abort", ...}``."""
         detail = {"length": "length", "stop": "matched", "abort": "message"}[self.type]
         return {"type": self.type, detail: getattr(self, detail)}
 
@@ -165,7 +201,9 @@ class SpecStats:
     verify_ct: int
     num_correct_drafts: int  # accepted drafts, bonus excluded
     num_proposed_drafts: int  # verify_ct * K
-    correct_drafts_histogram: tuple[int, ...]  # index k: verify steps that accepted exactly k drafts
+    correct_drafts_histogram: tuple[
+        int, ...
+    ]  # index k: verify steps that accepted exactly k drafts
 
 
 @dataclass(frozen=True)
@@ -184,7 +222,9 @@ class GenerationResult:
     input_top_logprobs: tuple[tuple[tuple[float, int], ...] | None, ...] | None = None
     output_top_logprobs: tuple[tuple[tuple[float, int], ...], ...] | None = None
     spec_drafts: tuple[tuple[int, ...], ...] | None = None  # drafts verified per step, if asked
-    prefill_forward: int | None = None  # the engine's count of the prefill forward that prefilled it
+    prefill_forward: int | None = (
+        None  # the engine's count of the prefill forward that prefilled it
+    )
     decode_s: float | None = None  # wall seconds of the decode / verify steps it ran in
 
     @property

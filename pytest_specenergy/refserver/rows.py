@@ -44,9 +44,13 @@ class Ticket:
     def wait(self, timeout: float | None = None) -> list[GenerationResult]:
         """Results in submission order (raises what the engine raised)."""
         if not self.done.wait(timeout):
-            raise TimeoutError(f"{self.remaining} of {len(self.rows)} requests still running after {timeout} s")
+            raise TimeoutError(
+                f"{self.remaining} of {len(self.rows)} requests still running after {timeout} s"
+            )
         if self.error is not None:
-            raise RuntimeError(f"the engine failed while running this request: {self.error!r}") from self.error
+            raise RuntimeError(
+                f"the engine failed while running this request: {self.error!r}"
+            ) from self.error
         return [row.result() for row in self.rows]
 
 
@@ -105,7 +109,8 @@ class Row:
         return False
 
     def count_verify(self, committed: int) -> None:
-        """One verify step committed ``committed`` tokens (accepted drafts + bonus, cut at a finish)."""
+        """One verify step committed ``committed`` tokens (accepted drafts + bonus, cut at a
+        finish)."""
         self.verify_ct += 1
         self.correct += committed - 1
         self.hist.extend([0] * (self.k + 1 - len(self.hist)))  # nothing when long enough
@@ -120,16 +125,27 @@ class Row:
                 # the classic slip: counting accept_lens (bonus included) as correct drafts
                 correct += self.verify_ct
                 hist = [0] + hist
-            spec = SpecStats(verify_ct=self.verify_ct, num_correct_drafts=correct,
-                             num_proposed_drafts=self.verify_ct * self.k, correct_drafts_histogram=tuple(hist))
+            spec = SpecStats(
+                verify_ct=self.verify_ct,
+                num_correct_drafts=correct,
+                num_proposed_drafts=self.verify_ct * self.k,
+                correct_drafts_histogram=tuple(hist),
+            )
         req = self.request
         return GenerationResult(
-            rid=self.rid, input_ids=tuple(req.input_ids), output_ids=tuple(self.output),
+            rid=self.rid,
+            input_ids=tuple(req.input_ids),
+            output_ids=tuple(self.output),
             finish_reason=self.finish or FinishReason("length", length=req.sampling.max_new_tokens),
-            e2e_latency=max(self.finish_time - self.submitted, 0.0), spec=spec,
+            e2e_latency=max(self.finish_time - self.submitted, 0.0),
+            spec=spec,
             input_token_logprobs=tuple(self.input_lp) if self.input_lp is not None else None,
             output_token_logprobs=tuple(self.output_lp) if req.return_logprob else None,
             input_top_logprobs=tuple(self.input_top) if self.input_top is not None else None,
-            output_top_logprobs=tuple(self.output_top) if req.return_logprob and req.top_logprobs_num else None,
+            output_top_logprobs=tuple(self.output_top)
+            if req.return_logprob and req.top_logprobs_num
+            else None,
             spec_drafts=tuple(self.drafts) if req.return_spec_drafts and self.k else None,
-            prefill_forward=self.prefill_forward, decode_s=self.decode_s)
+            prefill_forward=self.prefill_forward,
+            decode_s=self.decode_s,
+        )

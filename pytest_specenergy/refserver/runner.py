@@ -1,7 +1,8 @@
 """Run one batched forward pass of a Hugging Face causal LM and record it in the work trace.
 
-:class:`ModelRunner` owns the model-specific plumbing (the cache keyword, ``lm_head`` only where logits are needed,
-router and linear-attention hooks, recurrent-state rollback): its section of ``docs/design/refserver.md``."""
+:class:`ModelRunner` owns the model-specific plumbing (the cache keyword, ``lm_head`` only where
+logits are needed, router and linear-attention hooks, recurrent-state rollback): its section of
+``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -52,7 +53,11 @@ class _Probes:
         if not self.recording:
             return
         # transformers 5.x routers return (logits, weights, indices); older ones return logits.
-        if isinstance(output, tuple) and len(output) >= 3 and not torch.is_floating_point(output[2]):
+        if (
+            isinstance(output, tuple)
+            and len(output) >= 3
+            and not torch.is_floating_point(output[2])
+        ):
             self.routed[idx] = output[2].reshape(-1, output[2].shape[-1])
             return
         logits = output[0] if isinstance(output, tuple) else output
@@ -91,7 +96,9 @@ class ModelRunner:
             model._specenergy_probes = probes  # type: ignore[attr-defined]
         self.probes: _Probes = probes
         linear = next(iter(probes.linear_modules.values()), None)
-        self.linear_cache_kw = _kwarg_name(linear.forward, "cache", "cache_params") if linear is not None else "cache"
+        self.linear_cache_kw = (
+            _kwarg_name(linear.forward, "cache", "cache_params") if linear is not None else "cache"
+        )
         self.noise_scale: float | None = None  # fault "numerical-noise" (target runner only)
         self.seed = 0
 
@@ -100,8 +107,17 @@ class ModelRunner:
             torch.cuda.synchronize(self.device)
 
     @torch.inference_mode()
-    def forward(self, kv: BatchKV, tokens: torch.Tensor, q_valid: torch.Tensor | None, logit_rows: torch.Tensor,
-                logit_cols: torch.Tensor, phase: str, rids: Sequence[str], capture_linear: bool = False) -> StepOutput:
+    def forward(
+        self,
+        kv: BatchKV,
+        tokens: torch.Tensor,
+        q_valid: torch.Tensor | None,
+        logit_rows: torch.Tensor,
+        logit_cols: torch.Tensor,
+        phase: str,
+        rids: Sequence[str],
+        capture_linear: bool = False,
+    ) -> StepOutput:
         """Feed ``tokens`` [B, Q] into ``kv`` (appending its slots and one :class:`TraceStep` to the
         trace); return logits at ``(logit_rows[i], logit_cols[i])``."""
         tokens = tokens.to(self.device)
@@ -118,15 +134,24 @@ class ModelRunner:
         self._sync()
         t0 = time.perf_counter()
         try:
-            out = self.decoder(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True,
-                               **{self.cache_kw: kv.cache})
+            out = self.decoder(
+                input_ids=tokens,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                **{self.cache_kw: kv.cache},
+            )
             logits = None
             if logit_rows.numel():
-                logits = self.head(out.last_hidden_state[logit_rows.to(self.device), logit_cols.to(self.device)])
+                logits = self.head(
+                    out.last_hidden_state[logit_rows.to(self.device), logit_cols.to(self.device)]
+                )
                 if self.noise_scale is not None:
                     from .faults import numerical_noise
 
-                    logits = numerical_noise(logits, self.noise_scale, (self.seed, phase, *tokens.shape))
+                    logits = numerical_noise(
+                        logits, self.noise_scale, (self.seed, phase, *tokens.shape)
+                    )
             self._sync()
         finally:
             probes.recording = False
@@ -137,8 +162,16 @@ class ModelRunner:
             self._record(phase, rids, tokens, q_valid, context, int(logit_rows.numel()), wall)
         return StepOutput(logits=logits, wall_s=wall)
 
-    def _record(self, phase: str, rids: Sequence[str], tokens: torch.Tensor, q_valid: torch.Tensor,
-                context: list[int], logit_rows: int, wall: float) -> None:
+    def _record(
+        self,
+        phase: str,
+        rids: Sequence[str],
+        tokens: torch.Tensor,
+        q_valid: torch.Tensor,
+        context: list[int],
+        logit_rows: int,
+        wall: float,
+    ) -> None:
         query = [int(c) for c in q_valid.sum(dim=1).tolist()]
         distinct = int(torch.unique(tokens[q_valid]).numel())
         touched: list[int] | None = None
@@ -151,17 +184,36 @@ class ModelRunner:
                 touched.append(int(torch.unique(routed[flat_valid]).numel()) if usable else 0)
         assert self.trace is not None
         verify = phase == "verify"
-        cost = self.shape.step_cost(query, context, logit_rows, distinct, touched, per_position_states=verify)
-        self.trace.append(TraceStep(
-            phase=phase, model=self.role, rids=tuple(rids), query_tokens=tuple(query), context_lens=tuple(context),
-            weight_bytes=cost.weight_bytes, kv_bytes=cost.kv_bytes, flops=cost.flops, wall_s=wall,
-            experts_touched=tuple(touched) if touched is not None else None))
+        cost = self.shape.step_cost(
+            query, context, logit_rows, distinct, touched, per_position_states=verify
+        )
+        self.trace.append(
+            TraceStep(
+                phase=phase,
+                model=self.role,
+                rids=tuple(rids),
+                query_tokens=tuple(query),
+                context_lens=tuple(context),
+                weight_bytes=cost.weight_bytes,
+                kv_bytes=cost.kv_bytes,
+                flops=cost.flops,
+                wall_s=wall,
+                experts_touched=tuple(touched) if touched is not None else None,
+            )
+        )
 
     @torch.inference_mode()
-    def rollback_linear(self, kv: BatchKV, snapshot: Sequence[torch.Tensor], keep: Sequence[int], width: int,
-                        keep_inputs: bool = False) -> None:
-        """Return each row's recurrent state to the state after its first ``keep[b]`` of ``width`` tokens, from
-        ``snapshot`` by replaying the kept tokens' captured inputs (the section of ``docs/design/refserver.md``)."""
+    def rollback_linear(
+        self,
+        kv: BatchKV,
+        snapshot: Sequence[torch.Tensor],
+        keep: Sequence[int],
+        width: int,
+        keep_inputs: bool = False,
+    ) -> None:
+        """Return each row's recurrent state to the state after its first ``keep[b]`` of ``width``
+        tokens, from ``snapshot`` by replaying the kept tokens' captured inputs (the section of
+        ``docs/design/refserver.md``)."""
         rows_fix = [b for b, k in enumerate(keep) if k < width]
         if not rows_fix or not self.probes.linear_modules:
             return

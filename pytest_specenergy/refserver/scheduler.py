@@ -1,4 +1,5 @@
-"""Continuous batching, as SGLang's scheduler does it: one running batch that requests join and leave.
+"""Continuous batching, as SGLang's scheduler does it: one running batch that requests join and
+leave.
 
 The iteration, aborts and failure handling: its section of ``docs/design/refserver.md``."""
 
@@ -17,7 +18,9 @@ from .records import FinishReason
 from .rows import Row
 from .stats import EngineStats
 
-if TYPE_CHECKING:  # the engine's new_kv, new_drafter, prefill, decode and verify are the steps driven here
+if (
+    TYPE_CHECKING
+):  # the engine's new_kv, new_drafter, prefill, decode and verify are the steps driven here
     from .engine import ReferenceEngine
 
 log = logging.getLogger("pytest_specenergy.refserver")
@@ -28,7 +31,9 @@ COMPACT_SLACK = 32  # holes per row tolerated before the target cache is compact
 class Scheduler:
     """The queue, the running batch and the thread that advances it."""
 
-    def __init__(self, stepper: ReferenceEngine, stats: EngineStats, max_running: int, lock: threading.Lock) -> None:
+    def __init__(
+        self, stepper: ReferenceEngine, stats: EngineStats, max_running: int, lock: threading.Lock
+    ) -> None:
         self.stepper = stepper
         self.stats = stats
         self.max_running = max_running
@@ -51,13 +56,16 @@ class Scheduler:
                 raise RuntimeError("the engine is closed")
             self._queue.extend(rows)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="refserver-scheduler", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._loop, name="refserver-scheduler", daemon=True
+                )
                 self._thread.start()
             self._cv.notify_all()
 
     def abort(self, rid: str | None = None) -> None:
-        """Abort request ``rid`` (None: every request; an unknown rid is ignored, as SGLang does) at the next iteration:
-        rows queued, being admitted or running now get a flag each (why: ``docs/design/refserver.md``)."""
+        """Abort request ``rid`` (None: every request; an unknown rid is ignored, as SGLang does) at
+        the next iteration: rows queued, being admitted or running now get a flag each (why:
+        ``docs/design/refserver.md``)."""
         with self._cv:
             for row in [*self.running, *self._admitting, *self._queue]:
                 if (rid is None or row.rid == rid) and row.finish is None:
@@ -110,7 +118,10 @@ class Scheduler:
                         self._drop_finished()
                     self._iteration(admit)
                 except BaseException as exc:  # noqa: BLE001 - the callers get the error, the engine goes on
-                    log.exception("engine iteration failed; failing %d request(s)", len(self.running) + len(admit))
+                    log.exception(
+                        "engine iteration failed; failing %d request(s)",
+                        len(self.running) + len(admit),
+                    )
                     self._reset(admit, exc)
 
     def _take_aborted(self) -> bool:

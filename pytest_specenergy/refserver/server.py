@@ -22,7 +22,9 @@ from .protocol import ProtocolError
 from .protocol import parse_generate
 from .protocol import result_json
 
-if TYPE_CHECKING:  # torch-free at import: the command line reads the defaults below before loading torch
+if (
+    TYPE_CHECKING
+):  # torch-free at import: the command line reads the defaults below before loading torch
     from .engine import ReferenceEngine
 
 log = logging.getLogger("pytest_specenergy.refserver")
@@ -38,8 +40,8 @@ DEFAULT_MAX_CONNECTIONS = 256
 
 
 class HTTPError(Exception):
-    """An answer other than 200, with its status; ``close``: the connection cannot serve another request (an unread
-    body would be parsed as the next one)."""
+    """An answer other than 200, with its status; ``close``: the connection cannot serve another
+    request (an unread body would be parsed as the next one)."""
 
     def __init__(self, status: int, message: str, close: bool = False) -> None:
         super().__init__(message)
@@ -82,7 +84,9 @@ class _DeadlineReader(io.RawIOBase):
             n = self.sock.recv_into(buffer)
         except TimeoutError:
             idle = f"no data for --http-timeout {self.idle_timeout:g} s"
-            raise RequestTimeout(self._late() if time.monotonic() >= self.deadline else idle) from None
+            raise RequestTimeout(
+                self._late() if time.monotonic() >= self.deadline else idle
+            ) from None
         finally:
             self.sock.settimeout(self.idle_timeout)  # writes keep the plain socket timeout
         self.received += n
@@ -105,7 +109,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.timeout = self.server.http_timeout
         super().setup()
         self.rfile.close()  # the stdlib's own reader: its file object only, not the socket
-        self.reader = _DeadlineReader(self.connection, self.server.http_timeout, self.server.request_timeout)
+        self.reader = _DeadlineReader(
+            self.connection, self.server.http_timeout, self.server.request_timeout
+        )
         self.rfile = io.BufferedReader(self.reader)
 
     def handle_one_request(self) -> None:
@@ -129,7 +135,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(code, message or explain or "bad request")
 
     def _send(self, status: int, payload: Any, content_type: str = "application/json") -> None:
-        data = (json.dumps(payload) if content_type == "application/json" else str(payload)).encode("utf-8")
+        data = (json.dumps(payload) if content_type == "application/json" else str(payload)).encode(
+            "utf-8"
+        )
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
@@ -145,16 +153,22 @@ class _Handler(BaseHTTPRequestHandler):
     def _body(self) -> Any:
         """The JSON body (``{}`` when there is none); :class:`HTTPError` for anything unreadable."""
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            raise HTTPError(411, "chunked request bodies are not supported; send a Content-Length", close=True)
+            raise HTTPError(
+                411, "chunked request bodies are not supported; send a Content-Length", close=True
+            )
         raw_len = self.headers.get("Content-Length") or "0"
         try:
             length = int(raw_len)
         except ValueError:
-            raise HTTPError(400, f"Content-Length must be an integer, got {raw_len!r}", close=True) from None
+            raise HTTPError(
+                400, f"Content-Length must be an integer, got {raw_len!r}", close=True
+            ) from None
         if length < 0:
             raise HTTPError(400, f"Content-Length must be >= 0, got {length}", close=True)
         if length > MAX_BODY_BYTES:
-            raise HTTPError(413, f"request body of {length} bytes is larger than {MAX_BODY_BYTES}", close=True)
+            raise HTTPError(
+                413, f"request body of {length} bytes is larger than {MAX_BODY_BYTES}", close=True
+            )
         raw = bytearray()
         why = "the client closed the connection"
         try:  # read1 in a loop, so a timeout keeps what did arrive (for the message)
@@ -166,8 +180,11 @@ class _Handler(BaseHTTPRequestHandler):
         except RequestTimeout as exc:
             why = str(exc)
         if len(raw) < length:
-            raise HTTPError(408, f"the body ended after {len(raw)} of {length} bytes (Content-Length): {why}",
-                            close=True)
+            raise HTTPError(
+                408,
+                f"the body ended after {len(raw)} of {length} bytes (Content-Length): {why}",
+                close=True,
+            )
         if not raw.strip():
             return {}
         try:
@@ -175,8 +192,11 @@ class _Handler(BaseHTTPRequestHandler):
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise HTTPError(400, f"the body is not valid JSON: {exc}") from None
         except RecursionError:  # valid JSON nested past the decoder's depth: the client's doing
-            raise HTTPError(400, "the body is JSON nested too deeply to decode; a request is a flat "
-                                 "object of fields (see /generate)") from None
+            raise HTTPError(
+                400,
+                "the body is JSON nested too deeply to decode; a request is a flat "
+                "object of fields (see /generate)",
+            ) from None
 
     def _guard(self, fn: Any) -> None:
         try:
@@ -184,7 +204,10 @@ class _Handler(BaseHTTPRequestHandler):
         except HTTPError as exc:
             self.close_connection |= exc.close
             self._error(exc.status, str(exc))
-        except (ProtocolError, ValueError) as exc:  # engine-side validation: vocabulary, context, ...
+        except (
+            ProtocolError,
+            ValueError,
+        ) as exc:  # engine-side validation: vocabulary, context, ...
             self._error(400, str(exc))
         except OSError as exc:  # the client went away: nobody to answer
             log.info("connection error: %s", exc)
@@ -239,7 +262,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/flush_cache":
             body = self._body()
             if not isinstance(body, dict) or body:
-                raise HTTPError(400, f"/flush_cache takes no parameters; send an empty body or {{}}, got {body!r}")
+                raise HTTPError(
+                    400,
+                    f"/flush_cache takes no parameters; send an empty body or {{}}, got {body!r}",
+                )
             self._flush()
         elif path == "/abort_request":
             self._abort(self._body())
@@ -252,10 +278,14 @@ class _Handler(BaseHTTPRequestHandler):
     def _abort(self, body: Any) -> None:
         # SGLang's AbortReq: {"rid": "...", "abort_all": false}; an unknown rid is not an error.
         if not isinstance(body, dict) or set(body) - {"rid", "abort_all"}:
-            raise HTTPError(400, f'/abort_request takes {{"rid": str}} or {{"abort_all": true}}, got {body!r}')
+            raise HTTPError(
+                400, f'/abort_request takes {{"rid": str}} or {{"abort_all": true}}, got {body!r}'
+            )
         rid, everything = body.get("rid"), body.get("abort_all", False)
         if not isinstance(everything, bool) or (rid is not None and not isinstance(rid, str)):
-            raise HTTPError(400, f"/abort_request: rid must be a string and abort_all a boolean, got {body!r}")
+            raise HTTPError(
+                400, f"/abort_request: rid must be a string and abort_all a boolean, got {body!r}"
+            )
         if not (everything or rid):
             raise HTTPError(400, '/abort_request needs a "rid" or "abort_all": true')
         self.server.engine.abort(None if everything else rid)
@@ -264,7 +294,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _set_internal_state(self, body: Any) -> None:
         # SGLang's endpoint for runtime values; the reference server takes the admission cap only.
         if not isinstance(body, dict) or set(body) != {"max_running_requests"}:
-            raise HTTPError(400, f'/set_internal_state takes {{"max_running_requests": int}}, got {body!r}')
+            raise HTTPError(
+                400, f'/set_internal_state takes {{"max_running_requests": int}}, got {body!r}'
+            )
         try:
             self.server.engine.set_admission_cap(body["max_running_requests"])
         except ValueError as exc:
@@ -276,15 +308,25 @@ class _Handler(BaseHTTPRequestHandler):
         parsed = parse_generate(self._body(), engine.tokenizer)
         t0 = time.perf_counter()
         results = engine.generate(parsed.requests)
-        answers = [result_json(r, engine.tokenizer, parsed.return_prompt_token_ids, parsed.return_text_in_logprobs)
-                   for r in results]
-        log.info("generate: %d request(s), %d output tokens in %.3f s", len(results),
-                 sum(r.completion_tokens for r in results), time.perf_counter() - t0)
+        answers = [
+            result_json(
+                r, engine.tokenizer, parsed.return_prompt_token_ids, parsed.return_text_in_logprobs
+            )
+            for r in results
+        ]
+        log.info(
+            "generate: %d request(s), %d output tokens in %.3f s",
+            len(results),
+            sum(r.completion_tokens for r in results),
+            time.perf_counter() - t0,
+        )
         self._send(200, answers if parsed.batched else answers[0])
 
     def _health_generate(self) -> None:
-        parsed = parse_generate({"input_ids": [1], "sampling_params": {"max_new_tokens": 1}},
-                                self.server.engine.tokenizer)
+        parsed = parse_generate(
+            {"input_ids": [1], "sampling_params": {"max_new_tokens": 1}},
+            self.server.engine.tokenizer,
+        )
         self.server.engine.generate(parsed.requests)
         self._send(200, "OK", "text/plain")
 
@@ -302,7 +344,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _flush(self) -> None:
         # SGLang flushes only when idle
         if not self.server.engine.flush_cache():
-            raise HTTPError(400, "Cache not flushed because there are running requests; retry when idle.")
+            raise HTTPError(
+                400, "Cache not flushed because there are running requests; retry when idle."
+            )
         self._send(200, "Cache flushed.", "text/plain")
 
 
@@ -315,13 +359,24 @@ class ReferenceHTTPServer(ThreadingHTTPServer):
     # for a batch of 16-64 at once (uvicorn, in front of SGLang, keeps 2048).
     request_queue_size = 1024
 
-    def __init__(self, engine: ReferenceEngine, host: str = "127.0.0.1", port: int = 30000,
-                 http_timeout: float = DEFAULT_HTTP_TIMEOUT_S, request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S,
-                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+    def __init__(
+        self,
+        engine: ReferenceEngine,
+        host: str = "127.0.0.1",
+        port: int = 30000,
+        http_timeout: float = DEFAULT_HTTP_TIMEOUT_S,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    ) -> None:
         if host not in LOOPBACK_HOSTS:
-            raise ValueError(f"the reference server binds loopback only; --host must be one of {LOOPBACK_HOSTS}, "
-                             f"got {host!r}")
-        for flag, value in (("--http-timeout", http_timeout), ("--request-timeout", request_timeout)):
+            raise ValueError(
+                "the reference server binds loopback only; --host must be one of "
+                f"{LOOPBACK_HOSTS}, got {host!r}"
+            )
+        for flag, value in (
+            ("--http-timeout", http_timeout),
+            ("--request-timeout", request_timeout),
+        ):
             if not value > 0:
                 raise ValueError(f"{flag} must be > 0 seconds, got {value}")
         if max_connections < 1:
@@ -357,10 +412,16 @@ class ReferenceHTTPServer(ThreadingHTTPServer):
     def _refuse(self, request: socket.socket) -> None:
         message = f"the server is serving --max-connections {self.max_connections} connections"
         body = json.dumps({"error": {"message": message}}).encode()
-        head = ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n")
-        log.warning("refused a connection: %d are being served (--max-connections)", self.max_connections)
-        with contextlib.suppress(OSError):  # non-blocking: the accepting thread must never wait on a client
+        head = (
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+        )
+        log.warning(
+            "refused a connection: %d are being served (--max-connections)", self.max_connections
+        )
+        with contextlib.suppress(
+            OSError
+        ):  # non-blocking: the accepting thread must never wait on a client
             request.setblocking(False)
             request.send(head.encode() + body)
 

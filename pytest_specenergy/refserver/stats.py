@@ -1,6 +1,7 @@
 """Engine counters for ``/server_info``: what SGLang reports, plus cumulative concurrency counters.
 
-Which counters ``flush_cache`` resets and which never are, and why: its section of ``docs/design/refserver.md``."""
+Which counters ``flush_cache`` resets and which never are, and why: its section of
+``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ class SinceFlush:
 
 @dataclass
 class Lifetime:
-    """Counters since the engine started (never reset), named and ordered as in ``internal_states[0]``."""
+    """Counters since the engine started (never reset), named and ordered as in
+    ``internal_states[0]``."""
 
     decode_steps: int = 0
     decode_row_steps: int = 0
@@ -84,9 +86,15 @@ class EngineStats:
         """The counters' part of ``internal_states[0]``."""
         with self._lock:
             f, life = self.flushable, self.lifetime
-            out: dict[str, Any] = {"step_time_dict": {key: list(v) for key, v in f.step_times.items()},
-                                   "min_running": f.min_running, "max_running": f.max_running, **vars(life)}
-            out["decode_steps_by_running"] = {str(k): v for k, v in sorted(life.decode_steps_by_running.items())}
+            out: dict[str, Any] = {
+                "step_time_dict": {key: list(v) for key, v in f.step_times.items()},
+                "min_running": f.min_running,
+                "max_running": f.max_running,
+                **vars(life),
+            }
+            out["decode_steps_by_running"] = {
+                str(k): v for k, v in sorted(life.decode_steps_by_running.items())
+            }
             avg = self.avg_spec_accept_length()
         if avg is not None:
             out["avg_spec_accept_length"] = avg

@@ -1,6 +1,7 @@
 """Built-in tiny models, made deterministically from a seed (no files, no downloads).
 
-How weights are seeded, drafts derived and models priced: its section of ``docs/design/refserver.md``."""
+How weights are seeded, drafts derived and models priced: its section of
+``docs/design/refserver.md``."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ DEEP_RESIDUAL_SCALE = 0.15
 LOGIT_SCALE = 3.0  # std of the logits for a unit-RMS final hidden state: keeps top-2 gaps wide
 ROUTER_SCALE = 2.0
 ATTN_OUT_SCALE = 0.25
-# The hybrid's gated-delta-net layers (issue 22 item 9): a long-memory state writing under the full-attention layer
-# lets n-gram drafts be accepted while every state-rollback fault shows (the section of docs/design/refserver.md).
+# The hybrid's gated-delta-net layers (issue 22 item 9): a long-memory state writing under the
+# full-attention layer lets n-gram drafts be accepted while every state-rollback fault shows (the
+# section of docs/design/refserver.md).
 LINEAR_ATTN_OUT_SCALE = 0.2
 GDN_DECAY_RANGE = (0.01, 0.1)
 
@@ -57,8 +59,9 @@ def tiny_model_names() -> list[str]:
 
 
 def priced_as_for(model: str, draft: str | None = None) -> dict[str, str] | None:
-    """``/server_info``'s ``priced_as``: the real shape of the target and draft (a tiny model's declared shape,
-    ``random:NAME``'s ``NAME``); None for a real checkpoint (priced at its own size), no draft entry without one."""
+    """``/server_info``'s ``priced_as``: the real shape of the target and draft (a tiny model's
+    declared shape, ``random:NAME``'s ``NAME``); None for a real checkpoint (priced at its own
+    size), no draft entry without one."""
     shapes = {"target": _priced_as(model), "draft": _priced_as(draft) if draft else None}
     if shapes["target"] is None:
         return None
@@ -68,14 +71,18 @@ def priced_as_for(model: str, draft: str | None = None) -> dict[str, str] | None
 def _priced_as(name: str) -> str | None:
     if name in TINY_MODELS:
         return TINY_MODELS[name].priced_as
-    return parse_random_model(name).shape_key if is_random_model(name) else None  # the shape registry key
+    return (
+        parse_random_model(name).shape_key if is_random_model(name) else None
+    )  # the shape registry key
 
 
 def build_tiny_model(name: str, seed: int = 0) -> torch.nn.Module:
     """Build a registered tiny model (float64, CPU, eval mode); the caller casts and moves it."""
     spec = TINY_MODELS.get(name)
     if spec is None:
-        raise ValueError(f"unknown tiny model {name!r}; expected one of {', '.join(tiny_model_names())}")
+        raise ValueError(
+            f"unknown tiny model {name!r}; expected one of {', '.join(tiny_model_names())}"
+        )
     return spec.build(seed)
 
 
@@ -120,7 +127,11 @@ def seed_weights(model: torch.nn.Module, seed: int) -> torch.nn.Module:
                 if name.endswith("mlp.gate.weight"):
                     bound *= ROUTER_SCALE
                 layer = re.search(r"(?:^|\.)layers\.(\d+)(?:\.|$)", name)
-                if name.endswith(_RESIDUAL_WRITERS) and layer is not None and int(layer[1]) >= DRAFT_LAYERS:
+                if (
+                    name.endswith(_RESIDUAL_WRITERS)
+                    and layer is not None
+                    and int(layer[1]) >= DRAFT_LAYERS
+                ):
                     bound *= DEEP_RESIDUAL_SCALE
                 if name.endswith(("o_proj.weight", "linear_attn.out_proj.weight")):
                     bound *= ATTN_OUT_SCALE
@@ -149,24 +160,51 @@ def _config(family: str, num_layers: int) -> object:
     import transformers
 
     # what every family shares: attention shape, byte-tokenizer vocabulary and special ids
-    common = dict(hidden_size=256, num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
-                  head_dim=64, vocab_size=ByteTokenizer().vocab_size, pad_token_id=PAD_ID, bos_token_id=BOS_ID,
-                  eos_token_id=EOS_ID, tie_word_embeddings=False, max_position_embeddings=16384, rms_norm_eps=1e-6,
-                  attn_implementation="sdpa")
+    common = dict(
+        hidden_size=256,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        vocab_size=ByteTokenizer().vocab_size,
+        pad_token_id=PAD_ID,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        tie_word_embeddings=False,
+        max_position_embeddings=16384,
+        rms_norm_eps=1e-6,
+        attn_implementation="sdpa",
+    )
     if family == "moe":
-        return transformers.Qwen3MoeConfig(intermediate_size=768, moe_intermediate_size=192, num_experts=16,
-                                           num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, **common)
+        return transformers.Qwen3MoeConfig(
+            intermediate_size=768,
+            moe_intermediate_size=192,
+            num_experts=16,
+            num_experts_per_tok=2,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            **common,
+        )
     if family == "hybrid":
         # num_experts=0, dense MLPs: the hybrid tests the recurrent state, tiny:moe tests routing
-        return transformers.Qwen3NextConfig(intermediate_size=512, layer_types=list(HYBRID_LAYER_TYPES[:num_layers]),
-                                            linear_conv_kernel_dim=4, linear_key_head_dim=32, linear_value_head_dim=32,
-                                            linear_num_key_heads=2, linear_num_value_heads=4, num_experts=0, **common)
+        return transformers.Qwen3NextConfig(
+            intermediate_size=512,
+            layer_types=list(HYBRID_LAYER_TYPES[:num_layers]),
+            linear_conv_kernel_dim=4,
+            linear_key_head_dim=32,
+            linear_value_head_dim=32,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            num_experts=0,
+            **common,
+        )
     return transformers.Qwen3Config(intermediate_size=768, **common)
 
 
 def _construct(cls_name: str, config: object) -> torch.nn.Module:
-    """An instance of the transformers class ``cls_name`` without its random initialisation, which :func:`seed_weights`
-    overwrites anyway (faster, same weights: the section of ``docs/design/refserver.md``)."""
+    """An instance of the transformers class ``cls_name`` without its random initialisation, which
+    :func:`seed_weights` overwrites anyway (faster, same weights: the section of
+    ``docs/design/refserver.md``)."""
     import transformers
     from transformers.initialization import no_init_weights
 
@@ -195,15 +233,34 @@ def _make_draft(target: ModelBuilder, family: str, cls_name: str) -> ModelBuilde
     return build
 
 
-# Registered in this order, each target followed by its draft (first DRAFT_LAYERS layers + embeddings + lm_head).
+# Registered in this order, each target followed by its draft (first DRAFT_LAYERS layers +
+# embeddings + lm_head).
 _FAMILIES = (
     # family, transformers class, layers, description, priced as, draft description
-    ("dense", "Qwen3ForCausalLM", 6, "Qwen3 dense, 6 layers, hidden 256", "qwen3-8b",
-     "first 2 layers + embeddings + lm_head of tiny:dense"),
-    ("moe", "Qwen3MoeForCausalLM", 4, "Qwen3-MoE, 4 layers, 16 experts top-2", "qwen3-30b-a3b",
-     "first 2 layers + embeddings + lm_head of tiny:moe"),
-    ("hybrid", "Qwen3NextForCausalLM", 4, "Qwen3-Next, 4 layers: linear/full attention alternating", "qwen3.6-27b",
-     "first 2 layers (linear + full attention) + embeddings + lm_head of tiny:hybrid"),
+    (
+        "dense",
+        "Qwen3ForCausalLM",
+        6,
+        "Qwen3 dense, 6 layers, hidden 256",
+        "qwen3-8b",
+        "first 2 layers + embeddings + lm_head of tiny:dense",
+    ),
+    (
+        "moe",
+        "Qwen3MoeForCausalLM",
+        4,
+        "Qwen3-MoE, 4 layers, 16 experts top-2",
+        "qwen3-30b-a3b",
+        "first 2 layers + embeddings + lm_head of tiny:moe",
+    ),
+    (
+        "hybrid",
+        "Qwen3NextForCausalLM",
+        4,
+        "Qwen3-Next, 4 layers: linear/full attention alternating",
+        "qwen3.6-27b",
+        "first 2 layers (linear + full attention) + embeddings + lm_head of tiny:hybrid",
+    ),
 )
 
 
@@ -213,8 +270,14 @@ def _register_families() -> None:
         target = _make_target(family, cls_name, layers)
         TINY_MODELS[name] = TinyModelSpec(name, family, target, description, priced_as=priced_as)
         draft = _make_draft(target, family, cls_name)
-        TINY_MODELS[f"{name}-draft"] = TinyModelSpec(f"{name}-draft", family, draft, draft_description, draft_for=name,
-                                                      priced_as="qwen3-0.6b")
+        TINY_MODELS[f"{name}-draft"] = TinyModelSpec(
+            f"{name}-draft",
+            family,
+            draft,
+            draft_description,
+            draft_for=name,
+            priced_as="qwen3-0.6b",
+        )
 
 
 _register_families()

@@ -1,4 +1,5 @@
-"""Tokenizers: the built-in byte-level one with fixed merges (padded for ``random:*`` models), or a checkpoint's own.
+"""Tokenizers: the built-in byte-level one with fixed merges (padded for ``random:*`` models), or a
+checkpoint's own.
 
 Design: its section of ``docs/design/refserver.md``."""
 
@@ -14,9 +15,9 @@ EOS_ID = 2
 BYTE_OFFSET = 3  # byte b has id BYTE_OFFSET + b
 SPECIAL_TOKENS: dict[int, str] = {PAD_ID: "<pad>", BOS_ID: "<bos>", EOS_ID: "<eos>"}
 
-# A fixed, hand-written list: the ids of the tokenizer must never depend on a training run, a file or
-# the machine, because the tiny models' embedding rows are tied to these ids by seed. Appending is
-# safe (new pieces get new ids at the end); reordering or removing would change every model.
+# A fixed, hand-written list: the ids of the tokenizer must never depend on a training run, a file
+# or the machine, because the tiny models' embedding rows are tied to these ids by seed. Appending
+# is safe (new pieces get new ids at the end); reordering or removing would change every model.
 _MERGE_LINES = (
     " the| of| and| to| in| a| is| that| for| it| as| with| was| on| be| by| this| are| at| from",
     " or| an| not| which| have| has| but| were| can| def| return| if| else| self| import| class",
@@ -25,8 +26,10 @@ _MERGE_LINES = (
     "th|he|in|er|an|re|on|at|en|nd|ti|es|or|te|of|ed|is|it|al|ar|st|to|nt|ng|se|ha|as|ou|io|le|ve",
     "co|me|de|hi|ri|ro|ic|ne|ea|ra|ce|li|ch|ll|be|ma|si|om|ur|ing|ion|tion|ent|and|the|ter|for",
     "ate|her|his|ere|ers|con|res|ver|all|ons|nce|men|ith|ted|ess|ect|pro|ati|est|ive|int|per",
-    "ould|ment|ther|with|ight|ally|ation|  |    |        |()|):|(self|, |. |: | = | == | + | - |->|'s",
-    " ch| tsch| da| la| il| en| ei| dal| cun| per| ina| in| ils| las| sco| ha| èn| è| ü| ö| ä|ün|ai|au|ia|ie|ua",
+    "ould|ment|ther|with|ight|ally|ation|  |    |        |()|):|(self|, |. |: | = | == | + | - "
+    "|->|'s",
+    " ch| tsch| da| la| il| en| ei| dal| cun| per| ina| in| ils| las| sco| ha| èn| è| ü| ö| "
+    "ä|ün|ai|au|ia|ie|ua",
     '\n\n|\n    |\n        |"""',
 )
 DEFAULT_MERGES: tuple[str, ...] = tuple(piece for line in _MERGE_LINES for piece in line.split("|"))
@@ -47,15 +50,26 @@ class TokenizerLike(Protocol):
 
 
 class ByteTokenizer:
-    """Byte-level tokenizer: ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, byte ``b`` = ``3 + b``, then one id per merge.
+    """Byte-level tokenizer: ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, byte ``b`` = ``3 + b``,
+    then one id per merge.
 
-    Greedy longest match over the merge pieces (as UTF-8 bytes), else single bytes: ``decode(encode(s)) == s``."""
+    Greedy longest match over the merge pieces (as UTF-8 bytes), else single bytes:
+    ``decode(encode(s)) == s``."""
 
     def __init__(self, merges: Sequence[str] = DEFAULT_MERGES) -> None:
-        # Single bytes already have ids; duplicates would make encode() ambiguous (the first one counts).
-        pieces = list(dict.fromkeys(raw for raw in (piece.encode("utf-8") for piece in merges) if len(raw) >= 2))
-        self._piece_to_id: dict[bytes, int] = {p: BYTE_OFFSET + 256 + i for i, p in enumerate(pieces)}
-        self._id_to_bytes: list[bytes] = [b""] * BYTE_OFFSET + [bytes([b]) for b in range(256)] + pieces
+        # Single bytes already have ids; duplicates would make encode() ambiguous (the first one
+        # counts).
+        pieces = list(
+            dict.fromkeys(
+                raw for raw in (piece.encode("utf-8") for piece in merges) if len(raw) >= 2
+            )
+        )
+        self._piece_to_id: dict[bytes, int] = {
+            p: BYTE_OFFSET + 256 + i for i, p in enumerate(pieces)
+        }
+        self._id_to_bytes: list[bytes] = (
+            [b""] * BYTE_OFFSET + [bytes([b]) for b in range(256)] + pieces
+        )
         self._max_piece = max((len(p) for p in pieces), default=1)
         self.vocab_size: int = len(self._id_to_bytes)
         self.eos_token_ids: tuple[int, ...] = (EOS_ID,)
@@ -94,18 +108,24 @@ class ByteTokenizer:
         return out.decode("utf-8", errors="replace")
 
 
-UNUSED_TOKEN_TEXT = "<|unused_{}|>"  # decoded text of a model id the byte tokenizer has no bytes for
+UNUSED_TOKEN_TEXT = (
+    "<|unused_{}|>"  # decoded text of a model id the byte tokenizer has no bytes for
+)
 
 
 class PaddedByteTokenizer(ByteTokenizer):
-    """The byte tokenizer over a model with a larger vocabulary (a ``random:*`` model): encoding is unchanged, and
-    model ids past the byte tokenizer's decode to ``<|unused_ID|>`` (never skipped: the model did generate a token)."""
+    """The byte tokenizer over a model with a larger vocabulary (a ``random:*`` model): encoding is
+    unchanged, and model ids past the byte tokenizer's decode to ``<|unused_ID|>`` (never skipped:
+    the model did generate a token)."""
 
     def __init__(self, vocab_size: int, merges: Sequence[str] = DEFAULT_MERGES) -> None:
         super().__init__(merges)
         self.byte_vocab_size: int = self.vocab_size
         if vocab_size < self.byte_vocab_size:
-            raise ValueError(f"vocab_size {vocab_size} is smaller than the byte tokenizer's {self.byte_vocab_size}")
+            raise ValueError(
+                f"vocab_size {vocab_size} is smaller than the byte tokenizer's "
+                f"{self.byte_vocab_size}"
+            )
         self.vocab_size = vocab_size
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
@@ -146,10 +166,15 @@ class HFTokenizer:
         return str(self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens))
 
 
-def load_tokenizer(model: str, extra_eos_ids: Sequence[int] = (), vocab_size: int | None = None) -> TokenizerLike:
-    """The tokenizer for a model: built-in for ``tiny:*`` and ``random:*`` (padded to ``vocab_size``), else its own."""
+def load_tokenizer(
+    model: str, extra_eos_ids: Sequence[int] = (), vocab_size: int | None = None
+) -> TokenizerLike:
+    """The tokenizer for a model: built-in for ``tiny:*`` and ``random:*`` (padded to
+    ``vocab_size``), else its own."""
     if model.startswith("tiny:"):
         return ByteTokenizer()
     if model.startswith("random:"):
-        return PaddedByteTokenizer(vocab_size if vocab_size is not None else ByteTokenizer().vocab_size)
+        return PaddedByteTokenizer(
+            vocab_size if vocab_size is not None else ByteTokenizer().vocab_size
+        )
     return HFTokenizer(model, extra_eos_ids)

@@ -30,10 +30,14 @@ class TraceStep:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON record served by ``/work_trace``."""
-        # every field in declaration order, tuples as lists; experts_touched only for an MoE model. ``vars``, not
-        # ``dataclasses.fields``: /work_trace serves up to MAX_KEPT_STEPS of these per read (5x faster).
-        return {key: list(v) if isinstance(v, tuple) else v for key, v in vars(self).items()
-                if v is not None or key != "experts_touched"}
+        # every field in declaration order, tuples as lists; experts_touched only for an MoE model.
+        # ``vars``, not ``dataclasses.fields``: /work_trace serves up to MAX_KEPT_STEPS of these per
+        # read (5x faster).
+        return {
+            key: list(v) if isinstance(v, tuple) else v
+            for key, v in vars(self).items()
+            if v is not None or key != "experts_touched"
+        }
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""What the terminal table, the HTML and Markdown reports and the plots say alike about a run's case records
-(:mod:`pytest_specenergy.document`, validated once when loaded)."""
+"""What the terminal table, the HTML and Markdown reports and the plots say alike about a run's case
+records (:mod:`pytest_specenergy.document`, validated once when loaded)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The terminal summary: a header line naming the energy figures' source, one row per test that measured a pair
-(verdict and saving first, in 120 columns; all with ``-v``), the gate's and the suite's verdicts, what was written."""
+"""The terminal summary: a header line naming the energy figures' source, one row per test that
+measured a pair (verdict and saving first, in 120 columns; all with ``-v``), the gate's and the
+suite's verdicts, what was written."""
 
 from __future__ import annotations
 
@@ -16,16 +17,44 @@ from pytest_specenergy.measure.metrics import fmt
 from pytest_specenergy.report.rows import intensity
 from pytest_specenergy.report.summary import SummaryReport
 
-#: Every column, in order (``-v``): the verdict (when the gate compared anything) and the saving first, the energy
-#: source only when the rows' sources differ.
-HEADERS = ("verdict", "saving", "test", "source", "base J/tok", "spec J/tok", "accept len", "accept rate",
-           "verified/step", "verify FLOP/B", "draft share", "base tbt ms", "spec tbt ms", "speedup", "exact",
-           "logprob gap", "flags")
+#: Every column, in order (``-v``): the verdict (when the gate compared anything) and the saving
+#: first, the energy source only when the rows' sources differ.
+HEADERS = (
+    "verdict",
+    "saving",
+    "test",
+    "source",
+    "base J/tok",
+    "spec J/tok",
+    "accept len",
+    "accept rate",
+    "verified/step",
+    "verify FLOP/B",
+    "draft share",
+    "base tbt ms",
+    "spec tbt ms",
+    "speedup",
+    "exact",
+    "logprob gap",
+    "flags",
+)
 #: The default columns: what a person reads at a glance, in a table that fits ``WIDTH``.
-COMPACT = ("verdict", "saving", "test", "source", "base J/tok", "spec J/tok", "accept len", "speedup", "exact", "flags")
+COMPACT = (
+    "verdict",
+    "saving",
+    "test",
+    "source",
+    "base J/tok",
+    "spec J/tok",
+    "accept len",
+    "speedup",
+    "exact",
+    "flags",
+)
 #: The default table's width: an ordinary terminal's, as pytest-benchmark fits its default table.
 WIDTH = 120
-#: Columns that give way (cut with ``…``) when a row is too wide, in this order, and their least width.
+#: Columns that give way (cut with ``…``) when a row is too wide, in this order, and their least
+#: width.
 _SHRINKABLE = {"flags": 10, "test": 16}
 _GAP = "  "
 
@@ -33,20 +62,30 @@ _GAP = "  "
 def table_row(row: CaseRecord, label: str | None = None) -> dict[str, str]:
     """One row's cells by column name (``!`` marks a fail-closed check)."""
     flags = ", ".join(("!" if c.severity == "fail" else "") + c.name for c in row.checks)
-    return {"verdict": f"{Verdict(row.verdict).mark} {row.verdict}" if row.verdict else "-",
-            "saving": fmt(row.energy_saving, "+.1%"),
-            "test": (label or row.case_id) + ("" if row.interleaved else " (blocked order)"), "source": row.source,
-            "base J/tok": fmt(row.baseline.energy_per_token, ".4g"), "spec J/tok": fmt(row.energy_per_token, ".4g"),
-            "accept len": fmt(row.accept_length, ".2f"), "accept rate": fmt(row.acceptance_rate, ".2f"),
-            "verified/step": fmt(row.verified_per_step, "d"), "verify FLOP/B": intensity(row),
-            "draft share": fmt(row.draft_share, ".0%"), "base tbt ms": fmt(row.baseline.tbt_ms, ".3f"),
-            "spec tbt ms": fmt(row.tbt_ms, ".3f"), "speedup": fmt(row.speedup, ".2f", "x"),
-            "exact": fmt(row.exact_fraction, ".0%"), "logprob gap": fmt(row.logprob_gap, ".3f"), "flags": flags or "-"}
+    return {
+        "verdict": f"{Verdict(row.verdict).mark} {row.verdict}" if row.verdict else "-",
+        "saving": fmt(row.energy_saving, "+.1%"),
+        "test": (label or row.case_id) + ("" if row.interleaved else " (blocked order)"),
+        "source": row.source,
+        "base J/tok": fmt(row.baseline.energy_per_token, ".4g"),
+        "spec J/tok": fmt(row.energy_per_token, ".4g"),
+        "accept len": fmt(row.accept_length, ".2f"),
+        "accept rate": fmt(row.acceptance_rate, ".2f"),
+        "verified/step": fmt(row.verified_per_step, "d"),
+        "verify FLOP/B": intensity(row),
+        "draft share": fmt(row.draft_share, ".0%"),
+        "base tbt ms": fmt(row.baseline.tbt_ms, ".3f"),
+        "spec tbt ms": fmt(row.tbt_ms, ".3f"),
+        "speedup": fmt(row.speedup, ".2f", "x"),
+        "exact": fmt(row.exact_fraction, ".0%"),
+        "logprob gap": fmt(row.logprob_gap, ".3f"),
+        "flags": flags or "-",
+    }
 
 
 def _cut(text: str, width: int) -> str:
-    """``text`` in at most ``width`` characters: a test id loses the end of its function name first (its case id in
-    brackets tells the rows apart), other text its middle."""
+    """``text`` in at most ``width`` characters: a test id loses the end of its function name first
+    (its case id in brackets tells the rows apart), other text its middle."""
     if len(text) <= width:
         return text
     name, bracket, param = text.partition("[")
@@ -54,7 +93,7 @@ def _cut(text: str, width: int) -> str:
     if bracket and keep >= 0:
         return name[:keep] + "\u2026[" + param
     head = (width - 1) // 3
-    return text[:head] + "\u2026" + text[len(text) - (width - 1 - head):]
+    return text[:head] + "\u2026" + text[len(text) - (width - 1 - head) :]
 
 
 def _fit(columns: list[str], rows: list[dict[str, str]], width: int) -> list[list[str]]:
@@ -75,8 +114,8 @@ def _sources(records: Iterable[CaseRecord]) -> list[str]:
 
 
 def source_legend(records: Iterable[CaseRecord]) -> str:
-    """``modeled (h200, priced as Qwen3-8B)``, or ``1 = modeled (h200), 2 = nvml (H200)`` when the rows' sources
-    differ (the default table's source column holds those numbers)."""
+    """``modeled (h200, priced as Qwen3-8B)``, or ``1 = modeled (h200), 2 = nvml (H200)`` when the
+    rows' sources differ (the default table's source column holds those numbers)."""
     sources = _sources(records)
     if len(sources) == 1:
         return sources[0]
@@ -84,14 +123,18 @@ def source_legend(records: Iterable[CaseRecord]) -> str:
 
 
 def render_table(records: Iterable[CaseRecord], verbose: bool = False, width: int = WIDTH) -> str:
-    """The summary table in tabulate's ``simple`` layout: the :data:`COMPACT` columns in at most ``width`` columns
-    (``verbose``: every column), a verdict column when the gate compared anything, and by default a source column
-    only when the rows' sources differ, holding each one's number in the header line (:func:`source_legend`)."""
+    """The summary table in tabulate's ``simple`` layout: the :data:`COMPACT` columns in at most
+    ``width`` columns (``verbose``: every column), a verdict column when the gate compared anything,
+    and by default a source column only when the rows' sources differ, holding each one's number in
+    the header line (:func:`source_legend`)."""
     records = list(records)
     gated = any(r.verdict for r in records)
     numbers = {source: str(i) for i, source in enumerate(_sources(records), 1)}
-    columns = [c for c in (HEADERS if verbose else COMPACT)
-               if (c != "verdict" or gated) and (c != "source" or len(numbers) > 1 or verbose)]
+    columns = [
+        c
+        for c in (HEADERS if verbose else COMPACT)
+        if (c != "verdict" or gated) and (c != "source" or len(numbers) > 1 or verbose)
+    ]
     # The test's own name: one case may be measured once and used by several tests.
     rows = [table_row(r, (r.nodeid or "").split("::")[-1] or None) for r in records]
     if not verbose:
@@ -100,31 +143,56 @@ def render_table(records: Iterable[CaseRecord], verbose: bool = False, width: in
     cells = [[r[c] for c in columns] for r in rows] if verbose else _fit(columns, rows, width)
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
     lines = [columns, ["-" * w for w in widths], *cells]
-    return "\n".join(_GAP.join(text.ljust(w) for text, w in zip(line, widths)).rstrip() for line in lines)
+    return "\n".join(
+        _GAP.join(text.ljust(w) for text, w in zip(line, widths)).rstrip() for line in lines
+    )
 
 
-def summary_report(document: RunDocument, suite: SuiteVerdict, written: Any, xdist_skipped: int,
-                   verbose: bool = False) -> SummaryReport:
-    """The terminal summary of ``document``, the suite's verdicts and what was written (the session's
-    :class:`~pytest_specenergy.outputs.Written`); ``verbose`` (``-v``) shows every column."""
+def summary_report(
+    document: RunDocument,
+    suite: SuiteVerdict,
+    written: Any,
+    xdist_skipped: int,
+    verbose: bool = False,
+) -> SummaryReport:
+    """The terminal summary of ``document``, the suite's verdicts and what was written (the
+    session's :class:`~pytest_specenergy.outputs.Written`); ``verbose`` (``-v``) shows every column."""
     records = document.results
     pairs = len({(r.model, r.case_id, r.machine_key) for r in records})
     starts = f", {document.engine_starts} engine starts" if document.engine_starts else ""
     pools = sorted({r.pool or "the corpus's first 96" for r in records}, key=str)
-    lines = [f"energy figures: {source_legend(records)}; {len(records)} results of {pairs} distinct pairs{starts}; "
-             f"prompt pool per case: {', '.join(map(str, pools))}", render_table(records, verbose)]
-    lines += [] if verbose else [f"(-v shows every column: {', '.join(c for c in HEADERS if c not in COMPACT)})"]
+    lines = [
+        f"energy figures: {source_legend(records)}; {len(records)} results of {pairs} distinct "
+        f"pairs{starts}; prompt pool per case: {', '.join(map(str, pools))}",
+        render_table(records, verbose),
+    ]
+    lines += (
+        []
+        if verbose
+        else [f"(-v shows every column: {', '.join(c for c in HEADERS if c not in COMPACT)})"]
+    )
     counts = verdict_counts(records)
     lines += [counts] if counts else []
     if written.unused_goldens:
-        lines.append(f"{len(written.unused_goldens)} golden baseline(s) no test used: "
-                     + ", ".join(map(str, written.unused_goldens)))
+        lines.append(
+            f"{len(written.unused_goldens)} golden baseline(s) no test used: "
+            + ", ".join(map(str, written.unused_goldens))
+        )
     lines += [f"specenergy golden baseline written: {p}" for p in written.goldens]
     lines += [f"specenergy run saved: {p}" for p in written.saved]
     lines += [f"specenergy JSON: {written.json}"] if written.json else []
     if document.interrupted:
-        lines.append("the session was interrupted: the saved run is marked so and never serves as a baseline")
-    failed = (Section("specenergy outputs not written", (*written.failures, "exit status 1"), True),) \
-        if written.failures else ()
-    return SummaryReport(SummaryReport.of_nothing(xdist_skipped).sections + (Section("specenergy", tuple(lines)),)
-                         + suite.sections + failed)
+        lines.append(
+            "the session was interrupted: the saved run is marked so and never serves as a baseline"
+        )
+    failed = (
+        (Section("specenergy outputs not written", (*written.failures, "exit status 1"), True),)
+        if written.failures
+        else ()
+    )
+    return SummaryReport(
+        SummaryReport.of_nothing(xdist_skipped).sections
+        + (Section("specenergy", tuple(lines)),)
+        + suite.sections
+        + failed
+    )

@@ -1,4 +1,5 @@
-"""Tests of benchmarks/fault_matrix.py: a probe's verdict follows its expectation (cheap CLI probes only)."""
+"""Tests of benchmarks/fault_matrix.py: a probe's verdict follows its expectation (cheap CLI probes
+only)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,11 @@ def test_a_met_expectation_passes(tmp_path: Path) -> None:
 
 
 def test_a_wrong_expectation_is_reported_as_fail(tmp_path: Path) -> None:
-    # The same probe, told to expect success: the refusal it observes must be a FAIL with the reason.
-    wrong = dataclasses.replace(_probe("N11.predict-context/I23-15"), rc=(0,), text=r"a table of predictions")
+    # The same probe, told to expect success: the refusal it observes must be a FAIL with the
+    # reason.
+    wrong = dataclasses.replace(
+        _probe("N11.predict-context/I23-15"), rc=(0,), text=r"a table of predictions"
+    )
     verdict, observed, _ = matrix.run_probe(wrong, tmp_path)
     assert verdict == "FAIL"
     assert "rc 2 not in (0,)" in observed and "expected text absent" in observed

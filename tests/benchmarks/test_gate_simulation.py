@@ -1,4 +1,5 @@
-"""Tests of benchmarks/gate_simulation.py: its comparator rules (pytest-benchmark's, asv's) and a smoke run."""
+"""Tests of benchmarks/gate_simulation.py: its comparator rules (pytest-benchmark's, asv's) and a
+smoke run."""
 
 from __future__ import annotations
 
@@ -65,8 +66,9 @@ def test_scenario_smoke() -> None:
     cells = simulate.scenario_cells(scenario, SequentialPlan(), seed=1)
     assert cells[0].rule.startswith("ours") and len(cells) == 8
     assert all(0.0 <= c.power_10 <= 1.0 for c in cells)
-    samples = simulate.make_samples(simulate.Scenario(noise=0.01, mode="a/b", cases=5, suites=2),
-                                    0.0, np.random.default_rng(0))
+    samples = simulate.make_samples(
+        simulate.Scenario(noise=0.01, mode="a/b", cases=5, suites=2), 0.0, np.random.default_rng(0)
+    )
     assert samples.reference_base is None and samples.current_spec.shape == (10, 11)
 
 
@@ -96,22 +98,36 @@ def test_u_distribution_counts():
     assert simulate.u_distribution(4, 6).sum() == math.comb(10, 4)
 
 
-def test_latency_targets_judged_by_the_sequential_rule_hold_false_failures_under_one_percent() -> None:
+def test_latency_targets_judged_by_the_sequential_rule_hold_false_failures_under_one_percent() -> (
+    None
+):
     """Issue 22 item 6: unchanged sessions through gate/latency.py compare_latency at 3% noise
     (the bare 5% rule on medians failed 13-27% of them)."""
     plan = SequentialPlan(start=3, step=2, cap=11, alpha=0.05)
-    (noise, false, _, power, point), = simulate.latency_table(plan, seed=7, sessions=150, noises=(0.03,))
+    ((noise, false, _, power, point),) = simulate.latency_table(
+        plan, seed=7, sessions=150, noises=(0.03,)
+    )
     assert false <= 0.01 and point > 0.05, (false, point)
 
 
 def test_order_drift_table_smoke() -> None:
     """The order x drift table runs through Gatekeeper.judge and prints every cell with its count."""
     plan = SequentialPlan(block_drift=0.03)
-    rows = simulate.order_drift_table(plan, seed=1, cases=8, other_cases=4, drifts=(0.02,),
-                                      cells=(("blocked", "stored"), ("interleaved", "a/b")), changes=(0.0, 0.05))
+    rows = simulate.order_drift_table(
+        plan,
+        seed=1,
+        cases=8,
+        other_cases=4,
+        drifts=(0.02,),
+        cells=(("blocked", "stored"), ("interleaved", "a/b")),
+        changes=(0.0, 0.05),
+    )
     assert [(r.order, r.mode, r.change, r.cases) for r in rows] == [
-        ("blocked", "stored", 0.0, 4), ("blocked", "stored", 0.05, 8),
-        ("interleaved", "a/b", 0.0, 4), ("interleaved", "a/b", 0.05, 8)]
+        ("blocked", "stored", 0.0, 4),
+        ("blocked", "stored", 0.05, 8),
+        ("interleaved", "a/b", 0.0, 4),
+        ("interleaved", "a/b", 0.05, 8),
+    ]
     assert all(math.isclose(r.regressed + r.inconclusive + r.passed, 1.0) for r in rows)
     lines = simulate.format_order_table(rows, plan)
     assert "blocked         stored     2%    +5%     8" in "\n".join(lines)

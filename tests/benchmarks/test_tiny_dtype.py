@@ -20,8 +20,12 @@ def test_rows_measure_both_dtypes_and_float64_speculation_is_exact() -> None:
     import torch
 
     threads = torch.get_num_threads()
-    rows = {r.dtype: r for r in tiny_dtype.measure_rows(["tiny:dense"], prompts=1, tokens=4, rounds=1)}
-    assert torch.get_num_threads() == threads  # the worker's later in-process tests keep their threads
+    rows = {
+        r.dtype: r for r in tiny_dtype.measure_rows(["tiny:dense"], prompts=1, tokens=4, rounds=1)
+    }
+    assert (
+        torch.get_num_threads() == threads
+    )  # the worker's later in-process tests keep their threads
     table = tiny_dtype.format_rows(list(rows.values()), tokens=4)
     assert set(rows) == {"float64", "float32"}, table
     assert rows["float64"].vs_float64 == 1.0 and rows["float32"].generate_s > 0, table
@@ -35,5 +39,7 @@ def test_rows_measure_both_dtypes_and_float64_speculation_is_exact() -> None:
 def test_divergences_count_every_corpus_and_name_what_differs() -> None:
     (line,) = tiny_dtype.count_divergences(["tiny:dense"], "float32", prompts=1, tokens=8)
     assert line == "tiny:dense   float32  spec != base: 0 of 5 prompts (40 tokens, batch 8)", line
-    (bad,) = tiny_dtype.count_divergences(["tiny:dense"], "float32", prompts=1, tokens=8, faults=("accept-off-by-one",))
+    (bad,) = tiny_dtype.count_divergences(
+        ["tiny:dense"], "float32", prompts=1, tokens=8, faults=("accept-off-by-one",)
+    )
     assert "spec != base: 0 of" not in bad and "('code', 0, " in bad, bad

@@ -22,13 +22,17 @@ def test_ngram_b8_row_has_no_bias_and_no_prefill_residue(tmp_path: Path) -> None
     for arm in (row.baseline, row.speculative):
         assert abs(arm.residue) <= 0.005, window_bias.format_rows([row])
         assert arm.coverage is not None and 0.5 < arm.coverage <= 1.0
-        assert arm.concurrency is not None and arm.concurrency >= 0.9 * 8, window_bias.format_rows([row])
+        assert arm.concurrency is not None and arm.concurrency >= 0.9 * 8, window_bias.format_rows(
+            [row]
+        )
     # The row measures a real saving, not two empty windows (about 9-14% here; which prompts a
     # window holds depends on timing, so the floor is well below that).
     assert row.steps_saving > 0.03, window_bias.format_rows([row])
 
 
-def test_a_modeled_window_prices_its_prefill_from_its_own_steps_as_the_twin_reads_it(tmp_path: Path) -> None:
+def test_a_modeled_window_prices_its_prefill_from_its_own_steps_as_the_twin_reads_it(
+    tmp_path: Path,
+) -> None:
     """Under the modeled meter the plugin runs no prefill-only twin: the full window's prefill
     steps are the forwards the twin would replay. At batch 1 (the same work every run) the
     decode joules from the priced prefill equal those from a twin that really ran."""
@@ -38,8 +42,17 @@ def test_a_modeled_window_prices_its_prefill_from_its_own_steps_as_the_twin_read
 
     (case,) = window_bias.make_cases(["ngram"], [1], ["code"], pool=4, max_new_tokens=16)
     pool = EnginePool(tmp_path, startup_timeout_s=300)  # both measurers on the same engines
-    measurers = [PairMeasurer(log_dir=tmp_path, startup_timeout=300, meter="modeled:h200", repeats=1,
-                              warmup=0, pool=pool) for _ in range(2)]
+    measurers = [
+        PairMeasurer(
+            log_dir=tmp_path,
+            startup_timeout=300,
+            meter="modeled:h200",
+            repeats=1,
+            warmup=0,
+            pool=pool,
+        )
+        for _ in range(2)
+    ]
     measurers[1].run_twin = True
     try:
         priced, twin = (m.measure(case) for m in measurers)
@@ -47,8 +60,19 @@ def test_a_modeled_window_prices_its_prefill_from_its_own_steps_as_the_twin_read
         pool.close()
     for arm in ("baseline", "speculative"):
         p, t = getattr(priced, arm).samples[0], getattr(twin, arm).samples[0]
-        assert p.window["prefill"]["grouping"] == PRICED and t.window["prefill"]["grouping"] == "engine"
-        assert p.window["prefill"]["joules"] == p.window["full"]["details"]["joules_by_phase"]["prefill"] > 0
+        assert (
+            p.window["prefill"]["grouping"] == PRICED
+            and t.window["prefill"]["grouping"] == "engine"
+        )
+        assert (
+            p.window["prefill"]["joules"]
+            == p.window["full"]["details"]["joules_by_phase"]["prefill"]
+            > 0
+        )
         # Equal up to the order the steps' floats were summed in.
-        assert p.decode_joules == pytest.approx(t.decode_joules, rel=1e-12) and p.decode_joules > 0, arm
-        assert p.decode_seconds == pytest.approx(t.decode_seconds, rel=1e-12) and p.decode_seconds > 0, arm
+        assert (
+            p.decode_joules == pytest.approx(t.decode_joules, rel=1e-12) and p.decode_joules > 0
+        ), arm
+        assert (
+            p.decode_seconds == pytest.approx(t.decode_seconds, rel=1e-12) and p.decode_seconds > 0
+        ), arm

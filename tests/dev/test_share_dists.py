@@ -40,14 +40,21 @@ def make_env(root: Path, source: str, *, record: bool = True) -> Path:
 
 
 def share(target: Path, *sources: Path) -> str:
-    return subprocess.run([sys.executable, str(SCRIPT), str(target), *map(str, sources)],
-                          check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), str(target), *map(str, sources)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
 
 
 def files(env: Path) -> dict[str, Path]:
     site = env / "lib" / "python3.11" / "site-packages"
-    return {"module": site / "pkg" / "__init__.py", "cli": env / "bin" / "pkg-cli",
-            "pyc": site / "pkg" / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc"}
+    return {
+        "module": site / "pkg" / "__init__.py",
+        "cli": env / "bin" / "pkg-cli",
+        "pyc": site / "pkg" / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc",
+    }
 
 
 def test_an_identical_distribution_is_linked_with_its_bytecode(tmp_path):
@@ -71,8 +78,11 @@ def test_an_identical_distribution_is_linked_with_its_bytecode(tmp_path):
 
 @pytest.mark.parametrize("case", ["other content", "source install under way"])
 def test_a_distribution_that_differs_or_is_incomplete_is_left_alone(tmp_path, case):
-    source = make_env(tmp_path / "a", "VALUE = 2\n" if case == "other content" else "VALUE = 1\n",
-                      record=case != "source install under way")
+    source = make_env(
+        tmp_path / "a",
+        "VALUE = 2\n" if case == "other content" else "VALUE = 1\n",
+        record=case != "source install under way",
+    )
     target = make_env(tmp_path / "b", "VALUE = 1\n")
     share(target, source)
     assert not os.path.samefile(files(target)["module"], files(source)["module"])
@@ -80,5 +90,7 @@ def test_a_distribution_that_differs_or_is_incomplete_is_left_alone(tmp_path, ca
 
 
 def test_a_folder_that_is_no_environment_is_refused(tmp_path):
-    result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True
+    )
     assert result.returncode != 0 and "is not a virtual environment" in result.stderr

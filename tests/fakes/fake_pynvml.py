@@ -77,8 +77,9 @@ def _make_error_classes() -> None:
     # Same naming rule as nvidia-ml-py: NVML_ERROR_NOT_SUPPORTED -> NVMLError_NotSupported.
     module = sys.modules[__name__]
     for name in [n for n in dir(module) if n.startswith("NVML_ERROR_")]:
-        class_name = "NVMLError_" + string.capwords(
-            name.replace("NVML_ERROR_", ""), "_").replace("_", "")
+        class_name = "NVMLError_" + string.capwords(name.replace("NVML_ERROR_", ""), "_").replace(
+            "_", ""
+        )
         code = getattr(module, name)
 
         def new(cls: type, *args: Any, _code: int = code) -> NVMLError:
@@ -120,9 +121,15 @@ class FakeGpu:
 class FakeNvml:
     """A module-like object: the NVML functions the plugin calls, over simulated GPUs."""
 
-    def __init__(self, gpus: list[FakeGpu] | None = None, *, init_error: int | None = None,
-                 driver: str = "570.124.06", clock: Callable[[], float] = time.monotonic,
-                 missing: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        gpus: list[FakeGpu] | None = None,
+        *,
+        init_error: int | None = None,
+        driver: str = "570.124.06",
+        clock: Callable[[], float] = time.monotonic,
+        missing: tuple[str, ...] = (),
+    ) -> None:
         self.gpus = list(gpus or [])
         self.init_error = init_error
         self.driver = driver
@@ -225,11 +232,17 @@ class FakeNvml:
         for fid in field_ids:
             fid = fid[0] if isinstance(fid, tuple) else fid
             ok = fid == NVML_FI_DEV_POWER_INSTANT and gpu.instant_power_supported
-            out.append(SimpleNamespace(
-                fieldId=fid, scopeId=0, timestamp=int(self.clock() * 1e6), latencyUsec=0,
-                valueType=NVML_VALUE_TYPE_UNSIGNED_INT,
-                nvmlReturn=NVML_SUCCESS if ok else NVML_ERROR_NOT_SUPPORTED,
-                value=SimpleNamespace(uiVal=int(gpu.power_w * 1000) if ok else 0)))
+            out.append(
+                SimpleNamespace(
+                    fieldId=fid,
+                    scopeId=0,
+                    timestamp=int(self.clock() * 1e6),
+                    latencyUsec=0,
+                    valueType=NVML_VALUE_TYPE_UNSIGNED_INT,
+                    nvmlReturn=NVML_SUCCESS if ok else NVML_ERROR_NOT_SUPPORTED,
+                    value=SimpleNamespace(uiVal=int(gpu.power_w * 1000) if ok else 0),
+                )
+            )
         return out
 
     def nvmlDeviceGetTemperatureV(self, handle: Any, sensor: int) -> int:
@@ -258,8 +271,12 @@ class FakeNvml:
         return self._gpu(handle).throttle_mask
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
-        return [SimpleNamespace(pid=p, usedGpuMemory=1 << 30, gpuInstanceId=0xFFFFFFFF,
-                                computeInstanceId=0xFFFFFFFF) for p in self._gpu(handle).processes]
+        return [
+            SimpleNamespace(
+                pid=p, usedGpuMemory=1 << 30, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF
+            )
+            for p in self._gpu(handle).processes
+        ]
 
 
 def h200s(count: int = 1, **kwargs: Any) -> list[FakeGpu]:

@@ -85,11 +85,18 @@ def _pair(tmp_path: Path, spec_cap: int | None = None, slow_windows: set[int] = 
     """One b4 n-gram pair measured on live engines; ``spec_cap``: what the speculative engine
     really admits while the measurer believes it set the batch; ``slow_windows``: the
     speculative engine's windows whose ramp-up is slowed (:class:`SlowRampClient`)."""
-    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
-                   corpus=load_corpus("code"), generation=Generation(max_new_tokens=24, prompts=12))
+    case = Case.of(
+        engine="reference",
+        model="tiny:dense",
+        drafter=Drafter("ngram"),
+        batch=4,
+        corpus=load_corpus("code"),
+        generation=Generation(max_new_tokens=24, prompts=12),
+    )
     pool = EnginePool(tmp_path, startup_timeout_s=300)
-    measurer = PairMeasurer(log_dir=tmp_path, startup_timeout=300, meter="modeled:h200",
-                            repeats=1, warmup=0, pool=pool)
+    measurer = PairMeasurer(
+        log_dir=tmp_path, startup_timeout=300, meter="modeled:h200", repeats=1, warmup=0, pool=pool
+    )
     try:
         spec = pool.get(case.spec_config())
         if spec_cap is not None:
@@ -126,16 +133,22 @@ def test_a_window_the_host_disturbed_is_run_again_and_the_new_one_kept(tmp_path:
     base = pair.baseline.concurrency
     for dropped in base.get("rerun_means", []):
         assert dropped < 0.95 * 4 and base["window_means"][0] >= 0.95 * 4, base
-    assert not {"concurrency-differs", "concurrency-below-batch"} & {c.name for c in pair.checks}, \
+    assert not {"concurrency-differs", "concurrency-below-batch"} & {c.name for c in pair.checks}, (
         pair.describe()
+    )
 
 
-def test_a_window_disturbed_again_is_kept_and_the_check_says_it_was_run_again(tmp_path: Path) -> None:
+def test_a_window_disturbed_again_is_kept_and_the_check_says_it_was_run_again(
+    tmp_path: Path,
+) -> None:
     pair = _pair(tmp_path, slow_windows={1, 2, 3})
     spec = pair.speculative.concurrency
     assert len(spec["rerun_means"]) == WINDOW_RERUNS and spec["window_means"][0] < 0.95 * 4, spec
     [differs] = [c for c in pair.failed_checks if c.name == "concurrency-differs"]
-    # A loaded host may disturb a baseline window too (CI: baseline arm's 3.78 once); the message then names both.
+    # A loaded host may disturb a baseline window too (CI: baseline arm's 3.78 once); the message
+    # then names both.
     said = differs.message.partition("windows run again after falling below their peak: ")[2]
-    assert said.startswith(("speculative arm's ", "baseline arm's ")) and "speculative arm's " in said, differs.message
+    assert (
+        said.startswith(("speculative arm's ", "baseline arm's ")) and "speculative arm's " in said
+    ), differs.message
     assert f"{spec['rerun_means'][0]:.2f}" in differs.message, differs.message

@@ -39,23 +39,27 @@ def test_other_module(spec_pair):
 """
 
 
-def test_engines_start_once_across_modules_and_results_reach_table_and_json(pytester: pytest.Pytester, run_suite):
+def test_engines_start_once_across_modules_and_results_reach_table_and_json(
+    pytester: pytest.Pytester, run_suite
+):
     pytester.makepyfile(test_a=MODULE_A, test_b=MODULE_B)
     out = pytester.path / "run.json"
     result = run_suite(f"--specenergy-json={out}", repeats=2)
     result.assert_outcomes(passed=4)
-    result.stdout.fnmatch_lines([
-        "*= specenergy =*",
-        # The source once, in the header line; verdict (none: nothing gated) and saving first.
-        "energy figures: modeled (h200, priced as Qwen3-8B); 4 results of 3 distinct pairs, 3 engine starts; "
-        "prompt pool per case: 12",
-        "saving*test*base J/tok*spec J/tok*accept len*speedup*exact*flags",
-        "*test_ngram[[]code-ngram-b1[]]*",
-        "*test_ngram[[]code-ngram-b4[]]*",
-        "*test_other_module[[]code-draft-b4[]]*",
-        "*test_other_module[[]code-ngram-b4[]]*",
-        "(-v shows every column: *)",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*= specenergy =*",
+            # The source once, in the header line; verdict (none: nothing gated) and saving first.
+            "energy figures: modeled (h200, priced as Qwen3-8B); 4 results of 3 distinct pairs, "
+            "3 engine starts; prompt pool per case: 12",
+            "saving*test*base J/tok*spec J/tok*accept len*speedup*exact*flags",
+            "*test_ngram[[]code-ngram-b1[]]*",
+            "*test_ngram[[]code-ngram-b4[]]*",
+            "*test_other_module[[]code-draft-b4[]]*",
+            "*test_other_module[[]code-ngram-b4[]]*",
+            "(-v shows every column: *)",
+        ]
+    )
     table = result.stdout.str().split("energy figures:")[1].split("(-v shows")[0].splitlines()[1:]
     assert "priced as" not in "\n".join(table) and max(map(len, table)) <= 120
     data = json.loads(out.read_text())
@@ -72,7 +76,9 @@ def test_engines_start_once_across_modules_and_results_reach_table_and_json(pyte
         for arm in ("baseline", "speculative"):
             assert len(record[arm]["samples"]) == 2
             assert record[arm]["source"].startswith("modeled (h200, priced as ")
-            assert all(s["decode_joules"] > 0 and s["decode_tokens"] > 0 for s in record[arm]["samples"])
+            assert all(
+                s["decode_joules"] > 0 and s["decode_tokens"] > 0 for s in record[arm]["samples"]
+            )
         assert record["speculative"]["engine"]["config"]["drafter"] is not None
         assert record["baseline"]["engine"]["config"]["drafter"] is None
         assert record["equivalence"]["exact_fraction"] == 1.0
@@ -93,18 +99,20 @@ def test_unreachable_acceptance(spec_pair):
 """)
     result = run_suite("-v", repeats=2)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        # Progress: each engine start (what, how long), and at -v each arm's repeats.
-        "specenergy: engine reference:tiny:dense[[]*[]] started in * s",
-        "specenergy: code-ngram-b1 baseline repeat 1/2 (* s)",
-        "specenergy: code-ngram-b1 speculative repeat 2/2 (* s)",
-        # The failure: the user's line and the message, none of the plugin's frames.
-        ">*spec_pair.measure().assert_acceptance(at_least=50)",
-        "*SpecEnergyAssertionError: accept length * is below the required 50.000",
-        "*case code-ngram-b1 [[]modeled (h200, priced as Qwen3-8B)[]]",
-        "*baseline: * J/token, tbt * ms (2 repeats: *",
-        "*speculative: * J/token, tbt * ms (2 repeats: *",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            # Progress: each engine start (what, how long), and at -v each arm's repeats.
+            "specenergy: engine reference:tiny:dense[[]*[]] started in * s",
+            "specenergy: code-ngram-b1 baseline repeat 1/2 (* s)",
+            "specenergy: code-ngram-b1 speculative repeat 2/2 (* s)",
+            # The failure: the user's line and the message, none of the plugin's frames.
+            ">*spec_pair.measure().assert_acceptance(at_least=50)",
+            "*SpecEnergyAssertionError: accept length * is below the required 50.000",
+            "*case code-ngram-b1 [[]modeled (h200, priced as Qwen3-8B)[]]",
+            "*baseline: * J/token, tbt * ms (2 repeats: *",
+            "*speculative: * J/token, tbt * ms (2 repeats: *",
+        ]
+    )
     failure = result.stdout.str().split("= FAILURES =")[1].split("short test summary")[0]
     assert "pytest_specenergy/" not in failure and "def _fail" not in failure, failure
 
@@ -123,9 +131,13 @@ def test_broken_model(spec_pair):
 """)
     result = run_suite(repeats=2)
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["*EngineStartError: engine reference:not_a_checkpoint*exited with code*log *"])
+    result.stdout.fnmatch_lines(
+        ["*EngineStartError: engine reference:not_a_checkpoint*exited with code*log *"]
+    )
     # Both arms' engines start side by side, and each failed config is started once: the
     # second case fails fast with the same error.
-    logs = sorted(log.name.split("-", 2)[2].rsplit("-", 1)[0]
-                  for log in (pytester.path / ".specenergy" / "logs").glob("*.log"))
+    logs = sorted(
+        log.name.split("-", 2)[2].rsplit("-", 1)[0]
+        for log in (pytester.path / ".specenergy" / "logs").glob("*.log")
+    )
     assert logs == ["reference_not_a_checkpoint_baseline_", "reference_not_a_checkpoint_ngram_"]

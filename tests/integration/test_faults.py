@@ -9,20 +9,28 @@ import pytest
 
 from pytest_specenergy.cases.corpora.loader import BUILTIN_CORPORA
 
-QUICKSTART = Path(__file__).resolve().parents[2] / "example_suites" / "quickstart" / "test_quickstart.py"
+QUICKSTART = (
+    Path(__file__).resolve().parents[2] / "example_suites" / "quickstart" / "test_quickstart.py"
+)
 
 
 def _small_quickstart() -> str:
     """The quickstart with its hybrid test's pool and batches halved (the suite's time budget)."""
     text = QUICKSTART.read_text()
     hybrid = '@pytest.mark.drafter(Drafter("ngram", num_draft_tokens=8))'
-    small = text.replace(f"@pytest.mark.generation(max_new_tokens=32, prompts=8)\n{hybrid}\n@pytest.mark.batch(1, 4)",
-                         f"@pytest.mark.generation(max_new_tokens=32, prompts=4)\n{hybrid}\n@pytest.mark.batch(1, 2)")
+    small = text.replace(
+        f"@pytest.mark.generation(max_new_tokens=32, prompts=8)\n{hybrid}\n@pytest.mark.batch(1, "
+        "4)",
+        f"@pytest.mark.generation(max_new_tokens=32, prompts=4)\n{hybrid}\n@pytest.mark.batch(1, "
+        "2)",
+    )
     assert small != text, "the quickstart's hybrid markers changed: update _small_quickstart"
     return small
 
 
-def test_quickstart_hybrid_check_passes_healthy_and_fails_without_state_rollback(pytester: pytest.Pytester, run_suite):
+def test_quickstart_hybrid_check_passes_healthy_and_fails_without_state_rollback(
+    pytester: pytest.Pytester, run_suite
+):
     pytester.makepyfile(test_quickstart=_small_quickstart())
     healthy = run_suite("-k", "hybrid", repeats=1)
     healthy.assert_outcomes(passed=2)
@@ -34,7 +42,11 @@ def test_quickstart_hybrid_check_passes_healthy_and_fails_without_state_rollback
     # text: ... ranks ... below its best"); since the hybrid accepts drafts (issue 22 item 9)
     # the skipped rollback's text is often no less likely on average, so the per-token one fires.
     faulted.stdout.fnmatch_lines(
-        ["*SpecEnergyAssertionError: speculative output is *first divergence at token * of prompt *"])
+        [
+            "*SpecEnergyAssertionError: speculative output is *first divergence at token * of "
+            "prompt *"
+        ]
+    )
 
 
 CORPORA_SUITE = """
@@ -56,19 +68,26 @@ def test_coherent(spec_pair):
 def test_coherence_defaults_hold_on_every_corpus(pytester: pytest.Pytester, run_suite):
     """The default coherence limits pass the healthy hybrid and fail it without its state
     rollback, on every corpus; both in one session, sharing the baseline arms."""
-    faulted = CORPORA_SUITE.replace('"tiny:hybrid"', '"tiny:hybrid", faults="skip-state-rollback"').replace(
-        "def test_coherent(", "def test_without_rollback(")
+    faulted = CORPORA_SUITE.replace(
+        '"tiny:hybrid"', '"tiny:hybrid", faults="skip-state-rollback"'
+    ).replace("def test_coherent(", "def test_without_rollback(")
     pytester.makepyfile(CORPORA_SUITE + "\n" + faulted.split("import pytest\n", 1)[1])
     result = run_suite(repeats=1)
     result.assert_outcomes(passed=5, failed=5)
-    passed = {test.split("[")[0] for test, outcome in call_outcomes(result).items() if outcome == "passed"}
+    passed = {
+        test.split("[")[0] for test, outcome in call_outcomes(result).items() if outcome == "passed"
+    }
     assert passed == {"test_coherent"}, passed
 
 
 def call_outcomes(result: pytest.RunResult) -> dict[str, str]:
-    """Each inner test's call outcome, by its name with parameters (``test_healthy[code-ngram-b2]``)."""
-    return {r.nodeid.split("::")[-1]: r.outcome
-            for r in result.reprec.getreports("pytest_runtest_logreport") if r.when == "call"}
+    """Each inner test's call outcome, by its name with parameters
+    (``test_healthy[code-ngram-b2]``)."""
+    return {
+        r.nodeid.split("::")[-1]: r.outcome
+        for r in result.reprec.getreports("pytest_runtest_logreport")
+        if r.when == "call"
+    }
 
 
 HYBRID_STATE_SUITE = """
@@ -117,8 +136,9 @@ def test_stale_state_after_empty_draft(spec_pair):
 """
 
 
-def test_hybrid_state_faults_are_caught_on_every_corpus_the_healthy_hybrid_passes(pytester: pytest.Pytester,
-                                                                                   run_suite):
+def test_hybrid_state_faults_are_caught_on_every_corpus_the_healthy_hybrid_passes(
+    pytester: pytest.Pytester, run_suite
+):
     """Two hybrid state bugs, each beside the healthy hybrid in one session (the speculative-only
     faults leave the baseline twin alone, so the three cases of a corpus share one baseline arm):
 
@@ -142,9 +162,14 @@ def test_hybrid_state_faults_are_caught_on_every_corpus_the_healthy_hybrid_passe
     result = run_suite(f"--specenergy-json={out}", repeats=1)
     outcomes = call_outcomes(result)
     corpora = BUILTIN_CORPORA  # the suite's CORPORA, by import
-    for test, outcome in (("test_healthy", "passed"), ("test_partial_accept_state", "failed"),
-                          ("test_stale_state_after_empty_draft", "failed")):
-        assert {c: outcomes.get(f"{test}[{c}-ngram-b2]") for c in corpora} == dict.fromkeys(corpora, outcome), outcomes
+    for test, outcome in (
+        ("test_healthy", "passed"),
+        ("test_partial_accept_state", "failed"),
+        ("test_stale_state_after_empty_draft", "failed"),
+    ):
+        assert {c: outcomes.get(f"{test}[{c}-ngram-b2]") for c in corpora} == dict.fromkeys(
+            corpora, outcome
+        ), outcomes
     result.stdout.fnmatch_lines(["*4 engine starts*"])  # one baseline and three speculative engines
     records: dict[str, dict[str, dict]] = {}
     for record in json.loads(out.read_text())["results"]:
@@ -152,23 +177,38 @@ def test_hybrid_state_faults_are_caught_on_every_corpus_the_healthy_hybrid_passe
         records.setdefault(test, {})[record["case"]["corpus"]["name"]] = record
     assert all("baseline" in r["order"]["order"] for r in records["test_healthy"].values())
     accept = {c: r["accept_length"] for c, r in records["test_healthy"].items()}
-    assert all(a > 1.3 for a in accept.values()), accept  # drafts accepted on every corpus: not vacuous
+    assert all(a > 1.3 for a in accept.values()), (
+        accept
+    )  # drafts accepted on every corpus: not vacuous
     for test in ("test_partial_accept_state", "test_stale_state_after_empty_draft"):
         for record in records[test].values():
             # the counters never show it
             assert not [c for c in record["checks"] if c["name"] == "counters-inconsistent"]
-            # the baseline arm measured beside the healthy case, not again (the order holds no baseline repeat)
-            assert record["order"]["order"] == ["speculative"] and record["order"]["baseline_from"], record["order"]
+            # the baseline arm measured beside the healthy case, not again (the order holds no
+            # baseline repeat)
+            assert (
+                record["order"]["order"] == ["speculative"] and record["order"]["baseline_from"]
+            ), record["order"]
     stale = records["test_stale_state_after_empty_draft"]
-    first = {corpus: min(d for d in r["equivalence"]["first_divergence"] if d is not None)
-             for corpus, r in stale.items() if any(d is not None for d in r["equivalence"]["first_divergence"])}
+    first = {
+        corpus: min(d for d in r["equivalence"]["first_divergence"] if d is not None)
+        for corpus, r in stale.items()
+        if any(d is not None for d in r["equivalence"]["first_divergence"])
+    }
     assert set(first) == set(corpora), first
     print("healthy accept length per corpus:", accept)
-    print("stale state, first divergence and mean gap:",
-          {corpus: (token, round(stale[corpus]["coherence"]["mean_gap"], 3)) for corpus, token in first.items()})
+    print(
+        "stale state, first divergence and mean gap:",
+        {
+            corpus: (token, round(stale[corpus]["coherence"]["mean_gap"], 3))
+            for corpus, token in first.items()
+        },
+    )
 
 
-def test_inflated_accept_count_fails_closed_even_without_an_assertion(pytester: pytest.Pytester, run_suite):
+def test_inflated_accept_count_fails_closed_even_without_an_assertion(
+    pytester: pytest.Pytester, run_suite
+):
     pytester.makepyfile("""
 import pytest
 
@@ -182,8 +222,12 @@ def test_no_assertions(spec_pair):
 """)
     faulted = run_suite("--specenergy-fault=wrong-accept-count", repeats=1)
     faulted.assert_outcomes(failed=1)
-    faulted.stdout.fnmatch_lines(["*validity checks failed: counters-inconsistent: request *accepted drafts*"])
-    warned = run_suite("--specenergy-fault=wrong-accept-count", "--specenergy-checks=warn", repeats=1)
+    faulted.stdout.fnmatch_lines(
+        ["*validity checks failed: counters-inconsistent: request *accepted drafts*"]
+    )
+    warned = run_suite(
+        "--specenergy-fault=wrong-accept-count", "--specenergy-checks=warn", repeats=1
+    )
     warned.assert_outcomes(passed=1, warnings=1)
 
 
@@ -201,52 +245,80 @@ def test_draft(spec_pair):
 """
 
 
-def test_off_by_one_acceptance_looks_better_but_equivalence_fails(pytester: pytest.Pytester, run_suite):
+def test_off_by_one_acceptance_looks_better_but_equivalence_fails(
+    pytester: pytest.Pytester, run_suite
+):
     pytester.makepyfile(DRAFT_SUITE)
     out = pytester.path / "run.json"
-    faulted = run_suite("--specenergy-fault=accept-off-by-one", f"--specenergy-json={out}", repeats=1)
+    faulted = run_suite(
+        "--specenergy-fault=accept-off-by-one", f"--specenergy-json={out}", repeats=1
+    )
     faulted.assert_outcomes(failed=1)
     faulted.stdout.fnmatch_lines(
-        ["*outputs differ from the baseline: exact-match fraction * is below the required 1.000"])
+        ["*outputs differ from the baseline: exact-match fraction * is below the required 1.000"]
+    )
 
 
-def test_stale_draft_cache_shifts_acceptance_the_gate_reports_it(pytester: pytest.Pytester, run_suite):
-    # Output stays exact: only the acceptance comparison with main shows this bug. Its shift
-    # is carried by a few requests (here 1.07, 2.58, 3.44, 1.41 accepted per step healthy, 2.21,
-    # 2.58, 4.43, 1.55 faulted). At batch 2 it varied run to run with which requests shared a
-    # step, and the verdict with it (INCONCLUSIVE at the 11-repeat cap once in a full suite run;
-    # with 8 prompts in one run of three, 16 at batch 4 failed one of eight); at batch 1 each request
-    # runs alone and every run reads the same figures (+41.4%, IMPROVED, in each of three).
+def test_stale_draft_cache_shifts_acceptance_the_gate_reports_it(
+    pytester: pytest.Pytester, run_suite
+):
+    # Output stays exact: only the acceptance comparison with main shows this bug. Its shift is
+    # carried by a few requests (here 1.07, 2.58, 3.44, 1.41 accepted per step healthy, 2.21, 2.58,
+    # 4.43, 1.55 faulted). At batch 2 it varied run to run with which requests shared a step, and
+    # the verdict with it (INCONCLUSIVE at the 11-repeat cap once in a full suite run; with 8
+    # prompts in one run of three, 16 at batch 4 failed one of eight); at batch 1 each request runs
+    # alone and every run reads the same figures (+41.4%, IMPROVED, in each of three).
     pytester.makepyfile(DRAFT_SUITE.replace("batch(2)", "batch(1)"))
     run_suite("--specenergy-save=main", repeats=2).assert_outcomes(passed=1)
     # The default limits all apply (energy among them, which needs 2 stored repeats): energy is
     # set out of reach, so the acceptance comparison alone decides.
-    faulted = run_suite("--specenergy-fault=stale-draft-cache", "--specenergy-compare=main",
-                        # A zero limit: any significant shift is reported (4 requests
-                        # cannot show one beyond a 5% limit with confidence).
-                        "--specenergy-compare-fail=accept_length:0%", "--specenergy-compare-fail=energy:1000%",
-                        repeats=2)
+    faulted = run_suite(
+        "--specenergy-fault=stale-draft-cache",
+        "--specenergy-compare=main",
+        # A zero limit: any significant shift is reported (4 requests
+        # cannot show one beyond a 5% limit with confidence).
+        "--specenergy-compare-fail=accept_length:0%",
+        "--specenergy-compare-fail=energy:1000%",
+        repeats=2,
+    )
     faulted.stdout.fnmatch_lines(["*improved*test_draft[[]code-draft-b1[]]*"])
 
 
-def test_accept_off_by_one_with_a_draft_model_fails_coherence_on_every_corpus(pytester: pytest.Pytester, run_suite):
+def test_accept_off_by_one_with_a_draft_model_fails_coherence_on_every_corpus(
+    pytester: pytest.Pytester, run_suite
+):
     """Issue 22 item 4: committing one rejected draft per step leaves a mean gap under 0.25
     (0.16-0.19 nats/token measured) while acceptance looks better than healthy, so the mean gap
     alone passed it. The committed draft is a token the target ranks far below its best: the
     per-token check fails it on every corpus. (Numerical noise passing the same check:
     tests/integration/test_equivalence_ties_e2e.py.)"""
-    suite = DRAFT_SUITE.replace('@pytest.mark.corpus("code")',
-                                '@pytest.mark.corpus("code", "conversation", "long-document", "news", "rm-news")')
-    pytester.makepyfile(suite.replace("measure().assert_equivalent()", "measure().assert_coherent()"))
+    suite = DRAFT_SUITE.replace(
+        '@pytest.mark.corpus("code")',
+        '@pytest.mark.corpus("code", "conversation", "long-document", "news", "rm-news")',
+    )
+    pytester.makepyfile(
+        suite.replace("measure().assert_equivalent()", "measure().assert_coherent()")
+    )
     out = pytester.path / "run.json"
-    faulted = run_suite("--specenergy-fault=accept-off-by-one", f"--specenergy-json={out}", repeats=1)
+    faulted = run_suite(
+        "--specenergy-fault=accept-off-by-one", f"--specenergy-json={out}", repeats=1
+    )
     # Every corpus fails on the per-token check (two also trip concurrency-below-batch: 4 prompts
     # barely keep batch 2 in flight; the body's failure is reported first either way).
     faulted.assert_outcomes(failed=5)
-    faulted.stdout.fnmatch_lines(["*speculative output is not the target's greedy text: * diverged prompt(s) commit "
-                                  "a token the target ranks more than the tie margin 0.125 nats below its best*"] * 5)
+    faulted.stdout.fnmatch_lines(
+        [
+            "*speculative output is not the target's greedy text: * diverged prompt(s) commit "
+            "a token the target ranks more than the tie margin 0.125 nats below its best*"
+        ]
+        * 5
+    )
     records = json.loads(out.read_text())["results"]
-    worst = {r["case"]["corpus"]["name"]: (round(r["coherence"]["mean_gap"], 3),
-                                           round(max(m["later_gap"] for m in r["coherence"]["margins"] if m), 3))
-             for r in records}
+    worst = {
+        r["case"]["corpus"]["name"]: (
+            round(r["coherence"]["mean_gap"], 3),
+            round(max(m["later_gap"] for m in r["coherence"]["margins"] if m), 3),
+        )
+        for r in records
+    }
     print("corpus: (mean gap, worst token gap)", worst)

@@ -89,9 +89,22 @@ def main_history(tmp_path_factory):
             folder.mkdir()
             (folder / "test_gate_suite.py").write_text(SUITE)
             env = {**os.environ, "GATE_NGRAM_K": "8"}
-            proc = subprocess.run([sys.executable, "-m", "pytest", *FAST, "--specenergy-save=main",
-                                   "--rootdir", str(folder), str(folder)],
-                                  cwd=folder, env=env, capture_output=True, text=True)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    *FAST,
+                    "--specenergy-save=main",
+                    "--rootdir",
+                    str(folder),
+                    str(folder),
+                ],
+                cwd=folder,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             assert proc.returncode == 0, proc.stdout[-3000:]
     return folder / ".specenergy"
 
@@ -105,33 +118,60 @@ def gated(pytester, main_history):
 
 
 def test_costlier_drafter_fails_the_gate_and_unchanged_rerun_passes(gated: pytest.Pytester):
-    rerun = run(gated, "--specenergy-compare=main", "--specenergy-compare-fail=energy:5%",
-                "--junitxml=rerun.xml", GATE_NGRAM_K=8)
+    rerun = run(
+        gated,
+        "--specenergy-compare=main",
+        "--specenergy-compare-fail=energy:5%",
+        "--junitxml=rerun.xml",
+        GATE_NGRAM_K=8,
+    )
     rerun.assert_outcomes(passed=1)
-    rerun.stdout.fnmatch_lines(["verdict*saving*test*", "  passed *test_drafter[[]code-ngram-b1[]]*",
-                                "0 regressed · 0 incomparable · 0 inconclusive · 0 without baseline · 0 improved "
-                                "· 1 unchanged"])
+    rerun.stdout.fnmatch_lines(
+        [
+            "verdict*saving*test*",
+            "  passed *test_drafter[[]code-ngram-b1[]]*",
+            "0 regressed · 0 incomparable · 0 inconclusive · 0 without baseline · 0 improved "
+            "· 1 unchanged",
+        ]
+    )
     assert 'name="specenergy.verdict" value="passed"' in (gated.path / "rerun.xml").read_text()
 
-    worse = run(gated, "--specenergy-compare=main", "--specenergy-compare-fail=energy:5%",
-                "--specenergy-compare-fail=accept_length:5%", GATE_NGRAM_K=1)
+    worse = run(
+        gated,
+        "--specenergy-compare=main",
+        "--specenergy-compare-fail=energy:5%",
+        "--specenergy-compare-fail=accept_length:5%",
+        GATE_NGRAM_K=1,
+    )
     worse.assert_outcomes(failed=1)
-    worse.stdout.fnmatch_lines([
-        "*specenergy: *test_drafter[[]code-ngram-b1[]] regressed against baseline *0001_main_*.json:",
-        # energy:5% gates the within-session ratio (speculative / baseline per repeat) now.
-        "*energy_ratio (median): baseline * x -> current * x, change +*, limit 5% up*p=*sequential*REGRESSED",
-        "1 regressed · * · 0 improved · 0 unchanged",
-    ])
+    worse.stdout.fnmatch_lines(
+        [
+            "*specenergy: *test_drafter[[]code-ngram-b1[]] regressed against baseline "
+            "*0001_main_*.json:",
+            # energy:5% gates the within-session ratio (speculative / baseline per repeat) now.
+            "*energy_ratio (median): baseline * x -> current * x, change +*, limit 5% "
+            "up*p=*sequential*REGRESSED",
+            "1 regressed · * · 0 improved · 0 unchanged",
+        ]
+    )
     # The gate's failure is its message and the test's place, not the plugin's hook source.
     worse.stdout.fnmatch_lines(["*(test test_drafter[[]code-ngram-b1[]] at test_gate_suite.py:*)"])
-    assert "def pytest_runtest_call" not in worse.stdout.str() and "session.py" not in worse.stdout.str()
+    assert (
+        "def pytest_runtest_call" not in worse.stdout.str()
+        and "session.py" not in worse.stdout.str()
+    )
 
 
 def test_tolerance_marker_overrides_the_command_line(gated: pytest.Pytester):
-    gated.makepyfile(test_gate_suite=SUITE.replace(
-        "@pytest.mark.batch(1)",
-        "@pytest.mark.batch(1)\n@pytest.mark.tolerance(energy='1000%', accept_length='90%')"))
-    loose = run(gated, "--specenergy-compare=main", "--specenergy-compare-fail=energy:5%", GATE_NGRAM_K=1)
+    gated.makepyfile(
+        test_gate_suite=SUITE.replace(
+            "@pytest.mark.batch(1)",
+            "@pytest.mark.batch(1)\n@pytest.mark.tolerance(energy='1000%', accept_length='90%')",
+        )
+    )
+    loose = run(
+        gated, "--specenergy-compare=main", "--specenergy-compare-fail=energy:5%", GATE_NGRAM_K=1
+    )
     loose.assert_outcomes(passed=1)
 
 
@@ -143,8 +183,14 @@ def test_realistic_noise_does_not_fail_an_unchanged_drafter(pytester: pytest.Pyt
     # (test_false_positive_rate_under_realistic_noise), through the same sequential rule.
     # A zero limit can never be shown unchanged: the gate re-measures up to the cap (5 here)
     # and leaves it INCONCLUSIVE (a warning), never REGRESSED.
-    rerun = run(pytester, "--specenergy-compare=main", "--specenergy-compare-fail=energy:0%",
-                "--specenergy-max-repeats=5", NOISE_SD=0.02, NOISE_SEED=2)
+    rerun = run(
+        pytester,
+        "--specenergy-compare=main",
+        "--specenergy-compare-fail=energy:0%",
+        "--specenergy-max-repeats=5",
+        NOISE_SD=0.02,
+        NOISE_SEED=2,
+    )
     rerun.assert_outcomes(passed=1)
 
 
@@ -156,9 +202,17 @@ def test_small_change_under_noise_is_inconclusive_and_gets_more_repeats(pytester
     # A real +2% of the speculative arm (SPEC_SCALE; ENERGY_SCALE would move both arms, which
     # the ratio cancels) exactly at a 2% limit, under 3% noise per arm: neither side of the
     # limit can be shown (a true +4% is beyond it, and the sequential rule REGRESSES it).
-    small = run(pytester, "--specenergy-compare=main", "--specenergy-compare-fail=energy:2%",
-                "--specenergy-max-repeats=6", "--specenergy-inconclusive=xfail", f"--specenergy-json={out}",
-                NOISE_SD=0.03, NOISE_SEED=7, SPEC_SCALE=1.02)
+    small = run(
+        pytester,
+        "--specenergy-compare=main",
+        "--specenergy-compare-fail=energy:2%",
+        "--specenergy-max-repeats=6",
+        "--specenergy-inconclusive=xfail",
+        f"--specenergy-json={out}",
+        NOISE_SD=0.03,
+        NOISE_SEED=7,
+        SPEC_SCALE=1.02,
+    )
     small.assert_outcomes(xfailed=1)
     record = json.loads(out.read_text())["results"][0]
     assert record["verdict"] == "inconclusive"
@@ -175,8 +229,13 @@ def test_a_session_offset_does_not_fail_the_default_energy_gate(pytester: pytest
     pytester.makeconftest(NOISY_CONFTEST)
     run(pytester, "--specenergy-save=main").assert_outcomes(passed=1)
     # One comparison, both limits: the ratio is unchanged while the absolute figure regresses.
-    both = run(pytester, "--specenergy-compare=main", "--specenergy-compare-fail=energy:5%",
-               "--specenergy-compare-fail=energy_per_token:5%", ENERGY_SCALE=1.06)
+    both = run(
+        pytester,
+        "--specenergy-compare=main",
+        "--specenergy-compare-fail=energy:5%",
+        "--specenergy-compare-fail=energy_per_token:5%",
+        ENERGY_SCALE=1.06,
+    )
     both.assert_outcomes(failed=1)
     both.stdout.fnmatch_lines(["*energy_per_token (median): * change +6.00%*REGRESSED*"])
     ratio = [line for line in both.outlines if "energy_ratio (median)" in line]
@@ -184,24 +243,36 @@ def test_a_session_offset_does_not_fail_the_default_energy_gate(pytester: pytest
 
 
 def test_incomparable_meter_is_never_compared(gated: pytest.Pytester):
-    other = run(gated, "--specenergy-compare=main", "--specenergy-meter=modeled:h100",
-                "--specenergy-incomparable=fail")
+    other = run(
+        gated,
+        "--specenergy-compare=main",
+        "--specenergy-meter=modeled:h100",
+        "--specenergy-incomparable=fail",
+    )
     other.assert_outcomes(failed=1)
-    other.stdout.fnmatch_lines([
-        "*cannot be compared with baseline *0001_main_*.json:",
-        "*modeled GPU differs: the baseline is modeled (h200, priced as Qwen3-8B), the current run is "
-        "modeled (h100, priced as Qwen3-8B)*",
-    ])
+    other.stdout.fnmatch_lines(
+        [
+            "*cannot be compared with baseline *0001_main_*.json:",
+            "*modeled GPU differs: the baseline is modeled (h200, priced as Qwen3-8B), the "
+            "current run is modeled (h100, priced as Qwen3-8B)*",
+        ]
+    )
 
 
 def test_golden_baselines_are_created_then_checked(pytester: pytest.Pytester):
     pytester.makepyfile(SUITE)
     created = run(pytester, "--specenergy-golden=check")
     created.assert_outcomes(failed=1)
-    created.stdout.fnmatch_lines(["*no baseline for *test_drafter*: created *specenergy_baselines*"])
+    created.stdout.fnmatch_lines(
+        ["*no baseline for *test_drafter*: created *specenergy_baselines*"]
+    )
     run(pytester, "--specenergy-golden=check").assert_outcomes(passed=1)
-    worse = run(pytester, "--specenergy-golden=check", "--specenergy-compare-fail=energy:5%", GATE_NGRAM_K=1)
-    worse.assert_outcomes(failed=1)  # regen-all and the other modes: tests/unit/gate/test_storage.py
+    worse = run(
+        pytester, "--specenergy-golden=check", "--specenergy-compare-fail=energy:5%", GATE_NGRAM_K=1
+    )
+    worse.assert_outcomes(
+        failed=1
+    )  # regen-all and the other modes: tests/unit/gate/test_storage.py
 
 
 def test_corrupted_history_is_reported_and_left_alone(gated: pytest.Pytester):
@@ -228,23 +299,39 @@ def test_latency(spec_pair):
 
 
 def test_latency_target_names_the_lowest_energy_configuration_and_fails_when_it_got_costlier(
-        pytester: pytest.Pytester, run_suite):
+    pytester: pytest.Pytester, run_suite
+):
     pytester.makepyfile(LATENCY_SUITE)
     # A target every configuration meets: the cheaper one (speculation at batch 1) is chosen.
     first = run_suite("--specenergy-latency-target=1000", "--specenergy-save=main", repeats=2)
     first.assert_outcomes(passed=1)
-    first.stdout.fnmatch_lines(["*specenergy latency targets*",
-                                "TBT <= 1000 ms on tiny:dense / code: ngram b1, * J/token*"])
+    first.stdout.fnmatch_lines(
+        [
+            "*specenergy latency targets*",
+            "TBT <= 1000 ms on tiny:dense / code: ngram b1, * J/token*",
+        ]
+    )
     # The same drafter id retuned to draft 1 token instead of 8 (fewer tokens per weight read):
     # the session fails naming both configurations, though the test itself passes (its own
     # limits are set out of reach, so only the latency target judges it, with the gate's rule).
-    pytester.makepyfile(LATENCY_SUITE.replace('"ngram"', 'Drafter("ngram", num_draft_tokens=1, id="ngram")')
-                        .replace("import pytest", "import pytest\nfrom pytest_specenergy import Drafter"))
-    second = run_suite("--specenergy-latency-target=1000", "--specenergy-compare=main",
-                       "--specenergy-compare-fail=energy:1000%", "--specenergy-compare-fail=accept_length:90%",
-                       repeats=2)
+    pytester.makepyfile(
+        LATENCY_SUITE.replace(
+            '"ngram"', 'Drafter("ngram", num_draft_tokens=1, id="ngram")'
+        ).replace("import pytest", "import pytest\nfrom pytest_specenergy import Drafter")
+    )
+    second = run_suite(
+        "--specenergy-latency-target=1000",
+        "--specenergy-compare=main",
+        "--specenergy-compare-fail=energy:1000%",
+        "--specenergy-compare-fail=accept_length:90%",
+        repeats=2,
+    )
     second.assert_outcomes(passed=1)
     assert second.ret == 1
-    second.stdout.fnmatch_lines(["*TBT <= 1000 ms on tiny:dense / code regressed against baseline *0001_main_*.json:",
-                                 "*energy_per_token (median): *limit 5% up [[]energy_per_token:5%[]]*REGRESSED - "
-                                 "lowest-energy configuration ngram b1 (reference: ngram b1)*"])
+    second.stdout.fnmatch_lines(
+        [
+            "*TBT <= 1000 ms on tiny:dense / code regressed against baseline *0001_main_*.json:",
+            "*energy_per_token (median): *limit 5% up [[]energy_per_token:5%[]]*REGRESSED - "
+            "lowest-energy configuration ngram b1 (reference: ngram b1)*",
+        ]
+    )

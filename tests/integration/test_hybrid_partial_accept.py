@@ -1,11 +1,11 @@
 """Issue 22 item 9: the hybrid accepts n-gram drafts, and a partial accept's state path is checked.
 
-Before, the tiny hybrid's greedy text cycled only after ~40 tokens (its gated-delta-net state
-forgot in about one token and out-wrote the full-attention layer), so in the quickstart's 32-token
-answers n-gram drafts were never accepted (accept length 1.00) and the commit of a partly
-accepted draft never ran. ``refserver/tiny_models.py`` (``LINEAR_ATTN_OUT_SCALE``,
-``GDN_DECAY_RANGE``) says what changed. That the plugin catches the fault on every corpus whose
-drafts are accepted, with the healthy hybrid passing beside it:
+Before, the tiny hybrid's greedy text cycled only after ~40 tokens (its gated-delta-net state forgot
+in about one token and out-wrote the full-attention layer), so in the quickstart's 32-token answers
+n-gram drafts were never accepted (accept length 1.00) and the commit of a partly accepted draft
+never ran. ``refserver/tiny_models.py`` (``LINEAR_ATTN_OUT_SCALE``, ``GDN_DECAY_RANGE``) says what
+changed. That the plugin catches the fault on every corpus whose drafts are accepted, with the
+healthy hybrid passing beside it:
 ``tests/integration/test_faults.py::test_hybrid_state_faults_are_caught_on_every_corpus_the_healthy_hybrid_passes``.
 """
 
@@ -27,11 +27,12 @@ def test_quickstart_hybrid_setting_accepts_drafts():
     from pytest_specenergy.refserver.records import SamplingParams
 
     engine = ReferenceEngine(EngineConfig(model="tiny:hybrid", drafter="ngram", num_draft_tokens=8))
-    reqs = [GenerationRequest(tuple(engine.tokenizer.encode(p)), SamplingParams(max_new_tokens=32))
-            for p in load_corpus("code").take(8)]
+    reqs = [
+        GenerationRequest(tuple(engine.tokenizer.encode(p)), SamplingParams(max_new_tokens=32))
+        for p in load_corpus("code").take(8)
+    ]
     got = engine.generate(reqs)
     steps = sum(r.spec.verify_ct for r in got)
     accepted = sum(r.spec.num_correct_drafts for r in got)
     assert (steps + accepted) / steps >= 1.3, (steps, accepted)
     assert sum(sum(r.spec.correct_drafts_histogram[1:8]) for r in got) > 0  # some partial accepts
-

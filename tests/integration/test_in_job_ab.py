@@ -23,7 +23,9 @@ def test_candidate(spec_pair):
 """
 
 
-def test_reference_arm_runs_in_the_same_cycles_and_reaches_the_json(pytester: pytest.Pytester, run_suite):
+def test_reference_arm_runs_in_the_same_cycles_and_reaches_the_json(
+    pytester: pytest.Pytester, run_suite
+):
     pytester.makepyfile(AB_SUITE)
     out = pytester.path / "run.json"
     result = run_suite(f"--specenergy-json={out}", repeats=2)
@@ -34,8 +36,14 @@ def test_reference_arm_runs_in_the_same_cycles_and_reaches_the_json(pytester: py
     assert record["reference"]["engine"]["config"]["drafter"]["settings"]["num_draft_tokens"] == 2
     assert len(record["reference"]["samples"]) == len(record["speculative"]["samples"]) == 2
     # One cycle per repeat: baseline first, then candidate and reference, alternating order.
-    assert record["order"]["order"] == ["baseline", "speculative", "reference",
-                                        "baseline", "reference", "speculative"]
+    assert record["order"]["order"] == [
+        "baseline",
+        "speculative",
+        "reference",
+        "baseline",
+        "reference",
+        "speculative",
+    ]
     assert record["order"]["interleaved"] is True
 
 
@@ -55,13 +63,20 @@ def test_same(spec_pair):
     result.stdout.fnmatch_lines(["*marker reference_drafter*is the candidate drafter itself*"])
 
 
-def test_a_costlier_candidate_fails_in_job_against_its_reference(pytester: pytest.Pytester, run_suite):
+def test_a_costlier_candidate_fails_in_job_against_its_reference(
+    pytester: pytest.Pytester, run_suite
+):
     """The A/B gate on the real server: a candidate drafting 1 token where the reference drafts
     8 costs more energy per token on code; judged against the reference in the same session."""
-    pytester.makepyfile(AB_SUITE.replace('Drafter("ngram", num_draft_tokens=8, id="ngram-k8")',
-                                         'Drafter("ngram", num_draft_tokens=1, id="ngram-k1")')
-                                .replace('Drafter("ngram", num_draft_tokens=2, id="ngram-k2")',
-                                         'Drafter("ngram", num_draft_tokens=8, id="ngram-k8")'))
+    pytester.makepyfile(
+        AB_SUITE.replace(
+            'Drafter("ngram", num_draft_tokens=8, id="ngram-k8")',
+            'Drafter("ngram", num_draft_tokens=1, id="ngram-k1")',
+        ).replace(
+            'Drafter("ngram", num_draft_tokens=2, id="ngram-k2")',
+            'Drafter("ngram", num_draft_tokens=8, id="ngram-k8")',
+        )
+    )
     worse = run_suite("--specenergy-compare-fail=energy:5%", repeats=3)
     worse.assert_outcomes(failed=1)
     worse.stdout.fnmatch_lines(["*energy_ratio*REGRESSED*"])

@@ -26,10 +26,16 @@ def test_the_readme_headline_example_runs_as_written(pytester: pytest.Pytester):
     pytester.makepyfile(test_readme=headline_example())
     collected = pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider")
     # Two drafters x two batches, with the ids the README names.
-    collected.stdout.fnmatch_lines(["*test_drafter_pays_for_itself?code-ngram-b1?*",
-                                    "*test_drafter_pays_for_itself?code-draft-b4?*",
-                                    "4 tests collected*"])
-    result = pytester.runpytest("-k", "code-ngram-b1", "--specenergy-repeats=1", "-p", "no:cacheprovider")
+    collected.stdout.fnmatch_lines(
+        [
+            "*test_drafter_pays_for_itself?code-ngram-b1?*",
+            "*test_drafter_pays_for_itself?code-draft-b4?*",
+            "4 tests collected*",
+        ]
+    )
+    result = pytester.runpytest(
+        "-k", "code-ngram-b1", "--specenergy-repeats=1", "-p", "no:cacheprovider"
+    )
     result.assert_outcomes(passed=1, deselected=3)
     result.stdout.fnmatch_lines(["*energy figures: modeled*"])
 
@@ -42,8 +48,23 @@ def test_the_quickstart_command_needs_no_test_tools():
     import sys
 
     root = README.parent
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider",
-                           "--collect-only", "-q", "example_suites/quickstart"],
-                          cwd=root, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:xdist",
+            "-p",
+            "no:cacheprovider",
+            "--collect-only",
+            "-q",
+            "example_suites/quickstart",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "7 tests collected" in done.stdout, done.stdout[-2000:]

@@ -18,9 +18,12 @@ N_REQ = 9
 
 
 def _ragged(engine, make_requests, n=N_REQ):
-    """Requests of different lengths, some honouring EOS: rows finish (and others join) at many steps."""
+    """Requests of different lengths, some honouring EOS: rows finish (and others join) at many
+    steps."""
     return [
-        GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=5 + (7 * i) % 19, ignore_eos=i % 3 != 0))
+        GenerationRequest(
+            r.input_ids, SamplingParams(max_new_tokens=5 + (7 * i) % 19, ignore_eos=i % 3 != 0)
+        )
         for i, r in enumerate(make_requests(engine, n, 1))
     ]
 
@@ -42,7 +45,9 @@ def plain(engine_for, make_requests):
 
 @pytest.mark.parametrize(("drafter", "k"), [("ngram", 8), ("draft_model", 4)])
 @pytest.mark.parametrize("model", ("tiny:dense", "tiny:hybrid"))
-def test_rows_joining_at_arbitrary_steps_are_exact(engine_for, make_requests, plain, model, drafter, k):
+def test_rows_joining_at_arbitrary_steps_are_exact(
+    engine_for, make_requests, plain, model, drafter, k
+):
     """3 rows run at a time; the other 6 join whenever a row finishes, mid-way through the others."""
     engine = engine_for(model=model, drafter=drafter, num_draft_tokens=k, max_running_requests=3)
     reqs = _ragged(engine, make_requests)
@@ -65,9 +70,13 @@ def test_rows_joining_at_arbitrary_steps_are_exact(engine_for, make_requests, pl
 
 def test_queued_requests_keep_the_batch_full(engine_for, make_requests):
     """A finished row is replaced in the next step: while requests wait, every step runs 4 rows."""
-    engine = engine_for(model="tiny:dense", drafter="ngram", num_draft_tokens=8, max_running_requests=4)
+    engine = engine_for(
+        model="tiny:dense", drafter="ngram", num_draft_tokens=8, max_running_requests=4
+    )
     reqs = [
-        GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=6 + (5 * i) % 17, ignore_eos=True))
+        GenerationRequest(
+            r.input_ids, SamplingParams(max_new_tokens=6 + (5 * i) % 17, ignore_eos=True)
+        )
         for i, r in enumerate(make_requests(engine, 16, 1))
     ]
     start = len(engine.trace)
@@ -86,10 +95,14 @@ def test_queued_requests_keep_the_batch_full(engine_for, make_requests):
 def test_staggered_arrivals_from_threads(engine_for, make_requests):
     """Clients keeping 4 requests in flight (one per call) see a full batch and alone-run outputs."""
     batch = 4
-    engine = engine_for(model="tiny:dense", drafter="ngram", num_draft_tokens=8, max_running_requests=batch)
+    engine = engine_for(
+        model="tiny:dense", drafter="ngram", num_draft_tokens=8, max_running_requests=batch
+    )
     plain = engine_for(model="tiny:dense")
     pool = [
-        GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=8 + (5 * i) % 13, ignore_eos=True))
+        GenerationRequest(
+            r.input_ids, SamplingParams(max_new_tokens=8 + (5 * i) % 13, ignore_eos=True)
+        )
         for i, r in enumerate(make_requests(engine, 16, 1))
     ]
     want = {r.input_ids: w.output_ids for r, w in zip(pool, plain.generate(pool))}
@@ -102,7 +115,9 @@ def test_staggered_arrivals_from_threads(engine_for, make_requests):
         while True:
             with lock:
                 if not todo:
-                    window.setdefault("end", _lifetime(engine))  # the first client to run dry ends it
+                    window.setdefault(
+                        "end", _lifetime(engine)
+                    )  # the first client to run dry ends it
                     return
                 req = todo.pop(0)
             (result,) = engine.generate([req])
@@ -117,13 +132,18 @@ def test_staggered_arrivals_from_threads(engine_for, make_requests):
     assert got == want  # every request equals its own plain run
     (s0, r0, _), (s1, r1, _) = window["start"], window["end"]
     mean = (r1 - r0) / (s1 - s0)
-    assert mean >= 0.8 * batch, f"mean running rows per step {mean:.2f} while clients kept {batch} in flight"
+    assert mean >= 0.8 * batch, (
+        f"mean running rows per step {mean:.2f} while clients kept {batch} in flight"
+    )
 
 
 def test_prefill_only_run_holds_the_draft_prefill(engine_for, make_requests):
     """max_new_tokens=1 finishes in prefill, and the draft model's prefill is in that window too."""
     engine = engine_for(model="tiny:dense", drafter="draft_model", num_draft_tokens=4)
-    reqs = [GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=1)) for r in make_requests(engine, 3, 1)]
+    reqs = [
+        GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=1))
+        for r in make_requests(engine, 3, 1)
+    ]
     start = len(engine.trace)
     engine.generate(reqs)
     steps = engine.trace.read(start)[1]
@@ -155,9 +175,15 @@ def test_concurrency_counters_difference_across_a_flush(engine_for, make_request
 def test_abort_cuts_running_and_queued_requests_and_keeps_what_they_made(engine_for, make_requests):
     """SGLang's /abort_request: a running row answers with its output so far and finish abort;
     a queued one answers with nothing; the others run on, exact; no mark outlives the abort."""
-    engine = engine_for(model="tiny:dense", drafter="ngram", num_draft_tokens=4, max_running_requests=2)
-    reqs = [GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=400, ignore_eos=True), rid=f"ab-{i}")
-            for i, r in enumerate(make_requests(engine, 3, 1))]
+    engine = engine_for(
+        model="tiny:dense", drafter="ngram", num_draft_tokens=4, max_running_requests=2
+    )
+    reqs = [
+        GenerationRequest(
+            r.input_ids, SamplingParams(max_new_tokens=400, ignore_eos=True), rid=f"ab-{i}"
+        )
+        for i, r in enumerate(make_requests(engine, 3, 1))
+    ]
     ticket = engine.submit(reqs)
     while not any(row.output for row in engine.scheduler.running):
         threading.Event().wait(0.01)
@@ -166,10 +192,15 @@ def test_abort_cuts_running_and_queued_requests_and_keeps_what_they_made(engine_
     got = ticket.wait(60)
     assert [g.finish_reason.type for g in got] == ["abort"] * 3
     assert 0 < len(got[0].output_ids) < 400 and got[2].output_ids == ()
-    assert got[0].finish_reason.to_json() == {"type": "abort", "message": "Abort requested by /abort_request."}
+    assert got[0].finish_reason.to_json() == {
+        "type": "abort",
+        "message": "Abort requested by /abort_request.",
+    }
     # Nothing marked on an idle engine: the next request runs whole.
     engine.abort(None)
-    whole = engine.generate([GenerationRequest(reqs[0].input_ids, SamplingParams(max_new_tokens=5))])
+    whole = engine.generate(
+        [GenerationRequest(reqs[0].input_ids, SamplingParams(max_new_tokens=5))]
+    )
     assert whole[0].finish_reason.type != "abort" and len(whole[0].output_ids) == 5
 
 
@@ -191,7 +222,9 @@ def test_abort_all_never_reaches_a_request_submitted_after_it(engine_for):
     sched = engine.scheduler
 
     def request(max_new: int) -> GenerationRequest:
-        return GenerationRequest((5, 6, 7, 8), SamplingParams(max_new_tokens=max_new, ignore_eos=True))
+        return GenerationRequest(
+            (5, 6, 7, 8), SamplingParams(max_new_tokens=max_new, ignore_eos=True)
+        )
 
     with engine.lock:
         first = engine.submit([request(3)])
@@ -214,8 +247,12 @@ def test_each_request_names_its_prefill_forward_and_its_own_decode_time(engine_f
     """Rows admitted in one iteration share a prefill forward (the trace's prefill step holds
     exactly them); a row's decode time is the wall time of the steps it ran in (issue 21)."""
     engine = engine_for(model="tiny:dense", max_running_requests=3)
-    reqs = [GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=4 + 3 * (i % 2), ignore_eos=True))
-            for i, r in enumerate(make_requests(engine, 6, 1))]
+    reqs = [
+        GenerationRequest(
+            r.input_ids, SamplingParams(max_new_tokens=4 + 3 * (i % 2), ignore_eos=True)
+        )
+        for i, r in enumerate(make_requests(engine, 6, 1))
+    ]
     start = len(engine.trace)
     got = engine.generate(reqs)
     steps = engine.trace.read(start)[1]
@@ -235,14 +272,17 @@ def test_each_request_names_its_prefill_forward_and_its_own_decode_time(engine_f
 
 
 def test_close_fails_the_queued_requests_stops_the_thread_and_refuses_new_ones(make_requests):
-    """In-process use: ``close()`` stops the scheduler thread after its iteration; queued requests fail with the
-    reason, and a submit after it is refused (a fresh engine: closing a shared one would break other tests)."""
+    """In-process use: ``close()`` stops the scheduler thread after its iteration; queued requests
+    fail with the reason, and a submit after it is refused (a fresh engine: closing a shared one
+    would break other tests)."""
     from pytest_specenergy.refserver import EngineConfig
     from pytest_specenergy.refserver import ReferenceEngine
 
     engine = ReferenceEngine(EngineConfig(model="tiny:dense", max_running_requests=1))
-    running, queued = ([GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=400, ignore_eos=True))]
-                       for r in make_requests(engine, 2, 1))
+    running, queued = (
+        [GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=400, ignore_eos=True))]
+        for r in make_requests(engine, 2, 1)
+    )
     engine.submit(running)
     _until(lambda: any(row.output for row in engine.scheduler.running), "the first request decodes")
     waiting = engine.submit(queued)

@@ -1,4 +1,5 @@
-"""Controlled acceptance (--draft-accept-p): the target's own continuation, corrupted with a seeded P."""
+"""Controlled acceptance (--draft-accept-p): the target's own continuation, corrupted with a seeded
+P."""
 
 from __future__ import annotations
 
@@ -42,18 +43,25 @@ def test_controlled_acceptance_is_exact(engine_for, make_requests, model, shape)
     verify = [s for s in steps if s.phase == "verify"]
     # the wrapped drafter's own passes: K per verify for the chain (at least), one for the block
     assert len(draft) >= K * len(verify) if shape == "chain" else len(draft) == len(verify)
-    assert max(s.weight_bytes for s in draft) < min(s.weight_bytes for s in verify)  # the small draft model
+    assert max(s.weight_bytes for s in draft) < min(
+        s.weight_bytes for s in verify
+    )  # the small draft model
 
 
 def test_accept_p_is_a_knob(engine_for, make_requests):
-    """Mean accepted drafts per step follows sum(P^j); P=1 accepts all K, P=0 nothing; same for both shapes."""
+    """Mean accepted drafts per step follows sum(P^j); P=1 accepts all K, P=0 nothing; same for both
+    shapes."""
     run = {
         (shape, p): engine_for(model="tiny:dense", draft_accept_p=p, **SHAPES[shape])
         for shape in SHAPES
         for p in (0.5, 1.0)
     }
-    half = {shape: run[shape, 0.5].generate(_reqs(run[shape, 0.5], make_requests, n=4, max_new=29)) for shape in SHAPES}
-    # corruption is keyed by request and position, not by the drafter: the same acceptance in both shapes
+    half = {
+        shape: run[shape, 0.5].generate(_reqs(run[shape, 0.5], make_requests, n=4, max_new=29))
+        for shape in SHAPES
+    }
+    # corruption is keyed by request and position, not by the drafter: the same acceptance in both
+    # shapes
     assert [r.spec.correct_drafts_histogram for r in half["chain"]] == [
         r.spec.correct_drafts_histogram for r in half["block"]
     ]
@@ -68,13 +76,17 @@ def test_accept_p_is_a_knob(engine_for, make_requests):
 
 def test_self_draft_chain_is_its_own_oracle(engine_for, make_requests):
     """With the target as chain draft model, nothing untraced runs: the drafter is the oracle."""
-    engine = engine_for(model="tiny:dense", drafter="draft_model", draft_model="tiny:dense", draft_accept_p=0.5)
+    engine = engine_for(
+        model="tiny:dense", drafter="draft_model", draft_model="tiny:dense", draft_accept_p=0.5
+    )
     assert engine.scheduler.drafter.oracle is None
     target_bytes = engine.runner.shape.num_params
     start = len(engine.trace)
     engine.generate(_reqs(engine, make_requests, n=2, max_new=10))
     draft = [s for s in engine.trace.read(start)[1] if s.phase == "draft"]
-    assert draft and all(s.weight_bytes > target_bytes for s in draft)  # target-sized draft passes, charged
+    assert draft and all(
+        s.weight_bytes > target_bytes for s in draft
+    )  # target-sized draft passes, charged
 
 
 def test_accept_p_validation():

@@ -38,7 +38,9 @@ def test_speculative_equals_baseline(engine_for, make_requests, baselines, model
 
 def test_hybrid_self_draft_accepts_everything(engine_for, make_requests):
     k = 3
-    engine = engine_for(model="tiny:hybrid", drafter="draft_model", draft_model="tiny:hybrid", num_draft_tokens=k)
+    engine = engine_for(
+        model="tiny:hybrid", drafter="draft_model", draft_model="tiny:hybrid", num_draft_tokens=k
+    )
     for r in engine.generate(make_requests(engine, 4, 1 + 5 * (k + 1))):
         assert r.spec.correct_drafts_histogram == (0, 0, 0, 5)
 
@@ -54,7 +56,9 @@ def test_fault_names_are_validated():
 @pytest.mark.parametrize("drafter", ("ngram", "draft_model"))
 def test_skip_state_rollback_corrupts_hybrid_output(engine_for, make_requests, baselines, drafter):
     good = engine_for(model="tiny:hybrid", drafter=drafter, num_draft_tokens=4)
-    bad = engine_for(model="tiny:hybrid", drafter=drafter, num_draft_tokens=4, faults=("skip-state-rollback",))
+    bad = engine_for(
+        model="tiny:hybrid", drafter=drafter, num_draft_tokens=4, faults=("skip-state-rollback",)
+    )
     reqs = make_requests(good, 8, MAX_NEW)
     ok, broken = good.generate(reqs), bad.generate(reqs)
     base = baselines["tiny:hybrid"][8]
@@ -70,32 +74,47 @@ def test_skip_state_rollback_corrupts_hybrid_output(engine_for, make_requests, b
 
 
 def test_skip_state_rollback_is_harmless_without_recurrent_state(engine_for, make_requests):
-    engine = engine_for(model="tiny:dense", drafter="ngram", num_draft_tokens=4, faults=("skip-state-rollback",))
+    engine = engine_for(
+        model="tiny:dense", drafter="ngram", num_draft_tokens=4, faults=("skip-state-rollback",)
+    )
     plain = engine_for(model="tiny:dense")
     reqs = make_requests(plain, 4, 20)
-    assert [r.output_ids for r in engine.generate(reqs)] == [r.output_ids for r in plain.generate(reqs)]
+    assert [r.output_ids for r in engine.generate(reqs)] == [
+        r.output_ids for r in plain.generate(reqs)
+    ]
 
 
 def test_wrong_accept_count_inflates_counters_only(engine_for, make_requests):
     good = engine_for(model="tiny:dense", drafter="ngram", num_draft_tokens=4)
-    bad = engine_for(model="tiny:dense", drafter="ngram", num_draft_tokens=4, faults=("wrong-accept-count",))
+    bad = engine_for(
+        model="tiny:dense", drafter="ngram", num_draft_tokens=4, faults=("wrong-accept-count",)
+    )
     reqs = make_requests(good, 4, 24)
     ok, wrong = good.generate(reqs), bad.generate(reqs)
     for a, b in zip(ok, wrong):
         assert a.output_ids == b.output_ids
         assert b.spec.num_correct_drafts == a.spec.num_correct_drafts + a.spec.verify_ct
         assert sum(b.spec.correct_drafts_histogram) == b.spec.verify_ct  # looks consistent ...
-        assert b.completion_tokens != 1 + b.spec.verify_ct + b.spec.num_correct_drafts  # ... but is not
+        assert (
+            b.completion_tokens != 1 + b.spec.verify_ct + b.spec.num_correct_drafts
+        )  # ... but is not
 
 
 @pytest.mark.parametrize("model", ("tiny:dense", "tiny:hybrid"))
 def test_stale_draft_cache_lowers_acceptance_not_output(engine_for, make_requests, model):
     good = engine_for(model=model, drafter="draft_model", num_draft_tokens=4)
-    bad = engine_for(model=model, drafter="draft_model", num_draft_tokens=4, faults=("stale-draft-cache",))
+    bad = engine_for(
+        model=model, drafter="draft_model", num_draft_tokens=4, faults=("stale-draft-cache",)
+    )
     reqs = make_requests(good, 8, 40)
     ok, stale = good.generate(reqs), bad.generate(reqs)
     assert [r.output_ids for r in ok] == [r.output_ids for r in stale]
-    accept = lambda rs: sum(r.spec.num_correct_drafts for r in rs) / sum(r.spec.verify_ct for r in rs)  # noqa: E731
+
+    def accept(results):
+        return sum(r.spec.num_correct_drafts for r in results) / sum(
+            r.spec.verify_ct for r in results
+        )
+
     if model == "tiny:dense":
         assert accept(stale) < 0.9 * accept(ok)
     else:  # the hybrid's cycling text: the shift is small (measured 2.39 vs 2.47 drafts per step)
@@ -111,18 +130,22 @@ def test_batch_invariance_of_prefill_padding(baselines, model):
 def test_partial_accept_state_fault_diverges_on_every_corpus_that_accepts_drafts(engine_for):
     """Issue 22 item 9: the state path of a partly accepted draft. With the fault, speculative
     output leaves the plain engine's wherever n-gram drafts are accepted; without it, it is exact.
-    Answers run 64 tokens past EOS: a partial accept late in a short answer has nothing left to spoil.
-    8 prompts: 3-6 of them diverge per corpus (measured)."""
+    Answers run 64 tokens past EOS: a partial accept late in a short answer has nothing left to
+    spoil. 8 prompts: 3-6 of them diverge per corpus (measured)."""
     from pytest_specenergy.cases.corpora.loader import BUILTIN_CORPORA
     from pytest_specenergy.cases.corpora.loader import load_corpus
 
     plain = engine_for(model="tiny:hybrid")
     good = engine_for(model="tiny:hybrid", drafter="ngram", num_draft_tokens=8)
-    bad = engine_for(model="tiny:hybrid", drafter="ngram", num_draft_tokens=8, faults=("partial-accept-state",))
+    bad = engine_for(
+        model="tiny:hybrid", drafter="ngram", num_draft_tokens=8, faults=("partial-accept-state",)
+    )
     accepted = {}
     for corpus in BUILTIN_CORPORA:
         reqs = [
-            GenerationRequest(tuple(plain.tokenizer.encode(p)), SamplingParams(max_new_tokens=64, ignore_eos=True))
+            GenerationRequest(
+                tuple(plain.tokenizer.encode(p)), SamplingParams(max_new_tokens=64, ignore_eos=True)
+            )
             for p in load_corpus(corpus).take(8)
         ]
         want = [r.output_ids for r in plain.generate(reqs)]
@@ -131,12 +154,19 @@ def test_partial_accept_state_fault_diverges_on_every_corpus_that_accepts_drafts
         accepted[corpus] = sum(r.spec.num_correct_drafts for r in ok)
         if accepted[corpus]:
             diverged = sum(r.output_ids != w for r, w in zip(bad.generate(reqs), want))
-            assert diverged >= 1, f"{corpus}: {accepted[corpus]} drafts accepted, the fault changed nothing"
-    assert all(accepted.values()), accepted  # drafts are accepted on every corpus (the check is not vacuous)
+            assert diverged >= 1, (
+                f"{corpus}: {accepted[corpus]} drafts accepted, the fault changed nothing"
+            )
+    assert all(accepted.values()), (
+        accepted
+    )  # drafts are accepted on every corpus (the check is not vacuous)
 
 
-def _drafts_accepting(out: tuple[int, ...], k: int, vocab: int, accept: Callable[[int], int]) -> tuple:
-    """Replay drafts under which verify step ``i`` of greedy output ``out`` accepts ``accept(i)`` drafts."""
+def _drafts_accepting(
+    out: tuple[int, ...], k: int, vocab: int, accept: Callable[[int], int]
+) -> tuple:
+    """Replay drafts under which verify step ``i`` of greedy output ``out`` accepts ``accept(i)``
+    drafts."""
     drafts, pos, step = [], 1, 0  # the first output token comes from prefill
     while pos < len(out):
         a = accept(step)
@@ -150,20 +180,30 @@ def _drafts_accepting(out: tuple[int, ...], k: int, vocab: int, accept: Callable
 @pytest.mark.parametrize(
     # 24 tokens: 1 from prefill, then 4+1, 0+1, ... end on a whole step; a step cut by the length
     # limit counts fewer drafts in the histogram than the verify accepted
-    ("accept", "broken"), [(lambda i: 4 * ((i + 1) % 2), False), (lambda i: 2, True)], ids=["all-or-none", "partial"]
+    ("accept", "broken"),
+    [(lambda i: 4 * ((i + 1) % 2), False), (lambda i: 2, True)],
+    ids=["all-or-none", "partial"],
 )
-def test_partial_accept_state_fault_needs_a_partial_accept(engine_for, make_requests, accept, broken):
+def test_partial_accept_state_fault_needs_a_partial_accept(
+    engine_for, make_requests, accept, broken
+):
     """Replayed drafts fix what each step accepts: all four or none leaves the output exact under
     the fault, two of four breaks it; the healthy engine is exact either way."""
     plain = engine_for(model="tiny:hybrid")
     good = engine_for(model="tiny:hybrid", drafter="replay", num_draft_tokens=4)
-    bad = engine_for(model="tiny:hybrid", drafter="replay", num_draft_tokens=4, faults=("partial-accept-state",))
+    bad = engine_for(
+        model="tiny:hybrid", drafter="replay", num_draft_tokens=4, faults=("partial-accept-state",)
+    )
     base = plain.generate(make_requests(plain, 4, MAX_NEW))
     vocab = plain.target.vocab_size
     reqs = [
         GenerationRequest(
             r.input_ids,
-            SamplingParams(MAX_NEW, ignore_eos=True, replay_drafts=_drafts_accepting(r.output_ids, 4, vocab, accept)),
+            SamplingParams(
+                MAX_NEW,
+                ignore_eos=True,
+                replay_drafts=_drafts_accepting(r.output_ids, 4, vocab, accept),
+            ),
         )
         for r in base
     ]

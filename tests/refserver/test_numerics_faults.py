@@ -28,7 +28,9 @@ def _first_divergence(a, b):
 
 def test_numerical_noise_diverges_only_at_near_ties(engine_for, make_requests):
     clean = engine_for(model="tiny:dense")
-    noisy = engine_for(model="tiny:dense", drafter="ngram", num_draft_tokens=4, faults=("numerical-noise",))
+    noisy = engine_for(
+        model="tiny:dense", drafter="ngram", num_draft_tokens=4, faults=("numerical-noise",)
+    )
     reqs = _reqs(clean, make_requests, 48, top=2)
     want, got = clean.generate(reqs), noisy.generate(reqs)
     margins = [top[0][0] - top[1][0] for r in want for top in r.output_top_logprobs]
@@ -39,16 +41,28 @@ def test_numerical_noise_diverges_only_at_near_ties(engine_for, make_requests):
             continue
         diverged += 1
         top = w.output_top_logprobs[d]
-        assert top[0][0] - top[1][0] < 0.05, f"diverged at {d} where the top-2 margin is {top[0][0] - top[1][0]}"
+        assert top[0][0] - top[1][0] < 0.05, (
+            f"diverged at {d} where the top-2 margin is {top[0][0] - top[1][0]}"
+        )
         assert g.output_ids[d] == top[1][1]  # the runner-up won the near-tie
     assert diverged >= 1
-    assert sorted(margins)[len(margins) // 2] > 0.5  # near-ties are rare: the typical margin is wide
+    assert (
+        sorted(margins)[len(margins) // 2] > 0.5
+    )  # near-ties are rare: the typical margin is wide
 
 
 def test_stale_state_after_empty_draft_breaks_hybrids_only(engine_for, make_requests):
-    for model, expect_broken, n, max_new in (("tiny:hybrid", True, 8, 40), ("tiny:dense", False, 4, 24)):
+    for model, expect_broken, n, max_new in (
+        ("tiny:hybrid", True, 8, 40),
+        ("tiny:dense", False, 4, 24),
+    ):
         plain = engine_for(model=model)
-        bad = engine_for(model=model, drafter="ngram", num_draft_tokens=4, faults=("stale-state-after-empty-draft",))
+        bad = engine_for(
+            model=model,
+            drafter="ngram",
+            num_draft_tokens=4,
+            faults=("stale-state-after-empty-draft",),
+        )
         reqs = _reqs(plain, make_requests, max_new)[:n]
         want, got = plain.generate(reqs), bad.generate(reqs)
         diverged = sum(w.output_ids != g.output_ids for w, g in zip(want, got))
@@ -63,16 +77,22 @@ def test_stale_state_after_empty_draft_breaks_hybrids_only(engine_for, make_requ
 def test_stale_state_fault_needs_an_empty_draft(engine_for, make_requests):
     """A draft model never proposes nothing, so the zero-draft path (and the bug) is never taken."""
     plain = engine_for(model="tiny:hybrid")
-    bad = engine_for(model="tiny:hybrid", drafter="draft_model", faults=("stale-state-after-empty-draft",))
+    bad = engine_for(
+        model="tiny:hybrid", drafter="draft_model", faults=("stale-state-after-empty-draft",)
+    )
     reqs = _reqs(plain, make_requests, 16)[:4]
-    assert [r.output_ids for r in bad.generate(reqs)] == [r.output_ids for r in plain.generate(reqs)]
+    assert [r.output_ids for r in bad.generate(reqs)] == [
+        r.output_ids for r in plain.generate(reqs)
+    ]
 
 
 @pytest.mark.parametrize("drafter", ("none", "ngram"))
 def test_top_logprobs(engine_for, make_requests, drafter):
     engine = engine_for(model="tiny:dense", drafter=drafter)
     prompt = make_requests(engine, 1, 1)[0].input_ids
-    req = GenerationRequest(prompt, SamplingParams(max_new_tokens=12, ignore_eos=True), True, 2, top_logprobs_num=3)
+    req = GenerationRequest(
+        prompt, SamplingParams(max_new_tokens=12, ignore_eos=True), True, 2, top_logprobs_num=3
+    )
     (r,) = engine.generate([req])
     assert len(r.output_top_logprobs) == 12
     for (lp, tid), top in zip(r.output_token_logprobs, r.output_top_logprobs):
@@ -81,4 +101,6 @@ def test_top_logprobs(engine_for, make_requests, drafter):
     assert len(r.input_top_logprobs) == len(prompt) - 2 and r.input_top_logprobs[0] is None
     for (lp, tid), top in zip(r.input_token_logprobs[1:], r.input_top_logprobs[1:]):
         assert len(top) == 3 and lp <= top[0][0]
-        assert tid not in [t for _, t in top] or lp == pytest.approx(next(v for v, t in top if t == tid))
+        assert tid not in [t for _, t in top] or lp == pytest.approx(
+            next(v for v, t in top if t == tid)
+        )

@@ -29,6 +29,10 @@ def test_an_unpadded_fresh_prefill_without_a_mask_equals_the_masked_one(model):
     ids = torch.randint(3, 250, (1, n), generator=torch.Generator().manual_seed(0))
     decoder = loaded.model.get_decoder()
     with torch.inference_mode():
-        unmasked = decoder(input_ids=ids, position_ids=positions, attention_mask=None).last_hidden_state
-        masked = decoder(input_ids=ids, position_ids=positions, attention_mask=explicit).last_hidden_state
+        unmasked = decoder(
+            input_ids=ids, position_ids=positions, attention_mask=None
+        ).last_hidden_state
+        masked = decoder(
+            input_ids=ids, position_ids=positions, attention_mask=explicit
+        ).last_hidden_state
     assert torch.equal(unmasked, masked)

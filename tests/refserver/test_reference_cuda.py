@@ -27,7 +27,11 @@ def test_cuda_speculative_equals_baseline(engine_for, make_requests, model):
         for drafter in ("ngram", "draft_model"):
             engine = engine_for(model=model, device="cuda", drafter=drafter, num_draft_tokens=4)
             got = engine.generate(make_requests(engine, batch, 32))
-            assert [r.output_ids for r in got] == [r.output_ids for r in want], (model, drafter, batch)
+            assert [r.output_ids for r in got] == [r.output_ids for r in want], (
+                model,
+                drafter,
+                batch,
+            )
     # the same tokens as on the CPU in float64 (the CPU's default is float32): the weights and
     # the float64 arithmetic agree
     cpu = engine_for(model=model, device="cpu", dtype="float64")
@@ -46,15 +50,29 @@ def test_cuda_bfloat16_runs(engine_for, make_requests):
 
 def test_cuda_skip_state_rollback_breaks_hybrid(engine_for, make_requests):
     good = engine_for(model="tiny:hybrid", device="cuda", drafter="ngram")
-    bad = engine_for(model="tiny:hybrid", device="cuda", drafter="ngram", faults=("skip-state-rollback",))
+    bad = engine_for(
+        model="tiny:hybrid", device="cuda", drafter="ngram", faults=("skip-state-rollback",)
+    )
     reqs = make_requests(good, 4, 24)
     assert [r.output_ids for r in good.generate(reqs)] != [r.output_ids for r in bad.generate(reqs)]
 
 
 def test_cuda_server_round_trip():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "pytest_specenergy.refserver", "--device", "cuda", "--port", "0", "--drafter", "ngram"]
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest_specenergy.refserver",
+        "--device",
+        "cuda",
+        "--port",
+        "0",
+        "--drafter",
+        "ngram",
+    ]
+    proc = subprocess.Popen(
+        cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    )
     try:
         url = None
         deadline = time.monotonic() + 180
@@ -65,8 +83,12 @@ def test_cuda_server_round_trip():
             elif not line and proc.poll() is not None:
                 break
         assert url, "server did not start"
-        body = json.dumps({"input_ids": [[5, 6, 7], [8, 9]], "sampling_params": {"max_new_tokens": 8}}).encode()
-        with urllib.request.urlopen(urllib.request.Request(url + "/generate", data=body), timeout=120) as resp:
+        body = json.dumps(
+            {"input_ids": [[5, 6, 7], [8, 9]], "sampling_params": {"max_new_tokens": 8}}
+        ).encode()
+        with urllib.request.urlopen(
+            urllib.request.Request(url + "/generate", data=body), timeout=120
+        ) as resp:
             answer = json.loads(resp.read())
         assert len(answer) == 2 and all(a["meta_info"]["completion_tokens"] >= 1 for a in answer)
         with urllib.request.urlopen(url + "/server_info", timeout=30) as resp:
@@ -83,10 +105,16 @@ def test_cuda_joins_and_block_drafter_are_exact(engine_for, make_requests, model
 
     base = engine_for(model=model, device="cuda")
     reqs = [
-        GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=6 + (5 * i) % 15, ignore_eos=True))
+        GenerationRequest(
+            r.input_ids, SamplingParams(max_new_tokens=6 + (5 * i) % 15, ignore_eos=True)
+        )
         for i, r in enumerate(make_requests(base, 6, 1))
     ]
     want = [r.output_ids for r in base.generate(reqs)]
-    for kw in ({"drafter": "draft_model"}, {"drafter": "block", "block_size": 4}, {"drafter": "ngram"}):
+    for kw in (
+        {"drafter": "draft_model"},
+        {"drafter": "block", "block_size": 4},
+        {"drafter": "ngram"},
+    ):
         engine = engine_for(model=model, device="cuda", max_running_requests=3, **kw)
         assert [r.output_ids for r in engine.generate(reqs)] == want, (model, kw)

@@ -54,7 +54,9 @@ def test_equivalence_with_eos_and_stop_tokens(engine_for, make_requests):
     # stop on a token that the plain run produced mid-way, so some rows stop early
     stop = plain[0].output_ids[6]
     reqs = [
-        GenerationRequest(r.input_ids, SamplingParams(max_new_tokens=20 + 3 * i, stop_token_ids=(stop,)))
+        GenerationRequest(
+            r.input_ids, SamplingParams(max_new_tokens=20 + 3 * i, stop_token_ids=(stop,))
+        )
         for i, r in enumerate(make_requests(base, 8, 1))
     ]
     want = base.generate(reqs)
@@ -67,7 +69,9 @@ def test_equivalence_with_eos_and_stop_tokens(engine_for, make_requests):
 
 @pytest.mark.parametrize("k", (1, 3, 6))
 def test_self_draft_accepts_everything(engine_for, make_requests, k):
-    engine = engine_for(model="tiny:dense", drafter="draft_model", draft_model="tiny:dense", num_draft_tokens=k)
+    engine = engine_for(
+        model="tiny:dense", drafter="draft_model", draft_model="tiny:dense", num_draft_tokens=k
+    )
     engine.flush_cache()
     results = engine.generate(make_requests(engine, 4, 30))
     for result in results:
@@ -81,13 +85,17 @@ def test_self_draft_accepts_everything(engine_for, make_requests, k):
         assert spec.num_correct_drafts >= steps_full * k
     # the server-level average: committed tokens per row per verify step (prefill token excluded)
     committed = sum(r.completion_tokens - 1 for r in results)
-    assert engine.avg_spec_accept_length() == pytest.approx(committed / sum(r.spec.verify_ct for r in results))
+    assert engine.avg_spec_accept_length() == pytest.approx(
+        committed / sum(r.spec.verify_ct for r in results)
+    )
 
 
 def test_self_draft_exact_accept_length(engine_for, make_requests):
     """With max_new_tokens = 1 + n(K+1) no step is cut: accept length is exactly K+1."""
     k = 4
-    engine = engine_for(model="tiny:dense", drafter="draft_model", draft_model="tiny:dense", num_draft_tokens=k)
+    engine = engine_for(
+        model="tiny:dense", drafter="draft_model", draft_model="tiny:dense", num_draft_tokens=k
+    )
     results = engine.generate(make_requests(engine, 3, 1 + 6 * (k + 1)))
     for r in results:
         assert r.spec.verify_ct == 6
@@ -123,7 +131,9 @@ def test_max_running_requests_waves(engine_for, make_requests):
     small = engine_for(model="tiny:dense", drafter="ngram", max_running_requests=3)
     big = engine_for(model="tiny:dense")
     reqs = make_requests(big, 7, 12)
-    assert [r.output_ids for r in small.generate(reqs)] == [r.output_ids for r in big.generate(reqs)]
+    assert [r.output_ids for r in small.generate(reqs)] == [
+        r.output_ids for r in big.generate(reqs)
+    ]
     running = {int(k) for k in small.server_info()["internal_states"][0]["step_time_dict"]}
     assert max(running) <= 3
 

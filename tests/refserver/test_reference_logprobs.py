@@ -20,7 +20,9 @@ def _tol(engine) -> float:
 
 
 def _req(ids, max_new=6, start=-1, logprob=True):
-    return GenerationRequest(tuple(ids), SamplingParams(max_new_tokens=max_new, ignore_eos=True), logprob, start)
+    return GenerationRequest(
+        tuple(ids), SamplingParams(max_new_tokens=max_new, ignore_eos=True), logprob, start
+    )
 
 
 @pytest.fixture(scope="module")

@@ -77,19 +77,30 @@ def test_a_build_without_the_random_init_has_the_same_tensors(name, monkeypatch)
     import transformers
 
     def tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        return {**dict(model.named_parameters()), **{f"buffer {k}": v for k, v in model.named_buffers()}}
+        return {
+            **dict(model.named_parameters()),
+            **{f"buffer {k}": v for k, v in model.named_buffers()},
+        }
 
     fast = tensors(build_tiny_model(name, 0))
-    monkeypatch.setattr(tiny_models, "_construct", lambda cls_name, config: getattr(transformers, cls_name)(config))
+    monkeypatch.setattr(
+        tiny_models, "_construct", lambda cls_name, config: getattr(transformers, cls_name)(config)
+    )
     initialised = tensors(build_tiny_model(name, 0))
     assert fast.keys() == initialised.keys()
-    assert [k for k in fast if fast[k].dtype != initialised[k].dtype or not torch.equal(fast[k], initialised[k])] == []
+    assert [
+        k
+        for k in fast
+        if fast[k].dtype != initialised[k].dtype or not torch.equal(fast[k], initialised[k])
+    ] == []
 
 
 def test_other_seed_gives_other_weights():
     a = build_tiny_model("tiny:dense", 0).state_dict()
     b = build_tiny_model("tiny:dense", 1).state_dict()
-    assert not torch.equal(a["model.layers.0.self_attn.q_proj.weight"], b["model.layers.0.self_attn.q_proj.weight"])
+    assert not torch.equal(
+        a["model.layers.0.self_attn.q_proj.weight"], b["model.layers.0.self_attn.q_proj.weight"]
+    )
 
 
 @pytest.mark.parametrize("target", ["tiny:dense", "tiny:moe", "tiny:hybrid"])
@@ -132,7 +143,9 @@ def test_local_checkpoint_directory_loads(tmp_path):
     vocab.update({"<pad>": 0, "<bos>": 1, "<eos>": 2, "[UNK]": 29})
     raw = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     raw.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    fast = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<eos>", pad_token="<pad>", bos_token="<bos>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=raw, eos_token="<eos>", pad_token="<pad>", bos_token="<bos>"
+    )
     fast.save_pretrained(tmp_path)
     loaded = load_model(str(tmp_path), dtype="float64", device="cpu")
     assert loaded.dtype == torch.float64

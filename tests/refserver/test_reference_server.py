@@ -24,8 +24,19 @@ def _env() -> dict[str, str]:
 
 
 def _start(*args: str, timeout: float = 120.0) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "pytest_specenergy.refserver", "--port", "0", "--threads", "1", *args]
-    proc = subprocess.Popen(cmd, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest_specenergy.refserver",
+        "--port",
+        "0",
+        "--threads",
+        "1",
+        *args,
+    ]
+    proc = subprocess.Popen(
+        cmd, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    )
     deadline = time.monotonic() + timeout
     assert proc.stderr is not None
     while time.monotonic() < deadline:
@@ -48,9 +59,15 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def _call(url: str, path: str, body: object | None = None, method: str | None = None) -> tuple[int, object]:
-    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-    req = urllib.request.Request(url + path, data=data, method=method or ("POST" if data is not None else "GET"))
+def _call(
+    url: str, path: str, body: object | None = None, method: str | None = None
+) -> tuple[int, object]:
+    data = (
+        None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    )
+    req = urllib.request.Request(
+        url + path, data=data, method=method or ("POST" if data is not None else "GET")
+    )
     req.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(req, timeout=120) as resp:
@@ -62,7 +79,16 @@ def _call(url: str, path: str, body: object | None = None, method: str | None = 
 
 @pytest.fixture(scope="module")
 def server():
-    proc, url = _start("--model", "tiny:dense", "--drafter", "ngram", "--num-draft-tokens", "4", "--http-timeout", "2")
+    proc, url = _start(
+        "--model",
+        "tiny:dense",
+        "--drafter",
+        "ngram",
+        "--num-draft-tokens",
+        "4",
+        "--http-timeout",
+        "2",
+    )
     try:
         # poll /health like a launcher would
         for _ in range(100):
@@ -120,13 +146,18 @@ def test_generate_single_text_with_logprobs(server):
 
 def test_server_info_and_flush(server):
     _call(
-        server, "/generate", {"input_ids": [5, 6, 7, 8], "sampling_params": {"max_new_tokens": 6, "ignore_eos": True}}
+        server,
+        "/generate",
+        {"input_ids": [5, 6, 7, 8], "sampling_params": {"max_new_tokens": 6, "ignore_eos": True}},
     )
     status, info = _call(server, "/server_info")
     assert status == 200
     assert info["engine"] == "reference" and info["version"].startswith("reference-")
     assert info["speculative_algorithm"] == "NGRAM" and info["speculative_num_draft_tokens"] == 4
-    assert (info["dtype"], info["device"].split(":")[0]) in (("float32", "cpu"), ("float64", "cuda"))
+    assert (info["dtype"], info["device"].split(":")[0]) in (
+        ("float32", "cpu"),
+        ("float64", "cuda"),
+    )
     assert info["faults"] == []
     assert info["model_shape"]["num_layers"] == 6
     assert isinstance(info["pid"], int) and info["pid"] != os.getpid()
@@ -147,7 +178,10 @@ def test_work_trace_cursor(server):
     _call(
         server,
         "/generate",
-        {"input_ids": [[9, 10, 11], [12, 13]], "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}},
+        {
+            "input_ids": [[9, 10, 11], [12, 13]],
+            "sampling_params": {"max_new_tokens": 3, "ignore_eos": True},
+        },
     )
     _call(server, "/flush_cache", b"")
     status, window = _call(server, f"/work_trace?start={cursor}")
@@ -164,19 +198,34 @@ def test_work_trace_cursor(server):
         ({"input_ids": [[1, 2], [3]], "sampling_params": [{}]}, "1 entries for 2 prompts"),
         ({"input_ids": [1, 2], "stream": True}, "stream=true"),
         ({"input_ids": [1, 2], "sampling_params": {"top_p": 0.5}}, "top_p=0.5"),
-        ({"input_ids": [1, 2], "return_logprob": True, "logprob_start_len": 5}, "larger than prompt"),
+        (
+            {"input_ids": [1, 2], "return_logprob": True, "logprob_start_len": 5},
+            "larger than prompt",
+        ),
         ({"input_ids": [1, 99999]}, "token ids in [0,"),
         ({"input_ids": []}, "non-empty"),
         (b"{not json", "not valid JSON"),
         (b"\xff\xfe{}", "not valid JSON"),
         (b"[" * 100000, "nested too deeply"),  # fault-matrix R-5b: was a 500 (RecursionError)
         ({"input_ids": "abc"}, "input_ids must be"),
-        ({"input_ids": [1, 2], "return_prompt_token_ids": "yes"}, "return_prompt_token_ids must be true or false"),
+        (
+            {"input_ids": [1, 2], "return_prompt_token_ids": "yes"},
+            "return_prompt_token_ids must be true or false",
+        ),
         ({"input_ids": [1, 2], "stream": "no"}, "stream must be true or false"),
-        ({"input_ids": [1, 2], "top_logprobs_num": "2", "return_logprob": True}, "top_logprobs_num must be"),
+        (
+            {"input_ids": [1, 2], "top_logprobs_num": "2", "return_logprob": True},
+            "top_logprobs_num must be",
+        ),
         ({"input_ids": [1, 2], "top_logprobs_num": 2}, "needs return_logprob"),
-        ({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2.5}}, "max_new_tokens must be"),
-        ({"input_ids": [1, 2], "sampling_params": {"spec_replay_drafts": [5]}}, "spec_replay_drafts must be"),
+        (
+            {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2.5}},
+            "max_new_tokens must be",
+        ),
+        (
+            {"input_ids": [1, 2], "sampling_params": {"spec_replay_drafts": [5]}},
+            "spec_replay_drafts must be",
+        ),
         ({"input_ids": [1, 2], "lora_path": "x"}, "field 'lora_path' is not supported"),
         ([1, 2], "must be a JSON object"),
     ],
@@ -196,8 +245,10 @@ def test_unknown_endpoint_and_bad_cursor(server):
 def test_help_documents_every_flag():
     proc = subprocess.run(
         # Wide enough that argparse never breaks a hyphenated fault name across lines.
-        [sys.executable, "-m", "pytest_specenergy.refserver", "--help"], env={**_env(), "COLUMNS": "400"},
-        capture_output=True, text=True
+        [sys.executable, "-m", "pytest_specenergy.refserver", "--help"],
+        env={**_env(), "COLUMNS": "400"},
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0
     for flag in (
@@ -216,11 +267,27 @@ def test_help_documents_every_flag():
 
 
 def test_startup_errors_are_clear(tmp_path):
-    cmd = [sys.executable, "-m", "pytest_specenergy.refserver", "--port", "0", "--fault", "no-such-fault"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest_specenergy.refserver",
+        "--port",
+        "0",
+        "--fault",
+        "no-such-fault",
+    ]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "no-such-fault" in proc.stderr and "skip-state-rollback" in proc.stderr
-    cmd = [sys.executable, "-m", "pytest_specenergy.refserver", "--port", "0", "--model", str(tmp_path / "missing")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest_specenergy.refserver",
+        "--port",
+        "0",
+        "--model",
+        str(tmp_path / "missing"),
+    ]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "existing local checkpoint directory" in proc.stderr
 
@@ -236,7 +303,10 @@ def test_concurrent_generate_calls_share_one_batch(server, engine_for, make_requ
     answers: dict[int, list[int]] = {}
 
     def one(i: int) -> None:
-        body = {"input_ids": list(reqs[i].input_ids), "sampling_params": {"max_new_tokens": 24, "ignore_eos": True}}
+        body = {
+            "input_ids": list(reqs[i].input_ids),
+            "sampling_params": {"max_new_tokens": 24, "ignore_eos": True},
+        }
         answers[i] = _call(server, "/generate", body)[1]["output_ids"]
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
@@ -275,7 +345,11 @@ def _status_and_json(raw: bytes) -> tuple[int, object]:
 
 @pytest.mark.parametrize(
     ("body", "fragment"),
-    [(b"{not json", "not valid JSON"), (b'{"rid": "x"}', "takes no parameters"), (b"[]", "takes no parameters")],
+    [
+        (b"{not json", "not valid JSON"),
+        (b'{"rid": "x"}', "takes no parameters"),
+        (b"[]", "takes no parameters"),
+    ],
 )
 def test_flush_cache_bad_body_is_400(server, body, fragment):
     """The old server closed the connection without an answer."""
@@ -302,7 +376,9 @@ def test_unreadable_bodies_get_a_json_error(server, path, headers, status, fragm
 def test_slow_client_times_out_and_frees_the_thread(server):
     """A body shorter than its Content-Length gets 408 after --http-timeout (2 s here), not a hang."""
     t0 = time.monotonic()
-    raw = _raw(server, b'POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"input', wait=20)
+    raw = _raw(
+        server, b'POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"input', wait=20
+    )
     status, answer = _status_and_json(raw)
     assert status == 408 and "7 of 100 bytes" in answer["error"]["message"]
     assert 1.5 <= time.monotonic() - t0 < 15
@@ -329,14 +405,22 @@ def test_top_logprobs_in_sglang_format(server):
     meta = item["meta_info"]
     tops = meta["output_top_logprobs"]
     assert len(tops) == 4
-    for (lp, tid, text), top in zip(meta["output_token_logprobs"], tops):
-        assert [len(entry) for entry in top] == [3, 3] and top[0][:2] == [lp, tid] and top[0][2] is None
+    for (lp, tid, _text), top in zip(meta["output_token_logprobs"], tops):
+        assert (
+            [len(entry) for entry in top] == [3, 3]
+            and top[0][:2] == [lp, tid]
+            and top[0][2] is None
+        )
         assert top[0][0] >= top[1][0]
     assert meta["input_top_logprobs"][0] is None and len(meta["input_top_logprobs"]) == 4
 
 
 def test_spec_drafts_for_a_replay_run(server):
-    body = {"input_ids": [5, 6, 7, 5, 6], "sampling_params": {"max_new_tokens": 6}, "return_spec_drafts": True}
+    body = {
+        "input_ids": [5, 6, 7, 5, 6],
+        "sampling_params": {"max_new_tokens": 6},
+        "return_spec_drafts": True,
+    }
     status, item = _call(server, "/generate", body)
     meta = item["meta_info"]
     assert status == 200 and len(meta["spec_drafts"]) == meta["spec_verify_ct"]
@@ -351,8 +435,11 @@ def test_abort_request_over_http_cuts_a_running_generate(server):
     got: dict[str, object] = {}
 
     def long_call() -> None:
-        body = {"input_ids": [5, 6, 7], "rid": "http-abort",
-                "sampling_params": {"max_new_tokens": 3000, "ignore_eos": True}}
+        body = {
+            "input_ids": [5, 6, 7],
+            "rid": "http-abort",
+            "sampling_params": {"max_new_tokens": 3000, "ignore_eos": True},
+        }
         got["answer"] = _call(server, "/generate", body)[1]
 
     thread = threading.Thread(target=long_call)
@@ -366,8 +453,11 @@ def test_abort_request_over_http_cuts_a_running_generate(server):
     meta = got["answer"]["meta_info"]
     assert meta["finish_reason"]["type"] == "abort"
     assert 0 < meta["completion_tokens"] == len(got["answer"]["output_ids"]) < 3000
-    for bad, fragment in (({"rid": 3}, "rid must be a string"), ({}, 'needs a "rid"'),
-                          ({"rid": "x", "extra": 1}, "takes")):
+    for bad, fragment in (
+        ({"rid": 3}, "rid must be a string"),
+        ({}, 'needs a "rid"'),
+        ({"rid": "x", "extra": 1}, "takes"),
+    ):
         status, answer = _call(server, "/abort_request", bad)
         assert status == 400 and fragment in answer["error"]["message"]
 
@@ -379,10 +469,14 @@ def test_listen_backlog_holds_a_batch_of_connections():
     from pytest_specenergy.refserver.server import ReferenceHTTPServer
 
     assert ReferenceHTTPServer.request_queue_size >= 64
-    assert DEFAULT_MAX_CONNECTIONS >= 4 * 64  # the slow-client bound must never refuse a batch of 64
+    assert (
+        DEFAULT_MAX_CONNECTIONS >= 4 * 64
+    )  # the slow-client bound must never refuse a batch of 64
 
 
-def _drip(url: str, sends: dict[str, tuple[bytes, bytes]], limit_s: float, refused_after: float) -> dict[str, tuple]:
+def _drip(
+    url: str, sends: dict[str, tuple[bytes, bytes]], limit_s: float, refused_after: float
+) -> dict[str, tuple]:
     """Loopback slow clients: each sends its first bytes at once, then the rest one byte per 0.25 s,
     until the server closes it or ``limit_s`` is over.
 
@@ -395,7 +489,9 @@ def _drip(url: str, sends: dict[str, tuple[bytes, bytes]], limit_s: float, refus
     where = urlparse(url)
     start = time.monotonic()
     todo = {name: dripped for name, (_, dripped) in sends.items()}
-    socks = {name: socket.create_connection((where.hostname, where.port), timeout=5) for name in sends}
+    socks = {
+        name: socket.create_connection((where.hostname, where.port), timeout=5) for name in sends
+    }
     for name, (burst, _) in sends.items():
         socks[name].sendall(burst)
     got: dict[str, bytes] = {name: b"" for name in sends}
@@ -432,16 +528,25 @@ def test_slow_clients_are_cut_off_and_a_full_server_refuses_at_once():
         head = b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 200\r\n\r\n"
         body = b'{"input_ids": [1, 2, 3]' + b" " * 177
         # (sent at once, dripped): stuck in the request line, in the headers, in the body; idle
-        sends = {"request line": (b"", head), "headers": (head[:30], head[30:]), "body": (head, body)}
+        sends = {
+            "request line": (b"", head),
+            "headers": (head[:30], head[30:]),
+            "body": (head, body),
+        }
         sends["idle"] = (b"", b"")
         out = _drip(url, sends, limit_s=12, refused_after=0.6)
         answer, when = out.pop("extra")
         assert answer.startswith(b"HTTP/1.1 503") and b"--max-connections 4" in answer
-        assert when is not None and when < 1.6, f"the 5th connection (made at 0.6 s) was refused at {when} s"
+        assert when is not None and when < 1.6, (
+            f"the 5th connection (made at 0.6 s) was refused at {when} s"
+        )
         assert out["idle"][0] == b"" and 1.5 < out["idle"][1] < 6
         for name in ("request line", "headers", "body"):
             answer, when = out[name]
-            assert answer.startswith(b"HTTP/1.1 408") and b"--request-timeout 2 s" in answer, (name, answer)
+            assert answer.startswith(b"HTTP/1.1 408") and b"--request-timeout 2 s" in answer, (
+                name,
+                answer,
+            )
             assert when is not None and 1.5 < when < 6, (name, when)
         assert _call(url, "/health")[0] == 200
     finally:
@@ -459,17 +564,24 @@ def test_set_internal_state_changes_the_admission_cap_at_run_time(server):
         status, answer = _call(server, "/set_internal_state", {"max_running_requests": 1})
         assert status == 200 and answer == {"updated": True, "max_running_requests": 1}
         _call(server, "/flush_cache", b"")
-        body = {"input_ids": [[5, 6, 7], [8, 9, 10]], "sampling_params": {"max_new_tokens": 6, "ignore_eos": True}}
+        body = {
+            "input_ids": [[5, 6, 7], [8, 9, 10]],
+            "sampling_params": {"max_new_tokens": 6, "ignore_eos": True},
+        }
         assert _call(server, "/generate", body)[0] == 200
         state = _call(server, "/server_info")[1]["internal_states"][0]
         assert state["effective_max_running_requests_per_dp"] == 1
         assert set(state["step_time_dict"]) == {"1"}, state["step_time_dict"]  # one row per step
     finally:
         assert _call(server, "/set_internal_state", {"max_running_requests": configured})[0] == 200
-    for bad, fragment in (({"max_running_requests": 0},
-                           f"from 1 to the engine's --max-running-requests ({configured})"),
-                          ({"max_running_requests": configured + 1}, "from 1 to"),
-                          ({"max_running_requests": "4"}, "from 1 to"),
-                          ({"max_running_requests": 2, "x": 1}, 'takes {"max_running_requests": int}')):
+    for bad, fragment in (
+        (
+            {"max_running_requests": 0},
+            f"from 1 to the engine's --max-running-requests ({configured})",
+        ),
+        ({"max_running_requests": configured + 1}, "from 1 to"),
+        ({"max_running_requests": "4"}, "from 1 to"),
+        ({"max_running_requests": 2, "x": 1}, 'takes {"max_running_requests": int}'),
+    ):
         status, answer = _call(server, "/set_internal_state", bad)
         assert status == 400 and fragment in answer["error"]["message"], answer

@@ -82,7 +82,9 @@ def test_draft_model_trace(engine_for, make_requests):
     assert draft and all(s.model == "draft" and set(s.query_tokens) == {1} for s in draft)
     dshape = engine.draft_runner.shape
     tshape = engine.runner.shape
-    assert max(s.weight_bytes for s in draft) < min(s.weight_bytes for s in steps if s.phase == "verify")
+    assert max(s.weight_bytes for s in draft) < min(
+        s.weight_bytes for s in steps if s.phase == "verify"
+    )
     assert dshape.num_layers < tshape.num_layers
     verify = [s for s in steps if s.phase == "verify"]
     # every verify is preceded by at least K draft forwards
@@ -95,7 +97,9 @@ def test_verify_flops_grow_with_k(engine_for, make_requests):
     for k in (1, 8):
         engine = engine_for(model="tiny:dense", drafter="ngram", num_draft_tokens=k)
         reqs = reqs or make_requests(engine, 2, 10)
-        steps = [s for s in _steps(engine, lambda e=engine, r=reqs: e.generate(r)) if s.phase == "verify"]
+        steps = [
+            s for s in _steps(engine, lambda e=engine, r=reqs: e.generate(r)) if s.phase == "verify"
+        ]
         per_token[k] = max(s.flops for s in steps)
     assert per_token[8] > 4 * per_token[1]
 
@@ -113,7 +117,11 @@ def test_moe_charges_only_touched_experts(engine_for, make_requests):
         tokens = sum(s.query_tokens)
         assert len(s.experts_touched) == shape.num_layers
         for layer, touched in zip(shape.layers, s.experts_touched):
-            assert layer.experts_per_token <= touched <= min(layer.num_experts, tokens * layer.experts_per_token)
+            assert (
+                layer.experts_per_token
+                <= touched
+                <= min(layer.num_experts, tokens * layer.experts_per_token)
+            )
     mean = lambda steps: sum(sum(s.experts_touched) for s in steps) / len(steps)  # noqa: E731
     assert mean(verify) > mean(decode)  # more drafted tokens touch more experts
     assert max(s.weight_bytes for s in verify) > max(s.weight_bytes for s in decode)
@@ -124,14 +132,20 @@ def test_moe_charges_only_touched_experts(engine_for, make_requests):
 def test_hybrid_state_bytes(engine_for, make_requests):
     engine = engine_for(model="tiny:hybrid")
     shape = engine.runner.shape
-    steps = [s for s in _steps(engine, lambda: engine.generate(make_requests(engine, 2, 4))) if s.phase == "decode"]
+    steps = [
+        s
+        for s in _steps(engine, lambda: engine.generate(make_requests(engine, 2, 4)))
+        if s.phase == "decode"
+    ]
     linear = [layer for layer in shape.layers if layer.kind == "linear_attention"]
     assert linear  # the hybrid keeps a recurrent (linear attention) state
     full = [layer for layer in shape.layers if layer.kind == "full_attention"]
     for s in steps:
         kv_tokens = sum(c + q for c, q in zip(s.context_lens, s.query_tokens))
         expect = sum(layer.kv_elems_per_token for layer in full) * kv_tokens
-        expect += sum(layer.state_elems_per_row for layer in linear) * 2 * len(s.rids)  # read + write
+        expect += (
+            sum(layer.state_elems_per_row for layer in linear) * 2 * len(s.rids)
+        )  # read + write
         assert s.kv_bytes == 2 * expect
 
 
@@ -157,20 +171,27 @@ def test_trace_json_shape(engine_for, make_requests):
 
 
 def test_a_request_for_no_token_and_no_logprob_runs_no_forward(engine_for):
-    """Coherence tokenises the diverged prompts with ``max_new_tokens=0`` and no logprobs: the answer is the prompt's
-    ids, so no prefill runs for it. With logprobs asked, or one token, a prefill runs as before."""
+    """Coherence tokenises the diverged prompts with ``max_new_tokens=0`` and no logprobs: the
+    answer is the prompt's ids, so no prefill runs for it. With logprobs asked, or one token, a
+    prefill runs as before."""
     engine = engine_for(model="tiny:dense")
     prompt = tuple(engine.tokenizer.encode("def add(a, b):"))
     finished = engine.stats.lifetime.num_requests_finished
 
     def ask(max_new_tokens, return_logprob=False):
-        request = GenerationRequest(prompt, SamplingParams(max_new_tokens=max_new_tokens),
-                                    return_logprob=return_logprob, logprob_start_len=0)
+        request = GenerationRequest(
+            prompt,
+            SamplingParams(max_new_tokens=max_new_tokens),
+            return_logprob=return_logprob,
+            logprob_start_len=0,
+        )
         return _steps(engine, lambda: answers.extend(engine.generate([request, request])))
 
     answers = []
     assert ask(0) == []
-    assert [a.input_ids for a in answers] == [prompt] * 2 and all(a.output_ids == () for a in answers)
+    assert [a.input_ids for a in answers] == [prompt] * 2 and all(
+        a.output_ids == () for a in answers
+    )
     assert all(a.finish_reason.type == "length" for a in answers)
     assert engine.stats.lifetime.num_requests_finished == finished + 2
     assert [s.phase for s in ask(0, return_logprob=True)] == ["prefill"]

@@ -21,7 +21,11 @@ SHAPES = {
 def _reqs(engine, make_requests, drafts=None, record=True, n=5):
     out = []
     for i, r in enumerate(make_requests(engine, n, 1)):
-        sp = SamplingParams(max_new_tokens=10 + 5 * i, ignore_eos=i != 2, replay_drafts=drafts[i] if drafts else None)
+        sp = SamplingParams(
+            max_new_tokens=10 + 5 * i,
+            ignore_eos=i != 2,
+            replay_drafts=drafts[i] if drafts else None,
+        )
         out.append(GenerationRequest(r.input_ids, sp, rid=f"r{i}", return_spec_drafts=record))
     return out
 
@@ -29,7 +33,17 @@ def _reqs(engine, make_requests, drafts=None, record=True, n=5):
 def _work(steps):
     """What ran, step by step: phase, model, rows, query tokens, contexts and the charged cost."""
     return [
-        (s.phase, s.model, s.rids, s.query_tokens, s.context_lens, s.weight_bytes, s.kv_bytes, s.flops) for s in steps
+        (
+            s.phase,
+            s.model,
+            s.rids,
+            s.query_tokens,
+            s.context_lens,
+            s.weight_bytes,
+            s.kv_bytes,
+            s.flops,
+        )
+        for s in steps
     ]
 
 
@@ -40,18 +54,28 @@ def _misses(engine):
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_replay_repeats_a_controlled_run_without_its_oracle(engine_for, make_requests, shape):
     plain = engine_for(model="tiny:dense")
-    controlled = engine_for(model="tiny:dense", draft_accept_p=0.8, max_running_requests=3, **SHAPES[shape])
-    replay = engine_for(model="tiny:dense", replay_proposals=True, max_running_requests=3, **SHAPES[shape])
+    controlled = engine_for(
+        model="tiny:dense", draft_accept_p=0.8, max_running_requests=3, **SHAPES[shape]
+    )
+    replay = engine_for(
+        model="tiny:dense", replay_proposals=True, max_running_requests=3, **SHAPES[shape]
+    )
     start = len(controlled.trace)
     recorded = controlled.generate(_reqs(controlled, make_requests))
     recorded_steps = controlled.trace.read(start)[1]
     before = _misses(replay)
     start = len(replay.trace)
-    again = replay.generate(_reqs(replay, make_requests, drafts=[r.spec_drafts for r in recorded], record=False))
+    again = replay.generate(
+        _reqs(replay, make_requests, drafts=[r.spec_drafts for r in recorded], record=False)
+    )
     replay_steps = replay.trace.read(start)[1]
 
     baseline = plain.generate(_reqs(plain, make_requests, record=False))
-    assert [r.output_ids for r in again] == [r.output_ids for r in recorded] == [r.output_ids for r in baseline]
+    assert (
+        [r.output_ids for r in again]
+        == [r.output_ids for r in recorded]
+        == [r.output_ids for r in baseline]
+    )
     for a, b in zip(recorded, again):
         assert a.spec == b.spec  # same verify steps, same accepted counts per step
     assert sum(r.spec.num_correct_drafts for r in again) > 0  # P = 0.8 accepts drafts: a real test
@@ -66,7 +90,9 @@ def test_replay_repeats_a_controlled_run_without_its_oracle(engine_for, make_req
     drafter = replay.scheduler.drafter
     assert isinstance(drafter, ReplayedProposals) and isinstance(drafter.oracle, ReplayDrafter)
     info = replay.server_info()
-    assert info["speculative_replay_proposals"] is True and info["speculative_draft_accept_p"] is None
+    assert (
+        info["speculative_replay_proposals"] is True and info["speculative_draft_accept_p"] is None
+    )
     assert info["speculative_algorithm"] == controlled.server_info()["speculative_algorithm"]
 
 
@@ -81,7 +107,9 @@ def test_withheld_drafts_are_misses_and_output_stays_exact(engine_for, make_requ
     start = len(replay.trace)
     got = replay.generate(_reqs(replay, make_requests, drafts=drafts, record=False, n=3))
     steps = replay.trace.read(start)[1]
-    assert [r.output_ids for r in got] == [r.output_ids for r in plain.generate(_reqs(plain, make_requests, n=3))]
+    assert [r.output_ids for r in got] == [
+        r.output_ids for r in plain.generate(_reqs(plain, make_requests, n=3))
+    ]
     assert _misses(replay) - before == got[1].spec.verify_ct > 0
     assert got[0].spec == recorded[0].spec and got[2].spec == recorded[2].spec
     assert any(s.phase == "draft" and "r1" in s.rids for s in steps)  # its draft passes still ran

@@ -213,7 +213,8 @@ def test_flush_waits_for_idle(spec_pair):
 
 #: The session's options for these cases (the live halves need none of their own).
 OPTIONS = (
-    "--specenergy-repeats=2", "--specenergy-max-repeats=2",
+    "--specenergy-repeats=2",
+    "--specenergy-max-repeats=2",
     # One warm-up run per arm (a batch of 4, ~0.5 s): without it the session's first windows
     # also paid the engines' and the client's first requests, and in quiet runs the baseline
     # (the first arm measured) was the one whose window ran again.
@@ -239,7 +240,9 @@ def check_pair(outcomes: dict[str, str], got: dict, document: dict, text: str) -
     aa = got["aa"]
     assert aa["checks"] == [] and aa["source"].startswith("wall-clock stand-in"), aa
     assert all(s["decode_seconds"] > 0 and s["decode_tokens"] > 0 for s in aa["samples"])
-    verdicts = {r["nodeid"].split("::")[-1].split("[")[0]: r.get("verdict") for r in document["results"]}
+    verdicts = {
+        r["nodeid"].split("::")[-1].split("[")[0]: r.get("verdict") for r in document["results"]
+    }
     assert verdicts["test_aa_pair"] in ("passed", "inconclusive"), verdicts
     # baseline + A/A arm + reference arm: three engines, none restarted between the repeats.
     assert aa["starts"] == 3 and len(aa["order"]["order"]) >= 6, aa
@@ -247,8 +250,11 @@ def check_pair(outcomes: dict[str, str], got: dict, document: dict, text: str) -
     # A changed non-speculative flag fails twin-differs, naming it.
     assert outcomes["test_changed_flag_fails_the_twin_check"] == "passed", text[-6000:]
     [twin] = [c for c in got["skewed"]["checks"] if c.startswith("twin-differs")]
-    assert re.search(r"fields: chunked_prefill_size: \d+ \(speculative\) vs 1024 \(baseline\); "
-                     r"cuda_graph_config: ", twin), twin
+    assert re.search(
+        r"fields: chunked_prefill_size: \d+ \(speculative\) vs 1024 \(baseline\); "
+        r"cuda_graph_config: ",
+        twin,
+    ), twin
     # ...and nothing else: SGLang derives the prefill graph sizes from chunked_prefill_size.
     assert twin.count(" (baseline)") == 2, twin
 
@@ -261,7 +267,9 @@ def check_pair(outcomes: dict[str, str], got: dict, document: dict, text: str) -
     # re-run (baseline 3.2 vs 3.9 with a busy loop beside tests/sglang): that is concurrency
     # too, and still nothing else may fail.
     assert set(names) <= {"concurrency-below-batch", "concurrency-differs"}, queued
-    assert all("admits at most 4" in c for c in queued["checks"] if c.startswith("concurrency-below"))
+    assert all(
+        "admits at most 4" in c for c in queued["checks"] if c.startswith("concurrency-below")
+    )
     for window, sample in zip(queued["windows"], queued["samples"]):
         assert window["requests"] == 12 and window["aborted"][0] >= 2, window
         # Whether a request is still queued at the close (aborted unprefilled) depends on timing:

@@ -3,10 +3,10 @@
 Every environment comes from ``dev/sglang_env.sh`` (the real ``sglang`` wheel without its
 dependencies, CPU torch, the import-only stand-ins), cached under ``.sglang-envs/`` in the
 repository root and rebuilt only when its stamp differs; ``dev/test.sh`` builds them in the
-background while the other tests run and runs this folder once they are ready (a plain
-``pytest tests`` builds a missing one in the first test that needs it). Set ``SPECENERGY_SGLANG_ENVS`` to use
-environments elsewhere. ``SPECENERGY_SKIP_SGLANG=1`` skips this folder, saying so on every test
-(for a machine that cannot install SGLang); otherwise a failed build fails the tests.
+background while the other tests run and runs this folder once they are ready (a plain ``pytest
+tests`` builds a missing one in the first test that needs it). Set ``SPECENERGY_SGLANG_ENVS`` to use
+environments elsewhere. ``SPECENERGY_SKIP_SGLANG=1`` skips this folder, saying so on every test (for
+a machine that cannot install SGLang); otherwise a failed build fails the tests.
 """
 
 from __future__ import annotations
@@ -28,18 +28,25 @@ ENV_ROOT = Path(os.environ.get("SPECENERGY_SGLANG_ENVS", REPO / ".sglang-envs"))
 WORKER = Path(__file__).resolve().parent / "sglang_worker.py"
 #: The newest and the oldest release the plugin supports (engines/sglang_args.py MIN_VERSION).
 NEWEST, OLDEST = "0.5.23", "0.5.9"
-SKIP_REASON = ("SPECENERGY_SKIP_SGLANG=1: the real-SGLang tests (conformance against SGLang's "
-               "own parser, the live CPU baseline arm) did not run")
+SKIP_REASON = (
+    "SPECENERGY_SKIP_SGLANG=1: the real-SGLang tests (conformance against SGLang's "
+    "own parser, the live CPU baseline arm) did not run"
+)
 
 
 @functools.lru_cache(maxsize=None)
 def _build(version: str) -> tuple[Path, str | None]:
     dest = ENV_ROOT / version
-    done = subprocess.run(["bash", str(REPO / "dev" / "sglang_env.sh"), version, str(dest)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["bash", str(REPO / "dev" / "sglang_env.sh"), version, str(dest)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:  # kept, so that one failed build is not retried by every test
-        return dest, (f"dev/sglang_env.sh {version} {dest} failed (exit {done.returncode}):\n"
-                      f"{(done.stdout + done.stderr)[-4000:]}")
+        return dest, (
+            f"dev/sglang_env.sh {version} {dest} failed (exit {done.returncode}):\n"
+            f"{(done.stdout + done.stderr)[-4000:]}"
+        )
     return dest / "bin" / "python", None
 
 
@@ -76,8 +83,17 @@ def tiny_models() -> tuple[str, str]:
         if not all((p / "config.json").exists() for p in paths):
             py = sglang_python(NEWEST)
             for path, layers in zip(paths, (2, 1)):
-                subprocess.run([str(py), str(REPO / "dev" / "sglang_tiny_model.py"), str(path),
-                                "--layers", str(layers)], check=True, capture_output=True)
+                subprocess.run(
+                    [
+                        str(py),
+                        str(REPO / "dev" / "sglang_tiny_model.py"),
+                        str(path),
+                        "--layers",
+                        str(layers),
+                    ],
+                    check=True,
+                    capture_output=True,
+                )
     return str(paths[0]), str(paths[1])
 
 
@@ -97,24 +113,34 @@ class _locked:
         self.fh.close()
 
 
-def run_worker(version: str, mode: str, items: list[dict[str, Any]],
-               timeout: float = 600) -> dict[str, dict[str, Any]]:
+def run_worker(
+    version: str, mode: str, items: list[dict[str, Any]], timeout: float = 600
+) -> dict[str, dict[str, Any]]:
     """``items`` through SGLang ``version``'s own code (``sglang_worker.py`` MODE); id -> result.
 
     The answer is cached on disk, keyed by the worker's source, the release and the items, so
     that two xdist workers (and reruns) do not repeat a 10-20 s SGLang import and resolution.
     """
     py = sglang_python(version)
-    key = hashlib.sha256(json.dumps([WORKER.read_text(), version, mode, items],
-                                    sort_keys=True).encode()).hexdigest()[:20]
+    key = hashlib.sha256(
+        json.dumps([WORKER.read_text(), version, mode, items], sort_keys=True).encode()
+    ).hexdigest()[:20]
     cache = ENV_ROOT / "worker-cache" / f"{version}-{mode}-{key}.json"
     with _locked(cache.with_suffix(".lock")):
         if not cache.exists():
-            done = subprocess.run([str(py), str(WORKER), "--worker", mode], input=json.dumps(items),
-                                  capture_output=True, text=True, timeout=timeout)
+            done = subprocess.run(
+                [str(py), str(WORKER), "--worker", mode],
+                input=json.dumps(items),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
             if done.returncode != 0:
-                pytest.fail(f"SGLang {version} worker ({mode}) failed with exit "
-                            f"{done.returncode}:\n{done.stderr[-4000:]}", pytrace=False)
+                pytest.fail(
+                    f"SGLang {version} worker ({mode}) failed with exit "
+                    f"{done.returncode}:\n{done.stderr[-4000:]}",
+                    pytrace=False,
+                )
             json.loads(done.stdout)  # a truncated answer must not be cached
             cache.write_text(done.stdout)
         results = json.loads(cache.read_text())
@@ -135,7 +161,10 @@ def group_left(pgid: int, settle_s: float) -> list[str]:
                 stat = open(f"/proc/{entry}/stat").read()
             except OSError:
                 continue
-            name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+            name, rest = (
+                stat[stat.index("(") + 1 : stat.rindex(")")],
+                stat[stat.rindex(")") + 2 :].split(),
+            )
             if int(rest[2]) == pgid and rest[0] != "Z":
                 left.append(f"{entry} {rest[0]} {name}")
         if not left or time.monotonic() > deadline:

@@ -46,20 +46,46 @@ import sys
 from typing import Any
 
 REPORT_FIELDS = (
-    "device", "tp_size", "dtype", "attention_backend", "decode_attention_backend",
-    "prefill_attention_backend", "max_running_requests", "mem_fraction_static",
-    "cuda_graph_max_bs", "cuda_graph_bs", "cuda_graph_max_bs_decode", "cuda_graph_bs_decode",
-    "disable_cuda_graph", "disable_decode_cuda_graph", "disable_prefill_cuda_graph",
-    "cuda_graph_backend_decode", "cuda_graph_backend_prefill", "cuda_graph_config",
-    "disable_overlap_schedule", "disable_radix_cache", "random_seed", "page_size",
-    "chunked_prefill_size", "decode_log_interval", "speculative_algorithm",
-    "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
-    "speculative_draft_model_path", "speculative_ngram_min_bfs_breadth",
-    "speculative_ngram_max_bfs_breadth", "speculative_dflash_block_size",
+    "device",
+    "tp_size",
+    "dtype",
+    "attention_backend",
+    "decode_attention_backend",
+    "prefill_attention_backend",
+    "max_running_requests",
+    "mem_fraction_static",
+    "cuda_graph_max_bs",
+    "cuda_graph_bs",
+    "cuda_graph_max_bs_decode",
+    "cuda_graph_bs_decode",
+    "disable_cuda_graph",
+    "disable_decode_cuda_graph",
+    "disable_prefill_cuda_graph",
+    "cuda_graph_backend_decode",
+    "cuda_graph_backend_prefill",
+    "cuda_graph_config",
+    "disable_overlap_schedule",
+    "disable_radix_cache",
+    "random_seed",
+    "page_size",
+    "chunked_prefill_size",
+    "decode_log_interval",
+    "speculative_algorithm",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "speculative_draft_model_path",
+    "speculative_ngram_min_bfs_breadth",
+    "speculative_ngram_max_bfs_breadth",
+    "speculative_dflash_block_size",
     "speculative_dspark_block_size",
 )
-WARM_MODULES = ("sglang.srt.configs.model_config", "sglang.srt.arg_groups.pipeline",
-                "sglang.srt.arg_groups.validation_hook", "transformers")
+WARM_MODULES = (
+    "sglang.srt.configs.model_config",
+    "sglang.srt.arg_groups.pipeline",
+    "sglang.srt.arg_groups.validation_hook",
+    "transformers",
+)
 GPU_SIM_STANDINS = ("flashinfer",)
 STAGES = ("parse", "from_cli_args", "resolve", "check")
 
@@ -75,9 +101,17 @@ def _simulate_h200(tmpdir: str) -> None:
 
     gib = 1 << 30
     total = 143771 * (1 << 20)  # nvidia-smi memory.total of an H200, MiB
-    props = types.SimpleNamespace(name="NVIDIA H200", major=9, minor=0, total_memory=total,
-                                  multi_processor_count=132, L2_cache_size=60 * (1 << 20),
-                                  gcnArchName="", uuid="GPU-0", warp_size=32)
+    props = types.SimpleNamespace(
+        name="NVIDIA H200",
+        major=9,
+        minor=0,
+        total_memory=total,
+        multi_processor_count=132,
+        L2_cache_size=60 * (1 << 20),
+        gcnArchName="",
+        uuid="GPU-0",
+        warp_size=32,
+    )
     torch.cuda.is_available = lambda: True
     torch.cuda.device_count = lambda: 8
     torch.cuda.is_initialized = lambda: False
@@ -89,10 +123,12 @@ def _simulate_h200(tmpdir: str) -> None:
     torch.version.cuda = "12.9"
     smi = os.path.join(tmpdir, "nvidia-smi")
     with open(smi, "w") as fh:
-        fh.write('#!/bin/sh\ncase "$*" in\n'
-                 '  *memory.total*) for i in 0 1 2 3 4 5 6 7; do echo 143771; done ;;\n'
-                 '  *compute_cap*) for i in 0 1 2 3 4 5 6 7; do echo 9.0; done ;;\n'
-                 '  *) echo "simulated nvidia-smi: $*" >&2; exit 1 ;;\nesac\n')
+        fh.write(
+            '#!/bin/sh\ncase "$*" in\n'
+            "  *memory.total*) for i in 0 1 2 3 4 5 6 7; do echo 143771; done ;;\n"
+            "  *compute_cap*) for i in 0 1 2 3 4 5 6 7; do echo 9.0; done ;;\n"
+            '  *) echo "simulated nvidia-smi: $*" >&2; exit 1 ;;\nesac\n'
+        )
     os.chmod(smi, 0o755)
     os.environ["PATH"] = tmpdir + os.pathsep + os.environ.get("PATH", "")
 
@@ -129,6 +165,7 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "__struct_fields__"):  # msgspec record (0.5.23 nested configs)
         return {f: _jsonable(getattr(value, f)) for f in value.__struct_fields__}
     import dataclasses
+
     if dataclasses.is_dataclass(value):
         return {k: _jsonable(v) for k, v in dataclasses.asdict(value).items()}
     if isinstance(value, dict):
@@ -146,8 +183,9 @@ def _report(server_args: Any, resolved: bool) -> dict[str, Any]:
     if resolved and hasattr(server_args, "resolved_dict"):  # >= 0.5.14
         return {str(k): _jsonable(v) for k, v in server_args.resolved_dict().items()}
     if resolved and dataclasses.is_dataclass(server_args):  # 0.5.9: resolved at construction
-        return {f.name: _jsonable(getattr(server_args, f.name))
-                for f in dataclasses.fields(server_args)}
+        return {
+            f.name: _jsonable(getattr(server_args, f.name)) for f in dataclasses.fields(server_args)
+        }
     data = {f: getattr(server_args, f) for f in REPORT_FIELDS if hasattr(server_args, f)}
     return {f: _jsonable(data[f]) for f in REPORT_FIELDS if f in data}
 
@@ -173,8 +211,9 @@ def _run_one(argv: list[str], mode: str) -> dict[str, Any]:
                 out["stage"] = "from_cli_args"
                 out["resolved"] = _report(server_args, resolved=False)
             else:
-                out["resolved"] = {f: _jsonable(getattr(ns, f)) for f in REPORT_FIELDS
-                                   if hasattr(ns, f)}
+                out["resolved"] = {
+                    f: _jsonable(getattr(ns, f)) for f in REPORT_FIELDS if hasattr(ns, f)
+                }
         else:
             if mode == "cpu" and "--device" not in argv:
                 argv = [*argv, "--device", "cpu"]
@@ -207,8 +246,7 @@ def _where(exc: BaseException) -> list[str]:
     import traceback
 
     frames = traceback.extract_tb(exc.__traceback__)
-    return [f"{f.filename.split('site-packages/')[-1]}:{f.lineno} in {f.name}"
-            for f in frames[-6:]]
+    return [f"{f.filename.split('site-packages/')[-1]}:{f.lineno} in {f.name}" for f in frames[-6:]]
 
 
 def worker(mode: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -223,6 +261,7 @@ def worker(mode: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     import importlib
 
     import sglang.srt.server_args  # noqa: F401 - import once, fork per item
+
     for name in WARM_MODULES:  # what resolution imports lazily; once here, not per child
         try:
             importlib.import_module(name)
@@ -249,9 +288,16 @@ def worker(mode: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         with os.fdopen(read_fd) as fh:
             data = fh.read()
         _, status = os.waitpid(pid, 0)
-        res = json.loads(data) if data else {
-            "ok": False, "stage": None, "resolved": None,
-            "error": f"worker child died (wait status {status})"}
+        res = (
+            json.loads(data)
+            if data
+            else {
+                "ok": False,
+                "stage": None,
+                "resolved": None,
+                "error": f"worker child died (wait status {status})",
+            }
+        )
         res["id"] = item["id"]
         # Import in the parent what resolution imported lazily, so later children start warm
         # (module imports only; no resolution state crosses to the next item).

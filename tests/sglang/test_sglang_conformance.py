@@ -26,24 +26,40 @@ from pytest_specenergy.engines.sglang import SGLangBackend
 from pytest_specenergy.engines.sglang import resolved_args_difference
 
 VERSIONS = (OLDEST, NEWEST)
-DRAFTERS = ("baseline", "ngram", "ngram-bfs4", "eagle", "eagle-tree", "eagle3", "nextn",
-            "draft_model", "dflash", "dspark")
+DRAFTERS = (
+    "baseline",
+    "ngram",
+    "ngram-bfs4",
+    "eagle",
+    "eagle-tree",
+    "eagle3",
+    "nextn",
+    "draft_model",
+    "dflash",
+    "dspark",
+)
 GRAPHS = ("graphs_on", "graphs_off")
 TPS = (1, 2)
 LINES = [f"{v}-{d}-{g}-tp{tp}" for v in VERSIONS for d in DRAFTERS for g in GRAPHS for tp in TPS]
 
 #: Drafters the plugin refuses on a release, with (part of) its message; SGLang agrees (below).
 PLUGIN_REFUSES = {
-    OLDEST: {"dflash": "SGLang 0.5.9 has no DFLASH speculative algorithm",
-             "dspark": "SGLang 0.5.9 has no DSPARK speculative algorithm"},
+    OLDEST: {
+        "dflash": "SGLang 0.5.9 has no DFLASH speculative algorithm",
+        "dspark": "SGLang 0.5.9 has no DSPARK speculative algorithm",
+    },
     NEWEST: {},
 }
 #: What SGLang's own CPU resolution refuses (measured; its messages, not the plugin's).
 CPU_REFUSES = {
-    OLDEST: {"ngram": "Ngram speculative decoding only supports CUDA device",
-             "ngram-bfs4": "Ngram speculative decoding only supports CUDA device"},
-    NEWEST: {"dflash": "DFLASH speculative decoding is not supported by CpuSRTPlatform",
-             "dspark": "DSpark speculative decoding only supports CUDA, NPU or XPU device"},
+    OLDEST: {
+        "ngram": "Ngram speculative decoding only supports CUDA device",
+        "ngram-bfs4": "Ngram speculative decoding only supports CUDA device",
+    },
+    NEWEST: {
+        "dflash": "DFLASH speculative decoding is not supported by CpuSRTPlatform",
+        "dspark": "DSpark speculative decoding only supports CUDA, NPU or XPU device",
+    },
 }
 
 
@@ -72,8 +88,12 @@ def plugin_line(line: str, model: str, draft: str) -> dict[str, Any]:
         options["disable_cuda_graph"] = True
     if tp != "tp1":
         options["tp_size"] = int(tp[2:])
-    config = EngineConfig(engine="sglang", model=model, drafter=_drafter(name, draft),
-                          options=tuple(sorted(options.items())))
+    config = EngineConfig(
+        engine="sglang",
+        model=model,
+        drafter=_drafter(name, draft),
+        options=tuple(sorted(options.items())),
+    )
     item: dict[str, Any] = {"id": line, "drafter": name, "graphs": graphs, "tp": tp}
     backend = SGLangBackend()
     try:
@@ -94,8 +114,11 @@ def plugin_lines(tiny_models: tuple[str, str]) -> dict[str, dict[str, Any]]:
 
 
 def _results(plugin_lines: dict[str, dict[str, Any]], version: str, mode: str) -> dict[str, Any]:
-    items = [{"id": k, "argv": v["argv"]} for k, v in plugin_lines.items()
-             if k.startswith(version + "-") and "argv" in v]
+    items = [
+        {"id": k, "argv": v["argv"]}
+        for k, v in plugin_lines.items()
+        if k.startswith(version + "-") and "argv" in v
+    ]
     return run_worker(version, mode, items)
 
 
@@ -104,7 +127,9 @@ def _line(plugin_lines: dict[str, dict[str, Any]], line: str) -> tuple[str, dict
     version = line.split("-", 1)[0]
     expected = PLUGIN_REFUSES[version].get(item["drafter"])
     if expected is not None:
-        assert "refused" in item, f"{line}: the plugin should refuse it ({expected}); it emitted {item}"
+        assert "refused" in item, (
+            f"{line}: the plugin should refuse it ({expected}); it emitted {item}"
+        )
         assert expected in item["refused"], (line, item["refused"])
     else:
         assert "argv" in item, f"{line}: the plugin refused it: {item.get('refused')}"
@@ -130,12 +155,23 @@ def test_plugin_refusals_are_sglang_refusals(plugin_lines, tiny_models, line):
         assert version == NEWEST  # both exist on the newest release: nothing to agree about
         return
     target, draft = tiny_models
-    probes = {"dflash": ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", draft],
-              "dspark": ["--speculative-algorithm", "DSPARK", "--speculative-dspark-block-size", "6",
-                         "--speculative-draft-model-path", draft]}
+    probes = {
+        "dflash": ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", draft],
+        "dspark": [
+            "--speculative-algorithm",
+            "DSPARK",
+            "--speculative-dspark-block-size",
+            "6",
+            "--speculative-draft-model-path",
+            draft,
+        ],
+    }
     # One worker run for every such line (same probes, so the cached answer is shared).
-    results = run_worker(version, "parse", [{"id": name, "argv": ["--model-path", target, *argv]}
-                                            for name, argv in probes.items()])
+    results = run_worker(
+        version,
+        "parse",
+        [{"id": name, "argv": ["--model-path", target, *argv]} for name, argv in probes.items()],
+    )
     result = results[item["drafter"]]
     assert not result["ok"] and result["error"].startswith("SystemExit(2)"), result
 
@@ -179,15 +215,18 @@ def test_the_environments_are_the_real_releases_with_cpu_torch():
     Read from the packages' metadata and import paths, importing none of them: the import
     itself (ServerArgs and its resolution) is what the conformance worker and the live
     servers run, and importing SGLang here again cost 12 s per environment."""
-    code = ("import importlib.metadata as m, importlib.util as u; "
-            "d = m.distribution('sglang'); "
-            "print(d.version, m.version('torch'), d.locate_file('sglang/srt/server_args.py').is_file(), "
-            "u.find_spec('sgl_kernel').origin, u.find_spec('torchvision').origin)")
+    code = (
+        "import importlib.metadata as m, importlib.util as u; d = m.distribution('sglang'); "
+        "print(d.version, m.version('torch'), "
+        "d.locate_file('sglang/srt/server_args.py').is_file(), u.find_spec('sgl_kernel').origin, "
+        "u.find_spec('torchvision').origin)"
+    )
     import subprocess
 
     for version in VERSIONS:
-        out = subprocess.run([str(sglang_python(version)), "-c", code], capture_output=True,
-                             text=True, check=True).stdout.split()
+        out = subprocess.run(
+            [str(sglang_python(version)), "-c", code], capture_output=True, text=True, check=True
+        ).stdout.split()
         assert out[0] == version and out[1].startswith("2.13.0") and "+cpu" in out[1], out
         assert out[2] == "True", out  # the wheel's own files, not metadata alone
         assert all("sglang_standins" in path for path in out[3:]), out

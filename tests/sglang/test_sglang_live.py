@@ -84,7 +84,7 @@ def pytest_specenergy_make_meter(kind, engine):
 
 #: What both test modules of the session start with: the served model's marker and ``save``,
 #: which keeps a fact in ``$SPECENERGY_LIVE_FACTS`` for the outer test.
-COMMON = '''
+COMMON = """
 import json
 import os
 
@@ -100,7 +100,7 @@ def save(name, value):
     facts = json.load(open(FACTS)) if os.path.exists(FACTS) else {}
     facts[name] = value
     json.dump(facts, open(FACTS, "w"), indent=1, default=repr)
-'''
+"""
 
 #: The two halves' test module, after :data:`COMMON`.
 LIVE_SUITE = '''
@@ -195,8 +195,9 @@ def _events(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_plugin_against_live_sglang_cpu_servers(pytester: pytest.Pytester, tiny_models,
-                                                monkeypatch, tmp_path):
+def test_plugin_against_live_sglang_cpu_servers(
+    pytester: pytest.Pytester, tiny_models, monkeypatch, tmp_path
+):
     python = sglang_python(NEWEST)
     model = tiny_models[0]
     facts = tmp_path / "facts.json"
@@ -208,26 +209,44 @@ def test_plugin_against_live_sglang_cpu_servers(pytester: pytest.Pytester, tiny_
     # Modules run in name order: the pairs first, then the halves (the baseline half stops the
     # shared baseline engine; the speculative half's start must die).
     common = COMMON.replace("MODEL", repr(model)).replace("PYTHON", repr(str(python)))
-    pytester.makepyfile(test_1_pairs=common + pair_suite.SUITE,
-                        test_2_halves=common + LIVE_SUITE.replace("MAX_NEW_TOKENS", str(MAX_NEW_TOKENS))
-                        .replace("STANDIN_SPEC", repr(str(spec_log))))
+    pytester.makepyfile(
+        test_1_pairs=common + pair_suite.SUITE,
+        test_2_halves=common
+        + LIVE_SUITE.replace("MAX_NEW_TOKENS", str(MAX_NEW_TOKENS)).replace(
+            "STANDIN_SPEC", repr(str(spec_log))
+        ),
+    )
     report = tmp_path / "run.json"
     t0 = time.perf_counter()
-    result = pytester.runpytest("--specenergy-engine=sglang", "--specenergy-startup-timeout=300",
-                                *pair_suite.OPTIONS, "-p", "no:cacheprovider", "-rA",
-                                f"--specenergy-json={report}", f"--specenergy-log-dir={tmp_path / 'logs'}")
+    result = pytester.runpytest(
+        "--specenergy-engine=sglang",
+        "--specenergy-startup-timeout=300",
+        *pair_suite.OPTIONS,
+        "-p",
+        "no:cacheprovider",
+        "-rA",
+        f"--specenergy-json={report}",
+        f"--specenergy-log-dir={tmp_path / 'logs'}",
+    )
     total_s = time.perf_counter() - t0
     got = json.loads(facts.read_text()) if facts.exists() else {}
-    outcomes = {r.nodeid.split("::")[-1].split("[")[0]: r.outcome
-                for r in result.reprec.getreports("pytest_runtest_logreport") if r.when == "call"}
-    summary = json.dumps({"total_s": round(total_s, 1), "outcomes": outcomes, **got}, indent=1, default=repr)
+    outcomes = {
+        r.nodeid.split("::")[-1].split("[")[0]: r.outcome
+        for r in result.reprec.getreports("pytest_runtest_logreport")
+        if r.when == "call"
+    }
+    summary = json.dumps(
+        {"total_s": round(total_s, 1), "outcomes": outcomes, **got}, indent=1, default=repr
+    )
     (REPO / ".sglang-envs").mkdir(exist_ok=True)
     (REPO / ".sglang-envs" / "live-facts.json").write_text(summary)  # for the CI log / report
     text = result.stdout.str()
     pair_suite.check_pair(outcomes, got, json.loads(report.read_text()), text)
     halves = (outcomes.get("test_baseline_half"), outcomes.get("test_speculative_half"))
     assert halves == ("passed", "skipped"), text[-6000:] + summary[:4000]  # skipped: the xfail
-    result.assert_outcomes(passed=5, failed=1, xfailed=1)  # the batch above admission fails, as it must
+    result.assert_outcomes(
+        passed=5, failed=1, xfailed=1
+    )  # the batch above admission fails, as it must
     result.stdout.fnmatch_lines(["*XFAIL*speculative arm not runnable on CPU*"])
     # The halves' case shares the pairs' baseline engine: no start of its own.
     assert got["starts_before"] == got["flush"]["starts"] == 4, summary[:3000]
@@ -275,8 +294,11 @@ def test_plugin_against_live_sglang_cpu_servers(pytester: pytest.Pytester, tiny_
     # lines' (an SGLang import and resolution, 12 s of CPU, each run otherwise).
     baseline_argv = argv[3:]
     baseline_argv[baseline_argv.index("--port") + 1] = "30000"
-    resolved = run_worker(NEWEST, "cpu", [{"id": "spec", "argv": got["spec_argv"][3:]},
-                                          {"id": "baseline", "argv": baseline_argv}])
+    resolved = run_worker(
+        NEWEST,
+        "cpu",
+        [{"id": "spec", "argv": got["spec_argv"][3:]}, {"id": "baseline", "argv": baseline_argv}],
+    )
     assert resolved["spec"]["ok"] and resolved["baseline"]["ok"], resolved
     # The worker's resolution is what the live server resolved (so the conformance worker
     # speaks for real servers), and the speculative arm resolves as the baseline's twin
@@ -284,13 +306,18 @@ def test_plugin_against_live_sglang_cpu_servers(pytester: pytest.Pytester, tiny_
     assert resolved_args_difference(resolved["baseline"]["resolved"], live) == []
     assert resolved_args_difference(resolved["spec"]["resolved"], live) == [], summary[:3000]
 
-    # Stand-ins: imported by every server before the speculative half, never called; its start is what
-    # called one (its first kernel), which is why that half cannot run here.
+    # Stand-ins: imported by every server before the speculative half, never called; its start is
+    # what called one (its first kernel), which is why that half cannot run here.
     base_events = _events(base_log)
     assert [e for e in base_events if e["event"] == "import"], "the stand-ins were not on the path"
     assert [e for e in base_events if e["event"] == "call"] == []
     spec_calls = [e["name"] for e in _events(spec_log) if e["event"] == "call"]
-    assert spec_calls, f"the speculative start failed without calling a stand-in: {got['spec_start']}"
+    assert spec_calls, (
+        f"the speculative start failed without calling a stand-in: {got['spec_start']}"
+    )
     got["spec_standin_calls"] = spec_calls[:3]
     (REPO / ".sglang-envs" / "live-facts.json").write_text(
-        json.dumps({"total_s": round(total_s, 1), "outcomes": outcomes, **got}, indent=1, default=repr))
+        json.dumps(
+            {"total_s": round(total_s, 1), "outcomes": outcomes, **got}, indent=1, default=repr
+        )
+    )

@@ -61,7 +61,8 @@ def _refuse(name: str) -> None:
         f"{name} was called, but it belongs to pytest-specenergy's import-only stand-in for "
         f"{name.split('.')[0]} (tests/sglang_standins/): PyPI has no CPU build of it, so only "
         "importing is supported. A code path that needs the real package ran; this is a bug in "
-        "the test set-up or a CPU path SGLang does not support without it.")
+        "the test set-up or a CPU path SGLang does not support without it."
+    )
 
 
 class Placeholder:

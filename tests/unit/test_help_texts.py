@@ -28,20 +28,28 @@ def test_the_check_sees_each_kind_of_choice():
 
 
 def test_a_drifted_help_text_is_caught():
-    drifted = _Option("checks", "fail", "what a tripped check does: fail or warn", _choice(("fail", "warn", "xfail")))
+    drifted = _Option(
+        "checks",
+        "fail",
+        "what a tripped check does: fail or warn",
+        _choice(("fail", "warn", "xfail")),
+    )
     assert help_drift([drifted]) == ["--specenergy-checks: the help does not name 'xfail'"]
     # A word inside another (warn in warning, regen in regen-all) does not count as naming it.
     inside = _Option("x", "", "warnings only; regen-all", _choice(("warn", "regen")))
     assert len(help_drift([inside])) == 2
     meter = next(o for o in OPTIONS if o.name == "meter")
     assert "h200" in PRESETS
-    assert help_drift([_Option("meter", "auto", meter.help.replace("h200", "h2OO"), meter.parse)]) == [
-        "--specenergy-meter: the help does not name 'h200'"]
+    assert help_drift(
+        [_Option("meter", "auto", meter.help.replace("h200", "h2OO"), meter.parse)]
+    ) == ["--specenergy-meter: the help does not name 'h200'"]
 
 
 def test_pytest_help_shows_every_fault(pytester: pytest.Pytester):
     result = pytester.runpytest("--help")
     text = re.sub(r"\s+", " ", result.stdout.str())
-    fault_help = text[text.index("--specenergy-fault"):][:1500]
+    fault_help = text[text.index("--specenergy-fault") :][:1500]
     for fault in FAULTS:
-        assert re.search(fault.replace("-", r"-\s?"), fault_help), fault  # help lines wrap at hyphens
+        assert re.search(fault.replace("-", r"-\s?"), fault_help), (
+            fault
+        )  # help lines wrap at hyphens

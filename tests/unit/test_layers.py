@@ -37,15 +37,34 @@ ALLOWED: dict[str, set[str]] = {
     "outcome": {"document", "gate", "measure"},
     "outputs": {"atomic", "document", "gate", "options"},
     "fixtures": {"cases", "measure", "meters", "session", "xdist"},
-    "session": {"cases", "document", "engines", "gate", "measure", "options", "outcome", "outputs", "report",
-                "xdist"},
+    "session": {
+        "cases",
+        "document",
+        "engines",
+        "gate",
+        "measure",
+        "options",
+        "outcome",
+        "outputs",
+        "report",
+        "xdist",
+    },
     "progress": {"xdist"},
-    "plugin": {"cases", "fixtures", "hookspec", "options", "outputs", "progress", "session", "xdist"},
+    "plugin": {
+        "cases",
+        "fixtures",
+        "hookspec",
+        "options",
+        "outputs",
+        "progress",
+        "session",
+        "xdist",
+    },
 }
 #: What the plugin may read of the reference server: its torch-free name lists.
 REFSERVER_NAMES = {"pytest_specenergy.refserver.names", "pytest_specenergy.refserver.faults"}
-#: The fork server hosts reference servers: it imports their modules (and builds their tiny models) in its own
-#: process, inside the functions only that process runs, never in the plugin's.
+#: The fork server hosts reference servers: it imports their modules (and builds their tiny models)
+#: in its own process, inside the functions only that process runs, never in the plugin's.
 REFSERVER_HOST = Path("engines/zygote.py")
 #: The only modules of ``measure`` that the document, ``gate`` and ``report`` may import.
 MEASURE_FOR_DOCUMENT = MEASURE_FOR_GATE = {"pytest_specenergy.measure.metrics"}
@@ -66,8 +85,11 @@ def _imports(path: Path) -> list[str]:
             found += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative: resolve against this module's package
-                base = module.split(".")[: -node.level] if not path.name == "__init__.py" else \
-                    module.split(".")[: len(module.split(".")) - node.level + 1]
+                base = (
+                    module.split(".")[: -node.level]
+                    if not path.name == "__init__.py"
+                    else module.split(".")[: len(module.split(".")) - node.level + 1]
+                )
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
@@ -96,14 +118,18 @@ def _violations() -> list[str]:
             if other not in ALLOWED[part]:
                 bad.append(f"{rel}: {part} imports {target} ({other} is not below {part})")
             elif other == "refserver" and target not in REFSERVER_NAMES and rel != REFSERVER_HOST:
-                bad.append(f"{rel}: {part} imports {target}; of the reference server only its name lists "
-                           f"({', '.join(sorted(REFSERVER_NAMES))}) may be read")
+                bad.append(
+                    f"{rel}: {part} imports {target}; of the reference server only its name lists "
+                    f"({', '.join(sorted(REFSERVER_NAMES))}) may be read"
+                )
             elif part == "document" and other == "measure" and target not in MEASURE_FOR_DOCUMENT:
                 bad.append(f"{rel}: the document imports {target}; only measure.metrics is allowed")
             elif part == "gate" and other == "measure" and target not in MEASURE_FOR_GATE:
                 bad.append(f"{rel}: gate imports {target}; only measure.metrics is allowed")
             elif part == "report" and other == "measure" and target not in MEASURE_FOR_REPORT:
-                bad.append(f"{rel}: report imports {target}; only measure.metrics/checks are allowed")
+                bad.append(
+                    f"{rel}: report imports {target}; only measure.metrics/checks are allowed"
+                )
     return bad
 
 
@@ -132,21 +158,34 @@ def test_the_contract_catches_an_upward_import(tmp_path, monkeypatch):
     assert any(v.startswith("helpers.py: a part the contract does not know") for v in found)
 
 
-@pytest.mark.parametrize("entry", ["pytest_specenergy.refserver", "pytest_specenergy.refserver.records",
-                                   "pytest_specenergy.refserver.faults", "pytest_specenergy.refserver.names"])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "pytest_specenergy.refserver",
+        "pytest_specenergy.refserver.records",
+        "pytest_specenergy.refserver.faults",
+        "pytest_specenergy.refserver.names",
+    ],
+)
 def test_importing_the_reference_server_loads_no_plugin_module(entry):
-    code = (f"import sys, {entry}; "
-            "print(sorted(m for m in sys.modules if m.startswith('pytest_specenergy.') "
-            "and not m.startswith('pytest_specenergy.refserver')))")
+    code = (
+        f"import sys, {entry}; "
+        "print(sorted(m for m in sys.modules if m.startswith('pytest_specenergy.') "
+        "and not m.startswith('pytest_specenergy.refserver')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_the_document_imports_only_the_standard_library_and_the_metric_definitions():
-    code = ("import sys; before = set(sys.modules); import pytest_specenergy.document; "
-            "new = set(sys.modules) - before; "
-            "print(sorted(m for m in new "
-            "if m.startswith(('pytest_specenergy.', 'numpy', '_pytest')) or m == 'pytest'))")
+    code = (
+        "import sys; before = set(sys.modules); import pytest_specenergy.document; "
+        "new = set(sys.modules) - before; "
+        "print(sorted(m for m in new "
+        "if m.startswith(('pytest_specenergy.', 'numpy', '_pytest')) or m == 'pytest'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ("['pytest_specenergy.document', 'pytest_specenergy.measure', "
-                                  "'pytest_specenergy.measure.metrics']")
+    assert out.stdout.strip() == (
+        "['pytest_specenergy.document', 'pytest_specenergy.measure', "
+        "'pytest_specenergy.measure.metrics']"
+    )

@@ -64,8 +64,10 @@ def _heavy(modules: set[str]) -> list[str]:
 
 
 def test_loading_the_plugin_imports_no_heavy_module():
-    code = ("import json, sys; import pytest_specenergy.plugin, pytest_specenergy.session; "
-            "print(json.dumps(sorted(sys.modules)))")
+    code = (
+        "import json, sys; import pytest_specenergy.plugin, pytest_specenergy.session; "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert _heavy(set(json.loads(out.stdout))) == []
 
@@ -73,16 +75,32 @@ def test_loading_the_plugin_imports_no_heavy_module():
 def test_collecting_marker_cases_imports_no_heavy_module(tmp_path):
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
     (tmp_path / "conftest.py").write_text(textwrap.dedent(CONFTEST))
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                           "-p", "no:xdist", "--rootdir", str(tmp_path), str(tmp_path)],
-                          capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert "8 tests collected" in proc.stdout, proc.stdout + proc.stderr
     assert _heavy(set(json.loads((tmp_path / "modules.json").read_text()))) == []
 
 
 def test_the_nvml_probe_agrees_with_nvml():
-    """``--specenergy-meter=auto`` decides "modeled" without nvidia-ml-py where no NVIDIA driver
-    is loaded or NVML's library cannot load; wherever that is so, NVML itself cannot start either."""
+    """``--specenergy-meter=auto`` decides "modeled" without nvidia-ml-py where no NVIDIA driver is
+    loaded or NVML's library cannot load; wherever that is so, NVML itself cannot start either."""
     from pytest_specenergy.meters.devices import nvml_gpu_count
     from pytest_specenergy.options import _nvml_unavailable
 

@@ -18,7 +18,9 @@ def test_the_cap_defaults_to_11_and_is_checked():
     assert _cap(0, 3) == 11
     assert _cap(0, 15) == 15  # never below the repeats already measured
     assert _cap(7, 3) == 7
-    with pytest.raises(pytest.UsageError, match=r"the cap \(2\) must be at least --specenergy-repeats \(3\)"):
+    with pytest.raises(
+        pytest.UsageError, match=r"the cap \(2\) must be at least --specenergy-repeats \(3\)"
+    ):
         _cap(2, 3)
     # 60 looks would spend more than alpha on interim looks: the plan cannot be built.
     with pytest.raises(pytest.UsageError, match="--specenergy-max-repeats=121: interim_share"):

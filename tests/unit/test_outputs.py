@@ -32,8 +32,15 @@ class Hook:
 
 
 def _document() -> RunDocument:
-    record = CaseRecord.from_dict({"case_id": "code-ngram-b1", "nodeid": "t.py::t[code-ngram-b1]",
-                                   "machine_key": KEY, "baseline": ARM, "speculative": ARM})
+    record = CaseRecord.from_dict(
+        {
+            "case_id": "code-ngram-b1",
+            "nodeid": "t.py::t[code-ngram-b1]",
+            "machine_key": KEY,
+            "baseline": ARM,
+            "speculative": ARM,
+        }
+    )
     return RunDocument.build([record], meters={}, engine_starts=1)
 
 
@@ -43,12 +50,15 @@ def _config(tmp_path: Path, **changes):
 
 
 def _gate(tmp_path: Path) -> Gatekeeper:
-    return Gatekeeper(runs=RunStore(tmp_path / ".specenergy"), goldens=GoldenStore(tmp_path / "goldens"))
+    return Gatekeeper(
+        runs=RunStore(tmp_path / ".specenergy"), goldens=GoldenStore(tmp_path / "goldens")
+    )
 
 
 def test_every_output_is_written_and_what_the_hook_adds_is_kept(tmp_path):
-    written = write_outputs(_document(), _config(tmp_path), _gate(tmp_path),
-                            Hook(lambda data: data.update(ci_job="42")))
+    written = write_outputs(
+        _document(), _config(tmp_path), _gate(tmp_path), Hook(lambda data: data.update(ci_job="42"))
+    )
     assert written.failures == ()
     assert json.loads((tmp_path / "run.json").read_text())["ci_job"] == "42"
     [saved] = written.saved
@@ -57,7 +67,9 @@ def test_every_output_is_written_and_what_the_hook_adds_is_kept(tmp_path):
 
 def test_an_unwritable_json_file_does_not_lose_the_saved_run(tmp_path):
     if os.geteuid() == 0:
-        blocked = tmp_path / "a-file" / "run.json"  # a parent that is a file: unwritable for root too
+        blocked = (
+            tmp_path / "a-file" / "run.json"
+        )  # a parent that is a file: unwritable for root too
         (tmp_path / "a-file").write_text("")
     else:
         (tmp_path / "ro").mkdir(mode=0o500)
@@ -68,14 +80,22 @@ def test_an_unwritable_json_file_does_not_lose_the_saved_run(tmp_path):
 
 
 def test_a_hook_that_breaks_the_document_is_reported(tmp_path):
-    written = write_outputs(_document(), _config(tmp_path), _gate(tmp_path),
-                            Hook(lambda data: data.update(engine_starts="many")))
-    assert any("pytest_specenergy_update_json hook broke the run document" in f for f in written.failures)
+    written = write_outputs(
+        _document(),
+        _config(tmp_path),
+        _gate(tmp_path),
+        Hook(lambda data: data.update(engine_starts="many")),
+    )
+    assert any(
+        "pytest_specenergy_update_json hook broke the run document" in f for f in written.failures
+    )
 
 
 @pytest.mark.parametrize("save", [None, "main"])
 def test_no_save_no_history(tmp_path, save):
-    written = write_outputs(_document(), _config(tmp_path, save=save, json=None), _gate(tmp_path), Hook())
+    written = write_outputs(
+        _document(), _config(tmp_path, save=save, json=None), _gate(tmp_path), Hook()
+    )
     assert len(written.saved) == (1 if save else 0) and written.json is None
 
 
@@ -84,15 +104,37 @@ def test_outputs_that_cannot_be_written_are_found_before_anything_runs(tmp_path)
 
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    config = _config(tmp_path, json=blocker / "run.json", storage=blocker / "history", save="main",
-                     autosave=False, golden="check", baselines=tmp_path / "goldens", compare=None)
+    config = _config(
+        tmp_path,
+        json=blocker / "run.json",
+        storage=blocker / "history",
+        save="main",
+        autosave=False,
+        golden="check",
+        baselines=tmp_path / "goldens",
+        compare=None,
+    )
     problems = unwritable_outputs(config)
-    assert len(problems) == 2 and "--specenergy-json" in problems[0] and "is not a folder" in problems[0]
+    assert (
+        len(problems) == 2
+        and "--specenergy-json" in problems[0]
+        and "is not a folder" in problems[0]
+    )
     assert problems[1].startswith("--specenergy-storage")
-    fine = _config(tmp_path, json=tmp_path / "new" / "run.json", storage=tmp_path / ".specenergy", save="main",
-                   autosave=False, golden=None, baselines=None, compare=None)
+    fine = _config(
+        tmp_path,
+        json=tmp_path / "new" / "run.json",
+        storage=tmp_path / ".specenergy",
+        save="main",
+        autosave=False,
+        golden=None,
+        baselines=None,
+        compare=None,
+    )
     assert unwritable_outputs(fine) == [] and not (tmp_path / "new").exists()
     baseline = tmp_path / "main.json"
     baseline.write_text("{}")
-    same = _config(tmp_path, json=baseline, compare=str(baseline), save=None, autosave=False, golden=None)
+    same = _config(
+        tmp_path, json=baseline, compare=str(baseline), save=None, autosave=False, golden=None
+    )
     assert "would replace the baseline" in unwritable_outputs(same)[0]

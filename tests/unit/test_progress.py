@@ -48,8 +48,11 @@ class Capture:
 
 def _config(verbose: int = 0, worker: str | None = None) -> Any:
     plugins = {"terminalreporter": Reporter(), "capturemanager": Capture()}
-    config = SimpleNamespace(option=SimpleNamespace(verbose=verbose),
-                             pluginmanager=SimpleNamespace(get_plugin=plugins.get), plugins=plugins)
+    config = SimpleNamespace(
+        option=SimpleNamespace(verbose=verbose),
+        pluginmanager=SimpleNamespace(get_plugin=plugins.get),
+        plugins=plugins,
+    )
     if worker:
         config.workerinput = {"workerid": worker}
     return config
@@ -64,8 +67,11 @@ def _run_wrapper(progress: Progress, report: Any) -> Any:
 
 
 def test_engine_starts_print_by_default_and_repeats_at_verbose():
-    for verbose, expected in ((-1, []), (0, ["specenergy: engine a started in 1.0 s"]),
-                              (1, ["specenergy: engine a started in 1.0 s", "specenergy: c baseline repeat 1/2"])):
+    for verbose, expected in (
+        (-1, []),
+        (0, ["specenergy: engine a started in 1.0 s"]),
+        (1, ["specenergy: engine a started in 1.0 s", "specenergy: c baseline repeat 1/2"]),
+    ):
         config = _config(verbose)
         progress = Progress(config)
         progress(0, "engine a started in 1.0 s")
@@ -86,18 +92,26 @@ def test_a_worker_never_writes_and_ships_its_lines_on_the_report():
     assert not hasattr(_run_wrapper(progress, SimpleNamespace()), REPORT_ATTRIBUTE)  # nothing new
     # The controller prints the worker's lines whole, prefixed with the worker's id.
     controller = _config()
-    received = SimpleNamespace(**{REPORT_ATTRIBUTE: getattr(report, REPORT_ATTRIBUTE)},
-                               node=SimpleNamespace(gateway=SimpleNamespace(id="gw1")))
+    received = SimpleNamespace(
+        **{REPORT_ATTRIBUTE: getattr(report, REPORT_ATTRIBUTE)},
+        node=SimpleNamespace(gateway=SimpleNamespace(id="gw1")),
+    )
     controller.plugins["terminalreporter"].write("..")  # xdist's dots, the line not ended
     Progress(controller).pytest_runtest_logreport(received)
-    assert controller.plugins["terminalreporter"].lines == ["..", "\n", "[gw1] specenergy: engine a started in 1.0 s"]
+    assert controller.plugins["terminalreporter"].lines == [
+        "..",
+        "\n",
+        "[gw1] specenergy: engine a started in 1.0 s",
+    ]
 
 
 def test_the_report_attribute_survives_xdist_serialization():
     report = pytest.TestReport("t.py::t", ("t.py", 0, "t"), {}, "passed", None, "call")
     setattr(report, REPORT_ATTRIBUTE, ["specenergy: engine a started in 1.0 s"])
     data = report._to_json()
-    assert getattr(pytest.TestReport._from_json(data), REPORT_ATTRIBUTE) == ["specenergy: engine a started in 1.0 s"]
+    assert getattr(pytest.TestReport._from_json(data), REPORT_ATTRIBUTE) == [
+        "specenergy: engine a started in 1.0 s"
+    ]
 
 
 def test_without_a_terminal_nothing_is_written():

@@ -14,37 +14,64 @@ from pytest_specenergy.cases.markers import build_cases
 
 def lookup(**marks):
     """A ``get_closest_marker`` stand-in: name -> a mark with ``args`` and ``kwargs``."""
+
     def closest(name):
         value = marks.get(name)
         if value is None:
             return None
-        args, kwargs = value if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict) \
+        args, kwargs = (
+            value
+            if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict)
             else (value, {})
+        )
         return SimpleNamespace(args=tuple(args), kwargs=dict(kwargs))
+
     return closest
 
 
 def test_the_matrix_expands_in_a_stable_order_with_readable_ids():
-    closest = lookup(model=["tiny:dense"], drafter=["ngram"], batch=[1, 4], corpus=["code", "conversation"])
+    closest = lookup(
+        model=["tiny:dense"], drafter=["ngram"], batch=[1, 4], corpus=["code", "conversation"]
+    )
     cases = build_cases("t.py::test", closest, CaseDefaults())
-    assert [c.id for c in cases] == ["code-ngram-b1", "code-ngram-b4",
-                                     "conversation-ngram-b1", "conversation-ngram-b4"]
+    assert [c.id for c in cases] == [
+        "code-ngram-b1",
+        "code-ngram-b4",
+        "conversation-ngram-b1",
+        "conversation-ngram-b4",
+    ]
     assert all(c.engine == "reference" for c in cases)
 
 
 def test_option_defaults_reach_the_case():
     closest = lookup(model=["tiny:dense"], drafter=["ngram"], batch=[2], corpus=["code"])
-    case, = build_cases("t.py::test", closest, CaseDefaults(faults=("accept-off-by-one",)))
+    (case,) = build_cases("t.py::test", closest, CaseDefaults(faults=("accept-off-by-one",)))
     assert "accept-off-by-one" in case.spec_config().faults
 
 
-@pytest.mark.parametrize("marks, expected", [
-    ({"model": ["tiny:dense"], "drafter": ["ngram"], "batch": [0], "corpus": ["code"]}, "batch"),
-    ({"model": ["tiny:dense"], "drafter": ["ngram"], "batch": [1], "corpus": ["nope"]}, "nope"),
-    ({"model": ["tiny:dense"], "drafter": ["eagle3"], "batch": [1], "corpus": ["code"]}, "eagle3"),
-    ({"model": (["tiny:dense"], {"engine": "vllm"}), "drafter": ["ngram"], "batch": [1],
-      "corpus": ["code"]}, "vllm"),
-])
+@pytest.mark.parametrize(
+    "marks, expected",
+    [
+        (
+            {"model": ["tiny:dense"], "drafter": ["ngram"], "batch": [0], "corpus": ["code"]},
+            "batch",
+        ),
+        ({"model": ["tiny:dense"], "drafter": ["ngram"], "batch": [1], "corpus": ["nope"]}, "nope"),
+        (
+            {"model": ["tiny:dense"], "drafter": ["eagle3"], "batch": [1], "corpus": ["code"]},
+            "eagle3",
+        ),
+        (
+            {
+                "model": (["tiny:dense"], {"engine": "vllm"}),
+                "drafter": ["ngram"],
+                "batch": [1],
+                "corpus": ["code"],
+            },
+            "vllm",
+        ),
+    ],
+)
 def test_bad_values_name_the_test_and_the_marker(marks, expected):
     with pytest.raises(MarkerError) as info:
         build_cases("t.py::test_bad", lookup(**marks), CaseDefaults())
@@ -58,16 +85,21 @@ def test_a_relative_model_path_is_checked_where_the_engine_resolves_it(tmp_path,
     (tmp_path / "sub").mkdir()
     closest = lookup(model=["models/mine"], drafter=["ngram"], batch=[1], corpus=["code"])
     monkeypatch.chdir(tmp_path / "sub")
-    with pytest.raises(MarkerError, match=r"no such model directory .*sub/models/mine \(relative to the working"):
+    with pytest.raises(
+        MarkerError, match=r"no such model directory .*sub/models/mine \(relative to the working"
+    ):
         build_cases("t.py::test", closest, CaseDefaults())
     monkeypatch.chdir(tmp_path)
     assert [c.model for c in build_cases("t.py::test", closest, CaseDefaults())] == ["models/mine"]
 
 
-@pytest.mark.parametrize("kwargs, fragment", [
-    ({"dtype": "fp8"}, "model(dtype='fp8'): the reference engine takes one of auto, float64"),
-    ({"device": "gpu"}, "model(device='gpu'): expected auto, cpu, cuda or cuda:N"),
-])
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"dtype": "fp8"}, "model(dtype='fp8'): the reference engine takes one of auto, float64"),
+        ({"device": "gpu"}, "model(device='gpu'): expected auto, cpu, cuda or cuda:N"),
+    ],
+)
 def test_bad_dtype_and_device_are_collection_errors(kwargs, fragment):
     closest = lookup(model=(["tiny:dense"], kwargs), drafter=["ngram"], batch=[1], corpus=["code"])
     with pytest.raises(MarkerError, match=re.escape(fragment)):
@@ -77,12 +109,25 @@ def test_bad_dtype_and_device_are_collection_errors(kwargs, fragment):
 def test_with_modeled_energy_the_default_pool_is_sized_for_a_cpu_minute():
     closest = lookup(model=["tiny:dense"], drafter=["ngram"], batch=[1, 8], corpus=["code"])
     modeled = build_cases("t.py::test", closest, CaseDefaults(modeled=True))
-    assert {c.generation.prompts for c in modeled} == {24}  # 3 per request in flight at batch 8, one pool
-    assert {c.generation.prompts for c in build_cases("t.py::test", closest, CaseDefaults())} == {None}  # 96
-    assert {c.generation.prompts for c in build_cases("t.py::test", closest, CaseDefaults(modeled=True, pool=40))} \
-        == {40}
+    assert {c.generation.prompts for c in modeled} == {
+        24
+    }  # 3 per request in flight at batch 8, one pool
+    assert {c.generation.prompts for c in build_cases("t.py::test", closest, CaseDefaults())} == {
+        None
+    }  # 96
+    assert {
+        c.generation.prompts
+        for c in build_cases("t.py::test", closest, CaseDefaults(modeled=True, pool=40))
+    } == {40}
     small = lookup(model=["tiny:dense"], drafter=["ngram"], batch=[1], corpus=["code"])
     assert build_cases("t.py::test", small, CaseDefaults(modeled=True))[0].generation.prompts == 12
-    declared = lookup(model=["tiny:dense"], drafter=["ngram"], batch=[1], corpus=["code"],
-                      generation=([], {"prompts": 64}))
-    assert build_cases("t.py::test", declared, CaseDefaults(modeled=True))[0].generation.prompts == 64
+    declared = lookup(
+        model=["tiny:dense"],
+        drafter=["ngram"],
+        batch=[1],
+        corpus=["code"],
+        generation=([], {"prompts": 64}),
+    )
+    assert (
+        build_cases("t.py::test", declared, CaseDefaults(modeled=True))[0].generation.prompts == 64
+    )

@@ -1,4 +1,5 @@
-"""Tests for pytest_specenergy.cases.corpora: built-in corpora, the Corpus value object, JSONL loading."""
+"""Tests for pytest_specenergy.cases.corpora: built-in corpora, the Corpus value object, JSONL
+loading."""
 
 from __future__ import annotations
 
@@ -16,9 +17,38 @@ from pytest_specenergy.cases.corpora import CorpusError
 from pytest_specenergy.cases.corpora import load_corpus
 
 # Function words that are frequent in Rumantsch Grischun news text and rare in English.
-ROMANSH_MARKERS = {"da", "ils", "la", "las", "e", "ed", "cun", "en", "il", "per", "che", "è", "èn", "han", "ha"}
+ROMANSH_MARKERS = {
+    "da",
+    "ils",
+    "la",
+    "las",
+    "e",
+    "ed",
+    "cun",
+    "en",
+    "il",
+    "per",
+    "che",
+    "è",
+    "èn",
+    "han",
+    "ha",
+}
 # English function words with no Romansh homograph ("in" and "a" are left out on purpose).
-ENGLISH_STOPWORDS = {"the", "and", "of", "to", "is", "was", "that", "with", "for", "which", "are", "this"}
+ENGLISH_STOPWORDS = {
+    "the",
+    "and",
+    "of",
+    "to",
+    "is",
+    "was",
+    "that",
+    "with",
+    "for",
+    "which",
+    "are",
+    "this",
+}
 
 
 def _words(text: str) -> list[str]:
@@ -52,7 +82,9 @@ def test_builtin_has_at_least_32_distinct_nonempty_prompts(name: str) -> None:
 def test_builtin_data_file_is_packaged_with_unique_ids(name: str) -> None:
     # The file must be reachable through importlib.resources, as it is from an installed wheel.
     resource = resources.files("pytest_specenergy.cases.corpora").joinpath("data", f"{name}.jsonl")
-    records = [json.loads(line) for line in resource.read_text(encoding="utf-8").splitlines() if line]
+    records = [
+        json.loads(line) for line in resource.read_text(encoding="utf-8").splitlines() if line
+    ]
     ids = [r["id"] for r in records]
     assert len(ids) == len(set(ids))
     assert all(i.startswith(f"{name}-") for i in ids)
@@ -187,7 +219,9 @@ def test_jsonl_loads_prompt_and_text_fields(tmp_path: Path) -> None:
 
 
 def test_jsonl_relative_path_and_bom(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + json.dumps({"prompt": "hi"}).encode() + b"\n")
+    (tmp_path / "bom.jsonl").write_bytes(
+        b"\xef\xbb\xbf" + json.dumps({"prompt": "hi"}).encode() + b"\n"
+    )
     monkeypatch.chdir(tmp_path)
     assert load_corpus("jsonl:bom.jsonl").prompts == ("hi",)
 
@@ -254,8 +288,12 @@ def test_line_that_is_not_json_names_file_and_line(tmp_path: Path) -> None:
 
 def test_a_lone_surrogate_is_refused_naming_the_line(tmp_path: Path) -> None:
     # json.loads accepts "\ud800"; the text then cannot be encoded, hashed or sent.
-    spec = _write(tmp_path / "sur.jsonl", [json.dumps({"prompt": "ok"}), '{"prompt": "bad \\ud800 here"}'])
-    with pytest.raises(CorpusError, match=r"line 2: the 'prompt' field holds '\\ud800' at character 4, a lone"):
+    spec = _write(
+        tmp_path / "sur.jsonl", [json.dumps({"prompt": "ok"}), '{"prompt": "bad \\ud800 here"}']
+    )
+    with pytest.raises(
+        CorpusError, match=r"line 2: the 'prompt' field holds '\\ud800' at character 4, a lone"
+    ):
         load_corpus(spec)
 
 
@@ -311,10 +349,18 @@ def test_a_packaged_corpus_parsed_at_once_gives_the_prompts_and_errors_of_line_b
     from pytest_specenergy.cases.corpora.loader import _iter_prompts
 
     good = '{"id": "a", "prompt": "one"}\n\n{"prompt": "two \\u00e9"}\n'
-    assert _builtin_prompts(good, "w") == tuple(_iter_prompts(good.splitlines(), "w")) == ("one", "two é")
-    assert _builtin_prompts('{"text": "only text"}\n', "w") == ("only text",)  # the reader's fallback field
-    for bad, expected in (('{"prompt": "ok"}\n{"prompt": \n', "line 2: not valid JSON"),
-                          ('{"prompt": "ok"}\n[1]\n', "line 2: expected a JSON object"),
-                          ('{"prompt": "ok"}\n{"prompt": "  "}\n', "line 2: no non-empty string")):
+    assert (
+        _builtin_prompts(good, "w")
+        == tuple(_iter_prompts(good.splitlines(), "w"))
+        == ("one", "two é")
+    )
+    assert _builtin_prompts('{"text": "only text"}\n', "w") == (
+        "only text",
+    )  # the reader's fallback field
+    for bad, expected in (
+        ('{"prompt": "ok"}\n{"prompt": \n', "line 2: not valid JSON"),
+        ('{"prompt": "ok"}\n[1]\n', "line 2: expected a JSON object"),
+        ('{"prompt": "ok"}\n{"prompt": "  "}\n', "line 2: no non-empty string"),
+    ):
         with pytest.raises(CorpusError, match=expected):
             _builtin_prompts(bad, "built-in corpus 'x'")

@@ -22,16 +22,36 @@ CORPUS = load_corpus("code")
 
 
 def record(batch: int, spec_joules: float, source: str = "modeled (h200)", nodeid_suffix: str = ""):
-    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=batch, corpus=CORPUS)
+    case = Case.of(
+        engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=batch, corpus=CORPUS
+    )
 
     def run(arm, joules):
-        samples = tuple(RepeatSample(joules * f, 1.0, 100, 5.0, 40 if arm == "speculative" else None,
-                                     60 if arm == "speculative" else None,
-                                     320 if arm == "speculative" else None)
-                        for f in (1.0, 1.01, 0.99))
-        return RunResult(arm, {"engine": "reference", "version": "reference-0.1.0",
-                               "config": {"engine": "reference", "options": {}}},
-                         source, samples, ((1, 2, 3),), ("length",), 9 if arm == "speculative" else 1)
+        samples = tuple(
+            RepeatSample(
+                joules * f,
+                1.0,
+                100,
+                5.0,
+                40 if arm == "speculative" else None,
+                60 if arm == "speculative" else None,
+                320 if arm == "speculative" else None,
+            )
+            for f in (1.0, 1.01, 0.99)
+        )
+        return RunResult(
+            arm,
+            {
+                "engine": "reference",
+                "version": "reference-0.1.0",
+                "config": {"engine": "reference", "options": {}},
+            },
+            source,
+            samples,
+            ((1, 2, 3),),
+            ("length",),
+            9 if arm == "speculative" else 1,
+        )
 
     pair = PairResult(case, case.id, run("baseline", 10.0), run("speculative", spec_joules))
     return pair.record(f"test_x.py::test_drafter[{case.id}]{nodeid_suffix}", KEY)
@@ -48,7 +68,9 @@ def save(tmp_path, name, doc):
 
 
 def run_cli(tmp_path, *args):
-    return main([*args, "--storage", str(tmp_path / ".specenergy")] if args[0] != "doctor" else list(args))
+    return main(
+        [*args, "--storage", str(tmp_path / ".specenergy")] if args[0] != "doctor" else list(args)
+    )
 
 
 def test_compare_exits_1_on_regression_and_0_otherwise(tmp_path, capsys):
@@ -92,7 +114,9 @@ def test_merge_joins_shards_and_refuses_incomparable_ones(tmp_path, capsys):
     a.write_text(json.dumps(document(record(1, 5.0)).as_dict()))
     b.write_text(json.dumps(document(record(4, 7.0)).as_dict()))
     out = tmp_path / "merged.json"
-    assert run_cli(tmp_path, "merge", str(a), str(b), "--output", str(out), "--save", "nightly") == 0
+    assert (
+        run_cli(tmp_path, "merge", str(a), str(b), "--output", str(out), "--save", "nightly") == 0
+    )
     merged = RunStore().load(out)
     assert [r.case_id for r in merged.results] == ["code-ngram-b1", "code-ngram-b4"]
     assert RunStore(tmp_path / ".specenergy").list(KEY)[-1].name == "nightly"
@@ -110,8 +134,23 @@ def test_report_writes_html_and_markdown(tmp_path, capsys):
     save(tmp_path, "main", document(record(1, 5.0), record(4, 7.0)))
     save(tmp_path, "pr", document(record(1, 6.0), record(4, 7.0)))
     html, md = tmp_path / "r.html", tmp_path / "r.md"
-    assert run_cli(tmp_path, "report", "pr", "--baseline", "main", "--html", str(html),
-                   "--markdown", str(md), "--latency-target", "25", "--no-plots") == 0
+    assert (
+        run_cli(
+            tmp_path,
+            "report",
+            "pr",
+            "--baseline",
+            "main",
+            "--html",
+            str(html),
+            "--markdown",
+            str(md),
+            "--latency-target",
+            "25",
+            "--no-plots",
+        )
+        == 0
+    )
     assert "<html" in html.read_text()
     text = md.read_text()
     # The regression is listed; the unchanged case is counted in the header, not listed.
@@ -141,7 +180,8 @@ def test_compare_refuses_a_run_with_itself_and_an_interrupted_baseline(tmp_path,
     assert run_cli(tmp_path, "compare", "main", "last") == 2
     assert "are the same run" in capsys.readouterr().err
     cut = RunStore(tmp_path / ".specenergy").save(
-        dataclasses.replace(document(record(1, 5.0)), interrupted=True), "cut")
+        dataclasses.replace(document(record(1, 5.0)), interrupted=True), "cut"
+    )
     assert run_cli(tmp_path, "compare", str(cut), "main") == 2
     err = capsys.readouterr().err
     assert "saved by an interrupted session: its results are incomplete" in err
@@ -152,8 +192,15 @@ def test_one_limit_keeps_the_other_defaults(tmp_path, capsys):
     # energy:5% alone used to replace every default: a 15% accept-length drop went unreported.
     save(tmp_path, "main", document(record(1, 5.0)))
     worse = record(1, 5.0)
-    worse = dataclasses.replace(worse, speculative=dataclasses.replace(worse.speculative, samples=tuple(
-        dataclasses.replace(s, correct_drafts=36) for s in worse.speculative.samples)))
+    worse = dataclasses.replace(
+        worse,
+        speculative=dataclasses.replace(
+            worse.speculative,
+            samples=tuple(
+                dataclasses.replace(s, correct_drafts=36) for s in worse.speculative.samples
+            ),
+        ),
+    )
     save(tmp_path, "pr", document(worse))
     assert run_cli(tmp_path, "compare", "main", "pr", "--fail", "energy:5%") == 1
     assert "accept_length" in capsys.readouterr().out
@@ -161,7 +208,9 @@ def test_one_limit_keeps_the_other_defaults(tmp_path, capsys):
 
 def test_history_says_which_runs_an_interrupted_session_saved(tmp_path, capsys):
     save(tmp_path, "nightly", document(record(1, 5.0)))
-    RunStore(tmp_path / ".specenergy").save(dataclasses.replace(document(record(1, 5.0)), interrupted=True), "cut")
+    RunStore(tmp_path / ".specenergy").save(
+        dataclasses.replace(document(record(1, 5.0)), interrupted=True), "cut"
+    )
     assert run_cli(tmp_path, "history") == 0
     assert "of which 1 saved by an interrupted session (incomplete): cut" in capsys.readouterr().out
 
@@ -169,5 +218,13 @@ def test_history_says_which_runs_an_interrupted_session_saved(tmp_path, capsys):
 def test_report_refuses_a_latency_target_that_is_no_time(tmp_path, capsys):
     save(tmp_path, "main", document(record(1, 5.0)))
     with pytest.raises(SystemExit):
-        run_cli(tmp_path, "report", "main", "--markdown", str(tmp_path / "r.md"), "--latency-target", "-5")
+        run_cli(
+            tmp_path,
+            "report",
+            "main",
+            "--markdown",
+            str(tmp_path / "r.md"),
+            "--latency-target",
+            "-5",
+        )
     assert "'-5' is not a time between tokens in ms > 0" in capsys.readouterr().err

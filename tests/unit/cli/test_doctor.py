@@ -77,7 +77,9 @@ def test_healthy_fake_gpu_exits_zero():
 def test_energy_counter_unsupported_fails():
     code, text = run(["--sglang-version", "0.5.23"], fake.h200s(1, energy_supported=False))
     assert code == 1
-    assert "[FAIL] energy counter 0: unreadable: GPU 0 " in text and "NVML error NOT_SUPPORTED" in text
+    assert (
+        "[FAIL] energy counter 0: unreadable: GPU 0 " in text and "NVML error NOT_SUPPORTED" in text
+    )
 
 
 def test_flat_counter_warns():
@@ -111,15 +113,17 @@ def test_cuda_graph_flag_notes():
 
 def test_mig_visible_devices_fail():
     nvml = fake.FakeNvml(fake.h200s(1), clock=Clock())
-    checks = doctor.run_checks(nvml, "0.5.23", env={"CUDA_VISIBLE_DEVICES": "MIG-abc"},
-                               sleep=lambda s: None)
+    checks = doctor.run_checks(
+        nvml, "0.5.23", env={"CUDA_VISIBLE_DEVICES": "MIG-abc"}, sleep=lambda s: None
+    )
     (visible,) = [c for c in checks if c.name == "CUDA_VISIBLE_DEVICES"]
     assert visible.status == FAIL and "MIG slice" in visible.detail
 
 
 def test_persistence_off_and_low_power_limit_warn():
-    code, text = run(["--sglang-version", "0.5.23"],
-                     fake.h200s(1, persistence=fake.NVML_FEATURE_DISABLED))
+    code, text = run(
+        ["--sglang-version", "0.5.23"], fake.h200s(1, persistence=fake.NVML_FEATURE_DISABLED)
+    )
     assert code == 0 and "[WARN] gpu 0:" in text and "persistence" in text
     gpu = fake.h200s(1)[0]
     nvml = fake.FakeNvml([gpu])
@@ -131,14 +135,21 @@ def test_persistence_off_and_low_power_limit_warn():
 def test_json_output():
     clock = Clock()
     out = io.StringIO()
-    code = doctor.main(["--json", "--sglang-version", "0.5.23"],
-                       nvml_module=fake.FakeNvml(fake.h200s(1), clock=clock), out=out,
-                       sleep=clock.sleep)
+    code = doctor.main(
+        ["--json", "--sglang-version", "0.5.23"],
+        nvml_module=fake.FakeNvml(fake.h200s(1), clock=clock),
+        out=out,
+        sleep=clock.sleep,
+    )
     data = json.loads(out.getvalue())
     assert code == 0 and data["ok"] is True
     assert {c["status"] for c in data["checks"]} <= {OK, WARN}
-    assert data["checks"][0] == {"name": "nvml", "status": OK,
-                                 "detail": "injected module, driver 570.124.06", "fix": ""}
+    assert data["checks"][0] == {
+        "name": "nvml",
+        "status": OK,
+        "detail": "injected module, driver 570.124.06",
+        "fix": "",
+    }
 
 
 def test_doctor_help_prints_doctors_own_help_and_exits_0(capsys):

@@ -70,8 +70,7 @@ def wait_gone(pgid: int, within_s: float) -> float:
         if time.monotonic() - started > within_s:
             import pytest
 
-            pytest.fail(f"process group {pgid} still has {group_members(pgid)} after "
-                        f"{within_s} s")
+            pytest.fail(f"process group {pgid} still has {group_members(pgid)} after {within_s} s")
         time.sleep(0.05)
     return time.monotonic() - started
 

@@ -56,12 +56,14 @@ def foreign():
         server.server_close()
 
 
-def test_a_port_taken_before_the_launch_is_refused_naming_what_answers(tmp_path, foreign,
-                                                                        monkeypatch):
+def test_a_port_taken_before_the_launch_is_refused_naming_what_answers(
+    tmp_path, foreign, monkeypatch
+):
     port = foreign({"model_path": "tiny:hybrid", "pid": os.getpid()})
     monkeypatch.setattr(launch, "free_port", lambda host="127.0.0.1": port)
-    server = ServerProcess(CONFIG, FakeBackend(info={"model_path": "tiny:dense", "pid": True}),
-                           tmp_path)
+    server = ServerProcess(
+        CONFIG, FakeBackend(info={"model_path": "tiny:dense", "pid": True}), tmp_path
+    )
     try:
         with pytest.raises(EngineStartError) as info:
             server.start()
@@ -74,16 +76,18 @@ def test_a_port_taken_before_the_launch_is_refused_naming_what_answers(tmp_path,
 
 
 @pytest.mark.parametrize("reports_pid", [True, False], ids=["pid-reported", "sglang-no-pid"])
-def test_a_foreign_server_winning_the_port_race_is_not_adopted(tmp_path, foreign, monkeypatch,
-                                                               reports_pid):
+def test_a_foreign_server_winning_the_port_race_is_not_adopted(
+    tmp_path, foreign, monkeypatch, reports_pid
+):
     # The foreign server takes the port between our check and our engine's bind (forced here:
     # the check says free), and answers /health before our engine gives up on the bind.
     foreign_info = {"model_path": "tiny:hybrid", **({"pid": os.getpid()} if reports_pid else {})}
     port = foreign(foreign_info)
     monkeypatch.setattr(launch, "free_port", lambda host="127.0.0.1": port)
     monkeypatch.setattr(launch, "port_in_use", lambda host, port: False)
-    server = ServerProcess(CONFIG, FakeBackend(bind_delay=3, info={"model_path": "tiny:dense"}),
-                           tmp_path)
+    server = ServerProcess(
+        CONFIG, FakeBackend(bind_delay=3, info={"model_path": "tiny:dense"}), tmp_path
+    )
     try:
         with pytest.raises(EngineIdentityError) as info:
             server.start()
@@ -99,18 +103,21 @@ def test_a_foreign_server_winning_the_port_race_is_not_adopted(tmp_path, foreign
     assert str(server.log_path) in text
 
 
-def test_a_port_lost_to_a_foreign_server_is_given_up_for_a_fresh_one(tmp_path, foreign,
-                                                                    monkeypatch):
+def test_a_port_lost_to_a_foreign_server_is_given_up_for_a_fresh_one(
+    tmp_path, foreign, monkeypatch
+):
     # CI once lost a start this way: another server answered /health on the picked port
     # before our engine bound it. The identity check catches it; the launch moves on.
     taken = foreign({"model_path": "tiny:hybrid", "pid": os.getpid()})
     picks = iter([taken])
     real_free_port = launch.free_port
-    monkeypatch.setattr(launch, "free_port",
-                        lambda host="127.0.0.1": next(picks, None) or real_free_port(host))
+    monkeypatch.setattr(
+        launch, "free_port", lambda host="127.0.0.1": next(picks, None) or real_free_port(host)
+    )
     monkeypatch.setattr(launch, "port_in_use", lambda host, port: False)
-    server = ServerProcess(CONFIG, FakeBackend(bind_delay=1, info={"model_path": "tiny:dense", "pid": True}),
-                           tmp_path)
+    server = ServerProcess(
+        CONFIG, FakeBackend(bind_delay=1, info={"model_path": "tiny:dense", "pid": True}), tmp_path
+    )
     try:
         server.start()
         assert server.port != taken
@@ -146,19 +153,22 @@ def test_free_port_never_hands_out_a_port_twice_in_one_process(monkeypatch):
 
 
 def test_a_server_of_the_wrong_model_is_refused(tmp_path):
-    server = ServerProcess(CONFIG, FakeBackend(info={"model_path": "tiny:hybrid", "pid": True}),
-                           tmp_path)
+    server = ServerProcess(
+        CONFIG, FakeBackend(info={"model_path": "tiny:hybrid", "pid": True}), tmp_path
+    )
     try:
-        with pytest.raises(EngineIdentityError,
-                           match="model 'tiny:dense' expected, server reports 'tiny:hybrid'"):
+        with pytest.raises(
+            EngineIdentityError, match="model 'tiny:dense' expected, server reports 'tiny:hybrid'"
+        ):
             server.start()
     finally:
         server.stop()
 
 
 def test_our_own_server_passes_by_pid_or_by_port(tmp_path):
-    by_pid = ServerProcess(CONFIG, FakeBackend(info={"model_path": "tiny:dense", "pid": True}),
-                           tmp_path)
+    by_pid = ServerProcess(
+        CONFIG, FakeBackend(info={"model_path": "tiny:dense", "pid": True}), tmp_path
+    )
     by_port = ServerProcess(CONFIG, FakeBackend(info={"model_path": "tiny:dense"}), tmp_path)
     try:
         by_pid.start()
@@ -174,21 +184,37 @@ def test_our_own_server_passes_by_pid_or_by_port(tmp_path):
 NGRAM = Drafter("ngram", num_draft_tokens=4)
 
 
-@pytest.mark.parametrize("config, info, problem", [
-    (CONFIG, {"model_path": "tiny:dense", "speculative_algorithm": None}, None),
-    (CONFIG, {"engine": "fake"}, None),  # facts the server does not report pass
-    (CONFIG, {"model_path": "Qwen/Qwen3-8B"}, "model 'tiny:dense' expected"),
-    (CONFIG, {"model_path": "tiny:dense", "speculative_algorithm": "NGRAM"},
-     "no drafter expected (baseline arm), server runs 'NGRAM'"),
-    (EngineConfig(engine="x", model="tiny:dense", drafter=NGRAM),
-     {"model_path": "tiny:dense", "speculative_algorithm": None},
-     "drafter 'ngram' expected, server runs none"),
-    (EngineConfig(engine="x", model="tiny:dense",
-                  drafter=Drafter("draft_model", draft_model="tiny:draft")),
-     {"model_path": "tiny:dense", "speculative_algorithm": "DRAFT_MODEL",
-      "speculative_draft_model_path": "tiny:other"},
-     "draft model 'tiny:draft' expected, server reports 'tiny:other'"),
-])
+@pytest.mark.parametrize(
+    "config, info, problem",
+    [
+        (CONFIG, {"model_path": "tiny:dense", "speculative_algorithm": None}, None),
+        (CONFIG, {"engine": "fake"}, None),  # facts the server does not report pass
+        (CONFIG, {"model_path": "Qwen/Qwen3-8B"}, "model 'tiny:dense' expected"),
+        (
+            CONFIG,
+            {"model_path": "tiny:dense", "speculative_algorithm": "NGRAM"},
+            "no drafter expected (baseline arm), server runs 'NGRAM'",
+        ),
+        (
+            EngineConfig(engine="x", model="tiny:dense", drafter=NGRAM),
+            {"model_path": "tiny:dense", "speculative_algorithm": None},
+            "drafter 'ngram' expected, server runs none",
+        ),
+        (
+            EngineConfig(
+                engine="x",
+                model="tiny:dense",
+                drafter=Drafter("draft_model", draft_model="tiny:draft"),
+            ),
+            {
+                "model_path": "tiny:dense",
+                "speculative_algorithm": "DRAFT_MODEL",
+                "speculative_draft_model_path": "tiny:other",
+            },
+            "draft model 'tiny:draft' expected, server reports 'tiny:other'",
+        ),
+    ],
+)
 def test_config_mismatches(config, info, problem):
     found = identity.config_mismatches(config, info)
     assert found == [] if problem is None else any(problem in p for p in found)

@@ -26,12 +26,15 @@ http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 """
 
 # A minimal server that also starts a grandchild to prove the whole process group is stopped.
-HEALTHY = r"""
+HEALTHY = (
+    r"""
 import http.server, json, subprocess, sys
 port = int(sys.argv[1])
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 open(sys.argv[2], "w").write(str(child.pid))
-""" + SERVE
+"""
+    + SERVE
+)
 
 
 class ScriptBackend:
@@ -107,7 +110,8 @@ def test_stop_kills_the_whole_process_group(tmp_path):
 
 # A server like SGLang's: on SIGTERM it drains (writes a marker) and exits; its child (the
 # scheduler) records a SIGTERM of its own, which only a signal to the whole group sends.
-DRAINING = r"""
+DRAINING = (
+    r"""
 import http.server, json, pathlib, signal, subprocess, sys
 port, out = int(sys.argv[1]), pathlib.Path(sys.argv[2])
 child = subprocess.Popen([sys.executable, "-c", "import pathlib, signal, sys, time\n"
@@ -119,7 +123,9 @@ def drain(*_):
     (out / "server").write_text("drained")
     sys.exit(0)
 signal.signal(signal.SIGTERM, drain)
-""" + SERVE
+"""
+    + SERVE
+)
 
 
 @pytest.mark.parametrize("leader_only", [True, False])
@@ -139,8 +145,10 @@ def test_pool_close_stops_each_engine_the_way_its_backend_asks(tmp_path, monkeyp
 
 
 def test_pool_starts_each_config_once_and_remembers_failures(tmp_path, monkeypatch):
-    backends = {"script": ScriptBackend(HEALTHY, str(tmp_path / "c.pid")),
-                "broken": ScriptBackend("import sys; sys.exit(1)")}
+    backends = {
+        "script": ScriptBackend(HEALTHY, str(tmp_path / "c.pid")),
+        "broken": ScriptBackend("import sys; sys.exit(1)"),
+    }
     monkeypatch.setattr("pytest_specenergy.engines.pool.get_backend", lambda name: backends[name])
     told: list[tuple[int, str]] = []
     pool = EnginePool(tmp_path, progress=lambda level, text: told.append((level, text)))
@@ -157,7 +165,9 @@ def test_pool_starts_each_config_once_and_remembers_failures(tmp_path, monkeypat
         # One progress line per start, at the default verbosity: which engine, how long.
         assert [level for level, _ in told] == [0, 0]
         assert re.fullmatch(r"engine script:m\[baseline\] started in \d+\.\d s", told[0][1])
-        assert re.fullmatch(r"engine broken:m\[baseline\] failed to start after \d+\.\d s", told[1][1])
+        assert re.fullmatch(
+            r"engine broken:m\[baseline\] failed to start after \d+\.\d s", told[1][1]
+        )
     finally:
         pool.close()
     assert not first.alive()
@@ -179,7 +189,9 @@ def test_pool_says_when_it_restarts_an_engine_that_died(tmp_path, monkeypatch):
         second = pool.get(CONFIG)
         assert second is not first and second.alive() and pool.starts == [CONFIG, CONFIG]
         died = [t for t in told if "died" in t]
-        assert len(died) == 1 and "exit code -9 (SIGKILL)" in died[0] and "is restarted" in died[0], told
+        assert (
+            len(died) == 1 and "exit code -9 (SIGKILL)" in died[0] and "is restarted" in died[0]
+        ), told
         assert str(first.log_path) in died[0]
     finally:
         pool.close()

@@ -25,17 +25,29 @@ def test_every_release_parses_to_the_same_canonical_counters(version):
     responses = load(f"generate_spec_{version}.json")
     spec, prefill_only = [parse_meta_info(r["meta_info"]) for r in responses]
     assert spec == RequestCounters(
-        rid="a1", prompt_tokens=37, completion_tokens=64, finish_type="length", finish_detail=64,
-        e2e_latency=1.84, spec_verify_ct=20, spec_num_correct_drafts=43,
-        spec_num_proposed_drafts=60, correct_drafts_histogram=(1, 3, 8, 8), cached_tokens=0,
-        retractions=0)
+        rid="a1",
+        prompt_tokens=37,
+        completion_tokens=64,
+        finish_type="length",
+        finish_detail=64,
+        e2e_latency=1.84,
+        spec_verify_ct=20,
+        spec_num_correct_drafts=43,
+        spec_num_proposed_drafts=60,
+        correct_drafts_histogram=(1, 3, 8, 8),
+        cached_tokens=0,
+        retractions=0,
+    )
     assert spec.problems() == []
     # Finished in its prefill: SGLang sends no spec keys, and absent must stay None, not 0.
     assert prefill_only.completion_tokens == 1
     assert prefill_only.finish_type == "stop" and prefill_only.finish_detail == 151645
-    assert (prefill_only.spec_verify_ct, prefill_only.spec_num_correct_drafts,
-            prefill_only.spec_num_proposed_drafts, prefill_only.correct_drafts_histogram) == (
-        None, None, None, None)
+    assert (
+        prefill_only.spec_verify_ct,
+        prefill_only.spec_num_correct_drafts,
+        prefill_only.spec_num_proposed_drafts,
+        prefill_only.correct_drafts_histogram,
+    ) == (None, None, None, None)
 
 
 def test_baseline_engine_has_no_spec_counters_never_zero():
@@ -45,15 +57,24 @@ def test_baseline_engine_has_no_spec_counters_never_zero():
 
 
 def test_zero_is_kept_as_zero():
-    meta = {"prompt_tokens": 3, "completion_tokens": 5, "spec_verify_ct": 4,
-            "spec_num_correct_drafts": 0, "spec_num_proposed_drafts": 12}
+    meta = {
+        "prompt_tokens": 3,
+        "completion_tokens": 5,
+        "spec_verify_ct": 4,
+        "spec_num_correct_drafts": 0,
+        "spec_num_proposed_drafts": 12,
+    }
     counters = parse_meta_info(meta)
     assert counters.spec_num_correct_drafts == 0 and counters.spec_verify_ct == 4
 
 
 def test_alias_disagreeing_with_canonical_name_is_an_error():
-    meta = {"prompt_tokens": 3, "completion_tokens": 5, "spec_num_correct_drafts": 4,
-            "spec_accepted_drafts": 5}
+    meta = {
+        "prompt_tokens": 3,
+        "completion_tokens": 5,
+        "spec_num_correct_drafts": 4,
+        "spec_accepted_drafts": 5,
+    }
     with pytest.raises(MetaInfoError, match="spec_accepted_drafts=5.*must be equal"):
         parse_meta_info(meta)
 
@@ -66,22 +87,40 @@ def test_missing_token_counts_is_an_error_naming_the_key():
 
 
 def test_finish_reason_shapes():
-    abort = parse_meta_info({"prompt_tokens": 1, "completion_tokens": 0,
-                             "finish_reason": {"type": "abort", "message": "client gone"}})
+    abort = parse_meta_info(
+        {
+            "prompt_tokens": 1,
+            "completion_tokens": 0,
+            "finish_reason": {"type": "abort", "message": "client gone"},
+        }
+    )
     assert (abort.finish_type, abort.finish_detail) == ("abort", "client gone")
     streaming = parse_meta_info({"prompt_tokens": 1, "completion_tokens": 0, "finish_reason": None})
     assert streaming.finish_type is None and streaming.finish_detail is None
 
 
 def test_inconsistent_histogram_is_reported():
-    meta = {"prompt_tokens": 3, "completion_tokens": 40, "id": "r", "spec_verify_ct": 20,
-            "spec_num_correct_drafts": 43, "spec_num_proposed_drafts": 60,
-            "spec_correct_drafts_histogram": [1, 3, 8, 9]}
+    meta = {
+        "prompt_tokens": 3,
+        "completion_tokens": 40,
+        "id": "r",
+        "spec_verify_ct": 20,
+        "spec_num_correct_drafts": 43,
+        "spec_num_proposed_drafts": 60,
+        "spec_correct_drafts_histogram": [1, 3, 8, 9],
+    }
     problems = parse_meta_info(meta).problems()
     assert any("21 verify steps" in p for p in problems)
     assert any("46 accepted drafts" in p for p in problems)
-    too_many = parse_meta_info({"prompt_tokens": 1, "completion_tokens": 9, "spec_verify_ct": 2,
-                                "spec_num_correct_drafts": 7, "spec_num_proposed_drafts": 6})
+    too_many = parse_meta_info(
+        {
+            "prompt_tokens": 1,
+            "completion_tokens": 9,
+            "spec_verify_ct": 2,
+            "spec_num_correct_drafts": 7,
+            "spec_num_proposed_drafts": 6,
+        }
+    )
     assert any("exceed 6 proposed" in p for p in too_many.problems())
 
 
@@ -104,10 +143,18 @@ def test_concurrency_absent_is_none():
 
 
 def test_concurrency_merges_dp_ranks_and_differences_reads():
-    before = {"internal_states": [{"step_time_dict": {"4": [0.1] * 3}},
-                                  {"step_time_dict": {"4": [0.1] * 2, "2": [0.1]}}]}
-    after = {"internal_states": [{"step_time_dict": {"4": [0.1] * 7, "8": [0.1] * 2}},
-                                 {"step_time_dict": {"4": [0.1] * 2, "2": [0.1]}}]}
+    before = {
+        "internal_states": [
+            {"step_time_dict": {"4": [0.1] * 3}},
+            {"step_time_dict": {"4": [0.1] * 2, "2": [0.1]}},
+        ]
+    }
+    after = {
+        "internal_states": [
+            {"step_time_dict": {"4": [0.1] * 7, "8": [0.1] * 2}},
+            {"step_time_dict": {"4": [0.1] * 2, "2": [0.1]}},
+        ]
+    }
     assert parse_concurrency(before)["steps_by_running"] == {2: 1, 4: 5}
     delta = concurrency_between(before, after)
     assert delta["steps_by_running"] == {4: 4, 8: 2}
@@ -118,7 +165,10 @@ def test_concurrency_merges_dp_ranks_and_differences_reads():
 
 def test_concurrency_min_and_merge_over_windows():
     from pytest_specenergy.engines.meta_info import merge_concurrency
-    one = concurrency_between({}, {"internal_states": [{"step_time_dict": {"4": [0.1] * 6, "1": [0.1] * 2}}]})
+
+    one = concurrency_between(
+        {}, {"internal_states": [{"step_time_dict": {"4": [0.1] * 6, "1": [0.1] * 2}}]}
+    )
     assert one["min_running"] == 1 and one["max_running"] == 4 and one["mean_running"] == 26 / 8
     two = concurrency_between({}, {"internal_states": [{"step_time_dict": {"4": [0.1] * 8}}]})
     merged = merge_concurrency([one, two])

@@ -8,7 +8,9 @@ from pytest_specenergy.engines.refserver import ReferenceBackend
 
 
 def _threads(model: str, device: str) -> str | None:
-    argv = ReferenceBackend().command(EngineConfig(engine="reference", model=model, device=device), "127.0.0.1", 1)
+    argv = ReferenceBackend().command(
+        EngineConfig(engine="reference", model=model, device=device), "127.0.0.1", 1
+    )
     return argv[argv.index("--threads") + 1] if "--threads" in argv else None
 
 
@@ -26,13 +28,25 @@ def test_the_baseline_twin_runs_only_the_faults_that_reach_a_non_speculative_eng
     from pytest_specenergy.engines.drafters import Drafter
     from pytest_specenergy.refserver.faults import FAULTS
 
-    spec = EngineConfig(engine="reference", model="tiny:hybrid", drafter=Drafter("ngram"), faults=tuple(FAULTS))
+    spec = EngineConfig(
+        engine="reference", model="tiny:hybrid", drafter=Drafter("ngram"), faults=tuple(FAULTS)
+    )
     base = ReferenceBackend().command(spec.twin(), "127.0.0.1", 1)
-    assert [base[i + 1] for i, a in enumerate(base) if a == "--fault"] == ["numerical-noise"]  # it perturbs the target
+    assert [base[i + 1] for i, a in enumerate(base) if a == "--fault"] == [
+        "numerical-noise"
+    ]  # it perturbs the target
     # The dry run calls the faults the twin lacks speculative, not a broken pair.
     differs = describe_pair_difference(ReferenceBackend().command(spec, "127.0.0.1", 1), base)
     assert differs and not [line for line in differs if line.startswith("MISMATCH")], differs
-    # A speculative-only fault leaves the twin the healthy case's own: the two share one baseline engine and arm.
+    # A speculative-only fault leaves the twin the healthy case's own: the two share one baseline
+    # engine and arm.
     healthy = EngineConfig(engine="reference", model="tiny:hybrid", drafter=Drafter("ngram"))
-    assert EngineConfig(engine="reference", model="tiny:hybrid", drafter=Drafter("ngram"),
-                        faults=("partial-accept-state",)).twin() == healthy.twin()
+    assert (
+        EngineConfig(
+            engine="reference",
+            model="tiny:hybrid",
+            drafter=Drafter("ngram"),
+            faults=("partial-accept-state",),
+        ).twin()
+        == healthy.twin()
+    )

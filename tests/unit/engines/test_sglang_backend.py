@@ -31,50 +31,75 @@ DRAFTERS = {
     "dflash": Drafter("dflash", draft_model="/models/dflash"),
     "dspark": Drafter("dspark", draft_model="/models/dspark"),
 }
-PREFIX = ["/py", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-8B",
-          "--host", "127.0.0.1", "--port", "30000"]
-COMMON_OLD = ("--dtype bfloat16 --tp-size 1 --random-seed 0 --attention-backend flashinfer "
-              "--max-running-requests 16 --mem-fraction-static 0.8 --cuda-graph-max-bs 16 "
-              "--cuda-graph-bs 1 2 3 4 5 6 7 8 10 12 14 16 "
-              "--disable-radix-cache --decode-log-interval 1 --log-level warning "
-              "--disable-overlap-schedule")
-COMMON_NEW = ("--dtype bfloat16 --tp-size 1 --random-seed 0 --attention-backend flashinfer "
-              "--max-running-requests 16 --mem-fraction-static 0.8 --cuda-graph-max-bs-decode 16 "
-              "--cuda-graph-bs-decode 1 2 3 4 5 6 7 8 10 12 14 16 "
-              "--disable-radix-cache --decode-log-interval 1 --log-level warning")
+PREFIX = [
+    "/py",
+    "-m",
+    "sglang.launch_server",
+    "--model-path",
+    "Qwen/Qwen3-8B",
+    "--host",
+    "127.0.0.1",
+    "--port",
+    "30000",
+]
+COMMON_OLD = (
+    "--dtype bfloat16 --tp-size 1 --random-seed 0 --attention-backend flashinfer "
+    "--max-running-requests 16 --mem-fraction-static 0.8 --cuda-graph-max-bs 16 "
+    "--cuda-graph-bs 1 2 3 4 5 6 7 8 10 12 14 16 "
+    "--disable-radix-cache --decode-log-interval 1 --log-level warning "
+    "--disable-overlap-schedule"
+)
+COMMON_NEW = (
+    "--dtype bfloat16 --tp-size 1 --random-seed 0 --attention-backend flashinfer "
+    "--max-running-requests 16 --mem-fraction-static 0.8 --cuda-graph-max-bs-decode 16 "
+    "--cuda-graph-bs-decode 1 2 3 4 5 6 7 8 10 12 14 16 "
+    "--disable-radix-cache --decode-log-interval 1 --log-level warning"
+)
 COMMON = {"0.5.9": COMMON_OLD, "0.5.13": COMMON_OLD, "0.5.14": COMMON_NEW, "0.5.23": COMMON_NEW}
-NGRAM = ("--speculative-algorithm NGRAM --speculative-num-draft-tokens 9 "
-         "--speculative-ngram-min-bfs-breadth 1 --speculative-ngram-max-bfs-breadth 1")
+NGRAM = (
+    "--speculative-algorithm NGRAM --speculative-num-draft-tokens 9 "
+    "--speculative-ngram-min-bfs-breadth 1 --speculative-ngram-max-bfs-breadth 1"
+)
 SPEC = {
     ("ngram", "0.5.9"): NGRAM + " --speculative-ngram-min-match-window-size 1 "
-                                "--speculative-ngram-max-match-window-size 4",
+    "--speculative-ngram-max-match-window-size 4",
     ("ngram", "new"): NGRAM,
     ("eagle", "all"): "--speculative-algorithm EAGLE --speculative-draft-model-path /models/eagle "
-                      "--speculative-num-steps 3 --speculative-eagle-topk 1 "
-                      "--speculative-num-draft-tokens 4",
+    "--speculative-num-steps 3 --speculative-eagle-topk 1 "
+    "--speculative-num-draft-tokens 4",
     ("eagle3", "all"): "--speculative-algorithm EAGLE3 --speculative-draft-model-path "
-                       "/models/eagle3 --speculative-num-steps 3 --speculative-eagle-topk 1 "
-                       "--speculative-num-draft-tokens 4",
+    "/models/eagle3 --speculative-num-steps 3 --speculative-eagle-topk 1 "
+    "--speculative-num-draft-tokens 4",
     ("nextn", "all"): "--speculative-algorithm NEXTN --speculative-num-steps 3 "
-                      "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
+    "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
     ("draft_model", "all"): "--speculative-algorithm STANDALONE --speculative-draft-model-path "
-                            "/models/qwen3-0.6b --speculative-num-steps 4 "
-                            "--speculative-eagle-topk 1 --speculative-num-draft-tokens 5",
+    "/models/qwen3-0.6b --speculative-num-steps 4 "
+    "--speculative-eagle-topk 1 --speculative-num-draft-tokens 5",
     ("dflash", "all"): "--speculative-algorithm DFLASH --speculative-draft-model-path "
-                       "/models/dflash --speculative-num-draft-tokens 16",
+    "/models/dflash --speculative-num-draft-tokens 16",
     ("dspark", "all"): "--speculative-algorithm DSPARK --speculative-draft-model-path "
-                       "/models/dspark --speculative-dspark-block-size 6",
+    "/models/dspark --speculative-dspark-block-size 6",
 }
 SUPPORTED = {"dflash": ("0.5.13", "0.5.14", "0.5.23"), "dspark": ("0.5.23",)}
 
 
-def config(drafter: Drafter | None = None, version: str = "0.5.23", model: str = "Qwen/Qwen3-8B",
-           max_running_requests: int | None = 16, **options: Any) -> EngineConfig:
+def config(
+    drafter: Drafter | None = None,
+    version: str = "0.5.23",
+    model: str = "Qwen/Qwen3-8B",
+    max_running_requests: int | None = 16,
+    **options: Any,
+) -> EngineConfig:
     return EngineConfig(
-        engine="sglang", model=model, drafter=drafter, dtype="bf16",
+        engine="sglang",
+        model=model,
+        drafter=drafter,
+        dtype="bf16",
         max_running_requests=max_running_requests,
-        options=EngineConfig.freeze_options({"sglang_version": version, "python": "/py",
-                                             **options}))
+        options=EngineConfig.freeze_options(
+            {"sglang_version": version, "python": "/py", **options}
+        ),
+    )
 
 
 def golden_spec(name: str, version: str) -> str:
@@ -110,14 +135,25 @@ def test_twin_differs_only_in_speculative_flags(name, version):
         pytest.skip(f"{name} does not exist in {version}")
     backend = SGLangBackend()
     cfg = config(DRAFTERS[name], version, attention_backend="fa3", page_size=1)
-    lines = describe_pair_difference(backend.command(cfg, "127.0.0.1", 30001),
-                                     backend.command(cfg.twin(), "127.0.0.1", 30002))
+    lines = describe_pair_difference(
+        backend.command(cfg, "127.0.0.1", 30001), backend.command(cfg.twin(), "127.0.0.1", 30002)
+    )
     assert lines and all(line.startswith("speculative: --speculative-") for line in lines)
 
 
 def test_pair_difference_flags_a_mismatch():
-    spec = ["python", "-m", "sglang.launch_server", "--attention-backend", "flashinfer",
-            "--speculative-algorithm", "NGRAM", "--disable-overlap-schedule", "--port", "1"]
+    spec = [
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--attention-backend",
+        "flashinfer",
+        "--speculative-algorithm",
+        "NGRAM",
+        "--disable-overlap-schedule",
+        "--port",
+        "1",
+    ]
     base = ["python", "-m", "sglang.launch_server", "--attention-backend", "fa3", "--port", "2"]
     assert describe_pair_difference(spec, base) == [
         "MISMATCH: --attention-backend flashinfer (speculative) vs fa3 (baseline)",
@@ -125,7 +161,8 @@ def test_pair_difference_flags_a_mismatch():
         "MISMATCH: --disable-overlap-schedule (speculative arm only)",
     ]
     assert describe_pair_difference(["a", "--x", "1"], ["b", "--x", "1"]) == [
-        "MISMATCH: program a (speculative) vs b (baseline)"]
+        "MISMATCH: program a (speculative) vs b (baseline)"
+    ]
 
 
 def test_check_refuses_a_pair_that_would_differ(monkeypatch):
@@ -146,26 +183,51 @@ def test_check_refuses_a_pair_that_would_differ(monkeypatch):
 def test_pinned_defaults_are_the_same_in_both_arms_when_unset():
     args = SGLangBackend().server_args(config(DRAFTERS["ngram"], max_running_requests=None))
     base = SGLangBackend().server_args(config(None, max_running_requests=None))
-    for key in ("max_running_requests", "cuda_graph_max_bs_decode", "attention_backend",
-                "mem_fraction_static", "random_seed", "dtype", "tp_size", "disable_radix_cache",
-                "decode_log_interval"):
+    for key in (
+        "max_running_requests",
+        "cuda_graph_max_bs_decode",
+        "attention_backend",
+        "mem_fraction_static",
+        "random_seed",
+        "dtype",
+        "tp_size",
+        "disable_radix_cache",
+        "decode_log_interval",
+    ):
         assert args[key] == base[key], key
     assert args["max_running_requests"] == 48
 
 
 def test_environment_records_step_times():
-    assert SGLangBackend().environment(config(DRAFTERS["ngram"])) == {"SGLANG_RECORD_STEP_TIME": "1"}
+    assert SGLangBackend().environment(config(DRAFTERS["ngram"])) == {
+        "SGLANG_RECORD_STEP_TIME": "1"
+    }
 
 
-@pytest.mark.parametrize(("version", "option", "expected"), [
-    ("0.5.23", {"cuda_graph_max_bs": 8}, ["--cuda-graph-max-bs-decode", "8"]),
-    ("0.5.14", {"cuda_graph_max_bs": 8}, ["--cuda-graph-max-bs-decode", "8"]),
-    ("0.5.13", {"cuda_graph_max_bs_decode": 8}, ["--cuda-graph-max-bs", "8"]),
-    ("0.5.23", {"cuda_graph_bs": [1, 2, 4]}, ["--cuda-graph-bs-decode", "1", "2", "4"]),
-    ("0.5.9", {"speculative_ngram_max_trie_depth": 12}, ["--speculative-ngram-branch-length", "12"]),
-    ("0.5.23", {"speculative_ngram_branch_length": 12}, ["--speculative-ngram-max-trie-depth", "12"]),
-    ("0.5.13", {"mamba_radix_cache_strategy": "no_buffer"}, ["--mamba-scheduler-strategy", "no_buffer"]),
-])
+@pytest.mark.parametrize(
+    ("version", "option", "expected"),
+    [
+        ("0.5.23", {"cuda_graph_max_bs": 8}, ["--cuda-graph-max-bs-decode", "8"]),
+        ("0.5.14", {"cuda_graph_max_bs": 8}, ["--cuda-graph-max-bs-decode", "8"]),
+        ("0.5.13", {"cuda_graph_max_bs_decode": 8}, ["--cuda-graph-max-bs", "8"]),
+        ("0.5.23", {"cuda_graph_bs": [1, 2, 4]}, ["--cuda-graph-bs-decode", "1", "2", "4"]),
+        (
+            "0.5.9",
+            {"speculative_ngram_max_trie_depth": 12},
+            ["--speculative-ngram-branch-length", "12"],
+        ),
+        (
+            "0.5.23",
+            {"speculative_ngram_branch_length": 12},
+            ["--speculative-ngram-max-trie-depth", "12"],
+        ),
+        (
+            "0.5.13",
+            {"mamba_radix_cache_strategy": "no_buffer"},
+            ["--mamba-scheduler-strategy", "no_buffer"],
+        ),
+    ],
+)
 def test_renamed_options_are_spelled_for_the_version(version, option, expected):
     argv = SGLangBackend().command(config(DRAFTERS["ngram"], version, **option), "h", 1)
     text = " ".join(argv)
@@ -183,16 +245,23 @@ def test_disable_cuda_graph_per_version():
     assert "--disable-cuda-graph" in old and "--cuda-graph-max-bs" not in old
 
 
-@pytest.mark.parametrize(("version", "option", "message"), [
-    ("0.5.13", {"cuda_graph_max_bs_prefill": 4}, "needs SGLang >= 0.5.14"),
-    ("0.5.23", {"speculative_ngram_max_match_window_size": 4}, "removed in SGLang 0.5.12"),
-    ("0.5.23", {"port": 1}, "set by the plugin"),
-    # A list value that smuggles in a second --host: SGLang takes the last, off loopback.
-    ("0.5.23", {"cuda_graph_bs": [1, "--host", "0.0.0.0"]}, "holds '--host', which the command line would read"),
-    ("0.5.23", {"tokenizer_path": "-x"}, "holds '-x'"),
-    ("0.5.23", {"dist_init_addr": "0.0.0.0:5000"}, "is not a loopback address"),
-    ("0.5.23", {"cuda_graph_max_bs": 8, "cuda_graph_max_bs_decode": 16}, "twice"),
-])
+@pytest.mark.parametrize(
+    ("version", "option", "message"),
+    [
+        ("0.5.13", {"cuda_graph_max_bs_prefill": 4}, "needs SGLang >= 0.5.14"),
+        ("0.5.23", {"speculative_ngram_max_match_window_size": 4}, "removed in SGLang 0.5.12"),
+        ("0.5.23", {"port": 1}, "set by the plugin"),
+        # A list value that smuggles in a second --host: SGLang takes the last, off loopback.
+        (
+            "0.5.23",
+            {"cuda_graph_bs": [1, "--host", "0.0.0.0"]},
+            "holds '--host', which the command line would read",
+        ),
+        ("0.5.23", {"tokenizer_path": "-x"}, "holds '-x'"),
+        ("0.5.23", {"dist_init_addr": "0.0.0.0:5000"}, "is not a loopback address"),
+        ("0.5.23", {"cuda_graph_max_bs": 8, "cuda_graph_max_bs_decode": 16}, "twice"),
+    ],
+)
 def test_options_impossible_for_the_version_are_refused(version, option, message):
     with pytest.raises(EngineConfigError, match=message):
         SGLangBackend().check(config(None, version, **option))
@@ -208,8 +277,11 @@ def test_user_options_override_pins_in_both_arms():
 
 
 def test_speculative_options_stay_out_of_the_twin_and_dicts_become_json():
-    cfg = config(DRAFTERS["ngram"], speculative_ngram_max_trie_depth=12,
-                 cuda_graph_config={"decode": {"backend": "full", "max_bs": 16}})
+    cfg = config(
+        DRAFTERS["ngram"],
+        speculative_ngram_max_trie_depth=12,
+        cuda_graph_config={"decode": {"backend": "full", "max_bs": 16}},
+    )
     spec = SGLangBackend().command(cfg, "h", 1)
     base = SGLangBackend().command(cfg.twin(), "h", 1)
     assert "--speculative-ngram-max-trie-depth" in spec
@@ -219,7 +291,9 @@ def test_speculative_options_stay_out_of_the_twin_and_dicts_become_json():
 
 
 def test_unknown_option_is_refused_with_a_suggestion():
-    with pytest.raises(EngineConfigError, match=r"atention_backend \(did you mean attention_backend"):
+    with pytest.raises(
+        EngineConfigError, match=r"atention_backend \(did you mean attention_backend"
+    ):
         SGLangBackend().check(config(None, atention_backend="fa3"))
     SGLangBackend().check(config(None, enable_deterministic_inference=True))  # a real field
 
@@ -228,8 +302,9 @@ def test_unknown_option_checked_against_installed_sglang():
     fields = pytest.importorskip("sglang.srt.server_args") and sa.installed_server_args_fields()
     if fields is None or sa.installed_version() is None:
         pytest.skip("sglang's ServerArgs is not importable here")
-    cfg = EngineConfig("sglang", "Qwen/Qwen3-8B", options=EngineConfig.freeze_options(
-        {"not_a_server_arg": 1}))
+    cfg = EngineConfig(
+        "sglang", "Qwen/Qwen3-8B", options=EngineConfig.freeze_options({"not_a_server_arg": 1})
+    )
     with pytest.raises(EngineConfigError, match="installed sglang"):
         SGLangBackend().check(cfg)
 
@@ -242,22 +317,30 @@ def test_option_overriding_the_drafter_is_refused():
 def test_ngram_on_hybrid_is_refused_below_0_5_14_and_accepted_from_it():
     with pytest.raises(EngineConfigError, match="needs SGLang >= 0.5.14") as info:
         SGLangBackend().check(config(DRAFTERS["ngram"], "0.5.13", hybrid=True))
-    assert "0.5.14" in str(info.value) and "#26351" in str(info.value) and "Mamba" in str(info.value)
+    assert (
+        "0.5.14" in str(info.value) and "#26351" in str(info.value) and "Mamba" in str(info.value)
+    )
     SGLangBackend().check(config(DRAFTERS["ngram"], "0.5.14", hybrid=True))
     # Only NGRAM lacked the state commit; EAGLE workers always had it.
     # (Qwen/Qwen3-8B has no MTP layers of its own: NEXTN needs its head as draft_model.)
-    SGLangBackend().check(config(Drafter("nextn", draft_model="org/mtp-head"), "0.5.13", hybrid=True))
+    SGLangBackend().check(
+        config(Drafter("nextn", draft_model="org/mtp-head"), "0.5.13", hybrid=True)
+    )
 
 
-@pytest.mark.parametrize(("model_type", "arch", "hybrid"), [
-    ("qwen3_next", "Qwen3NextForCausalLM", True),
-    ("nemotron_h", "NemotronHForCausalLM", True),
-    ("something", "Qwen3_5MoeForConditionalGeneration", True),
-    ("qwen3", "Qwen3ForCausalLM", False),
-])
+@pytest.mark.parametrize(
+    ("model_type", "arch", "hybrid"),
+    [
+        ("qwen3_next", "Qwen3NextForCausalLM", True),
+        ("nemotron_h", "NemotronHForCausalLM", True),
+        ("something", "Qwen3_5MoeForConditionalGeneration", True),
+        ("qwen3", "Qwen3ForCausalLM", False),
+    ],
+)
 def test_hybrid_detected_from_a_local_checkpoint(tmp_path, model_type, arch, hybrid):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type,
-                                                      "architectures": [arch]}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": model_type, "architectures": [arch]})
+    )
     cfg = config(DRAFTERS["ngram"], "0.5.9", model=str(tmp_path))
     if hybrid:
         with pytest.raises(EngineConfigError, match="hybrid model"):
@@ -276,13 +359,17 @@ def test_hybrid_detected_from_hf_cache_and_name(tmp_path, monkeypatch):
     assert detect_hybrid("Qwen/Qwen3.5-27B")[0] is True
     assert detect_hybrid("Qwen/Qwen3-8B")[0] is False
     assert detect_hybrid("Qwen/Qwen3-Next-80B-A3B-Instruct", option=False) == (
-        False, "engine option hybrid=False")
-    SGLangBackend().check(config(DRAFTERS["ngram"], "0.5.13",
-                                 model="Qwen/Qwen3-Next-80B-A3B-Instruct", hybrid=False))
+        False,
+        "engine option hybrid=False",
+    )
+    SGLangBackend().check(
+        config(DRAFTERS["ngram"], "0.5.13", model="Qwen/Qwen3-Next-80B-A3B-Instruct", hybrid=False)
+    )
 
 
-@pytest.mark.parametrize(("name", "version"), [("dflash", "0.5.9"), ("dspark", "0.5.14"),
-                                               ("dspark", "0.5.13")])
+@pytest.mark.parametrize(
+    ("name", "version"), [("dflash", "0.5.9"), ("dspark", "0.5.14"), ("dspark", "0.5.13")]
+)
 def test_algorithm_missing_from_the_version_is_refused(tmp_path, name, version):
     drafter = Drafter(name, draft_model=str(tmp_path))
     with pytest.raises(EngineConfigError, match=f"SGLang {version} has no {name.upper()}"):
@@ -319,11 +406,17 @@ def test_bad_versions_and_dtypes_are_refused(monkeypatch):
     with pytest.raises(EngineConfigError, match="cannot read SGLang version"):
         SGLangBackend().check(config(None, "latest"))
     with pytest.raises(EngineConfigError, match="CUDA_VISIBLE_DEVICES"):
-        SGLangBackend().check(EngineConfig("sglang", "Qwen/Qwen3-8B", device="cuda:1", options=(
-            ("sglang_version", "0.5.23"),)))
+        SGLangBackend().check(
+            EngineConfig(
+                "sglang", "Qwen/Qwen3-8B", device="cuda:1", options=(("sglang_version", "0.5.23"),)
+            )
+        )
     with pytest.raises(EngineConfigError, match="not an SGLang dtype"):
-        SGLangBackend().check(EngineConfig("sglang", "Qwen/Qwen3-8B", dtype="int3", options=(
-            ("sglang_version", "0.5.23"),)))
+        SGLangBackend().check(
+            EngineConfig(
+                "sglang", "Qwen/Qwen3-8B", dtype="int3", options=(("sglang_version", "0.5.23"),)
+            )
+        )
     monkeypatch.setattr(sa, "installed_version", lambda: None)
     with pytest.raises(EngineConfigError, match="sglang_version='0.5.23'"):
         SGLangBackend().check(EngineConfig("sglang", "Qwen/Qwen3-8B"))
@@ -340,8 +433,10 @@ def test_versions_parse():
 def test_dry_run_lines_for_sglang():
     lines = dry_run_lines(config(DRAFTERS["ngram"], "0.5.23"), SGLangBackend())
     assert lines[0] == "# sglang:Qwen/Qwen3-8B[ngram] on the sglang engine"
-    assert any(line.startswith("speculative: SGLANG_RECORD_STEP_TIME=1 /py -m sglang.launch_server")
-               for line in lines)
+    assert any(
+        line.startswith("speculative: SGLANG_RECORD_STEP_TIME=1 /py -m sglang.launch_server")
+        for line in lines
+    )
     assert any(line.startswith("baseline: ") for line in lines)
     assert all("MISMATCH" not in line and "REFUSED" not in line for line in lines)
     refused = dry_run_lines(config(DRAFTERS["ngram"], "0.5.13", hybrid=True), SGLangBackend())
@@ -364,8 +459,12 @@ class _StubBackend:
         argv = ["python", "-m", "stub", "--model", config.model, "--port", str(port)]
         if config.drafter is None:
             return argv + ["--drafter", "none"]
-        return argv + ["--drafter", config.drafter.name, "--num-draft-tokens",
-                       str(config.drafter.num_draft_tokens)]
+        return argv + [
+            "--drafter",
+            config.drafter.name,
+            "--num-draft-tokens",
+            str(config.drafter.num_draft_tokens),
+        ]
 
     def environment(self, config):
         return {}
@@ -374,8 +473,10 @@ class _StubBackend:
 def test_dry_run_lines_take_any_backend():
     cfg = EngineConfig("stub", "tiny:dense", drafter=Drafter("ngram", num_draft_tokens=4))
     lines = dry_run_lines(cfg, _StubBackend())
-    assert "speculative: python -m stub --model tiny:dense --port 30000 --drafter ngram " \
-           "--num-draft-tokens 4" in lines
+    assert (
+        "speculative: python -m stub --model tiny:dense --port 30000 --drafter ngram "
+        "--num-draft-tokens 4" in lines
+    )
     assert "# differs: speculative: --drafter ngram (speculative) vs none (baseline)" in lines
     assert dry_run_lines(cfg.twin(), _StubBackend())[-1].startswith("baseline: python -m stub")
 
@@ -387,8 +488,12 @@ def test_twin_check_ignores_the_decode_capture_list_when_decode_graphs_are_off()
     from pytest_specenergy.engines.sglang import resolved_args_difference
 
     def info(bs, backend):
-        return {"cuda_graph_config": {"decode": {"backend": backend, "max_bs": 48, "bs": bs},
-                                      "prefill": {"backend": backend}}}
+        return {
+            "cuda_graph_config": {
+                "decode": {"backend": backend, "max_bs": 48, "bs": bs},
+                "prefill": {"backend": backend},
+            }
+        }
 
     spec_list, base_list = [1, 2, 3, 4, 6, 8], [1, 2, 4, 8]
     assert resolved_args_difference(info(spec_list, "disabled"), info(base_list, "disabled")) == []
@@ -396,19 +501,23 @@ def test_twin_check_ignores_the_decode_capture_list_when_decode_graphs_are_off()
     assert line.startswith("cuda_graph_config:")
     old = {"disable_cuda_graph": True, "cuda_graph_bs": spec_list}
     assert resolved_args_difference(old, dict(old, cuda_graph_bs=base_list)) == []
-    assert resolved_args_difference(dict(old, disable_cuda_graph=False),
-                                    dict(old, disable_cuda_graph=False, cuda_graph_bs=base_list))
+    assert resolved_args_difference(
+        dict(old, disable_cuda_graph=False),
+        dict(old, disable_cuda_graph=False, cuda_graph_bs=base_list),
+    )
     # One arm with graphs off is not excused (the CUDA-graph check names that case too).
     assert resolved_args_difference(info(spec_list, "disabled"), info(base_list, "full"))
 
 
 # --- payloads captured from a live SGLang 0.5.23 CPU server (tests/data/sglang/live-0.5.23) ---
 
+
 def _live(name: str) -> Any:
     from pathlib import Path
 
-    return json.loads((Path(__file__).resolve().parents[2] / "data" / "sglang" / "live-0.5.23"
-                       / name).read_text())
+    return json.loads(
+        (Path(__file__).resolve().parents[2] / "data" / "sglang" / "live-0.5.23" / name).read_text()
+    )
 
 
 def test_captured_generate_batch_parses_as_a_baseline_window():
@@ -442,8 +551,12 @@ def test_captured_server_info_step_records_and_resolved_args():
     assert after["version"] == "0.5.23" and after["device"] == "cpu"
     assert resolved_args_difference(after, dict(after, port=1, nccl_port=2)) == []
     config = after["cuda_graph_config"]
-    finer = dict(after, cuda_graph_config={**config, "decode": {**config["decode"], "bs": [1, 2, 3]}})
-    graphs_on = config["decode"]["backend"] != "disabled" and not after.get("disable_decode_cuda_graph")
+    finer = dict(
+        after, cuda_graph_config={**config, "decode": {**config["decode"], "bs": [1, 2, 3]}}
+    )
+    graphs_on = config["decode"]["backend"] != "disabled" and not after.get(
+        "disable_decode_cuda_graph"
+    )
     assert bool(resolved_args_difference(finer, after)) == graphs_on
 
 
@@ -454,17 +567,25 @@ def test_hand_made_fixtures_use_only_keys_real_sglang_sends():
 
     data = Path(__file__).resolve().parents[2] / "data" / "sglang"
     real_meta = set(_live("generate_text_batch.json")[0]["meta_info"])
-    spec_only = {"spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts",
-                 "spec_correct_drafts_histogram", "spec_accept_length", "spec_accept_rate",
-                 "spec_accept_token_num", "spec_draft_token_num"}
+    spec_only = {
+        "spec_verify_ct",
+        "spec_num_correct_drafts",
+        "spec_num_proposed_drafts",
+        "spec_correct_drafts_histogram",
+        "spec_accept_length",
+        "spec_accept_rate",
+        "spec_accept_token_num",
+        "spec_draft_token_num",
+    }
     hand = json.loads((data / "generate_spec_0.5.23.json").read_text())
     extra = {k for r in hand for k in r["meta_info"]} - real_meta - spec_only
     assert not extra, f"hand-made generate_spec_0.5.23.json has keys real SGLang lacks: {extra}"
     real_info = _live("server_info_after.json")
     hand_info = json.loads((data / "server_info_0.5.23.json").read_text())
     assert set(hand_info) - set(real_info) == set()
-    assert set(hand_info["internal_states"][0]) - set(real_info["internal_states"][0]) - set(real_info) \
-        <= {"avg_spec_accept_length"}
+    assert set(hand_info["internal_states"][0]) - set(real_info["internal_states"][0]) - set(
+        real_info
+    ) <= {"avg_spec_accept_length"}
 
 
 def test_overlap_scheduler_off_in_both_arms_on_cpu():

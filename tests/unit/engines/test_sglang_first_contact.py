@@ -36,10 +36,18 @@ def load(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def config(drafter: Drafter | None = None, version: str = "0.5.23", model: str = "org/model",
-           **options: object) -> EngineConfig:
-    return EngineConfig(engine="sglang", model=model, drafter=drafter,
-                        options=tuple(sorted({"sglang_version": version, **options}.items())))
+def config(
+    drafter: Drafter | None = None,
+    version: str = "0.5.23",
+    model: str = "org/model",
+    **options: object,
+) -> EngineConfig:
+    return EngineConfig(
+        engine="sglang",
+        model=model,
+        drafter=drafter,
+        options=tuple(sorted({"sglang_version": version, **options}.items())),
+    )
 
 
 # -- 1: two live servers of one config are twins ------------------------------------------
@@ -64,12 +72,24 @@ def test_every_ignored_key_says_why_and_is_what_sglang_sends():
     # The non-ServerArgs keys ignored are ones a real 0.5.23 or 0.5.9 server sends; the rest
     # of the list are ServerArgs fields (ports, addresses, IPC names).
     not_fields = {k for k in RESOLVED_IGNORED if k not in sa.KNOWN_FIELDS}
-    assert not_fields <= {"launch_command", "startup_time", "internal_states", "kv_events",
-                          "kv_event_sources", "hicache_object_layout", "tp_rank",
-                          "remote_instance_transfer_engine_session_id",
-                          "remote_instance_transfer_engine_weights_info_dict"}
-    assert {"launch_command", "startup_time", "internal_states", "kv_events",
-            "hicache_object_layout"} <= set(a)
+    assert not_fields <= {
+        "launch_command",
+        "startup_time",
+        "internal_states",
+        "kv_events",
+        "kv_event_sources",
+        "hicache_object_layout",
+        "tp_rank",
+        "remote_instance_transfer_engine_session_id",
+        "remote_instance_transfer_engine_weights_info_dict",
+    }
+    assert {
+        "launch_command",
+        "startup_time",
+        "internal_states",
+        "kv_events",
+        "hicache_object_layout",
+    } <= set(a)
     # Compared although not configuration: they must be equal in a twin.
     for kept in ("version", "frontend", "status", "max_total_num_tokens", "max_req_input_len"):
         assert kept in a and kept not in RESOLVED_IGNORED
@@ -79,15 +99,23 @@ def test_the_0_5_9_fixture_holds_only_what_0_5_9_sends():
     info = load(DATA / "server_info_0.5.9.json")
     # 0.5.9: asdict(server_args) + scheduler init info + internal_states + version.
     extra = {k for k in info if k not in sa.KNOWN_FIELDS}
-    assert extra <= {"status", "max_total_num_tokens", "max_req_input_len", "internal_states",
-                     "version"}, extra
+    assert extra <= {
+        "status",
+        "max_total_num_tokens",
+        "max_req_input_len",
+        "internal_states",
+        "version",
+    }, extra
 
 
 # -- 2: a request aborted while queued ----------------------------------------------------
 def test_a_request_aborted_in_the_waiting_queue_counts_nothing():
     answers = load(LIVE / "generate_abort_queued.json")
-    queued = [a["meta_info"] for a in answers
-              if a["meta_info"]["finish_reason"].get("message") == "Abort in waiting queue"]
+    queued = [
+        a["meta_info"]
+        for a in answers
+        if a["meta_info"]["finish_reason"].get("message") == "Abort in waiting queue"
+    ]
     assert len(queued) == 2 and all("prompt_tokens" not in m for m in queued)
     for meta in queued:
         counters = parse_meta_info(meta)
@@ -117,8 +145,15 @@ def test_a_smaller_speculative_kv_pool_fails_saying_how_to_pin_it():
 
 # -- 5: a decode time that is not positive -------------------------------------------------
 def _run(arm: str, seconds: float) -> SimpleNamespace:
-    sample = RepeatSample(decode_joules=1.0, decode_seconds=seconds, decode_tokens=10,
-                          tbt_ms=None, verify_steps=None, correct_drafts=None, proposed_drafts=None)
+    sample = RepeatSample(
+        decode_joules=1.0,
+        decode_seconds=seconds,
+        decode_tokens=10,
+        tbt_ms=None,
+        verify_steps=None,
+        correct_drafts=None,
+        proposed_drafts=None,
+    )
     return SimpleNamespace(arm=arm, samples=(sample,))
 
 
@@ -139,8 +174,9 @@ def test_the_client_sends_flush_with_timeout_on_0_5_23(tmp_path):
 
 def _checkpoint(tmp_path: Path, arch: str) -> str:
     tmp_path.mkdir(parents=True)
-    (tmp_path / "config.json").write_text(json.dumps({"architectures": [arch],
-                                                      "model_type": "llama"}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"architectures": [arch], "model_type": "llama"})
+    )
     return str(tmp_path)
 
 
@@ -159,10 +195,19 @@ def test_nextn_without_draft_model_needs_mtp_layers_in_the_target(tmp_path):
 
 
 def test_special_token_ids_come_from_the_checkpoint(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps(
-        {"bos_token_id": 0, "eos_token_id": [1, 7], "pad_token_id": 2}))
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {
-        "5": {"content": "<|im_end|>", "special": True}, "9": {"content": "x", "special": False}}}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"bos_token_id": 0, "eos_token_id": [1, 7], "pad_token_id": 2})
+    )
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "added_tokens_decoder": {
+                    "5": {"content": "<|im_end|>", "special": True},
+                    "9": {"content": "x", "special": False},
+                }
+            }
+        )
+    )
     assert checkpoint_special_token_ids(str(tmp_path)) == (0, 1, 2, 5, 7)
     # /server_info of a real SGLang server has none; the engine's ids come from the checkpoint.
     live = load(LIVE / "pair_server_info_a.json")

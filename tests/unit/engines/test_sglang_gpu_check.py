@@ -10,40 +10,67 @@ import pytest
 
 def _checkpoint(path: Path) -> str:
     path.mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"],
-                                                 "model_type": "llama"}))
+    (path / "config.json").write_text(
+        json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+    )
     return str(path)
 
 
 def test_dry_run_prints_both_arms_with_the_kv_pool_pinned(sglang_gpu_check, tmp_path, capfd):
     target, draft = _checkpoint(tmp_path / "target"), _checkpoint(tmp_path / "draft")
-    code = sglang_gpu_check.main(["--model", target, "--draft-model", draft, "--eagle3", draft, "--dry-run",
-                                  "--engine-option", "load_format=dummy"])
+    code = sglang_gpu_check.main(
+        [
+            "--model",
+            target,
+            "--draft-model",
+            draft,
+            "--eagle3",
+            draft,
+            "--dry-run",
+            "--engine-option",
+            "load_format=dummy",
+        ]
+    )
     out = capfd.readouterr().out
     assert code == 0, out
     for algorithm in ("NGRAM", "STANDALONE", "EAGLE3"):
         assert f"--speculative-algorithm {algorithm}" in out
     baselines = [line for line in out.splitlines() if line.startswith("baseline:")]
-    assert baselines and all("--max-total-tokens 131072" in line and "--load-format dummy" in line
-                             for line in baselines)
+    assert baselines and all(
+        "--max-total-tokens 131072" in line and "--load-format dummy" in line for line in baselines
+    )
     assert "MISMATCH" not in out
 
 
 def test_a_bad_engine_option_is_refused(sglang_gpu_check, tmp_path):
     with pytest.raises(SystemExit):
-        sglang_gpu_check.main(["--model", "m", "--draft-model", "d", "--engine-option", "novalue", "--dry-run"])
+        sglang_gpu_check.main(
+            ["--model", "m", "--draft-model", "d", "--engine-option", "novalue", "--dry-run"]
+        )
 
 
 def test_the_table_says_which_checks_held(sglang_gpu_check):
-    document = {"engine_starts": 3, "meters": {"nvml": {"label": "nvml"}},
-                "machines": {"k": {"gpus": [{"name": "NVIDIA H200", "uuid": "GPU-1"}]}},
-                "results": [
-                    {"case_id": "code-ngram-b1", "checks": [], "energy_saving": 0.12,
-                     "baseline": {"energy_per_token": 0.5}, "speculative": {"energy_per_token": 0.44,
-                                                                           "accept_length": 2.5}},
-                    {"case_id": "code-draft-b8", "energy_saving": -0.1,
-                     "checks": [{"name": "twin-differs", "severity": "fail"}],
-                     "baseline": {}, "speculative": {}}]}
+    document = {
+        "engine_starts": 3,
+        "meters": {"nvml": {"label": "nvml"}},
+        "machines": {"k": {"gpus": [{"name": "NVIDIA H200", "uuid": "GPU-1"}]}},
+        "results": [
+            {
+                "case_id": "code-ngram-b1",
+                "checks": [],
+                "energy_saving": 0.12,
+                "baseline": {"energy_per_token": 0.5},
+                "speculative": {"energy_per_token": 0.44, "accept_length": 2.5},
+            },
+            {
+                "case_id": "code-draft-b8",
+                "energy_saving": -0.1,
+                "checks": [{"name": "twin-differs", "severity": "fail"}],
+                "baseline": {},
+                "speculative": {},
+            },
+        ],
+    }
     text = "\n".join(sglang_gpu_check._table(document))
     assert "NVIDIA H200 GPU-1" in text and "engine starts: 3" in text
     assert "all held" in text and "twin-differs (fail)" in text and "+12.0%" in text

@@ -33,9 +33,17 @@ def model_dir(tmp_path, name: str, gib: float) -> str:
 
 
 def config(model: str, drafter: Drafter | None = None, **options: Any) -> EngineConfig:
-    return EngineConfig(engine="sglang", model=model, drafter=drafter, dtype="bf16", device="cuda",
-                        max_running_requests=16,
-                        options=EngineConfig.freeze_options({"sglang_version": "0.5.23", "python": "/py", **options}))
+    return EngineConfig(
+        engine="sglang",
+        model=model,
+        drafter=drafter,
+        dtype="bf16",
+        device="cuda",
+        max_running_requests=16,
+        options=EngineConfig.freeze_options(
+            {"sglang_version": "0.5.23", "python": "/py", **options}
+        ),
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +80,11 @@ def test_the_draft_model_counts_on_the_speculative_engine(tmp_path):
 
 def test_a_third_engine_for_in_job_ab_takes_a_smaller_share(tmp_path):
     target = model_dir(tmp_path, "t", 16.4)
-    arms = [config(target), config(target, Drafter("ngram")), config(target, Drafter("ngram", num_draft_tokens=4))]
+    arms = [
+        config(target),
+        config(target, Drafter("ngram")),
+        config(target, Drafter("ngram", num_draft_tokens=4)),
+    ]
     decision = decide(arms, 3, H200, FIELDS)
     assert decision.resident and decision.mem_fraction == 0.26
     assert not decide(arms, 3, 80 * GIB, FIELDS).resident  # 0.6 x 0.26 x 80 = 12.5 GiB < 16.4
@@ -82,7 +94,10 @@ def test_what_is_not_known_is_not_guessed():
     hub = [config("Qwen/Qwen3-8B"), config("Qwen/Qwen3-8B", Drafter("ngram"))]
     unknown_size = decide(hub, 2, H200, FIELDS)
     assert not unknown_size.resident and "declare weights_gb=" in unknown_size.reason
-    declared = [config("Qwen/Qwen3-8B", weights_gb=16.4), config("Qwen/Qwen3-8B", Drafter("ngram"), weights_gb=16.4)]
+    declared = [
+        config("Qwen/Qwen3-8B", weights_gb=16.4),
+        config("Qwen/Qwen3-8B", Drafter("ngram"), weights_gb=16.4),
+    ]
     assert decide(declared, 2, H200, FIELDS).resident
     assert "no NVML" in decide(declared, 2, None, FIELDS).reason
     no_sleep = decide(declared, 2, H200, frozenset({"mem_fraction_static"}))
@@ -93,14 +108,32 @@ def test_what_is_not_known_is_not_guessed():
 
 def test_the_marker_forces_either_way_and_a_users_fraction_is_kept(tmp_path):
     target = model_dir(tmp_path, "t", 2.0)
-    forced = decide([config(target, resident=False), config(target, Drafter("ngram"), resident=False)], 2, H200,
-                    FIELDS)
+    forced = decide(
+        [config(target, resident=False), config(target, Drafter("ngram"), resident=False)],
+        2,
+        H200,
+        FIELDS,
+    )
     assert not forced.resident and "resident=False" in forced.reason
-    vouched = decide([config("Qwen/Qwen3-8B", resident=True), config("Qwen/Qwen3-8B", Drafter("ngram"), resident=True)],
-                     2, None, FIELDS)
+    vouched = decide(
+        [
+            config("Qwen/Qwen3-8B", resident=True),
+            config("Qwen/Qwen3-8B", Drafter("ngram"), resident=True),
+        ],
+        2,
+        None,
+        FIELDS,
+    )
     assert vouched.resident and vouched.mem_fraction == 0.40
-    own = decide([config(target, mem_fraction_static=0.3), config(target, Drafter("ngram"), mem_fraction_static=0.3)],
-                 2, H200, FIELDS)
+    own = decide(
+        [
+            config(target, mem_fraction_static=0.3),
+            config(target, Drafter("ngram"), mem_fraction_static=0.3),
+        ],
+        2,
+        H200,
+        FIELDS,
+    )
     assert own.resident and own.mem_fraction == 0.3
     too_much = decide([config(target, mem_fraction_static=0.5)], 2, H200, FIELDS)
     assert not too_much.resident and "1.00 of the GPU's memory" in too_much.reason
@@ -119,7 +152,9 @@ def test_resident_argv_splits_the_memory_equally_and_sleeps_on_idle(tmp_path):
     for argv in (spec_argv, base_argv):
         at = argv.index("--mem-fraction-static")
         assert argv[at + 1] == "0.4" and "--sleep-on-idle" in argv
-        assert not any(a.startswith(("--resident", "--weights")) for a in argv)  # the plugin's own options
+        assert not any(
+            a.startswith(("--resident", "--weights")) for a in argv
+        )  # the plugin's own options
     lines = describe_pair_difference(spec_argv, base_argv)
     assert lines and all(line.startswith("speculative: --speculative-") for line in lines)
     # The engine description the run document records carries the share.

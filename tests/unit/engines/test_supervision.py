@@ -99,14 +99,20 @@ def start_child(tmp_path):
             child.wait()
 
 
-def _start_child(children: list, script: str, tmp_path: Path, mode: str, wait_s: float,
-                 shared_zygote: bool):
+def _start_child(
+    children: list, script: str, tmp_path: Path, mode: str, wait_s: float, shared_zygote: bool
+):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), HERE])}
     if not shared_zygote:  # the child starts its own, as a pytest process of its own would
         env.pop(zygote_module.SHARED, None)
     errors = (tmp_path / "child.stderr").open("w+")
-    child = subprocess.Popen([sys.executable, "-c", script, HERE, mode, str(tmp_path)],
-                             stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, HERE, mode, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=errors,
+        text=True,
+        env=env,
+    )
     children.append(child)
     ready, _, _ = select.select([child.stdout], [], [], wait_s)
     line = child.stdout.readline() if ready else ""
@@ -130,8 +136,9 @@ def test_kill_9_of_the_launcher_stops_the_server_group(tmp_path, start_child, re
     assert "parent" in Path(facts["log"]).read_text() and "died" in Path(facts["log"]).read_text()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
-                    reason="the reference server needs torch")
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="the reference server needs torch"
+)
 @pytest.mark.parametrize("shared_zygote", [False, True], ids=["own-zygote", "parents-zygote"])
 def test_kill_9_of_pytest_frees_a_real_reference_server(start_child, reap_group, shared_zygote):
     # The probe of fault-audit 2b/7b: a dead pytest (or xdist worker) left its server running.
@@ -139,8 +146,9 @@ def test_kill_9_of_pytest_frees_a_real_reference_server(start_child, reap_group,
     # (SPECENERGY_ZYGOTE_SOCKET); its engines must stop with it, the zygote stays ours.
     ours = None
     if shared_zygote:
-        ours = zygote_module.zygote_for([sys.executable, "-m", zygote_module.REFSERVER, "--device", "cpu"],
-                                        dict(os.environ))
+        ours = zygote_module.zygote_for(
+            [sys.executable, "-m", zygote_module.REFSERVER, "--device", "cpu"], dict(os.environ)
+        )
         assert ours is not None and ours.shared
     child, facts = start_child(LAUNCHER, "reference", wait_s=240.0, shared_zygote=shared_zygote)
     reap_group(facts["pgid"])
@@ -168,7 +176,9 @@ def test_sigterm_ends_the_session_like_ctrl_c_and_stops_the_engines(start_child,
     child.send_signal(signal.SIGTERM)
     out, _ = child.communicate(timeout=30)
     assert "interrupted by EngineTerminated" in out and "pool closed" in out, (
-        child.returncode, (Path(facts["tmp"]) / "child.stderr").read_text())
+        child.returncode,
+        (Path(facts["tmp"]) / "child.stderr").read_text(),
+    )
     assert child.returncode == 0
     assert wait_gone(facts["pgid"], within_s=5.0) < 5.0
 
@@ -189,8 +199,10 @@ def pool_with(monkeypatch, tmp_path):
         pool.close()
 
 
-@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
-                    reason="signal handlers can only be set from the main thread")
+@pytest.mark.skipif(
+    threading.current_thread() is not threading.main_thread(),
+    reason="signal handlers can only be set from the main thread",
+)
 def test_sigterm_handler_chains_the_previous_one_and_is_restored(pool_with):
     calls = []
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))
@@ -256,10 +268,21 @@ def test_request_timeout_default_and_validation():
 
 
 def run_watchdog(*command: str, parent: int | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest_specenergy.engines.watchdog",
-                           "--parent", str(parent or os.getpid()), "--", *command],
-                          capture_output=True, text=True, timeout=30,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest_specenergy.engines.watchdog",
+            "--parent",
+            str(parent or os.getpid()),
+            "--",
+            *command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 def test_watchdog_exits_with_the_servers_status():
@@ -274,11 +297,14 @@ def test_watchdog_refuses_to_start_for_a_dead_parent():
     assert "already gone" in result.stderr
 
 
-def test_watchdog_without_pipe_sees_the_parent_die_and_kills_a_server_ignoring_sigterm(tmp_path,
-                                                                                    reap_group):
+def test_watchdog_without_pipe_sees_the_parent_die_and_kills_a_server_ignoring_sigterm(
+    tmp_path, reap_group
+):
     # The getppid() fallback (a pipe end may leak into a fork) and the SIGKILL after the grace.
-    stubborn = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                "print('ignoring SIGTERM', flush=True); time.sleep(600)")
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ignoring SIGTERM', flush=True); time.sleep(600)"
+    )
     parent = (
         "import os, subprocess, sys\n"
         "dog = subprocess.Popen([sys.executable, '-m', 'pytest_specenergy.engines.watchdog',"
@@ -286,10 +312,16 @@ def test_watchdog_without_pipe_sees_the_parent_die_and_kills_a_server_ignoring_s
         " start_new_session=True, stdout=sys.stderr, stderr=sys.stderr)\n"
         "print(dog.pid, flush=True)\n"
         "import time; time.sleep(1.5)\n"
-        "os._exit(0)\n")
+        "os._exit(0)\n"
+    )
     log = (tmp_path / "log").open("w+")
-    child = subprocess.Popen([sys.executable, "-c", parent, stubborn], stdout=subprocess.PIPE,
-                             stderr=log, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    child = subprocess.Popen(
+        [sys.executable, "-c", parent, stubborn],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     pgid = int(child.stdout.readline())
     reap_group(pgid)
     child.wait(timeout=30)
@@ -303,13 +335,29 @@ def test_sigusr1_to_the_watchdog_stops_the_server_alone_and_gracefully(tmp_path)
     """The leader-only stop (SGLang's clean path): the launcher signals the watchdog, which
     sends SIGTERM to the server only; the server drains and exits 0 well inside the grace."""
     marker = tmp_path / "got-sigterm"
-    server = ("import signal, sys, time, pathlib\n"
-              f"def on_term(*_):\n    pathlib.Path({str(marker)!r}).write_text('yes'); sys.exit(0)\n"
-              "signal.signal(signal.SIGTERM, on_term)\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    server = (
+        "import signal, sys, time, pathlib\n"
+        f"def on_term(*_):\n    pathlib.Path({str(marker)!r}).write_text('yes'); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, on_term)\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    )
     watchdog = subprocess.Popen(
-        [sys.executable, "-m", "pytest_specenergy.engines.watchdog", "--parent", str(os.getpid()),
-         "--grace", "30", "--", sys.executable, "-c", server],
-        stdout=subprocess.PIPE, text=True, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "pytest_specenergy.engines.watchdog",
+            "--parent",
+            str(os.getpid()),
+            "--grace",
+            "30",
+            "--",
+            sys.executable,
+            "-c",
+            server,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert watchdog.stdout.readline().strip() == "ready"
         started = time.monotonic()

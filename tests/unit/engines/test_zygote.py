@@ -70,18 +70,38 @@ def test_the_zygote_builds_the_tiny_models_an_engine_asks_for_once(monkeypatch):
     monkeypatch.setattr(models, "_TINY_CACHE", {})
     threads, seen = torch.get_num_threads(), []
     real_load = models.load_model
-    monkeypatch.setattr(models, "load_model", lambda *a: seen.append(torch.get_num_threads()) or real_load(*a))
+    monkeypatch.setattr(
+        models, "load_model", lambda *a: seen.append(torch.get_num_threads()) or real_load(*a)
+    )
     head = [sys.executable, "-m", zygote_module.REFSERVER]
-    argv = [*head, "--model", "tiny:dense", "--drafter", "draft_model", "--dtype", "auto", "--seed", "3"]
+    argv = [
+        *head,
+        "--model",
+        "tiny:dense",
+        "--drafter",
+        "draft_model",
+        "--dtype",
+        "auto",
+        "--seed",
+        "3",
+    ]
     zygote_module._build_tiny_models(argv)
-    assert sorted((k[0], k[1]) for k in models._TINY_CACHE) == [("tiny:dense", 3), ("tiny:dense-draft", 3)]
+    assert sorted((k[0], k[1]) for k in models._TINY_CACHE) == [
+        ("tiny:dense", 3),
+        ("tiny:dense-draft", 3),
+    ]
     assert seen == [1, 1] and torch.get_num_threads() == threads
     built = dict(models._TINY_CACHE)
-    assert real_load("tiny:dense", "auto", "auto", 3) is built[("tiny:dense", 3, torch.float32, "cpu")]
+    assert (
+        real_load("tiny:dense", "auto", "auto", 3) is built[("tiny:dense", 3, torch.float32, "cpu")]
+    )
     zygote_module._build_tiny_models(argv)
-    for bad in (["--model", "tiny:dense", "--seed", "x"], ["--model", "random:qwen3-4b:layers=1"],
-                ["--model", "tiny:nope"], ["--model", "tiny:dense", "--seed", "3", "--drafter", "block",
-                                           "--draft-model", "/no"]):
+    for bad in (
+        ["--model", "tiny:dense", "--seed", "x"],
+        ["--model", "random:qwen3-4b:layers=1"],
+        ["--model", "tiny:nope"],
+        ["--model", "tiny:dense", "--seed", "3", "--drafter", "block", "--draft-model", "/no"],
+    ):
         zygote_module._build_tiny_models([*head, *bad])
     assert models._TINY_CACHE == built and torch.get_num_threads() == threads
 
@@ -144,22 +164,42 @@ def test_a_process_this_one_starts_forks_its_engines_from_this_zygote(tmp_path):
     assert ours is not None and ours.alive and os.environ[zygote_module.SHARED]
 
     def client(env: dict[str, str]) -> dict:
-        done = subprocess.run([sys.executable, "-c", CLIENT, str(tmp_path / "logs")], env=env,
-                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", CLIENT, str(tmp_path / "logs")],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout)
 
     shared = client(dict(os.environ))
-    assert shared == {"own": False, "zygote": ours.pid, "listens": ours.shared, "package": zygote_module.__file__,
-                      "forked_by": ours.pid, "exit": 0, "tokens": 4}
+    assert shared == {
+        "own": False,
+        "zygote": ours.pid,
+        "listens": ours.shared,
+        "package": zygote_module.__file__,
+        "forked_by": ours.pid,
+        "exit": 0,
+        "tokens": 4,
+    }
     long_tmp = tmp_path / ("t" * 110)  # AF_UNIX paths end at 108 bytes
     long_tmp.mkdir()
     other = tmp_path / "other"
-    shutil.copytree(Path(zygote_module.__file__).parents[1], other / "pytest_specenergy",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        Path(zygote_module.__file__).parents[1],
+        other / "pytest_specenergy",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     alone = client({**os.environ, "PYTHONPATH": str(other), "TMPDIR": str(long_tmp)})
     assert alone["own"] and alone["zygote"] == alone["forked_by"] != ours.pid and alone["exit"] == 0
-    assert alone["listens"] is None and alone["tokens"] == 4 and alone["package"].startswith(str(other))
+    assert (
+        alone["listens"] is None
+        and alone["tokens"] == 4
+        and alone["package"].startswith(str(other))
+    )
     # Its zygote exits with it and removes the folder made for the socket it could not bind.
     deadline = time.monotonic() + 10
     while list(long_tmp.glob("specenergy-zygote-*")) and time.monotonic() < deadline:

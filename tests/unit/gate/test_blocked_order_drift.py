@@ -11,7 +11,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from test_unpaired_orders import _OneRun  # the same one-stored-run store (this folder is on sys.path)
+from test_unpaired_orders import (
+    _OneRun,
+)  # the same one-stored-run store (this folder is on sys.path)
 
 from pytest_specenergy.document import CaseRecord
 from pytest_specenergy.gate.compare import drift_allowance
@@ -26,13 +28,26 @@ BLOCKED = {"interleaved": False}
 
 
 def _arm(values) -> dict:
-    return {"source": "s", "samples": [{"decode_joules": float(v), "decode_seconds": 1.0, "decode_tokens": 1}
-                                       for v in values]}
+    return {
+        "source": "s",
+        "samples": [
+            {"decode_joules": float(v), "decode_seconds": 1.0, "decode_tokens": 1} for v in values
+        ],
+    }
 
 
 def _record(spec, base) -> CaseRecord:
-    return CaseRecord.from_dict({"case_id": "c", "source": "s", "baseline": _arm(base), "speculative": _arm(spec),
-                                 "order": BLOCKED, "nodeid": "t", "machine_key": "k"})
+    return CaseRecord.from_dict(
+        {
+            "case_id": "c",
+            "source": "s",
+            "baseline": _arm(base),
+            "speculative": _arm(spec),
+            "order": BLOCKED,
+            "nodeid": "t",
+            "machine_key": "k",
+        }
+    )
 
 
 def test_blocked_order_with_2pct_block_drift_holds_alpha_at_the_limit():
@@ -40,12 +55,20 @@ def test_blocked_order_with_2pct_block_drift_holds_alpha_at_the_limit():
     plan, cases, noise, drift, regressed = gate_plan(), 300, 0.03, 0.02, 0
     for _ in range(cases):
         level, ratio = math.log(rng.uniform(0.3, 3.0)), math.log(rng.uniform(0.5, 0.9))
-        stored = _record(np.exp(level + ratio - math.log1p(drift) + noise * rng.standard_normal(15)),
-                         np.exp(level + noise * rng.standard_normal(15)))
+        stored = _record(
+            np.exp(level + ratio - math.log1p(drift) + noise * rng.standard_normal(15)),
+            np.exp(level + noise * rng.standard_normal(15)),
+        )
         offset = rng.uniform(0.02, 0.03) * rng.choice([-1.0, 1.0])  # the session's, on every arm
         base = np.exp(level + offset + noise * rng.standard_normal(plan.cap))
-        spec = np.exp(level + ratio + offset + math.log1p(drift) + math.log1p(0.05)
-                      + noise * rng.standard_normal(plan.cap))
+        spec = np.exp(
+            level
+            + ratio
+            + offset
+            + math.log1p(drift)
+            + math.log1p(0.05)
+            + noise * rng.standard_normal(plan.cap)
+        )
         gate, n = Gatekeeper(runs=_OneRun(stored), compare="stored", plan=plan), plan.start
         while isinstance(decision := gate.judge(_record(spec[:n], base[:n]), ENERGY), NeedsRepeats):
             n += decision.extra
@@ -56,9 +79,15 @@ def test_blocked_order_with_2pct_block_drift_holds_alpha_at_the_limit():
 
 def test_the_verdict_states_the_allowance_of_both_blocked_runs():
     rng = np.random.default_rng(3)
-    stored = _record(0.6 * np.exp(0.01 * rng.standard_normal(15)), np.exp(0.01 * rng.standard_normal(15)))
-    current = _record(0.6 * 1.07 * np.exp(0.01 * rng.standard_normal(11)), np.exp(0.01 * rng.standard_normal(11)))
-    decision = Gatekeeper(runs=_OneRun(stored), compare="stored", plan=gate_plan()).judge(current, ENERGY)
+    stored = _record(
+        0.6 * np.exp(0.01 * rng.standard_normal(15)), np.exp(0.01 * rng.standard_normal(15))
+    )
+    current = _record(
+        0.6 * 1.07 * np.exp(0.01 * rng.standard_normal(11)), np.exp(0.01 * rng.standard_normal(11))
+    )
+    decision = Gatekeeper(runs=_OneRun(stored), compare="stored", plan=gate_plan()).judge(
+        current, ENERGY
+    )
     row = decision.comparison.rows[0]
     assert "current blocked order (one engine at a time); stored blocked order" in row.method
     assert f"block drift allowance {drift_allowance(0.03, 2):.1%} either way" in row.note  # 6.1%

@@ -40,33 +40,88 @@ def parse_fail_exprs(texts):
     return merge_limits([parse_fail_expr(t) for t in texts])
 
 
-CASE = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
-            corpus=load_corpus("code"))
-ENGINE = {"engine": "reference", "version": "0.1.0",
-          "config": {"engine": "reference", "options": {}}, "server_info": {"version": "0.1.0"}}
+CASE = Case.of(
+    engine="reference",
+    model="tiny:dense",
+    drafter=Drafter("ngram"),
+    batch=4,
+    corpus=load_corpus("code"),
+)
+ENGINE = {
+    "engine": "reference",
+    "version": "0.1.0",
+    "config": {"engine": "reference", "options": {}},
+    "server_info": {"version": "0.1.0"},
+}
 OUT = ((1, 2, 3, 4, 5, 6), (7, 8, 9, 10, 11, 12))
 BASELINE_PATH = ".specenergy/modeled-h200-cpu-reference-0.1.0/0003_main_20260509_143000.json"
 
 
-def _arm(name, epts, tbts, *, verify=None, correct=None, proposed=None, outputs=OUT,
-         source="modeled (h200)", engine=ENGINE):
-    samples = tuple(RepeatSample(decode_joules=e * 100, decode_seconds=1.0, decode_tokens=100,
-                                 tbt_ms=t, verify_steps=verify, correct_drafts=correct,
-                                 proposed_drafts=proposed) for e, t in zip(epts, tbts))
-    return RunResult(arm=name, engine=copy.deepcopy(engine), source=source, samples=samples,
-                     outputs=outputs, finish_reasons=("length",) * len(outputs),
-                     verified_per_step=9 if name == "speculative" else 1)
+def _arm(
+    name,
+    epts,
+    tbts,
+    *,
+    verify=None,
+    correct=None,
+    proposed=None,
+    outputs=OUT,
+    source="modeled (h200)",
+    engine=ENGINE,
+):
+    samples = tuple(
+        RepeatSample(
+            decode_joules=e * 100,
+            decode_seconds=1.0,
+            decode_tokens=100,
+            tbt_ms=t,
+            verify_steps=verify,
+            correct_drafts=correct,
+            proposed_drafts=proposed,
+        )
+        for e, t in zip(epts, tbts)
+    )
+    return RunResult(
+        arm=name,
+        engine=copy.deepcopy(engine),
+        source=source,
+        samples=samples,
+        outputs=outputs,
+        finish_reasons=("length",) * len(outputs),
+        verified_per_step=9 if name == "speculative" else 1,
+    )
 
 
-def record(spec_ept, base_ept=None, *, spec_tbt=None, base_tbt=None, correct=60, verify=40,
-           proposed=320, spec_outputs=OUT, source="modeled (h200)", engine=ENGINE, case=CASE):
+def record(
+    spec_ept,
+    base_ept=None,
+    *,
+    spec_tbt=None,
+    base_tbt=None,
+    correct=60,
+    verify=40,
+    proposed=320,
+    spec_outputs=OUT,
+    source="modeled (h200)",
+    engine=ENGINE,
+    case=CASE,
+):
     """A real ``PairResult.as_dict()``: per-repeat energy in J/token for each arm."""
     base_ept = base_ept if base_ept is not None else [2 * e for e in spec_ept]
     spec_tbt = spec_tbt if spec_tbt is not None else [8.0] * len(spec_ept)
     base_tbt = base_tbt if base_tbt is not None else [20.0] * len(base_ept)
     base = _arm("baseline", base_ept, base_tbt, source=source, engine=engine)
-    spec = _arm("speculative", spec_ept, spec_tbt, verify=verify, correct=correct,
-                proposed=proposed, outputs=spec_outputs, source=source, engine=engine)
+    spec = _arm(
+        "speculative",
+        spec_ept,
+        spec_tbt,
+        verify=verify,
+        correct=correct,
+        proposed=proposed,
+        outputs=spec_outputs,
+        source=source,
+        engine=engine,
+    )
     return PairResult(case, case.id, base, spec).as_dict()
 
 
@@ -88,8 +143,9 @@ def compare_in_job(record, *args, **kwargs):
 
 
 def compare_documents(baseline, current, *args, **kwargs):
-    return compare.compare_documents(RunDocument.from_dict(baseline), RunDocument.from_dict(current), *args,
-                                     **kwargs)
+    return compare.compare_documents(
+        RunDocument.from_dict(baseline), RunDocument.from_dict(current), *args, **kwargs
+    )
 
 
 def metric_samples(record, metric):
@@ -116,8 +172,16 @@ def ratio_record(ratios, base_ept, **kwargs):
 
 def test_record_shape_is_pair_result_as_dict():
     r = record([1.0, 1.0, 1.0])
-    assert {"case_id", "case", "source", "energy_saving", "accept_length", "equivalence",
-            "baseline", "speculative"} <= set(r)
+    assert {
+        "case_id",
+        "case",
+        "source",
+        "energy_saving",
+        "accept_length",
+        "equivalence",
+        "baseline",
+        "speculative",
+    } <= set(r)
     assert metric_samples(r, "energy_per_token") == pytest.approx([1.0, 1.0, 1.0])
     assert metric_samples(r, "energy_ratio") == pytest.approx([0.5, 0.5, 0.5])
     assert metric_samples(r, "energy_saving") == pytest.approx([0.5, 0.5, 0.5])
@@ -147,17 +211,32 @@ def test_regressed_record_fails_with_the_numbers():
     assert "code-ngram-b4 regressed" in message
     assert "energy_ratio (median): baseline 0.5 x -> current 0.6 x" in message
     assert "change +20.00%" in message and "limit 5% up [energy:5%]" in message
-    assert re.search(r"p=[0-9.e-]+ \(sequential welch-t on log ratios, look 1/5, 3 vs 3 repeats, "
-                     r"change interval \[\+1\d\.\d\d%, \+2\d\.\d\d%\]\): REGRESSED", message)
+    assert re.search(
+        r"p=[0-9.e-]+ \(sequential welch-t on log ratios, look 1/5, 3 vs 3 repeats, "
+        r"change interval \[\+1\d\.\d\d%, \+2\d\.\d\d%\]\): REGRESSED",
+        message,
+    )
     assert row.p_value < 0.001 and row.interval[0] > 0.05 and row.p_sequential <= 0.05
     assert BASELINE_PATH in message
 
 
 def test_unchanged_record_passes():
     r = record([1.00, 1.01, 0.99])
-    result = compare_case(r, copy.deepcopy(r), parse_fail_exprs(
-        ["energy:5%", "energy_per_token:5%", "tbt_ms:mean:10%", "accept:0.1",
-         "energy_saving:2%", "equivalence:0", "acceptance_rate:0.01"]))
+    result = compare_case(
+        r,
+        copy.deepcopy(r),
+        parse_fail_exprs(
+            [
+                "energy:5%",
+                "energy_per_token:5%",
+                "tbt_ms:mean:10%",
+                "accept:0.1",
+                "energy_saving:2%",
+                "equivalence:0",
+                "acceptance_rate:0.01",
+            ]
+        ),
+    )
     assert result.verdict is Verdict.PASSED, result.failure_message(None)
     assert [row.verdict for row in result.rows] == [Verdict.PASSED] * 7
     assert repeats_needed(result) == 0
@@ -180,11 +259,18 @@ def test_false_positive_rate_under_realistic_noise():
     rng = np.random.default_rng(2026)
     trials, rates = 300, {}
     for n in (3, 5, 11):
-        rates[n] = sum(
-            compare_case(ratio_record(noisy(0.5, n, 0.02, rng), noisy(2.0, n, 0.02, rng)),
-                         ratio_record(noisy(0.5, n, 0.02, rng), noisy(2.0, n, 0.02, rng)),
-                         ENERGY).verdict is Verdict.REGRESSED
-            for _ in range(trials)) / trials
+        rates[n] = (
+            sum(
+                compare_case(
+                    ratio_record(noisy(0.5, n, 0.02, rng), noisy(2.0, n, 0.02, rng)),
+                    ratio_record(noisy(0.5, n, 0.02, rng), noisy(2.0, n, 0.02, rng)),
+                    ENERGY,
+                ).verdict
+                is Verdict.REGRESSED
+                for _ in range(trials)
+            )
+            / trials
+        )
     print(f"\nfalse REGRESSED, energy:5%, 2% sd: {rates}")
     assert all(rate <= 0.01 for rate in rates.values())
 
@@ -195,11 +281,18 @@ def test_a_change_at_the_limit_regresses_at_most_alpha_at_any_repeat_count():
     rng = np.random.default_rng(7)
     rates = {}
     for n in (3, 11):
-        rates[n] = sum(
-            compare_case(ratio_record(noisy(0.5, 5, 0.02, rng), [2.0] * 5),
-                         ratio_record(noisy(0.525, n, 0.02, rng), [2.0] * n),
-                         ENERGY).verdict is Verdict.REGRESSED
-            for _ in range(400)) / 400
+        rates[n] = (
+            sum(
+                compare_case(
+                    ratio_record(noisy(0.5, 5, 0.02, rng), [2.0] * 5),
+                    ratio_record(noisy(0.525, n, 0.02, rng), [2.0] * n),
+                    ENERGY,
+                ).verdict
+                is Verdict.REGRESSED
+                for _ in range(400)
+            )
+            / 400
+        )
     print(f"\nP(REGRESSED | +5% at a 5% limit): {rates}")
     assert all(rate <= 0.05 + 0.02 for rate in rates.values())  # alpha plus sampling slack
 
@@ -213,11 +306,17 @@ def test_small_real_change_under_noise_is_inconclusive_and_asks_for_the_next_loo
     assert repeats_needed(result) == 2  # looks at 3, 5, ..., 11
     assert "needs 2 more repeats (look 1/5)" in result.failure_message(BASELINE_PATH)
     # At the cap nothing more is asked for: the policy decides.
-    at_cap = compare_case(base, ratio_record([0.535, 0.55, 0.52] * 3 + [0.535, 0.55], [2.0] * 11),
-                          ENERGY, plan=gate_plan(0.05, 3, 11))
+    at_cap = compare_case(
+        base,
+        ratio_record([0.535, 0.55, 0.52] * 3 + [0.535, 0.55], [2.0] * 11),
+        ENERGY,
+        plan=gate_plan(0.05, 3, 11),
+    )
     assert at_cap.verdict is Verdict.INCONCLUSIVE and repeats_needed(at_cap) == 0
     assert "inconclusive at the repeat cap" in at_cap.failure_message(None)
-    assert "re-save the baseline with more repeats, or compare in-job" in at_cap.failure_message(None)
+    assert "re-save the baseline with more repeats, or compare in-job" in at_cap.failure_message(
+        None
+    )
 
 
 def test_inconclusive_stops_asking_at_a_smaller_cap():
@@ -240,8 +339,9 @@ def test_noise_free_modeled_repeats_decide_at_the_first_look():
 
 def test_too_few_repeats_ask_for_the_first_look_and_a_one_repeat_baseline_is_incomparable():
     for n in (1, 2):
-        result = compare_case(ratio_record([0.5, 0.51, 0.49], [2.0] * 3),
-                              ratio_record([0.75] * n, [2.0] * n), ENERGY)
+        result = compare_case(
+            ratio_record([0.5, 0.51, 0.49], [2.0] * 3), ratio_record([0.75] * n, [2.0] * n), ENERGY
+        )
         assert result.verdict is Verdict.INCONCLUSIVE and repeats_needed(result) == 3 - n
     single = compare_case(record([1.0]), record([1.5] * 3), ENERGY)
     assert single.verdict is Verdict.INCOMPARABLE
@@ -249,8 +349,11 @@ def test_too_few_repeats_ask_for_the_first_look_and_a_one_repeat_baseline_is_inc
 
 
 def test_inconclusive_policies():
-    result = compare_case(ratio_record([0.50, 0.515, 0.485], [2.0] * 3),
-                          ratio_record([0.535, 0.55, 0.52], [2.0] * 3), ENERGY)
+    result = compare_case(
+        ratio_record([0.50, 0.515, 0.485], [2.0] * 3),
+        ratio_record([0.535, 0.55, 0.52], [2.0] * 3),
+        ENERGY,
+    )
     for policy in ("fail", "warn", "xfail"):
         resolution = resolve_inconclusive(policy, result, BASELINE_PATH)
         assert resolution.action == policy
@@ -260,8 +363,11 @@ def test_inconclusive_policies():
 
 
 def test_improvement_is_reported():
-    result = compare_case(ratio_record([0.60, 0.606, 0.594], [2.0] * 3),
-                          ratio_record([0.50, 0.505, 0.495], [2.0] * 3), ENERGY)
+    result = compare_case(
+        ratio_record([0.60, 0.606, 0.594], [2.0] * 3),
+        ratio_record([0.50, 0.505, 0.495], [2.0] * 3),
+        ENERGY,
+    )
     assert result.verdict is Verdict.IMPROVED
     assert "consider updating the baseline" in result.failure_message(None)
 
@@ -273,8 +379,10 @@ def test_acceptance_is_judged_per_repeat_not_as_an_exact_number():
     accept, rate = result.rows
     assert accept.verdict is Verdict.REGRESSED and accept.method.startswith("sequential")
     assert rate.verdict is Verdict.PASSED  # 0.1875 -> 0.15625 is within 0.05
-    assert "accept_length (median): baseline 2.5 tokens/step -> current 2.25 tokens/step" \
+    assert (
+        "accept_length (median): baseline 2.5 tokens/step -> current 2.25 tokens/step"
         in result.failure_message(BASELINE_PATH)
+    )
     # One repeat in which one prompt diverged: a noisy, small drop is not a regression, even
     # under a zero limit (the exact comparison called it REGRESSED).
     one_off = copy.deepcopy(base)
@@ -306,7 +414,10 @@ def test_per_request_accept_lengths_are_used_when_present():
     assert "bootstrap over requests" in row.method and row.verdict is not Verdict.REGRESSED
     # Every request shorter by 20%: REGRESSED.
     worse = _with_requests(record([1.0] * 3), [[2.0] * 16] * 3)
-    assert compare_case(base, worse, parse_fail_exprs(["accept_length:5%"])).verdict is Verdict.REGRESSED
+    assert (
+        compare_case(base, worse, parse_fail_exprs(["accept_length:5%"])).verdict
+        is Verdict.REGRESSED
+    )
     # Absent on one side: per repeat.
     mixed = compare_case(record([1.0] * 3), worse, parse_fail_exprs(["accept_length:5%"]))
     assert "welch" in mixed.rows[0].method
@@ -326,8 +437,8 @@ def test_deterministic_equivalence():
 
 
 def test_energy_saving_pairs_repeats_and_uses_points():
-    base = record([1.0, 1.01, 0.99], [2.0, 2.02, 1.98])         # saving 50%
-    cur = record([1.0, 1.01, 0.99], [1.6, 1.616, 1.584])        # saving 37.5%
+    base = record([1.0, 1.01, 0.99], [2.0, 2.02, 1.98])  # saving 50%
+    cur = record([1.0, 1.01, 0.99], [1.6, 1.616, 1.584])  # saving 37.5%
     result = compare_case(base, cur, parse_fail_exprs(["energy_saving:2%"]))
     row = result.rows[0]
     assert result.verdict is Verdict.REGRESSED
@@ -351,12 +462,26 @@ def test_no_baseline():
 
 
 # -- in-job A/B -------------------------------------------------------------------------------
-def ab_record(cand_ratios, ref_ratios, base_ept, *, ref_correct=60, cand_correct=60,
-              ref_source="modeled (h200)"):
+def ab_record(
+    cand_ratios,
+    ref_ratios,
+    base_ept,
+    *,
+    ref_correct=60,
+    cand_correct=60,
+    ref_source="modeled (h200)",
+):
     """A record with a reference drafter's arm, sample i of all three arms from cycle i."""
     rec = ratio_record(cand_ratios, base_ept, correct=cand_correct)
-    ref = _arm("speculative", [r * b for r, b in zip(ref_ratios, base_ept)], [8.0] * len(base_ept),
-               verify=40, correct=ref_correct, proposed=320, source=ref_source)
+    ref = _arm(
+        "speculative",
+        [r * b for r, b in zip(ref_ratios, base_ept)],
+        [8.0] * len(base_ept),
+        verify=40,
+        correct=ref_correct,
+        proposed=320,
+        source=ref_source,
+    )
     rec["reference"] = {**ref.as_dict(), "arm": "reference"}
     rec["reference_drafter"] = Drafter("ngram", num_draft_tokens=4, id="ngram-old").as_dict()
     return rec
@@ -404,15 +529,22 @@ def test_in_job_a_b_with_another_energy_source_is_incomparable():
 
 
 # -- comparability --------------------------------------------------------------------------
-@pytest.mark.parametrize("change, fragment", [
-    (dict(source="measured (nvml)"), "modeled and measured energy are never compared"),
-    (dict(source="modeled (h100)"), "modeled GPU differs"),
-    (dict(engine={**ENGINE, "version": "0.2.0"}), "engine version differs: baseline '0.1.0', "
-                                                  "current '0.2.0'"),
-    (dict(engine={**ENGINE, "engine": "sglang"}), "engine differs"),
-    (dict(engine={**ENGINE, "server_info": {"disable_cuda_graph": True}}),
-     "the baseline does not record its CUDA-graph setting"),
-])
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        (dict(source="measured (nvml)"), "modeled and measured energy are never compared"),
+        (dict(source="modeled (h100)"), "modeled GPU differs"),
+        (
+            dict(engine={**ENGINE, "version": "0.2.0"}),
+            "engine version differs: baseline '0.1.0', current '0.2.0'",
+        ),
+        (dict(engine={**ENGINE, "engine": "sglang"}), "engine differs"),
+        (
+            dict(engine={**ENGINE, "server_info": {"disable_cuda_graph": True}}),
+            "the baseline does not record its CUDA-graph setting",
+        ),
+    ],
+)
 def test_incomparable_records(change, fragment):
     base = record([1.0, 1.0, 1.0])
     cur = record([1.2, 1.2, 1.2], **change)
@@ -436,19 +568,33 @@ def test_cuda_graph_difference_is_named():
     off = {**ENGINE, "server_info": {"disable_cuda_graph": True, "cuda_graph_max_bs": 16}}
     result = compare_case(record([1.0] * 3, engine=on), record([1.0] * 3, engine=off), ENERGY)
     assert result.verdict is Verdict.INCOMPARABLE
-    assert result.reasons == ("CUDA-graph setting differs: disable_cuda_graph=False (baseline) "
-                              "vs True (current); CUDA graphs change the result",)
+    assert result.reasons == (
+        "CUDA-graph setting differs: disable_cuda_graph=False (baseline) "
+        "vs True (current); CUDA graphs change the result",
+    )
 
 
 def test_machine_key_and_scenario_mismatch():
     base, cur = record([1.0] * 3), record([1.0] * 3)
-    result = compare_case(base, cur, ENERGY, baseline_info={"machine_key": "1xnvidia-h100-nvml"},
-                          current_info={"machine_key": "1xnvidia-h200-nvml"})
+    result = compare_case(
+        base,
+        cur,
+        ENERGY,
+        baseline_info={"machine_key": "1xnvidia-h100-nvml"},
+        current_info={"machine_key": "1xnvidia-h200-nvml"},
+    )
     assert result.verdict is Verdict.INCOMPARABLE
-    assert "machine key differs: baseline '1xnvidia-h100-nvml', current '1xnvidia-h200-nvml'" \
+    assert (
+        "machine key differs: baseline '1xnvidia-h100-nvml', current '1xnvidia-h200-nvml'"
         in result.reasons[0]
-    other = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
-                 corpus=load_corpus("news"))
+    )
+    other = Case.of(
+        engine="reference",
+        model="tiny:dense",
+        drafter=Drafter("ngram"),
+        batch=4,
+        corpus=load_corpus("news"),
+    )
     reasons = comparable(run_info(base), run_info(record([1.0] * 3, case=other)))
     assert len(reasons) == 1 and reasons[0].startswith("corpus differs")
     assert comparable(run_info(base), run_info(cur)) == []
@@ -456,10 +602,17 @@ def test_machine_key_and_scenario_mismatch():
 
 def test_compare_documents_matches_by_case_and_flags_missing():
     base_doc = {"machine_key": "k", "results": [ratio_record([0.5, 0.505, 0.495], [2.0] * 3)]}
-    other = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=8,
-                 corpus=load_corpus("code"))
-    cur_doc = {"machine_key": "k", "results": [ratio_record([0.6, 0.606, 0.594], [2.0] * 3),
-                                               record([1.0] * 3, case=other)]}
+    other = Case.of(
+        engine="reference",
+        model="tiny:dense",
+        drafter=Drafter("ngram"),
+        batch=8,
+        corpus=load_corpus("code"),
+    )
+    cur_doc = {
+        "machine_key": "k",
+        "results": [ratio_record([0.6, 0.606, 0.594], [2.0] * 3), record([1.0] * 3, case=other)],
+    }
     first, second = compare_documents(base_doc, cur_doc, ENERGY)
     assert (first.case_id, first.verdict) == ("code-ngram-b4", Verdict.REGRESSED)
     assert (second.case_id, second.verdict) == ("code-ngram-b8", Verdict.NO_BASELINE)
@@ -470,8 +623,16 @@ def test_compare_documents_matches_by_case_and_flags_missing():
 def test_an_a_a_control_is_not_judged_on_drafting_metrics():
     """Drafter("none") drafts nothing: accept length and acceptance rate do not apply to it, so
     the default limits (accept_length among them) leave it comparable on energy and equivalence."""
-    aa_case = Case.of(engine="sglang", model="tiny:dense", drafter=Drafter("none"), batch=4, corpus=load_corpus("code"))
-    aa = record([1.0, 1.01, 0.99], [1.0, 1.01, 0.99], correct=None, verify=None, proposed=None, case=aa_case)
+    aa_case = Case.of(
+        engine="sglang",
+        model="tiny:dense",
+        drafter=Drafter("none"),
+        batch=4,
+        corpus=load_corpus("code"),
+    )
+    aa = record(
+        [1.0, 1.01, 0.99], [1.0, 1.01, 0.99], correct=None, verify=None, proposed=None, case=aa_case
+    )
     result = compare_case(aa, copy.deepcopy(aa), limits_for(()))
     assert [row.metric for row in result.rows] == ["energy_ratio", "equivalence"]
     assert result.verdict is Verdict.PASSED

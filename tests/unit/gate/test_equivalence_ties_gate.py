@@ -1,9 +1,10 @@
-"""The gate's ``equivalence`` limit counts real divergences only; numerical ties are reported beside it.
+"""The gate's ``equivalence`` limit counts real divergences only; numerical ties are reported beside
+it.
 
-Records are real ``PairResult`` records whose divergences carry the baseline's top-2 margins, as
-the plugin measures them: a tie-only run passes the default ``equivalence:0`` limit against a
-stored run and in-job, a real divergence fails it, and a file without ``matched_fraction``
-(written before ties were classified) is read by its exact fraction.
+Records are real ``PairResult`` records whose divergences carry the baseline's top-2 margins, as the
+plugin measures them: a tie-only run passes the default ``equivalence:0`` limit against a stored run
+and in-job, a real divergence fails it, and a file without ``matched_fraction`` (written before ties
+were classified) is read by its exact fraction.
 """
 
 from __future__ import annotations
@@ -33,11 +34,27 @@ def parse_fail_exprs(texts):
     return merge_limits([parse_fail_expr(t) for t in texts])
 
 
-CASE = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=2,
-               corpus=load_corpus("code"))
-AB = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram", num_draft_tokens=8, id="k8"),
-             batch=2, corpus=load_corpus("code"), reference=Drafter("ngram", num_draft_tokens=2, id="k2"))
-BASE = ((1, 2, 3, 4, 5, 6), (7, 8, 9, 10, 11, 12), (13, 14, 15, 16, 17, 18), (19, 20, 21, 22, 23, 24))
+CASE = Case.of(
+    engine="reference",
+    model="tiny:dense",
+    drafter=Drafter("ngram"),
+    batch=2,
+    corpus=load_corpus("code"),
+)
+AB = Case.of(
+    engine="reference",
+    model="tiny:dense",
+    drafter=Drafter("ngram", num_draft_tokens=8, id="k8"),
+    batch=2,
+    corpus=load_corpus("code"),
+    reference=Drafter("ngram", num_draft_tokens=2, id="k2"),
+)
+BASE = (
+    (1, 2, 3, 4, 5, 6),
+    (7, 8, 9, 10, 11, 12),
+    (13, 14, 15, 16, 17, 18),
+    (19, 20, 21, 22, 23, 24),
+)
 TIED = (BASE[0], (7, 8, 90, 10, 11, 12), BASE[2], (19, 20, 21, 22, 23, 99))  # two ties
 WRONG = (BASE[0], (7, 8, 90, 10, 11, 12), BASE[2], BASE[3])  # one real divergence
 TIE = DivergenceMargin(0.01, (9, 90), True, 0.02, 3)
@@ -48,11 +65,24 @@ EQUIVALENCE = parse_fail_exprs(["equivalence:0"])
 
 def arm(name: str, outputs, n: int = 3) -> RunResult:
     spec = name != "baseline"
-    sample = RepeatSample(1.0 if spec else 2.0, 1.0, 10, 5.0, 4 if spec else None, 6 if spec else None,
-                          32 if spec else None)
-    return RunResult(arm=name, engine={"engine": "reference", "version": "0.1.0"}, source="modeled (h200)",
-                     samples=(sample,) * n, outputs=tuple(outputs), finish_reasons=("length",) * len(outputs),
-                     verified_per_step=9 if spec else 1)
+    sample = RepeatSample(
+        1.0 if spec else 2.0,
+        1.0,
+        10,
+        5.0,
+        4 if spec else None,
+        6 if spec else None,
+        32 if spec else None,
+    )
+    return RunResult(
+        arm=name,
+        engine={"engine": "reference", "version": "0.1.0"},
+        source="modeled (h200)",
+        samples=(sample,) * n,
+        outputs=tuple(outputs),
+        finish_reasons=("length",) * len(outputs),
+        verified_per_step=9 if spec else 1,
+    )
 
 
 def coherence(outputs, margins) -> Coherence:
@@ -61,15 +91,26 @@ def coherence(outputs, margins) -> Coherence:
 
 
 def stored(outputs=BASE, margins=(None,) * 4) -> CaseRecord:
-    pair = PairResult(CASE, CASE.id, arm("baseline", BASE), arm("speculative", outputs),
-                      coherence(outputs, margins))
+    pair = PairResult(
+        CASE,
+        CASE.id,
+        arm("baseline", BASE),
+        arm("speculative", outputs),
+        coherence(outputs, margins),
+    )
     return CaseRecord.from_dict(pair.as_dict())
 
 
 def in_job(candidate, candidate_margins, reference, reference_margins) -> CaseRecord:
-    pair = PairResult(AB, AB.id, arm("baseline", BASE), arm("speculative", candidate),
-                      coherence(candidate, candidate_margins), reference=arm("reference", reference),
-                      reference_coherence=coherence(reference, reference_margins))
+    pair = PairResult(
+        AB,
+        AB.id,
+        arm("baseline", BASE),
+        arm("speculative", candidate),
+        coherence(candidate, candidate_margins),
+        reference=arm("reference", reference),
+        reference_coherence=coherence(reference, reference_margins),
+    )
     return CaseRecord.from_dict(pair.as_dict())
 
 
@@ -111,7 +152,8 @@ def test_in_job_ties_on_either_side_match_and_a_real_divergence_regresses():
     ties = (None, TIE, None, TIE_LATE)
     one_tie = in_job(TIED, ties, BASE, (None,) * 4)
     assert equivalence_row(compare_in_job(one_tie, EQUIVALENCE)).verdict is Verdict.PASSED
-    # The reference's own ties are classified too, so a tied reference is no better than an exact candidate.
+    # The reference's own ties are classified too, so a tied reference is no better than an exact
+    # candidate.
     tied_reference = in_job(BASE, (None,) * 4, TIED, ties)
     assert tied_reference.reference_matched_fraction == 1.0 and tied_reference.reference_ties == 2
     row = equivalence_row(compare_in_job(tied_reference, EQUIVALENCE))
@@ -122,9 +164,16 @@ def test_in_job_ties_on_either_side_match_and_a_real_divergence_regresses():
 
 
 def test_in_job_a_single_tie_of_the_candidate_passes():
-    """Without the reference arm's scoring (it agrees with the baseline): the candidate's tie matches."""
-    pair = PairResult(AB, AB.id, arm("baseline", BASE), arm("speculative", TIED),
-                      coherence(TIED, (None, TIE, None, TIE_LATE)), reference=arm("reference", BASE))
+    """Without the reference arm's scoring (it agrees with the baseline): the candidate's tie
+    matches."""
+    pair = PairResult(
+        AB,
+        AB.id,
+        arm("baseline", BASE),
+        arm("speculative", TIED),
+        coherence(TIED, (None, TIE, None, TIE_LATE)),
+        reference=arm("reference", BASE),
+    )
     record = CaseRecord.from_dict(pair.as_dict())
     assert record.as_dict()["equivalence"]["matched_fraction"] == 1.0
     assert compare_in_job(record, EQUIVALENCE).verdict is Verdict.PASSED

@@ -33,7 +33,8 @@ def test_by_adjust_scales_by_the_harmonic_number() -> None:
     p = [0.01, 0.04, 0.03, 0.005]
     c = 1 + 1 / 2 + 1 / 3 + 1 / 4
     assert fdr.bh_adjust(p, method="by").tolist() == pytest.approx(
-        np.minimum(1.0, np.array([0.02, 0.04, 0.04, 0.02]) * c).tolist())
+        np.minimum(1.0, np.array([0.02, 0.04, 0.04, 0.02]) * c).tolist()
+    )
 
 
 def test_bh_matches_scipy_when_available() -> None:
@@ -42,7 +43,9 @@ def test_bh_matches_scipy_when_available() -> None:
     for _ in range(20):
         p = rng.uniform(0, 1, 50) ** 3
         assert np.allclose(fdr.bh_adjust(p), stats.false_discovery_control(p, method="bh"))
-        assert np.allclose(fdr.bh_adjust(p, method="by"), stats.false_discovery_control(p, method="by"))
+        assert np.allclose(
+            fdr.bh_adjust(p, method="by"), stats.false_discovery_control(p, method="by")
+        )
 
 
 def test_bh_reject_is_the_step_up_procedure() -> None:

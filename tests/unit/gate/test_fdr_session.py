@@ -18,15 +18,31 @@ _ARM = {"source": "modeled (h200)", "samples": []}
 
 
 def _row(metric, p):
-    return MetricRow(metric, "median", "x", 1.0, 1.0, 0.0, 0.0, parse_fail_expr("energy:5%"), p, "sequential",
-                     3, 3, None, Verdict.PASSED, p_sequential=p)
+    return MetricRow(
+        metric,
+        "median",
+        "x",
+        1.0,
+        1.0,
+        0.0,
+        0.0,
+        parse_fail_expr("energy:5%"),
+        p,
+        "sequential",
+        3,
+        3,
+        None,
+        Verdict.PASSED,
+        p_sequential=p,
+    )
 
 
 def _record(nodeid, *pvalues):
     """A judged record whose comparison has one row per p-value (and an equivalence row without)."""
     rows = [_row(f"m{i}", p) for i, p in enumerate(pvalues)] + [_row("equivalence", None)]
-    return CaseRecord.from_dict({"nodeid": nodeid, "case_id": nodeid, "baseline": _ARM, "speculative": _ARM}), \
-        CaseComparison(nodeid, Verdict.PASSED, tuple(rows))
+    return CaseRecord.from_dict(
+        {"nodeid": nodeid, "case_id": nodeid, "baseline": _ARM, "speculative": _ARM}
+    ), CaseComparison(nodeid, Verdict.PASSED, tuple(rows))
 
 
 def _settled(judged):

@@ -32,7 +32,9 @@ def _store(tmp_path: Path, spec_ept: list[float], base_ept: list[float] | None =
 
 
 def _store_record(tmp_path: Path, fields: dict) -> Path:
-    return RunStore(tmp_path).save(RunDocument.build([_rec(fields)], meters={}, engine_starts=1), "main")
+    return RunStore(tmp_path).save(
+        RunDocument.build([_rec(fields)], meters={}, engine_starts=1), "main"
+    )
 
 
 def _gate(tmp_path: Path, **kwargs) -> Gatekeeper:

@@ -17,18 +17,38 @@ WOBBLE = (1.0, 1.01, 0.99)
 
 
 def _arm(ept: float, tbt: float, source: str) -> dict:
-    samples = [{"decode_joules": ept * w * 100, "decode_seconds": 1.0, "decode_tokens": 100, "tbt_ms": tbt}
-               for w in WOBBLE]
+    samples = [
+        {"decode_joules": ept * w * 100, "decode_seconds": 1.0, "decode_tokens": 100, "tbt_ms": tbt}
+        for w in WOBBLE
+    ]
     return {"source": source, "energy_per_token": ept, "tbt_ms": tbt, "samples": samples}
 
 
-def row(drafter: str, batch: int, ept: float, tbt: float, base_ept: float, base_tbt: float,
-        source: str = SRC) -> CaseRecord:
-    return CaseRecord.from_dict({
-        "case_id": f"code-{drafter}-b{batch}", "source": source, "energy_per_token": ept, "tbt_ms": tbt,
-        "case": {"model": "m", "batch": batch, "corpus": {"name": "code"}, "drafter": {"id": drafter,
-                                                                                      "name": drafter}},
-        "baseline": _arm(base_ept, base_tbt, source), "speculative": _arm(ept, tbt, source)})
+def row(
+    drafter: str,
+    batch: int,
+    ept: float,
+    tbt: float,
+    base_ept: float,
+    base_tbt: float,
+    source: str = SRC,
+) -> CaseRecord:
+    return CaseRecord.from_dict(
+        {
+            "case_id": f"code-{drafter}-b{batch}",
+            "source": source,
+            "energy_per_token": ept,
+            "tbt_ms": tbt,
+            "case": {
+                "model": "m",
+                "batch": batch,
+                "corpus": {"name": "code"},
+                "drafter": {"id": drafter, "name": drafter},
+            },
+            "baseline": _arm(base_ept, base_tbt, source),
+            "speculative": _arm(ept, tbt, source),
+        }
+    )
 
 
 MAIN = [row("ngram", 1, 1.0, 2.0, 1.7, 3.5), row("ngram", 16, 0.20, 4.0, 0.25, 4.5)]
@@ -46,10 +66,15 @@ def test_a_target_whose_best_configuration_got_costlier_regresses_naming_both():
     assert [c.verdict for c in found] == [Verdict.REGRESSED, Verdict.PASSED]
     message = found[0].failure_message("the reference run")
     assert "TBT <= 3 ms on m / code regressed" in message
-    assert "energy_per_token (median): baseline 1 J/token -> current 1.2 J/token, change +20.00%" in message
+    assert (
+        "energy_per_token (median): baseline 1 J/token -> current 1.2 J/token, change +20.00%"
+        in message
+    )
     assert "lowest-energy configuration ngram b1 (reference: ngram b1)" in message
     assert found[0].rows[0].method.startswith("sequential welch-t")
-    assert all(c.verdict is Verdict.PASSED for c in compare_latency(MAIN, MAIN, [3.0, 5.0], LIMIT, PLAN))
+    assert all(
+        c.verdict is Verdict.PASSED for c in compare_latency(MAIN, MAIN, [3.0, 5.0], LIMIT, PLAN)
+    )
 
 
 def test_a_change_inside_the_limit_is_no_regression():

@@ -14,12 +14,20 @@ from pytest_specenergy.document import RunDocument
 
 
 def test_a_record_reads_back_equal_to_what_was_written():
-    for fields in (record([1.0, 1.01, 0.99]), ab_record([0.5, 0.51, 0.49], [0.5, 0.5, 0.5], [2.0] * 3)):
+    for fields in (
+        record([1.0, 1.01, 0.99]),
+        ab_record([0.5, 0.51, 0.49], [0.5, 0.5, 0.5], [2.0] * 3),
+    ):
         typed = CaseRecord.from_dict(fields)
         assert CaseRecord.from_dict(json.loads(json.dumps(typed.as_dict()))) == typed
     typed = CaseRecord.from_dict(record([1.0, 1.0, 1.0]))
     assert typed.speculative.samples[0].energy_per_token == 1.0 and typed.baseline.arm == "baseline"
-    assert (typed.model, typed.batch, typed.corpus_name, typed.drafter_id) == ("tiny:dense", 4, "code", "ngram")
+    assert (typed.model, typed.batch, typed.corpus_name, typed.drafter_id) == (
+        "tiny:dense",
+        4,
+        "code",
+        "ngram",
+    )
 
 
 def test_fields_it_does_not_know_are_kept_and_written_back():
@@ -34,23 +42,32 @@ def test_fields_it_does_not_know_are_kept_and_written_back():
 def test_a_refusal_names_the_file_the_record_and_the_field():
     data = {"results": [record([1.0])]}
     data["results"][0]["speculative"]["samples"][0]["tbt_ms"] = "fast"
-    with pytest.raises(DocumentError, match=r"^run\.json: results\[0\] \(code-ngram-b4\)\.speculative\.samples\[0\]: "
-                                            r"'tbt_ms' is 'fast', expected a finite number or null$"):
+    with pytest.raises(
+        DocumentError,
+        match=r"^run\.json: results\[0\] \(code-ngram-b4\)\.speculative\.samples\[0\]: "
+        r"'tbt_ms' is 'fast', expected a finite number or null$",
+    ):
         RunDocument.from_dict(data, source="run.json")
     with pytest.raises(DocumentError, match=r"lacks its 'speculative' arm"):
         CaseRecord.from_dict({"case_id": "c", "baseline": {"samples": []}})
-    with pytest.raises(DocumentError, match=r"checks\[0\]: 'severity' is 'loud', expected 'fail' or 'warn'"):
+    with pytest.raises(
+        DocumentError, match=r"checks\[0\]: 'severity' is 'loud', expected 'fail' or 'warn'"
+    ):
         CaseRecord.from_dict({**record([1.0]), "checks": [{"name": "x", "severity": "loud"}]})
 
 
 def test_a_built_document_names_its_one_machine_key_and_splits_by_key():
     a = CaseRecord.from_dict({**record([1.0]), "nodeid": "t::a", "machine_key": "key-a"})
     b = CaseRecord.from_dict({**record([1.0]), "nodeid": "t::b", "machine_key": "key-b"})
-    one = RunDocument.build([a], meters={}, engine_starts=1, machines={"key-a": {"meter": {"kind": "x"}}})
+    one = RunDocument.build(
+        [a], meters={}, engine_starts=1, machines={"key-a": {"meter": {"kind": "x"}}}
+    )
     assert one.machine_key == "key-a" and one.machine_info == {"meter": {"kind": "x"}}
     both = RunDocument.build([a, b], meters={}, engine_starts=2, host={"node": "ci"})
     assert both.machine_key is None and both.machine_info == {"node": "ci"}
-    assert [r.nodeid for r in both.on("key-b").results] == ["t::b"] and both.on("key-b").machine_key == "key-b"
+    assert [r.nodeid for r in both.on("key-b").results] == ["t::b"] and both.on(
+        "key-b"
+    ).machine_key == "key-b"
     assert "interrupted" not in both.as_dict()
 
 

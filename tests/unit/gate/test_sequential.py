@@ -31,9 +31,17 @@ def lognormal(change: float, sd: float, n: int = 11, shift: int = 0) -> np.ndarr
 
 
 # -- t distribution ------------------------------------------------------------------------
-@pytest.mark.parametrize(("p", "df", "expected"), [
-    (0.975, 10, 2.2281388519649385), (0.95, 2, 2.919985580353726), (0.999, 4, 7.173182219782),
-    (0.975, math.inf, 1.959963984540054), (0.5, 3, 0.0), (0.01, 7.5, -2.9430993234067215)])
+@pytest.mark.parametrize(
+    ("p", "df", "expected"),
+    [
+        (0.975, 10, 2.2281388519649385),
+        (0.95, 2, 2.919985580353726),
+        (0.999, 4, 7.173182219782),
+        (0.975, math.inf, 1.959963984540054),
+        (0.5, 3, 0.0),
+        (0.01, 7.5, -2.9430993234067215),
+    ],
+)
 def test_t_ppf_known_values(p: float, df: float, expected: float) -> None:
     assert float(t_ppf(p, df)) == pytest.approx(expected, abs=1e-7)
 
@@ -55,8 +63,8 @@ def test_t_matches_scipy_when_available() -> None:
 
 
 def test_t_ppf_starts_near_the_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The gate solves two quantiles per look: from Fisher's expansion Newton needs at most 5 tail evaluations
-    for df >= 3 (9 from the old start at -1), and lands on the root."""
+    """The gate solves two quantiles per look: from Fisher's expansion Newton needs at most 5 tail
+    evaluations for df >= 3 (9 from the old start at -1), and lands on the root."""
     from pytest_specenergy.gate import tdist
 
     calls = []
@@ -91,10 +99,21 @@ def test_plan_variants_and_validation() -> None:
     assert SequentialPlan(start=3, step=3, cap=10).looks == (3, 6, 9, 10)
     assert SequentialPlan(spending="equal").weights == pytest.approx([0.2] * 5)
     assert SequentialPlan(start=5, cap=5).weights == (1.0,)
-    # One look spends the whole alpha there: interim_share (checked only with interim looks) plays no part.
-    assert SequentialPlan(start=5, cap=5, interim_share=float("inf")).alpha_at(1) == SequentialPlan().alpha
-    for bad in ({"start": 1}, {"step": 0}, {"cap": 2}, {"alpha": 0.0}, {"beta": 0.7},
-                {"spending": "pocock"}, {"interim_share": 0.3}):
+    # One look spends the whole alpha there: interim_share (checked only with interim looks) plays
+    # no part.
+    assert (
+        SequentialPlan(start=5, cap=5, interim_share=float("inf")).alpha_at(1)
+        == SequentialPlan().alpha
+    )
+    for bad in (
+        {"start": 1},
+        {"step": 0},
+        {"cap": 2},
+        {"alpha": 0.0},
+        {"beta": 0.7},
+        {"spending": "pocock"},
+        {"interim_share": 0.3},
+    ):
         with pytest.raises(ValueError):
             SequentialPlan(**bad)
 
@@ -157,11 +176,13 @@ def test_zero_spread_is_decided_by_the_values() -> None:
 
 
 def test_regresses_down_for_metrics_that_get_worse_going_down() -> None:
-    result = compare_paired(lognormal(-0.2, 0.01), lognormal(0.0, 0.01, shift=1), limit=0.05,
-                            worse="down")
+    result = compare_paired(
+        lognormal(-0.2, 0.01), lognormal(0.0, 0.01, shift=1), limit=0.05, worse="down"
+    )
     assert result.verdict is Verdict.REGRESSED and result.interval[1] < -0.05
-    up = compare_paired(lognormal(0.2, 0.01), lognormal(0.0, 0.01, shift=1), limit=0.05,
-                        worse="down")
+    up = compare_paired(
+        lognormal(0.2, 0.01), lognormal(0.0, 0.01, shift=1), limit=0.05, worse="down"
+    )
     assert up.verdict is Verdict.IMPROVED
 
 
@@ -214,8 +235,12 @@ def test_engine_rows_equal_the_one_case_api() -> None:
     arrays = sequential_arrays(d, None, limit=0.05)
     for i in range(0, 40, 7):
         one = compare_paired(np.exp(d[i]), np.ones(11), limit=0.05)
-        assert one.verdict.value == {0: "inconclusive", 1: "unchanged", 2: "improved",
-                                     3: "regressed"}[int(arrays.code[i])]
+        assert (
+            one.verdict.value
+            == {0: "inconclusive", 1: "unchanged", 2: "improved", 3: "regressed"}[
+                int(arrays.code[i])
+            ]
+        )
         assert one.p_sequential == pytest.approx(arrays.p_sequential[i])
 
 
@@ -226,8 +251,9 @@ def test_false_regressions_at_the_limit_stay_below_alpha(reference: int | None) 
     if reference is None:
         arrays = sequential_arrays(rng.normal(ell, 0.04, (rows, 11)), None, limit=0.05)
     else:
-        arrays = sequential_arrays(rng.normal(ell, 0.04, (rows, 11)),
-                                   rng.normal(0.0, 0.04, (rows, reference)), limit=0.05)
+        arrays = sequential_arrays(
+            rng.normal(ell, 0.04, (rows, 11)), rng.normal(0.0, 0.04, (rows, reference)), limit=0.05
+        )
     rate = np.mean(arrays.code == REGRESSED)
     assert rate <= DEFAULT_PLAN.alpha + 0.006  # Monte Carlo sd ~0.002
     # The repeated p-value is valid: P(p_sequential <= a) <= a.
@@ -302,8 +328,12 @@ def test_accept_length_p_resolves_below_the_resampling_floor_for_bh_over_1000_co
     """Issue 22 item 7: 5000 resamples once floored p at 1/5001 = 2e-4, so BH over 1,000
     comparisons (rank-1 threshold 0.05 / 1000 = 5e-5) could never reject an accept-length drop."""
     acc, ver = _requests(1.4)
-    p = {drop: compare_per_request(np.round(acc * (1 - drop)), ver, acc, ver, limit=0.05, offset=1.0,
-                                   resamples=5000).p_value for drop in (0.10, 0.15, 0.30)}
+    p = {
+        drop: compare_per_request(
+            np.round(acc * (1 - drop)), ver, acc, ver, limit=0.05, offset=1.0, resamples=5000
+        ).p_value
+        for drop in (0.10, 0.15, 0.30)
+    }
     assert all(v < 1 / 5001 for v in p.values()), p
     assert p[0.30] < p[0.15] < p[0.10]  # graded, not one floor value
     assert p[0.30] < 1e-12

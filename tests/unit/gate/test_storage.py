@@ -53,14 +53,25 @@ def result(value: float = 1.0, case_id: str = "code-ngram-b4") -> dict:
 
 def document(value: float = 1.0, key: str | None = KEY, interrupted: bool = False) -> RunDocument:
     """A run document with one record, as a session builds it."""
-    return RunDocument.from_dict({
-        "schema_version": 1, "plugin_version": "0.1.0", "datetime": "2026-05-09T14:30:00+00:00",
-        "machine_info": {"node": "ci-7", "python": "3.11.7", "platform": "Linux"}, "machine_key": key,
-        "meters": {}, "engine_starts": 2, "interrupted": interrupted, "results": [result(value)]})
+    return RunDocument.from_dict(
+        {
+            "schema_version": 1,
+            "plugin_version": "0.1.0",
+            "datetime": "2026-05-09T14:30:00+00:00",
+            "machine_info": {"node": "ci-7", "python": "3.11.7", "platform": "Linux"},
+            "machine_key": key,
+            "meters": {},
+            "engine_starts": 2,
+            "interrupted": interrupted,
+            "results": [result(value)],
+        }
+    )
 
 
 def save_run(doc, root, name=None, *, machine_key=KEY, now=NOW, interrupted=False):
-    doc = dataclasses.replace(doc, machine_key=machine_key, interrupted=interrupted or doc.interrupted)
+    doc = dataclasses.replace(
+        doc, machine_key=machine_key, interrupted=interrupted or doc.interrupted
+    )
     return RunStore(root).save(doc, name, now=now)
 
 
@@ -74,8 +85,11 @@ def list_runs(root, key):
 
 def snapshot(folder):
     """Every file under ``folder`` with its bytes."""
-    return {p.relative_to(folder).as_posix(): p.read_bytes()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 # -- run history ----------------------------------------------------------------------------
@@ -87,7 +101,12 @@ def test_save_layout_counter_and_gitignore(tmp_path):
     assert second.name == "0002_auto_20260509_143000.json"
     assert (storage / ".gitignore").read_text().splitlines()[-1] == "*"
     saved = load_run(first)
-    assert (saved.kind, saved.schema_version, saved.name, saved.machine_key) == (RUN_KIND, 1, "main", KEY)
+    assert (saved.kind, saved.schema_version, saved.name, saved.machine_key) == (
+        RUN_KIND,
+        1,
+        "main",
+        KEY,
+    )
     assert saved.results == document().results
     assert [(r.counter, r.name) for r in list_runs(storage, KEY)] == [(1, "main"), (2, "auto")]
 
@@ -105,14 +124,33 @@ def test_machine_key_from_document(tmp_path):
         save_run(document(), tmp_path, machine_key="../escape", now=NOW)
 
 
-@pytest.mark.parametrize("name", ["", "  ", "a/b", "a\\b", "c:d", "x*", "what?", "<a>", "p|q",
-                                  'q"', "tab\tname", "last", "0003", ".hidden"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "  ",
+        "a/b",
+        "a\\b",
+        "c:d",
+        "x*",
+        "what?",
+        "<a>",
+        "p|q",
+        'q"',
+        "tab\tname",
+        "last",
+        "0003",
+        ".hidden",
+    ],
+)
 def test_bad_run_names_are_rejected(tmp_path, name):
     with pytest.raises(InvalidRunName) as info:
         save_run(document(), tmp_path, name, machine_key=KEY, now=NOW)
-    assert "run name" in str(info.value) and ("expected" in str(info.value)
-                                              or "pick another" in str(info.value)
-                                              or "may not contain" in str(info.value))
+    assert "run name" in str(info.value) and (
+        "expected" in str(info.value)
+        or "pick another" in str(info.value)
+        or "may not contain" in str(info.value)
+    )
     assert not (tmp_path / KEY).exists() or not any((tmp_path / KEY).iterdir())
 
 
@@ -145,47 +183,139 @@ def test_find_run_references(tmp_path):
         find_run(tmp_path, KEY, " ")
 
 
-@pytest.mark.parametrize("content, fragment", [
-    (GARBAGE, "not UTF-8 text"),
-    (b"", "is empty - truncated or corrupted"),
-    (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [1, 2]}).encode()[:30],
-     "is not valid JSON"),
-    (b"[1, 2, 3]", "top level is a JSON list"),
-    (json.dumps({"benchmarks": [], "version": "4.0"}).encode(), "foreign schema"),
-    (json.dumps({"schema_version": 99, "kind": RUN_KIND, "results": []}).encode(),
-     "schema_version 99 is not supported"),
-    (json.dumps({"schema_version": 1, "kind": GOLDEN_KIND, "results": []}).encode(),
-     "is a 'specenergy-golden' file, expected 'specenergy-run'"),
-    (json.dumps({"schema_version": 1, "kind": RUN_KIND}).encode(), "'results' is missing"),
-    # Valid schema, bad records (fault-audit 3b, 3c): named, never a raw ValueError later.
-    (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [[1]]}).encode(),
-     "results[0] is [1], expected a JSON object"),
-    (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [
-        {**result(case_id="c1"), "speculative": "fast"}]}).encode(),
-     "results[0] (c1).speculative is 'fast', expected a JSON object"),
-    (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [
-        {**result(case_id="c1"), "speculative": {"samples": [{"decode_joules": "NaN?"}]}}]}).encode(),
-     "results[0] (c1).speculative.samples[0]: 'decode_joules' is 'NaN?', expected a "
-     "finite number or null"),
-    (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [
-        {**result(case_id="c1"), "baseline": {"samples": [{"decode_joules": 1, "decode_seconds": 1,
-                                                           "decode_tokens": 1, "tbt_ms": True}]}}]}).encode(),
-     "baseline.samples[0]: 'tbt_ms' is True"),
-    (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [
-        {**result(case_id="c1"), "speculative": {"samples": [
-            {"decode_joules": 1, "decode_seconds": 1, "decode_tokens": 1, "accept_lengths": ["2.0"]}]}}]}).encode(),
-     "speculative.samples[0]: 'accept_lengths' is ['2.0'], expected an array of finite numbers >= 0"),
-    (b'{"schema_version": 1, "kind": "specenergy-run", "results": [{"speedup": NaN, '
-     b'"baseline": {}, "speculative": {}}]}', "'speedup' is nan, expected a finite number"),
-    (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [
-        {**result(case_id="c1"), "speculative": {"samples": {"0": {}}}}]}).encode(),
-     "speculative: 'samples' is {'0': {}}, expected a JSON array"),
-    (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [
-        {**result(case_id="c1"), "equivalence": {"exact_fraction": "all"}}]}).encode(),
-     "equivalence: 'exact_fraction' is 'all'"),
-    (json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [{"case_id": "c1"}]}).encode(),
-     "results[0] (c1) lacks its 'baseline' arm"),
-])
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        (GARBAGE, "not UTF-8 text"),
+        (b"", "is empty - truncated or corrupted"),
+        (
+            json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [1, 2]}).encode()[:30],
+            "is not valid JSON",
+        ),
+        (b"[1, 2, 3]", "top level is a JSON list"),
+        (json.dumps({"benchmarks": [], "version": "4.0"}).encode(), "foreign schema"),
+        (
+            json.dumps({"schema_version": 99, "kind": RUN_KIND, "results": []}).encode(),
+            "schema_version 99 is not supported",
+        ),
+        (
+            json.dumps({"schema_version": 1, "kind": GOLDEN_KIND, "results": []}).encode(),
+            "is a 'specenergy-golden' file, expected 'specenergy-run'",
+        ),
+        (json.dumps({"schema_version": 1, "kind": RUN_KIND}).encode(), "'results' is missing"),
+        # Valid schema, bad records (fault-audit 3b, 3c): named, never a raw ValueError later.
+        (
+            json.dumps({"schema_version": 1, "kind": RUN_KIND, "results": [[1]]}).encode(),
+            "results[0] is [1], expected a JSON object",
+        ),
+        (
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "kind": RUN_KIND,
+                    "results": [{**result(case_id="c1"), "speculative": "fast"}],
+                }
+            ).encode(),
+            "results[0] (c1).speculative is 'fast', expected a JSON object",
+        ),
+        (
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "kind": RUN_KIND,
+                    "results": [
+                        {
+                            **result(case_id="c1"),
+                            "speculative": {"samples": [{"decode_joules": "NaN?"}]},
+                        }
+                    ],
+                }
+            ).encode(),
+            "results[0] (c1).speculative.samples[0]: 'decode_joules' is 'NaN?', expected a "
+            "finite number or null",
+        ),
+        (
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "kind": RUN_KIND,
+                    "results": [
+                        {
+                            **result(case_id="c1"),
+                            "baseline": {
+                                "samples": [
+                                    {
+                                        "decode_joules": 1,
+                                        "decode_seconds": 1,
+                                        "decode_tokens": 1,
+                                        "tbt_ms": True,
+                                    }
+                                ]
+                            },
+                        }
+                    ],
+                }
+            ).encode(),
+            "baseline.samples[0]: 'tbt_ms' is True",
+        ),
+        (
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "kind": RUN_KIND,
+                    "results": [
+                        {
+                            **result(case_id="c1"),
+                            "speculative": {
+                                "samples": [
+                                    {
+                                        "decode_joules": 1,
+                                        "decode_seconds": 1,
+                                        "decode_tokens": 1,
+                                        "accept_lengths": ["2.0"],
+                                    }
+                                ]
+                            },
+                        }
+                    ],
+                }
+            ).encode(),
+            "speculative.samples[0]: 'accept_lengths' is ['2.0'], expected an array of finite "
+            "numbers >= 0",
+        ),
+        (
+            b'{"schema_version": 1, "kind": "specenergy-run", "results": [{"speedup": NaN, '
+            b'"baseline": {}, "speculative": {}}]}',
+            "'speedup' is nan, expected a finite number",
+        ),
+        (
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "kind": RUN_KIND,
+                    "results": [{**result(case_id="c1"), "speculative": {"samples": {"0": {}}}}],
+                }
+            ).encode(),
+            "speculative: 'samples' is {'0': {}}, expected a JSON array",
+        ),
+        (
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "kind": RUN_KIND,
+                    "results": [{**result(case_id="c1"), "equivalence": {"exact_fraction": "all"}}],
+                }
+            ).encode(),
+            "equivalence: 'exact_fraction' is 'all'",
+        ),
+        (
+            json.dumps(
+                {"schema_version": 1, "kind": RUN_KIND, "results": [{"case_id": "c1"}]}
+            ).encode(),
+            "results[0] (c1) lacks its 'baseline' arm",
+        ),
+    ],
+)
 def test_bad_run_files_are_reported_and_never_touched(tmp_path, content, fragment):
     save_run(document(), tmp_path, "main", machine_key=KEY, now=NOW)
     bad = tmp_path / KEY / "0002_main_20260509_143001.json"
@@ -254,12 +384,20 @@ def test_concurrent_saves_with_one_name_in_one_second_all_survive(tmp_path):
     # Fault-audit 3e: 4 processes x 20 saves, same name, same second -> 34 files of 80, and
     # every caller told its save succeeded (check-then-replace).
     go = tmp_path / "go"
-    savers = [subprocess.Popen([sys.executable, "-c", SAVER, str(tmp_path), str(w), str(go), KEY],
-                               stdout=subprocess.PIPE, text=True) for w in range(4)]
+    savers = [
+        subprocess.Popen(
+            [sys.executable, "-c", SAVER, str(tmp_path), str(w), str(go), KEY],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(4)
+    ]
     for saver in savers:
         assert saver.stdout.readline().strip() == "ready"
     go.touch()
-    returned = [line.strip() for saver in savers for line in saver.communicate(timeout=60)[0].splitlines()]
+    returned = [
+        line.strip() for saver in savers for line in saver.communicate(timeout=60)[0].splitlines()
+    ]
     assert all(saver.returncode == 0 for saver in savers)
     runs = list_runs(tmp_path, KEY)
     assert len(returned) == len(set(returned)) == len(runs) == 80
@@ -335,8 +473,12 @@ def write_golden(goldens, nodeid, record, run_info=None):
 def test_golden_path_and_roundtrip(tmp_path):
     goldens = GoldenStore(tmp_path)
     path = goldens.path(KEY, NODE)
-    assert path == (tmp_path / KEY / "tests/energy/test_drafters"
-                    / "test_drafter_pays_for_itself[code-eagle3-b16].json")
+    assert path == (
+        tmp_path
+        / KEY
+        / "tests/energy/test_drafters"
+        / "test_drafter_pays_for_itself[code-eagle3-b16].json"
+    )
     nested = goldens.path(KEY, "t/test_a.py::TestX::test_y[a/b:c]")
     assert nested.name == "TestX.test_y[a_b_c].json"
     assert goldens.load(KEY, NODE) is None
@@ -368,18 +510,21 @@ def test_corrupt_golden_is_never_overwritten(tmp_path, mode):
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left
 
 
-@pytest.mark.parametrize("mode, exists, mismatched, action, written, fails", [
-    ("check", False, False, "created", True, True),         # pytest-regressions: fail on create
-    ("update", False, False, "created", True, True),
-    ("new-only", False, False, "created", True, False),
-    ("regen-all", False, False, "created", True, False),
-    ("check", True, True, "kept", False, False),            # the gate verdict fails the test
-    ("new-only", True, True, "kept", False, False),
-    ("update", True, True, "updated", True, True),           # rewrite, fail for review
-    ("update", True, False, "unchanged", False, False),
-    ("regen-all", True, False, "regenerated", True, False),  # rewrite everything, pass
-    ("check", True, False, "unchanged", False, False),
-])
+@pytest.mark.parametrize(
+    "mode, exists, mismatched, action, written, fails",
+    [
+        ("check", False, False, "created", True, True),  # pytest-regressions: fail on create
+        ("update", False, False, "created", True, True),
+        ("new-only", False, False, "created", True, False),
+        ("regen-all", False, False, "created", True, False),
+        ("check", True, True, "kept", False, False),  # the gate verdict fails the test
+        ("new-only", True, True, "kept", False, False),
+        ("update", True, True, "updated", True, True),  # rewrite, fail for review
+        ("update", True, False, "unchanged", False, False),
+        ("regen-all", True, False, "regenerated", True, False),  # rewrite everything, pass
+        ("check", True, False, "unchanged", False, False),
+    ],
+)
 def test_update_semantics(tmp_path, mode, exists, mismatched, action, written, fails):
     goldens = GoldenStore(tmp_path)
     old, new = CaseRecord.from_dict(result(1.0)), CaseRecord.from_dict(result(2.0))
@@ -407,7 +552,9 @@ def test_a_golden_that_cannot_be_written_is_reported_at_flush(tmp_path):
         (tmp_path / "ro").chmod(0o700)
     if os.geteuid() == 0:  # root writes anywhere: the failure path needs another witness
         pytest.skip("running as root: a read-only folder is still writable")
-    assert written == [] and "cannot be written" in failures[0] and str(tmp_path / "ro") in failures[0]
+    assert (
+        written == [] and "cannot be written" in failures[0] and str(tmp_path / "ro") in failures[0]
+    )
 
 
 def test_unused_goldens(tmp_path):
@@ -418,7 +565,9 @@ def test_unused_goldens(tmp_path):
     goldens.update(KEY, used, RECORD, mode="check", mismatched=False)
     unused = goldens.unused([KEY])
     assert [p.relative_to(tmp_path / KEY).as_posix() for p in unused] == [
-        "tests/test_a/test_x[b2].json", "tests/test_gone/test_y.json"]
+        "tests/test_a/test_x[b2].json",
+        "tests/test_gone/test_y.json",
+    ]
     assert goldens.unused(["missing-key"]) == []
 
 
@@ -432,10 +581,22 @@ def test_folders_without_run_files_are_not_machine_keys(tmp_path):
 
 # -- machine key ----------------------------------------------------------------------------
 def gpu_info(**gpu_changes):
-    gpu = {"name": "NVIDIA H200", "power_limit_w": 700, "driver": "550.54.15",
-           "uuid": "GPU-1234", "clocks": {"sm": 1980}, "temperature": 41, **gpu_changes}
-    return {"node": "ci-7", "cpu": "AMD EPYC", "gpus": [gpu], "meter": {"kind": "nvml"},
-            "engine": {"name": "sglang", "version": "0.5.9"}}
+    gpu = {
+        "name": "NVIDIA H200",
+        "power_limit_w": 700,
+        "driver": "550.54.15",
+        "uuid": "GPU-1234",
+        "clocks": {"sm": 1980},
+        "temperature": 41,
+        **gpu_changes,
+    }
+    return {
+        "node": "ci-7",
+        "cpu": "AMD EPYC",
+        "gpus": [gpu],
+        "meter": {"kind": "nvml"},
+        "engine": {"name": "sglang", "version": "0.5.9"},
+    }
 
 
 def test_machine_key_uses_stable_fields_only():
@@ -457,8 +618,9 @@ def test_machine_key_uses_stable_fields_only():
 
 
 def test_modeled_machine_key_and_machine_info():
-    info = machine_info(ModeledMeter("h200").describe(),
-                        engine={"name": "reference", "version": "0.1.0"})
+    info = machine_info(
+        ModeledMeter("h200").describe(), engine={"name": "reference", "version": "0.1.0"}
+    )
     assert {"system", "python", "cpu", "cpu_count", "meter", "engine"} <= set(info)
     assert machine_key(info) == KEY
     # Host facts never enter a modeled key: any CPU runner shares one history.

@@ -24,13 +24,24 @@ ENERGY = [parse_fail_expr("energy_ratio:5%")]
 
 
 def _arm(values):
-    return {"source": "s", "samples": [{"decode_joules": float(v), "decode_seconds": 1.0, "decode_tokens": 1}
-                                       for v in values]}
+    return {
+        "source": "s",
+        "samples": [
+            {"decode_joules": float(v), "decode_seconds": 1.0, "decode_tokens": 1} for v in values
+        ],
+    }
 
 
 def record(spec, base, order=None, reference=None) -> CaseRecord:
-    data = {"case_id": "c", "source": "s", "baseline": _arm(base), "speculative": _arm(spec),
-            "order": order or {}, "nodeid": "t", "machine_key": "k"}
+    data = {
+        "case_id": "c",
+        "source": "s",
+        "baseline": _arm(base),
+        "speculative": _arm(spec),
+        "order": order or {},
+        "nodeid": "t",
+        "machine_key": "k",
+    }
     if reference is not None:
         data["reference"], data["reference_drafter"] = _arm(reference), {"id": "ref"}
     return CaseRecord.from_dict(data)
@@ -62,14 +73,20 @@ def test_blocked_arms_allow_for_block_drift():
     stored = record(*_noisy(rng, 11, 0.5))
     spec, base = _noisy(rng, 11, 0.5 * 1.07)  # +7% seen: +4% true under 3% block drift
     interleaved = compare_case(stored, record(spec, base), ENERGY, plan=gate_plan())
-    blocked = compare_case(stored, record(spec, base, {"interleaved": False}), ENERGY, plan=gate_plan())
+    blocked = compare_case(
+        stored, record(spec, base, {"interleaved": False}), ENERGY, plan=gate_plan()
+    )
     assert interleaved.verdict is Verdict.REGRESSED
     assert blocked.verdict is Verdict.INCONCLUSIVE
     assert "unpaired: current blocked order (one engine at a time)" in blocked.rows[0].method
     # Beyond limit + drift it still fails.
     spec, base = _noisy(rng, 11, 0.5 * 1.12)
-    assert compare_case(stored, record(spec, base, {"interleaved": False}), ENERGY,
-                        plan=gate_plan()).verdict is Verdict.REGRESSED
+    assert (
+        compare_case(
+            stored, record(spec, base, {"interleaved": False}), ENERGY, plan=gate_plan()
+        ).verdict
+        is Verdict.REGRESSED
+    )
 
 
 def test_blocked_in_job_candidate_against_reference_allows_for_drift():
@@ -78,12 +95,18 @@ def test_blocked_in_job_candidate_against_reference_allows_for_drift():
     ref = [0.5 * b for b in base]
     cand = [0.5 * 1.07 * b for b in base]
     plan = gate_plan()
-    blocked = Gatekeeper(runs=None, plan=plan).judge(record(cand, base, {"interleaved": False}, ref), ENERGY)
-    together = Gatekeeper(runs=None, plan=plan).judge(record(cand, base, {"interleaved": True}, ref), ENERGY)
+    blocked = Gatekeeper(runs=None, plan=plan).judge(
+        record(cand, base, {"interleaved": False}, ref), ENERGY
+    )
+    together = Gatekeeper(runs=None, plan=plan).judge(
+        record(cand, base, {"interleaved": True}, ref), ENERGY
+    )
     assert together.comparison.verdict is Verdict.REGRESSED
     assert blocked.comparison.verdict is Verdict.INCONCLUSIVE
     method = blocked.comparison.rows[0].method
-    assert "blocked order (one engine at a time): candidate and reference in separate blocks" in method
+    assert (
+        "blocked order (one engine at a time): candidate and reference in separate blocks" in method
+    )
 
 
 class _OneRun:
@@ -103,13 +126,20 @@ def test_blocked_order_under_3pct_drift_holds_alpha_at_the_limit():
     rng = np.random.default_rng(7)
     plan, cases, regressed = gate_plan(), 120, 0
     for _ in range(cases):
-        stored = record(list(0.6 * np.exp(0.03 * rng.standard_normal(15))),
-                        list(np.exp(0.03 * rng.standard_normal(15))), {"interleaved": False})
+        stored = record(
+            list(0.6 * np.exp(0.03 * rng.standard_normal(15))),
+            list(np.exp(0.03 * rng.standard_normal(15))),
+            {"interleaved": False},
+        )
         base = np.exp(0.03 * rng.standard_normal(plan.cap))
         spec = 0.6 * 1.05 * 1.03 * np.exp(0.03 * rng.standard_normal(plan.cap))
         gate, n = Gatekeeper(runs=_OneRun(stored), compare="stored", plan=plan), plan.start
-        while isinstance(decision := gate.judge(record(list(spec[:n]), list(base[:n]), {"interleaved": False}),
-                                                ENERGY), NeedsRepeats):
+        while isinstance(
+            decision := gate.judge(
+                record(list(spec[:n]), list(base[:n]), {"interleaved": False}), ENERGY
+            ),
+            NeedsRepeats,
+        ):
             n += decision.extra
         regressed += decision.comparison.verdict is Verdict.REGRESSED
     assert regressed / cases <= 0.10  # alpha 0.05; 120 cases put 0.10 above 3 standard errors
@@ -117,7 +147,14 @@ def test_blocked_order_under_3pct_drift_holds_alpha_at_the_limit():
 
 def test_a_run_saved_to_the_history_measures_the_save_repeats():
     def measured(**kw):
-        values = {"repeats": 3, "save_repeats": 15, "save": None, "autosave": False, "repeats_set": False, **kw}
+        values = {
+            "repeats": 3,
+            "save_repeats": 15,
+            "save": None,
+            "autosave": False,
+            "repeats_set": False,
+            **kw,
+        }
         return SpecEnergyConfig.measured_repeats.fget(types.SimpleNamespace(**values))
 
     assert measured() == 3

@@ -32,7 +32,9 @@ class FakeSGLangClient:
     ``refuse`` makes every call raise, as the HTTP client does on an error status.
     """
 
-    def __init__(self, registered=(), late=(), stuck=(), timeout_s: float = 300.0, refuse: bool = False):
+    def __init__(
+        self, registered=(), late=(), stuck=(), timeout_s: float = 300.0, refuse: bool = False
+    ):
         self.timeout_s = timeout_s
         self.refuse = refuse
         self.calls: list[str | None] = []
@@ -121,8 +123,11 @@ def test_answers_arriving_from_worker_threads_end_it_within_a_few_retries():
 def test_a_request_that_never_answers_fails_loudly_within_the_deadline():
     client = FakeSGLangClient(registered={"se-1"}, stuck={"se-2"})
     started = time.monotonic()
-    with pytest.raises(AbortError, match=r"1 request\(s\) \(se-2\) still unanswered 0.1 s after the window "
-                                         r"closed, through \d+ round\(s\) of aborts by rid"):
+    with pytest.raises(
+        AbortError,
+        match=r"1 request\(s\) \(se-2\) still unanswered 0.1 s after the window "
+        r"closed, through \d+ round\(s\) of aborts by rid",
+    ):
         abort_until_answered(client, client.pending, retry_s=0.005, deadline_s=0.1)
     assert time.monotonic() - started < 2.0
     assert client.calls[0] is None and len(client.calls) > 2 and set(client.calls[1:]) == {"se-2"}

@@ -32,7 +32,9 @@ def test_repetition_and_distinct_n():
 def test_degeneracy_is_relative_to_the_baseline():
     healthy = degeneracy([VARIED, LOOPING], [VARIED, LOOPING], special_ids=[0])
     assert healthy.problems() == []
-    broken = degeneracy([VARIED, VARIED], [LOOPING, VARIED + [0, 1] + VARIED + VARIED], special_ids=[0])
+    broken = degeneracy(
+        [VARIED, VARIED], [LOOPING, VARIED + [0, 1] + VARIED + VARIED], special_ids=[0]
+    )
     found = " | ".join(broken.problems())
     assert "repetition loop" in found
     assert "distinct-2 collapse" in found
@@ -41,10 +43,18 @@ def test_degeneracy_is_relative_to_the_baseline():
 
 
 def counters(completion, verify, correct, proposed=None, hist=None):
-    return RequestCounters(rid="r", prompt_tokens=5, completion_tokens=completion, finish_type="length",
-                           finish_detail=None, e2e_latency=0.1, spec_verify_ct=verify,
-                           spec_num_correct_drafts=correct, spec_num_proposed_drafts=proposed,
-                           correct_drafts_histogram=hist)
+    return RequestCounters(
+        rid="r",
+        prompt_tokens=5,
+        completion_tokens=completion,
+        finish_type="length",
+        finish_detail=None,
+        e2e_latency=0.1,
+        spec_verify_ct=verify,
+        spec_num_correct_drafts=correct,
+        spec_num_proposed_drafts=proposed,
+        correct_drafts_histogram=hist,
+    )
 
 
 def test_counter_consistency():
@@ -53,23 +63,45 @@ def test_counter_consistency():
     # The last step cut by max_new_tokens: up to 4 more drafts accepted than committed.
     assert counter_problems([counters(31, 8, 24, 32)], drafted_per_step=4) == []
     inflated = counter_problems([counters(33, 8, 40, 32)], drafted_per_step=4)
-    assert any("40 accepted drafts reported, but 33 tokens over 8 verify steps allow 24 to 28" in p
-               for p in inflated)
+    assert any(
+        "40 accepted drafts reported, but 33 tokens over 8 verify steps allow 24 to 28" in p
+        for p in inflated
+    )
     assert counter_problems([counters(33, 8, 24, 16)], drafted_per_step=4)
     assert counter_problems([counters(33, 8, 24, 32, hist=(0, 0, 0, 1))], drafted_per_step=4)
 
 
-CASE = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram", num_draft_tokens=4),
-            batch=2, corpus=load_corpus("code"), )
+CASE = Case.of(
+    engine="reference",
+    model="tiny:dense",
+    drafter=Drafter("ngram", num_draft_tokens=4),
+    batch=2,
+    corpus=load_corpus("code"),
+)
 
 
-def run(arm, outputs, verify=None, correct=None, mean_running=2.0, max_running=2, window_means=None):
-    sample = RepeatSample(1.0, 1.0, 10, 5.0, verify, correct, None if verify is None else verify * 4)
-    return RunResult(arm=arm, engine={}, source="modeled (h200)", samples=(sample,),
-                     outputs=tuple(map(tuple, outputs)), finish_reasons=("length", "length"),
-                     verified_per_step=5 if arm == "speculative" else 1,
-                     concurrency={"requested": 2, "max_running": max_running, "min_running": 1,
-                                  "mean_running": mean_running, "window_means": window_means})
+def run(
+    arm, outputs, verify=None, correct=None, mean_running=2.0, max_running=2, window_means=None
+):
+    sample = RepeatSample(
+        1.0, 1.0, 10, 5.0, verify, correct, None if verify is None else verify * 4
+    )
+    return RunResult(
+        arm=arm,
+        engine={},
+        source="modeled (h200)",
+        samples=(sample,),
+        outputs=tuple(map(tuple, outputs)),
+        finish_reasons=("length", "length"),
+        verified_per_step=5 if arm == "speculative" else 1,
+        concurrency={
+            "requested": 2,
+            "max_running": max_running,
+            "min_running": 1,
+            "mean_running": mean_running,
+            "window_means": window_means,
+        },
+    )
 
 
 def names(pair):
@@ -77,8 +109,12 @@ def names(pair):
 
 
 def test_healthy_pair_trips_nothing():
-    pair = PairResult(CASE, CASE.id, run("baseline", [VARIED, LOOPING]),
-                      run("speculative", [VARIED, LOOPING], verify=10, correct=20))
+    pair = PairResult(
+        CASE,
+        CASE.id,
+        run("baseline", [VARIED, LOOPING]),
+        run("speculative", [VARIED, LOOPING], verify=10, correct=20),
+    )
     assert pair_checks(pair) == []
 
 
@@ -86,24 +122,33 @@ def test_fail_closed_controls():
     base = run("baseline", [VARIED, LOOPING])
     missing = PairResult(CASE, CASE.id, base, run("speculative", [VARIED, LOOPING]))
     assert "missing-counters" in names(missing)
-    zero = PairResult(CASE, CASE.id, base, run("speculative", [VARIED, LOOPING], verify=0, correct=0))
+    zero = PairResult(
+        CASE, CASE.id, base, run("speculative", [VARIED, LOOPING], verify=0, correct=0)
+    )
     assert "no-verify-steps" in names(zero)
-    nothing = PairResult(CASE, CASE.id, base, run("speculative", [VARIED, LOOPING], verify=10, correct=0))
+    nothing = PairResult(
+        CASE, CASE.id, base, run("speculative", [VARIED, LOOPING], verify=10, correct=0)
+    )
     assert "accept-length-1-on-repetition" in names(nothing)
     self_draft = Drafter("draft_model", draft_model="tiny:dense", num_draft_tokens=4)
     self_case = dataclasses.replace(CASE, spec=dataclasses.replace(CASE.spec, drafter=self_draft))
     # 2 requests, 10 verify steps of 4: at least (10 - 2) * 4 = 32 accepted drafts.
-    weak_self = PairResult(self_case, "x", base, run("speculative", [VARIED, LOOPING], verify=10, correct=30))
+    weak_self = PairResult(
+        self_case, "x", base, run("speculative", [VARIED, LOOPING], verify=10, correct=30)
+    )
     assert "self-draft-not-exact" in names(weak_self)
-    cut_short = PairResult(self_case, "x", base, run("speculative", [VARIED, LOOPING], verify=10, correct=32))
+    cut_short = PairResult(
+        self_case, "x", base, run("speculative", [VARIED, LOOPING], verify=10, correct=32)
+    )
     assert "self-draft-not-exact" not in names(cut_short)
 
 
 def test_incoherent_divergence_and_warnings():
     base = run("baseline", [VARIED, VARIED], mean_running=1.0, max_running=1)
     spec = run("speculative", [LOOPING, VARIED], verify=10, correct=20)
-    coherence = Coherence((-0.2, 0.0), (-3.5, 0.0), degeneracy([VARIED, VARIED], [LOOPING, VARIED]),
-                          (True, False))
+    coherence = Coherence(
+        (-0.2, 0.0), (-3.5, 0.0), degeneracy([VARIED, VARIED], [LOOPING, VARIED]), (True, False)
+    )
     assert coherence.mean_gap == 3.3
     pair = PairResult(CASE, CASE.id, base, spec, coherence)
     found = names(pair)
@@ -112,49 +157,95 @@ def test_incoherent_divergence_and_warnings():
 
 
 def windowed(arm, prefill_j, full_j, gpus=(), graph=None, full_loops=1, prefill_loops=1):
-    window = {"full": {"joules": full_j, "loops": full_loops,
-                       "details": {"gpus": [{"uuid": g} for g in gpus]}},
-              "prefill": {"joules": prefill_j, "loops": prefill_loops}}
-    sample = RepeatSample(full_j / full_loops - prefill_j / prefill_loops, 1.0, 10, 5.0,
-                          10 if arm == "speculative" else None,
-                          20 if arm == "speculative" else None, 40 if arm == "speculative" else None,
-                          window=window)
+    window = {
+        "full": {
+            "joules": full_j,
+            "loops": full_loops,
+            "details": {"gpus": [{"uuid": g} for g in gpus]},
+        },
+        "prefill": {"joules": prefill_j, "loops": prefill_loops},
+    }
+    sample = RepeatSample(
+        full_j / full_loops - prefill_j / prefill_loops,
+        1.0,
+        10,
+        5.0,
+        10 if arm == "speculative" else None,
+        20 if arm == "speculative" else None,
+        40 if arm == "speculative" else None,
+        window=window,
+    )
     engine = {"server_info": {"disable_cuda_graph": graph}} if graph is not None else {}
-    return RunResult(arm=arm, engine=engine, source="measured (nvml)", samples=(sample,),
-                     outputs=(tuple(VARIED), tuple(LOOPING)), finish_reasons=("length", "length"),
-                     verified_per_step=5, concurrency={})
+    return RunResult(
+        arm=arm,
+        engine=engine,
+        source="measured (nvml)",
+        samples=(sample,),
+        outputs=(tuple(VARIED), tuple(LOOPING)),
+        finish_reasons=("length", "length"),
+        verified_per_step=5,
+        concurrency={},
+    )
 
 
 def test_pairing_and_window_checks():
-    good = PairResult(CASE, CASE.id, windowed("baseline", 1.0, 10.0, ["GPU-a"], False),
-                      windowed("speculative", 1.0, 8.0, ["GPU-a"], False))
-    assert not {"cuda-graph-differs", "gpu-differs", "prefill-in-window",
-                "prefill-dominates-window"} & names(good)
-    bad = PairResult(CASE, CASE.id, windowed("baseline", 1.0, 10.0, ["GPU-a"], False),
-                     windowed("speculative", 1.0, 8.0, ["GPU-b"], True))
+    good = PairResult(
+        CASE,
+        CASE.id,
+        windowed("baseline", 1.0, 10.0, ["GPU-a"], False),
+        windowed("speculative", 1.0, 8.0, ["GPU-a"], False),
+    )
+    assert not {
+        "cuda-graph-differs",
+        "gpu-differs",
+        "prefill-in-window",
+        "prefill-dominates-window",
+    } & names(good)
+    bad = PairResult(
+        CASE,
+        CASE.id,
+        windowed("baseline", 1.0, 10.0, ["GPU-a"], False),
+        windowed("speculative", 1.0, 8.0, ["GPU-b"], True),
+    )
     assert {"cuda-graph-differs", "gpu-differs"} <= names(bad)
-    no_decode = PairResult(CASE, CASE.id, windowed("baseline", 5.0, 5.0), windowed("speculative", 1.0, 8.0))
+    no_decode = PairResult(
+        CASE, CASE.id, windowed("baseline", 5.0, 5.0), windowed("speculative", 1.0, 8.0)
+    )
     assert "prefill-in-window" in names(no_decode)
-    heavy = PairResult(CASE, CASE.id, windowed("baseline", 6.0, 10.0), windowed("speculative", 1.0, 8.0))
+    heavy = PairResult(
+        CASE, CASE.id, windowed("baseline", 6.0, 10.0), windowed("speculative", 1.0, 8.0)
+    )
     assert "prefill-dominates-window" in names(heavy)
 
 
 def test_concurrency_check_reads_the_mean_and_fails_closed():
     # The speculative batch drained: it touched the batch (max 2 = batch) but averaged 1.2.
     # The old check read the max and never fired.
-    drained = PairResult(CASE, CASE.id, run("baseline", [VARIED, LOOPING]),
-                         run("speculative", [VARIED, LOOPING], verify=10, correct=20,
-                             mean_running=1.2, max_running=2))
+    drained = PairResult(
+        CASE,
+        CASE.id,
+        run("baseline", [VARIED, LOOPING]),
+        run(
+            "speculative", [VARIED, LOOPING], verify=10, correct=20, mean_running=1.2, max_running=2
+        ),
+    )
     checks = [c for c in pair_checks(drained) if c.name == "concurrency-below-batch"]
     assert checks and checks[0].severity == "fail" and "speculative" in checks[0].message
     assert drained.failed_checks
     # At 90% of the batch it passes; one repeat below it fails even when the merged mean is fine.
-    held = PairResult(CASE, CASE.id, run("baseline", [VARIED, LOOPING], mean_running=1.8),
-                      run("speculative", [VARIED, LOOPING], verify=10, correct=20, mean_running=1.85))
+    held = PairResult(
+        CASE,
+        CASE.id,
+        run("baseline", [VARIED, LOOPING], mean_running=1.8),
+        run("speculative", [VARIED, LOOPING], verify=10, correct=20, mean_running=1.85),
+    )
     assert "concurrency-below-batch" not in names(held)
-    one_bad = PairResult(CASE, CASE.id, run("baseline", [VARIED, LOOPING], mean_running=1.9,
-                                            window_means=[2.0, 1.5]),
-                         run("speculative", [VARIED, LOOPING], verify=10, correct=20))
+    one_bad = PairResult(
+        CASE,
+        CASE.id,
+        run("baseline", [VARIED, LOOPING], mean_running=1.9, window_means=[2.0, 1.5]),
+        run("speculative", [VARIED, LOOPING], verify=10, correct=20),
+    )
     assert "concurrency-below-batch" in names(one_bad)
 
 
@@ -162,15 +253,21 @@ def test_prefill_share_is_per_loop_not_per_window():
     # Under nvml both windows are stretched to the same few seconds: a run whose prefill is 5%
     # of its energy (1.0 J per full loop, 0.05 J per prefill loop) fills 5 s with 5 full loops
     # (5 J) but 84 prefill-only loops (4.2 J). Window totals read 84%; per loop it is 5%.
-    light = PairResult(CASE, CASE.id,
-                       windowed("baseline", 4.2, 5.0, full_loops=5, prefill_loops=84),
-                       windowed("speculative", 4.2, 5.0, full_loops=5, prefill_loops=84))
+    light = PairResult(
+        CASE,
+        CASE.id,
+        windowed("baseline", 4.2, 5.0, full_loops=5, prefill_loops=84),
+        windowed("speculative", 4.2, 5.0, full_loops=5, prefill_loops=84),
+    )
     assert "prefill-dominates-window" not in names(light)
     assert "prefill-in-window" not in names(light)
     # A real 60% share still warns, loops or not.
-    heavy = PairResult(CASE, CASE.id,
-                       windowed("baseline", 6.0 * 8, 10.0, full_loops=1, prefill_loops=8),
-                       windowed("speculative", 1.0, 8.0))
+    heavy = PairResult(
+        CASE,
+        CASE.id,
+        windowed("baseline", 6.0 * 8, 10.0, full_loops=1, prefill_loops=8),
+        windowed("speculative", 1.0, 8.0),
+    )
     assert "prefill-dominates-window" in names(heavy)
 
 
@@ -180,15 +277,27 @@ def test_sglang_twin_whose_resolved_settings_differ_fails():
     import dataclasses
 
     def sglang(run, **info):
-        engine = {"engine": "sglang", "version": "0.5.23", "server_info": {
-            "cuda_graph_bs": [1, 2, 4, 8], "port": 30000, "speculative_algorithm": None, **info}}
+        engine = {
+            "engine": "sglang",
+            "version": "0.5.23",
+            "server_info": {
+                "cuda_graph_bs": [1, 2, 4, 8],
+                "port": 30000,
+                "speculative_algorithm": None,
+                **info,
+            },
+        }
         return dataclasses.replace(run, engine=engine)
 
     base = windowed("baseline", 1.0, 10.0, ["GPU-a"], False)
     spec = windowed("speculative", 1.0, 8.0, ["GPU-a"], False)
-    matched = PairResult(CASE, CASE.id, sglang(base), sglang(spec, port=30001, speculative_algorithm="NGRAM"))
+    matched = PairResult(
+        CASE, CASE.id, sglang(base), sglang(spec, port=30001, speculative_algorithm="NGRAM")
+    )
     assert "twin-differs" not in names(matched)
-    finer = PairResult(CASE, CASE.id, sglang(base), sglang(spec, cuda_graph_bs=[1, 2, 3, 4, 5, 6, 7, 8]))
+    finer = PairResult(
+        CASE, CASE.id, sglang(base), sglang(spec, cuda_graph_bs=[1, 2, 3, 4, 5, 6, 7, 8])
+    )
     assert "twin-differs" in names(finer)
     assert "cuda_graph_bs" in next(c.message for c in finer.checks if c.name == "twin-differs")
 
@@ -196,35 +305,62 @@ def test_sglang_twin_whose_resolved_settings_differ_fails():
 def covered(arm, share, prompts=2, **kwargs):
     """``run`` over ``prompts`` outputs with every sample's coverage set to ``share``."""
     base = run(arm, [VARIED, LOOPING] * (prompts // 2), **kwargs)
-    return dataclasses.replace(base, samples=tuple(dataclasses.replace(s, coverage=share)
-                                                   for s in base.samples))
+    return dataclasses.replace(
+        base, samples=tuple(dataclasses.replace(s, coverage=share) for s in base.samples)
+    )
 
 
 def test_arms_are_compared_with_each_other_not_only_with_the_batch():
     # Both arms pass the 90% floor at batch 2 (>= 1.8), yet one ran 7.5% of the batch fewer rows.
-    apart = PairResult(CASE, CASE.id, run("baseline", [VARIED, LOOPING], mean_running=1.99),
-                       run("speculative", [VARIED, LOOPING], verify=10, correct=20, mean_running=1.84))
+    apart = PairResult(
+        CASE,
+        CASE.id,
+        run("baseline", [VARIED, LOOPING], mean_running=1.99),
+        run("speculative", [VARIED, LOOPING], verify=10, correct=20, mean_running=1.84),
+    )
     found = pair_checks(apart)
     assert "concurrency-below-batch" not in {c.name for c in found}
     differs = [c for c in found if c.name == "concurrency-differs"]
-    assert differs and differs[0].severity == "fail" and "1.99 (baseline) vs 1.84" in differs[0].message
-    close = PairResult(CASE, CASE.id, run("baseline", [VARIED, LOOPING], mean_running=1.98),
-                       run("speculative", [VARIED, LOOPING], verify=10, correct=20, mean_running=1.92))
+    assert (
+        differs
+        and differs[0].severity == "fail"
+        and "1.99 (baseline) vs 1.84" in differs[0].message
+    )
+    close = PairResult(
+        CASE,
+        CASE.id,
+        run("baseline", [VARIED, LOOPING], mean_running=1.98),
+        run("speculative", [VARIED, LOOPING], verify=10, correct=20, mean_running=1.92),
+    )
     assert "concurrency-differs" not in names(close)
 
 
 def test_coverage_gap_between_the_arms_fails_past_the_bound():
-    # A pool of 20 at batch 2 leaves at most 1/20 uncovered by construction: the 10-point bound holds.
-    far = PairResult(CASE, CASE.id, covered("baseline", 1.0, prompts=20),
-                     covered("speculative", 0.85, prompts=20, verify=10, correct=20))
+    # A pool of 20 at batch 2 leaves at most 1/20 uncovered by construction: the 10-point bound
+    # holds.
+    far = PairResult(
+        CASE,
+        CASE.id,
+        covered("baseline", 1.0, prompts=20),
+        covered("speculative", 0.85, prompts=20, verify=10, correct=20),
+    )
     checks = [c for c in pair_checks(far) if c.name == "coverage-differs"]
     assert checks and checks[0].severity == "fail", checks
-    assert "100.0% (baseline) vs 85.0%" in checks[0].message and "pool of 20 prompts" in checks[0].message
-    near = PairResult(CASE, CASE.id, covered("baseline", 0.95, prompts=20),
-                      covered("speculative", 0.90, prompts=20, verify=10, correct=20))
+    assert (
+        "100.0% (baseline) vs 85.0%" in checks[0].message
+        and "pool of 20 prompts" in checks[0].message
+    )
+    near = PairResult(
+        CASE,
+        CASE.id,
+        covered("baseline", 0.95, prompts=20),
+        covered("speculative", 0.90, prompts=20, verify=10, correct=20),
+    )
     assert "coverage-differs" not in names(near)
     # A record written before coverage existed is not judged.
-    old = PairResult(CASE, CASE.id, covered("baseline", None), covered("speculative", 0.5, verify=10, correct=20))
+    old = PairResult(
+        CASE, CASE.id, covered("baseline", None), covered("speculative", 0.5, verify=10, correct=20)
+    )
     assert "coverage-differs" not in names(old)
     assert far.speculative.record().coverage == 0.85
 
@@ -233,10 +369,18 @@ def test_a_small_pool_allows_the_gap_its_window_close_makes_and_says_so():
     # Pool 2 at batch 2: one slot may still hold a whole output when the window closes, so the
     # arms may be up to 50 points apart with nothing wrong; 15 points warns, naming the pool
     # that would hold 10, and 60 points (more than the pool allows) fails.
-    small = PairResult(CASE, CASE.id, covered("baseline", 1.0), covered("speculative", 0.85, verify=10, correct=20))
+    small = PairResult(
+        CASE, CASE.id, covered("baseline", 1.0), covered("speculative", 0.85, verify=10, correct=20)
+    )
     [check] = [c for c in pair_checks(small) if c.name == "coverage-differs"]
-    assert check.severity == "warn" and "up to 50%" in check.message and "at least 10 prompts" in check.message
-    beyond = PairResult(CASE, CASE.id, covered("baseline", 1.0), covered("speculative", 0.4, verify=10, correct=20))
+    assert (
+        check.severity == "warn"
+        and "up to 50%" in check.message
+        and "at least 10 prompts" in check.message
+    )
+    beyond = PairResult(
+        CASE, CASE.id, covered("baseline", 1.0), covered("speculative", 0.4, verify=10, correct=20)
+    )
     [check] = [c for c in pair_checks(beyond) if c.name == "coverage-differs"]
     assert check.severity == "fail" and "more than the 50%" in check.message
 

@@ -31,8 +31,17 @@ class ToyEngine:
         self.calls: list[dict[str, Any]] = []
         self.break_tops = break_tops
 
-    def generate(self, input_ids=None, *, text=None, sampling_params, return_logprob=False,
-                 logprob_start_len=None, return_prompt_token_ids=False, **extra):
+    def generate(
+        self,
+        input_ids=None,
+        *,
+        text=None,
+        sampling_params,
+        return_logprob=False,
+        logprob_start_len=None,
+        return_prompt_token_ids=False,
+        **extra,
+    ):
         self.calls.append({"input_ids": input_ids, "text": text, **extra})
         rows = [[10] for _ in text] if text is not None else [list(r) for r in input_ids]
         out = []
@@ -40,16 +49,32 @@ class ToyEngine:
             meta: dict[str, Any] = {}
             if return_logprob:
                 start = logprob_start_len or 0
-                meta["input_token_logprobs"] = [[None if k == start else lp(row[k - 1], t), t, None]
-                                                for k, t in enumerate(row) if k >= start]
+                meta["input_token_logprobs"] = [
+                    [None if k == start else lp(row[k - 1], t), t, None]
+                    for k, t in enumerate(row)
+                    if k >= start
+                ]
                 n = extra.get("top_logprobs_num", 0)
                 if n:
                     tops = [None] + [
-                        sorted(([lp(row[k - 1], c), c, None] for c in (row[k - 1] + 1, row[k - 1] + 2, EOS)),
-                               reverse=True)[:n] for k in range(start + 1, len(row))]
+                        sorted(
+                            (
+                                [lp(row[k - 1], c), c, None]
+                                for c in (row[k - 1] + 1, row[k - 1] + 2, EOS)
+                            ),
+                            reverse=True,
+                        )[:n]
+                        for k in range(start + 1, len(row))
+                    ]
                     meta["input_top_logprobs"] = [] if self.break_tops else tops
-            out.append({"text": "", "output_ids": [], "meta_info": meta,
-                        **({"prompt_token_ids": row} if return_prompt_token_ids else {})})
+            out.append(
+                {
+                    "text": "",
+                    "output_ids": [],
+                    "meta_info": meta,
+                    **({"prompt_token_ids": row} if return_prompt_token_ids else {}),
+                }
+            )
         return out
 
 
@@ -60,8 +85,14 @@ SPEC = [[11, 12, 13, 15, 16, 17], [11, 12, 14, 15, 16, 17]]
 
 
 def measure(engine: ToyEngine, baseline=BASE, speculative=SPEC, **kw):
-    return coherence.measure_coherence(engine, ["p", "q"], baseline, speculative,  # type: ignore[arg-type]
-                                       return_prompt_token_ids=True, **kw)
+    return coherence.measure_coherence(
+        engine,
+        ["p", "q"],
+        baseline,
+        speculative,  # type: ignore[arg-type]
+        return_prompt_token_ids=True,
+        **kw,
+    )
 
 
 def test_margins_classify_a_near_tie_and_a_real_divergence():
@@ -92,9 +123,13 @@ def test_when_the_baseline_stopped_at_the_divergence_its_stop_must_be_the_other_
     base, spec = [[11, 12, 13], BASE[1]], [[11, 12, 13, 14], BASE[1]]
     engine = ToyEngine()
     without_stops = measure(engine, baseline=base, speculative=spec, tie_margins=True)
-    assert without_stops.margins[0].top_ids == (14, 15) and not without_stops.margins[0].between_top2
+    assert (
+        without_stops.margins[0].top_ids == (14, 15) and not without_stops.margins[0].between_top2
+    )
     assert without_stops.margins[1] is None  # identical: nothing to classify
-    assert engine.calls[0]["text"] == ["p"]  # only the diverged prompt is tokenised (a prefill each)
+    assert engine.calls[0]["text"] == [
+        "p"
+    ]  # only the diverged prompt is tokenised (a prefill each)
     assert engine.calls[-1]["input_ids"] == [[10, 11, 12, 13, 14]]  # the prefix plus the next token
 
 
@@ -103,19 +138,28 @@ def test_without_tie_margins_nothing_extra_is_asked_and_every_divergence_stays_r
     result = measure(engine)
     assert result.margins == (None, None)
     assert all("top_logprobs_num" not in c for c in engine.calls)
-    assert [r.kind() for r in compare_outputs(BASE, SPEC, result.margins).requests] == ["real", "real"]
+    assert [r.kind() for r in compare_outputs(BASE, SPEC, result.margins).requests] == [
+        "real",
+        "real",
+    ]
 
 
 def test_a_malformed_top_logprobs_answer_is_refused_with_the_expected_shape():
-    with pytest.raises(coherence.CoherenceError, match="input_top_logprobs should have 7 entries, entry 0 None"):
+    with pytest.raises(
+        coherence.CoherenceError, match="input_top_logprobs should have 7 entries, entry 0 None"
+    ):
         measure(ToyEngine(break_tops=True), tie_margins=True)
 
 
 def test_the_client_sends_top_logprobs_num_only_with_return_logprob():
     client = EngineClient("http://127.0.0.1:9")
-    with pytest.raises(ValueError, match="top_logprobs_num must be an integer >= 0 and needs return_logprob"):
+    with pytest.raises(
+        ValueError, match="top_logprobs_num must be an integer >= 0 and needs return_logprob"
+    ):
         client.generate([[1]], sampling_params={}, top_logprobs_num=2)
     sent = {}
     client._request = lambda method, path, body: sent.update(body) or [{}]  # type: ignore[method-assign]
-    client.generate([[1]], sampling_params={}, return_logprob=True, logprob_start_len=0, top_logprobs_num=2)
+    client.generate(
+        [[1]], sampling_params={}, return_logprob=True, logprob_start_len=0, top_logprobs_num=2
+    )
     assert sent["top_logprobs_num"] == 2

@@ -17,32 +17,59 @@ from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
 from pytest_specenergy.measure.results import SpecEnergyAssertionError
 
-CASE = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=2,
-               corpus=load_corpus("code"))
+CASE = Case.of(
+    engine="reference",
+    model="tiny:dense",
+    drafter=Drafter("ngram"),
+    batch=2,
+    corpus=load_corpus("code"),
+)
 BASE = ((1, 2, 3, 4, 5, 6), (7, 8, 9, 10, 11, 12))
 SPEC = (BASE[0], (7, 8, 90, 10, 11, 12))
 
 
 def arm(name: str, outputs) -> RunResult:
-    sample = RepeatSample(1.0, 1.0, 10, 5.0, 4 if name == "speculative" else None,
-                          6 if name == "speculative" else None, 16 if name == "speculative" else None)
-    return RunResult(arm=name, engine={}, source="modeled (h200)", samples=(sample,), outputs=outputs,
-                     finish_reasons=("length",) * 2, verified_per_step=5 if name == "speculative" else 1)
+    sample = RepeatSample(
+        1.0,
+        1.0,
+        10,
+        5.0,
+        4 if name == "speculative" else None,
+        6 if name == "speculative" else None,
+        16 if name == "speculative" else None,
+    )
+    return RunResult(
+        arm=name,
+        engine={},
+        source="modeled (h200)",
+        samples=(sample,),
+        outputs=outputs,
+        finish_reasons=("length",) * 2,
+        verified_per_step=5 if name == "speculative" else 1,
+    )
 
 
 def pair(margin: DivergenceMargin | None, gap: float = 0.1) -> PairResult:
     # The mean gap (default 0.1 nats/token) is well under the 0.25 limit in every case here.
-    coherence = Coherence((0.0, -1.0), (0.0, -1.0 - gap), degeneracy(BASE, SPEC), (False, True), (None, margin))
+    coherence = Coherence(
+        (0.0, -1.0), (0.0, -1.0 - gap), degeneracy(BASE, SPEC), (False, True), (None, margin)
+    )
     return PairResult(CASE, CASE.id, arm("baseline", BASE), arm("speculative", SPEC), coherence)
 
 
 def test_a_token_far_below_the_targets_best_fails_under_a_small_mean_gap():
     wrong = pair(DivergenceMargin(0.02, (9, 90), True, 0.9, 4))
-    with pytest.raises(SpecEnergyAssertionError, match=(
+    with pytest.raises(
+        SpecEnergyAssertionError,
+        match=(
             r"not the target's greedy text: 1 of 1 diverged prompt\(s\) commit a token the target ranks "
-            r"more than the tie margin 0.125 nats below its best; the worst is token 4 of prompt 1, 0.900 nats")):
+            r"more than the tie margin 0.125 nats below its best; the worst is token 4 of prompt 1, 0.900 nats"
+        ),
+    ):
         wrong.assert_coherent()
-    wrong.assert_coherent(tie_margin=float("inf"))  # the per-token check off: the mean gap alone passes
+    wrong.assert_coherent(
+        tie_margin=float("inf")
+    )  # the per-token check off: the mean gap alone passes
 
 
 def test_numerical_ties_and_unscored_margins_pass():

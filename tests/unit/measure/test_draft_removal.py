@@ -33,15 +33,25 @@ CONTROLLED = Drafter("block", draft_model="tiny:dense-draft", block_size=4, acce
 
 
 def _case(drafter: Drafter, engine: str = "reference") -> Case:
-    return Case.of(engine=engine, model="tiny:dense", drafter=drafter, batch=2, corpus=CORPUS,
-                generation=Generation(max_new_tokens=9, prompts=4))
+    return Case.of(
+        engine=engine,
+        model="tiny:dense",
+        drafter=drafter,
+        batch=2,
+        corpus=CORPUS,
+        generation=Generation(max_new_tokens=9, prompts=4),
+    )
 
 
 def test_which_cases_replay_under_each_mode_and_meter():
     ngram = _case(Drafter("ngram"))
-    assert removes_drafts("auto", _case(BLOCK), "nvml") and not removes_drafts("auto", _case(BLOCK), "modeled:h200")
+    assert removes_drafts("auto", _case(BLOCK), "nvml") and not removes_drafts(
+        "auto", _case(BLOCK), "modeled:h200"
+    )
     assert not removes_drafts("auto", ngram, "nvml")  # no draft passes to remove
-    assert removes_drafts("on", ngram, "modeled:h200") and not removes_drafts("off", _case(BLOCK), "nvml")
+    assert removes_drafts("on", ngram, "modeled:h200") and not removes_drafts(
+        "off", _case(BLOCK), "nvml"
+    )
     assert not removes_drafts("auto", _case(BLOCK, engine="sglang"), "nvml")
     with pytest.raises(ValueError, match="expected one of auto, on, off"):
         removes_drafts("sometimes", ngram, "nvml")
@@ -53,7 +63,9 @@ def test_which_cases_replay_under_each_mode_and_meter():
 
 def test_draft_share_by_removal_is_per_cycle_and_never_invented():
     assert removal_draft_share([2.0, 4.0], [1.5, 3.0]) == pytest.approx(0.25)
-    assert removal_draft_share([2.0], [2.2]) == pytest.approx(-0.1)  # board-meter noise kept as measured
+    assert removal_draft_share([2.0], [2.2]) == pytest.approx(
+        -0.1
+    )  # board-meter noise kept as measured
     assert removal_draft_share([2.0, None], [1.0, 1.0]) is None
     assert removal_draft_share([2.0, 2.0], [1.0]) is None and removal_draft_share([], []) is None
 
@@ -73,10 +85,18 @@ def test_replay_engines_command_lines():
 
 def _run(arm, outputs, ept=1.0, replay_problems=(), counter_problems=()):
     sample = RepeatSample(ept * 10, 1.0, 10, 5.0, 5, 5, 15)
-    return RunResult(arm=arm, engine={}, source="modeled (h200)", samples=(sample,),
-                     outputs=tuple(map(tuple, outputs)), finish_reasons=("length",) * len(outputs),
-                     verified_per_step=4, concurrency={"requested": 2, "mean_running": 2.0},
-                     replay_problems=replay_problems, counter_problems=counter_problems)
+    return RunResult(
+        arm=arm,
+        engine={},
+        source="modeled (h200)",
+        samples=(sample,),
+        outputs=tuple(map(tuple, outputs)),
+        finish_reasons=("length",) * len(outputs),
+        verified_per_step=4,
+        concurrency={"requested": 2, "mean_running": 2.0},
+        replay_problems=replay_problems,
+        counter_problems=counter_problems,
+    )
 
 
 def test_replay_checks_fail_an_unlike_replay():
@@ -85,17 +105,30 @@ def test_replay_checks_fail_an_unlike_replay():
     good = PairResult(case, case.id, base, spec, removal=_run("removal", outputs, 0.75))
     assert good.draft_share == pytest.approx(0.25) and good.draft_share_method == "removal"
     assert not [c for c in pair_checks(good) if c.name == "replay-unlike"]
-    missed = dataclasses.replace(good, removal=_run("removal", outputs, 0.75, replay_problems=("3 missed",)))
+    missed = dataclasses.replace(
+        good, removal=_run("removal", outputs, 0.75, replay_problems=("3 missed",))
+    )
     other = dataclasses.replace(good, removal=_run("removal", [[1, 2, 3], [4, 5, 7]], 0.75))
-    wrong = dataclasses.replace(good, removal=_run("removal", outputs, 0.75, counter_problems=("request 0: bad",)))
+    wrong = dataclasses.replace(
+        good, removal=_run("removal", outputs, 0.75, counter_problems=("request 0: bad",))
+    )
     for bad in (missed, other, wrong):
         assert "replay-unlike" in {c.name for c in bad.failed_checks}
-    unlike = dataclasses.replace(good, speculative=_run("speculative", outputs, replay_problems=("1 missed",)))
+    unlike = dataclasses.replace(
+        good, speculative=_run("speculative", outputs, replay_problems=("1 missed",))
+    )
     assert "replay-unlike" in {c.name for c in unlike.failed_checks}
-    assert PairResult(case, case.id, base, spec).draft_share_method is None  # nothing priced, nothing removed
-    # A replay that ran below the batch describes another batch: its share is no figure for this one.
-    thin = dataclasses.replace(_run("removal", outputs, 0.75), concurrency={"requested": 2, "mean_running": 1.2})
-    assert "concurrency-below-batch" in {c.name for c in dataclasses.replace(good, removal=thin).failed_checks}
+    assert (
+        PairResult(case, case.id, base, spec).draft_share_method is None
+    )  # nothing priced, nothing removed
+    # A replay that ran below the batch describes another batch: its share is no figure for this
+    # one.
+    thin = dataclasses.replace(
+        _run("removal", outputs, 0.75), concurrency={"requested": 2, "mean_running": 1.2}
+    )
+    assert "concurrency-below-batch" in {
+        c.name for c in dataclasses.replace(good, removal=thin).failed_checks
+    }
 
 
 class RecordingClient:
@@ -118,15 +151,27 @@ class RecordingClient:
 
     def generate(self, text, sampling_params, rids, return_spec_drafts=False):
         n = sampling_params["max_new_tokens"]
-        self.log.append((self.config.replay or ("drafter" if self.config.drafter else "baseline"), n,
-                         return_spec_drafts, "spec_replay_drafts" in sampling_params))
+        self.log.append(
+            (
+                self.config.replay or ("drafter" if self.config.drafter else "baseline"),
+                n,
+                return_spec_drafts,
+                "spec_replay_drafts" in sampling_params,
+            )
+        )
         return [self._answer(rid, n, sampling_params, return_spec_drafts) for rid in rids]
 
     def _answer(self, rid, n, sampling_params, return_spec_drafts):
-        meta = {"id": rid, "prompt_tokens": 10, "completion_tokens": n,
-                "finish_reason": {"type": "length", "length": n}}
+        meta = {
+            "id": rid,
+            "prompt_tokens": 10,
+            "completion_tokens": n,
+            "finish_reason": {"type": "length", "length": n},
+        }
         if self.config.drafter is not None and n > 1:
-            meta.update(spec_verify_ct=4, spec_num_correct_drafts=n - 5, spec_num_proposed_drafts=12)
+            meta.update(
+                spec_verify_ct=4, spec_num_correct_drafts=n - 5, spec_num_proposed_drafts=12
+            )
             if return_spec_drafts:
                 meta["spec_drafts"] = [[7, 8, 9]] * 4
             with self.lock:
@@ -144,9 +189,12 @@ class ReplayPool:
         if config not in self.servers:
             self.started.append(config)
             self.servers[config] = SimpleNamespace(
-                config=config, client=RecordingClient(config, self.log), server_info={"device": "cpu"},
+                config=config,
+                client=RecordingClient(config, self.log),
+                server_info={"device": "cpu"},
                 backend=SimpleNamespace(),
-                describe=lambda c=config: {"engine": "fake", "config": c.as_dict()})
+                describe=lambda c=config: {"engine": "fake", "config": c.as_dict()},
+            )
         return self.servers[config]
 
     def close(self) -> None:
@@ -170,7 +218,9 @@ class Meter:
     def stop(self, token):
         server, since = token
         tokens = sum(entry[1] for entry in server.client.log[since:])
-        per_token = {"verify": 0.75}.get(server.config.replay, 1.0 if server.config.drafter else 2.0)
+        per_token = {"verify": 0.75}.get(
+            server.config.replay, 1.0 if server.config.drafter else 2.0
+        )
         return EnergyWindow(joules=per_token * tokens, seconds=1.0, source=self.label)
 
     def close(self):
@@ -179,8 +229,16 @@ class Meter:
 
 def _measure(drafter: Drafter, kind: str, mode: str = "auto", engine: str = "reference"):
     pool = ReplayPool()
-    measurer = PairMeasurer(log_dir=None, startup_timeout=1.0, meter=kind, repeats=2, warmup=0,
-                            meter_factory=lambda k, s: Meter(k), pool=pool, draft_removal=mode)
+    measurer = PairMeasurer(
+        log_dir=None,
+        startup_timeout=1.0,
+        meter=kind,
+        repeats=2,
+        warmup=0,
+        meter_factory=lambda k, s: Meter(k),
+        pool=pool,
+        draft_removal=mode,
+    )
     case = _case(drafter, engine)
     measurer.plan([case])
     return measurer.measure(case), pool
@@ -191,7 +249,9 @@ def test_board_meter_measures_the_removal_arm_from_drafts_recorded_once():
     assert [c.replay for c in pool.started] == ["", "", "verify"]  # baseline, drafter, verify-only
     recording = [e for e in pool.log if e[2]]
     assert len(recording) == 4 and all(e[0] == "drafter" for e in recording)  # one pass of the pool
-    assert all(e[3] for e in pool.log if e[0] == "verify" and e[1] > 1)  # every replay brings drafts
+    assert all(
+        e[3] for e in pool.log if e[0] == "verify" and e[1] > 1
+    )  # every replay brings drafts
     assert pair.order["order"] == ["baseline", "speculative", "removal"] * 2
     assert pair.draft_share_method == "removal"
     assert pair.draft_share == pytest.approx(0.25)  # 0.75 J/token verify-only against 1.0 drafting
@@ -208,12 +268,18 @@ def test_modeled_meter_prices_the_split_and_off_never_replays():
 
 def test_controlled_acceptance_under_a_board_meter_runs_without_its_oracle():
     pair, pool = _measure(CONTROLLED, "nvml", "off")
-    assert [c.replay for c in pool.started] == ["", "", "proposals"]  # recorded on the oracle engine
+    assert [c.replay for c in pool.started] == [
+        "",
+        "",
+        "proposals",
+    ]  # recorded on the oracle engine
     measured = {e[0] for e in pool.log if not e[2]}
     assert "drafter" not in measured  # the oracle engine only recorded
     assert pair.speculative.engine["config"]["replay"] == "proposals"
 
 
 def test_removal_asked_of_an_engine_that_cannot_replay_fails_with_why():
-    with pytest.raises(RuntimeError, match="only the reference engine can.*draft-removal=auto or off"):
+    with pytest.raises(
+        RuntimeError, match="only the reference engine can.*draft-removal=auto or off"
+    ):
         _measure(Drafter("ngram"), "nvml", "on", engine="sglang")

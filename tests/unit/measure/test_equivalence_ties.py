@@ -21,8 +21,13 @@ from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
 from pytest_specenergy.measure.results import SpecEnergyAssertionError
 
-CASE = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=2,
-            corpus=load_corpus("code"))
+CASE = Case.of(
+    engine="reference",
+    model="tiny:dense",
+    drafter=Drafter("ngram"),
+    batch=2,
+    corpus=load_corpus("code"),
+)
 BASE = [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12], [13, 14, 15, 16, 17, 18]]
 # Prompt 1 diverges at token 2 (9 -> 90), prompt 2 at token 4 (17 -> 70).
 SPEC = [BASE[0], [7, 8, 90, 10, 11, 12], [13, 14, 15, 16, 70, 18]]
@@ -31,15 +36,30 @@ REAL = DivergenceMargin(1.7, (17, 70), True, 0.0, None)
 
 
 def run(name: str, outputs) -> RunResult:
-    sample = RepeatSample(1.0, 1.0, 10, 5.0, 4 if name == "speculative" else None,
-                          6 if name == "speculative" else None, 16 if name == "speculative" else None)
-    return RunResult(arm=name, engine={}, source="modeled (h200)", samples=(sample,),
-                     outputs=tuple(tuple(o) for o in outputs), finish_reasons=("length",) * len(outputs),
-                     verified_per_step=5 if name == "speculative" else 1)
+    sample = RepeatSample(
+        1.0,
+        1.0,
+        10,
+        5.0,
+        4 if name == "speculative" else None,
+        6 if name == "speculative" else None,
+        16 if name == "speculative" else None,
+    )
+    return RunResult(
+        arm=name,
+        engine={},
+        source="modeled (h200)",
+        samples=(sample,),
+        outputs=tuple(tuple(o) for o in outputs),
+        finish_reasons=("length",) * len(outputs),
+        verified_per_step=5 if name == "speculative" else 1,
+    )
 
 
 def pair(margins, spec=SPEC) -> PairResult:
-    coherence = Coherence((0.0,) * 3, (0.0,) * 3, degeneracy(BASE, spec), (False, True, True), tuple(margins))
+    coherence = Coherence(
+        (0.0,) * 3, (0.0,) * 3, degeneracy(BASE, spec), (False, True, True), tuple(margins)
+    )
     return PairResult(CASE, CASE.id, run("baseline", BASE), run("speculative", spec), coherence)
 
 
@@ -52,12 +72,15 @@ def test_a_divergence_at_a_near_tie_of_the_baselines_two_best_is_a_tie():
     assert eq.summary().endswith("1 numerical tie(s), 1 real")
 
 
-@pytest.mark.parametrize(("margin", "why"), [
-    (None, "not measured"),
-    (DivergenceMargin(0.2, (9, 90), True, 0.0), "margin over the threshold"),
-    (DivergenceMargin(0.01, (9, 55), False, 0.0), "speculative token not the runner-up"),
-    (DivergenceMargin(0.01, (9, 90), True, 0.9, 5), "text after the tie not greedy"),
-])
+@pytest.mark.parametrize(
+    ("margin", "why"),
+    [
+        (None, "not measured"),
+        (DivergenceMargin(0.2, (9, 90), True, 0.0), "margin over the threshold"),
+        (DivergenceMargin(0.01, (9, 55), False, 0.0), "speculative token not the runner-up"),
+        (DivergenceMargin(0.01, (9, 90), True, 0.9, 5), "text after the tie not greedy"),
+    ],
+)
 def test_anything_short_of_a_proven_tie_is_real(margin, why):
     assert compare_outputs(BASE, SPEC, [None, margin, REAL]).requests[1].kind() == "real", why
 
@@ -83,8 +106,14 @@ def test_assert_equivalent_passes_ties_and_fails_real_divergences_naming_prompt_
     with pytest.raises(SpecEnergyAssertionError) as info:
         broken.assert_equivalent()
     text = str(info.value)
-    assert "exact-match fraction 0.667 (counting 1 numerical tie(s) as matches) is below the required 1.000\n" in text
-    assert "\n  1 real divergence(s), the first at token 4 of prompt 2 (baseline top-2 margin 1.700 nats" in text
+    assert (
+        "exact-match fraction 0.667 (counting 1 numerical tie(s) as matches) is below the "
+        "required 1.000\n" in text
+    )
+    assert (
+        "\n  1 real divergence(s), the first at token 4 of prompt 2 (baseline top-2 margin 1.700 "
+        "nats" in text
+    )
 
 
 def test_the_bounds_count_ties_as_matches_and_still_fail_a_real_divergence():
@@ -94,8 +123,10 @@ def test_the_bounds_count_ties_as_matches_and_still_fail_a_real_divergence():
         broken.assert_equivalent(min_exact_fraction=0.7)
     # The tie at token 2 does not count against the prefix; the real divergence at 4 does.
     broken.assert_equivalent(min_common_prefix=4)
-    with pytest.raises(SpecEnergyAssertionError,
-                       match=r"at token 4 of prompt 2, before the required common prefix of 5 \(1 of 3"):
+    with pytest.raises(
+        SpecEnergyAssertionError,
+        match=r"at token 4 of prompt 2, before the required common prefix of 5 \(1 of 3",
+    ):
         broken.assert_equivalent(min_common_prefix=5)
 
 
@@ -112,8 +143,9 @@ def test_json_records_each_divergence_with_margin_and_class():
     record = json.loads(json.dumps(pair([None, TIE, REAL]).as_dict()))
     eq = record["equivalence"]
     assert (eq["ties"], eq["real_divergences"], eq["tie_margin"]) == (1, 1, DEFAULT_TIE_MARGIN)
-    assert [(d["prompt"], d["first_divergence"], d["margin"], d["class"]) for d in eq["divergences"]] == [
-        (1, 2, 0.01, "tie"), (2, 4, 1.7, "real")]
+    assert [
+        (d["prompt"], d["first_divergence"], d["margin"], d["class"]) for d in eq["divergences"]
+    ] == [(1, 2, 0.01, "tie"), (2, 4, 1.7, "real")]
     assert eq["divergences"][0]["top2"]["later_gap"] == 0.02
     assert record["coherence"]["margins"][1]["top_ids"] == [9, 90]
 
@@ -132,7 +164,9 @@ def test_per_request_accept_lengths_and_their_json_round_trip():
     old = sample.as_dict()
     del old["accept_lengths"]  # a file written before the field existed
     assert RepeatSample.from_dict(old).accept_lengths is None
-    with pytest.raises(ValueError, match="'accept_lengths' is 'many', expected an array of finite numbers >= 0"):
+    with pytest.raises(
+        ValueError, match="'accept_lengths' is 'many', expected an array of finite numbers >= 0"
+    ):
         RepeatSample.from_dict({**old, "accept_lengths": "many"})
     with pytest.raises(ValueError, match="lacks 'decode_tokens'"):
         RepeatSample.from_dict({"decode_joules": 1.0, "decode_seconds": 1.0})

@@ -59,12 +59,19 @@ class FakeClient:
         self.log.append(("generate", self.speculative, len(text), n))
         out = []
         for rid in rids:
-            meta = {"id": rid, "prompt_tokens": 10, "completion_tokens": n,
-                    "finish_reason": {"type": "length", "length": n}}
+            meta = {
+                "id": rid,
+                "prompt_tokens": 10,
+                "completion_tokens": n,
+                "finish_reason": {"type": "length", "length": n},
+            }
             if self.speculative and n > 1:
                 steps = (n - 1) // 2
-                meta.update(spec_verify_ct=steps, spec_num_correct_drafts=n - 1 - steps,
-                            spec_num_proposed_drafts=steps * 8)
+                meta.update(
+                    spec_verify_ct=steps,
+                    spec_num_correct_drafts=n - 1 - steps,
+                    spec_num_proposed_drafts=steps * 8,
+                )
             out.append({"output_ids": list(range(n)), "meta_info": meta})
         return out
 
@@ -73,7 +80,9 @@ class FakePool:
     """One fake server per config for the session, as the real pool keeps its processes."""
 
     client_class = FakeClient
-    backend = SimpleNamespace()  # what a backend declares: here no prompt_token_ids, as older SGLang
+    backend = (
+        SimpleNamespace()
+    )  # what a backend declares: here no prompt_token_ids, as older SGLang
 
     def __init__(self) -> None:
         self.starts, self.log, self.live = [], [], {}
@@ -82,9 +91,13 @@ class FakePool:
         if config not in self.live:
             self.starts.append(config)
             client = self.client_class(config.drafter is not None, self.log)
-            self.live[config] = SimpleNamespace(config=config, client=client, server_info={"device": "cpu"},
-                                                backend=self.backend,
-                                                describe=lambda: {"engine": "fake", "version": "0"})
+            self.live[config] = SimpleNamespace(
+                config=config,
+                client=client,
+                server_info={"device": "cpu"},
+                backend=self.backend,
+                describe=lambda: {"engine": "fake", "version": "0"},
+            )
         return self.live[config]
 
     def close(self) -> None:
@@ -108,16 +121,26 @@ class TokenMeter:
         # Windows close in pairs, the full one first: it takes longer than its prefill-only
         # twin, or the measurer would find no decode timed and measure the repeat again.
         self.calls += 1
-        return EnergyWindow(joules=self.per_call * self.calls, seconds=2.0 if self.calls % 2 else 1.0,
-                            source=self.label)
+        return EnergyWindow(
+            joules=self.per_call * self.calls,
+            seconds=2.0 if self.calls % 2 else 1.0,
+            source=self.label,
+        )
 
     def close(self):
         pass
 
 
 def _measurer(pool, meter) -> PairMeasurer:
-    return PairMeasurer(log_dir=None, startup_timeout=1.0, meter="auto", repeats=2, warmup=0,
-                        meter_factory=lambda kind, server: meter, pool=pool)
+    return PairMeasurer(
+        log_dir=None,
+        startup_timeout=1.0,
+        meter="auto",
+        repeats=2,
+        warmup=0,
+        meter_factory=lambda kind, server: meter,
+        pool=pool,
+    )
 
 
 def _case(drafter: Drafter) -> Case:
@@ -127,7 +150,10 @@ def _case(drafter: Drafter) -> Case:
 def test_one_baseline_serves_every_drafter_and_counters_come_from_meta_info():
     pool, meter = FakePool(), TokenMeter(1.0)
     measurer = _measurer(pool, meter)
-    ngram, draft = _case(Drafter("ngram")), _case(Drafter("draft_model", draft_model="tiny:dense-draft"))
+    ngram, draft = (
+        _case(Drafter("ngram")),
+        _case(Drafter("draft_model", draft_model="tiny:dense-draft")),
+    )
     measurer.plan([ngram, draft])
     first, second = measurer.measure(ngram), measurer.measure(draft)
     assert first.baseline is second.baseline  # measured once, shared
@@ -153,13 +179,13 @@ def test_added_repeats_extend_both_arms():
 # -- issue #10: constant concurrency, one prompt pool, interleaved arms, per-loop tokens ------
 
 
-
 class BatchingClient(FakeClient):
     """Counts requests in flight and records, per call not cut by the close, how many ran
     beside it (a stand-in for SGLang's ``step_time_dict``, which flush resets)."""
 
-    def __init__(self, speculative: bool, log: list, delay: float = 0.01,
-                 hold_until: int | None = None) -> None:
+    def __init__(
+        self, speculative: bool, log: list, delay: float = 0.01, hold_until: int | None = None
+    ) -> None:
         super().__init__(speculative, log)
         self.delay, self.lock = delay, threading.Lock()
         #: Hold each request until this many have been in flight at once (at most 5 s), so a
@@ -184,7 +210,9 @@ class BatchingClient(FakeClient):
 
     def server_info(self) -> dict:
         with self.lock:
-            return {"internal_states": [{"step_time_dict": {k: list(v) for k, v in self.steps.items()}}]}
+            return {
+                "internal_states": [{"step_time_dict": {k: list(v) for k, v in self.steps.items()}}]
+            }
 
     def generate(self, text, sampling_params, rids):
         with self.lock:
@@ -215,16 +243,28 @@ class BatchingClient(FakeClient):
 
 
 def _server(client):
-    return SimpleNamespace(client=client, server_info={"device": "cpu"}, backend=SimpleNamespace(),
-                           describe=lambda: {"engine": "fake"})
+    return SimpleNamespace(
+        client=client,
+        server_info={"device": "cpu"},
+        backend=SimpleNamespace(),
+        describe=lambda: {"engine": "fake"},
+    )
 
 
 def test_arm_keeps_the_batch_in_flight_one_request_per_call():
     # Old: one /generate of 4 prompts per chunk, waited for whole: one call in flight.
     client = BatchingClient(True, [], hold_until=4)
-    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
-                corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
-    run = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=1, warmup=0).measure("speculative")
+    case = Case.of(
+        engine="reference",
+        model="tiny:dense",
+        drafter=Drafter("ngram"),
+        batch=4,
+        corpus=CORPUS,
+        generation=Generation(max_new_tokens=8, prompts=12),
+    )
+    run = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=1, warmup=0).measure(
+        "speculative"
+    )
     assert all(len(t) == 1 for t, n in client.calls if n > 1)  # one request per full-run call
     assert client.peak == 4  # the batch, held by refilling
     # The prefill-only twin replays the full window's prefill groups (issue 21): one batched
@@ -264,9 +304,17 @@ def test_the_prefill_twin_replays_the_full_windows_prefill_forwards_group_for_gr
     # Old: the twin sent its prompts batch at a time (one request per call, 4 in flight), so its
     # prefill forwards held up to 4 rows where the window's refills had been prefilled alone.
     client = ForwardNumberingClient(batch=4)
-    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
-                   corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=10))
-    run = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=1, warmup=0).measure("speculative")
+    case = Case.of(
+        engine="reference",
+        model="tiny:dense",
+        drafter=Drafter("ngram"),
+        batch=4,
+        corpus=CORPUS,
+        generation=Generation(max_new_tokens=8, prompts=10),
+    )
+    run = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=1, warmup=0).measure(
+        "speculative"
+    )
     twin = [len(texts) for texts, n in client.calls if n == 1]
     assert twin == [4] + [1] * (len(twin) - 1)  # the opening group, then each refill alone
     assert sum(twin) == sum(run.samples[0].window["full"]["prefilled"])
@@ -277,12 +325,21 @@ def test_the_prefill_twin_replays_the_full_windows_prefill_forwards_group_for_gr
 def test_an_engine_capped_at_the_batch_gets_requests_queued_beyond_it():
     # Old: batch requests in flight, so each refill left its slot empty for a round trip; then
     # one queued beyond the batch, which left slots empty when two rows finished in one step.
-    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
-                   corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
+    case = Case.of(
+        engine="reference",
+        model="tiny:dense",
+        drafter=Drafter("ngram"),
+        batch=4,
+        corpus=CORPUS,
+        generation=Generation(max_new_tokens=8, prompts=12),
+    )
     for cap, peak in ((4, 8), (32, 4)):
         client = BatchingClient(True, [], hold_until=peak)
-        server = SimpleNamespace(client=client, server_info={"device": "cpu", "max_running_requests": cap},
-                                 describe=lambda: {"engine": "fake"})
+        server = SimpleNamespace(
+            client=client,
+            server_info={"device": "cpu", "max_running_requests": cap},
+            describe=lambda: {"engine": "fake"},
+        )
         measurer = ArmMeasurer(server, TokenMeter(1.0), case, repeats=1, warmup=0)
         measurer.measure_repeat("speculative")
         assert client.peak == peak, cap
@@ -303,14 +360,28 @@ class CapSettingClient(BatchingClient):
 
 
 def test_an_engine_that_can_set_its_cap_admits_exactly_the_batch_unless_the_case_declares_one():
-    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
-                   corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
-    settable = {"device": "cpu", "max_running_requests": 32, "settable_internal_state": ["max_running_requests"]}
+    case = Case.of(
+        engine="reference",
+        model="tiny:dense",
+        drafter=Drafter("ngram"),
+        batch=4,
+        corpus=CORPUS,
+        generation=Generation(max_new_tokens=8, prompts=12),
+    )
+    settable = {
+        "device": "cpu",
+        "max_running_requests": 32,
+        "settable_internal_state": ["max_running_requests"],
+    }
 
     def server(client, info, declared=None):
-        return SimpleNamespace(client=client, server_info=info, admission_cap=None,
-                               config=SimpleNamespace(max_running_requests=declared),
-                               describe=lambda: {"engine": "fake"})
+        return SimpleNamespace(
+            client=client,
+            server_info=info,
+            admission_cap=None,
+            config=SimpleNamespace(max_running_requests=declared),
+            describe=lambda: {"engine": "fake"},
+        )
 
     client = CapSettingClient()
     engine = server(client, settable)
@@ -319,16 +390,27 @@ def test_an_engine_that_can_set_its_cap_admits_exactly_the_batch_unless_the_case
     assert client.set_calls == [{"max_running_requests": 4}] and engine.admission_cap == 4
     assert client.peak == 8
     # The next case's batch on the same engine sets it again.
-    b2 = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=2,
-                 corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
+    b2 = Case.of(
+        engine="reference",
+        model="tiny:dense",
+        drafter=Drafter("ngram"),
+        batch=2,
+        corpus=CORPUS,
+        generation=Generation(max_new_tokens=8, prompts=12),
+    )
     ArmMeasurer(engine, TokenMeter(1.0), b2, repeats=1, warmup=0).measure_repeat("speculative")
     assert client.set_calls[-1] == {"max_running_requests": 2} and engine.admission_cap == 2
-    # A declared cap, a batch above the engine's maximum, or an engine that cannot set it: untouched.
-    for info, declared in ((settable, 8), ({**settable, "max_running_requests": 2}, None),
-                           ({"device": "cpu", "max_running_requests": 32}, None)):
+    # A declared cap, a batch above the engine's maximum, or an engine that cannot set it:
+    # untouched.
+    for info, declared in (
+        (settable, 8),
+        ({**settable, "max_running_requests": 2}, None),
+        ({"device": "cpu", "max_running_requests": 32}, None),
+    ):
         client = CapSettingClient()
-        ArmMeasurer(server(client, info, declared), TokenMeter(1.0), case, repeats=1,
-                    warmup=0).measure_repeat("speculative")
+        ArmMeasurer(
+            server(client, info, declared), TokenMeter(1.0), case, repeats=1, warmup=0
+        ).measure_repeat("speculative")
         assert client.set_calls == [] and client.peak == 4, (info, declared)
 
 
@@ -350,20 +432,43 @@ class TimedClient(FakeClient):
 def test_tbt_under_a_board_meter_is_the_engines_own_decode_time_per_request():
     # Old: e2e latency minus the prefill-only twin's, (0.5 - 0.1) / 7 gaps = 57 ms, which
     # carries the twin's (differently batched) prefill; the engine timed 0.7 s of decode steps.
-    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=1,
-                   corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=3))
-    run = ArmMeasurer(_server(TimedClient(False, [])), TokenMeter(1.0), case, 1, 0).measure("baseline")
+    case = Case.of(
+        engine="reference",
+        model="tiny:dense",
+        drafter=Drafter("ngram"),
+        batch=1,
+        corpus=CORPUS,
+        generation=Generation(max_new_tokens=8, prompts=3),
+    )
+    run = ArmMeasurer(_server(TimedClient(False, [])), TokenMeter(1.0), case, 1, 0).measure(
+        "baseline"
+    )
     assert run.tbt_ms == pytest.approx(100.0)
 
 
 def test_one_prompt_pool_at_every_batch_and_the_override():
     assert DEFAULT_PROMPT_POOL == 96
     # Old: max(batch, 4) rounded to whole batches -> 4 prompts at batch 1, 16 at batch 16.
-    assert Generation().pool_size(100) == 96 and Generation().pool_size(20) == 20  # never cycles by default
+    assert (
+        Generation().pool_size(100) == 96 and Generation().pool_size(20) == 20
+    )  # never cycles by default
     assert Generation(prompts=10).pool_size(100) == 10  # no rounding to whole batches
-    pools = {ArmMeasurer(_server(FakeClient(False, [])), TokenMeter(1.0),
-                         Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"),
-                              batch=b, corpus=CORPUS), 1, 0).prompts for b in (1, 4, 16)}
+    pools = {
+        ArmMeasurer(
+            _server(FakeClient(False, [])),
+            TokenMeter(1.0),
+            Case.of(
+                engine="reference",
+                model="tiny:dense",
+                drafter=Drafter("ngram"),
+                batch=b,
+                corpus=CORPUS,
+            ),
+            1,
+            0,
+        ).prompts
+        for b in (1, 4, 16)
+    }
     assert len(pools) == 1 and len(next(iter(pools))) == 96
 
 
@@ -386,13 +491,22 @@ class BlockedPool(FakePool):
     max_live = 1  # one engine at a time (one GPU): each arm's repeats run together
 
 
-@pytest.mark.parametrize("pool_class", [InterleavePool, BlockedPool], ids=["interleaved", "blocked"])
+@pytest.mark.parametrize(
+    "pool_class", [InterleavePool, BlockedPool], ids=["interleaved", "blocked"]
+)
 def test_an_engine_that_died_between_repeats_is_warmed_up_again_and_said_so(pool_class):
     # Blocked: the repeats of an arm once ran back to back on whatever the pool held (issue 23
     # item 19, fault-matrix probe N4).
     pool, meter = pool_class(), TokenMeter(1.0)
-    measurer = PairMeasurer(log_dir=None, startup_timeout=1.0, meter="auto", repeats=3, warmup=1,
-                            meter_factory=lambda kind, server: meter, pool=pool)
+    measurer = PairMeasurer(
+        log_dir=None,
+        startup_timeout=1.0,
+        meter="auto",
+        repeats=3,
+        warmup=1,
+        meter_factory=lambda kind, server: meter,
+        pool=pool,
+    )
     case = _case(Drafter("ngram"))
     measurer.plan([case])
     real_timed = measurer._timed
@@ -410,14 +524,27 @@ def test_an_engine_that_died_between_repeats_is_warmed_up_again_and_said_so(pool
     [check] = [c for c in pair.checks if c.name == "engine-restarted"]
     assert check.severity == "warn" and "before its repeat 2 (warmed up again)" in check.message
     warm_ups = [e for e in pool.log if e != "flush" and e[1] and e[3] > 1]
-    assert len(warm_ups) >= 3 + 2  # 3 measured speculative windows and 2 warm-ups (at start, after restart)
+    assert (
+        len(warm_ups) >= 3 + 2
+    )  # 3 measured speculative windows and 2 warm-ups (at start, after restart)
 
 
 def test_repeats_interleave_the_arms_and_the_order_is_recorded():
     pool, meter = InterleavePool(), TokenMeter(1.0)
-    measurer = PairMeasurer(log_dir=None, startup_timeout=1.0, meter="auto", repeats=3, warmup=0,
-                            meter_factory=lambda kind, server: meter, pool=pool, cooldown_s=0.001)
-    ngram, draft = _case(Drafter("ngram")), _case(Drafter("draft_model", draft_model="tiny:dense-draft"))
+    measurer = PairMeasurer(
+        log_dir=None,
+        startup_timeout=1.0,
+        meter="auto",
+        repeats=3,
+        warmup=0,
+        meter_factory=lambda kind, server: meter,
+        pool=pool,
+        cooldown_s=0.001,
+    )
+    ngram, draft = (
+        _case(Drafter("ngram")),
+        _case(Drafter("draft_model", draft_model="tiny:dense-draft")),
+    )
     measurer.plan([ngram, draft])
     pair = measurer.measure(ngram)
     # Old: every baseline repeat first, then every speculative repeat (BBBSSS).
@@ -425,12 +552,16 @@ def test_repeats_interleave_the_arms_and_the_order_is_recorded():
     assert pair.order["order"] == ["baseline", "speculative"] * 3
     assert pair.order["interleaved"] is True and pair.order["cooldown_s"] == 0.001
     starts = [e["started"] for e in pair.order["repeats"]]
-    assert starts == sorted(starts) and all(e["finished"] >= e["started"] for e in pair.order["repeats"])
+    assert starts == sorted(starts) and all(
+        e["finished"] >= e["started"] for e in pair.order["repeats"]
+    )
     assert pair.as_dict()["order"]["order"] == pair.order["order"]
     # A sibling drafter reuses the first pairing's baseline and says so.
     second = measurer.measure(draft)
     assert second.baseline is pair.baseline
-    assert second.order["order"] == ["speculative"] * 3 and second.order["baseline_from"] == ngram.id
+    assert (
+        second.order["order"] == ["speculative"] * 3 and second.order["baseline_from"] == ngram.id
+    )
     # Added repeats interleave too, and extend the numbering.
     more = measurer.add_repeats(ngram, 2)
     assert more.order["order"] == ["baseline", "speculative"] * 5
@@ -449,16 +580,26 @@ def test_one_engine_at_a_time_runs_blocked_and_says_so():
 
 def test_every_repeat_is_told_to_the_progress_callback():
     told: list[tuple[int, str]] = []
-    measurer = PairMeasurer(log_dir=None, startup_timeout=1.0, meter="auto", repeats=2, warmup=0,
-                            meter_factory=lambda kind, server: TokenMeter(1.0), pool=FakePool(),
-                            progress=lambda level, text: told.append((level, text)))
+    measurer = PairMeasurer(
+        log_dir=None,
+        startup_timeout=1.0,
+        meter="auto",
+        repeats=2,
+        warmup=0,
+        meter_factory=lambda kind, server: TokenMeter(1.0),
+        pool=FakePool(),
+        progress=lambda level, text: told.append((level, text)),
+    )
     case = _case(Drafter("ngram"))
     measurer.measure(case)
     # At -v (level 1): which case, which arm, which repeat, interleaved as measured.
     assert {level for level, _ in told} == {1}
     assert [re.sub(r" \(\d+\.\d s\)$", "", text) for _, text in told] == [
-        f"{case.id} baseline repeat 1/2", f"{case.id} speculative repeat 1/2",
-        f"{case.id} baseline repeat 2/2", f"{case.id} speculative repeat 2/2"]
+        f"{case.id} baseline repeat 1/2",
+        f"{case.id} speculative repeat 1/2",
+        f"{case.id} baseline repeat 2/2",
+        f"{case.id} speculative repeat 2/2",
+    ]
 
 
 class ShrinkingClient(FakeClient):
@@ -486,12 +627,23 @@ class LoopingMeter(TokenMeter):
 
 def test_tokens_are_counted_over_every_loop_like_the_energy(monkeypatch):
     clock = iter(range(1000))
-    monkeypatch.setattr(arm_module, "time", SimpleNamespace(monotonic=lambda: float(next(clock)),
-                                                            time=time.time, sleep=time.sleep))
-    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=1,
-                corpus=CORPUS, generation=Generation(max_new_tokens=9, prompts=1))
+    monkeypatch.setattr(
+        arm_module,
+        "time",
+        SimpleNamespace(monotonic=lambda: float(next(clock)), time=time.time, sleep=time.sleep),
+    )
+    case = Case.of(
+        engine="reference",
+        model="tiny:dense",
+        drafter=Drafter("ngram"),
+        batch=1,
+        corpus=CORPUS,
+        generation=Generation(max_new_tokens=9, prompts=1),
+    )
     client = ShrinkingClient(False, [])
-    sample = ArmMeasurer(_server(client), LoopingMeter(1.0), case, 1, 0).measure("baseline").samples[0]
+    sample = (
+        ArmMeasurer(_server(client), LoopingMeter(1.0), case, 1, 0).measure("baseline").samples[0]
+    )
     # Three loops per window (clock ticks 1, 2, 3 against 2.5 s): full runs answer 9, 7, 5 tokens.
     assert sample.loops == 3 and client.full_runs == 3
     # Per loop: (9 + 7 + 5) / 3 = 7 completion tokens, minus 1 from the prefill-only run.
@@ -506,8 +658,10 @@ class FailingDraftPool(FakePool):
     def get(self, config):
         server = super().get(config)
         if config.drafter is not None and config.drafter.name == "draft_model":
+
             def broken(*args, **kwargs):
                 raise ConnectionError("engine exited with code -9")
+
             server.client.generate = broken
         return server
 
@@ -517,7 +671,10 @@ def test_one_cases_failure_never_fails_its_sibling():
     measured for it once (not once per sibling), and its own pair."""
     pool, meter = FailingDraftPool(), TokenMeter(1.0)
     measurer = _measurer(pool, meter)
-    draft, ngram = _case(Drafter("draft_model", draft_model="tiny:dense-draft")), _case(Drafter("ngram"))
+    draft, ngram = (
+        _case(Drafter("draft_model", draft_model="tiny:dense-draft")),
+        _case(Drafter("ngram")),
+    )
     measurer.plan([draft, ngram])
     with pytest.raises(ConnectionError):
         measurer.measure(draft)
@@ -539,6 +696,7 @@ class LongPromptPool(FakePool):
             if any(prompt in CONVERSATION.prompts for prompt in text):
                 raise ValueError("prompt of 9000 tokens exceeds the context length 4096")
             return generate(text, sampling_params, rids)
+
         server.client.generate = refuse_long
         return server
 
@@ -551,7 +709,13 @@ def test_a_siblings_failing_baseline_is_not_this_cases_failure():
     pool.max_live = 1  # one engine at a time: siblings' baselines are measured ahead
     measurer = _measurer(pool, meter)
     code = _case(Drafter("ngram"))
-    chat = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=2, corpus=CONVERSATION)
+    chat = Case.of(
+        engine="reference",
+        model="tiny:dense",
+        drafter=Drafter("ngram"),
+        batch=2,
+        corpus=CONVERSATION,
+    )
     measurer.plan([code, chat])
     assert measurer.measure(code).baseline.samples  # the sibling's refusal does not leak here
     with pytest.raises(ValueError, match="exceeds the context"):
@@ -563,8 +727,12 @@ def test_one_engine_pool_measures_sibling_baselines_while_the_engine_runs():
     pool, meter = FakePool(), TokenMeter(1.0)
     pool.max_live = 1
     measurer = _measurer(pool, meter)
-    b2, b4 = _case(Drafter("ngram")), Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"),
-                                           batch=4, corpus=CORPUS)
+    b2, b4 = (
+        _case(Drafter("ngram")),
+        Case.of(
+            engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4, corpus=CORPUS
+        ),
+    )
     measurer.plan([b2, b4])
     measurer.measure(b2)
     starts = len([c for c in pool.starts if c.drafter is None])
@@ -579,8 +747,14 @@ def test_the_window_is_the_steady_state_and_ends_by_aborting_what_is_in_flight()
     flight are aborted (their partial tokens counted), generated again unmetered for whole
     outputs, and the prefill-only window holds exactly the prompts the full window prefilled."""
     client = BatchingClient(True, [], delay=0.02)
-    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
-                corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
+    case = Case.of(
+        engine="reference",
+        model="tiny:dense",
+        drafter=Drafter("ngram"),
+        batch=4,
+        corpus=CORPUS,
+        generation=Generation(max_new_tokens=8, prompts=12),
+    )
     measurer = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=1, warmup=0)
     repeat = measurer.measure_repeat("speculative")
     full = repeat.sample.window["full"]
@@ -597,8 +771,14 @@ def test_a_later_repeat_takes_cut_prompts_whole_outputs_from_an_earlier_one_when
     """Greedy outputs: a prompt cut again in repeat 2 whose partial tokens are a prefix of the
     whole output repeat 1 made is not generated again; one that disagrees is."""
     client = BatchingClient(True, [], delay=0.02)
-    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
-                corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
+    case = Case.of(
+        engine="reference",
+        model="tiny:dense",
+        drafter=Drafter("ngram"),
+        batch=4,
+        corpus=CORPUS,
+        generation=Generation(max_new_tokens=8, prompts=12),
+    )
     measurer = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=2, warmup=0)
     first = measurer.measure_repeat("speculative")
     # Whole (8-token) generations: the window's 9 uncut requests, then the 3 cut ones again.
@@ -630,18 +810,33 @@ def test_a_regenerated_prompt_the_engine_aborts_again_fails_the_case_saying_so()
     """Outputs cut short outside the window are never taken as whole (the case would then fail
     blaming the drafter: incoherent, length blow-up)."""
     client = AbortingEverythingClient(True, [], delay=0.0)
-    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
-                   corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
+    case = Case.of(
+        engine="reference",
+        model="tiny:dense",
+        drafter=Drafter("ngram"),
+        batch=4,
+        corpus=CORPUS,
+        generation=Generation(max_new_tokens=8, prompts=12),
+    )
     measurer = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=1, warmup=0)
-    with pytest.raises(RuntimeError, match=r"engine aborted \d+ request\(s\) the plugin generated again outside "
-                                           r"the window .* twice: their outputs are incomplete"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"engine aborted \d+ request\(s\) the plugin generated again outside "
+        r"the window .* twice: their outputs are incomplete",
+    ):
         measurer.measure_repeat("speculative")
 
 
 def test_a_batch_of_one_has_nothing_to_abort():
     client = BatchingClient(False, [], delay=0.0)
-    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=1,
-                corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=3))
+    case = Case.of(
+        engine="reference",
+        model="tiny:dense",
+        drafter=Drafter("ngram"),
+        batch=1,
+        corpus=CORPUS,
+        generation=Generation(max_new_tokens=8, prompts=3),
+    )
     repeat = ArmMeasurer(_server(client), TokenMeter(1.0), case, 1, 0).measure_repeat("baseline")
     assert "abort" not in client.log and repeat.sample.window["full"]["aborted"] == [0]
 
@@ -655,8 +850,12 @@ def test_tbt_is_the_decode_steps_time_and_never_negative():
     from pytest_specenergy.measure.arm import _Window
 
     def window(seconds, decode=None, tokens=9):
-        meta = {"id": "a", "prompt_tokens": 5, "completion_tokens": tokens,
-                "finish_reason": {"type": "length", "length": tokens}}
+        meta = {
+            "id": "a",
+            "prompt_tokens": 5,
+            "completion_tokens": tokens,
+            "finish_reason": {"type": "length", "length": tokens},
+        }
         energy = EnergyWindow(10.0, 1.0, "modeled (fake)", {"a": seconds}, {}, decode)
         return _Window(energy, 1, ((parse_meta_info(meta),),), (((1,) * tokens,),), {}, (0,))
 
@@ -673,16 +872,30 @@ def _gpu_case(tmp_path, gib: float, drafter: Drafter, reference: Drafter | None 
     if not folder.exists():
         folder.mkdir()
         with open(folder / "model.safetensors", "wb") as handle:
-            handle.truncate(int(gib * 1024 ** 3))
-    return Case.of(engine="sglang", model=str(folder), device="cuda", drafter=drafter, batch=2, corpus=CORPUS,
-                   reference=reference)
+            handle.truncate(int(gib * 1024**3))
+    return Case.of(
+        engine="sglang",
+        model=str(folder),
+        device="cuda",
+        drafter=drafter,
+        batch=2,
+        corpus=CORPUS,
+        reference=reference,
+    )
 
 
 def _gpu_measurer(pool, meter, gpu_gib: float | None) -> PairMeasurer:
-    return PairMeasurer(log_dir=None, startup_timeout=1.0, meter="auto", repeats=2, warmup=0,
-                        meter_factory=lambda kind, server: meter, pool=pool,
-                        gpu_memory=lambda: None if gpu_gib is None else int(gpu_gib * 1024 ** 3),
-                        server_fields=lambda: None)
+    return PairMeasurer(
+        log_dir=None,
+        startup_timeout=1.0,
+        meter="auto",
+        repeats=2,
+        warmup=0,
+        meter_factory=lambda kind, server: meter,
+        pool=pool,
+        gpu_memory=lambda: None if gpu_gib is None else int(gpu_gib * 1024**3),
+        server_fields=lambda: None,
+    )
 
 
 def test_on_one_gpu_engines_that_fit_stay_resident_and_the_arms_interleave(tmp_path):
@@ -694,10 +907,15 @@ def test_on_one_gpu_engines_that_fit_stay_resident_and_the_arms_interleave(tmp_p
     pair = measurer.measure(case)
     assert pair.order["interleaved"] is True
     assert pair.order["order"] == ["baseline", "speculative"] * 2
-    assert pair.order["residency"]["resident"] is True and pair.order["residency"]["mem_fraction_static"] == 0.40
+    assert (
+        pair.order["residency"]["resident"] is True
+        and pair.order["residency"]["mem_fraction_static"] == 0.40
+    )
     # Each engine started once, with the same share and --sleep-on-idle.
     assert len(pool.starts) == 2
-    assert {(c.option("mem_fraction_static"), c.option("sleep_on_idle")) for c in pool.starts} == {(0.40, True)}
+    assert {(c.option("mem_fraction_static"), c.option("sleep_on_idle")) for c in pool.starts} == {
+        (0.40, True)
+    }
     more = measurer.add_repeats(case, 2)
     assert more.order["interleaved"] is True and len(pool.starts) == 2
 
@@ -711,18 +929,25 @@ def test_on_one_gpu_engines_that_do_not_fit_run_blocked_and_say_why(tmp_path):
     pair = measurer.measure(case)
     assert pair.order["interleaved"] is False
     assert pair.order["order"] == ["baseline", "baseline", "speculative", "speculative"]
-    assert pair.order["residency"]["resident"] is False and "blocked order" in pair.order["residency"]["reason"]
+    assert (
+        pair.order["residency"]["resident"] is False
+        and "blocked order" in pair.order["residency"]["reason"]
+    )
     assert all(c.option("sleep_on_idle") is None for c in pool.starts)
 
 
 def test_in_job_ab_keeps_three_engines_resident_or_none(tmp_path):
     pool, meter = FakePool(), TokenMeter(1.0)
     measurer = _gpu_measurer(pool, meter, 141)
-    case = _gpu_case(tmp_path, 16.4, Drafter("ngram"), reference=Drafter("ngram", num_draft_tokens=4))
+    case = _gpu_case(
+        tmp_path, 16.4, Drafter("ngram"), reference=Drafter("ngram", num_draft_tokens=4)
+    )
     measurer.plan([case])
     assert pool.max_live == 3
     pair = measurer.measure(case)
-    assert pair.order["interleaved"] is True and pair.order["residency"]["mem_fraction_static"] == 0.26
+    assert (
+        pair.order["interleaved"] is True and pair.order["residency"]["mem_fraction_static"] == 0.26
+    )
     # Unknown GPU memory: not guessed, blocked.
     blocked = _gpu_measurer(FakePool(), meter, None)
     blocked.plan([case])
@@ -743,14 +968,24 @@ class PrestartPool(InterleavePool):
 def test_the_planned_reference_engines_start_side_by_side_before_the_first_case():
     pool = PrestartPool()
     measurer = _measurer(pool, TokenMeter(1.0))
-    ngram, draft = _case(Drafter("ngram")), _case(Drafter("draft_model", draft_model="tiny:dense-draft"))
-    on_sglang = Case.of(engine="sglang", model="/models/x", drafter=Drafter("ngram"), batch=2, corpus=CORPUS,
-                        device="cpu")
+    ngram, draft = (
+        _case(Drafter("ngram")),
+        _case(Drafter("draft_model", draft_model="tiny:dense-draft")),
+    )
+    on_sglang = Case.of(
+        engine="sglang",
+        model="/models/x",
+        drafter=Drafter("ngram"),
+        batch=2,
+        corpus=CORPUS,
+        device="cpu",
+    )
     many = [_case(Drafter("ngram", num_draft_tokens=k)) for k in range(1, 9)]
     measurer.plan([ngram, draft, on_sglang, *many])
     measurer.start_planned()
     (started,) = pool.together
-    # The baseline once, each drafter's engine, in plan order; no SGLang engine; at most PRESTART_MAX.
+    # The baseline once, each drafter's engine, in plan order; no SGLang engine; at most
+    # PRESTART_MAX.
     assert started[:3] == [ngram.baseline_config(), ngram.spec_config(), draft.spec_config()]
     assert len(started) == PRESTART_MAX == len(set(started))
     assert all(c.engine == "reference" for c in started)
@@ -769,8 +1004,10 @@ def test_the_session_starts_the_planned_engines_except_on_an_xdist_worker(worker
     from pytest_specenergy.session import SpecEnergySession
 
     calls = []
-    fake = SimpleNamespace(plan=lambda cases: calls.append(("plan", len(cases))),
-                           start_planned=lambda: calls.append(("start_planned",)))
+    fake = SimpleNamespace(
+        plan=lambda cases: calls.append(("plan", len(cases))),
+        start_planned=lambda: calls.append(("start_planned",)),
+    )
     session = SpecEnergySession(SimpleNamespace(pair_measurer=lambda meter, progress: fake))
     session.planned, session.xdist_worker = [_case(Drafter("ngram"))], worker
     assert session.measurer is fake
@@ -785,28 +1022,66 @@ def test_a_window_is_disturbed_when_it_ran_well_below_its_own_peak():
     # An engine admitting 2 of a batch of 4 runs at its own peak: the checks judge it, no rerun.
     assert disturbed_mean({"mean_running": 1.99, "max_running": 2}) is None
     assert disturbed_mean({"mean_running": None, "max_running": None}) is None  # no step record
-    merged = arm_concurrency(4, [{"steps_by_running": {4: 10}, "mean_running": 4.0, "rerun_means": [2.8]},
-                                 {"steps_by_running": {4: 10}, "mean_running": 4.0}], 12)
+    merged = arm_concurrency(
+        4,
+        [
+            {"steps_by_running": {4: 10}, "mean_running": 4.0, "rerun_means": [2.8]},
+            {"steps_by_running": {4: 10}, "mean_running": 4.0},
+        ],
+        12,
+    )
     assert merged["rerun_means"] == [2.8] and merged["window_means"] == [4.0, 4.0]
-    assert "rerun_means" not in arm_concurrency(4, [{"steps_by_running": {4: 10}, "mean_running": 4.0}], 12)
+    assert "rerun_means" not in arm_concurrency(
+        4, [{"steps_by_running": {4: 10}, "mean_running": 4.0}], 12
+    )
 
 
-
-@pytest.mark.parametrize("means, kept, dropped", [
-    ((3.5, 4.0), 4.0, (3.5,)),  # the rerun ran the batch: no third window
-    ((3.76, 3.31, 3.5), 3.76, (3.31, 3.5)),  # CI's live A/A baseline: the first ran nearest the batch
-    ((3.76, 3.76, 3.76), 3.76, (3.76, 3.76)),
-    ((3.7, (3.0, 3)), 3.0, (3.7,)),  # the rerun ran at its own (lower) peak: undisturbed, kept; the checks judge it
-    ((3.7, (None, None)), None, (3.7,)),  # the rerun kept no step record: kept, no None among the dropped
-], ids=["rerun-undisturbed", "first-best", "equal", "rerun-at-own-peak", "rerun-without-record"])
-def test_of_the_windows_a_disturbed_repeat_ran_the_one_nearest_the_batch_is_kept(monkeypatch, means, kept,
-                                                                                  dropped):
+@pytest.mark.parametrize(
+    "means, kept, dropped",
+    [
+        ((3.5, 4.0), 4.0, (3.5,)),  # the rerun ran the batch: no third window
+        (
+            (3.76, 3.31, 3.5),
+            3.76,
+            (3.31, 3.5),
+        ),  # CI's live A/A baseline: the first ran nearest the batch
+        ((3.76, 3.76, 3.76), 3.76, (3.76, 3.76)),
+        (
+            (3.7, (3.0, 3)),
+            3.0,
+            (3.7,),
+        ),  # the rerun ran at its own (lower) peak: undisturbed, kept; the checks judge it
+        (
+            (3.7, (None, None)),
+            None,
+            (3.7,),
+        ),  # the rerun kept no step record: kept, no None among the dropped
+    ],
+    ids=["rerun-undisturbed", "first-best", "equal", "rerun-at-own-peak", "rerun-without-record"],
+)
+def test_of_the_windows_a_disturbed_repeat_ran_the_one_nearest_the_batch_is_kept(
+    monkeypatch, means, kept, dropped
+):
     monkeypatch.setattr(arm_module, "WINDOW_RERUNS", 2)
-    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
-                   corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=12))
-    measurer = ArmMeasurer(_server(FakeClient(False, [])), TokenMeter(1.0), case, repeats=1, warmup=0)
-    windows = [SimpleNamespace(concurrency=dict(zip(("mean_running", "max_running"), m if isinstance(m, tuple)
-                                                   else (m, 4)))) for m in means]
+    case = Case.of(
+        engine="reference",
+        model="tiny:dense",
+        drafter=Drafter("ngram"),
+        batch=4,
+        corpus=CORPUS,
+        generation=Generation(max_new_tokens=8, prompts=12),
+    )
+    measurer = ArmMeasurer(
+        _server(FakeClient(False, [])), TokenMeter(1.0), case, repeats=1, warmup=0
+    )
+    windows = [
+        SimpleNamespace(
+            concurrency=dict(
+                zip(("mean_running", "max_running"), m if isinstance(m, tuple) else (m, 4))
+            )
+        )
+        for m in means
+    ]
     script = iter(windows)
     monkeypatch.setattr(measurer, "_window", lambda *args, **kwargs: next(script))
     full, got = measurer._steady_window()
@@ -814,6 +1089,7 @@ def test_of_the_windows_a_disturbed_repeat_ran_the_one_nearest_the_batch_is_kept
     assert full.concurrency["mean_running"] == kept and got == dropped
     if means[0] == means[-1]:
         assert full is windows[-1]  # of equals, the latest
+
 
 class ScriptedMeter(TokenMeter):
     """Reads each window from a script of (joules, seconds), in the order the windows close."""
@@ -828,9 +1104,17 @@ class ScriptedMeter(TokenMeter):
 
 
 def _baseline_arm(meter):
-    case = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=2,
-                   corpus=CORPUS, generation=Generation(max_new_tokens=8, prompts=4))
-    return ArmMeasurer(_server(FakeClient(False, [])), meter, case, repeats=1, warmup=0).measure("baseline")
+    case = Case.of(
+        engine="reference",
+        model="tiny:dense",
+        drafter=Drafter("ngram"),
+        batch=2,
+        corpus=CORPUS,
+        generation=Generation(max_new_tokens=8, prompts=4),
+    )
+    return ArmMeasurer(_server(FakeClient(False, [])), meter, case, repeats=1, warmup=0).measure(
+        "baseline"
+    )
 
 
 def test_a_repeat_whose_prefill_window_stalled_is_measured_again(monkeypatch):
@@ -838,28 +1122,44 @@ def test_a_repeat_whose_prefill_window_stalled_is_measured_again(monkeypatch):
     # full window, then its prefill-only twin: the first twin stalled past the full window.
     run = _baseline_arm(ScriptedMeter([(10.0, 1.0), (12.0, 1.2), (10.0, 1.0), (2.0, 0.2)]))
     [sample] = run.samples
-    assert sample.decode_seconds == pytest.approx(0.8) and sample.decode_joules == pytest.approx(8.0)
+    assert sample.decode_seconds == pytest.approx(0.8) and sample.decode_joules == pytest.approx(
+        8.0
+    )
     assert sample.window["rerun_decode_seconds"] == [pytest.approx(-0.2)]
 
 
-def test_a_repeat_that_never_measures_decode_is_kept_and_fails_saying_it_was_measured_again(monkeypatch):
+def test_a_repeat_that_never_measures_decode_is_kept_and_fails_saying_it_was_measured_again(
+    monkeypatch,
+):
     from pytest_specenergy.measure.checks import _window_checks
 
     monkeypatch.setattr(arm_module, "WINDOW_RERUNS", 1)
 
     stalled = _baseline_arm(ScriptedMeter([(10.0, 1.0), (12.0, 1.2), (10.0, 1.0), (11.0, 1.1)]))
     assert stalled.samples[0].decode_seconds == pytest.approx(-0.1)
-    [check] = [c for c in _window_checks(stalled, stalled) if c.name == "decode-time-not-positive"][:1]
+    [check] = [c for c in _window_checks(stalled, stalled) if c.name == "decode-time-not-positive"][
+        :1
+    ]
     assert "measured again after repeats whose decode time was -0.2 s" in check.message
 
 
 class ScoringClient(FakeClient):
-    """Answers like the reference server, coherence's scoring calls (``max_new_tokens=0``) included; the
-    speculative arm's last token differs from the baseline's, so every prompt is scored. Each tokenisation is
-    logged as ``("tokenise", asked for prompt_token_ids)``."""
+    """Answers like the reference server, coherence's scoring calls (``max_new_tokens=0``) included;
+    the speculative arm's last token differs from the baseline's, so every prompt is scored. Each
+    tokenisation is logged as ``("tokenise", asked for prompt_token_ids)``."""
 
-    def generate(self, input_ids=None, *, text=None, sampling_params, rids=None, return_logprob=False,
-                 logprob_start_len=None, return_prompt_token_ids=False, top_logprobs_num=0):
+    def generate(
+        self,
+        input_ids=None,
+        *,
+        text=None,
+        sampling_params,
+        rids=None,
+        return_logprob=False,
+        logprob_start_len=None,
+        return_prompt_token_ids=False,
+        top_logprobs_num=0,
+    ):
         if sampling_params["max_new_tokens"]:
             answers = super().generate(text, sampling_params, rids)
             for answer in answers if self.speculative else ():
@@ -867,13 +1167,28 @@ class ScoringClient(FakeClient):
             return answers
         if text is not None:
             self.log.append(("tokenise", return_prompt_token_ids))
-        rows = [[ord(c) for c in t] for t in text] if text is not None else [list(ids) for ids in input_ids]
+        rows = (
+            [[ord(c) for c in t] for t in text]
+            if text is not None
+            else [list(ids) for ids in input_ids]
+        )
         start = logprob_start_len or 0
         top = [[-0.1, 1, None], [-0.2, 2, None]][:top_logprobs_num]
-        return [{"output_ids": [], "prompt_token_ids": row,
-                 "meta_info": {"input_token_logprobs": [[None if k == start else -0.5, t, None]
-                                                        for k, t in enumerate(row) if k >= start],
-                               "input_top_logprobs": [None] + [top] * (len(row) - start - 1)}} for row in rows]
+        return [
+            {
+                "output_ids": [],
+                "prompt_token_ids": row,
+                "meta_info": {
+                    "input_token_logprobs": [
+                        [None if k == start else -0.5, t, None]
+                        for k, t in enumerate(row)
+                        if k >= start
+                    ],
+                    "input_top_logprobs": [None] + [top] * (len(row) - start - 1),
+                },
+            }
+            for row in rows
+        ]
 
 
 class ScoringPool(FakePool):
@@ -886,8 +1201,8 @@ class PromptIdsPool(ScoringPool):
 
 @pytest.mark.parametrize("asks", [True, None])
 def test_coherence_asks_for_prompt_ids_where_the_engine_has_them(asks):
-    """The reference server answers ``prompt_token_ids`` without a forward; an engine not known to have them
-    (older SGLang) is asked for input logprobs instead."""
+    """The reference server answers ``prompt_token_ids`` without a forward; an engine not known to
+    have them (older SGLang) is asked for input logprobs instead."""
     pool = PromptIdsPool() if asks else ScoringPool()
     pair = _measurer(pool, TokenMeter(1.0)).measure(_case(Drafter("ngram")))
     assert all(pair.coherence.diverged)

@@ -15,8 +15,13 @@ from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
 from pytest_specenergy.measure.results import SpecEnergyAssertionError
 
-CASE = Case.of(engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4,
-            corpus=load_corpus("code"))
+CASE = Case.of(
+    engine="reference",
+    model="tiny:dense",
+    drafter=Drafter("ngram"),
+    batch=4,
+    corpus=load_corpus("code"),
+)
 
 
 def sample(joules, tokens=100, seconds=1.0, tbt=10.0, verify=None, correct=None, proposed=None):
@@ -24,11 +29,18 @@ def sample(joules, tokens=100, seconds=1.0, tbt=10.0, verify=None, correct=None,
 
 
 def arm(name, joules, outputs, tbt=10.0, verify=None, correct=None, proposed=None, k=8):
-    samples = tuple(sample(j, tbt=tbt, verify=verify, correct=correct, proposed=proposed)
-                    for j in joules)
-    return RunResult(arm=name, engine={}, source="modeled (h200)", samples=samples,
-                     outputs=tuple(tuple(o) for o in outputs), finish_reasons=("length",) * len(outputs),
-                     verified_per_step=k + 1 if name == "speculative" else 1)
+    samples = tuple(
+        sample(j, tbt=tbt, verify=verify, correct=correct, proposed=proposed) for j in joules
+    )
+    return RunResult(
+        arm=name,
+        engine={},
+        source="modeled (h200)",
+        samples=samples,
+        outputs=tuple(tuple(o) for o in outputs),
+        finish_reasons=("length",) * len(outputs),
+        verified_per_step=k + 1 if name == "speculative" else 1,
+    )
 
 
 OUT = [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]]
@@ -36,8 +48,15 @@ OUT = [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]]
 
 def pair(spec_joules=(5.0, 5.2, 4.9), outputs=OUT, verify=40, correct=60, proposed=320):
     base = arm("baseline", (10.0, 10.1, 9.9), OUT, tbt=20.0)
-    spec = arm("speculative", spec_joules, outputs, tbt=8.0, verify=verify, correct=correct,
-               proposed=proposed)
+    spec = arm(
+        "speculative",
+        spec_joules,
+        outputs,
+        tbt=8.0,
+        verify=verify,
+        correct=correct,
+        proposed=proposed,
+    )
     return PairResult(CASE, CASE.id, base, spec)
 
 
@@ -82,7 +101,9 @@ def test_assert_saves_energy_fails_below_the_limit():
 
 
 def test_assert_acceptance_fails_on_a_broken_drafter():
-    with pytest.raises(SpecEnergyAssertionError, match=r"accept length 1\.000 is below the required 2\.000"):
+    with pytest.raises(
+        SpecEnergyAssertionError, match=r"accept length 1\.000 is below the required 2\.000"
+    ):
         pair(correct=0).assert_acceptance(at_least=2.0)
 
 
@@ -96,7 +117,9 @@ def test_assert_equivalent_fails_on_divergent_output():
     bad = pair(outputs=broken)
     with pytest.raises(SpecEnergyAssertionError, match=r"exact-match fraction 0\.500"):
         bad.assert_equivalent()
-    with pytest.raises(SpecEnergyAssertionError, match="diverge from the baseline at token 3 of prompt 0"):
+    with pytest.raises(
+        SpecEnergyAssertionError, match="diverge from the baseline at token 3 of prompt 0"
+    ):
         bad.assert_equivalent(min_common_prefix=4)
     bad.assert_equivalent(min_common_prefix=3)
     bad.assert_equivalent(min_exact_fraction=0.5)

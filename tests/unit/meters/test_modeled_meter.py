@@ -22,8 +22,11 @@ KV_BYTES_PER_TOKEN = 2 * 36 * 8 * 128 * 2
 def step(rows: int, tokens_per_row: int, context: int = 260, phase: str = "verify") -> dict:
     query = rows * tokens_per_row
     return {
-        "phase": phase, "model": "target", "rids": [f"r{i}" for i in range(rows)],
-        "query_tokens": [tokens_per_row] * rows, "context_lens": [context] * rows,
+        "phase": phase,
+        "model": "target",
+        "rids": [f"r{i}" for i in range(rows)],
+        "query_tokens": [tokens_per_row] * rows,
+        "context_lens": [context] * rows,
         "weight_bytes": int(2 * PARAMS),
         "kv_bytes": int(rows * (context + tokens_per_row) * KV_BYTES_PER_TOKEN),
         "flops": int(2 * PARAMS * query),

@@ -17,17 +17,38 @@ from pytest_specenergy.meters.prediction import predict
 from pytest_specenergy.meters.shapes import SHAPES
 
 H200 = PRESETS["h200"]
-DENSE_INFO = {"model_path": "tiny:dense", "priced_as": {"target": "qwen3-8b", "draft": "qwen3-0.6b"}}
-MOE_INFO = {"model_path": "tiny:moe", "priced_as": {"target": "qwen3-30b-a3b"},
-            "model_shape": {"num_experts": 16, "num_experts_per_tok": 2, "num_layers": 4}}
+DENSE_INFO = {
+    "model_path": "tiny:dense",
+    "priced_as": {"target": "qwen3-8b", "draft": "qwen3-0.6b"},
+}
+MOE_INFO = {
+    "model_path": "tiny:moe",
+    "priced_as": {"target": "qwen3-30b-a3b"},
+    "model_shape": {"num_experts": 16, "num_experts_per_tok": 2, "num_layers": 4},
+}
 
 
-def trace_step(rows: int, tokens: int, context: int = 260, phase: str = "verify", model: str = "target",
-               rid0: int = 0, **extra) -> dict:
+def trace_step(
+    rows: int,
+    tokens: int,
+    context: int = 260,
+    phase: str = "verify",
+    model: str = "target",
+    rid0: int = 0,
+    **extra,
+) -> dict:
     """A work-trace step as the reference server serves it (tiny-model bytes: ignored when priced)."""
-    return {"phase": phase, "model": model, "rids": [f"r{rid0 + i}" for i in range(rows)],
-            "query_tokens": [tokens] * rows, "context_lens": [context] * rows,
-            "weight_bytes": 1000, "kv_bytes": 10, "flops": 2000, **extra}
+    return {
+        "phase": phase,
+        "model": model,
+        "rids": [f"r{rid0 + i}" for i in range(rows)],
+        "query_tokens": [tokens] * rows,
+        "context_lens": [context] * rows,
+        "weight_bytes": 1000,
+        "kv_bytes": 10,
+        "flops": 2000,
+        **extra,
+    }
 
 
 class FakeEngine:
@@ -69,7 +90,9 @@ def test_without_a_declared_shape_the_trace_prices_itself_and_says_so():
     assert win.source == "modeled (h200, priced as tiny model)"
     assert win.details["priced_as"] == "self"
     assert win.joules == pytest.approx(step_cost(trace_step(1, 1), H200).joules)
-    _, real = window(FakeEngine({"model_path": "/models/qwen3-8b"}), [trace_step(1, 1, phase="decode")])
+    _, real = window(
+        FakeEngine({"model_path": "/models/qwen3-8b"}), [trace_step(1, 1, phase="decode")]
+    )
     assert real.source == "modeled (h200, priced as served model)"
 
 
@@ -81,7 +104,10 @@ def test_self_override_restores_the_tiny_models_own_size():
     win = meter.stop(token)
     assert win.source == "modeled (h200, priced as tiny model)"
     assert win.details["bytes"] == 1010
-    assert ModeledMeter("h100", priced_as="qwen3-4b").pricing(engine).label == "modeled (h100, priced as Qwen3-4B)"
+    assert (
+        ModeledMeter("h100", priced_as="qwen3-4b").pricing(engine).label
+        == "modeled (h100, priced as Qwen3-4B)"
+    )
 
 
 def test_unknown_shapes_are_errors_naming_the_known_ones():
@@ -98,11 +124,14 @@ def test_undeclared_draft_is_priced_at_its_own_size():
 
 
 # --- CUDA graphs -------------------------------------------------------------------------------
-@pytest.mark.parametrize(("info", "options"), [
-    ({"cuda_graph": False}, ()),
-    ({"disable_cuda_graph": True}, ()),
-    ({}, (("disable_cuda_graph", True),)),
-])
+@pytest.mark.parametrize(
+    ("info", "options"),
+    [
+        ({"cuda_graph": False}, ()),
+        ({"disable_cuda_graph": True}, ()),
+        ({}, (("disable_cuda_graph", True),)),
+    ],
+)
 def test_cuda_graphs_off_pays_a_launch_per_kernel(info, options):
     on = window(FakeEngine(DENSE_INFO), [trace_step(1, 1, phase="decode")])[1]
     off = window(FakeEngine({**DENSE_INFO, **info}, options), [trace_step(1, 1, phase="decode")])[1]
@@ -127,20 +156,28 @@ def test_window_reports_verify_intensity_balance_point_and_compute_bound():
 
 
 def test_a_plain_engines_verify_step_is_its_decode_step():
-    _, win = window(FakeEngine(DENSE_INFO), [trace_step(4, 3, 0, phase="prefill"), trace_step(4, 1, phase="decode")])
+    _, win = window(
+        FakeEngine(DENSE_INFO),
+        [trace_step(4, 3, 0, phase="prefill"), trace_step(4, 1, phase="decode")],
+    )
     assert win.details["intensity_phase"] == "decode"
     assert win.details["verify_intensity"] == win.details["decode_intensity"] < 10
     assert win.details["draft_share"] == 0.0
 
 
 def test_joules_split_by_phase_and_model_and_the_draft_share():
-    steps = [trace_step(2, 30, 0, phase="prefill"), trace_step(2, 30, 0, phase="prefill", model="draft")]
+    steps = [
+        trace_step(2, 30, 0, phase="prefill"),
+        trace_step(2, 30, 0, phase="prefill", model="draft"),
+    ]
     steps += [trace_step(2, 1, phase="draft", model="draft") for _ in range(4)] + [trace_step(2, 5)]
     _, win = window(FakeEngine(DENSE_INFO), steps)
     phases, models = win.details["joules_by_phase"], win.details["joules_by_model"]
     assert sum(phases.values()) == pytest.approx(win.joules) == pytest.approx(sum(models.values()))
     assert phases["decode"] == 0.0 and phases["verify"] > 0 and phases["draft"] > 0
-    assert win.details["draft_share"] == pytest.approx(phases["draft"] / (phases["draft"] + phases["verify"]))
+    assert win.details["draft_share"] == pytest.approx(
+        phases["draft"] / (phases["draft"] + phases["verify"])
+    )
     # Four Qwen3-0.6B passes cost well under one Qwen3-8B verify pass: verification dominates.
     assert 0.1 < win.details["draft_share"] < 0.5
 
@@ -169,7 +206,10 @@ def baseline_run(engine_info: dict, batch: int, steps: int = 24) -> float:
 
 
 def test_a_draft_model_with_accept_length_near_3_saves_and_savings_shrink_with_batch():
-    savings = [1 - draft_model_run(DENSE_INFO, b, 3, 2.9) / baseline_run(DENSE_INFO, b) for b in (1, 16, 64)]
+    savings = [
+        1 - draft_model_run(DENSE_INFO, b, 3, 2.9) / baseline_run(DENSE_INFO, b)
+        for b in (1, 16, 64)
+    ]
     assert savings[0] > 0.4  # paper s.4: single-stream savings around half of decode energy
     assert savings[0] > savings[1] > savings[2]
 
@@ -197,12 +237,15 @@ def test_tiny_expert_counts_scale_to_the_real_model():
 def test_moe_verify_costs_more_than_dense_verify_relative_to_decode():
     def ratio(info: dict, touched: list | None) -> float:
         extra = {"experts_touched": touched} if touched else {}
-        decode = window(FakeEngine(info), [trace_step(1, 1, phase="decode", **({"experts_touched": [2] * 4}
-                                                                              if touched else {}))])[1]
+        decode = window(
+            FakeEngine(info),
+            [trace_step(1, 1, phase="decode", **({"experts_touched": [2] * 4} if touched else {}))],
+        )[1]
         verify = window(FakeEngine(info), [trace_step(1, 8, **extra)])[1]
         return verify.joules / decode.joules
 
-    # Each spread verify token reads its own experts (the paper's n-gram-on-MoE loss); dense does not.
+    # Each spread verify token reads its own experts (the paper's n-gram-on-MoE loss); dense does
+    # not.
     assert ratio(MOE_INFO, [16] * 4) > 2.0
     assert ratio(DENSE_INFO, None) < 1.1
 
@@ -215,8 +258,12 @@ def reference_engines():
     from pytest_specenergy.refserver.engine import ReferenceEngine
     from pytest_specenergy.refserver.records import EngineConfig
 
-    return {drafter: ReferenceEngine(EngineConfig(model="tiny:dense", drafter=drafter, num_draft_tokens=3))
-            for drafter in ("none", "draft_model")}
+    return {
+        drafter: ReferenceEngine(
+            EngineConfig(model="tiny:dense", drafter=drafter, num_draft_tokens=3)
+        )
+        for drafter in ("none", "draft_model")
+    }
 
 
 class EngineHandle:
@@ -237,9 +284,17 @@ def decode_joules_per_token(engine, batch: int) -> tuple[float, dict]:
     from pytest_specenergy.refserver.records import SamplingParams
 
     handle = EngineHandle(engine)
-    prompts = ["def forward(self, x):\n    return self.proj(x)\n\ndef", "The energy of the GPU per token is"]
-    requests = [GenerationRequest(tuple(engine.tokenizer.encode(prompts[i % 2] + " " * i)),
-                                  SamplingParams(max_new_tokens=24, ignore_eos=True)) for i in range(batch)]
+    prompts = [
+        "def forward(self, x):\n    return self.proj(x)\n\ndef",
+        "The energy of the GPU per token is",
+    ]
+    requests = [
+        GenerationRequest(
+            tuple(engine.tokenizer.encode(prompts[i % 2] + " " * i)),
+            SamplingParams(max_new_tokens=24, ignore_eos=True),
+        )
+        for i in range(batch)
+    ]
     meter = ModeledMeter("h200")
     token = meter.start(handle)
     results = engine.generate(requests)
@@ -267,7 +322,13 @@ def test_every_tiny_model_declares_a_shape_the_meter_knows():
     from pytest_specenergy.refserver.tiny_models import priced_as_for
 
     assert {name: spec.priced_as for name, spec in TINY_MODELS.items() if not spec.draft_for} == {
-        "tiny:dense": "qwen3-8b", "tiny:moe": "qwen3-30b-a3b", "tiny:hybrid": "qwen3.6-27b"}
+        "tiny:dense": "qwen3-8b",
+        "tiny:moe": "qwen3-30b-a3b",
+        "tiny:hybrid": "qwen3.6-27b",
+    }
     assert all(spec.priced_as in SHAPES for spec in TINY_MODELS.values())
-    assert priced_as_for("tiny:dense", "tiny:dense-draft") == {"target": "qwen3-8b", "draft": "qwen3-0.6b"}
+    assert priced_as_for("tiny:dense", "tiny:dense-draft") == {
+        "target": "qwen3-8b",
+        "draft": "qwen3-0.6b",
+    }
     assert priced_as_for("/models/my-checkpoint") is None

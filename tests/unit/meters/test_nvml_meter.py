@@ -92,10 +92,17 @@ def test_energy_is_summed_over_every_gpu_of_the_engine():
     assert window.details["sampler"]["source"] == SOURCE_INSTANT
 
 
-@pytest.mark.parametrize(("visible", "expected"), [
-    ("1", [1]), ("1,0", [1, 0]), ("GPU-00000001-aaaa-bbbb-cccc-000000000001", [1]),
-    ("GPU-00000001", [1]), ("GPU-00000002,0", [2, 0]), (None, [0, 1, 2]),
-])
+@pytest.mark.parametrize(
+    ("visible", "expected"),
+    [
+        ("1", [1]),
+        ("1,0", [1, 0]),
+        ("GPU-00000001-aaaa-bbbb-cccc-000000000001", [1]),
+        ("GPU-00000001", [1]),
+        ("GPU-00000002,0", [2, 0]),
+        (None, [0, 1, 2]),
+    ],
+)
 def test_cuda_visible_devices_by_index_and_uuid(visible, expected):
     gpus = fake.h200s(3)
     for i, gpu in enumerate(gpus):
@@ -107,15 +114,18 @@ def test_cuda_visible_devices_by_index_and_uuid(visible, expected):
     assert window.joules == pytest.approx(sum(1000.0 * (i + 1) for i in expected))
 
 
-@pytest.mark.parametrize(("visible", "message"), [
-    ("MIG-1b2c3d4e-0000-1111-2222-333333333333", "MIG slice"),
-    ("3", "out of range"),
-    ("", "empty"),
-    ("GPU-0000000", "matches 2 GPUs"),
-    ("GPU-ffff", "matches 0 GPUs"),
-    ("0,0", "twice"),
-    ("first", "neither a GPU index"),
-])
+@pytest.mark.parametrize(
+    ("visible", "message"),
+    [
+        ("MIG-1b2c3d4e-0000-1111-2222-333333333333", "MIG slice"),
+        ("3", "out of range"),
+        ("", "empty"),
+        ("GPU-0000000", "matches 2 GPUs"),
+        ("GPU-ffff", "matches 0 GPUs"),
+        ("0,0", "twice"),
+        ("first", "neither a GPU index"),
+    ],
+)
 def test_bad_cuda_visible_devices_is_refused(visible, message):
     meter, _, _ = make(fake.h200s(2))
     with pytest.raises(MeterError, match=message):
@@ -175,8 +185,12 @@ def test_sampler_gap_is_reported_and_warned_beyond_tolerance():
 
 def test_sampler_thread_really_samples_at_the_requested_rate():
     nvml = fake.FakeNvml(fake.h200s(1, power_w=250.0))
-    meter = NvmlMeter(nvml_module=nvml, min_window_s=0.3, sample_hz=50.0,
-                      process_tree=lambda pid: set(ENGINE_TREE))
+    meter = NvmlMeter(
+        nvml_module=nvml,
+        min_window_s=0.3,
+        sample_hz=50.0,
+        process_tree=lambda pid: set(ENGINE_TREE),
+    )
     token = meter.start(Engine())
     time.sleep(0.4)
     window = meter.stop(token)
@@ -265,8 +279,9 @@ def test_contamination_ignore_and_clean():
 
 def test_processes_that_cannot_be_attributed_warn_but_do_not_fail():
     # A container PID namespace: NVML shows host pids, none of them the engine's.
-    meter, _, clock = make(fake.h200s(1, processes=[987654]), contamination="fail",
-                           process_exists=lambda pid: False)
+    meter, _, clock = make(
+        fake.h200s(1, processes=[987654]), contamination="fail", process_exists=lambda pid: False
+    )
     with pytest.warns(GpuContaminationWarning, match="--pid=host"):
         window = measure(meter, clock)
     assert window.details["contamination"]["status"] == "unattributable"
@@ -301,7 +316,9 @@ def test_no_pid_leaves_contamination_unchecked():
 
 def test_gpu_without_energy_counter_is_refused():
     meter, _, _ = make(fake.h200s(1, energy_supported=False))
-    with pytest.raises(MeterError, match=r"no readable total-energy counter: NVML error NOT_SUPPORTED"):
+    with pytest.raises(
+        MeterError, match=r"no readable total-energy counter: NVML error NOT_SUPPORTED"
+    ):
         meter.start(Engine())
 
 
@@ -339,8 +356,9 @@ def test_real_nvml_without_a_driver_is_a_meter_error():
 
 
 def test_gpu_facts_and_missing_functions():
-    nvml = fake.FakeNvml(fake.h200s(2), missing=("nvmlDeviceGetTemperatureV",
-                                                 "nvmlDeviceGetPersistenceMode"))
+    nvml = fake.FakeNvml(
+        fake.h200s(2), missing=("nvmlDeviceGetTemperatureV", "nvmlDeviceGetPersistenceMode")
+    )
     with Nvml(nvml) as session:
         gpus = [gpu.facts(session.driver()) for gpu in session.gpus()]
     assert [g.index for g in gpus] == [0, 1]
@@ -357,8 +375,10 @@ def test_fake_mirrors_the_real_binding():
             assert getattr(pynvml, name) == getattr(fake, name), name
         if name.startswith("NVMLError_"):
             assert hasattr(pynvml, name), name
-    assert type(fake.NVMLError(fake.NVML_ERROR_NOT_SUPPORTED)).__name__ == type(
-        pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)).__name__
+    assert (
+        type(fake.NVMLError(fake.NVML_ERROR_NOT_SUPPORTED)).__name__
+        == type(pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)).__name__
+    )
     for name in dir(fake.FakeNvml):
         if name.startswith("nvml"):
             assert callable(getattr(pynvml, name, None)), name

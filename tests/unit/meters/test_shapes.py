@@ -1,4 +1,5 @@
-"""Real model shapes: parameter counts, intensity, the paper's balance-point crossovers, predictions."""
+"""Real model shapes: parameter counts, intensity, the paper's balance-point crossovers,
+predictions."""
 
 from __future__ import annotations
 
@@ -20,13 +21,16 @@ QWEN3_4B = SHAPES["qwen3-4b"]
 QWEN3_8B = SHAPES["qwen3-8b"]
 
 
-@pytest.mark.parametrize(("key", "params", "active"), [
-    ("qwen3-0.6b", 0.596e9, 0.596e9),
-    ("qwen3-4b", 4.02e9, 4.02e9),
-    ("qwen3-8b", 8.19e9, 8.19e9),
-    ("qwen3-30b-a3b", 30.5e9, 3.35e9),
-    ("qwen3.6-27b", 26.9e9, 26.9e9),
-])
+@pytest.mark.parametrize(
+    ("key", "params", "active"),
+    [
+        ("qwen3-0.6b", 0.596e9, 0.596e9),
+        ("qwen3-4b", 4.02e9, 4.02e9),
+        ("qwen3-8b", 8.19e9, 8.19e9),
+        ("qwen3-30b-a3b", 30.5e9, 3.35e9),
+        ("qwen3.6-27b", 26.9e9, 26.9e9),
+    ],
+)
 def test_published_shapes_have_their_published_sizes(key, params, active):
     shape = SHAPES[key]
     assert shape.num_params == pytest.approx(params, rel=0.01)
@@ -35,8 +39,17 @@ def test_published_shapes_have_their_published_sizes(key, params, active):
 
 def test_qwen3_4b_is_the_shape_the_issue_names():
     s = QWEN3_4B
-    assert (s.layers, s.hidden, s.mlp, s.q_heads, s.kv_heads, s.head_dim, s.vocab, s.dtype_bytes,
-            s.tied_embeddings) == (36, 2560, 9728, 32, 8, 128, 151936, 2, True)
+    assert (
+        s.layers,
+        s.hidden,
+        s.mlp,
+        s.q_heads,
+        s.kv_heads,
+        s.head_dim,
+        s.vocab,
+        s.dtype_bytes,
+        s.tied_embeddings,
+    ) == (36, 2560, 9728, 32, 8, 128, 151936, 2, True)
     assert s.kv_bytes_per_token == 2 * 36 * 8 * 128 * 2
 
 
@@ -63,15 +76,22 @@ def test_bad_shapes_are_rejected():
 
 
 # --- the paper's s.9: where verification crosses the balance point ---------------------------
-@pytest.mark.parametrize(("verified", "gpu", "batch"), [
-    (16, "h200", 16),   # DFlash-16 crosses H200's 163 FLOP/byte at batch 16
-    (16, "h100", 32),   # ... and H100's 316 at 32
-    (7, "h200", 32),    # DSpark-7 crosses H200 at 32
-    (7, "h100", None),  # ... and stays below H100's up to batch 64
-])
+@pytest.mark.parametrize(
+    ("verified", "gpu", "batch"),
+    [
+        (16, "h200", 16),  # DFlash-16 crosses H200's 163 FLOP/byte at batch 16
+        (16, "h100", 32),  # ... and H100's 316 at 32
+        (7, "h200", 32),  # DSpark-7 crosses H200 at 32
+        (7, "h100", None),  # ... and stays below H100's up to batch 64
+    ],
+)
 def test_crossover_batches_match_the_paper(verified, gpu, batch):
-    # The first batch whose verify step is compute-bound: what predict's compute_bound flag says per batch.
-    assert next((r.batch for r in predict(QWEN3_4B, verified, 260, gpu) if r.compute_bound), None) == batch
+    # The first batch whose verify step is compute-bound: what predict's compute_bound flag says per
+    # batch.
+    assert (
+        next((r.batch for r in predict(QWEN3_4B, verified, 260, gpu) if r.compute_bound), None)
+        == batch
+    )
 
 
 def test_balance_points_are_the_papers():
@@ -88,7 +108,9 @@ def test_decode_is_far_below_the_balance_point_and_batching_moves_it():
 
 
 def test_longer_contexts_lower_intensity():
-    assert verify_cost(QWEN3_4B, 16, 16, 2000).intensity < verify_cost(QWEN3_4B, 16, 16, 260).intensity
+    assert (
+        verify_cost(QWEN3_4B, 16, 16, 2000).intensity < verify_cost(QWEN3_4B, 16, 16, 260).intensity
+    )
 
 
 def test_activations_are_what_keeps_dspark_below_h100_at_batch_64():
@@ -101,7 +123,9 @@ def test_activations_are_what_keeps_dspark_below_h100_at_batch_64():
 def test_qwen3_8b_decode_step_is_memory_bound_and_sanely_priced():
     cost = forward_cost(QWEN3_8B, 1, 1, 260)
     # bf16 layer weights + lm_head (the embedding table is read one row per token) + KV.
-    assert cost.bytes == pytest.approx(2 * (6.95e9 + 0.622e9) + 261 * QWEN3_8B.kv_bytes_per_token, rel=0.01)
+    assert cost.bytes == pytest.approx(
+        2 * (6.95e9 + 0.622e9) + 261 * QWEN3_8B.kv_bytes_per_token, rel=0.01
+    )
     h200 = price(cost, QWEN3_8B, PRESETS["h200"])
     h100 = price(cost, QWEN3_8B, PRESETS["h100"])
     assert not h200.compute_bound and not h100.compute_bound
@@ -134,7 +158,9 @@ def test_step_overhead_with_and_without_cuda_graphs():
     assert overhead_s(QWEN3_8B) == roofline.GRAPH_STEP_S
     assert overhead_s(QWEN3_8B) < 100e-6
     # Eager: 36 layers x 10 kernels + 4 outside the layers, ~5 us each.
-    assert overhead_s(QWEN3_8B, cuda_graph=False) == pytest.approx(roofline.EAGER_STEP_S + 364 * 5e-6)
+    assert overhead_s(QWEN3_8B, cuda_graph=False) == pytest.approx(
+        roofline.EAGER_STEP_S + 364 * 5e-6
+    )
     moe = SHAPES["qwen3-30b-a3b"]
     assert overhead_s(moe, cuda_graph=False) > overhead_s(QWEN3_8B, cuda_graph=False)
 
@@ -158,8 +184,9 @@ def test_hybrid_verify_writes_one_state_per_query_token():
     verify = forward_cost(hybrid, 4, 16, 260, per_position_states=True)
     states = 4 * (1 + 16) * hybrid.state_bytes_per_row
     assert verify.kv_bytes == pytest.approx(states + 4 * (260 + 16) * hybrid.kv_bytes_per_token)
-    assert plain.kv_bytes == pytest.approx(4 * 2 * hybrid.state_bytes_per_row
-                                           + 4 * 261 * hybrid.kv_bytes_per_token)
+    assert plain.kv_bytes == pytest.approx(
+        4 * 2 * hybrid.state_bytes_per_row + 4 * 261 * hybrid.kv_bytes_per_token
+    )
 
 
 def test_forward_cost_validates_row_lists():
@@ -178,13 +205,23 @@ def test_tiny_shapes_agree_with_the_reference_servers_accounting(name):
     shape = SHAPES[name]
     query, context = [5, 5, 1], [40, 50, 60]
     touched = [12] * shape.layers if shape.is_moe else None
-    theirs = accounting.step_cost(query, context, logit_rows=11, distinct_tokens=11,
-                                  experts_touched=touched, per_position_states=True)
+    theirs = accounting.step_cost(
+        query,
+        context,
+        logit_rows=11,
+        distinct_tokens=11,
+        experts_touched=touched,
+        per_position_states=True,
+    )
     ours = forward_cost(shape, 3, query, context, touched, per_position_states=True)
     assert ours.flops == pytest.approx(theirs.flops, rel=1e-9)
-    assert ours.weight_bytes == pytest.approx(theirs.weight_bytes, rel=0.002)  # norm scales left out
+    assert ours.weight_bytes == pytest.approx(
+        theirs.weight_bytes, rel=0.002
+    )  # norm scales left out
     # The server keeps `kernel` conv columns, SGLang (and this model) `kernel - 1`.
-    assert ours.kv_bytes == pytest.approx(theirs.kv_bytes, rel=0.05 if shape.linear_layers else 1e-9)
+    assert ours.kv_bytes == pytest.approx(
+        theirs.kv_bytes, rel=0.05 if shape.linear_layers else 1e-9
+    )
 
 
 # --- predictions -------------------------------------------------------------------------------
@@ -203,14 +240,25 @@ def test_predicted_savings_shrink_with_batch_and_end_past_the_balance_point():
 def test_break_even_accept_length_is_where_the_saving_is_zero():
     row = predict(QWEN3_4B, 16, 260, "h100", batches=[16])[0]
     assert row.saving is None and row.spec_joules_per_token is None
-    again = predict(QWEN3_4B, 16, 260, "h100", accept_length=row.break_even_accept_length, batches=[16])[0]
+    again = predict(
+        QWEN3_4B, 16, 260, "h100", accept_length=row.break_even_accept_length, batches=[16]
+    )[0]
     assert again.saving == pytest.approx(0.0, abs=1e-9)
 
 
 def test_draft_cost_lowers_the_saving():
     plain = predict(QWEN3_8B, 5, 260, "h200", 3.0, [1])[0]
-    drafted = predict(QWEN3_8B, 5, 260, "h200", 3.0, [1], draft_shape=SHAPES["qwen3-0.6b"],
-                      draft_passes=4, draft_tokens=1)[0]
+    drafted = predict(
+        QWEN3_8B,
+        5,
+        260,
+        "h200",
+        3.0,
+        [1],
+        draft_shape=SHAPES["qwen3-0.6b"],
+        draft_passes=4,
+        draft_tokens=1,
+    )[0]
     fraction = predict(QWEN3_8B, 5, 260, "h200", 3.0, [1], draft_cost=0.3)[0]
     assert plain.saving > drafted.saving > 0
     assert drafted.break_even_accept_length > plain.break_even_accept_length

@@ -22,9 +22,17 @@ LONG_SOURCE = "modeled (h200, priced as Qwen3-8B)"
 def _documents(workloads: int) -> list[RunDocument]:
     doc = RunDocument.from_dict(json.loads((FIXTURES / "run.json").read_text()))
     keep = sorted({r.corpus_name for r in doc.results})[:workloads]
-    records = [dataclasses.replace(r, source=LONG_SOURCE, baseline=dataclasses.replace(r.baseline, source=LONG_SOURCE))
-               for r in doc.results if r.corpus_name in keep]
-    return [dataclasses.replace(doc, results=records, datetime=f"2026-03-0{i + 1}T12:00:00+00:00") for i in range(2)]
+    records = [
+        dataclasses.replace(
+            r, source=LONG_SOURCE, baseline=dataclasses.replace(r.baseline, source=LONG_SOURCE)
+        )
+        for r in doc.results
+        if r.corpus_name in keep
+    ]
+    return [
+        dataclasses.replace(doc, results=records, datetime=f"2026-03-0{i + 1}T12:00:00+00:00")
+        for i in range(2)
+    ]
 
 
 @pytest.fixture
@@ -45,7 +53,9 @@ def titles_checked(monkeypatch) -> list[str]:
             if text is None or not text.get_text():
                 continue
             box = text.get_window_extent(renderer)
-            assert box.x0 >= 0 and box.x1 <= fig.bbox.width + 0.5, f"clipped title: {text.get_text()!r}"
+            assert box.x0 >= 0 and box.x1 <= fig.bbox.width + 0.5, (
+                f"clipped title: {text.get_text()!r}"
+            )
             checked.append(text.get_text())
         return save(fig, *args, **kwargs)
 

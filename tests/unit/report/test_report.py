@@ -44,56 +44,107 @@ FIXTURES = Path(__file__).resolve().parents[2] / "data" / "report"
 SCRIPT = "<script>alert(1)</script>"
 IMG = '"><img src=x onerror=alert(1)>'
 MODEL = "Qwen/Qwen3-8B"
-DRAFTERS = {"ngram": Drafter("ngram"),
-            "eagle3": Drafter("eagle3", draft_model="/models/qwen3-8b-eagle3", id="eagle3"),
-            "dflash": Drafter("dflash", draft_model="/models/qwen3-8b-dflash", id="dflash")}
+DRAFTERS = {
+    "ngram": Drafter("ngram"),
+    "eagle3": Drafter("eagle3", draft_model="/models/qwen3-8b-eagle3", id="eagle3"),
+    "dflash": Drafter("dflash", draft_model="/models/qwen3-8b-dflash", id="dflash"),
+}
 # Accepted drafts per verify step by (drafter, corpus): code accepts more than conversation.
-ACCEPTED = {("ngram", "code"): 1.6, ("ngram", "conversation"): 0.4,
-            ("eagle3", "code"): 2.4, ("eagle3", "conversation"): 1.5,
-            ("dflash", "code"): 4.5, ("dflash", "conversation"): 1.8}
+ACCEPTED = {
+    ("ngram", "code"): 1.6,
+    ("ngram", "conversation"): 0.4,
+    ("eagle3", "code"): 2.4,
+    ("eagle3", "conversation"): 1.5,
+    ("dflash", "code"): 4.5,
+    ("dflash", "conversation"): 1.8,
+}
 BATCHES = (1, 16, 64)
 TOKENS = 1000
 
 
-def _arm(name: str, ept: float, tbt: float, source: str, batch: int, k: int = 0,
-         accepted: float = 0.0, spread: float = 0.01, concurrency: int | None = None,
-         problems: tuple[str, ...] = ()) -> RunResult:
+def _arm(
+    name: str,
+    ept: float,
+    tbt: float,
+    source: str,
+    batch: int,
+    k: int = 0,
+    accepted: float = 0.0,
+    spread: float = 0.01,
+    concurrency: int | None = None,
+    problems: tuple[str, ...] = (),
+) -> RunResult:
     samples = []
-    for i, wobble in enumerate((1.0, 1.0 + spread, 1.0 - spread)):
+    for wobble in (1.0, 1.0 + spread, 1.0 - spread):
         verify = 400 if k else None
         correct = int(round(accepted * 400)) if k else None
-        samples.append(RepeatSample(ept * wobble * TOKENS, tbt * TOKENS / 1000, TOKENS,
-                                    tbt * wobble, verify, correct, 400 * k if k else None))
+        samples.append(
+            RepeatSample(
+                ept * wobble * TOKENS,
+                tbt * TOKENS / 1000,
+                TOKENS,
+                tbt * wobble,
+                verify,
+                correct,
+                400 * k if k else None,
+            )
+        )
     outputs = tuple(tuple(range(p, p + 64)) for p in range(4))
-    return RunResult(arm=name, engine={"path": f"/engines/{name}"}, source=source,
-                     samples=tuple(samples), outputs=outputs, finish_reasons=("length",) * 4,
-                     verified_per_step=k + 1 if k else 1,
-                     concurrency={"max_running": concurrency or batch}, counter_problems=problems)
+    return RunResult(
+        arm=name,
+        engine={"path": f"/engines/{name}"},
+        source=source,
+        samples=tuple(samples),
+        outputs=outputs,
+        finish_reasons=("length",) * 4,
+        verified_per_step=k + 1 if k else 1,
+        concurrency={"max_running": concurrency or batch},
+        counter_problems=problems,
+    )
 
 
-def make_pair(corpus: Corpus, drafter: str, batch: int, model: str = MODEL,
-              source: str = "modeled (h200)", scale: float = 1.0, concurrency: int | None = None,
-              problems: tuple[str, ...] = ()) -> PairResult:
+def make_pair(
+    corpus: Corpus,
+    drafter: str,
+    batch: int,
+    model: str = MODEL,
+    source: str = "modeled (h200)",
+    scale: float = 1.0,
+    concurrency: int | None = None,
+    problems: tuple[str, ...] = (),
+) -> PairResult:
     """A pair shaped like the paper's: baseline J/token falls with batch, the saving decays."""
     d = DRAFTERS[drafter]
     k = d.num_draft_tokens
     accepted = ACCEPTED.get((drafter, corpus.name), 1.0)
-    base_ept = 0.02 + 0.5 / batch ** 0.7
+    base_ept = 0.02 + 0.5 / batch**0.7
     base_tbt = 12.0 + 0.12 * batch
     # Verifying k+1 tokens costs more as batch grows (toward compute-bound), accepted ones pay.
-    spec_ept = base_ept * (1.0 + 0.03 * k * batch ** 0.5) / (1.0 + accepted) * scale
-    spec_tbt = base_tbt * (1.0 + 0.02 * k * batch ** 0.3) / (1.0 + accepted)
+    spec_ept = base_ept * (1.0 + 0.03 * k * batch**0.5) / (1.0 + accepted) * scale
+    spec_tbt = base_tbt * (1.0 + 0.02 * k * batch**0.3) / (1.0 + accepted)
     case = Case.of(engine="reference", model=model, drafter=d, batch=batch, corpus=corpus)
     base = _arm("baseline", base_ept, base_tbt, source, batch)
-    spec = _arm("speculative", spec_ept, spec_tbt, source, batch, k, accepted,
-                concurrency=concurrency, problems=problems)
+    spec = _arm(
+        "speculative",
+        spec_ept,
+        spec_tbt,
+        source,
+        batch,
+        k,
+        accepted,
+        concurrency=concurrency,
+        problems=problems,
+    )
     return PairResult(case, case.id, base, spec)
 
 
-def make_document(scale: dict[str, float] | None = None, source: str = "modeled (h200)",
-                  corpora: tuple[str, ...] = ("code", "conversation"),
-                  drafters: tuple[str, ...] = ("ngram", "eagle3", "dflash"),
-                  datetime: str | None = None) -> RunDocument:
+def make_document(
+    scale: dict[str, float] | None = None,
+    source: str = "modeled (h200)",
+    corpora: tuple[str, ...] = ("code", "conversation"),
+    drafters: tuple[str, ...] = ("ngram", "eagle3", "dflash"),
+    datetime: str | None = None,
+) -> RunDocument:
     """A run document over corpora x drafters x batches; ``scale`` multiplies a case's energy."""
     scale = scale or {}
     pairs = []
@@ -104,10 +155,21 @@ def make_document(scale: dict[str, float] | None = None, source: str = "modeled 
                 case_id = f"{name}-{DRAFTERS[drafter].id}-b{batch}"
                 # One warn row (concurrency below batch) so every report shows a tripped check.
                 low = batch // 2 if case_id == "conversation-ngram-b64" else None
-                pairs.append(make_pair(corpus, drafter, batch, source=source,
-                                       scale=scale.get(case_id, 1.0), concurrency=low))
-    doc = as_json(RunDocument.build([p.record() for p in pairs], meters={"modeled:h200": {"gpu": "H200"}},
-                                    engine_starts=7))
+                pairs.append(
+                    make_pair(
+                        corpus,
+                        drafter,
+                        batch,
+                        source=source,
+                        scale=scale.get(case_id, 1.0),
+                        concurrency=low,
+                    )
+                )
+    doc = as_json(
+        RunDocument.build(
+            [p.record() for p in pairs], meters={"modeled:h200": {"gpu": "H200"}}, engine_starts=7
+        )
+    )
     if datetime:
         doc["datetime"] = datetime
     return typed(doc)
@@ -125,12 +187,18 @@ def typed(data: dict[str, Any]) -> RunDocument:
 
 def hostile_document() -> RunDocument:
     """Attack strings in the corpus name (hence case ids), model name, messages, machine info."""
-    corpus = Corpus(name=f"{SCRIPT}|x", prompts=(IMG, SCRIPT, "def f(): pass"),
-                    source=f"/tmp/{IMG}")
-    pairs = [make_pair(corpus, "ngram", b, model=IMG, problems=(f"bad {SCRIPT} {IMG}",))
-             for b in (1, 16)]
+    corpus = Corpus(
+        name=f"{SCRIPT}|x", prompts=(IMG, SCRIPT, "def f(): pass"), source=f"/tmp/{IMG}"
+    )
+    pairs = [
+        make_pair(corpus, "ngram", b, model=IMG, problems=(f"bad {SCRIPT} {IMG}",)) for b in (1, 16)
+    ]
     pairs.append(make_pair(corpus, "eagle3", 1, model=SCRIPT, source=f"modeled ({IMG})"))
-    doc = as_json(RunDocument.build([p.record() for p in pairs], meters={SCRIPT: {"gpu": IMG}}, engine_starts=2))
+    doc = as_json(
+        RunDocument.build(
+            [p.record() for p in pairs], meters={SCRIPT: {"gpu": IMG}}, engine_starts=2
+        )
+    )
     doc["machine_info"]["node"] = IMG
     doc["results"][0]["case"]["prompts"] = [IMG, SCRIPT]
     return typed(doc)
@@ -141,12 +209,19 @@ def history_documents(step_at: int = 5, runs: int = 8) -> list[RunDocument]:
     rng = random.Random(7)
     docs = []
     for i in range(runs):
-        scale = {f"{c}-{d}-b{b}": 1.0 + rng.gauss(0, 0.005) for c in ("code", "conversation")
-                 for d in ("ngram", "eagle3") for b in BATCHES}
+        scale = {
+            f"{c}-{d}-b{b}": 1.0 + rng.gauss(0, 0.005)
+            for c in ("code", "conversation")
+            for d in ("ngram", "eagle3")
+            for b in BATCHES
+        }
         if i >= step_at:
             scale["code-eagle3-b16"] *= 1.15
-        docs.append(make_document(scale, drafters=("ngram", "eagle3"),
-                                  datetime=f"2026-03-{i + 1:02d}T12:00:00+00:00"))
+        docs.append(
+            make_document(
+                scale, drafters=("ngram", "eagle3"), datetime=f"2026-03-{i + 1:02d}T12:00:00+00:00"
+            )
+        )
     return docs
 
 
@@ -165,8 +240,13 @@ def test_records_carry_every_column(run_doc):
     rows = run_doc.results
     assert len(rows) == 2 * 3 * 3
     r = next(r for r in rows if r.case_id == "code-eagle3-b16")
-    assert (r.model, r.drafter_id, r.drafter_name, r.batch, r.corpus_name) == \
-        (MODEL, "eagle3", "eagle3", 16, "code")
+    assert (r.model, r.drafter_id, r.drafter_name, r.batch, r.corpus_name) == (
+        MODEL,
+        "eagle3",
+        "eagle3",
+        16,
+        "code",
+    )
     assert r.source == r.baseline.source == "modeled (h200)"
     assert r.energy_saving == pytest.approx(1 - r.energy_per_token / r.baseline.energy_per_token)
     assert r.accept_length == pytest.approx(3.4) and r.verified_per_step == 4
@@ -222,8 +302,11 @@ def test_report_shows_the_gates_verdicts_and_nothing_else(baseline_doc):
     text = render_markdown(current, tight)
     gate_regressed = [c.case_id for c in tight if c.verdict is Verdict.REGRESSED]
     assert gate_regressed == ["code-ngram-b16"]
-    assert [line.split("|")[2].strip() for line in text.splitlines()
-            if line.startswith("| **REGRESSED**")] == gate_regressed
+    assert [
+        line.split("|")[2].strip()
+        for line in text.splitlines()
+        if line.startswith("| **REGRESSED**")
+    ] == gate_regressed
 
 
 def test_new_cases_have_no_baseline(baseline_doc):
@@ -238,9 +321,14 @@ def _point(label, tbt, ept, failed=False):
 
 
 def test_latency_target_picks_lowest_energy_config_that_meets_it():
-    points = [_point("baseline b64", 30.0, 0.010), _point("ngram b16", 22.0, 0.030),
-              _point("eagle3 b16", 24.0, 0.020), _point("eagle3 b4", 9.0, 0.050),
-              _point("dflash b4", 8.0, 0.060), _point("broken b16", 5.0, 0.001, failed=True)]
+    points = [
+        _point("baseline b64", 30.0, 0.010),
+        _point("ngram b16", 22.0, 0.030),
+        _point("eagle3 b16", 24.0, 0.020),
+        _point("eagle3 b4", 9.0, 0.050),
+        _point("dflash b4", 8.0, 0.060),
+        _point("broken b16", 5.0, 0.001, failed=True),
+    ]
     assert rl.best_under_target(points, 25.0).label == "eagle3 b16"
     assert rl.best_under_target(points, 10.0).label == "eagle3 b4"
     assert rl.best_under_target(points, 100.0).label == "baseline b64"
@@ -251,8 +339,11 @@ def test_latency_choices_per_workload(run_doc):
     choices = rl.latency_choices(run_doc.results, (25.0, 10.0))
     assert len(choices) == 4
     for c in choices:
-        points = [p for p in rl.config_points(run_doc.results) if (p.model, p.corpus) == (c.model, c.corpus)
-                  and p.tbt_ms <= c.target_ms]
+        points = [
+            p
+            for p in rl.config_points(run_doc.results)
+            if (p.model, p.corpus) == (c.model, c.corpus) and p.tbt_ms <= c.target_ms
+        ]
         if c.choice is None:
             assert not points
         else:
@@ -271,8 +362,9 @@ def test_latency_plot_rings_and_names_each_choice(run_doc):
 
 def test_step_detector_finds_an_injected_step():
     rng = random.Random(1)
-    values = [1.0 + rng.gauss(0, 0.01) for _ in range(10)] + \
-             [1.2 + rng.gauss(0, 0.01) for _ in range(8)]
+    values = [1.0 + rng.gauss(0, 0.01) for _ in range(10)] + [
+        1.2 + rng.gauss(0, 0.01) for _ in range(8)
+    ]
     steps = gh.detect_steps(values)
     assert [s.index for s in steps] == [10]
     assert steps[0].change == pytest.approx(0.2, abs=0.03)
@@ -320,18 +412,36 @@ def _assert_self_contained(page: str) -> None:
 
 
 def test_html_is_self_contained_with_every_section(run_doc, baseline_doc):
-    page = render_html(run_doc, compare(run_doc, make_document({"code-ngram-b16": 1.3})).values(),
-                       history=history_documents(runs=4), plots=False)
+    page = render_html(
+        run_doc,
+        compare(run_doc, make_document({"code-ngram-b16": 1.3})).values(),
+        history=history_documents(runs=4),
+        plots=False,
+    )
     _assert_self_contained(page)
-    headings = ("Baseline comparison", "Cases", "Checks", "Figures", "Latency targets", "History", "Run details",
-                "Machine and meters")
+    headings = (
+        "Baseline comparison",
+        "Cases",
+        "Checks",
+        "Figures",
+        "Latency targets",
+        "History",
+        "Run details",
+        "Machine and meters",
+    )
     # The verdict first, the figures after the tables that decide, raw JSON folded at the end.
-    assert [page.index(f"<h2>{h}") for h in headings] == sorted(page.index(f"<h2>{h}") for h in headings)
+    assert [page.index(f"<h2>{h}") for h in headings] == sorted(
+        page.index(f"<h2>{h}") for h in headings
+    )
     assert page.index('class="verdict"') < page.index("<h2>Baseline comparison")
-    verdict = page[page.index('class="verdict"'):page.index("<h2>Baseline comparison")]
-    assert "0 regressed" in verdict and "0 inconclusive" in verdict and "1 improved" in verdict \
+    verdict = page[page.index('class="verdict"') : page.index("<h2>Baseline comparison")]
+    assert (
+        "0 regressed" in verdict
+        and "0 inconclusive" in verdict
+        and "1 improved" in verdict
         and "17 unchanged" in verdict
-    raw = page[page.index("<h2>Machine and meters"):]
+    )
+    raw = page[page.index("<h2>Machine and meters") :]
     assert raw.count("<details>") == 1 and "<details><summary>Meters</summary>" in raw
     # Every table scrolls in its own box: a wide case table never overflows the page.
     assert page.count("<table>") == page.count('<div class="scroll"><table>')
@@ -339,13 +449,15 @@ def test_html_is_self_contained_with_every_section(run_doc, baseline_doc):
     # The source label is on every case row (the comparison and summary add more).
     assert page.count('b-src">modeled (h200)<') >= len(run_doc.results)
     assert "concurrency-below-batch" in page and "ran at most 32 requests" in page
-    comparison = page[page.index("<h2>Baseline comparison"):]
+    comparison = page[page.index("<h2>Baseline comparison") :]
     assert comparison.index("code-ngram-b16") < comparison.index("code-ngram-b1<")
 
 
 def test_html_draws_every_figure(run_doc, baseline_doc):
     pytest.importorskip("matplotlib")
-    page = render_html(run_doc, list(compare(run_doc, baseline_doc).values()), history=history_documents(runs=6))
+    page = render_html(
+        run_doc, list(compare(run_doc, baseline_doc).values()), history=history_documents(runs=6)
+    )
     _assert_self_contained(page)
     assert page.count("<svg") == 5 and "Figure not drawn" not in page
     ids = re.findall(r'\bid="([^"]+)"', page)
@@ -376,8 +488,14 @@ def test_html_escapes_every_run_string():
     for draw in (False, True):
         if draw:
             pytest.importorskip("matplotlib")
-        page = render_html(doc, list(compare(doc, doc).values()), history=[doc, doc], plots=draw,
-                           title=SCRIPT, baseline_label=SCRIPT)
+        page = render_html(
+            doc,
+            list(compare(doc, doc).values()),
+            history=[doc, doc],
+            plots=draw,
+            title=SCRIPT,
+            baseline_label=SCRIPT,
+        )
         _assert_self_contained(page)
         for attack in (SCRIPT, IMG, "<img", "<script"):
             assert attack not in page
@@ -405,7 +523,9 @@ def test_empty_and_partial_documents_render():
     comparisons = list(compare(doc, doc).values())
     text = render_markdown(doc, comparisons)
     changed = sum(1 for c in comparisons if c.verdict is not Verdict.PASSED)
-    assert len([line for line in text.splitlines() if line.startswith("| ")]) == (1 + changed if changed else 0)
+    assert len([line for line in text.splitlines() if line.startswith("| ")]) == (
+        1 + changed if changed else 0
+    )
     assert f"{len(comparisons) - changed} unchanged" in text
 
 
@@ -461,13 +581,20 @@ def test_fixture_documents_still_render():
 def write_fixtures(folder: Path = FIXTURES) -> None:
     """Write run.json, baseline.json and history-NN.json used by the browser check."""
     folder.mkdir(parents=True, exist_ok=True)
-    docs = {"baseline.json": make_document(datetime="2026-03-01T12:00:00+00:00"),
-            "run.json": make_document({"conversation-eagle3-b16": 1.2, "code-ngram-b1": 0.85},
-                                      datetime="2026-03-09T12:00:00+00:00")}
+    docs = {
+        "baseline.json": make_document(datetime="2026-03-01T12:00:00+00:00"),
+        "run.json": make_document(
+            {"conversation-eagle3-b16": 1.2, "code-ngram-b1": 0.85},
+            datetime="2026-03-09T12:00:00+00:00",
+        ),
+    }
     for i, doc in enumerate(history_documents()):
         docs[f"history-{i:02d}.json"] = doc
     for name, doc in docs.items():
-        data = {**doc.as_dict(), "machine_info": {"node": "ci-runner", "python": "3.12", "platform": "linux"}}
+        data = {
+            **doc.as_dict(),
+            "machine_info": {"node": "ci-runner", "python": "3.12", "platform": "linux"},
+        }
         (folder / name).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 

@@ -39,16 +39,32 @@ def _chromium() -> str | None:
 
 
 CHROMIUM = _chromium()
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed "
-                                "(apt-get install -y chromium, or set SPECENERGY_CHROMIUM)")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="headless Chromium is not installed "
+    "(apt-get install -y chromium, or set SPECENERGY_CHROMIUM)",
+)
 
 
-def chromium_command(binary: str, page: Path, png: Path, profile: Path, height: int = 3000) -> list[str]:
+def chromium_command(
+    binary: str, page: Path, png: Path, profile: Path, height: int = 3000
+) -> list[str]:
     """The exact headless screenshot command (no network, no first-run, throwaway profile)."""
-    return [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-            "--no-first-run", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", f"--user-data-dir={profile}", f"--screenshot={png}",
-            f"--window-size=1400,{height}", page.resolve().as_uri()]
+    return [
+        binary,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        f"--screenshot={png}",
+        f"--window-size=1400,{height}",
+        page.resolve().as_uri(),
+    ]
 
 
 def _load(name: str) -> dict:
@@ -58,8 +74,12 @@ def _load(name: str) -> dict:
 def _screenshot(page_html: str, tmp_path: Path, name: str, height: int = 3000) -> np.ndarray:
     page, png = tmp_path / f"{name}.html", tmp_path / f"{name}.png"
     page.write_text(page_html, encoding="utf-8")
-    result = subprocess.run(chromium_command(CHROMIUM, page, png, tmp_path / f"profile-{name}", height),
-                            capture_output=True, text=True, timeout=180)
+    result = subprocess.run(
+        chromium_command(CHROMIUM, page, png, tmp_path / f"profile-{name}", height),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert png.exists(), f"no screenshot (rc {result.returncode}):\n{result.stderr[-2000:]}"
     return _pixels(png)
 
@@ -67,9 +87,11 @@ def _screenshot(page_html: str, tmp_path: Path, name: str, height: int = 3000) -
 def _pixels(png: Path) -> np.ndarray:
     try:
         from PIL import Image
+
         return np.asarray(Image.open(png).convert("RGB"), dtype=np.int16)
     except ImportError:
         import matplotlib.image as mpimg
+
         return np.round(mpimg.imread(str(png))[..., :3] * 255).astype(np.int16)
 
 
@@ -83,7 +105,7 @@ def _distinct_colours(pixels: np.ndarray) -> int:
 
 
 def _count(pixels: np.ndarray, hex_color: str, tolerance: int = 6) -> int:
-    rgb = np.array([int(hex_color[i:i + 2], 16) for i in (1, 3, 5)], dtype=np.int16)
+    rgb = np.array([int(hex_color[i : i + 2], 16) for i in (1, 3, 5)], dtype=np.int16)
     return int((np.abs(pixels - rgb).max(axis=-1) <= tolerance).sum())
 
 
@@ -91,9 +113,14 @@ def _count(pixels: np.ndarray, hex_color: str, tolerance: int = 6) -> int:
 def documents():
     # Typed documents, as the CLI reads them (these checks passed plain dicts, and went
     # unnoticed where Chromium was missing and they were skipped).
-    history = [RunDocument.from_dict(json.loads(Path(p).read_text()))
-               for p in sorted(glob.glob(str(FIXTURES / "history-*.json")))]
-    run, baseline = RunDocument.from_dict(_load("run.json")), RunDocument.from_dict(_load("baseline.json"))
+    history = [
+        RunDocument.from_dict(json.loads(Path(p).read_text()))
+        for p in sorted(glob.glob(str(FIXTURES / "history-*.json")))
+    ]
+    run, baseline = (
+        RunDocument.from_dict(_load("run.json")),
+        RunDocument.from_dict(_load("baseline.json")),
+    )
     limits = [parse_fail_expr(text) for text in DEFAULT_LIMITS]
     return run, compare_documents(baseline, run, limits), history
 
@@ -133,5 +160,6 @@ def test_report_opens_with_the_verdict_and_nothing_overflows(documents, tmp_path
     assert _count(pixels[:900], "#b3261e", tolerance=10) > 200, "no verdict badge near the top"
     # Wide tables scroll inside their box: the page's right margin stays empty.
     margin = pixels[:, -34:-20]  # the body margin, left of the page scrollbar
-    assert int((margin.min(axis=-1) < 240).sum()) < 0.001 * margin.shape[0] * margin.shape[1], \
+    assert int((margin.min(axis=-1) < 240).sum()) < 0.001 * margin.shape[0] * margin.shape[1], (
         "something overflows the page's right edge"
+    )

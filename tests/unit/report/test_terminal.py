@@ -25,15 +25,23 @@ VERDICTS = ("regressed", "passed", "inconclusive", "improved", "no baseline", No
 def document() -> RunDocument:
     """The stored run fixture, its records given long test names, one label and mixed verdicts."""
     doc = RunDocument.from_dict(json.loads((FIXTURES / "run.json").read_text()))
-    records = [dataclasses.replace(r, source=SOURCE, verdict=VERDICTS[i % len(VERDICTS)],
-                                   nodeid=f"tests/energy/test_drafters.py::test_drafter_pays_for_itself[{r.case_id}]")
-               for i, r in enumerate(doc.results)]
+    records = [
+        dataclasses.replace(
+            r,
+            source=SOURCE,
+            verdict=VERDICTS[i % len(VERDICTS)],
+            nodeid=f"tests/energy/test_drafters.py::test_drafter_pays_for_itself[{r.case_id}]",
+        )
+        for i, r in enumerate(doc.results)
+    ]
     return dataclasses.replace(doc, results=records)
 
 
 def _summary(document: RunDocument, verbose: bool = False) -> list[str]:
     report = summary_report(document, SuiteVerdict(), Written(), 0, verbose)
-    return [line for section in report.sections for text in section.lines for line in text.splitlines()]
+    return [
+        line for section in report.sections for text in section.lines for line in text.splitlines()
+    ]
 
 
 def test_default_table_fits_120_columns_with_the_source_once(document):
