@@ -444,9 +444,8 @@ def _order_case(
     spec = level + ratio + offset + slow + step + noise * rng.standard_normal(cap)
     if mode == "a/b":
         ref = level + ratio + offset + slow + noise * rng.standard_normal(cap)
-        if order.startswith(
-            "blocked"
-        ):  # the candidate's block against the reference's: drift between them
+        # the candidate's block against the reference's: drift between them
+        if order.startswith("blocked"):
             spec = spec - step + math.log1p(drift)
         elif paired_slow:
             ref = ref + step

@@ -115,9 +115,8 @@ _faults.choices = tuple(FAULTS)  # type: ignore[attr-defined]
 
 
 def _run_name(text: str) -> str:
-    from pytest_specenergy.gate.storage import (
-        validate_run_name,
-    )  # its InvalidRunName is a ValueError
+    # its InvalidRunName is a ValueError
+    from pytest_specenergy.gate.storage import validate_run_name
 
     return validate_run_name(text)
 

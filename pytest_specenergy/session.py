@@ -35,11 +35,8 @@ class SpecEnergySession:
     """Session-wide state and the hook methods: what the ``specenergy`` fixture returns."""
 
     def __init__(self, config: SpecEnergyConfig, hook: Any = None, progress: Any = None) -> None:
-        self.config, self.hook, self.progress = (
-            config,
-            hook,
-            progress,
-        )  # progress: progress.Progress
+        self.config, self.hook = config, hook
+        self.progress = progress  # a progress.Progress
         self.planned: list[Case] = []
         self.xdist_worker = False  # a worker collects every case and runs the ones it is sent
         self._measurer: PairMeasurer | None = None
@@ -163,9 +160,8 @@ class SpecEnergySession:
         ]
         self.planned = [item.callspec.params["specenergy_case"] for item in items]
         self.xdist_worker = xdist.is_worker(session.config)
-        if (
-            self.config.fdr
-        ):  # BH's N: the gated per-repeat comparisons (case x limit) of the collected tests
+        # BH's N: the gated per-repeat comparisons (case x limit) of the collected tests
+        if self.config.fdr:
             from pytest_specenergy.gate.limits import per_repeat_count
 
             self.fdr_tests = per_repeat_count(self.limits_for(item, strict=False) for item in items)

@@ -241,9 +241,8 @@ class SGLangBackend:
                 f"{drafter.name!r}); the first release known to have it is {since} - upgrade "
                 f"sglang, or use one of {', '.join(sorted(facts.algorithms))}"
             )
-        if (
-            drafter.draft_model
-        ):  # Drafter(...) itself refuses a scheme whose checkpoint is required without one
+        # Drafter(...) itself refuses a scheme whose checkpoint is required without one
+        if drafter.draft_model:
             _check_model_path("draft model", drafter.draft_model)
         elif drafter.name == "nextn":
             _check_mtp_in_target(config.model, facts.version)

@@ -77,9 +77,8 @@ def _fork_server(argv: Sequence[str]) -> ForkedChild:
         if set_pdeathsig is not None:
             set_pdeathsig()
         for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGCHLD):
-            signal.signal(
-                signum, signal.SIG_DFL
-            )  # the watchdog's handlers and wake-up pipe, as exec would reset
+            # the watchdog's handlers and wake-up pipe, as exec would reset
+            signal.signal(signum, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         # What ``python -m`` does: the server is a program of its own (the layers), run as
@@ -148,10 +147,11 @@ def _build_tiny_models(argv: Sequence[str]) -> None:
 
     flags = dict(zip(argv, argv[1:]))  # --flag -> its value
     names = [flags.get("--model", "")]
+    # the engine's own choice of draft (engine._load_draft)
     if flags.get("--drafter") in (
         "draft_model",
         "block",
-    ):  # the engine's own choice of draft (engine._load_draft)
+    ):
         names.append(flags.get("--draft-model") or default_draft_for(names[0]))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -82,9 +82,8 @@ class SequentialPlan:
     def weights(self) -> tuple[float, ...]:
         """Share of alpha spent at each look (sums to 1)."""
         k = len(self.looks)
-        if (
-            k == 1
-        ):  # the whole alpha at the cap, whatever interim_share (checked only with interim looks)
+        # the whole alpha at the cap, whatever interim_share (checked only with interim looks)
+        if k == 1:
             return (1.0,)
         if self.spending == "equal":
             return tuple([1.0 / k] * k)

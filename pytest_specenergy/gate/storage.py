@@ -329,9 +329,8 @@ class Golden:
 
 
 def _safe_component(text: str) -> str:
-    safe = (
-        _ILLEGAL_NAME.sub("_", text).rstrip(" .") or "_"
-    )  # a trailing dot is stripped: never "." or ".."
+    # a trailing dot is stripped: never "." or ".."
+    safe = _ILLEGAL_NAME.sub("_", text).rstrip(" .") or "_"
     if len(safe) > 150:
         # Long parametrize ids: keep a readable prefix, stay unique with a digest.
         safe = f"{safe[:130]}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"

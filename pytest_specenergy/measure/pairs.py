@@ -212,9 +212,8 @@ class PairMeasurer:
         )
         removal = [("removal", case)] if "removal" in replays else []
         arms = baseline + drafting + removal
-        live = getattr(
-            self.pool, "max_live", 0
-        )  # 0: unbounded; else the engines the GPU holds at once
+        # 0: unbounded; else the engines the GPU holds at once
+        live = getattr(self.pool, "max_live", 0)
         # A lone arm (a drafter whose baseline is shared from a sibling) has nothing to alternate
         # with: it is not blocked; its record says where the baseline came from (baseline_from).
         interleave = len(arms) < 2 or not live or live >= len(arms)
@@ -342,9 +341,8 @@ class PairMeasurer:
             # Scoring is a prefill (max_new_tokens=0) on the engine already running; it never
             # speculates, so the speculative engine scores as its twin would. Prompt ids are asked
             # for where the engine has them.
-            has_ids = getattr(
-                server.backend, "returns_prompt_token_ids", None
-            )  # None: unknown (old SGLang lacks it)
+            # None: unknown (old SGLang lacks it)
+            has_ids = getattr(server.backend, "returns_prompt_token_ids", None)
 
             def scored(run: RunResult) -> Coherence:
                 return measure_coherence(

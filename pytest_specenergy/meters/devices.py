@@ -137,9 +137,8 @@ class Nvml:
         """``pynvml.<function>(*args)``, or None if an older driver lacks it or the board refuses
         it; given several names, the first that answers."""
         for name in (function,) if isinstance(function, str) else function:
-            with contextlib.suppress(
-                Exception
-            ):  # absent, NOT_SUPPORTED, FUNCTION_NOT_FOUND, DEPRECATED...
+            # absent, NOT_SUPPORTED, FUNCTION_NOT_FOUND, DEPRECATED...
+            with contextlib.suppress(Exception):
                 value = getattr(self.lib, name)(*args)
                 if value is not None:
                     return value
@@ -238,10 +237,11 @@ class Gpu:
             value = lib.nvmlDeviceGetFieldValues(self.handle, [field])[0]
             if value.nvmlReturn != getattr(lib, "NVML_SUCCESS", 0):
                 raise RuntimeError(f"NVML field {field} returned {value.nvmlReturn}")
+            # mW
             return (
                 float(getattr(value.value, _UNION_MEMBER.get(int(value.valueType), "uiVal")))
                 / 1000.0
-            )  # mW
+            )
 
         if field is not None and hasattr(lib, "nvmlDeviceGetFieldValues"):
             with contextlib.suppress(Exception):  # the field is not supported on this board/driver

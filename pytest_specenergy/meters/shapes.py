@@ -176,9 +176,8 @@ class ModelShape:
         value = self.linear_value_heads * self.linear_value_dim
         linear = (h + self.linear_in_width) + (self.linear_conv_dim + value) + (value + h)
         if self.is_moe:
-            copies = (
-                self.experts_per_token + self.shared_experts
-            )  # each token goes to this many experts
+            # each token goes to this many experts
+            copies = self.experts_per_token + self.shared_experts
             width = copies * self.expert_mlp
             mlp = (h + self.experts) + (h * copies + 2 * width) + (width + h * copies)
         else:

@@ -97,9 +97,8 @@ class DraftModelDrafter(DraftCache):
             assert out.logits is not None
             nxt = out.logits.argmax(dim=-1).tolist()
             for b in range(bsz):
-                if (
-                    j >= pending[b]
-                ):  # a row past its K drafts keeps drafting: it has a token to feed
+                # a row past its K drafts keeps drafting: it has a token to feed
+                if j >= pending[b]:
                     drafts[b].append(int(nxt[b]))
             if kv.has_linear and j < forwards:
                 snapshots.append(kv.snapshot_linear())

@@ -60,6 +60,7 @@ class ReferenceEngine:
         self.draft_runner = (
             ModelRunner(self.draft.model, "draft", self.trace) if self.draft is not None else None
         )
+        self._oracle: ModelRunner | None = None
         self.stats = EngineStats()
         self.lock = threading.Lock()  # held by the scheduler for each iteration
         self.scheduler = Scheduler(self, self.stats, config.max_running_requests, self.lock)
@@ -194,10 +195,22 @@ class ReferenceEngine:
             return ReplayDrafter(cfg.num_draft_tokens)
         if cfg.drafter in ("draft_model", "block"):
             assert self.draft_runner is not None
+            self_draft = cfg.drafter == "draft_model" and self.draft is self.target
             return build_draft_pass_drafter(
-                self, cfg, self.draft_runner, self.tokenizer.pad_token_id
+                cfg,
+                self.draft_runner,
+                self.tokenizer.pad_token_id,
+                self.target.vocab_size,
+                None if self_draft else self._oracle_runner,
             )
         return None
+
+    def _oracle_runner(self) -> ModelRunner:
+        """The target's untraced runner that controlled acceptance drafts its truth with: made
+        once, shared by every drafter this engine builds (a flush builds a new one)."""
+        if self._oracle is None:
+            self._oracle = ModelRunner(self.target.model, "oracle", None)
+        return self._oracle
 
     def prefill(self, rows: Sequence[Row]) -> BatchKV:
         """Prefill ``rows`` (prompts left-padded) in a fresh cache; commit each row's first token."""
@@ -392,6 +405,7 @@ class ReferenceEngine:
             state["spec_replay_misses"] = (
                 misses  # verify steps that had no (or a wrong-size) recorded draft
             )
+        # real shapes to price the trace at
         return {
             "version": VERSION,
             "engine": "reference",
@@ -416,8 +430,6 @@ class ReferenceEngine:
             "faults": list(cfg.faults),
             "model_shape": self.runner.shape.to_json(),
             "draft_model_shape": self.draft_runner.shape.to_json() if self.draft_runner else None,
-            "priced_as": priced_as_for(
-                cfg.model, self.draft_model_name
-            ),  # real shapes to price the trace at
+            "priced_as": priced_as_for(cfg.model, self.draft_model_name),
             "internal_states": [state],
         }

@@ -89,9 +89,8 @@ class BatchKV:
     def drop_last(self, counts: Sequence[int]) -> None:
         """Turn the last ``counts[b]`` slots of row ``b`` into holes (rejected drafts)."""
         if any(counts):
-            self._holes_from(
-                [self.num_slots - c for c in counts], counts
-            )  # every dropped slot was just fed
+            # every dropped slot was just fed
+            self._holes_from([self.num_slots - c for c in counts], counts)
 
     def keep_first_of_last(self, width: int, keep: Sequence[int]) -> None:
         """Of the last ``width`` slots (one right-padded forward's, the block drafter's), row ``b``

@@ -6,8 +6,8 @@ meters: its section of ``docs/design/refserver.md``."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from .draft_model import BlockDrafter
 from .draft_model import DraftModelDrafter
@@ -17,15 +17,18 @@ from .records import EngineConfig
 from .rows import Row
 from .runner import ModelRunner
 
-if TYPE_CHECKING:
-    from .engine import ReferenceEngine
-
 
 def build_draft_pass_drafter(
-    engine: ReferenceEngine, cfg: EngineConfig, runner: ModelRunner, pad: int
+    cfg: EngineConfig,
+    runner: ModelRunner,
+    pad: int,
+    vocab_size: int,
+    oracle_runner: Callable[[], ModelRunner] | None,
 ) -> Drafter:
     """The chain or block drafter over ``runner``'s draft model, wrapped when acceptance is
-    controlled."""
+    controlled. ``oracle_runner`` gives the target's own runner for controlled acceptance's
+    truth source (asked only when acceptance is controlled); None where the draft model is the
+    target itself, whose drafts are then the truth."""
     shape: DraftModelDrafter | BlockDrafter
     if cfg.drafter == "block":
         assert cfg.block_size is not None
@@ -39,15 +42,9 @@ def build_draft_pass_drafter(
     if cfg.draft_accept_p is None:
         return shape
     oracle = None
-    if not (cfg.drafter == "draft_model" and engine.draft is engine.target):
-        oracle_runner = getattr(engine, "_oracle_runner", None)
-        if oracle_runner is None:
-            oracle_runner = ModelRunner(engine.target.model, "oracle", None)
-            engine._oracle_runner = oracle_runner  # type: ignore[attr-defined]
-        oracle = DraftModelDrafter(oracle_runner, cfg.num_draft_tokens, pad)
-    return ControlledAcceptance(
-        shape, oracle, cfg.draft_accept_p, cfg.seed, engine.target.vocab_size
-    )
+    if oracle_runner is not None:
+        oracle = DraftModelDrafter(oracle_runner(), cfg.num_draft_tokens, pad)
+    return ControlledAcceptance(shape, oracle, cfg.draft_accept_p, cfg.seed, vocab_size)
 
 
 class ControlledAcceptance:

@@ -38,9 +38,8 @@ class EngineConfig:
     draft_accept_p: float | None = (
         None  # controlled acceptance: P(a drafted token is the target's own)
     )
-    numerical_noise_scale: float = (
-        2.0**-8
-    )  # fault "numerical-noise": relative logit noise (bf16 ulp)
+    # fault "numerical-noise": relative logit noise (bf16 ulp)
+    numerical_noise_scale: float = 2.0**-8
     # verify the drafts each request brings (spec_replay_drafts) while the drafter's passes still
     # run
     replay_proposals: bool = False
@@ -201,9 +200,8 @@ class SpecStats:
     verify_ct: int
     num_correct_drafts: int  # accepted drafts, bonus excluded
     num_proposed_drafts: int  # verify_ct * K
-    correct_drafts_histogram: tuple[
-        int, ...
-    ]  # index k: verify steps that accepted exactly k drafts
+    # index k: verify steps that accepted exactly k drafts
+    correct_drafts_histogram: tuple[int, ...]
 
 
 @dataclass(frozen=True)

@@ -10,29 +10,47 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
+from .drafters import Drafter
+from .kv import BatchKV
 from .records import FinishReason
 from .rows import Row
 from .stats import EngineStats
-
-if (
-    TYPE_CHECKING
-):  # the engine's new_kv, new_drafter, prefill, decode and verify are the steps driven here
-    from .engine import ReferenceEngine
 
 log = logging.getLogger("pytest_specenergy.refserver")
 
 COMPACT_SLACK = 32  # holes per row tolerated before the target cache is compacted
 
 
+class Stepper(Protocol):
+    """The forward passes the scheduler drives, each over the rows it names
+    (:class:`.engine.ReferenceEngine` implements them; a test may drive the scheduler with its
+    own)."""
+
+    def new_kv(self) -> BatchKV:
+        """An empty target cache."""
+
+    def new_drafter(self) -> Drafter | None:
+        """A drafter with no rows (None for a plain engine)."""
+
+    def prefill(self, rows: Sequence[Row]) -> BatchKV:
+        """Prefill ``rows`` in a fresh cache and commit each row's first output token."""
+
+    def decode(self, rows: Sequence[Row], kv: BatchKV) -> None:
+        """One plain decode step over ``rows``."""
+
+    def verify(self, rows: Sequence[Row], kv: BatchKV, drafter: Drafter) -> None:
+        """One draft + verify step over ``rows``."""
+
+
 class Scheduler:
     """The queue, the running batch and the thread that advances it."""
 
     def __init__(
-        self, stepper: ReferenceEngine, stats: EngineStats, max_running: int, lock: threading.Lock
+        self, stepper: Stepper, stats: EngineStats, max_running: int, lock: threading.Lock
     ) -> None:
         self.stepper = stepper
         self.stats = stats

@@ -22,9 +22,8 @@ from .protocol import ProtocolError
 from .protocol import parse_generate
 from .protocol import result_json
 
-if (
-    TYPE_CHECKING
-):  # torch-free at import: the command line reads the defaults below before loading torch
+# torch-free at import: the command line reads the defaults below before loading torch
+if TYPE_CHECKING:
     from .engine import ReferenceEngine
 
 log = logging.getLogger("pytest_specenergy.refserver")
@@ -419,9 +418,8 @@ class ReferenceHTTPServer(ThreadingHTTPServer):
         log.warning(
             "refused a connection: %d are being served (--max-connections)", self.max_connections
         )
-        with contextlib.suppress(
-            OSError
-        ):  # non-blocking: the accepting thread must never wait on a client
+        # non-blocking: the accepting thread must never wait on a client
+        with contextlib.suppress(OSError):
             request.setblocking(False)
             request.send(head.encode() + body)
 

@@ -71,9 +71,8 @@ def priced_as_for(model: str, draft: str | None = None) -> dict[str, str] | None
 def _priced_as(name: str) -> str | None:
     if name in TINY_MODELS:
         return TINY_MODELS[name].priced_as
-    return (
-        parse_random_model(name).shape_key if is_random_model(name) else None
-    )  # the shape registry key
+    # the shape registry key
+    return parse_random_model(name).shape_key if is_random_model(name) else None
 
 
 def build_tiny_model(name: str, seed: int = 0) -> torch.nn.Module:

@@ -91,6 +91,7 @@ def test_cuda_without_nvml_refuses(sglang_gpu_check, monkeypatch, capfd):
     assert "cannot run: NVML sees no GPU" in capfd.readouterr().err
 
 
+# sglang needs both models
 @pytest.mark.parametrize(
     "argv",
     [
@@ -98,7 +99,7 @@ def test_cuda_without_nvml_refuses(sglang_gpu_check, monkeypatch, capfd):
         ["--engine", "reference", "--engine-option", "load_format=dummy"],
         ["--model", "m"],
     ],
-)  # sglang needs both models
+)
 def test_options_that_do_not_apply_are_refused(sglang_gpu_check, argv):
     with pytest.raises(SystemExit):
         sglang_gpu_check.main(argv)

@@ -23,9 +23,8 @@ def test_rows_measure_both_dtypes_and_float64_speculation_is_exact() -> None:
     rows = {
         r.dtype: r for r in tiny_dtype.measure_rows(["tiny:dense"], prompts=1, tokens=4, rounds=1)
     }
-    assert (
-        torch.get_num_threads() == threads
-    )  # the worker's later in-process tests keep their threads
+    # the worker's later in-process tests keep their threads
+    assert torch.get_num_threads() == threads
     table = tiny_dtype.format_rows(list(rows.values()), tokens=4)
     assert set(rows) == {"float64", "float32"}, table
     assert rows["float64"].vs_float64 == 1.0 and rows["float32"].generate_s > 0, table

@@ -74,9 +74,8 @@ def test_a_corrupt_baseline_fails_even_when_missing_baselines_only_warn(
 
 def test_an_interrupted_session_is_never_a_reference(pytester: pytest.Pytester, run_suite):
     pytester.makepyfile(test_suite=SUITE, test_zz_fails="def test_boom():\n    assert False\n")
-    assert (
-        run_suite("--specenergy-save=main", "test_suite.py", repeats=2).ret == 0
-    )  # complete: 0001
+    # complete: 0001
+    assert run_suite("--specenergy-save=main", "test_suite.py", repeats=2).ret == 0
     # -x stops the session at the failure: the run is saved, marked interrupted.
     run_suite("--specenergy-save=main", "-x", "test_suite.py", "test_zz_fails.py", repeats=2)
     files = sorted((pytester.path / ".specenergy").rglob("*_main_*.json"))

@@ -177,9 +177,8 @@ def test_hybrid_state_faults_are_caught_on_every_corpus_the_healthy_hybrid_passe
         records.setdefault(test, {})[record["case"]["corpus"]["name"]] = record
     assert all("baseline" in r["order"]["order"] for r in records["test_healthy"].values())
     accept = {c: r["accept_length"] for c, r in records["test_healthy"].items()}
-    assert all(a > 1.3 for a in accept.values()), (
-        accept
-    )  # drafts accepted on every corpus: not vacuous
+    # drafts accepted on every corpus: not vacuous
+    assert all(a > 1.3 for a in accept.values()), accept
     for test in ("test_partial_accept_state", "test_stale_state_after_empty_draft"):
         for record in records[test].values():
             # the counters never show it

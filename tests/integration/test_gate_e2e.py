@@ -270,9 +270,8 @@ def test_golden_baselines_are_created_then_checked(pytester: pytest.Pytester):
     worse = run(
         pytester, "--specenergy-golden=check", "--specenergy-compare-fail=energy:5%", GATE_NGRAM_K=1
     )
-    worse.assert_outcomes(
-        failed=1
-    )  # regen-all and the other modes: tests/unit/gate/test_storage.py
+    # regen-all and the other modes: tests/unit/gate/test_storage.py
+    worse.assert_outcomes(failed=1)
 
 
 def test_corrupted_history_is_reported_and_left_alone(gated: pytest.Pytester):

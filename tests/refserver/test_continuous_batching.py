@@ -115,9 +115,8 @@ def test_staggered_arrivals_from_threads(engine_for, make_requests):
         while True:
             with lock:
                 if not todo:
-                    window.setdefault(
-                        "end", _lifetime(engine)
-                    )  # the first client to run dry ends it
+                    # the first client to run dry ends it
+                    window.setdefault("end", _lifetime(engine))
                     return
                 req = todo.pop(0)
             (result,) = engine.generate([req])

@@ -43,9 +43,8 @@ def test_controlled_acceptance_is_exact(engine_for, make_requests, model, shape)
     verify = [s for s in steps if s.phase == "verify"]
     # the wrapped drafter's own passes: K per verify for the chain (at least), one for the block
     assert len(draft) >= K * len(verify) if shape == "chain" else len(draft) == len(verify)
-    assert max(s.weight_bytes for s in draft) < min(
-        s.weight_bytes for s in verify
-    )  # the small draft model
+    # the small draft model
+    assert max(s.weight_bytes for s in draft) < min(s.weight_bytes for s in verify)
 
 
 def test_accept_p_is_a_knob(engine_for, make_requests):
@@ -84,9 +83,8 @@ def test_self_draft_chain_is_its_own_oracle(engine_for, make_requests):
     start = len(engine.trace)
     engine.generate(_reqs(engine, make_requests, n=2, max_new=10))
     draft = [s for s in engine.trace.read(start)[1] if s.phase == "draft"]
-    assert draft and all(
-        s.weight_bytes > target_bytes for s in draft
-    )  # target-sized draft passes, charged
+    # target-sized draft passes, charged
+    assert draft and all(s.weight_bytes > target_bytes for s in draft)
 
 
 def test_accept_p_validation():

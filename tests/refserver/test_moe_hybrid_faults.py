@@ -95,9 +95,8 @@ def test_wrong_accept_count_inflates_counters_only(engine_for, make_requests):
         assert a.output_ids == b.output_ids
         assert b.spec.num_correct_drafts == a.spec.num_correct_drafts + a.spec.verify_ct
         assert sum(b.spec.correct_drafts_histogram) == b.spec.verify_ct  # looks consistent ...
-        assert (
-            b.completion_tokens != 1 + b.spec.verify_ct + b.spec.num_correct_drafts
-        )  # ... but is not
+        # ... but is not
+        assert b.completion_tokens != 1 + b.spec.verify_ct + b.spec.num_correct_drafts
 
 
 @pytest.mark.parametrize("model", ("tiny:dense", "tiny:hybrid"))
@@ -157,9 +156,8 @@ def test_partial_accept_state_fault_diverges_on_every_corpus_that_accepts_drafts
             assert diverged >= 1, (
                 f"{corpus}: {accepted[corpus]} drafts accepted, the fault changed nothing"
             )
-    assert all(accepted.values()), (
-        accepted
-    )  # drafts are accepted on every corpus (the check is not vacuous)
+    # drafts are accepted on every corpus (the check is not vacuous)
+    assert all(accepted.values()), accepted
 
 
 def _drafts_accepting(

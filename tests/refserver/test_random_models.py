@@ -75,9 +75,8 @@ def test_full_size_builds_on_the_target_device_in_the_target_dtype(name):
     assert {p.device.type for p in model.parameters()} == {"meta"}
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     assert torch.get_default_dtype() == before  # the temporary default dtype is restored
-    assert (
-        _matmul_params(model) == get_shape(name.split(":", 1)[1]).num_params
-    )  # exactly the registry shape
+    # exactly the registry shape
+    assert _matmul_params(model) == get_shape(name.split(":", 1)[1]).num_params
 
 
 def test_seed_decides_the_weights():
@@ -111,9 +110,8 @@ def test_loads_with_the_shape_and_reports_it(engine_for):
     assert tuple(layer.self_attn.k_proj.weight.shape) == (8 * 128, 2560)
     assert tuple(layer.mlp.up_proj.weight.shape) == (9728, 2560)
     assert model.lm_head.weight is model.model.embed_tokens.weight  # tied, as Qwen3-4B
-    assert (
-        engine.target.dtype == torch.float32 and engine.target.device.type == "cpu"
-    )  # auto on a CPU
+    # auto on a CPU
+    assert engine.target.dtype == torch.float32 and engine.target.device.type == "cpu"
     assert {p.dtype for p in model.parameters()} == {torch.float32}
     info = engine.server_info()
     assert info["model_path"] == WIDE and info["dtype"] == "float32"

@@ -469,9 +469,8 @@ def test_listen_backlog_holds_a_batch_of_connections():
     from pytest_specenergy.refserver.server import ReferenceHTTPServer
 
     assert ReferenceHTTPServer.request_queue_size >= 64
-    assert (
-        DEFAULT_MAX_CONNECTIONS >= 4 * 64
-    )  # the slow-client bound must never refuse a batch of 64
+    # the slow-client bound must never refuse a batch of 64
+    assert DEFAULT_MAX_CONNECTIONS >= 4 * 64
 
 
 def _drip(

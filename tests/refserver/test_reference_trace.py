@@ -143,9 +143,8 @@ def test_hybrid_state_bytes(engine_for, make_requests):
     for s in steps:
         kv_tokens = sum(c + q for c, q in zip(s.context_lens, s.query_tokens))
         expect = sum(layer.kv_elems_per_token for layer in full) * kv_tokens
-        expect += (
-            sum(layer.state_elems_per_row for layer in linear) * 2 * len(s.rids)
-        )  # read + write
+        # read + write
+        expect += sum(layer.state_elems_per_row for layer in linear) * 2 * len(s.rids)
         assert s.kv_bytes == 2 * expect
 
 

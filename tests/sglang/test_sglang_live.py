@@ -244,9 +244,8 @@ def test_plugin_against_live_sglang_cpu_servers(
     pair_suite.check_pair(outcomes, got, json.loads(report.read_text()), text)
     halves = (outcomes.get("test_baseline_half"), outcomes.get("test_speculative_half"))
     assert halves == ("passed", "skipped"), text[-6000:] + summary[:4000]  # skipped: the xfail
-    result.assert_outcomes(
-        passed=5, failed=1, xfailed=1
-    )  # the batch above admission fails, as it must
+    # the batch above admission fails, as it must
+    result.assert_outcomes(passed=5, failed=1, xfailed=1)
     result.stdout.fnmatch_lines(["*XFAIL*speculative arm not runnable on CPU*"])
     # The halves' case shares the pairs' baseline engine: no start of its own.
     assert got["starts_before"] == got["flush"]["starts"] == 4, summary[:3000]

@@ -50,6 +50,5 @@ def test_pytest_help_shows_every_fault(pytester: pytest.Pytester):
     text = re.sub(r"\s+", " ", result.stdout.str())
     fault_help = text[text.index("--specenergy-fault") :][:1500]
     for fault in FAULTS:
-        assert re.search(fault.replace("-", r"-\s?"), fault_help), (
-            fault
-        )  # help lines wrap at hyphens
+        # help lines wrap at hyphens
+        assert re.search(fault.replace("-", r"-\s?"), fault_help), fault

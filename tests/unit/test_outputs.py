@@ -67,9 +67,8 @@ def test_every_output_is_written_and_what_the_hook_adds_is_kept(tmp_path):
 
 def test_an_unwritable_json_file_does_not_lose_the_saved_run(tmp_path):
     if os.geteuid() == 0:
-        blocked = (
-            tmp_path / "a-file" / "run.json"
-        )  # a parent that is a file: unwritable for root too
+        # a parent that is a file: unwritable for root too
+        blocked = tmp_path / "a-file" / "run.json"
         (tmp_path / "a-file").write_text("")
     else:
         (tmp_path / "ro").mkdir(mode=0o500)

@@ -110,9 +110,8 @@ def _iter_prompts(lines: Iterable[str], where: str) -> Iterator[str]:
             if isinstance(value, str) and value.strip():
                 try:
                     value.encode("utf-8")
-                except (
-                    UnicodeEncodeError
-                ) as exc:  # a lone surrogate escape (\ud800): no text at all
+                # a lone surrogate escape (\ud800): no text at all
+                except UnicodeEncodeError as exc:
                     raise CorpusError(
                         f"{where}, line {lineno}: the {field_name!r} field holds "
                         f"{value[exc.start]!r} at character {exc.start}, a lone UTF-16 surrogate "
@@ -164,9 +163,8 @@ def _load_jsonl_cached(path: str, mtime_ns: int, size: int) -> Corpus:
     """Parse a JSONL corpus; keyed on mtime and size so an edited file is re-read."""
     where = f"corpus file {path}"
     try:
-        lines = (
-            Path(path).read_text(encoding="utf-8-sig").splitlines()
-        )  # a BOM is tolerated: some editors add one
+        # a BOM is tolerated: some editors add one
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
     except UnicodeDecodeError as exc:
         raise CorpusError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     prompts = tuple(_iter_prompts(lines, where))

@@ -109,12 +109,12 @@ def test_bad_dtype_and_device_are_collection_errors(kwargs, fragment):
 def test_with_modeled_energy_the_default_pool_is_sized_for_a_cpu_minute():
     closest = lookup(model=["tiny:dense"], drafter=["ngram"], batch=[1, 8], corpus=["code"])
     modeled = build_cases("t.py::test", closest, CaseDefaults(modeled=True))
-    assert {c.generation.prompts for c in modeled} == {
-        24
-    }  # 3 per request in flight at batch 8, one pool
+    # 3 per request in flight at batch 8, one pool
+    assert {c.generation.prompts for c in modeled} == {24}
+    # 96
     assert {c.generation.prompts for c in build_cases("t.py::test", closest, CaseDefaults())} == {
         None
-    }  # 96
+    }
     assert {
         c.generation.prompts
         for c in build_cases("t.py::test", closest, CaseDefaults(modeled=True, pool=40))

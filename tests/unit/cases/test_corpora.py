@@ -354,9 +354,8 @@ def test_a_packaged_corpus_parsed_at_once_gives_the_prompts_and_errors_of_line_b
         == tuple(_iter_prompts(good.splitlines(), "w"))
         == ("one", "two é")
     )
-    assert _builtin_prompts('{"text": "only text"}\n', "w") == (
-        "only text",
-    )  # the reader's fallback field
+    # the reader's fallback field
+    assert _builtin_prompts('{"text": "only text"}\n', "w") == ("only text",)
     for bad, expected in (
         ('{"prompt": "ok"}\n{"prompt": \n', "line 2: not valid JSON"),
         ('{"prompt": "ok"}\n[1]\n', "line 2: expected a JSON object"),

@@ -32,9 +32,8 @@ def test_the_baseline_twin_runs_only_the_faults_that_reach_a_non_speculative_eng
         engine="reference", model="tiny:hybrid", drafter=Drafter("ngram"), faults=tuple(FAULTS)
     )
     base = ReferenceBackend().command(spec.twin(), "127.0.0.1", 1)
-    assert [base[i + 1] for i, a in enumerate(base) if a == "--fault"] == [
-        "numerical-noise"
-    ]  # it perturbs the target
+    # it perturbs the target
+    assert [base[i + 1] for i, a in enumerate(base) if a == "--fault"] == ["numerical-noise"]
     # The dry run calls the faults the twin lacks speculative, not a broken pair.
     differs = describe_pair_difference(ReferenceBackend().command(spec, "127.0.0.1", 1), base)
     assert differs and not [line for line in differs if line.startswith("MISMATCH")], differs

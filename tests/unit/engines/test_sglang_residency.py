@@ -152,9 +152,8 @@ def test_resident_argv_splits_the_memory_equally_and_sleeps_on_idle(tmp_path):
     for argv in (spec_argv, base_argv):
         at = argv.index("--mem-fraction-static")
         assert argv[at + 1] == "0.4" and "--sleep-on-idle" in argv
-        assert not any(
-            a.startswith(("--resident", "--weights")) for a in argv
-        )  # the plugin's own options
+        # the plugin's own options
+        assert not any(a.startswith(("--resident", "--weights")) for a in argv)
     lines = describe_pair_difference(spec_argv, base_argv)
     assert lines and all(line.startswith("speculative: --speculative-") for line in lines)
     # The engine description the run document records carries the share.

@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from test_unpaired_orders import (
-    _OneRun,
-)  # the same one-stored-run store (this folder is on sys.path)
+
+# the same one-stored-run store (this folder is on sys.path)
+from test_unpaired_orders import _OneRun
 
 from pytest_specenergy.document import CaseRecord
 from pytest_specenergy.gate.compare import drift_allowance

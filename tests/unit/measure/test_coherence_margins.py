@@ -127,9 +127,8 @@ def test_when_the_baseline_stopped_at_the_divergence_its_stop_must_be_the_other_
         without_stops.margins[0].top_ids == (14, 15) and not without_stops.margins[0].between_top2
     )
     assert without_stops.margins[1] is None  # identical: nothing to classify
-    assert engine.calls[0]["text"] == [
-        "p"
-    ]  # only the diverged prompt is tokenised (a prefill each)
+    # only the diverged prompt is tokenised (a prefill each)
+    assert engine.calls[0]["text"] == ["p"]
     assert engine.calls[-1]["input_ids"] == [[10, 11, 12, 13, 14]]  # the prefix plus the next token
 
 

@@ -67,9 +67,8 @@ def test_a_token_far_below_the_targets_best_fails_under_a_small_mean_gap():
         ),
     ):
         wrong.assert_coherent()
-    wrong.assert_coherent(
-        tie_margin=float("inf")
-    )  # the per-token check off: the mean gap alone passes
+    # the per-token check off: the mean gap alone passes
+    wrong.assert_coherent(tie_margin=float("inf"))
 
 
 def test_numerical_ties_and_unscored_margins_pass():

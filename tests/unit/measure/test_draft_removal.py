@@ -63,9 +63,8 @@ def test_which_cases_replay_under_each_mode_and_meter():
 
 def test_draft_share_by_removal_is_per_cycle_and_never_invented():
     assert removal_draft_share([2.0, 4.0], [1.5, 3.0]) == pytest.approx(0.25)
-    assert removal_draft_share([2.0], [2.2]) == pytest.approx(
-        -0.1
-    )  # board-meter noise kept as measured
+    # board-meter noise kept as measured
+    assert removal_draft_share([2.0], [2.2]) == pytest.approx(-0.1)
     assert removal_draft_share([2.0, None], [1.0, 1.0]) is None
     assert removal_draft_share([2.0, 2.0], [1.0]) is None and removal_draft_share([], []) is None
 
@@ -118,9 +117,8 @@ def test_replay_checks_fail_an_unlike_replay():
         good, speculative=_run("speculative", outputs, replay_problems=("1 missed",))
     )
     assert "replay-unlike" in {c.name for c in unlike.failed_checks}
-    assert (
-        PairResult(case, case.id, base, spec).draft_share_method is None
-    )  # nothing priced, nothing removed
+    # nothing priced, nothing removed
+    assert PairResult(case, case.id, base, spec).draft_share_method is None
     # A replay that ran below the batch describes another batch: its share is no figure for this
     # one.
     thin = dataclasses.replace(
@@ -249,9 +247,8 @@ def test_board_meter_measures_the_removal_arm_from_drafts_recorded_once():
     assert [c.replay for c in pool.started] == ["", "", "verify"]  # baseline, drafter, verify-only
     recording = [e for e in pool.log if e[2]]
     assert len(recording) == 4 and all(e[0] == "drafter" for e in recording)  # one pass of the pool
-    assert all(
-        e[3] for e in pool.log if e[0] == "verify" and e[1] > 1
-    )  # every replay brings drafts
+    # every replay brings drafts
+    assert all(e[3] for e in pool.log if e[0] == "verify" and e[1] > 1)
     assert pair.order["order"] == ["baseline", "speculative", "removal"] * 2
     assert pair.draft_share_method == "removal"
     assert pair.draft_share == pytest.approx(0.25)  # 0.75 J/token verify-only against 1.0 drafting
@@ -268,11 +265,12 @@ def test_modeled_meter_prices_the_split_and_off_never_replays():
 
 def test_controlled_acceptance_under_a_board_meter_runs_without_its_oracle():
     pair, pool = _measure(CONTROLLED, "nvml", "off")
+    # recorded on the oracle engine
     assert [c.replay for c in pool.started] == [
         "",
         "",
         "proposals",
-    ]  # recorded on the oracle engine
+    ]
     measured = {e[0] for e in pool.log if not e[2]}
     assert "drafter" not in measured  # the oracle engine only recorded
     assert pair.speculative.engine["config"]["replay"] == "proposals"

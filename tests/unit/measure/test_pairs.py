@@ -80,9 +80,8 @@ class FakePool:
     """One fake server per config for the session, as the real pool keeps its processes."""
 
     client_class = FakeClient
-    backend = (
-        SimpleNamespace()
-    )  # what a backend declares: here no prompt_token_ids, as older SGLang
+    # what a backend declares: here no prompt_token_ids, as older SGLang
+    backend = SimpleNamespace()
 
     def __init__(self) -> None:
         self.starts, self.log, self.live = [], [], {}
@@ -449,9 +448,8 @@ def test_tbt_under_a_board_meter_is_the_engines_own_decode_time_per_request():
 def test_one_prompt_pool_at_every_batch_and_the_override():
     assert DEFAULT_PROMPT_POOL == 96
     # Old: max(batch, 4) rounded to whole batches -> 4 prompts at batch 1, 16 at batch 16.
-    assert (
-        Generation().pool_size(100) == 96 and Generation().pool_size(20) == 20
-    )  # never cycles by default
+    # never cycles by default
+    assert Generation().pool_size(100) == 96 and Generation().pool_size(20) == 20
     assert Generation(prompts=10).pool_size(100) == 10  # no rounding to whole batches
     pools = {
         ArmMeasurer(
@@ -524,9 +522,8 @@ def test_an_engine_that_died_between_repeats_is_warmed_up_again_and_said_so(pool
     [check] = [c for c in pair.checks if c.name == "engine-restarted"]
     assert check.severity == "warn" and "before its repeat 2 (warmed up again)" in check.message
     warm_ups = [e for e in pool.log if e != "flush" and e[1] and e[3] > 1]
-    assert (
-        len(warm_ups) >= 3 + 2
-    )  # 3 measured speculative windows and 2 warm-ups (at start, after restart)
+    # 3 measured speculative windows and 2 warm-ups (at start, after restart)
+    assert len(warm_ups) >= 3 + 2
 
 
 def test_repeats_interleave_the_arms_and_the_order_is_recorded():
@@ -1036,26 +1033,27 @@ def test_a_window_is_disturbed_when_it_ran_well_below_its_own_peak():
     )
 
 
+# CI's live A/A baseline: the first ran nearest the batch
+# the rerun ran at its own (lower) peak: undisturbed, kept; the checks judge it
+# the rerun kept no step record: kept, no None among the dropped
 @pytest.mark.parametrize(
     "means, kept, dropped",
     [
         ((3.5, 4.0), 4.0, (3.5,)),  # the rerun ran the batch: no third window
         (
             (3.76, 3.31, 3.5),
-            3.76,
             (3.31, 3.5),
         ),  # CI's live A/A baseline: the first ran nearest the batch
         ((3.76, 3.76, 3.76), 3.76, (3.76, 3.76)),
         (
             (3.7, (3.0, 3)),
             3.0,
-            (3.7,),
         ),  # the rerun ran at its own (lower) peak: undisturbed, kept; the checks judge it
         (
             (3.7, (None, None)),
             None,
             (3.7,),
-        ),  # the rerun kept no step record: kept, no None among the dropped
+        ),
     ],
     ids=["rerun-undisturbed", "first-best", "equal", "rerun-at-own-peak", "rerun-without-record"],
 )
