@@ -53,12 +53,12 @@ from pytest_specenergy.cases.case import Generation
 from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.pool import EnginePool
-from pytest_specenergy.measure.metrics import energy_saving
 from pytest_specenergy.measure.pairs import PairMeasurer
 from pytest_specenergy.meters import make_meter
 from pytest_specenergy.meters.base import MeterError
 from pytest_specenergy.meters.prediction import predict
 from pytest_specenergy.meters.shapes import get_shape
+from pytest_specenergy.metrics import energy_saving
 
 #: The paper (s.9): DFlash-16 on Qwen3-4B at 260-token contexts, where the saving turns negative.
 PAPER_LOSS_FROM = {"h200": "16", "h100": "16-32"}

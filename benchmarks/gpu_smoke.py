@@ -28,9 +28,9 @@ from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.pool import EnginePool
 from pytest_specenergy.measure.arm import ArmMeasurer
-from pytest_specenergy.measure.metrics import energy_saving
 from pytest_specenergy.meters import make_meter
 from pytest_specenergy.meters.base import MeterError
+from pytest_specenergy.metrics import energy_saving
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ float32, ``max_running_requests=4``), and writes:
   the two queued ones get SGLang's waiting-queue abort answer (no ``prompt_tokens``);
 * ``abort_race.json``: one request sent, then the window's close 0 ms later, ``TRIALS`` times
   with a one-shot ``abort_all`` (the old close) and ``TRIALS`` times with
-  :func:`~pytest_specenergy.measure.arm.abort_until_answered` (the new one): completion tokens,
+  :func:`~pytest_specenergy.engines.client.abort_until_answered` (the new one): completion tokens,
   finish reason and seconds of each.
 
 Needs ``SGLANG_USE_CPU_ENGINE=1`` (set here) and an environment from ``dev/sglang_env.sh``.
@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pytest_specenergy.engines.client import abort_until_answered
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.launch import ServerProcess
 from pytest_specenergy.engines.sglang import SGLangBackend
-from pytest_specenergy.measure.arm import abort_until_answered
 
 TRIALS = 3
 RACE_TOKENS = 160

@@ -15,7 +15,7 @@ from typing import Callable
 from typing import Iterable
 from typing import Mapping
 
-import pytest_specenergy.measure.metrics as metrics
+from pytest_specenergy import metrics
 
 #: ``kind`` of a run document and of a golden file; readers refuse any other kind.
 RUN_KIND = "specenergy-run"

@@ -13,8 +13,8 @@ from pytest_specenergy.measure.results import SpecEnergyAssertionError
 
 if TYPE_CHECKING:
     from pytest_specenergy.document import CaseRecord
+    from pytest_specenergy.document import Check
     from pytest_specenergy.gate.gatekeeper import Judgement
-    from pytest_specenergy.measure.checks import Check
 
 #: Record fields copied into the JUnit XML as ``specenergy.<name>`` properties.
 JUNIT_FIELDS = (

@@ -9,10 +9,12 @@ import contextlib
 import http.client
 import json
 import socket
+import time
 import urllib.error
 import urllib.request
 from typing import Any
 from typing import Callable
+from typing import Protocol
 from typing import Sequence
 
 #: Seconds one request may take unless the caller sets another (``--specenergy-request-timeout``).
@@ -29,9 +31,79 @@ class EngineError(EngineHTTPError):
     tail of its log."""
 
 
+class AbortError(EngineHTTPError):
+    """A window's close could not cut every request still in flight."""
+
+
 #: ``diagnose(what, exc, timed_out)``: a fuller message for a request that got no answer
 #: (the launcher's: exit code, timeout, log tail), or None to keep the plain one.
 Diagnose = Callable[[str, BaseException, bool], "str | None"]
+
+
+#: Seconds between two rounds of per-rid aborts at a window's close. Shorter than one decode step of
+#: any engine here (about 40 ms on a CPU SGLang server), so a request the first round missed runs at
+#: most a step or two more; each round is one small HTTP call per request.
+ABORT_RETRY_S = 0.02
+
+
+class Aborts(Protocol):
+    """What :func:`abort_until_answered` needs of a client (:class:`EngineClient` has it)."""
+
+    #: The request timeout: the default deadline for the aborts to be answered.
+    timeout_s: float
+
+    def abort(self, rid: str | None = None) -> None:
+        """SGLang's ``/abort_request``: one request, or every one (``rid=None``)."""
+
+
+def abort_until_answered(
+    client: Aborts,
+    pending: Callable[[], set[str]],
+    *,
+    retry_s: float = ABORT_RETRY_S,
+    deadline_s: float | None = None,
+) -> int:
+    """End a steady-state window: every request sent and not answered yet (``pending()``; the
+    caller removes a rid when its answer arrives) is cut, and this returns once each has answered.
+
+    One ``abort_all`` first: it cuts at once whatever the engine already schedules, running or
+    queued. It is not enough alone: SGLang's tokenizer drops an abort for a rid it has not
+    registered yet, so a request sent within about a millisecond of the close would run on to
+    ``max_new_tokens``. So every rid still pending is then aborted by rid, every ``retry_s``, until
+    each has answered (aborted, or finished on its own). By rid, and not ``abort_all`` repeated: a
+    retry can come after the window's last answer, when the caller may already have sent the next
+    window's requests (the prefill-only twin, the re-runs of cut prompts); a rid names only a
+    request of this window, and SGLang ignores a rid that already answered.
+
+    Returns the rounds by rid; raises :class:`AbortError` past ``deadline_s`` (default: the
+    client's request timeout: the engine does not honour ``/abort_request``, and the window would
+    include a drain) or when the engine refuses ``/abort_request``."""
+    limit = deadline_s if deadline_s is not None else float(client.timeout_s)
+    try:
+        client.abort()
+    except Exception as exc:
+        raise AbortError(
+            f"the engine refused /abort_request ({exc}); the steady-state window needs it to end "
+            f"without a drain at falling concurrency"
+        ) from None
+    started, rounds = time.monotonic(), 0
+    while True:
+        time.sleep(retry_s)
+        left = pending()
+        if not left:
+            return rounds
+        if time.monotonic() - started > limit:
+            raise AbortError(
+                f"{len(left)} request(s) ({', '.join(sorted(left))}) still unanswered {limit:g} s "
+                f"after the window closed, through {rounds} round(s) of aborts by rid: the engine "
+                "does not honour /abort_request, so the window would include a drain"
+            )
+        rounds += 1
+        for rid in sorted(left):
+            try:
+                client.abort(rid)
+            except Exception as exc:
+                raise AbortError(f"/abort_request for rid {rid} failed: {exc}") from None
 
 
 class EngineClient:
@@ -135,6 +207,13 @@ class EngineClient:
         self._request(
             "POST", "/abort_request", {"rid": rid} if rid is not None else {"abort_all": True}
         )
+
+    def abort_until_answered(
+        self, pending: Callable[[], set[str]], *, retry_s: float = ABORT_RETRY_S
+    ) -> int:
+        """Cut every request of ``pending()`` (sent, not answered) and return once each has
+        answered: :func:`abort_until_answered` on this client."""
+        return abort_until_answered(self, pending, retry_s=retry_s)
 
     def set_internal_state(self, **values: Any) -> dict[str, Any]:
         """SGLang's ``/set_internal_state``: change runtime values (the reference server takes

@@ -67,8 +67,7 @@ def dry_run_lines(
     backend with ``command()``/``environment()``; refusals become lines too."""
     backend = backend or get_backend(config.engine)
     lines = [f"# {config.label()} on the {backend.name} engine"]
-    notes = getattr(backend, "dry_run_notes", None)
-    lines += [f"# {note}" for note in (notes(config) if notes else [])]
+    lines += [f"# {note}" for note in backend.dry_run_notes(config)]
     try:
         backend.check(config)
     except EngineConfigError as exc:

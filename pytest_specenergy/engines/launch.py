@@ -114,12 +114,11 @@ class ServerProcess:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.config.label())
         self.log_path = self.log_dir / f"{stamp}-{safe}-{port}.log"
-        flush = getattr(self.backend, "flush_cache_path", None)
         self.client = EngineClient(
             f"http://{self.host}:{port}",
             timeout_s=self.request_timeout_s,
             diagnose=self._diagnose,
-            flush_path=flush(self.config) if flush else "/flush_cache",
+            flush_path=self.backend.flush_cache_path(self.config),
         )
 
     @property
@@ -312,7 +311,7 @@ class ServerProcess:
     def _ask_leader(self, proc: subprocess.Popen[bytes] | ZygoteChild | None) -> bool:
         """SIGUSR1 to the group's leader (the watchdog), which sends SIGTERM to the server alone,
         for a leader-only backend; False for any other (nothing sent)."""
-        if proc is None or not getattr(self.backend, "stop_signal_leader_only", False):
+        if proc is None or not self.backend.stop_signal_leader_only:
             return False
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGUSR1)
@@ -354,6 +353,23 @@ class ServerProcess:
             with contextlib.suppress(OSError):
                 os.close(lifeline)
 
+    def admit_exactly(self, batch: int) -> int | None:
+        """The engine's cap on running requests, set to ``batch`` where it can be set at run time
+        (``settable_internal_state`` lists it) and the case declares no cap of its own, so that
+        requests sent beyond the batch queue inside the engine instead of travelling (both arms
+        alike; one engine serves every batch point). Returns the cap in force (None: the engine
+        reports none); a batch above the engine's configured cap leaves that cap."""
+        info = self.server_info
+        configured = info.get("max_running_requests")
+        settable = "max_running_requests" in (info.get("settable_internal_state") or ())
+        declared = self.config.max_running_requests is not None
+        if declared or not settable or not isinstance(configured, int) or batch > configured:
+            return configured
+        if self.admission_cap != batch:
+            self.client.set_internal_state(max_running_requests=batch)
+            self.admission_cap = batch
+        return batch
+
     def work_trace(self, start: int) -> tuple[int, list[dict[str, Any]]]:
         """Steps recorded since ``start`` (reference server only)."""
         return self.client.work_trace(start)
@@ -366,8 +382,7 @@ class ServerProcess:
         reported = self.server_info.get("special_token_ids")
         if reported:
             return tuple(int(t) for t in reported)
-        read = getattr(self.backend, "special_token_ids", None)
-        return tuple(read(self.config)) if read else ()
+        return tuple(self.backend.special_token_ids(self.config))
 
     def describe(self) -> dict[str, Any]:
         """What ran: argv, log, and the engine's own ``/server_info`` facts."""

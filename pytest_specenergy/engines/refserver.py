@@ -5,15 +5,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from typing import Any
-from typing import Mapping
 
 from pytest_specenergy.engines.base import ENGINE_DRAFTERS
+from pytest_specenergy.engines.base import BackendDefaults
 from pytest_specenergy.engines.base import EngineConfigError
 from pytest_specenergy.engines.config import EngineConfig
 
 
-class ReferenceBackend:
+class ReferenceBackend(BackendDefaults):
     """Starts the project's HF transformers server (CPU, or CUDA when asked)."""
 
     name = "reference"
@@ -26,13 +25,6 @@ class ReferenceBackend:
     def drafters(self) -> tuple[str, ...]:
         """Drafters the reference server implements."""
         return ENGINE_DRAFTERS["reference"]
-
-    def twin_differences(
-        self, spec_info: Mapping[str, Any], base_info: Mapping[str, Any]
-    ) -> list[str]:
-        """None: the reference server resolves nothing; the arms' command lines differ by the
-        drafter (and faults)."""
-        return []
 
     def check(self, config: EngineConfig) -> None:
         """The reference server needs torch and transformers (the ``reference`` extra)."""

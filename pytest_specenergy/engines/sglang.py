@@ -19,6 +19,7 @@ import pytest_specenergy.engines.sglang_args as sa
 from pytest_specenergy.engines.argv import describe_pair_difference
 from pytest_specenergy.engines.base import ENGINE_DRAFTERS
 from pytest_specenergy.engines.base import ENGINE_DTYPES
+from pytest_specenergy.engines.base import BackendDefaults
 from pytest_specenergy.engines.base import EngineConfigError
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.drafters import Drafter
@@ -129,7 +130,7 @@ _HYBRID_NAME = re.compile(
 )
 
 
-class SGLangBackend:
+class SGLangBackend(BackendDefaults):
     """Launches real SGLang servers (GPU); see the module docstring for what is pinned."""
 
     name = "sglang"

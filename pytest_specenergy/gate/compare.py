@@ -15,7 +15,7 @@ import numpy as np
 
 import pytest_specenergy.gate.sequential as sequential
 import pytest_specenergy.gate.stats as stats
-import pytest_specenergy.measure.metrics as metrics
+from pytest_specenergy import metrics
 from pytest_specenergy.document import CaseRecord
 from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.limits import DEFAULT_BLOCK_DRIFT

@@ -13,8 +13,8 @@ from typing import Iterable
 from typing import Sequence
 
 from pytest_specenergy.gate.settings import DEFAULT_LIMITS
-from pytest_specenergy.measure.metrics import METRICS
-from pytest_specenergy.measure.metrics import MetricInfo
+from pytest_specenergy.metrics import METRICS
+from pytest_specenergy.metrics import MetricInfo
 
 STATS: tuple[str, ...] = ("median", "mean", "min", "max")
 DEFAULT_STAT = "median"

@@ -6,8 +6,8 @@ face value.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import TYPE_CHECKING
 from typing import Any
 from typing import Sequence
 
@@ -16,16 +16,10 @@ from pytest_specenergy.engines.backends import get_backend
 from pytest_specenergy.engines.base import ENGINES
 from pytest_specenergy.engines.meta_info import RequestCounters
 from pytest_specenergy.engines.meta_info import cuda_graph_setting
+from pytest_specenergy.measure.coherence import DEFAULT_MAX_LOGPROB_GAP
 from pytest_specenergy.measure.degeneracy import repeated_suffix_fraction
-
-if TYPE_CHECKING:
-    from pytest_specenergy.measure.results import PairResult
-
-#: Mean log-probability gap (nats/token, from the first divergence on) beyond which diverging text
-#: is incoherent: a near-tie's two continuations are greedy paths of (almost) one model and score
-#: within hundredths of a nat per token; the skip-state-rollback fault scores 0.69-0.80 below on
-#: tiny:hybrid (benchmarks/fault_figures.py).
-DEFAULT_MAX_LOGPROB_GAP = 0.25
+from pytest_specenergy.measure.results import PairResult
+from pytest_specenergy.measure.results import RunResult
 
 
 def counter_problems(counters: Sequence[RequestCounters], drafted_per_step: int) -> list[str]:
@@ -58,43 +52,72 @@ def counter_problems(counters: Sequence[RequestCounters], drafted_per_step: int)
 
 def pair_checks(pair: PairResult, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_GAP) -> list[Check]:
     """Every check that trips on ``pair``."""
-    found: list[Check] = []
-    spec, base, case = pair.speculative, pair.baseline, pair.case
-    k = case.drafter.num_draft_tokens
-    verify = spec._pooled("verify_steps")
-    if case.drafter.name == "none":
-        pass  # the A/A control drafts nothing: no speculative counters to expect
-    elif verify is None:
-        found.append(
+    base, spec, batch = pair.baseline, pair.speculative, pair.case.batch
+    found = _counter_checks(pair) + _restart_checks(pair) + _drafter_checks(pair)
+    found += _coherence_checks(pair, max_logprob_gap)
+    # The removal arm's J/token is only comparable at the batch the speculative arm ran.
+    for run in (base, spec, *((pair.removal,) if pair.removal is not None else ())):
+        found += _concurrency_checks(run, batch) + _stability_checks(run)
+    found += _pairing_checks(base, spec) + _window_checks(base, spec) + _replay_checks(pair)
+    found += arm_agreement_checks(base, spec, batch) + _cut_short_checks(pair)
+    return found
+
+
+def checked(pair: PairResult, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_GAP) -> PairResult:
+    """``pair`` with its checks computed, once, and stored on it (what the measurer returns)."""
+    return dataclasses.replace(pair, checks=tuple(pair_checks(pair, max_logprob_gap)))
+
+
+def _counter_checks(pair: PairResult) -> list[Check]:
+    """The speculative arm must report its counters, have verified, and agree with its tokens."""
+    spec = pair.speculative
+    found = [Check("counters-inconsistent", "fail", p) for p in spec.counter_problems]
+    if pair.case.drafter.name == "none":
+        return found  # the A/A control drafts nothing: no speculative counters to expect
+    verify = spec.pooled("verify_steps")
+    if verify is None:
+        found.insert(
+            0,
             Check(
                 "missing-counters",
                 "fail",
                 "the speculative engine reported no spec_verify_ct / "
                 "spec_num_correct_drafts for the measured requests",
-            )
+            ),
         )
     elif verify == 0:
-        found.append(
+        found.insert(
+            0,
             Check(
                 "no-verify-steps",
                 "fail",
                 "the speculative arm ran zero verify steps: speculation never happened",
-            )
+            ),
         )
-    found += [Check("counters-inconsistent", "fail", problem) for problem in spec.counter_problems]
-    for restart in pair.order.get("restarts", ()):
-        # Warmed up again before it was measured; the repeats before and after ran on two processes.
-        found.append(
-            Check(
-                "engine-restarted",
-                "warn",
-                f"the {restart['arm']} engine died and was started again "
-                f"before its repeat {restart['before_repeat'] + 1} (warmed up again); see its log",
-            )
+    return found
+
+
+def _restart_checks(pair: PairResult) -> list[Check]:
+    """An engine that died and was restarted between repeats: warmed up again before it was
+    measured, but the repeats before and after ran on two processes."""
+    return [
+        Check(
+            "engine-restarted",
+            "warn",
+            f"the {restart['arm']} engine died and was started again "
+            f"before its repeat {restart['before_repeat'] + 1} (warmed up again); see its log",
         )
-    accept = pair.accept_length
+        for restart in pair.order.get("restarts", ())
+    ]
+
+
+def _drafter_checks(pair: PairResult) -> list[Check]:
+    """What a drafter must do on this text whatever the meter says: n-gram accepts on text that
+    repeats itself, and the target drafting for itself accepts every draft."""
+    found = []
+    case, spec, accept = pair.case, pair.speculative, pair.accept_length
     if accept is not None and case.drafter.name == "ngram" and accept == 1.0:
-        loops = [repeated_suffix_fraction(o) for o in base.outputs]
+        loops = [repeated_suffix_fraction(o) for o in pair.baseline.outputs]
         if loops and max(loops) >= 0.3:
             found.append(
                 Check(
@@ -104,66 +127,75 @@ def pair_checks(pair: PairResult, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_G
                     f"({max(loops):.0%} of a prompt's answer is a loop)",
                 )
             )
-    if case.drafter.draft_model == case.model:
-        # Every verify step accepts all k drafts, except a request's last step, which EOS or
-        # max_new_tokens may cut short: at most one short step per request and repeat.
-        for sample in spec.samples:
-            if sample.verify_steps is None or sample.correct_drafts is None:
-                continue
-            floor = (sample.verify_steps - len(spec.outputs)) * k
-            if sample.correct_drafts < floor:
-                found.append(
-                    Check(
-                        "self-draft-not-exact",
-                        "fail",
-                        "drafting with the target itself must accept every draft: "
-                        f"{sample.correct_drafts} accepted over {sample.verify_steps} steps of "
-                        f"{k} for {len(spec.outputs)} requests (at least {floor}); accept length "
-                        f"{accept:.3f}",
-                    )
-                )
-                break
-    coherence = pair.coherence
-    if coherence is not None and not pair.equivalence.exact_fraction == 1.0:
-        if coherence.mean_gap > max_logprob_gap:
+    if case.drafter.draft_model != case.model:
+        return found
+    # Every verify step accepts all k drafts, except a request's last step, which EOS or
+    # max_new_tokens may cut short: at most one short step per request and repeat.
+    k = case.drafter.num_draft_tokens
+    for sample in spec.samples:
+        if sample.verify_steps is None or sample.correct_drafts is None:
+            continue
+        floor = (sample.verify_steps - len(spec.outputs)) * k
+        if sample.correct_drafts < floor:
             found.append(
                 Check(
-                    "incoherent",
+                    "self-draft-not-exact",
                     "fail",
-                    f"speculative text scores {coherence.mean_gap:.2f} nats/token "
-                    f"below the baseline's under the target (limit {max_logprob_gap:.2f})",
+                    "drafting with the target itself must accept every draft: "
+                    f"{sample.correct_drafts} accepted over {sample.verify_steps} steps of "
+                    f"{k} for {len(spec.outputs)} requests (at least {floor}); accept length "
+                    f"{accept:.3f}",
                 )
             )
-        found += [
-            Check("degenerate-output", "fail", problem)
-            for problem in coherence.degeneracy.problems()
-        ]
-    # The removal arm's J/token is only comparable at the batch the speculative arm ran.
-    for run in (base, spec, *((pair.removal,) if pair.removal is not None else ())):
-        found += _concurrency_checks(run, case.batch)
-        if not run.outputs_stable:
-            found.append(
-                Check(
-                    "outputs-unstable", "warn", f"{run.arm} arm's outputs changed between repeats"
-                )
-            )
-    found += _pairing_checks(base, spec) + _window_checks(base, spec) + _replay_checks(pair)
-    found += arm_agreement_checks(base, spec, case.batch)
+            break
+    return found
+
+
+def _coherence_checks(pair: PairResult, max_logprob_gap: float) -> list[Check]:
+    """Text that diverged from the baseline must stay as likely under the target and must not
+    degenerate (loops, distinct-n collapse, special-token leakage, length blow-up)."""
+    coherence = pair.coherence
+    if coherence is None or pair.equivalence.exact_fraction == 1.0:
+        return []
+    found = [Check("degenerate-output", "fail", p) for p in coherence.degeneracy.problems()]
+    if coherence.mean_gap > max_logprob_gap:
+        found.insert(
+            0,
+            Check(
+                "incoherent",
+                "fail",
+                f"speculative text scores {coherence.mean_gap:.2f} nats/token "
+                f"below the baseline's under the target (limit {max_logprob_gap:.2f})",
+            ),
+        )
+    return found
+
+
+def _stability_checks(run: RunResult) -> list[Check]:
+    """Greedy outputs that change between repeats: the arm's text is not one workload."""
+    if run.outputs_stable:
+        return []
+    return [Check("outputs-unstable", "warn", f"{run.arm} arm's outputs changed between repeats")]
+
+
+def _cut_short_checks(pair: PairResult) -> list[Check]:
+    """Most baseline answers ending early (EOS) leave the window little decode to measure."""
+    base, max_new_tokens = pair.baseline, pair.case.generation.max_new_tokens
     short = sum(
         1
         for o, f in zip(base.outputs, base.finish_reasons)
-        if f == "stop" and len(o) < case.generation.max_new_tokens // 2
+        if f == "stop" and len(o) < max_new_tokens // 2
     )
-    if short * 2 > len(base.outputs):
-        found.append(
-            Check(
-                "answers-cut-short",
-                "warn",
-                f"{short} of {len(base.outputs)} baseline answers ended "
-                f"before half of max_new_tokens: the window measures little decode",
-            )
+    if short * 2 <= len(base.outputs):
+        return []
+    return [
+        Check(
+            "answers-cut-short",
+            "warn",
+            f"{short} of {len(base.outputs)} baseline answers ended "
+            f"before half of max_new_tokens: the window measures little decode",
         )
-    return found
+    ]
 
 
 #: Mean running requests per decode step, as a share of the batch, below which an arm did not run
@@ -171,7 +203,7 @@ def pair_checks(pair: PairResult, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_G
 MIN_CONCURRENCY_SHARE = 0.9
 
 
-def _concurrency_checks(run: Any, batch: int) -> list[Check]:
+def _concurrency_checks(run: RunResult, batch: int) -> list[Check]:
     """Fail an arm whose mean concurrency (all windows merged, and the worst alone) is below 90% of
     the batch."""
     c = run.concurrency
@@ -211,7 +243,7 @@ def _concurrency_checks(run: Any, batch: int) -> list[Check]:
     ]
 
 
-def _reruns_said(*runs: Any) -> str:
+def _reruns_said(*runs: RunResult) -> str:
     """For a concurrency message: the windows already run again (a failure after that is no passing
     noise)."""
     said = [
@@ -234,7 +266,7 @@ MAX_CONCURRENCY_GAP_SHARE = 0.05
 MAX_COVERAGE_GAP = 0.10
 
 
-def arm_agreement_checks(base: Any, spec: Any, batch: int) -> list[Check]:
+def arm_agreement_checks(base: RunResult, spec: RunResult, batch: int) -> list[Check]:
     """The arms' concurrency and coverage must agree within :data:`MAX_CONCURRENCY_GAP_SHARE` of the
     batch and the coverage gap the pool allows; a record without the figures (an old file) is not
     judged."""
@@ -255,7 +287,7 @@ def arm_agreement_checks(base: Any, spec: Any, batch: int) -> list[Check]:
                 f"step{_reruns_said(base, spec)}",
             )
         )
-    cover = (getattr(base, "coverage", None), getattr(spec, "coverage", None))
+    cover = (base.coverage, spec.coverage)
     if None in cover or abs(cover[0] - cover[1]) <= MAX_COVERAGE_GAP:
         return found
     gap, pool = abs(cover[0] - cover[1]), len(base.outputs)
@@ -320,7 +352,7 @@ def _replay_checks(pair: PairResult) -> list[Check]:
     return found
 
 
-def _gpus(run: Any) -> list[str]:
+def _gpus(run: RunResult) -> list[str]:
     """The GPU UUIDs an arm's first measured window saw (empty for a modeled meter)."""
     if not run.samples:
         return []
@@ -328,7 +360,7 @@ def _gpus(run: Any) -> list[str]:
     return sorted(str(g.get("uuid")) for g in details.get("gpus", []) if isinstance(g, dict))
 
 
-def _pairing_checks(base: Any, spec: Any) -> list[Check]:
+def _pairing_checks(base: RunResult, spec: RunResult) -> list[Check]:
     """The two arms must differ only by the drafter (paper s.3, s.10)."""
     found = []
     base_graph, spec_graph = cuda_graph_setting(base.engine), cuda_graph_setting(spec.engine)
@@ -367,7 +399,7 @@ def _pairing_checks(base: Any, spec: Any) -> list[Check]:
     return found
 
 
-def _window_checks(base: Any, spec: Any) -> list[Check]:
+def _window_checks(base: RunResult, spec: RunResult) -> list[Check]:
     """Decode energy (full minus prefill-only window) must stay positive; a prefill share over half
     leaves little."""
     found = []

@@ -16,6 +16,12 @@ from pytest_specenergy.measure.degeneracy import degeneracy
 from pytest_specenergy.measure.equivalence import DivergenceMargin
 from pytest_specenergy.measure.equivalence import first_divergence
 
+#: Mean log-probability gap (nats/token, from the first divergence on) beyond which diverging text
+#: is incoherent: a near-tie's two continuations are greedy paths of (almost) one model and score
+#: within hundredths of a nat per token; the skip-state-rollback fault scores 0.69-0.80 below on
+#: tiny:hybrid (benchmarks/fault_figures.py).
+DEFAULT_MAX_LOGPROB_GAP = 0.25
+
 
 class CoherenceError(RuntimeError):
     """The engine's logprob answer does not have the documented shape."""

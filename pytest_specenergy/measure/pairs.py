@@ -7,15 +7,15 @@ baselines, GPU residency and replay arms: ``docs/design/measure.md``, section
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from pathlib import Path
 from typing import Any
 from typing import Callable
 
 from pytest_specenergy.cases.case import Case
+from pytest_specenergy.engines.base import Pool
+from pytest_specenergy.engines.base import Server
 from pytest_specenergy.engines.config import EngineConfig
-from pytest_specenergy.engines.launch import ServerProcess
 from pytest_specenergy.engines.pool import EnginePool
 from pytest_specenergy.engines.sglang_residency import Residency
 from pytest_specenergy.engines.sglang_residency import decide as decide_residency
@@ -23,8 +23,11 @@ from pytest_specenergy.engines.sglang_residency import resident_config
 from pytest_specenergy.measure.arm import ArmMeasurer
 from pytest_specenergy.measure.arm import ArmRepeat
 from pytest_specenergy.measure.arm import Drafts
+from pytest_specenergy.measure.checks import checked
 from pytest_specenergy.measure.coherence import Coherence
 from pytest_specenergy.measure.coherence import measure_coherence
+from pytest_specenergy.measure.cycles import ArmSpec
+from pytest_specenergy.measure.cycles import CyclePlan
 from pytest_specenergy.measure.removal import check_mode
 from pytest_specenergy.measure.removal import removes_drafts
 from pytest_specenergy.measure.removal import replays_proposals
@@ -33,10 +36,11 @@ from pytest_specenergy.measure.results import RunResult
 from pytest_specenergy.meters import make_meter
 from pytest_specenergy.meters import meter_kind_for
 from pytest_specenergy.meters.base import Meter
+from pytest_specenergy.meters.nvml import engine_gpu_memory
 
 #: Builds the meter of a kind for an engine, or returns None for the built-in one (the session
 #: passes the ``pytest_specenergy_make_meter`` hook here).
-MeterFactory = Callable[[str, ServerProcess], "Meter | None"]
+MeterFactory = Callable[[str, Server], "Meter | None"]
 
 
 class PairMeasurer:
@@ -51,7 +55,7 @@ class PairMeasurer:
         repeats: int,
         warmup: int | None,
         meter_factory: MeterFactory | None = None,
-        pool: EnginePool | None = None,
+        pool: Pool | None = None,
         cooldown_s: float = 0.0,
         draft_removal: str = "auto",
         progress: Callable[[int, str], None] | None = None,
@@ -61,7 +65,7 @@ class PairMeasurer:
         if cooldown_s < 0:
             raise ValueError(f"cooldown must be >= 0 seconds, got {cooldown_s!r}")
         self.draft_removal = check_mode(draft_removal)
-        self.pool = pool or EnginePool(log_dir, startup_timeout)
+        self.pool: Pool = pool or EnginePool(log_dir, startup_timeout)
         self.cooldown_s = cooldown_s
         #: ``progress(level, text)``: told of every measured repeat (level 1, pytest's ``-v``).
         self.progress = progress
@@ -76,7 +80,7 @@ class PairMeasurer:
         self.residency: Residency | None = None
         #: The GPU's total memory in bytes (NVML by default) and the installed SGLang's ServerArgs
         #: fields: what residency is decided from (tests pass their own).
-        self.gpu_memory = gpu_memory or gpu_memory_bytes
+        self.gpu_memory = gpu_memory or engine_gpu_memory
         self.server_fields = server_fields or _installed_server_fields
         self.meters: dict[str, Meter] = {}
         self._baselines: dict[tuple[Any, ...], RunResult] = {}
@@ -115,7 +119,7 @@ class PairMeasurer:
         """On an unbounded pool, start the planned cases' reference engines (not SGLang's) side by
         side before the first case measures, at most :data:`PRESTART_MAX`
         (``docs/design/measure.md``, "Starting engines together")."""
-        if self.pool.max_live or not hasattr(self.pool, "start_together"):
+        if self.pool.max_live:
             return
         configs = [
             self.engine_config(config)
@@ -130,7 +134,7 @@ class PairMeasurer:
         (:meth:`plan`)."""
         return resident_config(config, self.residency) if self.residency is not None else config
 
-    def meter_for(self, server: ServerProcess) -> Meter:
+    def meter_for(self, server: Server) -> Meter:
         """The meter for an engine, built once per kind (a conftest hook may supply it)."""
         device = str(server.server_info.get("device") or server.config.device)
         kind = meter_kind_for(self.meter_choice, server.config.engine, device)
@@ -157,26 +161,30 @@ class PairMeasurer:
         )
 
     def _replay_arms(
-        self, case: Case, arms: list[tuple[str, Case]], first: EngineConfig
-    ) -> dict[str, tuple[EngineConfig, Case]]:
-        """The arms measured on replay engines (``measure/removal.py``): each one's engine and the
-        drafting arm whose recorded drafts it replays. ``first``, the engine the case starts first
-        anyway, decides the meter."""
+        self, case: Case, drafting: tuple[ArmSpec, ...], first: EngineConfig
+    ) -> tuple[tuple[ArmSpec, ...], tuple[ArmSpec, ...]]:
+        """The drafting arms with those measured on replay engines swapped in (a
+        controlled-acceptance drafter under a board meter runs on an engine replaying the
+        proposals of its controlled run), and the replay arms added after them (draft removal's
+        verify-only replay of the speculative arm; ``measure/removal.py``). ``first``, the engine
+        the case starts first anyway, decides the meter."""
         kind = self.meter_for(self.pool.get(self.engine_config(first))).kind
-        replays = {
-            name: (arm_case.spec_config().replaying("proposals"), arm_case)
-            for name, arm_case in arms
-            if replays_proposals(arm_case.drafter, arm_case.engine, kind)
-        }
-        if removes_drafts(self.draft_removal, case, kind):
-            if case.engine != "reference":
-                raise RuntimeError(
-                    f"draft removal replays recorded drafts, which only the reference engine can "
-                    f"(--drafter replay); {case.id} runs on {case.engine}: use "
-                    f"--specenergy-draft-removal=auto or off for it"
-                )
-            replays["removal"] = (case.spec_config().replaying("verify"), case)
-        return replays
+        swapped = tuple(
+            ArmSpec(arm.name, arm.case, arm.config.replaying("proposals"), replays=arm.case)
+            if replays_proposals(arm.case.drafter, arm.case.engine, kind)
+            else arm
+            for arm in drafting
+        )
+        if not removes_drafts(self.draft_removal, case, kind):
+            return swapped, ()
+        if case.engine != "reference":
+            raise RuntimeError(
+                f"draft removal replays recorded drafts, which only the reference engine can "
+                f"(--drafter replay); {case.id} runs on {case.engine}: use "
+                f"--specenergy-draft-removal=auto or off for it"
+            )
+        removal = ArmSpec("removal", case, case.spec_config().replaying("verify"), replays=case)
+        return swapped, (removal,)
 
     def _drafts(self, arm_case: Case) -> Drafts:
         """``arm_case``'s drafts on its pool, recorded once (unmetered) on its own engine for every
@@ -186,95 +194,66 @@ class PairMeasurer:
             self._recorded[key] = self._arm(arm_case.spec_config(), arm_case, 0, 0).record_drafts()
         return self._recorded[key]
 
+    def _plan(self, case: Case, with_baseline: bool) -> CyclePlan:
+        """The arms of one measurement of ``case`` and their order (:class:`CyclePlan`); on an
+        unbounded pool their engines are started side by side first."""
+        drafting = [ArmSpec("speculative", case, case.spec_config())]
+        if case.reference is not None:
+            reference = dataclasses.replace(case, spec=case.reference_config(), reference=None)
+            drafting.append(ArmSpec("reference", reference, reference.spec_config()))
+        baseline = (ArmSpec("baseline", case, case.baseline_config()),) if with_baseline else ()
+        self.pool.start_together([arm.config for arm in (*baseline, *drafting)])
+        first = case.baseline_config() if with_baseline else case.spec_config()
+        swapped, replay = self._replay_arms(case, tuple(drafting), first)
+        return CyclePlan.decide(case, baseline, swapped, replay, self.pool.max_live)
+
+    def _measurer(self, arm: ArmSpec, repeats: int, warmup: int | None) -> ArmMeasurer:
+        """The arm's measurer on its engine (a replay arm's with its drafting arm's drafts)."""
+        replay = self._drafts(arm.replays) if arm.replays is not None else None
+        return self._arm(arm.config, arm.case, repeats, warmup, replay=replay)
+
     def _interleaved(
         self, case: Case, repeats: int, warmup: int | None, with_baseline: bool
-    ) -> tuple[dict[str, RunResult], ServerProcess, dict[str, Any]]:
-        """``repeats`` of each arm, interleaved: per cycle the baseline, then the speculative arm
-        and (in-job A/B) the reference, whose order alternates between cycles so neither always runs
-        right after the baseline, then (draft removal) the verify-only replay of the speculative
-        arm. Returns each arm's result by name."""
-        drafting: list[tuple[str, Case]] = [("speculative", case)]
-        if case.reference is not None:
-            drafting.append(
-                (
-                    "reference",
-                    dataclasses.replace(case, spec=case.reference_config(), reference=None),
-                )
+    ) -> tuple[dict[str, RunResult], Server, dict[str, Any]]:
+        """``repeats`` of each arm of ``case`` in cycles (:class:`CyclePlan`); each arm's result
+        by name, the speculative arm's server, and the order they ran in."""
+        plan = self._plan(case, with_baseline)
+        run = _CycleRun(plan.arms, repeats)
+        if plan.interleaved:
+            run.measurers.update(
+                (arm.name, self._measurer(arm, repeats, warmup)) for arm in plan.arms
             )
-        baseline = [("baseline", case)] if with_baseline else []
-        start_together = getattr(self.pool, "start_together", None)
-        if start_together is not None:  # an unbounded pool starts the arms' engines side by side
-            start_together(
-                [c.baseline_config() for _, c in baseline] + [c.spec_config() for _, c in drafting]
-            )
-        replays = self._replay_arms(
-            case, drafting, case.baseline_config() if with_baseline else case.spec_config()
-        )
-        removal = [("removal", case)] if "removal" in replays else []
-        arms = baseline + drafting + removal
-        # 0: unbounded; else the engines the GPU holds at once
-        live = getattr(self.pool, "max_live", 0)
-        # A lone arm (a drafter whose baseline is shared from a sibling) has nothing to alternate
-        # with: it is not blocked; its record says where the baseline came from (baseline_from).
-        interleave = len(arms) < 2 or not live or live >= len(arms)
-
-        def measurer(name: str, arm_case: Case) -> ArmMeasurer:
-            if name in replays:
-                config, recorded = replays[name]
-                return self._arm(config, arm_case, repeats, warmup, replay=self._drafts(recorded))
-            config = arm_case.baseline_config() if name == "baseline" else arm_case.spec_config()
-            return self._arm(config, arm_case, repeats, warmup)
-
-        done: dict[str, list[ArmRepeat]] = {name: [] for name, _ in arms}
-        measurers: dict[str, ArmMeasurer] = {}
-        restarts: list[dict[str, Any]] = []
-
-        def measure_next(name: str) -> None:
-            index, each = len(done[name]), measurers[name]
-            # The pool's engine again: one that died and was restarted is warmed up again and the
-            # case flagged.
-            server = self.pool.get(each.server.config)
-            if server is not each.server:
-                each.server = server
-                each.warm_up()
-                restarts.append({"arm": name, "before_repeat": index})
-            done[name].append(self._timed(each, name, index, repeats))
-
-        if interleave:
-            measurers.update((name, measurer(name, arm_case)) for name, arm_case in arms)
-            for each in measurers.values():
-                each.warm_up()
+            for measurer in run.measurers.values():
+                measurer.warm_up()
             for cycle in range(repeats):
-                for name, _ in (
-                    baseline + (drafting if cycle % 2 == 0 else drafting[::-1]) + removal
-                ):
-                    measure_next(name)
+                for arm in plan.cycle(cycle):
+                    self._measure_next(run, arm.name)
         else:
-            for name, arm_case in arms:  # one engine at a time: each arm's repeats together
-                measurers[name] = measurer(name, arm_case)
-                measurers[name].warm_up()
+            for arm in plan.arms:  # one engine at a time: each arm's repeats together
+                run.measurers[arm.name] = self._measurer(arm, repeats, warmup)
+                run.measurers[arm.name].warm_up()
                 for _ in range(repeats):
-                    measure_next(name)
-                if name == "baseline":
+                    self._measure_next(run, arm.name)
+                if arm.name == "baseline":
                     self._measure_siblings(case)
-        entries = sorted(
-            (
-                {"arm": name, "repeat": i, "started": r.started, "finished": r.finished}
-                for name, rs in done.items()
-                for i, r in enumerate(rs)
-            ),
-            key=lambda e: e["started"],
-        )
         order = {
-            "interleaved": interleave,
+            "interleaved": plan.interleaved,
             "cooldown_s": self.cooldown_s,
-            "order": [e["arm"] for e in entries],
-            "repeats": entries,
-            **({"restarts": restarts} if restarts else {}),
+            **run.order(),
             **({"residency": self.residency.as_dict()} if self.residency is not None else {}),
         }
-        results = {name: measurers[name].result(name, rs) for name, rs in done.items()}
-        return results, measurers["speculative"].server, order
+        return run.results(), run.measurers["speculative"].server, order
+
+    def _measure_next(self, run: _CycleRun, name: str) -> None:
+        """The arm's next repeat on the pool's engine for it: one that died and was restarted is
+        warmed up again first, and the run records the restart (the case is flagged)."""
+        measurer, index = run.measurers[name], len(run.repeats[name])
+        server = self.pool.get(measurer.server.config)
+        if server is not measurer.server:
+            measurer.server = server
+            measurer.warm_up()
+            run.restarts.append({"arm": name, "before_repeat": index})
+        run.repeats[name].append(self._timed(measurer, name, index, run.total))
 
     def _measure_siblings(self, case: Case) -> None:
         """On a one-engine pool: every other planned baseline of this engine, while it runs."""
@@ -338,36 +317,36 @@ class PairMeasurer:
             else:
                 self._baselines[key], self._baseline_from[key] = arms["baseline"], case.id
             baseline = self._baselines[key]
+
             # Scoring is a prefill (max_new_tokens=0) on the engine already running; it never
             # speculates, so the speculative engine scores as its twin would. Prompt ids are asked
             # for where the engine has them.
-            # None: unknown (old SGLang lacks it)
-            has_ids = getattr(server.backend, "returns_prompt_token_ids", None)
-
             def scored(run: RunResult) -> Coherence:
                 return measure_coherence(
                     server.client,
                     case.pool(),
                     baseline.outputs,
                     run.outputs,
-                    _special_ids(server),
-                    has_ids,
+                    server.special_token_ids,
+                    server.backend.returns_prompt_token_ids,
                     tie_margins=True,
                 )
 
             # The reference drafter's divergences are classified too: an A/B compares match
             # fractions, ties counting as matches on both sides.
             reference = arms.get("reference")
-            self._pairs[case] = PairResult(
-                case,
-                case.id,
-                baseline,
-                arms["speculative"],
-                scored(arms["speculative"]),
-                order=order,
-                reference=reference,
-                removal=arms.get("removal"),
-                reference_coherence=None if reference is None else scored(reference),
+            self._pairs[case] = checked(
+                PairResult(
+                    case,
+                    case.id,
+                    baseline,
+                    arms["speculative"],
+                    scored(arms["speculative"]),
+                    order=order,
+                    reference=reference,
+                    removal=arms.get("removal"),
+                    reference_coherence=None if reference is None else scored(reference),
+                )
             )
         return self._pairs[case]
 
@@ -377,9 +356,7 @@ class PairMeasurer:
         pair = self.measure(case)
         more, _, order = self._interleaved(case, extra, 0, with_baseline=True)
         grown = {
-            name: _extend(getattr(pair, name), run)
-            for name, run in more.items()
-            if getattr(pair, name) is not None
+            name: _extend(pair.arms[name], run) for name, run in more.items() if name in pair.arms
         }
         self._baselines[case.baseline_key()] = grown["baseline"]
         merged = dict(pair.order or {})
@@ -389,7 +366,7 @@ class PairMeasurer:
             {**e, "repeat": e["repeat"] + offset[e["arm"]], "added": True} for e in order["repeats"]
         ]
         merged["interleaved"] = bool(merged.get("interleaved", True)) and order["interleaved"]
-        self._pairs[case] = dataclasses.replace(pair, order=merged, **grown)
+        self._pairs[case] = checked(dataclasses.replace(pair, order=merged, **grown))
         return self._pairs[case]
 
     def meter_description(self, label: str) -> dict[str, Any] | None:
@@ -412,6 +389,38 @@ class PairMeasurer:
             meter.close()
 
 
+class _CycleRun:
+    """What one measurement of a case has run so far: each arm's measurer and repeats, and the
+    engines restarted between them."""
+
+    def __init__(self, arms: tuple[ArmSpec, ...], total: int) -> None:
+        self.total = total
+        self.measurers: dict[str, ArmMeasurer] = {}
+        self.repeats: dict[str, list[ArmRepeat]] = {arm.name: [] for arm in arms}
+        self.restarts: list[dict[str, Any]] = []
+
+    def results(self) -> dict[str, RunResult]:
+        """Each arm's result over its repeats."""
+        return {name: self.measurers[name].result(name, rs) for name, rs in self.repeats.items()}
+
+    def order(self) -> dict[str, Any]:
+        """The repeats in the order they started (arm, index, wall-clock start and finish) and
+        the restarts, as the pair records them."""
+        entries = sorted(
+            (
+                {"arm": name, "repeat": i, "started": r.started, "finished": r.finished}
+                for name, repeats in self.repeats.items()
+                for i, r in enumerate(repeats)
+            ),
+            key=lambda e: e["started"],
+        )
+        return {
+            "order": [e["arm"] for e in entries],
+            "repeats": entries,
+            **({"restarts": self.restarts} if self.restarts else {}),
+        }
+
+
 #: Reference engines :meth:`PairMeasurer.start_planned` starts at once (a tiny model's takes about
 #: 0.4 GB; a checkpoint's more).
 PRESTART_MAX = 6
@@ -422,36 +431,12 @@ def _engine_configs(case: Case) -> list[EngineConfig]:
     return [case.baseline_config(), case.spec_config(), *([reference] if reference else [])]
 
 
-def gpu_memory_bytes() -> int | None:
-    """Total memory of the engines' first GPU from NVML; None when NVML does not say (residency is
-    not guessed)."""
-    try:
-        from pytest_specenergy.meters.devices import Nvml
-        from pytest_specenergy.meters.nvml import resolve_devices
-
-        with Nvml() as nvml:
-            gpu = resolve_devices(
-                nvml, os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("CUDA_DEVICE_ORDER")
-            )[0]
-            total = getattr(nvml.optional("nvmlDeviceGetMemoryInfo", gpu.handle), "total", None)
-            return int(total) if total else None
-    except Exception:  # noqa: BLE001 - no NVML, no GPU, a MIG slice: not known
-        return None
-
-
 def _installed_server_fields() -> frozenset[str] | None:
     # imported here: only a plan with a GPU case asks, and the SGLang tables cost a CPU session ~13
     # ms to import
     from pytest_specenergy.engines.sglang_args import installed_server_args_fields
 
     return installed_server_args_fields()
-
-
-def _special_ids(server: Any) -> tuple[int, ...]:
-    """``ServerProcess.special_token_ids`` (SGLang's ``/server_info`` has none), else
-    ``/server_info``'s."""
-    ids = getattr(server, "special_token_ids", None)
-    return tuple(ids) if ids is not None else tuple(server.server_info.get("special_token_ids", ()))
 
 
 def _extend(run: RunResult, more: RunResult) -> RunResult:

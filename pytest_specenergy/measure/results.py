@@ -12,14 +12,13 @@ from dataclasses import fields
 from functools import cached_property
 from typing import Any
 
-import pytest_specenergy.measure.metrics as metrics
+from pytest_specenergy import metrics
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.document import Arm
 from pytest_specenergy.document import CaseRecord
+from pytest_specenergy.document import Check
 from pytest_specenergy.document import RepeatSample
-from pytest_specenergy.measure.checks import DEFAULT_MAX_LOGPROB_GAP
-from pytest_specenergy.measure.checks import Check
-from pytest_specenergy.measure.checks import pair_checks
+from pytest_specenergy.measure.coherence import DEFAULT_MAX_LOGPROB_GAP
 from pytest_specenergy.measure.coherence import Coherence
 from pytest_specenergy.measure.equivalence import DEFAULT_TIE_MARGIN
 from pytest_specenergy.measure.equivalence import Equivalence
@@ -66,23 +65,25 @@ class RunResult:
     def coverage(self) -> float | None:
         """Mean over repeats of the share of the pool's decode tokens inside the window (None: not
         recorded)."""
-        total = self._pooled("coverage")
+        total = self.pooled("coverage")
         return None if total is None else total / len(self.samples)
 
-    def _pooled(self, attr: str) -> int | float | None:
+    def pooled(self, attr: str) -> int | float | None:
+        """A per-repeat count (``verify_steps``, ``correct_drafts``, ``proposed_drafts``,
+        ``coverage``) summed over the repeats; None, never a partial sum, when a repeat lacks it."""
         values = [getattr(s, attr) for s in self.samples]
         return None if not values or any(v is None for v in values) else sum(values)
 
     @property
     def accept_length(self) -> float | None:
         """Tokens per verify step over all repeats (None without verify steps)."""
-        return metrics.accept_length(self._pooled("correct_drafts"), self._pooled("verify_steps"))
+        return metrics.accept_length(self.pooled("correct_drafts"), self.pooled("verify_steps"))
 
     @property
     def acceptance_rate(self) -> float | None:
         """Accepted over proposed drafts over all repeats."""
         return metrics.acceptance_rate(
-            self._pooled("correct_drafts"), self._pooled("proposed_drafts")
+            self.pooled("correct_drafts"), self.pooled("proposed_drafts")
         )
 
     def record(self) -> Arm:
@@ -117,6 +118,9 @@ class PairResult:
     #: In-job A/B: the reference arm's text scored against the baseline, so its ties are told apart
     #: too.
     reference_coherence: Coherence | None = None
+    #: Every validity check that tripped on this pair (fail-closed controls and warnings), computed
+    #: once by the measurer (:func:`pytest_specenergy.measure.checks.checked`).
+    checks: tuple[Check, ...] = field(default=(), compare=False)
 
     energy_per_token = _speculative(
         "energy_per_token", "Speculative J per committed token (median over repeats)."
@@ -127,6 +131,14 @@ class PairResult:
     verified_per_step = _speculative(
         "verified_per_step", "Tokens the target verifies per request per step."
     )
+
+    @property
+    def arms(self) -> dict[str, RunResult]:
+        """Every arm measured, by name: ``baseline``, ``speculative``, and ``reference`` (in-job
+        A/B) and ``removal`` (draft removal) where measured."""
+        arms = {"baseline": self.baseline, "speculative": self.speculative}
+        extra = {"reference": self.reference, "removal": self.removal}
+        return {**arms, **{name: arm for name, arm in extra.items() if arm is not None}}
 
     @property
     def energy_saving(self) -> float | None:
@@ -210,11 +222,6 @@ class PairResult:
             return None
         margins = self.reference_coherence.margins if self.reference_coherence is not None else ()
         return compare_outputs(self.baseline.outputs, self.reference.outputs, margins)
-
-    @cached_property
-    def checks(self) -> tuple[Check, ...]:
-        """Every validity check that trips on this pair (fail-closed controls and warnings)."""
-        return tuple(pair_checks(self))
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:

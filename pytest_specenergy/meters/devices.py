@@ -211,6 +211,12 @@ class Gpu:
         procs = self.nvml.optional("nvmlDeviceGetComputeRunningProcesses", self.handle)
         return {int(p.pid) for p in procs or []}
 
+    def memory_total(self) -> int | None:
+        """The GPU's total memory in bytes, or None where NVML does not say (a MIG slice)."""
+        info = self.nvml.optional("nvmlDeviceGetMemoryInfo", self.handle)
+        total = getattr(info, "total", None)  # an nvmlMemory_t struct; None when unsupported
+        return int(total) if total else None
+
     def clock_events(self) -> int | None:
         """The current clocks-event (throttle) bitmask, or None if unreadable."""
         value = self.nvml.optional(

@@ -87,6 +87,20 @@ def resolve_devices(
     return chosen
 
 
+def engine_gpu_memory(environ: Mapping[str, str] | None = None) -> int | None:
+    """Total memory, in bytes, of the first GPU an engine started with ``environ`` (default:
+    this process's) uses; None when NVML cannot tell (no NVML, no GPU, a MIG slice): GPU
+    residency is then not guessed."""
+    environ = os.environ if environ is None else environ
+    try:
+        with gpu_info.Nvml() as nvml:
+            visible = environ.get("CUDA_VISIBLE_DEVICES")
+            gpu = resolve_devices(nvml, visible, environ.get("CUDA_DEVICE_ORDER"))[0]
+            return gpu.memory_total()
+    except Exception:  # noqa: BLE001 - not known, whatever the reason: residency says so
+        return None
+
+
 def pid_tree(root: int) -> set[int]:
     """``root`` and all its descendants, from ``/proc`` (just ``{root}`` elsewhere)."""
     children: dict[int, list[int]] = {}

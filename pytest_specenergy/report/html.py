@@ -21,9 +21,9 @@ from pytest_specenergy.gate.history import history_series
 from pytest_specenergy.gate.latency import latency_choices
 from pytest_specenergy.gate.verdict import WORST_FIRST
 from pytest_specenergy.gate.verdict import Verdict
-from pytest_specenergy.measure.metrics import METRICS
-from pytest_specenergy.measure.metrics import fmt
-from pytest_specenergy.measure.metrics import show
+from pytest_specenergy.metrics import METRICS
+from pytest_specenergy.metrics import fmt
+from pytest_specenergy.metrics import show
 from pytest_specenergy.report.rows import intensity
 from pytest_specenergy.report.rows import sources
 

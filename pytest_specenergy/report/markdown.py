@@ -12,7 +12,7 @@ from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.compare import CaseComparison
 from pytest_specenergy.gate.verdict import WORST_FIRST
 from pytest_specenergy.gate.verdict import Verdict
-from pytest_specenergy.measure.metrics import show
+from pytest_specenergy.metrics import show
 from pytest_specenergy.report.rows import sources
 
 #: The metrics a Markdown comparison shows, with their column titles.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-import pytest_specenergy.measure.metrics as metrics
+from pytest_specenergy import metrics
 from pytest_specenergy.document import CaseRecord
 
 

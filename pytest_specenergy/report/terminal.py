@@ -13,7 +13,7 @@ from pytest_specenergy.gate.suite import SuiteVerdict
 from pytest_specenergy.gate.suite import verdict_counts
 from pytest_specenergy.gate.verdict import Section
 from pytest_specenergy.gate.verdict import Verdict
-from pytest_specenergy.measure.metrics import fmt
+from pytest_specenergy.metrics import fmt
 from pytest_specenergy.report.rows import intensity
 from pytest_specenergy.report.summary import SummaryReport
 

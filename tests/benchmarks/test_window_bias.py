@@ -37,8 +37,8 @@ def test_a_modeled_window_prices_its_prefill_from_its_own_steps_as_the_twin_read
     steps are the forwards the twin would replay. At batch 1 (the same work every run) the
     decode joules from the priced prefill equal those from a twin that really ran."""
     from pytest_specenergy.engines.pool import EnginePool
-    from pytest_specenergy.measure.arm import PRICED
     from pytest_specenergy.measure.pairs import PairMeasurer
+    from pytest_specenergy.measure.window import PRICED
 
     (case,) = window_bias.make_cases(["ngram"], [1], ["code"], pool=4, max_new_tokens=16)
     pool = EnginePool(tmp_path, startup_timeout_s=300)  # both measurers on the same engines

@@ -43,7 +43,7 @@ from pytest_specenergy import Drafter
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.engines.client import EngineClient
 from pytest_specenergy.engines.client import EngineHTTPError
-from pytest_specenergy.measure.arm import abort_until_answered
+from pytest_specenergy.engines.client import abort_until_answered
 
 pytestmark = [
     SERVER_MARK,

@@ -5,7 +5,8 @@ As a script, ``python fake_engine.py PORT SPEC`` is the server.
 ``SPEC`` is JSON: ``info`` (the /server_info payload; ``"pid": true`` there is replaced by
 this process's pid), ``bind_delay`` (seconds before binding), ``post`` (``ok``, ``crash``:
 SIGKILL itself mid-request, ``hang``: never answer), ``grandchild`` (a file to write the pid
-of a sleeping child to, proving the whole process group is stopped). Stdlib only.
+of a sleeping child to, proving the whole process group is stopped). The server uses the
+standard library only; the backend takes the plugin's backend defaults.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pytest_specenergy.engines.base import BackendDefaults
+
 FAKE_ENGINE = Path(__file__).resolve()
 #: The plugin's source tree, for child processes that import it.
 ROOT = Path(__file__).resolve().parents[3]
 
 
-class FakeBackend:
+class FakeBackend(BackendDefaults):
     """A backend whose server is ``fake_engine.py`` with a JSON ``spec`` (see that file)."""
 
     name = "fake"

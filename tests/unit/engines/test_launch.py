@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from pytest_specenergy.engines.base import BackendDefaults
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.launch import EngineStartError
 from pytest_specenergy.engines.launch import ServerProcess
@@ -37,7 +38,7 @@ open(sys.argv[2], "w").write(str(child.pid))
 )
 
 
-class ScriptBackend:
+class ScriptBackend(BackendDefaults):
     """A backend whose 'server' is a Python snippet (lifecycle tests only)."""
 
     name = "script"

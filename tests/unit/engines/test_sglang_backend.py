@@ -14,6 +14,7 @@ import pytest
 
 from pytest_specenergy.engines import sglang_args as sa
 from pytest_specenergy.engines.argv import describe_pair_difference
+from pytest_specenergy.engines.base import BackendDefaults
 from pytest_specenergy.engines.base import EngineConfigError
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.drafters import Drafter
@@ -443,7 +444,7 @@ def test_dry_run_lines_for_sglang():
     assert any(line.startswith("# REFUSED: NGRAM on the hybrid model") for line in refused)
 
 
-class _StubBackend:
+class _StubBackend(BackendDefaults):
     """Any backend with the EngineBackend methods (the reference server's has the same shape)."""
 
     name = "stub"

@@ -29,10 +29,10 @@ from pytest_specenergy.gate.compare import resolve_inconclusive
 from pytest_specenergy.gate.limits import limits_for
 from pytest_specenergy.gate.limits import merge_limits
 from pytest_specenergy.gate.limits import parse_fail_expr
-from pytest_specenergy.measure.metrics import METRICS
 from pytest_specenergy.measure.results import PairResult
 from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
+from pytest_specenergy.metrics import METRICS
 
 
 def parse_fail_exprs(texts):

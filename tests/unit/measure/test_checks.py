@@ -8,6 +8,7 @@ from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.meta_info import RequestCounters
+from pytest_specenergy.measure.checks import checked
 from pytest_specenergy.measure.checks import counter_problems
 from pytest_specenergy.measure.checks import pair_checks
 from pytest_specenergy.measure.coherence import Coherence
@@ -153,7 +154,7 @@ def test_incoherent_divergence_and_warnings():
     pair = PairResult(CASE, CASE.id, base, spec, coherence)
     found = names(pair)
     assert {"incoherent", "degenerate-output", "concurrency-below-batch"} <= found
-    assert pair.failed_checks
+    assert checked(pair).failed_checks
 
 
 def windowed(arm, prefill_j, full_j, gpus=(), graph=None, full_loops=1, prefill_loops=1):
@@ -231,7 +232,7 @@ def test_concurrency_check_reads_the_mean_and_fails_closed():
     )
     checks = [c for c in pair_checks(drained) if c.name == "concurrency-below-batch"]
     assert checks and checks[0].severity == "fail" and "speculative" in checks[0].message
-    assert drained.failed_checks
+    assert checked(drained).failed_checks
     # At 90% of the batch it passes; one repeat below it fails even when the merged mean is fine.
     held = PairResult(
         CASE,
@@ -299,7 +300,9 @@ def test_sglang_twin_whose_resolved_settings_differ_fails():
         CASE, CASE.id, sglang(base), sglang(spec, cuda_graph_bs=[1, 2, 3, 4, 5, 6, 7, 8])
     )
     assert "twin-differs" in names(finer)
-    assert "cuda_graph_bs" in next(c.message for c in finer.checks if c.name == "twin-differs")
+    assert "cuda_graph_bs" in next(
+        c.message for c in pair_checks(finer) if c.name == "twin-differs"
+    )
 
 
 def covered(arm, share, prompts=2, **kwargs):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from types import SimpleNamespace
 
 import pytest
 
@@ -17,8 +16,8 @@ from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.refserver import ReferenceBackend
+from pytest_specenergy.measure.checks import checked
 from pytest_specenergy.measure.checks import pair_checks
-from pytest_specenergy.measure.metrics import removal_draft_share
 from pytest_specenergy.measure.pairs import PairMeasurer
 from pytest_specenergy.measure.removal import removes_drafts
 from pytest_specenergy.measure.removal import replays_proposals
@@ -26,6 +25,10 @@ from pytest_specenergy.measure.results import PairResult
 from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
 from pytest_specenergy.meters.base import EnergyWindow
+from pytest_specenergy.metrics import removal_draft_share
+from tests.fakes.engines import AbortingClient
+from tests.fakes.engines import FakePool
+from tests.fakes.engines import FakeServer
 
 CORPUS = load_corpus("code")
 BLOCK = Drafter("block", draft_model="tiny:dense-draft", block_size=4)
@@ -112,11 +115,11 @@ def test_replay_checks_fail_an_unlike_replay():
         good, removal=_run("removal", outputs, 0.75, counter_problems=("request 0: bad",))
     )
     for bad in (missed, other, wrong):
-        assert "replay-unlike" in {c.name for c in bad.failed_checks}
+        assert "replay-unlike" in {c.name for c in checked(bad).failed_checks}
     unlike = dataclasses.replace(
         good, speculative=_run("speculative", outputs, replay_problems=("1 missed",))
     )
-    assert "replay-unlike" in {c.name for c in unlike.failed_checks}
+    assert "replay-unlike" in {c.name for c in checked(unlike).failed_checks}
     # nothing priced, nothing removed
     assert PairResult(case, case.id, base, spec).draft_share_method is None
     # A replay that ran below the batch describes another batch: its share is no figure for this
@@ -125,11 +128,11 @@ def test_replay_checks_fail_an_unlike_replay():
         _run("removal", outputs, 0.75), concurrency={"requested": 2, "mean_running": 1.2}
     )
     assert "concurrency-below-batch" in {
-        c.name for c in dataclasses.replace(good, removal=thin).failed_checks
+        c.name for c in checked(dataclasses.replace(good, removal=thin)).failed_checks
     }
 
 
-class RecordingClient:
+class RecordingClient(AbortingClient):
     """``/generate`` of the reference server in miniature: every decoding request makes 4 verify
     steps of 2 tokens; a drafter engine returns its drafts when asked; a replay engine counts
     the steps its request brought no drafts for."""
@@ -177,26 +180,13 @@ class RecordingClient:
         return {"output_ids": list(range(n)), "meta_info": meta}
 
 
-class ReplayPool:
+class ReplayPool(FakePool):
     def __init__(self) -> None:
-        self.started: list[EngineConfig] = []
+        super().__init__()
         self.log: list = []
-        self.servers: dict[EngineConfig, SimpleNamespace] = {}
 
-    def get(self, config: EngineConfig) -> SimpleNamespace:
-        if config not in self.servers:
-            self.started.append(config)
-            self.servers[config] = SimpleNamespace(
-                config=config,
-                client=RecordingClient(config, self.log),
-                server_info={"device": "cpu"},
-                backend=SimpleNamespace(),
-                describe=lambda c=config: {"engine": "fake", "config": c.as_dict()},
-            )
-        return self.servers[config]
-
-    def close(self) -> None:
-        pass
+    def server(self, config: EngineConfig) -> FakeServer:
+        return FakeServer(config, RecordingClient(config, self.log))
 
 
 class Meter:
@@ -244,7 +234,7 @@ def _measure(drafter: Drafter, kind: str, mode: str = "auto", engine: str = "ref
 
 def test_board_meter_measures_the_removal_arm_from_drafts_recorded_once():
     pair, pool = _measure(BLOCK, "nvml")
-    assert [c.replay for c in pool.started] == ["", "", "verify"]  # baseline, drafter, verify-only
+    assert [c.replay for c in pool.starts] == ["", "", "verify"]  # baseline, drafter, verify-only
     recording = [e for e in pool.log if e[2]]
     assert len(recording) == 4 and all(e[0] == "drafter" for e in recording)  # one pass of the pool
     # every replay brings drafts
@@ -259,14 +249,14 @@ def test_board_meter_measures_the_removal_arm_from_drafts_recorded_once():
 def test_modeled_meter_prices_the_split_and_off_never_replays():
     for kind, mode in (("modeled:h200", "auto"), ("nvml", "off")):
         pair, pool = _measure(BLOCK, kind, mode)
-        assert pair.removal is None and all(not c.replay for c in pool.started)
+        assert pair.removal is None and all(not c.replay for c in pool.starts)
         assert not any(e[2] for e in pool.log)  # nothing recorded
 
 
 def test_controlled_acceptance_under_a_board_meter_runs_without_its_oracle():
     pair, pool = _measure(CONTROLLED, "nvml", "off")
     # recorded on the oracle engine
-    assert [c.replay for c in pool.started] == [
+    assert [c.replay for c in pool.starts] == [
         "",
         "",
         "proposals",

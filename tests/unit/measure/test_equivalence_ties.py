@@ -10,7 +10,6 @@ from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.meta_info import RequestCounters
-from pytest_specenergy.measure.arm import request_accept_lengths
 from pytest_specenergy.measure.coherence import Coherence
 from pytest_specenergy.measure.degeneracy import degeneracy
 from pytest_specenergy.measure.equivalence import DEFAULT_TIE_MARGIN
@@ -20,6 +19,7 @@ from pytest_specenergy.measure.results import PairResult
 from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
 from pytest_specenergy.measure.results import SpecEnergyAssertionError
+from pytest_specenergy.measure.window import request_accept_lengths
 
 CASE = Case.of(
     engine="reference",

@@ -22,10 +22,15 @@ from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.measure import arm as arm_module
 from pytest_specenergy.measure.arm import ArmMeasurer
 from pytest_specenergy.measure.arm import arm_concurrency
-from pytest_specenergy.measure.arm import disturbed_mean
 from pytest_specenergy.measure.pairs import PRESTART_MAX
 from pytest_specenergy.measure.pairs import PairMeasurer
+from pytest_specenergy.measure.window import disturbed_mean
 from pytest_specenergy.meters.base import EnergyWindow
+from tests.fakes import engines as engine_fakes
+from tests.fakes.engines import AbortingClient
+from tests.fakes.engines import FakeBackend
+from tests.fakes.engines import FakeServer
+from tests.fakes.engines import fake_config
 
 CORPUS = load_corpus("code")
 
@@ -38,7 +43,7 @@ def no_reruns(monkeypatch):
     monkeypatch.setattr(arm_module, "WINDOW_RERUNS", 0)
 
 
-class FakeClient:
+class FakeClient(AbortingClient):
     def __init__(self, speculative: bool, log: list) -> None:
         self.speculative, self.log = speculative, log
 
@@ -76,31 +81,20 @@ class FakeClient:
         return out
 
 
-class FakePool:
+class FakePool(engine_fakes.FakePool):
     """One fake server per config for the session, as the real pool keeps its processes."""
 
     client_class = FakeClient
     # what a backend declares: here no prompt_token_ids, as older SGLang
-    backend = SimpleNamespace()
+    backend = FakeBackend()
 
     def __init__(self) -> None:
-        self.starts, self.log, self.live = [], [], {}
+        super().__init__()
+        self.log: list = []
 
-    def get(self, config):
-        if config not in self.live:
-            self.starts.append(config)
-            client = self.client_class(config.drafter is not None, self.log)
-            self.live[config] = SimpleNamespace(
-                config=config,
-                client=client,
-                server_info={"device": "cpu"},
-                backend=self.backend,
-                describe=lambda: {"engine": "fake", "version": "0"},
-            )
-        return self.live[config]
-
-    def close(self) -> None:
-        pass
+    def server(self, config):
+        client = self.client_class(config.drafter is not None, self.log)
+        return FakeServer(config, client, backend=self.backend)
 
 
 class TokenMeter:
@@ -241,13 +235,8 @@ class BatchingClient(FakeClient):
         return answer
 
 
-def _server(client):
-    return SimpleNamespace(
-        client=client,
-        server_info={"device": "cpu"},
-        backend=SimpleNamespace(),
-        describe=lambda: {"engine": "fake"},
-    )
+def _server(client, server_info=None, max_running_requests=None):
+    return FakeServer(fake_config(max_running_requests), client, server_info)
 
 
 def test_arm_keeps_the_batch_in_flight_one_request_per_call():
@@ -334,11 +323,7 @@ def test_an_engine_capped_at_the_batch_gets_requests_queued_beyond_it():
     )
     for cap, peak in ((4, 8), (32, 4)):
         client = BatchingClient(True, [], hold_until=peak)
-        server = SimpleNamespace(
-            client=client,
-            server_info={"device": "cpu", "max_running_requests": cap},
-            describe=lambda: {"engine": "fake"},
-        )
+        server = _server(client, {"device": "cpu", "max_running_requests": cap})
         measurer = ArmMeasurer(server, TokenMeter(1.0), case, repeats=1, warmup=0)
         measurer.measure_repeat("speculative")
         assert client.peak == peak, cap
@@ -374,13 +359,7 @@ def test_an_engine_that_can_set_its_cap_admits_exactly_the_batch_unless_the_case
     }
 
     def server(client, info, declared=None):
-        return SimpleNamespace(
-            client=client,
-            server_info=info,
-            admission_cap=None,
-            config=SimpleNamespace(max_running_requests=declared),
-            describe=lambda: {"engine": "fake"},
-        )
+        return _server(client, info, max_running_requests=declared)
 
     client = CapSettingClient()
     engine = server(client, settable)
@@ -843,8 +822,8 @@ def test_tbt_is_the_decode_steps_time_and_never_negative():
     that comes out non-positive (the prefill-only twin queued longer than the request ran) is
     left out, never reported."""
     from pytest_specenergy.engines.meta_info import parse_meta_info
-    from pytest_specenergy.measure.arm import _sample
-    from pytest_specenergy.measure.arm import _Window
+    from pytest_specenergy.measure.window import Window
+    from pytest_specenergy.measure.window import decode_sample
 
     def window(seconds, decode=None, tokens=9):
         meta = {
@@ -854,13 +833,13 @@ def test_tbt_is_the_decode_steps_time_and_never_negative():
             "finish_reason": {"type": "length", "length": tokens},
         }
         energy = EnergyWindow(10.0, 1.0, "modeled (fake)", {"a": seconds}, {}, decode)
-        return _Window(energy, 1, ((parse_meta_info(meta),),), (((1,) * tokens,),), {}, (0,))
+        return Window(energy, 1, ((parse_meta_info(meta),),), (((1,) * tokens,),), {}, (0,))
 
-    timed = _sample(window(0.5, tokens=1), window(2.0, decode={"a": 0.08}))
+    timed = decode_sample(window(0.5, tokens=1), window(2.0, decode={"a": 0.08}))
     assert timed.tbt_ms == pytest.approx(10.0)  # 80 ms over 8 gaps
-    subtracted = _sample(window(0.5, tokens=1), window(0.9))
+    subtracted = decode_sample(window(0.5, tokens=1), window(0.9))
     assert subtracted.tbt_ms == pytest.approx(50.0)  # (0.9 - 0.5) s over 8 gaps
-    assert _sample(window(1.5, tokens=1), window(0.9)).tbt_ms is None
+    assert decode_sample(window(1.5, tokens=1), window(0.9)).tbt_ms is None
 
 
 # -- issue 22 item 1: one GPU, both engines resident when they fit ------------------------------
@@ -1033,27 +1012,18 @@ def test_a_window_is_disturbed_when_it_ran_well_below_its_own_peak():
     )
 
 
-# CI's live A/A baseline: the first ran nearest the batch
-# the rerun ran at its own (lower) peak: undisturbed, kept; the checks judge it
-# the rerun kept no step record: kept, no None among the dropped
 @pytest.mark.parametrize(
     "means, kept, dropped",
     [
-        ((3.5, 4.0), 4.0, (3.5,)),  # the rerun ran the batch: no third window
-        (
-            (3.76, 3.31, 3.5),
-            (3.31, 3.5),
-        ),  # CI's live A/A baseline: the first ran nearest the batch
+        # the rerun ran the batch: no third window
+        ((3.5, 4.0), 4.0, (3.5,)),
+        # CI's live A/A baseline: the first ran nearest the batch
+        ((3.76, 3.31, 3.5), 3.76, (3.31, 3.5)),
         ((3.76, 3.76, 3.76), 3.76, (3.76, 3.76)),
-        (
-            (3.7, (3.0, 3)),
-            3.0,
-        ),  # the rerun ran at its own (lower) peak: undisturbed, kept; the checks judge it
-        (
-            (3.7, (None, None)),
-            None,
-            (3.7,),
-        ),
+        # the rerun ran at its own (lower) peak: undisturbed, kept; the checks judge it
+        ((3.7, (3.0, 3)), 3.0, (3.7,)),
+        # the rerun kept no step record: kept, no None among the dropped
+        ((3.7, (None, None)), None, (3.7,)),
     ],
     ids=["rerun-undisturbed", "first-best", "equal", "rerun-at-own-peak", "rerun-without-record"],
 )
@@ -1194,7 +1164,7 @@ class ScoringPool(FakePool):
 
 
 class PromptIdsPool(ScoringPool):
-    backend = SimpleNamespace(returns_prompt_token_ids=True)  # as ReferenceBackend declares
+    backend = FakeBackend(returns_prompt_token_ids=True)  # as ReferenceBackend declares
 
 
 @pytest.mark.parametrize("asks", [True, None])

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_specenergy import metrics
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.engines.drafters import Drafter
-from pytest_specenergy.measure import metrics
 from pytest_specenergy.measure.equivalence import compare_outputs
 from pytest_specenergy.measure.equivalence import first_divergence
 from pytest_specenergy.measure.results import PairResult

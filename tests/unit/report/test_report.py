@@ -28,10 +28,11 @@ from pytest_specenergy.gate.compare import Verdict
 from pytest_specenergy.gate.compare import compare_documents
 from pytest_specenergy.gate.limits import parse_fail_expr
 from pytest_specenergy.gate.settings import DEFAULT_LIMITS
-from pytest_specenergy.measure.metrics import METRICS
+from pytest_specenergy.measure.checks import checked
 from pytest_specenergy.measure.results import PairResult
 from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
+from pytest_specenergy.metrics import METRICS
 from pytest_specenergy.report import plots
 from pytest_specenergy.report import rows as rr
 from pytest_specenergy.report.html import PLOTS_OFF_NOTE
@@ -135,7 +136,7 @@ def make_pair(
         concurrency=concurrency,
         problems=problems,
     )
-    return PairResult(case, case.id, base, spec)
+    return checked(PairResult(case, case.id, base, spec))
 
 
 def make_document(

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from pytest_specenergy.measure.arm import AbortError
-from pytest_specenergy.measure.arm import abort_until_answered
+from pytest_specenergy.engines.client import AbortError
+from pytest_specenergy.engines.client import abort_until_answered
 
 
 class FakeSGLangClient:

@@ -1,0 +1,182 @@
+"""The steady-state load generator: a list of prompts sent to one engine with a fixed number of
+requests in flight, each slot refilled as its request answers, until the list runs dry.
+
+It knows nothing of HTTP or of meters: :class:`SteadyLoad` calls ``send(position, rid)`` for each
+prompt (the arm builds and sends the request) and, at a steady-state window's end,
+``close(pending)`` with the rids still in flight (the arm aborts them). So the taking of prompts,
+the refills, the in-flight set, the end rule and the errors are one object with one lock, tested
+without an engine (``tests/unit/measure/test_load.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass
+from typing import Any
+from typing import Callable
+
+#: One answer of the engine (a ``/generate`` item: ``output_ids`` and ``meta_info``).
+Answer = dict[str, Any]
+#: ``send(position, rid)``: send the prompt at ``position`` of the list under request id ``rid``
+#: and return its answer; it runs in the worker threads, several at once.
+Send = Callable[[int, str], Answer]
+#: ``close(pending)``: end a steady-state window by cutting every request ``pending()`` still lists
+#: (sent, not answered), returning once each has answered.
+Close = Callable[[Callable[[], set[str]]], Any]
+
+_rids = itertools.count()
+_rids_lock = threading.Lock()
+
+
+def next_rid() -> str:
+    """A request id unique in this process (``se-0``, ``se-1``, ...): the engine's abort by rid
+    and the meters' per-request times key on it."""
+    with _rids_lock:
+        return f"se-{next(_rids)}"
+
+
+def load_width(batch: int, cap: int | None, steady: bool, prompts: int) -> int:
+    """How many requests to keep in flight: the batch, or twice the batch in a steady-state window
+    on an engine that admits exactly the batch (``cap == batch``), never more than the prompts.
+
+    Why twice: the extra requests wait in the engine's own queue and are admitted in the very
+    iteration a slot frees, where a refill sent on the answer would leave its slot empty for a
+    client round trip. The window still closes with nothing queued: it ends when fewer than the
+    batch are in flight, queued ones included (:class:`SteadyLoad`)."""
+    batch = max(batch, 1)
+    return max(1, min(2 * batch if steady and cap == batch else batch, prompts))
+
+
+@dataclass(frozen=True)
+class _Request:
+    """A prompt taken from the list, registered in flight under ``rid`` before it is sent."""
+
+    position: int
+    rid: str
+
+
+#: What a worker is told when the list is empty: stop, or end the window first (:meth:`_take`).
+_STOP = "stop"
+_CLOSE = "close"
+
+
+class SteadyLoad:
+    """Sends ``count`` prompts through ``send``, ``width`` at a time, each worker refilling its
+    slot as its request answers.
+
+    With ``steady`` the load is a steady-state window: the first worker to find the list empty
+    while fewer than ``batch`` requests are in flight ends it, calling ``close`` with the rids still
+    in flight (the rest of the window would be a drain at falling concurrency, which the declared
+    batch does not describe). Without ``steady`` every prompt runs to its end.
+
+    The first error (of ``send`` or ``close``) stops the refills; :meth:`run` raises it once every
+    worker has returned. A prompt that got no answer is an error too: a window never silently
+    measures fewer requests than it sent."""
+
+    def __init__(
+        self,
+        count: int,
+        send: Send,
+        close: Close,
+        *,
+        batch: int,
+        width: int,
+        steady: bool,
+    ) -> None:
+        if width < 1:
+            raise ValueError(f"a load keeps at least one request in flight, got width={width}")
+        self.count = count
+        self.batch = max(batch, 1)
+        self.width = width
+        self.steady = steady
+        self._send = send
+        self._close = close
+        self._lock = threading.Lock()
+        self._positions = iter(range(count))
+        #: The rid of every request sent (or about to be) and not answered yet.
+        self._in_flight: set[str] = set()
+        self._ended = False
+        self._errors: list[BaseException] = []
+        self._answers: list[Answer | None] = [None] * count
+
+    def pending(self) -> set[str]:
+        """The rids sent and not answered yet (what a close must cut)."""
+        with self._lock:
+            return set(self._in_flight)
+
+    def run(self) -> list[Answer]:
+        """Every prompt's answer, in list order; raises the first error of any worker."""
+        width = min(self.width, max(self.count, 1))
+        if width == 1:
+            self._work()
+        else:
+            threads = [
+                threading.Thread(target=self._work, name=f"specenergy-req-{i}", daemon=True)
+                for i in range(width)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        if self._errors:
+            raise self._errors[0]
+        missing = sum(1 for answer in self._answers if answer is None)
+        if missing:
+            raise RuntimeError(f"{missing} of {self.count} requests got no answer")
+        return self._answers  # type: ignore[return-value]
+
+    def _take(self) -> _Request | str:
+        """The next prompt, registered in flight; or, with the list empty, whether this worker
+        ends the window (:data:`_CLOSE`) or just stops (:data:`_STOP`)."""
+        with self._lock:
+            if self._errors:
+                return _STOP
+            position = next(self._positions, None)
+            if position is not None:
+                # Registered before the request is sent, so a close that comes before it reaches
+                # the engine still knows to abort it.
+                request = _Request(position, next_rid())
+                self._in_flight.add(request.rid)
+                return request
+            # The window ends when a finish leaves fewer than the batch in flight; with requests
+            # queued beyond the batch, the first workers to find the list empty still leave the
+            # batch running, and stop without ending it.
+            end_now = self.steady and 0 < len(self._in_flight) < self.batch and not self._ended
+            self._ended = self._ended or end_now
+            return _CLOSE if end_now else _STOP
+
+    def _work(self) -> None:
+        """One worker: take a prompt, send it, keep its answer, until told to stop."""
+        while True:
+            step = self._take()
+            if step == _CLOSE:
+                self._close_window()
+                return
+            if not isinstance(step, _Request) or not self._send_one(step):
+                return
+
+    def _send_one(self, request: _Request) -> bool:
+        """Send one request and keep its answer; False if it failed (the error is kept)."""
+        try:
+            answer = self._send(request.position, request.rid)
+        except BaseException as exc:  # re-raised in the caller's thread by run()
+            self._keep(exc)
+            return False
+        finally:
+            # Answered or failed, it is no longer in flight: a close does not wait for it.
+            with self._lock:
+                self._in_flight.discard(request.rid)
+        self._answers[request.position] = answer
+        return True
+
+    def _close_window(self) -> None:
+        """End the window: ``close`` cuts what is still in flight (its error is kept)."""
+        try:
+            self._close(self.pending)
+        except BaseException as exc:
+            self._keep(exc)
+
+    def _keep(self, exc: BaseException) -> None:
+        with self._lock:
+            self._errors.append(exc)
