@@ -10,8 +10,8 @@ What each figure counts (the same rules before and after a change, so two runs c
   ``ruff check --select C901`` computes it;
 - probes: ``getattr(``/``hasattr(`` calls in ``measure/``, and ``.get("`` outside the reference server;
 - long lines: lines of 110 characters or more, as a share of every line of the package;
-- circles: strongly connected groups of modules in the import graph (every ``import`` statement,
-  module level or inside a function, ``TYPE_CHECKING`` blocks left out: they never run);
+- circles: groups of modules that import each other (every ``import`` statement, module level,
+  inside a function or for type hints only), as ``tests/unit/test_layers.py`` finds them;
 - arrows back up: imports that the layer contract of ``tests/unit/test_layers.py`` refuses.
 """
 
@@ -23,6 +23,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "pytest_specenergy"
@@ -34,87 +35,6 @@ GRADE_D = 20
 def _module_name(path: Path) -> str:
     name = ".".join(("pytest_specenergy", *path.relative_to(PACKAGE).with_suffix("").parts))
     return name.removesuffix(".__init__")
-
-
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
-    """The package modules ``module`` imports (a ``from X import name`` counts ``X.name`` when that is a module)."""
-    found: set[str] = set()
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            skipped.update(id(child) for stmt in node.body for child in ast.walk(stmt))
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = module.split(".")
-                keep = len(parts) - node.level + (1 if is_package else 0)
-                base = ".".join(parts[:keep] + ([node.module] if node.module else []))
-            else:
-                base = node.module or ""
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return {name for name in found if name.startswith("pytest_specenergy")}
-
-
-def _import_graph(trees: dict[str, tuple[ast.AST, Path]]) -> dict[str, set[str]]:
-    graph: dict[str, set[str]] = {}
-    for module, (tree, path) in trees.items():
-        targets = _imports(tree, module, path.name == "__init__.py")
-        # Only edges to modules that exist (``from pkg import function`` names no module); a package's own
-        # ``__init__`` is not an edge of its submodules.
-        graph[module] = {
-            t for t in targets if t in trees and t != module and not module.startswith(t + ".")
-        }
-    return graph
-
-
-def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Tarjan's strongly connected components of more than one module (or a module importing itself)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    counter = [0]
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = counter[0]
-        counter[0] += 1
-        stack.append(node)
-        on_stack.add(node)
-        for nxt in graph.get(node, ()):
-            if nxt not in index:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in on_stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            group = []
-            while True:
-                top = stack.pop()
-                on_stack.discard(top)
-                group.append(top)
-                if top == node:
-                    break
-            if len(group) > 1:
-                found.append(sorted(group))
-
-    sys.setrecursionlimit(10_000)
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return sorted(found)
 
 
 def _statements(tree: ast.AST) -> int:
@@ -162,16 +82,17 @@ def _complex_blocks() -> list[str]:
     ]
 
 
-def _layer_violations() -> list[str]:
+def _contract() -> Any:
+    """The suite's import contract (``tests/unit/test_layers.py``): its graph, circles, rules."""
     sys.path.insert(0, str(ROOT / "tests" / "unit"))
-    import test_layers  # the contract the suite checks
+    import test_layers
 
-    return test_layers._violations()
+    return test_layers
 
 
 def measure() -> dict[str, object]:
     """Every figure of the module docstring, with the names behind each count."""
-    trees: dict[str, tuple[ast.AST, Path]] = {}
+    modules = 0
     lines = long_lines = 0
     statements = 0
     long_functions: list[str] = []
@@ -181,7 +102,7 @@ def measure() -> dict[str, object]:
         text = path.read_text()
         module = _module_name(path)
         tree = ast.parse(text)
-        trees[module] = (tree, path)
+        modules += 1
         source_lines = text.splitlines()
         lines += len(source_lines)
         long_lines += sum(1 for line in source_lines if len(line) >= LONG_LINE)
@@ -198,9 +119,9 @@ def measure() -> dict[str, object]:
             count = text.count('.get("')
             if count:
                 gets[str(rel)] = count
-    graph = _import_graph(trees)
+    contract = _contract()
     return {
-        "modules": len(trees),
+        "modules": modules,
         "lines": lines,
         "statements": statements,
         "long_lines": long_lines,
@@ -209,8 +130,8 @@ def measure() -> dict[str, object]:
         "complexity_d_or_worse": _complex_blocks(),
         "getattr_hasattr_in_measure": probes,
         "dict_get_outside_refserver": dict(gets),
-        "circles": _circles(graph),
-        "arrows_back_up": _layer_violations(),
+        "circles": contract.circles(contract.module_graph()),
+        "arrows_back_up": contract._violations(),
     }
 
 

@@ -98,12 +98,12 @@ def arm_bias(run: RunResult) -> ArmBias:
     """Sum over the arm's repeats (per loop, as the plugin's own figures are)."""
     plugin = steps = tokens = 0.0
     for sample in run.samples:
-        full = sample.window["full"]
-        by_phase = full["details"]["joules_by_phase"]
+        full = sample.window.full
+        by_phase = full.details["joules_by_phase"]
         plugin += sample.decode_joules
-        steps += sum(by_phase.get(p, 0.0) for p in DECODE_PHASES) / full["loops"]
+        steps += sum(by_phase.get(p, 0.0) for p in DECODE_PHASES) / full.loops
         tokens += sample.decode_tokens
-    return ArmBias(plugin, steps, tokens, run.coverage, run.concurrency.get("mean_running"))
+    return ArmBias(plugin, steps, tokens, run.coverage, run.concurrency.mean_running)
 
 
 def bias_row(pair: PairResult, seconds: float = 0.0) -> BiasRow:

@@ -81,9 +81,7 @@ def write_outputs(
     data = document.as_dict()
     hook.pytest_specenergy_update_json(data=data)
     try:
-        document = RunDocument.from_dict(
-            data, source="the document after pytest_specenergy_update_json"
-        )
+        document = RunDocument.from_dict(data, "the document after pytest_specenergy_update_json")
     except DocumentError as exc:
         failures.append(f"a pytest_specenergy_update_json hook broke the run document: {exc}")
     json_path = None

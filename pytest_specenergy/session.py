@@ -15,6 +15,7 @@ from pytest_specenergy.cases.markers import build_cases
 if TYPE_CHECKING:
     from pytest_specenergy.cases.case import Case
     from pytest_specenergy.document import CaseRecord
+    from pytest_specenergy.document import MachineInfo
     from pytest_specenergy.gate.gatekeeper import Gatekeeper
     from pytest_specenergy.gate.limits import FailLimit
     from pytest_specenergy.measure.pairs import PairMeasurer
@@ -44,7 +45,7 @@ class SpecEnergySession:
         #: One record per test that measured a pair, with its verdict (xdist: every worker's).
         self.records: list[CaseRecord] = []
         #: machine key -> machine description, for every key this run measured on.
-        self.machines: dict[str, dict[str, Any]] = {}
+        self.machines: dict[str, MachineInfo] = {}
         #: xdist: spec_pair tests failed unmeasured (--specenergy-xdist=off); a worker crashed (run
         #: saved interrupted).
         self.xdist_skipped, self.worker_lost = 0, False

@@ -223,12 +223,13 @@ def _summary(steps: dict[int, int] | None, cap: Any) -> dict[str, Any]:
     }
 
 
-def cuda_graph_setting(engine: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Every ``*cuda_graph*`` setting an engine description records (its ``/server_info`` and the
-    case's engine options), or None: CUDA graphs change the result (paper), so any difference makes
-    runs incomparable."""
+def cuda_graph_setting(
+    server_info: Mapping[str, Any], options: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """Every ``*cuda_graph*`` setting of an engine: its ``/server_info`` and the case's engine
+    options, or None: CUDA graphs change the result (paper), so any difference makes runs
+    incomparable."""
     found: dict[str, Any] = {}
-    for source in (engine.get("server_info"), (engine.get("config") or {}).get("options")):
-        if isinstance(source, Mapping):
-            found.update({str(k): v for k, v in source.items() if "cuda_graph" in str(k)})
+    for source in (server_info, options):
+        found.update({str(k): v for k, v in source.items() if "cuda_graph" in str(k)})
     return dict(sorted(found.items())) or None

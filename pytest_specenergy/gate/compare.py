@@ -17,6 +17,7 @@ import pytest_specenergy.gate.sequential as sequential
 import pytest_specenergy.gate.stats as stats
 from pytest_specenergy import metrics
 from pytest_specenergy.document import CaseRecord
+from pytest_specenergy.document import Comparison
 from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.limits import DEFAULT_BLOCK_DRIFT
 from pytest_specenergy.gate.limits import GATE_METRICS
@@ -35,8 +36,11 @@ INCONCLUSIVE_POLICIES = ("fail", "warn", "xfail")
 
 @dataclass(frozen=True)
 class MetricRow:
-    """One metric of one case against its baseline (the fields: docs/design/gate.md,
-    ``compare.py``)."""
+    """One metric of one case against its baseline. ``change_rel`` is ``current / baseline - 1``
+    of the limit's statistic (None for a zero baseline); ``method``: ``sequential <test>, look
+    k/K``, ``deterministic`` or ``none``. ``p_value``: the one-sided p of "within the limit" at the
+    deciding look; ``p_sequential``: the repeated p-value (FDR's). ``interval`` and ``estimate``
+    are on the change scale."""
 
     metric: str
     stat: str
@@ -137,6 +141,10 @@ class CaseComparison:
         detail = ", ".join(f"{r.metric} {r.change_text()}" for r in deciding)
         return f"{self.case_id}: {self.verdict.value}" + (f" ({detail})" if detail else "")
 
+    def record(self) -> Comparison:
+        """As the run document stores it (on the case's record)."""
+        return Comparison.from_dict(self.as_dict(), "comparison")
+
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record."""
         return {
@@ -175,7 +183,8 @@ def drift_allowance(block_drift: float, sides: int) -> float:
 
 def unpaired_reason(record: CaseRecord) -> str | None:
     """Why ``record``'s baseline repeats cannot be paired with its drafter arms by index (None: they
-    can)."""
+    can): a baseline shared from another case was measured at another time, and blocked arms ran
+    one after the other, so repeat i of each shares no drift."""
     if record.baseline_from:
         return f"baseline shared from {record.baseline_from}"
     if not record.interleaved:
@@ -198,8 +207,10 @@ def _baseline_level(record: CaseRecord, key: str) -> tuple[float | None, float, 
 def arm_repeat_values(
     record: CaseRecord, metric: str, arm: str = "speculative"
 ) -> list[float | None]:
-    """Per-repeat ``metric`` of a drafter arm, None where a repeat has none (pair metrics:
-    docs/design/gate.md)."""
+    """Per-repeat ``metric`` of a drafter arm, None where a repeat has none. A pair metric
+    (ratio, saving, speedup) of a record paired by index uses the same cycle's baseline sample, so
+    a drift cancels; an unpaired record (:func:`unpaired_reason`) uses the baseline's geometric
+    mean, its spread carried by :func:`baseline_spread`."""
     drafter = record.arm(arm)
     if drafter is None:
         return []
@@ -388,8 +399,12 @@ def compare_metric(
     unpaired: str = "",
 ) -> MetricRow:
     """Compare one metric's reference and current samples under ``limit``: per-repeat metrics by the
-    sequential rule under ``plan`` (default :func:`gate_plan` at ``alpha``), the match fraction as a
-    fact (docs/design/gate.md)."""
+    sequential rule under ``plan`` (default :func:`gate_plan` at ``alpha``): Welch's t against a
+    stored run, a paired t when ``paired`` (sample i of both sides from one repeat cycle), or a
+    bootstrap over ``requests`` (reference, current per-request values). The exact-match fraction
+    is compared as a fact. Arms not measured alongside their baseline (named in ``unpaired``)
+    carry the baselines' ``spreads`` and allow a block drift of ``drift`` either way; the row's
+    method says so."""
     info = GATE_METRICS[limit.metric]
     base, cur = list(base), list(cur)
     unjudged = MetricRow(
@@ -615,8 +630,9 @@ def compare_in_job(
     resamples: int = 5000,
 ) -> CaseComparison:
     """In-job A/B: the candidate (speculative arm) against the reference drafter's arm of the same
-    repeat cycles by the paired sequential rule (the shared baseline cancels); ``equivalence``:
-    docs/design/gate.md."""
+    repeat cycles (``record.reference``) by the paired sequential rule (the shared baseline
+    cancels); no stored baseline needed. ``equivalence`` compares the match fraction with the
+    reference's when recorded, else with 1.0 (a lossless reference on a deterministic engine)."""
     case_id = record.key
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")

@@ -52,7 +52,7 @@ class Judgement:
         """``record`` with this verdict, its comparison, baseline file and pending FDR comparisons."""
         return record.judged(
             self.verdict,
-            self.comparison and self.comparison.as_dict(),
+            self.comparison.record() if self.comparison else None,
             self.baseline_path and str(self.baseline_path),
             self.fdr_pending or None,
         )

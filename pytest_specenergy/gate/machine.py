@@ -16,6 +16,10 @@ from typing import Mapping
 from typing import Sequence
 
 from pytest_specenergy.document import CaseRecord
+from pytest_specenergy.document import CommitFacts
+from pytest_specenergy.document import EngineFacts
+from pytest_specenergy.document import MachineInfo
+from pytest_specenergy.document import MeterFacts
 from pytest_specenergy.document import RunDocument
 from pytest_specenergy.engines.meta_info import cuda_graph_setting
 
@@ -87,7 +91,7 @@ def _key_parts(info: Mapping[str, Any]) -> dict[str, str | None]:
     }
 
 
-def machine_key(info: Mapping[str, Any], fields: Sequence[str] | None = None) -> str:
+def machine_key(info: MachineInfo | Mapping[str, Any], fields: Sequence[str] | None = None) -> str:
     """A stable, path-safe key from the stable fields of ``info`` (``fields``: a subset of
     :data:`KEY_FIELDS`); absent facts are left out, e.g.
     ``1xnvidia-h200-700w-drv550.54.15-sglang-0.5.9-nvml`` or ``modeled-h200-cpu-reference-0.1.0``."""
@@ -98,7 +102,8 @@ def machine_key(info: Mapping[str, Any], fields: Sequence[str] | None = None) ->
             f"unknown machine-key field(s) {', '.join(map(repr, unknown))}; "
             f"expected some of {', '.join(KEY_FIELDS)}"
         )
-    parts = _key_parts(info)
+    # Keys are read from the description as stored, whatever version wrote it: its JSON form.
+    parts = _key_parts(info.as_dict() if isinstance(info, MachineInfo) else info)
     key = slugify("-".join(p for p in (parts.get(f) for f in KEY_FIELDS if f in chosen) if p))
     if len(key) > _MAX_KEY:
         # Too long for a directory name (many GPU kinds): a readable prefix, unique with a digest.
@@ -116,19 +121,20 @@ def _cpu_name() -> str:
 
 
 def machine_info(
-    meter: Mapping[str, Any] | None = None,
+    meter: MeterFacts | Mapping[str, Any] | None = None,
     *,
     engine: Mapping[str, Any] | None = None,
     gpus: Sequence[Mapping[str, Any]] | None = None,
     driver: str | None = None,
-) -> dict[str, Any]:
+) -> MachineInfo:
     """Describe this machine without NVML: platform, Python and CPU, plus what callers know
-    (``meter``: a meter's ``describe()``; ``gpus``: from whoever opened NVML, else the meter's)."""
-    meter_desc = dict(meter) if meter else None
+    (``meter``: a meter's description; ``gpus``: from whoever opened NVML, else the meter's)."""
+    if isinstance(meter, Mapping):
+        meter = MeterFacts.from_dict(meter, "meter")
     gpu_list = [dict(g) for g in gpus] if gpus is not None else None
-    if gpu_list is None and meter_desc and isinstance(meter_desc.get("gpus"), list):
-        gpu_list = [dict(g) for g in meter_desc["gpus"] if isinstance(g, Mapping)]
-    return {
+    if gpu_list is None and meter is not None and meter.gpus is not None:
+        gpu_list = [dict(g) for g in meter.gpus]
+    facts = {
         "node": platform.node(),
         "system": platform.system(),
         "release": platform.release(),
@@ -140,23 +146,23 @@ def machine_info(
         "gpus": gpu_list or [],
         "driver": driver,
         "engine": dict(engine) if engine else None,
-        "meter": meter_desc,
     }
+    return MachineInfo.from_dict(facts, "machine").with_meter(meter)
 
 
 def pair_machine(
-    engine: Mapping[str, Any], meter: Mapping[str, Any] | None, source: str
-) -> tuple[str, dict[str, Any]]:
+    engine: EngineFacts, meter: MeterFacts | Mapping[str, Any] | None, source: str
+) -> tuple[str, MachineInfo]:
     """The machine key and description of the run a pair was measured in (meter, engine, GPUs)."""
-    name, version = str(engine.get("engine")), str(engine.get("version"))
+    name, version = str(engine.engine), str(engine.version)
     version = version.removeprefix(f"{name}-")  # the reference server says "reference-0.1.0"
     info = machine_info(
-        meter or {"kind": source, "label": source}, engine={"name": name, "version": version}
+        meter or MeterFacts(kind=source, label=source), engine={"name": name, "version": version}
     )
     return machine_key(info), info
 
 
-def source_commit(root: str | os.PathLike[str]) -> dict[str, Any] | None:
+def source_commit(root: str | os.PathLike[str]) -> CommitFacts | None:
     """The git commit checked out at ``root`` and whether the tree has changes (None outside git)."""
 
     def git(*args: str) -> str | None:
@@ -172,7 +178,7 @@ def source_commit(root: str | os.PathLike[str]) -> dict[str, Any] | None:
     if not sha:
         return None
     status = git("status", "--porcelain", "--untracked-files=no")
-    return {"sha": sha, "dirty": None if status is None else bool(status)}
+    return CommitFacts(sha=sha, dirty=None if status is None else bool(status))
 
 
 # -- comparability --------------------------------------------------------------------------
@@ -192,14 +198,16 @@ COMPARED_FIELDS: tuple[tuple[str, str], ...] = (
 
 def run_info(record: CaseRecord) -> dict[str, Any]:
     """The comparability facts a result record carries itself: its scenario and CUDA graphs."""
-    return {**record.scenario, "cuda_graph": cuda_graph_setting(record.speculative.engine)}
+    engine = record.speculative.engine
+    graphs = cuda_graph_setting(engine.server_info, engine.options)
+    return {**record.scenario, "cuda_graph": graphs}
 
 
 def document_run_info(document: RunDocument) -> dict[str, Any]:
     """Run-level comparability facts of a run document: its machine key, else one computed
     from a full :func:`machine_info` (one naming its meter), never from a bare platform record."""
     key = document.machine_key
-    if not key and document.machine_info.get("meter"):
+    if not key and document.machine_info.meter is not None:
         key = machine_key(document.machine_info)
     return {"machine_key": key}
 

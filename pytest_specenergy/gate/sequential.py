@@ -123,8 +123,15 @@ DEFAULT_PLAN = SequentialPlan()
 
 @dataclass(frozen=True)
 class SequentialResult:
-    """One comparison's verdict with every number behind it (the fields: docs/design/gate.md,
-    ``sequential.py``)."""
+    """One comparison's verdict with every number behind it.
+
+    ``estimate`` is the relative change (current / reference - 1, from geometric means);
+    ``interval`` the decision interval on that scale, the worse side's bound at confidence
+    ``1 - alpha_look``, the other's at ``1 - beta``. ``p_value``: the one-sided p of "within the
+    limit" at the deciding look; ``p_sequential``: the repeated p-value (for FDR).
+    ``more_repeats``: repeats to add for the next look (0 when decided or at the cap).
+    ``projected_repeats``: a rough total at which the case would likely decide if the estimate and
+    spread held, None when no number of current repeats can (a too small or noisy baseline)."""
 
     verdict: Verdict
     estimate: float
@@ -264,8 +271,18 @@ def sequential_arrays(
     session_df: float | None = None,
 ) -> SequentialArrays:
     """Run the sequential rule on many cases at once (what :func:`compare_paired` and
-    :func:`compare_stored` run on one row); ``current``, ``reference`` and the options:
-    docs/design/gate.md, ``sequential.py``."""
+    :func:`compare_stored` run on one row).
+
+    ``current`` is an (N, n) array of log values: per-repeat log differences for a paired
+    comparison (``reference`` None), else the current side's, with ``reference`` (N, m) the fixed
+    side's. Looks use prefixes of each row (the last look all n columns). ``session_sd`` (log
+    scale): a variance component repeats cannot average away (the part of a session offset that
+    does not cancel in the ratio), added in quadrature to every look's standard error;
+    ``session_df``: its degrees of freedom when it is an estimate. ``absolute``: plain values, and
+    ``limit`` an amount in their unit (``energy_saving:2%``, 2 points; ``accept_length:0.1``).
+    ``drift`` (the estimate's scale): a bias the data cannot reveal, up to this size either way
+    (the block drift between arms not measured alongside each other); each verdict's bound must
+    clear the limit by it, so P(REGRESSED) <= alpha at the limit for any bias within ``drift``."""
     for name, value in (("drift", drift), ("session_sd", session_sd)):
         if not value >= 0:
             raise ValueError(f"{name} must be non-negative, got {value!r}")
@@ -478,7 +495,10 @@ def compare_stored(
 ) -> SequentialResult:
     """Current run's per-repeat values (e.g. session ratios) against a stored run's by Welch's t:
     the stored side is fixed, the current side grows with the plan; each needs 2+ positive values
-    (finite if ``absolute``)."""
+    (finite if ``absolute``). The spread of an unchanged case's ratio across stored sessions
+    estimates ``session_sd``. ``absolute``: Welch's t on the values themselves, ``limit`` an
+    amount in their unit (values may be zero or negative). ``session_sd``, ``session_df`` and
+    ``drift`` as for :func:`sequential_arrays`."""
     cur, ref = (
         _checked(current, "current samples", absolute),
         _checked(reference, "reference samples", absolute),
@@ -514,7 +534,10 @@ def compare_paired(
     drift: float = 0.0,
 ) -> SequentialResult:
     """Candidate against reference measured in the same repeats (in-job A/B): one-sample t on the
-    per-repeat ``log(candidate_r / reference_r)``; both sides grow together (docs/design/gate.md)."""
+    per-repeat ``log(candidate_r / reference_r)``; both sides grow together. Session ratios (each
+    over its repeat's shared baseline) give the same answer as raw J/token: the baseline cancels.
+    ``absolute``: per-repeat differences, ``limit`` an amount in their unit. ``drift``: as for
+    :func:`sequential_arrays` (arms measured in separate blocks)."""
     cand, ref = (
         _checked(candidate, "candidate samples", absolute),
         _checked(reference, "reference samples", absolute),
@@ -543,7 +566,12 @@ TAIL_MIN_REPLICATES = 10
 
 def _bootstrap_share(boot: np.ndarray, bound: float, *, above: bool) -> float:
     """The one-sided p-value of the replicates at or ``above`` ``bound`` (else at or below):
-    docs/design/gate.md."""
+    ``(1 + count) / (resamples + 1)`` with at least :data:`TAIL_MIN_REPLICATES` in the tail, else
+    ``P(N(m, s) beyond bound)`` of the replicates' mean and spread (the large-sample bootstrap
+    test; replicates of a log ratio of pooled means are near normal over a few dozen requests).
+    The count alone would cap how small p gets, so Benjamini-Hochberg over a large suite could
+    never reject (at 1,000 comparisons and Q = 0.05 the smallest p must reach 5e-5 over the look
+    weight)."""
     count = int(np.sum(boot >= bound if above else boot <= bound))
     if count >= TAIL_MIN_REPLICATES:
         return float((1 + count) / (boot.size + 1))
@@ -570,7 +598,15 @@ def compare_per_request(
     seed: int = 0,
 ) -> SequentialResult:
     """A pooled per-request metric ``offset + sum(num) / sum(den)`` by the energy gate's limit rule
-    on a seeded bootstrap over requests, at the look ``n_repeats`` reaches (docs/design/gate.md)."""
+    on a seeded bootstrap over requests, at the look ``n_repeats`` reaches (the cap's when None).
+
+    accept_length: ``num`` accepted drafts, ``den`` verify steps, ``offset`` 1; acceptance_rate:
+    ``num`` accepted, ``den`` proposed drafts, ``offset`` 0; one entry per request (its total over
+    the repeats). The change is the ratio of the pooled metrics, its interval a seeded percentile
+    bootstrap over requests (the same indices on both sides when ``paired``: one fixed prompt set,
+    so prompt difficulty cancels); a deterministic engine's unchanged drafter is UNCHANGED at
+    once. ``p_sequential`` is this look's ``p / w_look``; a caller judging several looks keeps the
+    minimum (the repeated p-value)."""
     cn, cd, rn, rd = (
         np.asarray(v, float).ravel()
         for v in (current_num, current_den, reference_num, reference_den)

@@ -152,7 +152,7 @@ def load_run(path: str | Path) -> RunDocument:
     file = Path(path)
     data = _read_json(file, RUN_KIND)
     try:
-        return RunDocument.from_dict(data, source=str(file))
+        return RunDocument.from_dict(data, str(file))
     except DocumentError as exc:
         raise StorageError(
             f"{exc}; the file is corrupted or not written by pytest-specenergy; "

@@ -10,6 +10,8 @@ from typing import Any
 from typing import Sequence
 
 from pytest_specenergy.document import CaseRecord
+from pytest_specenergy.document import FdrSummary
+from pytest_specenergy.document import LatencySummary
 from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.compare import CaseComparison
 from pytest_specenergy.gate.fdr import PENDING
@@ -32,8 +34,8 @@ class SuiteVerdict:
 
     sections: tuple[Section, ...] = ()
     failed: bool = False
-    fdr: dict[str, Any] | None = None
-    latency_targets: dict[str, Any] | None = None
+    fdr: FdrSummary | None = None
+    latency_targets: LatencySummary | None = None
 
 
 def fdr_pending(
@@ -57,9 +59,7 @@ def fdr_pending(
     return tuple(pending), warnings
 
 
-def _fdr(
-    records: Sequence[CaseRecord], q: float, n_collected: int
-) -> tuple[Section, dict[str, Any]]:
+def _fdr(records: Sequence[CaseRecord], q: float, n_collected: int) -> tuple[Section, FdrSummary]:
     """BH over the suite's gated comparisons; a pending one it rejects fails the session (its test
     passed)."""
     pvalues = {f"{r.key}::{m}": p for r in records for m, p in r.sequential_pvalues.items()}
@@ -71,15 +71,15 @@ def _fdr(
             f"{len(result.pending_rejected)} comparison(s) that passed pending FDR regressed at "
             "session end: exit status 1"
         )
-    block = {
-        "q": result.q,
-        "method": result.method,
-        "n_collected": n_collected,
-        "n_tests": result.n_tests,
-        "rejected": list(result.rejected),
-        "pending_rejected": list(result.pending_rejected),
-        "adjusted": dict(result.adjusted),
-    }
+    block = FdrSummary(
+        q=result.q,
+        method=result.method,
+        n_collected=n_collected,
+        n_tests=result.n_tests,
+        rejected=tuple(result.rejected),
+        pending_rejected=tuple(result.pending_rejected),
+        adjusted=dict(result.adjusted),
+    )
     return Section(
         "specenergy false-discovery rate", tuple(lines), bool(result.pending_rejected)
     ), block
@@ -90,7 +90,7 @@ def _latency(
     targets: Sequence[float],
     references: dict[str, Any],
     plan: SequentialPlan,
-) -> tuple[Section, dict[str, Any]]:
+) -> tuple[Section, LatencySummary]:
     """Per latency target the lowest-energy configuration meeting it, judged against its machine
     key's reference run."""
     choices = latency_choices(records, targets)
@@ -109,13 +109,16 @@ def _latency(
                 failures.append(comparison.failure_message(where))
             elif comparison.verdict is Verdict.INCONCLUSIVE:
                 lines.append(comparison.failure_message(where))
-    block = {
-        "targets_ms": list(targets),
-        "limit": LATENCY_LIMIT,
-        "choices": [c.as_dict() for c in choices],
-        "comparisons": [c.as_dict() for c in comparisons],
-        "failures": failures,
-    }
+    block = LatencySummary.from_dict(
+        {
+            "targets_ms": list(targets),
+            "limit": LATENCY_LIMIT,
+            "choices": [c.as_dict() for c in choices],
+            "comparisons": [c.as_dict() for c in comparisons],
+            "failures": failures,
+        },
+        "latency_targets",
+    )
     return Section("specenergy latency targets", tuple(lines + failures), bool(failures)), block
 
 

@@ -14,7 +14,11 @@ from typing import Any
 from typing import Sequence
 
 from pytest_specenergy.cases.case import Case
+from pytest_specenergy.document import Arm
+from pytest_specenergy.document import ArmConcurrency
+from pytest_specenergy.document import EngineFacts
 from pytest_specenergy.document import RepeatSample
+from pytest_specenergy.document import StepRecord
 from pytest_specenergy.engines.base import Server
 from pytest_specenergy.engines.meta_info import concurrency_between
 from pytest_specenergy.engines.meta_info import merge_concurrency
@@ -48,13 +52,15 @@ class ArmRepeat:
     sample: RepeatSample
     outputs: tuple[tuple[int, ...], ...]
     finish: tuple[str, ...]
-    concurrency: dict[str, Any]
+    concurrency: StepRecord
     stable: bool
     problems: tuple[str, ...] = ()
     #: A replay arm's windows that did not replay like for like (missing recorded drafts).
     replay_problems: tuple[str, ...] = ()
     started: float = 0.0
     finished: float = 0.0
+    #: The means of this repeat's full windows run again because the host disturbed them.
+    rerun_means: tuple[float, ...] = ()
 
 
 class ArmMeasurer:
@@ -194,7 +200,7 @@ class ArmMeasurer:
         energy = self.meter.stop(token)
         after = client.server_info()
         # Requested batch is not actual concurrency (paper s.10): read what really ran.
-        concurrency = concurrency_between(before, after)
+        concurrency = StepRecord.of(concurrency_between(before, after))
         counters = tuple(tuple(parse_meta_info(a["meta_info"]) for a in loop) for loop in answers)
         outputs = tuple(
             tuple(tuple(int(t) for t in a["output_ids"]) for a in loop) for loop in answers
@@ -215,8 +221,15 @@ class ArmMeasurer:
 
     def _prefill_window(self, full: Window) -> Window:
         """The prefill-only window of what ``full`` prefilled: its own prefill forwards where the
-        meter priced them (the twin's), else or with ``run_twin`` the twin run
-        (``docs/design/measure.md``, "Pricing the twin")."""
+        meter priced them, else (or with ``run_twin``) the twin, run.
+
+        Why a priced window may stand in for the twin: a meter that prices the engine's own steps
+        (the modeled meter) already holds the prefill-only window. The full window's prefill
+        forwards are exactly the forwards the twin replays group for group, so their price is what
+        the twin would read (``benchmarks/window_bias.py``, twin run: 0.00 points between the two
+        in all 24 rows), and running it would only repeat them (the quickstart's median time fell
+        from 106.1 s to 88.9 s, ``benchmarks/quickstart_time.py``). A board meter (NVML) prices
+        nothing: there the twin runs, grouped as ``full`` prefilled."""
         priced = full.energy.prefill_only
         prefilled = full.prefilled()
         if (
@@ -229,13 +242,14 @@ class ArmMeasurer:
                 full.loops,
                 (),
                 (),
-                {},
+                StepRecord(),
                 tuple(full.indices[p] for p in prefilled),
                 grouping=PRICED,
             )
         # The twin, grouped as ``full`` prefilled it; sends within half a decode step (wall clock; a
-        # default without steps) are one step's refills.
-        steps = full.concurrency.get("steps")
+        # default without steps) are one step's refills: refills of one step group, and refills
+        # of the next step do not.
+        steps = full.concurrency.steps
         gap_s = 0.5 * full.wall_s / steps if steps and full.wall_s > 0 else DEFAULT_SEND_GAP_S
         groups, source = prefill_groups(full.counters, prefilled, full.sent, gap_s)
         at = {position: i for i, position in enumerate(prefilled)}
@@ -308,20 +322,23 @@ class ArmMeasurer:
         """One repeat's full window, run again (at most :data:`WINDOW_RERUNS` times) while
         :func:`disturbed_mean`, and the dropped (disturbed) windows' means. An undisturbed window is
         kept; when every one was disturbed, the one that ran the most rows per step (nearest the
-        declared batch; of equals the later) is kept all the same."""
+        declared batch; of equals the later) is kept all the same: it describes the declared batch
+        best, where keeping the last failed an A/A pair on CI (a live SGLang baseline window read
+        3.76 of 4 and its rerun 3.31). Choosing by concurrency does not choose by energy: both
+        arms' windows are chosen by the same rule, and the dropped means are recorded
+        (``concurrency.rerun_means``) and named by any concurrency check that still fails."""
         tries = [self._window(self.full, range(len(self.prompts)), steady=True)]
         while len(tries) <= WINDOW_RERUNS and disturbed_mean(tries[-1].concurrency) is not None:
             tries.append(self._window(self.full, range(len(self.prompts)), steady=True))
         calm = disturbed_mean(tries[-1].concurrency) is None  # so only it can lack a mean
-        kept = (
-            tries[-1] if calm else max(reversed(tries), key=lambda w: w.concurrency["mean_running"])
-        )
-        return kept, tuple(w.concurrency["mean_running"] for w in tries if w is not kept)
+        kept = tries[-1] if calm else max(reversed(tries), key=lambda w: w.concurrency.mean_running)
+        return kept, tuple(w.concurrency.mean_running for w in tries if w is not kept)
 
     def measure_repeat(self, arm: str) -> ArmRepeat:
         """A flushed steady-state window, then a flushed prefill-only one of what it prefilled; a
         repeat that timed no decode (a stall) is measured again up to :data:`WINDOW_RERUNS` times,
-        the last kept for the checks."""
+        the last kept for the checks, which read the decode times of those measured again in the
+        sample's ``window.rerun_decode_seconds`` (a failure after them is no one passing stall)."""
         started = time.time()
         dropped: list[float] = []
         unlike: list[float] = []
@@ -336,7 +353,8 @@ class ArmMeasurer:
         outputs, finish = self._complete(full)
         if unlike:
             sample = dataclasses.replace(
-                sample, window={**sample.window, "rerun_decode_seconds": unlike}
+                sample,
+                window=dataclasses.replace(sample.window, rerun_decode_seconds=tuple(unlike)),
             )
         # The share of the pool's decode tokens (whole outputs less prefill's first token) made
         # inside the window, per loop: arms whose windows close at different points cover different
@@ -369,9 +387,8 @@ class ArmMeasurer:
             outputs=outputs,
             finish=finish,
             started=started,
-            concurrency={**full.concurrency, "rerun_means": list(dropped)}
-            if dropped
-            else full.concurrency,
+            concurrency=full.concurrency,
+            rerun_means=tuple(dropped),
             stable=full.loops_agree,
             problems=tuple(problems),
             replay_problems=replay_problems,
@@ -382,21 +399,19 @@ class ArmMeasurer:
         """The arm's record over ``repeats``."""
         drafter = self.case.drafter if arm != "baseline" else None
         first = repeats[0].outputs if repeats else ()
-        return RunResult(
-            arm=arm,
-            engine=self.server.describe(),
-            source=self.meter.label,
-            samples=tuple(r.sample for r in repeats),
-            outputs=first,
+        record = Arm.measured(
+            arm,
+            EngineFacts.from_dict(self.server.describe(), f"{arm}.engine"),
+            self.meter.label,
+            tuple(r.sample for r in repeats),
+            drafter.num_draft_tokens + 1 if drafter else 1,
             finish_reasons=repeats[-1].finish if repeats else (),
-            verified_per_step=drafter.num_draft_tokens + 1 if drafter else 1,
-            concurrency=arm_concurrency(
-                self.case.batch, [r.concurrency for r in repeats], len(self.prompts)
-            ),
+            concurrency=arm_concurrency(self.case.batch, repeats, len(self.prompts)),
             outputs_stable=all(r.stable and r.outputs == first for r in repeats),
             counter_problems=tuple(dict.fromkeys(p for r in repeats for p in r.problems)),
             replay_problems=tuple(dict.fromkeys(p for r in repeats for p in r.replay_problems)),
         )
+        return RunResult(record, first)
 
     def measure(self, arm: str) -> RunResult:
         """Warm up, then ``repeats`` flushed prefill/full window pairs back to back."""
@@ -411,20 +426,23 @@ class ArmMeasurer:
 WINDOW_RERUNS = 2
 
 
-def arm_concurrency(batch: int, windows: Sequence[dict[str, Any]], pool: int) -> dict[str, Any]:
+def arm_concurrency(batch: int, repeats: Sequence[ArmRepeat], pool: int) -> ArmConcurrency:
     """What ran over an arm's full windows: the merged step record, each window's mean
     (``window_means``: the worst repeat shows) and the means of windows run again as the host
-    disturbed them (``rerun_means``, only if any)."""
-    merged = merge_concurrency(windows) if windows else {}
-    means = [w.get("mean_running") for w in windows]
-    reruns = [m for w in windows for m in w.get("rerun_means", ())]
-    return {
-        "requested": batch,
-        "pool": pool,
-        **merged,
-        "window_means": None if any(m is None for m in means) else means,
-        **({"rerun_means": reruns} if reruns else {}),
-    }
+    disturbed them (``rerun_means``)."""
+    windows = [r.concurrency for r in repeats]
+    merged = merge_concurrency([w.as_dict() for w in windows]) if windows else {}
+    means = [w.mean_running for w in windows]
+    return ArmConcurrency.from_dict(
+        {
+            "requested": batch,
+            "pool": pool,
+            **merged,
+            "window_means": None if any(m is None for m in means) else means,
+            "rerun_means": [m for r in repeats for m in r.rerun_means],
+        },
+        "concurrency",
+    )
 
 
 def _misses(before: dict[str, Any], after: dict[str, Any]) -> int:

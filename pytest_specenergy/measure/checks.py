@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 from typing import Sequence
 
 from pytest_specenergy.document import Check
@@ -104,10 +103,10 @@ def _restart_checks(pair: PairResult) -> list[Check]:
         Check(
             "engine-restarted",
             "warn",
-            f"the {restart['arm']} engine died and was started again "
-            f"before its repeat {restart['before_repeat'] + 1} (warmed up again); see its log",
+            f"the {restart.arm} engine died and was started again "
+            f"before its repeat {(restart.before_repeat or 0) + 1} (warmed up again); see its log",
         )
-        for restart in pair.order.get("restarts", ())
+        for restart in pair.order.restarts
     ]
 
 
@@ -207,11 +206,11 @@ def _concurrency_checks(run: RunResult, batch: int) -> list[Check]:
     """Fail an arm whose mean concurrency (all windows merged, and the worst alone) is below 90% of
     the batch."""
     c = run.concurrency
-    means = [m for m in [c.get("mean_running"), *(c.get("window_means") or [])] if m is not None]
+    means = [m for m in [c.mean_running, *(c.window_means or ())] if m is not None]
     if not means:
         # A record from before the mean was kept (stored results): only the maximum to go by.
-        top = c.get("max_running")
-        if "mean_running" not in c and top is not None and top < batch:
+        top = c.max_running
+        if top is not None and top < batch:
             return [
                 Check(
                     "concurrency-below-batch",
@@ -223,13 +222,13 @@ def _concurrency_checks(run: RunResult, batch: int) -> list[Check]:
     worst = min(means)
     if worst >= MIN_CONCURRENCY_SHARE * batch:
         return []
-    pool = c.get("pool")
+    pool = c.pool
     hint = (
         f"; the pool of {pool} prompts is too small to keep {batch} in flight"
         if pool is not None and pool < 4 * batch
         else ""
     )
-    cap = c.get("max_running_requests")
+    cap = c.max_running_requests
     if cap is not None and cap < batch:
         hint += f"; the engine admits at most {cap} requests"
     return [
@@ -237,7 +236,7 @@ def _concurrency_checks(run: RunResult, batch: int) -> list[Check]:
             "concurrency-below-batch",
             "fail",
             f"{run.arm} arm ran {worst:.1f} requests per step on average (min "
-            f"{c.get('min_running')}, max {c.get('max_running')}), below "
+            f"{c.min_running}, max {c.max_running}), below "
             f"{MIN_CONCURRENCY_SHARE:.0%} of the batch {batch}{hint}{_reruns_said(run)}",
         )
     ]
@@ -247,9 +246,9 @@ def _reruns_said(*runs: RunResult) -> str:
     """For a concurrency message: the windows already run again (a failure after that is no passing
     noise)."""
     said = [
-        f"{run.arm} arm's {', '.join(f'{m:.2f}' for m in run.concurrency['rerun_means'])}"
+        f"{run.arm} arm's {', '.join(f'{m:.2f}' for m in run.concurrency.rerun_means)}"
         for run in runs
-        if run.concurrency.get("rerun_means")
+        if run.concurrency.rerun_means
     ]
     return f" (windows run again after falling below their peak: {'; '.join(said)})" if said else ""
 
@@ -271,7 +270,7 @@ def arm_agreement_checks(base: RunResult, spec: RunResult, batch: int) -> list[C
     batch and the coverage gap the pool allows; a record without the figures (an old file) is not
     judged."""
     found = []
-    means = (base.concurrency.get("mean_running"), spec.concurrency.get("mean_running"))
+    means = (base.concurrency.mean_running, spec.concurrency.mean_running)
     if (
         None not in means
         and batch > 0
@@ -356,14 +355,15 @@ def _gpus(run: RunResult) -> list[str]:
     """The GPU UUIDs an arm's first measured window saw (empty for a modeled meter)."""
     if not run.samples:
         return []
-    details = run.samples[0].window.get("full", {}).get("details", {})
-    return sorted(str(g.get("uuid")) for g in details.get("gpus", []) if isinstance(g, dict))
+    gpus = run.samples[0].window.detail("gpus") or []
+    return sorted(str(g.get("uuid")) for g in gpus if isinstance(g, dict))
 
 
 def _pairing_checks(base: RunResult, spec: RunResult) -> list[Check]:
     """The two arms must differ only by the drafter (paper s.3, s.10)."""
     found = []
-    base_graph, spec_graph = cuda_graph_setting(base.engine), cuda_graph_setting(spec.engine)
+    base_graph = cuda_graph_setting(base.engine.server_info, base.engine.options)
+    spec_graph = cuda_graph_setting(spec.engine.server_info, spec.engine.options)
     if base_graph != spec_graph:
         found.append(
             Check(
@@ -373,10 +373,10 @@ def _pairing_checks(base: RunResult, spec: RunResult) -> list[Check]:
                 f"{base_graph}, speculative {spec_graph}); CUDA graphs change the result",
             )
         )
-    engine = spec.engine.get("engine")
-    if engine in ENGINES and base.engine.get("engine") == engine:
+    engine = spec.engine.engine
+    if engine in ENGINES and base.engine.engine == engine:
         differences = get_backend(engine).twin_differences(
-            spec.engine.get("server_info") or {}, base.engine.get("server_info") or {}
+            spec.engine.server_info, base.engine.server_info
         )
         if differences:
             found.append(
@@ -409,9 +409,7 @@ def _window_checks(base: RunResult, spec: RunResult) -> list[Check]:
         times = [s.decode_seconds for s in run.samples if s.decode_seconds <= 0]
         if times:
             # The repeats already measured again: the failure is no one passing stall.
-            again = [
-                t for s in run.samples for t in (s.window or {}).get("rerun_decode_seconds", ())
-            ]
+            again = [t for s in run.samples for t in s.window.rerun_decode_seconds]
             said = (
                 " (measured again after repeats whose decode time was "
                 f"{', '.join(f'{t:.3g}' for t in again)} s)"
@@ -437,9 +435,7 @@ def _window_checks(base: RunResult, spec: RunResult) -> list[Check]:
                 )
             )
             continue
-        shares = [
-            share for share in (prefill_share(s.window) for s in run.samples) if share is not None
-        ]
+        shares = [s.window.prefill_share for s in run.samples if s.window.prefill_share is not None]
         if shares and max(shares) > 0.5:
             found.append(
                 Check(
@@ -450,15 +446,3 @@ def _window_checks(base: RunResult, spec: RunResult) -> list[Check]:
                 )
             )
     return found
-
-
-def prefill_share(window: dict[str, Any]) -> float | None:
-    """Prefill's share of one run's energy: per-loop prefill over per-loop full energy (the two
-    windows repeat their run different ``loops`` times; window totals would give the ratio of
-    average powers: 5% read as 84%)."""
-    full, prefill = window.get("full") or {}, window.get("prefill") or {}
-    if not full.get("joules") or prefill.get("joules") is None:
-        return None
-    per_full = full["joules"] / (full.get("loops") or 1)
-    per_prefill = prefill["joules"] / (prefill.get("loops") or 1)
-    return per_prefill / per_full if per_full else None

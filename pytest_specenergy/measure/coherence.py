@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 from typing import Sequence
 
+from pytest_specenergy.document import CoherenceFacts
 from pytest_specenergy.engines.client import EngineClient
 from pytest_specenergy.measure.degeneracy import DegeneracyReport
 from pytest_specenergy.measure.degeneracy import degeneracy
@@ -63,6 +64,10 @@ class Coherence:
     def worst_gap(self) -> float:
         """The largest per-prompt gap."""
         return max(self.gaps, default=0.0)
+
+    def record(self) -> CoherenceFacts:
+        """As the run document stores it."""
+        return CoherenceFacts.from_dict(self.as_dict(), "coherence")
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record."""
@@ -216,7 +221,8 @@ def measure_coherence(
     prompt from its first divergence on (the shared prefix would only dilute the gap).
     ``return_prompt_token_ids``: whether the engine has that field (None: unknown, treated as no).
     ``tie_margins``: also score each divergence's baseline top-2 (``margins``); without it every
-    divergence stays unclassified, which equivalence judges as real."""
+    divergence stays unclassified, which equivalence judges as real. Identical continuations are
+    not scored again: they cannot differ."""
     diverged = [i for i, (b, s) in enumerate(zip(baseline, speculative)) if list(b) != list(s)]
     if not diverged:
         n = len(baseline)  # nothing diverged: nothing to score

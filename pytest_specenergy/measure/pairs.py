@@ -13,6 +13,11 @@ from typing import Any
 from typing import Callable
 
 from pytest_specenergy.cases.case import Case
+from pytest_specenergy.document import MeterFacts
+from pytest_specenergy.document import RepeatEntry
+from pytest_specenergy.document import ResidencyFacts
+from pytest_specenergy.document import Restart
+from pytest_specenergy.document import RunOrder
 from pytest_specenergy.engines.base import Pool
 from pytest_specenergy.engines.base import Server
 from pytest_specenergy.engines.config import EngineConfig
@@ -116,9 +121,14 @@ class PairMeasurer:
         self.pool.max_live = self.residency.engines if self.residency.resident else 1
 
     def start_planned(self) -> None:
-        """On an unbounded pool, start the planned cases' reference engines (not SGLang's) side by
-        side before the first case measures, at most :data:`PRESTART_MAX`
-        (``docs/design/measure.md``, "Starting engines together")."""
+        """On an unbounded pool (where every engine is kept to the session's end anyway), start
+        the planned cases' reference engines side by side before the first case measures, at most
+        :data:`PRESTART_MAX`, the first cases' first; the rest start when their case comes.
+
+        A start is mostly imports and model building, single-threaded and partly I/O, so starts
+        overlap well (the quickstart's five engines: 15.2 s one by one, 12.0 s together, before
+        reference engines were forked from the zygote). SGLang engines are not started ahead: a
+        CPU one takes a minute and the cores; GPU ones follow :meth:`plan`'s residency."""
         if self.pool.max_live:
             return
         configs = [
@@ -214,7 +224,7 @@ class PairMeasurer:
 
     def _interleaved(
         self, case: Case, repeats: int, warmup: int | None, with_baseline: bool
-    ) -> tuple[dict[str, RunResult], Server, dict[str, Any]]:
+    ) -> tuple[dict[str, RunResult], Server, RunOrder]:
         """``repeats`` of each arm of ``case`` in cycles (:class:`CyclePlan`); each arm's result
         by name, the speculative arm's server, and the order they ran in."""
         plan = self._plan(case, with_baseline)
@@ -236,12 +246,15 @@ class PairMeasurer:
                     self._measure_next(run, arm.name)
                 if arm.name == "baseline":
                     self._measure_siblings(case)
-        order = {
-            "interleaved": plan.interleaved,
-            "cooldown_s": self.cooldown_s,
-            **run.order(),
-            **({"residency": self.residency.as_dict()} if self.residency is not None else {}),
-        }
+        residency = self.residency
+        order = RunOrder(
+            interleaved=plan.interleaved,
+            cooldown_s=self.cooldown_s,
+            order=tuple(str(entry.arm) for entry in run.entries()),
+            repeats=run.entries(),
+            restarts=tuple(run.restarts),
+            residency=None if residency is None else ResidencyFacts.from_dict(residency.as_dict()),
+        )
         return run.results(), run.measurers["speculative"].server, order
 
     def _measure_next(self, run: _CycleRun, name: str) -> None:
@@ -252,7 +265,7 @@ class PairMeasurer:
         if server is not measurer.server:
             measurer.server = server
             measurer.warm_up()
-            run.restarts.append({"arm": name, "before_repeat": index})
+            run.restarts.append(Restart(arm=name, before_repeat=index))
         run.repeats[name].append(self._timed(measurer, name, index, run.total))
 
     def _measure_siblings(self, case: Case) -> None:
@@ -313,7 +326,7 @@ class PairMeasurer:
                 case, self.repeats, None, with_baseline=not shared
             )
             if shared:
-                order["baseline_from"] = self._baseline_from[key]
+                order = dataclasses.replace(order, baseline_from=self._baseline_from[key])
             else:
                 self._baselines[key], self._baseline_from[key] = arms["baseline"], case.id
             baseline = self._baselines[key]
@@ -356,31 +369,28 @@ class PairMeasurer:
         pair = self.measure(case)
         more, _, order = self._interleaved(case, extra, 0, with_baseline=True)
         grown = {
-            name: _extend(pair.arms[name], run) for name, run in more.items() if name in pair.arms
+            name: pair.arms[name].extended(run) for name, run in more.items() if name in pair.arms
         }
         self._baselines[case.baseline_key()] = grown["baseline"]
-        merged = dict(pair.order or {})
-        offset = {arm: sum(1 for a in merged.get("order", []) if a == arm) for arm in more}
-        merged["order"] = list(merged.get("order", [])) + order["order"]
-        merged["repeats"] = list(merged.get("repeats", [])) + [
-            {**e, "repeat": e["repeat"] + offset[e["arm"]], "added": True} for e in order["repeats"]
-        ]
-        merged["interleaved"] = bool(merged.get("interleaved", True)) and order["interleaved"]
+        merged = _added(pair.order, order)
         self._pairs[case] = checked(dataclasses.replace(pair, order=merged, **grown))
         return self._pairs[case]
 
-    def meter_description(self, label: str) -> dict[str, Any] | None:
+    def meter_description(self, label: str) -> MeterFacts | None:
         """The description of the meter whose label is ``label``, if one was used."""
         for meter in self.meters.values():
-            description = meter.describe()
+            description = MeterFacts.from_dict(meter.describe(), f"meter {meter.kind}")
             # One modeled meter prices several engines, each under its own label.
-            if label == meter.label or label in description.get("labels", ()):
-                return {**description, "label": label}
+            if label == meter.label or label in (description.labels or ()):
+                return dataclasses.replace(description, label=label)
         return None
 
-    def describe_meters(self) -> dict[str, dict[str, Any]]:
+    def describe_meters(self) -> dict[str, MeterFacts]:
         """Each meter used this session, described."""
-        return {kind: meter.describe() for kind, meter in self.meters.items()}
+        return {
+            kind: MeterFacts.from_dict(meter.describe(), f"meter {kind}")
+            for kind, meter in self.meters.items()
+        }
 
     def close(self) -> None:
         """Stop every engine and release meters."""
@@ -397,28 +407,20 @@ class _CycleRun:
         self.total = total
         self.measurers: dict[str, ArmMeasurer] = {}
         self.repeats: dict[str, list[ArmRepeat]] = {arm.name: [] for arm in arms}
-        self.restarts: list[dict[str, Any]] = []
+        self.restarts: list[Restart] = []
 
     def results(self) -> dict[str, RunResult]:
         """Each arm's result over its repeats."""
         return {name: self.measurers[name].result(name, rs) for name, rs in self.repeats.items()}
 
-    def order(self) -> dict[str, Any]:
-        """The repeats in the order they started (arm, index, wall-clock start and finish) and
-        the restarts, as the pair records them."""
-        entries = sorted(
-            (
-                {"arm": name, "repeat": i, "started": r.started, "finished": r.finished}
-                for name, repeats in self.repeats.items()
-                for i, r in enumerate(repeats)
-            ),
-            key=lambda e: e["started"],
+    def entries(self) -> tuple[RepeatEntry, ...]:
+        """Every repeat in the order they started: arm, index, wall-clock start and finish."""
+        entries = (
+            RepeatEntry(arm=name, repeat=i, started=r.started, finished=r.finished)
+            for name, repeats in self.repeats.items()
+            for i, r in enumerate(repeats)
         )
-        return {
-            "order": [e["arm"] for e in entries],
-            "repeats": entries,
-            **({"restarts": self.restarts} if self.restarts else {}),
-        }
+        return tuple(sorted(entries, key=lambda e: e.started or 0.0))
 
 
 #: Reference engines :meth:`PairMeasurer.start_planned` starts at once (a tiny model's takes about
@@ -439,13 +441,22 @@ def _installed_server_fields() -> frozenset[str] | None:
     return installed_server_args_fields()
 
 
-def _extend(run: RunResult, more: RunResult) -> RunResult:
-    """``run`` with the samples of ``more`` appended (same arm, same engine)."""
-    stable = run.outputs_stable and more.outputs_stable and run.outputs == more.outputs
+def _added(order: RunOrder, more: RunOrder) -> RunOrder:
+    """``order`` with the repeats of ``more`` (run after it, for the gate) appended: their indices
+    continue each arm's, they are marked ``added``, and engines restarted among them are kept."""
+    offset = {arm: order.order.count(arm) for arm in set(more.order)}
     return dataclasses.replace(
-        run,
-        samples=run.samples + more.samples,
-        outputs_stable=stable,
-        counter_problems=tuple(dict.fromkeys(run.counter_problems + more.counter_problems)),
-        replay_problems=tuple(dict.fromkeys(run.replay_problems + more.replay_problems)),
+        order,
+        order=order.order + more.order,
+        repeats=order.repeats
+        + tuple(
+            dataclasses.replace(e, repeat=(e.repeat or 0) + offset[str(e.arm)], added=True)
+            for e in more.repeats
+        ),
+        restarts=order.restarts
+        + tuple(
+            dataclasses.replace(r, before_repeat=(r.before_repeat or 0) + offset[str(r.arm)])
+            for r in more.restarts
+        ),
+        interleaved=order.interleaved and more.interleaved,
     )

@@ -6,18 +6,25 @@ the value, the limit, both arms, the case, the source.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from dataclasses import field
-from dataclasses import fields
 from functools import cached_property
 from typing import Any
+from typing import Mapping
 
 from pytest_specenergy import metrics
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.document import Arm
+from pytest_specenergy.document import CaseFacts
 from pytest_specenergy.document import CaseRecord
 from pytest_specenergy.document import Check
+from pytest_specenergy.document import DrafterFacts
+from pytest_specenergy.document import EngineFacts
+from pytest_specenergy.document import EquivalenceFacts
 from pytest_specenergy.document import RepeatSample
+from pytest_specenergy.document import RunOrder
+from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.measure.coherence import DEFAULT_MAX_LOGPROB_GAP
 from pytest_specenergy.measure.coherence import Coherence
 from pytest_specenergy.measure.equivalence import DEFAULT_TIE_MARGIN
@@ -33,67 +40,81 @@ def _speculative(name: str, doc: str) -> property:
     return property(lambda pair: getattr(pair.speculative, name), doc=doc)
 
 
+def _recorded(name: str, doc: str) -> property:
+    return property(lambda run: getattr(run.record, name), doc=doc)
+
+
 @dataclass(frozen=True)
 class RunResult:
-    """One arm of a pair: every repeat's sample plus the outputs of the measured requests."""
+    """One arm of a pair: its record as the run document stores it (every repeat's sample, the
+    engine, what ran, the figures computed from them) and the outputs of the measured requests,
+    which the document does not keep."""
 
-    arm: str  # "baseline" | "speculative"
-    engine: dict[str, Any]
-    source: str  # "measured (nvml)" | "modeled (h200)"
-    samples: tuple[RepeatSample, ...]
-    outputs: tuple[tuple[int, ...], ...]
-    finish_reasons: tuple[str, ...]
-    verified_per_step: int
-    concurrency: dict[str, Any] = field(default_factory=dict)
-    outputs_stable: bool = True
-    #: Speculative counters that contradict the committed tokens (see checks.counter_problems).
-    counter_problems: tuple[str, ...] = ()
-    #: A replay engine's arm: windows that did not replay the recorded drafts like for like.
-    replay_problems: tuple[str, ...] = ()
+    record: Arm
+    outputs: tuple[tuple[int, ...], ...] = ()
 
-    @property
-    def energy_per_token(self) -> float | None:
-        """Median over repeats of decode J per committed token."""
-        return metrics.median([s.energy_per_token for s in self.samples])
+    arm = _recorded("arm", "``baseline``, ``speculative``, ``reference`` or ``removal``.")
+    engine = _recorded(
+        "engine", "What ran the arm (:class:`~pytest_specenergy.document.EngineFacts`)."
+    )
+    source = _recorded(
+        "source", "Where its energy came from: ``measured (nvml)``, ``modeled (h200)``."
+    )
+    samples = _recorded("samples", "Every measured repeat's decode-only sample.")
+    finish_reasons = _recorded("finish_reasons", "Each prompt's finish reason, last repeat.")
+    verified_per_step = _recorded("verified_per_step", "Tokens the target verifies per step.")
+    concurrency = _recorded("concurrency", "What ran over its full windows.")
+    outputs_stable = _recorded("outputs_stable", "Every repeat made the same outputs.")
+    counter_problems = _recorded("counter_problems", "Counters contradicting the tokens.")
+    replay_problems = _recorded("replay_problems", "Windows a replay did not replay like for like.")
+    energy_per_token = _recorded("energy_per_token", "Median decode J per committed token.")
+    tbt_ms = _recorded("tbt_ms", "Median of the mean per-request time between tokens, ms.")
+    accept_length = _recorded("accept_length", "Tokens per verify step over all repeats.")
+    acceptance_rate = _recorded("acceptance_rate", "Accepted over proposed drafts, all repeats.")
+    coverage = _recorded("coverage", "Mean share of the pool's decode tokens in the window.")
 
-    @property
-    def tbt_ms(self) -> float | None:
-        """Median over repeats of the mean per-request time between tokens."""
-        return metrics.median([s.tbt_ms for s in self.samples])
-
-    @property
-    def coverage(self) -> float | None:
-        """Mean over repeats of the share of the pool's decode tokens inside the window (None: not
-        recorded)."""
-        total = self.pooled("coverage")
-        return None if total is None else total / len(self.samples)
+    @classmethod
+    def measured(
+        cls,
+        arm: str,
+        engine: EngineFacts | Mapping[str, Any],
+        source: str,
+        samples: tuple[RepeatSample, ...],
+        outputs: tuple[tuple[int, ...], ...],
+        finish_reasons: tuple[str, ...],
+        verified_per_step: int,
+        **fields: Any,
+    ) -> RunResult:
+        """A result from plain values (its figures computed from ``samples``); ``fields`` are the
+        other fields of an :class:`~pytest_specenergy.document.Arm`. The engine and the
+        ``concurrency`` may be given in their JSON form."""
+        fields["finish_reasons"] = finish_reasons
+        record = Arm.measured(arm, engine, source, samples, verified_per_step, **fields)  # type: ignore[arg-type]
+        return cls(record, outputs)
 
     def pooled(self, attr: str) -> int | float | None:
-        """A per-repeat count (``verify_steps``, ``correct_drafts``, ``proposed_drafts``,
-        ``coverage``) summed over the repeats; None, never a partial sum, when a repeat lacks it."""
-        values = [getattr(s, attr) for s in self.samples]
-        return None if not values or any(v is None for v in values) else sum(values)
+        """A per-repeat count summed over the repeats (:meth:`Arm.pooled`)."""
+        return self.record.pooled(attr)
 
-    @property
-    def accept_length(self) -> float | None:
-        """Tokens per verify step over all repeats (None without verify steps)."""
-        return metrics.accept_length(self.pooled("correct_drafts"), self.pooled("verify_steps"))
+    def replaced(self, **fields: Any) -> RunResult:
+        """This result with fields of its record changed, its figures computed again."""
+        return RunResult(dataclasses.replace(self.record, **fields).refigured(), self.outputs)
 
-    @property
-    def acceptance_rate(self) -> float | None:
-        """Accepted over proposed drafts over all repeats."""
-        return metrics.acceptance_rate(
-            self.pooled("correct_drafts"), self.pooled("proposed_drafts")
+    def extended(self, more: RunResult) -> RunResult:
+        """This arm with ``more``'s repeats added (same arm, same engine; the gate asked for
+        more): its figures computed again over every sample."""
+        record, added = self.record, more.record
+        stable = record.outputs_stable and added.outputs_stable and self.outputs == more.outputs
+        return self.replaced(
+            samples=record.samples + added.samples,
+            outputs_stable=stable,
+            counter_problems=tuple(dict.fromkeys(record.counter_problems + added.counter_problems)),
+            replay_problems=tuple(dict.fromkeys(record.replay_problems + added.replay_problems)),
         )
-
-    def record(self) -> Arm:
-        """This arm as the run document stores it, every sample kept: each field of an :class:`Arm`
-        is this one's."""
-        return Arm(**{f.name: getattr(self, f.name) for f in fields(Arm) if f.name != "extra"})
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record with every sample."""
-        return self.record().as_dict()
+        return self.record.as_dict()
 
 
 @dataclass(frozen=True)
@@ -108,12 +129,12 @@ class PairResult:
     #: How the repeats ran: ``order`` (arm per repeat, in run order), ``repeats`` (arm, index,
     #: wall-clock start and finish), ``interleaved``, ``cooldown_s``, and ``baseline_from`` when the
     #: baseline came from another pair.
-    order: dict[str, Any] = field(default_factory=dict, compare=False)
-    #: In-job A/B: the reference drafter's arm (``case.reference``); sample i of each arm comes from
-    #: one cycle.
+    order: RunOrder = field(default_factory=RunOrder, compare=False)
+    #: In-job A/B: the reference drafter's arm (``case.reference``), measured in the same repeat
+    #: cycles as both other arms: sample i of each arm comes from one cycle.
     reference: RunResult | None = None
-    #: Draft removal: the verify-only replay of the speculative arm's recorded drafts (no draft
-    #: passes).
+    #: Draft removal: the verify-only replay of the speculative arm's recorded drafts: the same
+    #: verify steps over the same contexts with no draft passes, sample i in cycle i.
     removal: RunResult | None = None
     #: In-job A/B: the reference arm's text scored against the baseline, so its ties are told apart
     #: too.
@@ -154,10 +175,7 @@ class PairResult:
 
     def _meter_detail(self, key: str) -> list[Any]:
         """``key`` from the speculative arm's full-window meter details, per repeat (None-free)."""
-        values = [
-            (s.window.get("full") or {}).get("details", {}).get(key)
-            for s in self.speculative.samples
-        ]
+        values = [s.window.detail(key) for s in self.speculative.samples]
         return [v for v in values if v is not None]
 
     @property
@@ -182,7 +200,9 @@ class PairResult:
     def draft_share(self) -> float | None:
         """The drafter's share of speculative decode energy (:attr:`draft_share_method` says how):
         measured by draft removal (:func:`metrics.removal_draft_share`), else the modeled meter's
-        price of the draft passes, else None."""
+        price of the draft passes, else None. The removal share can come out slightly negative on
+        a board meter for a drafter with no draft passes: that is the meter's noise, kept as
+        measured."""
         if self.removal is not None:
             return metrics.removal_draft_share(
                 [s.energy_per_token for s in self.speculative.samples],
@@ -322,8 +342,14 @@ class PairResult:
         """The speculative text is as likely under the target as the baseline's own text, shows no
         degeneracy (loops, distinct-n collapse, special-token leakage, length blow-up), and from
         each prompt's first divergence on no token of it lies more than ``tie_margin`` nats below
-        the target's best (``inf``: not judged). For where exact equality cannot hold (GPU numerics;
-        why it works: ``docs/design/measure.md``, "Details from the code's docstrings")."""
+        the target's best (``inf``: not judged). For where exact equality cannot hold (GPU
+        numerics).
+
+        Why it tells noise from a bug: greedy decoding under noise picks the best token or a
+        near-tie everywhere, while a verify bug that commits a token the target rejected fails the
+        per-token rule even where the mean gap is small. That rule reads each divergence's
+        ``later_gap``, scored where its top-2 were scored (the plugin scores them), so a drafter
+        bug that first shows at a near-tie still shows after it."""
         __tracebackhide__ = True
         coherence = self.coherence
         if coherence is None:
@@ -367,12 +393,13 @@ class PairResult:
     def record(self, nodeid: str | None = None, machine_key: str | None = None) -> CaseRecord:
         """The pair as the run document stores it, with every sample of every arm."""
         ab = self.reference is not None and self.case.reference is not None
+        reference = self.reference.record if ab else None  # type: ignore[union-attr]
         return CaseRecord(
             case_id=self.case_id,
-            case=self.case.as_dict(),
+            case=CaseFacts.from_dict(self.case.as_dict(), "case"),
             source=self.source,
-            baseline=self.baseline.record(),
-            speculative=self.speculative.record(),
+            baseline=self.baseline.record,
+            speculative=self.speculative.record,
             energy_saving=self.energy_saving,
             speedup=self.speedup,
             accept_length=self.accept_length,
@@ -386,15 +413,15 @@ class PairResult:
             draft_share=self.draft_share,
             draft_share_method=self.draft_share_method,
             draft_share_priced=self.draft_share_priced,
-            equivalence=self.equivalence.as_dict(),
-            coherence=self.coherence.as_dict() if self.coherence else None,
+            equivalence=_equivalence(self.equivalence),
+            coherence=None if self.coherence is None else self.coherence.record(),
             checks=self.checks,
             order=self.order,
-            reference=self.reference.record() if ab else None,  # type: ignore[union-attr]
-            reference_drafter=self.case.reference.as_dict() if ab else None,  # type: ignore[union-attr]
+            reference=reference,
+            reference_drafter=_drafter(self.case.reference) if ab else None,
             # The reference arm's own match with the baseline: an A/B compares equivalence too.
-            reference_equivalence=self.reference_equivalence.as_dict() if ab else None,  # type: ignore[union-attr]
-            removal=self.removal.record() if self.removal is not None else None,
+            reference_equivalence=_equivalence(self.reference_equivalence) if ab else None,
+            removal=self.removal.record if self.removal is not None else None,
             nodeid=nodeid,
             machine_key=machine_key,
         )
@@ -410,3 +437,11 @@ def _arm_line(label: str, run: RunResult) -> str:
         f"  {label} {metrics.fmt(run.energy_per_token, '.4g')} J/token, tbt "
         f"{metrics.fmt(run.tbt_ms, '.3f')} ms ({len(run.samples)} repeats: {samples})\n"
     )
+
+
+def _equivalence(equivalence: Equivalence | None) -> EquivalenceFacts | None:
+    return None if equivalence is None else EquivalenceFacts.from_dict(equivalence.as_dict())
+
+
+def _drafter(drafter: Drafter | None) -> DrafterFacts | None:
+    return None if drafter is None else DrafterFacts.from_dict(drafter.as_dict())

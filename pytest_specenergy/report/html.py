@@ -135,7 +135,7 @@ def _summary(
         ("run at", run.datetime or "n/a"),
         (
             "commit",
-            f"{run.commit['sha'][:12]}{' (dirty)' if run.commit.get('dirty') else ''}"
+            f"{str(run.commit.sha)[:12]}{' (dirty)' if run.commit.dirty else ''}"
             if run.commit
             else "n/a",
         ),
@@ -154,8 +154,8 @@ def _summary(
 def _raw(run: RunDocument) -> str:
     """The machine and meter descriptions, folded: raw JSON that few readers need."""
     parts = (
-        ("Machine", ["key", "value"], run.machine_info),
-        ("Meters", ["meter", "description"], run.meters),
+        ("Machine", ["key", "value"], run.machine_info.as_dict()),
+        ("Meters", ["meter", "description"], {k: m.as_dict() for k, m in run.meters.items()}),
     )
     out = [
         f"<details><summary>{title}</summary>"

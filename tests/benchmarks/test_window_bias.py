@@ -60,15 +60,8 @@ def test_a_modeled_window_prices_its_prefill_from_its_own_steps_as_the_twin_read
         pool.close()
     for arm in ("baseline", "speculative"):
         p, t = getattr(priced, arm).samples[0], getattr(twin, arm).samples[0]
-        assert (
-            p.window["prefill"]["grouping"] == PRICED
-            and t.window["prefill"]["grouping"] == "engine"
-        )
-        assert (
-            p.window["prefill"]["joules"]
-            == p.window["full"]["details"]["joules_by_phase"]["prefill"]
-            > 0
-        )
+        assert p.window.prefill.grouping == PRICED and t.window.prefill.grouping == "engine"
+        assert p.window.prefill.joules == p.window.full.details["joules_by_phase"]["prefill"] > 0
         # Equal up to the order the steps' floats were summed in.
         assert (
             p.decode_joules == pytest.approx(t.decode_joules, rel=1e-12) and p.decode_joules > 0

@@ -111,7 +111,7 @@ def _pair(tmp_path: Path, spec_cap: int | None = None, slow_windows: set[int] = 
 
 def test_arms_run_at_different_concurrency_fail_concurrency_differs(tmp_path: Path) -> None:
     pair = _pair(tmp_path, spec_cap=2)
-    base, spec = (run.concurrency.get("mean_running") for run in (pair.baseline, pair.speculative))
+    base, spec = (run.concurrency.mean_running for run in (pair.baseline, pair.speculative))
     assert base > 3.5 and spec <= 2.0, (base, spec)  # the engines really ran so
     [differs] = [c for c in pair.failed_checks if c.name == "concurrency-differs"]
     assert f"{base:.2f}" in differs.message and f"{spec:.2f}" in differs.message, differs.message
@@ -125,14 +125,14 @@ def test_arms_at_the_same_concurrency_do_not(tmp_path: Path) -> None:
 def test_a_window_the_host_disturbed_is_run_again_and_the_new_one_kept(tmp_path: Path) -> None:
     pair = _pair(tmp_path, slow_windows={1})
     spec = pair.speculative.concurrency
-    dropped = spec["rerun_means"][0]  # the slowed window (a loaded host may disturb its rerun too)
+    dropped = spec.rerun_means[0]  # the slowed window (a loaded host may disturb its rerun too)
     assert dropped < 0.95 * 4, spec  # the slowed ramp-up really left the window below its peak
-    assert spec["window_means"][0] > dropped + 0.3, spec  # the window kept is one run again
+    assert spec.window_means[0] > dropped + 0.3, spec  # the window kept is one run again
     # The baseline's windows are not slowed, but a loaded host can still disturb one (CI builds
     # the SGLang environments beside these tests: 3.73 of 4 once). Then the same rule holds.
     base = pair.baseline.concurrency
-    for dropped in base.get("rerun_means", []):
-        assert dropped < 0.95 * 4 and base["window_means"][0] >= 0.95 * 4, base
+    for dropped in base.rerun_means:
+        assert dropped < 0.95 * 4 and base.window_means[0] >= 0.95 * 4, base
     assert not {"concurrency-differs", "concurrency-below-batch"} & {c.name for c in pair.checks}, (
         pair.describe()
     )
@@ -143,7 +143,7 @@ def test_a_window_disturbed_again_is_kept_and_the_check_says_it_was_run_again(
 ) -> None:
     pair = _pair(tmp_path, slow_windows={1, 2, 3})
     spec = pair.speculative.concurrency
-    assert len(spec["rerun_means"]) == WINDOW_RERUNS and spec["window_means"][0] < 0.95 * 4, spec
+    assert len(spec.rerun_means) == WINDOW_RERUNS and spec.window_means[0] < 0.95 * 4, spec
     [differs] = [c for c in pair.failed_checks if c.name == "concurrency-differs"]
     # A loaded host may disturb a baseline window too (CI: baseline arm's 3.78 once); the message
     # then names both.
@@ -151,4 +151,4 @@ def test_a_window_disturbed_again_is_kept_and_the_check_says_it_was_run_again(
     assert (
         said.startswith(("speculative arm's ", "baseline arm's ")) and "speculative arm's " in said
     ), differs.message
-    assert f"{spec['rerun_means'][0]:.2f}" in differs.message, differs.message
+    assert f"{spec.rerun_means[0]:.2f}" in differs.message, differs.message

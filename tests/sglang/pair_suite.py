@@ -76,15 +76,16 @@ def steps(window):
 def facts_of(pair):
     return {"checks": [str(c) for c in pair.failed_checks],
             "source": pair.baseline.source,
-            "concurrency": {arm: {k: getattr(pair, arm).concurrency.get(k)
+            "concurrency": {arm: {k: getattr(getattr(pair, arm).concurrency, k)
                                   for k in ("mean_running", "min_running", "max_running",
                                             "max_running_requests", "rerun_means")}
                             for arm in ("baseline", "speculative")},
-            "windows": [s.window["full"] | {"details": None, "concurrency": steps(s.window["full"])}
+            "windows": [s.window.full.as_dict()
+                        | {"details": None, "concurrency": steps(s.window.full.as_dict())}
                         for s in pair.baseline.samples + pair.speculative.samples],
             "samples": [s.as_dict() | {"window": None}
                         for s in pair.baseline.samples + pair.speculative.samples],
-            "order": pair.order}
+            "order": pair.order.as_dict()}
 
 
 @pytest.mark.reference_drafter(Drafter("none", id="none-ref"))

@@ -158,7 +158,7 @@ def test_baseline_half(spec_pair):
     after = server.client.server_info()
     save("server_info", {k: v for k, v in after.items() if k != "internal_states"})
     save("step_time_keys_after", sorted(after["internal_states"][0].get("step_time_dict", {})))
-    save("run", {"concurrency": run.concurrency, "counter_problems": list(run.counter_problems),
+    save("run", {"concurrency": run.concurrency.as_dict(), "counter_problems": list(run.counter_problems),
                  "outputs": [len(o) for o in run.outputs], "finish": list(run.finish_reasons),
                  "stable": run.outputs_stable, "source": run.source,
                  "samples": [s.as_dict() for s in run.samples]})

@@ -124,6 +124,85 @@ def _violations() -> list[str]:
     return bad
 
 
+def _module(path: Path, package: Path) -> str:
+    name = "pytest_specenergy." + ".".join(path.relative_to(package).with_suffix("").parts)
+    return name.removesuffix(".__init__")
+
+
+def module_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Every module of the package and the package modules it imports: any import statement, a
+    type-only one included (two files that each need the other to be read are a circle whether
+    or not the interpreter runs both imports); ``from pkg import name`` counts ``pkg.name`` when
+    that is a module."""
+    paths = {_module(path, package): path for path in sorted(package.rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets.add(node.module)
+                targets.update(f"{node.module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+        # A package's own __init__ is not an edge of its submodules: importing a submodule runs it.
+        graph[module] = {
+            t for t in targets if t in paths and t != module and not module.startswith(t + ".")
+        }
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or round a loop (Tarjan's strongly
+    connected components of more than one module)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                top = stack.pop()
+                group.append(top)
+                if top == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_no_two_modules_import_each_other():
+    assert circles(module_graph()) == []
+
+
+def test_a_circle_of_modules_is_found(tmp_path):
+    """Two modules that import each other - one of them only for type hints - are a circle."""
+    fake = tmp_path / "pytest_specenergy"
+    (fake / "measure").mkdir(parents=True)
+    (fake / "measure" / "results.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from pytest_specenergy.measure.checks import Check\n"
+    )
+    (fake / "measure" / "checks.py").write_text("from pytest_specenergy.measure import results\n")
+    (fake / "measure" / "load.py").write_text("import pytest_specenergy.measure.checks\n")
+    assert circles(module_graph(fake)) == [
+        ["pytest_specenergy.measure.checks", "pytest_specenergy.measure.results"]
+    ]
+
+
 def test_no_layer_imports_upward():
     assert _violations() == []
 
@@ -176,4 +255,6 @@ def test_the_document_imports_only_the_standard_library_and_the_metric_definitio
         "if m.startswith(('pytest_specenergy.', 'numpy', '_pytest')) or m == 'pytest'))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ("['pytest_specenergy.document', 'pytest_specenergy.metrics']")
+    loaded = ast.literal_eval(out.stdout.strip())
+    outside = [m for m in loaded if m.split(".")[:2] != ["pytest_specenergy", "document"]]
+    assert outside == ["pytest_specenergy.metrics"] and "pytest_specenergy.document" in loaded

@@ -10,11 +10,11 @@ import pytest
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.cli.main import main
+from pytest_specenergy.document import RepeatSample
 from pytest_specenergy.document import RunDocument
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.gate.storage import RunStore
 from pytest_specenergy.measure.results import PairResult
-from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
 
 KEY = "modeled-h200-cpu-reference-0.1.0"
@@ -39,7 +39,7 @@ def record(batch: int, spec_joules: float, source: str = "modeled (h200)", nodei
             )
             for f in (1.0, 1.01, 0.99)
         )
-        return RunResult(
+        return RunResult.measured(
             arm,
             {
                 "engine": "reference",

@@ -18,6 +18,7 @@ import pytest
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.document import CaseRecord
+from pytest_specenergy.document import RepeatSample
 from pytest_specenergy.document import RunDocument
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.gate import compare
@@ -30,7 +31,6 @@ from pytest_specenergy.gate.limits import limits_for
 from pytest_specenergy.gate.limits import merge_limits
 from pytest_specenergy.gate.limits import parse_fail_expr
 from pytest_specenergy.measure.results import PairResult
-from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
 from pytest_specenergy.metrics import METRICS
 
@@ -81,7 +81,7 @@ def _arm(
         )
         for e, t in zip(epts, tbts)
     )
-    return RunResult(
+    return RunResult.measured(
         arm=name,
         engine=copy.deepcopy(engine),
         source=source,

@@ -14,6 +14,7 @@ import pytest
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.document import CaseRecord
+from pytest_specenergy.document import RepeatSample
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.gate.compare import Verdict
 from pytest_specenergy.gate.compare import compare_case
@@ -25,7 +26,6 @@ from pytest_specenergy.measure.coherence import Coherence
 from pytest_specenergy.measure.degeneracy import degeneracy
 from pytest_specenergy.measure.equivalence import DivergenceMargin
 from pytest_specenergy.measure.results import PairResult
-from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
 
 
@@ -74,7 +74,7 @@ def arm(name: str, outputs, n: int = 3) -> RunResult:
         6 if spec else None,
         32 if spec else None,
     )
-    return RunResult(
+    return RunResult.measured(
         arm=name,
         engine={"engine": "reference", "version": "0.1.0"},
         source="modeled (h200)",

@@ -59,7 +59,7 @@ def test_pending_comparisons_pass_now_and_are_decided_at_finish():
     assert settled[0][0].fdr_pending == ("t0::m0",)
     suite = judge_suite([r for r, _ in settled], plan=PLAN, fdr_q=Q, fdr_collected=N)
     assert suite.failed
-    assert suite.fdr["pending_rejected"] == ["t0::m0", "t1::m0", "t2::m0"]
+    assert suite.fdr.pending_rejected == ("t0::m0", "t1::m0", "t2::m0")
     [section] = suite.sections
     assert section.failed and any("decided at session end" in line for line in section.lines)
     assert any("exit status 1" in line for line in section.lines)
@@ -69,7 +69,7 @@ def test_a_lone_pending_comparison_is_not_rejected_and_the_session_passes():
     settled = [_settled(_record("t0", 0.012))[0]]  # 0.012 > 0.05 x 1 / 10
     settled += [_settled(_record(f"t{i}", 0.9))[0] for i in range(1, 10)]
     suite = judge_suite(settled, plan=PLAN, fdr_q=Q, fdr_collected=N)
-    assert not suite.failed and suite.fdr["rejected"] == []
+    assert not suite.failed and suite.fdr.rejected == ()
 
 
 def test_outside_the_band_nothing_is_pending():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from test_compare import ab_record
@@ -10,6 +11,7 @@ from test_compare import record
 
 from pytest_specenergy.document import CaseRecord
 from pytest_specenergy.document import DocumentError
+from pytest_specenergy.document import MachineInfo
 from pytest_specenergy.document import RunDocument
 
 
@@ -47,7 +49,7 @@ def test_a_refusal_names_the_file_the_record_and_the_field():
         match=r"^run\.json: results\[0\] \(code-ngram-b4\)\.speculative\.samples\[0\]: "
         r"'tbt_ms' is 'fast', expected a finite number or null$",
     ):
-        RunDocument.from_dict(data, source="run.json")
+        RunDocument.from_dict(data, "run.json")
     with pytest.raises(DocumentError, match=r"lacks its 'speculative' arm"):
         CaseRecord.from_dict({"case_id": "c", "baseline": {"samples": []}})
     with pytest.raises(
@@ -60,11 +62,11 @@ def test_a_built_document_names_its_one_machine_key_and_splits_by_key():
     a = CaseRecord.from_dict({**record([1.0]), "nodeid": "t::a", "machine_key": "key-a"})
     b = CaseRecord.from_dict({**record([1.0]), "nodeid": "t::b", "machine_key": "key-b"})
     one = RunDocument.build(
-        [a], meters={}, engine_starts=1, machines={"key-a": {"meter": {"kind": "x"}}}
+        [a], meters={}, engine_starts=1, machines={"key-a": MachineInfo(meter={"kind": "x"})}
     )
-    assert one.machine_key == "key-a" and one.machine_info == {"meter": {"kind": "x"}}
-    both = RunDocument.build([a, b], meters={}, engine_starts=2, host={"node": "ci"})
-    assert both.machine_key is None and both.machine_info == {"node": "ci"}
+    assert one.machine_key == "key-a" and one.machine_info.meter.kind == "x"
+    both = RunDocument.build([a, b], meters={}, engine_starts=2, host=MachineInfo(node="ci"))
+    assert both.machine_key is None and both.machine_info.node == "ci"
     assert [r.nodeid for r in both.on("key-b").results] == ["t::b"] and both.on(
         "key-b"
     ).machine_key == "key-b"
@@ -83,8 +85,23 @@ def test_a_run_names_the_commit_it_measured(tmp_path):
     subprocess.run([*git, "add", "f"], check=True)
     subprocess.run([*git, "commit", "-qm", "c"], check=True)
     commit = source_commit(tmp_path)
-    assert len(commit["sha"]) == 40 and commit["dirty"] is False
+    assert len(commit.sha) == 40 and commit.dirty is False
     (tmp_path / "f").write_text("2")
-    assert source_commit(tmp_path)["dirty"] is True
+    assert source_commit(tmp_path).dirty is True
     doc = RunDocument.build([], meters={}, engine_starts=0, commit=commit)
     assert RunDocument.from_dict(json.loads(json.dumps(doc.as_dict()))).commit == commit
+
+
+@pytest.mark.parametrize("name", ["written-by-24ea08c.json", "written-by-24ea08c-compared.json"])
+def test_a_document_written_before_the_typed_parts_reads_back_and_writes_the_same_json(name):
+    """Quickstart runs written by 24ea08c, the last plugin whose nested parts were plain mappings
+    (one with a stored-baseline comparison, FDR and latency targets): read through the typed
+    loader and written again, every key and value comes back as it was."""
+    path = Path(__file__).parents[2] / "data" / "report" / name
+    data = json.loads(path.read_text())
+    document = RunDocument.from_dict(data, name)
+    assert json.loads(json.dumps(document.as_dict())) == data
+    record = document.results[0]
+    assert record.speculative.concurrency.mean_running == 1.0
+    assert record.speculative.samples[0].window.full.concurrency.steps_by_running
+    assert record.case.corpus.name == "code" and record.equivalence.exact_fraction == 1.0

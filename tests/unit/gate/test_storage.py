@@ -621,9 +621,9 @@ def test_modeled_machine_key_and_machine_info():
     info = machine_info(
         ModeledMeter("h200").describe(), engine={"name": "reference", "version": "0.1.0"}
     )
-    assert {"system", "python", "cpu", "cpu_count", "meter", "engine"} <= set(info)
+    assert {"system", "python", "cpu", "cpu_count", "meter", "engine"} <= set(info.as_dict())
     assert machine_key(info) == KEY
     # Host facts never enter a modeled key: any CPU runner shares one history.
-    assert machine_key({**info, "cpu": "other", "node": "x"}) == KEY
-    assert machine_key({**info, "meter": ModeledMeter("h100").describe()}) != KEY
+    assert machine_key({**info.as_dict(), "cpu": "other", "node": "x"}) == KEY
+    assert machine_key({**info.as_dict(), "meter": ModeledMeter("h100").describe()}) != KEY
     assert re.fullmatch(r"[a-z0-9.+-]+", slugify("NVIDIA H100 80GB HBM3 / PCIe"))

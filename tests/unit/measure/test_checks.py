@@ -6,6 +6,7 @@ import dataclasses
 
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import load_corpus
+from pytest_specenergy.document import RepeatSample
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.meta_info import RequestCounters
 from pytest_specenergy.measure.checks import checked
@@ -16,7 +17,6 @@ from pytest_specenergy.measure.degeneracy import degeneracy
 from pytest_specenergy.measure.degeneracy import distinct_n
 from pytest_specenergy.measure.degeneracy import repeated_suffix_fraction
 from pytest_specenergy.measure.results import PairResult
-from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
 
 VARIED = [5, 17, 3, 99, 42, 8, 61, 23, 7, 70, 11, 36, 90, 2, 54, 28]
@@ -87,7 +87,7 @@ def run(
     sample = RepeatSample(
         1.0, 1.0, 10, 5.0, verify, correct, None if verify is None else verify * 4
     )
-    return RunResult(
+    return RunResult.measured(
         arm=arm,
         engine={},
         source="modeled (h200)",
@@ -177,7 +177,7 @@ def windowed(arm, prefill_j, full_j, gpus=(), graph=None, full_loops=1, prefill_
         window=window,
     )
     engine = {"server_info": {"disable_cuda_graph": graph}} if graph is not None else {}
-    return RunResult(
+    return RunResult.measured(
         arm=arm,
         engine=engine,
         source="measured (nvml)",
@@ -275,7 +275,6 @@ def test_prefill_share_is_per_loop_not_per_window():
 def test_sglang_twin_whose_resolved_settings_differ_fails():
     """SGLang picks a finer CUDA-graph list for a speculative engine: the resolved
     /server_info of the two arms then differs outside speculative_*, and the pair fails."""
-    import dataclasses
 
     def sglang(run, **info):
         engine = {
@@ -288,7 +287,7 @@ def test_sglang_twin_whose_resolved_settings_differ_fails():
                 **info,
             },
         }
-        return dataclasses.replace(run, engine=engine)
+        return run.replaced(engine=engine)
 
     base = windowed("baseline", 1.0, 10.0, ["GPU-a"], False)
     spec = windowed("speculative", 1.0, 8.0, ["GPU-a"], False)
@@ -308,8 +307,8 @@ def test_sglang_twin_whose_resolved_settings_differ_fails():
 def covered(arm, share, prompts=2, **kwargs):
     """``run`` over ``prompts`` outputs with every sample's coverage set to ``share``."""
     base = run(arm, [VARIED, LOOPING] * (prompts // 2), **kwargs)
-    return dataclasses.replace(
-        base, samples=tuple(dataclasses.replace(s, coverage=share) for s in base.samples)
+    return base.replaced(
+        samples=tuple(dataclasses.replace(s, coverage=share) for s in base.samples)
     )
 
 
@@ -365,7 +364,7 @@ def test_coverage_gap_between_the_arms_fails_past_the_bound():
         CASE, CASE.id, covered("baseline", None), covered("speculative", 0.5, verify=10, correct=20)
     )
     assert "coverage-differs" not in names(old)
-    assert far.speculative.record().coverage == 0.85
+    assert far.speculative.record.coverage == 0.85
 
 
 def test_a_small_pool_allows_the_gap_its_window_close_makes_and_says_so():
@@ -391,7 +390,7 @@ def test_a_small_pool_allows_the_gap_its_window_close_makes_and_says_so():
 def test_coverage_is_stored_and_an_old_record_without_it_still_loads():
     from pytest_specenergy.document import Arm
 
-    arm = covered("speculative", 0.875, verify=10, correct=20).record()
+    arm = covered("speculative", 0.875, verify=10, correct=20).record
     back = Arm.from_dict(arm.as_dict(), "speculative")
     assert back.coverage == 0.875 and back.samples[0].coverage == 0.875
     old = arm.as_dict()

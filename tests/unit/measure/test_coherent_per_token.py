@@ -8,12 +8,12 @@ import pytest
 
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import load_corpus
+from pytest_specenergy.document import RepeatSample
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.measure.coherence import Coherence
 from pytest_specenergy.measure.degeneracy import degeneracy
 from pytest_specenergy.measure.equivalence import DivergenceMargin
 from pytest_specenergy.measure.results import PairResult
-from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
 from pytest_specenergy.measure.results import SpecEnergyAssertionError
 
@@ -38,7 +38,7 @@ def arm(name: str, outputs) -> RunResult:
         6 if name == "speculative" else None,
         16 if name == "speculative" else None,
     )
-    return RunResult(
+    return RunResult.measured(
         arm=name,
         engine={},
         source="modeled (h200)",

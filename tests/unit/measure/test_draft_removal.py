@@ -13,6 +13,8 @@ import pytest
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.case import Generation
 from pytest_specenergy.cases.corpora import load_corpus
+from pytest_specenergy.document import ArmConcurrency
+from pytest_specenergy.document import RepeatSample
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.refserver import ReferenceBackend
@@ -22,7 +24,6 @@ from pytest_specenergy.measure.pairs import PairMeasurer
 from pytest_specenergy.measure.removal import removes_drafts
 from pytest_specenergy.measure.removal import replays_proposals
 from pytest_specenergy.measure.results import PairResult
-from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
 from pytest_specenergy.meters.base import EnergyWindow
 from pytest_specenergy.metrics import removal_draft_share
@@ -87,7 +88,7 @@ def test_replay_engines_command_lines():
 
 def _run(arm, outputs, ept=1.0, replay_problems=(), counter_problems=()):
     sample = RepeatSample(ept * 10, 1.0, 10, 5.0, 5, 5, 15)
-    return RunResult(
+    return RunResult.measured(
         arm=arm,
         engine={},
         source="modeled (h200)",
@@ -124,8 +125,8 @@ def test_replay_checks_fail_an_unlike_replay():
     assert PairResult(case, case.id, base, spec).draft_share_method is None
     # A replay that ran below the batch describes another batch: its share is no figure for this
     # one.
-    thin = dataclasses.replace(
-        _run("removal", outputs, 0.75), concurrency={"requested": 2, "mean_running": 1.2}
+    thin = _run("removal", outputs, 0.75).replaced(
+        concurrency=ArmConcurrency(requested=2, mean_running=1.2)
     )
     assert "concurrency-below-batch" in {
         c.name for c in checked(dataclasses.replace(good, removal=thin)).failed_checks
@@ -239,7 +240,7 @@ def test_board_meter_measures_the_removal_arm_from_drafts_recorded_once():
     assert len(recording) == 4 and all(e[0] == "drafter" for e in recording)  # one pass of the pool
     # every replay brings drafts
     assert all(e[3] for e in pool.log if e[0] == "verify" and e[1] > 1)
-    assert pair.order["order"] == ["baseline", "speculative", "removal"] * 2
+    assert list(pair.order.order) == ["baseline", "speculative", "removal"] * 2
     assert pair.draft_share_method == "removal"
     assert pair.draft_share == pytest.approx(0.25)  # 0.75 J/token verify-only against 1.0 drafting
     assert "replay-unlike" not in {c.name for c in pair.checks}
@@ -263,7 +264,7 @@ def test_controlled_acceptance_under_a_board_meter_runs_without_its_oracle():
     ]
     measured = {e[0] for e in pool.log if not e[2]}
     assert "drafter" not in measured  # the oracle engine only recorded
-    assert pair.speculative.engine["config"]["replay"] == "proposals"
+    assert pair.speculative.engine.config.replay == "proposals"
 
 
 def test_removal_asked_of_an_engine_that_cannot_replay_fails_with_why():

@@ -8,6 +8,7 @@ import pytest
 
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import load_corpus
+from pytest_specenergy.document import RepeatSample
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.meta_info import RequestCounters
 from pytest_specenergy.measure.coherence import Coherence
@@ -16,7 +17,6 @@ from pytest_specenergy.measure.equivalence import DEFAULT_TIE_MARGIN
 from pytest_specenergy.measure.equivalence import DivergenceMargin
 from pytest_specenergy.measure.equivalence import compare_outputs
 from pytest_specenergy.measure.results import PairResult
-from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
 from pytest_specenergy.measure.results import SpecEnergyAssertionError
 from pytest_specenergy.measure.window import request_accept_lengths
@@ -45,7 +45,7 @@ def run(name: str, outputs) -> RunResult:
         6 if name == "speculative" else None,
         16 if name == "speculative" else None,
     )
-    return RunResult(
+    return RunResult.measured(
         arm=name,
         engine={},
         source="modeled (h200)",

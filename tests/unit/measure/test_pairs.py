@@ -18,9 +18,11 @@ from pytest_specenergy.cases.case import DEFAULT_PROMPT_POOL
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.case import Generation
 from pytest_specenergy.cases.corpora import load_corpus
+from pytest_specenergy.document import StepRecord
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.measure import arm as arm_module
 from pytest_specenergy.measure.arm import ArmMeasurer
+from pytest_specenergy.measure.arm import ArmRepeat
 from pytest_specenergy.measure.arm import arm_concurrency
 from pytest_specenergy.measure.pairs import PRESTART_MAX
 from pytest_specenergy.measure.pairs import PairMeasurer
@@ -152,7 +154,7 @@ def test_one_baseline_serves_every_drafter_and_counters_come_from_meta_info():
     assert first.baseline is second.baseline  # measured once, shared
     # The second drafter runs its arm alone: not "blocked" (it was labelled so in the tables);
     # its record names where the baseline came from.
-    assert second.order["interleaved"] is True and second.order["baseline_from"] == first.case.id
+    assert second.order.interleaved is True and second.order.baseline_from == first.case.id
     assert measurer.measure(ngram) is first  # cached
     assert first.accept_length is not None and first.accept_length > 1.0
     assert all(s.decode_tokens > 0 for s in first.speculative.samples)
@@ -261,8 +263,8 @@ def test_arm_keeps_the_batch_in_flight_one_request_per_call():
     assert sorted(measured) == sorted(CORPUS.take(12))
     assert len(run.outputs) == 12
     c = run.concurrency
-    assert c["requested"] == 4 and c["pool"] == 12
-    assert c["mean_running"] is not None and c["min_running"] >= 1 and c["max_running"] <= 4
+    assert c.requested == 4 and c.pool == 12
+    assert c.mean_running is not None and c.min_running >= 1 and c.max_running <= 4
 
 
 class ForwardNumberingClient(BatchingClient):
@@ -305,9 +307,9 @@ def test_the_prefill_twin_replays_the_full_windows_prefill_forwards_group_for_gr
     )
     twin = [len(texts) for texts, n in client.calls if n == 1]
     assert twin == [4] + [1] * (len(twin) - 1)  # the opening group, then each refill alone
-    assert sum(twin) == sum(run.samples[0].window["full"]["prefilled"])
-    facts = run.samples[0].window["prefill"]
-    assert facts["grouping"] == "engine" and facts["groups"] == twin
+    assert sum(twin) == sum(run.samples[0].window.full.prefilled)
+    facts = run.samples[0].window.prefill
+    assert facts.grouping == "engine" and list(facts.groups) == twin
 
 
 def test_an_engine_capped_at_the_batch_gets_requests_queued_beyond_it():
@@ -496,7 +498,9 @@ def test_an_engine_that_died_between_repeats_is_warmed_up_again_and_said_so(pool
 
     measurer._timed = timed
     pair = measurer.measure(case)
-    assert pair.order["restarts"] == [{"arm": "speculative", "before_repeat": 1}]
+    assert [r.as_dict() for r in pair.order.restarts] == [
+        {"arm": "speculative", "before_repeat": 1}
+    ]
     assert len(pool.starts) == 3  # started again once
     [check] = [c for c in pair.checks if c.name == "engine-restarted"]
     assert check.severity == "warn" and "before its repeat 2 (warmed up again)" in check.message
@@ -525,23 +529,21 @@ def test_repeats_interleave_the_arms_and_the_order_is_recorded():
     pair = measurer.measure(ngram)
     # Old: every baseline repeat first, then every speculative repeat (BBBSSS).
     assert _arm_order(pool.log) == ["baseline", "speculative"] * 3
-    assert pair.order["order"] == ["baseline", "speculative"] * 3
-    assert pair.order["interleaved"] is True and pair.order["cooldown_s"] == 0.001
-    starts = [e["started"] for e in pair.order["repeats"]]
-    assert starts == sorted(starts) and all(
-        e["finished"] >= e["started"] for e in pair.order["repeats"]
-    )
-    assert pair.as_dict()["order"]["order"] == pair.order["order"]
+    assert list(pair.order.order) == ["baseline", "speculative"] * 3
+    assert pair.order.interleaved is True and pair.order.cooldown_s == 0.001
+    starts = [e.started for e in pair.order.repeats]
+    assert starts == sorted(starts) and all(e.finished >= e.started for e in pair.order.repeats)
+    assert pair.as_dict()["order"]["order"] == list(pair.order.order)
     # A sibling drafter reuses the first pairing's baseline and says so.
     second = measurer.measure(draft)
     assert second.baseline is pair.baseline
     assert (
-        second.order["order"] == ["speculative"] * 3 and second.order["baseline_from"] == ngram.id
+        list(second.order.order) == ["speculative"] * 3 and second.order.baseline_from == ngram.id
     )
     # Added repeats interleave too, and extend the numbering.
     more = measurer.add_repeats(ngram, 2)
-    assert more.order["order"] == ["baseline", "speculative"] * 5
-    assert [e["repeat"] for e in more.order["repeats"] if e["arm"] == "baseline"] == [0, 1, 2, 3, 4]
+    assert list(more.order.order) == ["baseline", "speculative"] * 5
+    assert [e.repeat for e in more.order.repeats if e.arm == "baseline"] == [0, 1, 2, 3, 4]
 
 
 def test_one_engine_at_a_time_runs_blocked_and_says_so():
@@ -550,8 +552,8 @@ def test_one_engine_at_a_time_runs_blocked_and_says_so():
     measurer = _measurer(pool, meter)
     case = _case(Drafter("ngram"))
     pair = measurer.measure(case)
-    assert pair.order["interleaved"] is False
-    assert pair.order["order"] == ["baseline", "baseline", "speculative", "speculative"]
+    assert pair.order.interleaved is False
+    assert list(pair.order.order) == ["baseline", "baseline", "speculative", "speculative"]
 
 
 def test_every_repeat_is_told_to_the_progress_callback():
@@ -625,7 +627,7 @@ def test_tokens_are_counted_over_every_loop_like_the_energy(monkeypatch):
     # Per loop: (9 + 7 + 5) / 3 = 7 completion tokens, minus 1 from the prefill-only run.
     # Old: the first loop's 9 - 1 = 8, against energy averaged over all three loops.
     assert sample.decode_tokens == 6
-    assert sample.window["full"]["tokens_per_loop"] == 7
+    assert sample.window.full.tokens_per_loop == 7
 
 
 class FailingDraftPool(FakePool):
@@ -713,7 +715,7 @@ def test_one_engine_pool_measures_sibling_baselines_while_the_engine_runs():
     measurer.measure(b2)
     starts = len([c for c in pool.starts if c.drafter is None])
     second = measurer.measure(b4)
-    assert "measured ahead" in second.order["baseline_from"]
+    assert "measured ahead" in second.order.baseline_from
     # b4's baseline came from the engine b2 started: no baseline engine was asked for again.
     assert len([c for c in pool.starts if c.drafter is None]) == starts
 
@@ -733,14 +735,14 @@ def test_the_window_is_the_steady_state_and_ends_by_aborting_what_is_in_flight()
     )
     measurer = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=1, warmup=0)
     repeat = measurer.measure_repeat("speculative")
-    full = repeat.sample.window["full"]
+    full = repeat.sample.window.full
     assert client.log.count("abort") == 1  # one close (retries by rid are logged apart)
-    assert full["requests"] == 12 and full["aborted"] == [3] and full["prefilled"] == [12]
+    assert full.requests == 12 and full.aborted == (3,) and full.prefilled == (12,)
     # 9 whole requests of 8 tokens and 3 cut at 4: decode tokens are those after each first.
     assert repeat.sample.decode_tokens == 9 * 7 + 3 * 3
     # Outputs are whole: the 3 cut prompts ran again outside the window.
     assert all(len(o) == 8 for o in repeat.outputs) and "abort" not in repeat.finish
-    assert repeat.sample.window["prefill"]["requests"] == 12
+    assert repeat.sample.window.prefill.requests == 12
 
 
 def test_a_later_repeat_takes_cut_prompts_whole_outputs_from_an_earlier_one_when_they_agree():
@@ -761,7 +763,7 @@ def test_a_later_repeat_takes_cut_prompts_whole_outputs_from_an_earlier_one_when
     calls = len([e for e in client.log if e[0] == "generate" and e[3] == 8])
     assert calls == 9 + 3
     second = measurer.measure_repeat("speculative")
-    assert second.sample.window["full"]["aborted"] == [3]
+    assert second.sample.window.full.aborted == (3,)
     assert len([e for e in client.log if e[0] == "generate" and e[3] == 8]) == calls + 9
     assert second.outputs == first.outputs and all(len(o) == 8 for o in second.outputs)
     # A partial output that is not a prefix of the known one: generated again, whole.
@@ -814,7 +816,7 @@ def test_a_batch_of_one_has_nothing_to_abort():
         generation=Generation(max_new_tokens=8, prompts=3),
     )
     repeat = ArmMeasurer(_server(client), TokenMeter(1.0), case, 1, 0).measure_repeat("baseline")
-    assert "abort" not in client.log and repeat.sample.window["full"]["aborted"] == [0]
+    assert "abort" not in client.log and repeat.sample.window.full.aborted == (0,)
 
 
 def test_tbt_is_the_decode_steps_time_and_never_negative():
@@ -881,11 +883,10 @@ def test_on_one_gpu_engines_that_fit_stay_resident_and_the_arms_interleave(tmp_p
     measurer.plan([case])
     assert pool.max_live == 2  # both engines at once: no restart per arm switch
     pair = measurer.measure(case)
-    assert pair.order["interleaved"] is True
-    assert pair.order["order"] == ["baseline", "speculative"] * 2
+    assert pair.order.interleaved is True
+    assert list(pair.order.order) == ["baseline", "speculative"] * 2
     assert (
-        pair.order["residency"]["resident"] is True
-        and pair.order["residency"]["mem_fraction_static"] == 0.40
+        pair.order.residency.resident is True and pair.order.residency.mem_fraction_static == 0.40
     )
     # Each engine started once, with the same share and --sleep-on-idle.
     assert len(pool.starts) == 2
@@ -893,7 +894,7 @@ def test_on_one_gpu_engines_that_fit_stay_resident_and_the_arms_interleave(tmp_p
         (0.40, True)
     }
     more = measurer.add_repeats(case, 2)
-    assert more.order["interleaved"] is True and len(pool.starts) == 2
+    assert more.order.interleaved is True and len(pool.starts) == 2
 
 
 def test_on_one_gpu_engines_that_do_not_fit_run_blocked_and_say_why(tmp_path):
@@ -903,12 +904,9 @@ def test_on_one_gpu_engines_that_do_not_fit_run_blocked_and_say_why(tmp_path):
     measurer.plan([case])
     assert pool.max_live == 1
     pair = measurer.measure(case)
-    assert pair.order["interleaved"] is False
-    assert pair.order["order"] == ["baseline", "baseline", "speculative", "speculative"]
-    assert (
-        pair.order["residency"]["resident"] is False
-        and "blocked order" in pair.order["residency"]["reason"]
-    )
+    assert pair.order.interleaved is False
+    assert list(pair.order.order) == ["baseline", "baseline", "speculative", "speculative"]
+    assert pair.order.residency.resident is False and "blocked order" in pair.order.residency.reason
     assert all(c.option("sleep_on_idle") is None for c in pool.starts)
 
 
@@ -921,9 +919,7 @@ def test_in_job_ab_keeps_three_engines_resident_or_none(tmp_path):
     measurer.plan([case])
     assert pool.max_live == 3
     pair = measurer.measure(case)
-    assert (
-        pair.order["interleaved"] is True and pair.order["residency"]["mem_fraction_static"] == 0.26
-    )
+    assert pair.order.interleaved is True and pair.order.residency.mem_fraction_static == 0.26
     # Unknown GPU memory: not guessed, blocked.
     blocked = _gpu_measurer(FakePool(), meter, None)
     blocked.plan([case])
@@ -992,24 +988,22 @@ def test_the_session_starts_the_planned_engines_except_on_an_xdist_worker(worker
 
 def test_a_window_is_disturbed_when_it_ran_well_below_its_own_peak():
     # A real SGLang window on a loaded host: 14 steps at 1 row and 4 at 3 beside 174 at 4.
-    loaded = {"mean_running": (14 + 12 + 174 * 4) / 192, "max_running": 4}
+    loaded = StepRecord(mean_running=(14 + 12 + 174 * 4) / 192, max_running=4)
     assert disturbed_mean(loaded) == pytest.approx(3.76, abs=0.01)
-    assert disturbed_mean({"mean_running": 3.93, "max_running": 4}) is None  # ordinary edges
+    assert disturbed_mean(StepRecord(mean_running=3.93, max_running=4)) is None  # ordinary edges
     # An engine admitting 2 of a batch of 4 runs at its own peak: the checks judge it, no rerun.
-    assert disturbed_mean({"mean_running": 1.99, "max_running": 2}) is None
-    assert disturbed_mean({"mean_running": None, "max_running": None}) is None  # no step record
-    merged = arm_concurrency(
-        4,
-        [
-            {"steps_by_running": {4: 10}, "mean_running": 4.0, "rerun_means": [2.8]},
-            {"steps_by_running": {4: 10}, "mean_running": 4.0},
-        ],
-        12,
-    )
-    assert merged["rerun_means"] == [2.8] and merged["window_means"] == [4.0, 4.0]
-    assert "rerun_means" not in arm_concurrency(
-        4, [{"steps_by_running": {4: 10}, "mean_running": 4.0}], 12
-    )
+    assert disturbed_mean(StepRecord(mean_running=1.99, max_running=2)) is None
+    assert disturbed_mean(StepRecord()) is None  # no step record
+    window = StepRecord(steps_by_running={"4": 10}, mean_running=4.0)
+
+    def repeat(*reruns):
+        return ArmRepeat(
+            sample=None, outputs=(), finish=(), concurrency=window, stable=True, rerun_means=reruns
+        )
+
+    merged = arm_concurrency(4, [repeat(2.8), repeat()], 12)
+    assert merged.rerun_means == (2.8,) and merged.window_means == (4.0, 4.0)
+    assert "rerun_means" not in arm_concurrency(4, [repeat()], 12).as_dict()
 
 
 @pytest.mark.parametrize(
@@ -1044,8 +1038,8 @@ def test_of_the_windows_a_disturbed_repeat_ran_the_one_nearest_the_batch_is_kept
     )
     windows = [
         SimpleNamespace(
-            concurrency=dict(
-                zip(("mean_running", "max_running"), m if isinstance(m, tuple) else (m, 4))
+            concurrency=StepRecord(
+                **dict(zip(("mean_running", "max_running"), m if isinstance(m, tuple) else (m, 4)))
             )
         )
         for m in means
@@ -1054,7 +1048,7 @@ def test_of_the_windows_a_disturbed_repeat_ran_the_one_nearest_the_batch_is_kept
     monkeypatch.setattr(measurer, "_window", lambda *args, **kwargs: next(script))
     full, got = measurer._steady_window()
     assert next(script, None) is None  # every scripted window ran, and no more
-    assert full.concurrency["mean_running"] == kept and got == dropped
+    assert full.concurrency.mean_running == kept and got == dropped
     if means[0] == means[-1]:
         assert full is windows[-1]  # of equals, the latest
 
@@ -1093,7 +1087,7 @@ def test_a_repeat_whose_prefill_window_stalled_is_measured_again(monkeypatch):
     assert sample.decode_seconds == pytest.approx(0.8) and sample.decode_joules == pytest.approx(
         8.0
     )
-    assert sample.window["rerun_decode_seconds"] == [pytest.approx(-0.2)]
+    assert list(sample.window.rerun_decode_seconds) == [pytest.approx(-0.2)]
 
 
 def test_a_repeat_that_never_measures_decode_is_kept_and_fails_saying_it_was_measured_again(

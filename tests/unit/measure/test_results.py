@@ -7,11 +7,11 @@ import pytest
 from pytest_specenergy import metrics
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import load_corpus
+from pytest_specenergy.document import RepeatSample
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.measure.equivalence import compare_outputs
 from pytest_specenergy.measure.equivalence import first_divergence
 from pytest_specenergy.measure.results import PairResult
-from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
 from pytest_specenergy.measure.results import SpecEnergyAssertionError
 
@@ -32,7 +32,7 @@ def arm(name, joules, outputs, tbt=10.0, verify=None, correct=None, proposed=Non
     samples = tuple(
         sample(j, tbt=tbt, verify=verify, correct=correct, proposed=proposed) for j in joules
     )
-    return RunResult(
+    return RunResult.measured(
         arm=name,
         engine={},
         source="modeled (h200)",

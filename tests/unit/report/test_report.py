@@ -20,6 +20,7 @@ import pytest
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import Corpus
 from pytest_specenergy.cases.corpora import load_corpus
+from pytest_specenergy.document import RepeatSample
 from pytest_specenergy.document import RunDocument
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.gate import history as gh
@@ -30,7 +31,6 @@ from pytest_specenergy.gate.limits import parse_fail_expr
 from pytest_specenergy.gate.settings import DEFAULT_LIMITS
 from pytest_specenergy.measure.checks import checked
 from pytest_specenergy.measure.results import PairResult
-from pytest_specenergy.measure.results import RepeatSample
 from pytest_specenergy.measure.results import RunResult
 from pytest_specenergy.metrics import METRICS
 from pytest_specenergy.report import plots
@@ -91,7 +91,7 @@ def _arm(
             )
         )
     outputs = tuple(tuple(range(p, p + 64)) for p in range(4))
-    return RunResult(
+    return RunResult.measured(
         arm=name,
         engine={"path": f"/engines/{name}"},
         source=source,
