@@ -165,7 +165,7 @@ class SGLangBackend:
         if installed is None:
             raise EngineConfigError(
                 "SGLang is not installed in this Python, so its command line cannot be built; "
-                "install sglang>=0.5.9,<0.6 on the GPU runner (pip install "
+                f"install {sa.EXTRA_REQUIREMENT} on the GPU runner (pip install "
                 "'pytest-specenergy[sglang]'), or set the engine option sglang_version='0.5.23' "
                 "on pytest.mark.model(...) for a dry run"
             )
@@ -389,7 +389,7 @@ class SGLangBackend:
         ):
             notes.append(
                 "ngram min/max_match_window apply to the reference server only; "
-                "SGLang >= 0.5.12 matches against a trie (speculative_ngram_max_trie_depth)"
+                "SGLang >= 0.5.10 matches against a trie (speculative_ngram_max_trie_depth)"
             )
         return notes
 
