@@ -651,6 +651,11 @@ def checkpoint_special_token_ids(model: str) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
+def read_model_config(model: str, name: str = "config.json") -> dict[str, Any] | None:
+    """A checkpoint's JSON file ``name`` (local or in the Hugging Face cache), or None."""
+    return _read_model_config(model, name)
+
+
 def _read_model_config(model: str, name: str = "config.json") -> dict[str, Any] | None:
     candidates = [Path(model).expanduser() / name]
     if "/" in model and not model.startswith(("/", ".", "~")):
