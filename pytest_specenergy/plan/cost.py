@@ -124,7 +124,7 @@ def _draft_step_s(case: Case, shape: ModelShape, gpu: GpuPreset, batch: int, con
     drafter = case.drafter
     if drafter.name == "ngram":
         return 0.0
-    passes = max(1, int(drafter.get("num_steps") or drafter.num_draft_tokens))
+    passes = max(1, int(dict(drafter.settings).get("num_steps") or drafter.num_draft_tokens))
     if drafter.name == "draft_model" and drafter.draft_model:
         try:
             draft = model_shape(str(drafter.draft_model))

@@ -124,3 +124,14 @@ def test_plan_lines_without_gpu_cases_or_with_an_unpriceable_one():
         [("t::b", unknown)], "h200", repeats=3, cap=11, warmup=1, gated=False, budget=10
     )
     assert "cannot be priced" in refusal  # fail closed: a budget nobody can check refuses
+
+
+def test_a_draft_model_drafter_pays_its_draft_passes():
+    draft = Drafter("draft_model", draft_model="/models/Qwen3-0.6B", num_draft_tokens=4)
+    costs = {
+        name: price_case(
+            case(d, 16), "h200", repeats=3, cap=3, warmup=0, new_engines=0, baseline_shared=True
+        ).repeat_s
+        for name, d in (("ngram", Drafter("ngram", num_draft_tokens=4)), ("draft", draft))
+    }
+    assert costs["draft"] > costs["ngram"]  # 4 Qwen3-0.6B passes per verify step
