@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _row(batch, arm, run, base):
-    gaps = [s.window["full"]["details"].get("power_gap") for s in run.samples]
+    gaps = [s.window.detail("power_gap") for s in run.samples]
     gaps = [g for g in gaps if g is not None]
     saving = energy_saving(run.energy_per_token, base.energy_per_token) if base else None
     decode_s = sum(s.decode_seconds for s in run.samples) / len(run.samples)

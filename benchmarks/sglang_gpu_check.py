@@ -1,8 +1,17 @@
-"""GPU check of the SGLang path: both arms, ngram and a draft model, measured with NVML.
+"""GPU check of the SGLang path: both arms, ngram and a draft model, measured with NVML - the first
+day's runbook.
 
 The first thing to run on a GPU runner with SGLang and your own checkpoints: one command, the
-models passed by path (or hub id), a printed table. It writes a small suite (one target,
-``ngram`` and ``draft_model`` drafters, optionally ``eagle3``, batch 1 and 8, the code corpus)
+models passed by path (or hub id), a printed table, and one JSON (``--facts``, default
+``sglang-gpu-check.json``) with every fact issue 37 depends on and whether it held: the doctor's
+findings (driver against torch's CUDA, torch, ``import sglang`` and its kernels, NVML), the suite's
+planned GPU minutes against ``--budget-minutes`` (15; each order's run is refused at collection
+beyond its share), and per order (``--orders resident blocked``: both arms resident on the GPU,
+then one at a time) and case: the arms' KV pools (each engine's ``max_total_num_tokens``), the twin
+check, retractions, every window's decode time, contamination of the windows, and the engines'
+start-up phases. A fact the run document does not carry is "unknown", never "held". Exit 1 when
+a fact failed. It writes a small suite (one target,
+``ngram`` and ``draft_model`` drafters, optionally ``eagle3``, batch 1 and 16, the code corpus)
 and runs it through pytest with ``--specenergy-engine=sglang --specenergy-meter=nvml``, so every
 part of the plugin runs for real: launcher, the pinned twin, ``/flush_cache?timeout=``,
 counters, step records, the steady-state window whose close aborts every request in flight,
@@ -15,10 +24,10 @@ Usage (GPU runner; SGLang installed in the interpreter running this, or pass --p
     PYTHONPATH=. python benchmarks/sglang_gpu_check.py \\
         --model /models/Qwen3-8B --draft-model /models/Qwen3-0.6B \\
         [--eagle3 /models/qwen3-8b-eagle3] [--python /path/to/sglang/python] \\
-        [--max-total-tokens 131072] [--engine-option load_format=dummy ...] \\
+        [--max-total-tokens 32768] [--engine-option load_format=dummy ...] \\
         [--max-new-tokens 256] [--repeats 3] [--json OUT.json] [--dry-run]
 
-``--max-total-tokens`` pins one KV pool in both arms (default 131072): SGLang 0.5.23 sizes a
+``--max-total-tokens`` pins one KV pool in both arms (default 32768): SGLang 0.5.23 sizes a
 STANDALONE/EAGLE engine's pool with the draft's layers too, so unpinned the speculative arm
 holds fewer tokens and the twin check fails, saying so. ``--engine-option KEY=VALUE`` passes
 any SGLang ``ServerArgs`` field to both arms (``load_format=dummy`` with a checkpoint folder of
@@ -66,6 +75,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sglang_gpu_check_facts import doctor_facts  # noqa: E402
+from sglang_gpu_check_facts import fact  # noqa: E402
+from sglang_gpu_check_facts import plan_facts  # noqa: E402
+from sglang_gpu_check_facts import run_facts  # noqa: E402
+from sglang_gpu_check_facts import summary  # noqa: E402
 
 SUITE = """
 import pytest
@@ -73,15 +90,14 @@ from pytest_specenergy import Drafter
 
 pytestmark = [
     pytest.mark.model({model!r}, engine="sglang", dtype="bfloat16", max_running_requests=16,
-                      **{options!r}),
+                      resident={resident!r}, **{options!r}),
     pytest.mark.corpus("code"),
     pytest.mark.generation(max_new_tokens={max_new_tokens}, prompts={prompts}),
 ]
 
 
 @pytest.mark.drafter(
-    Drafter("ngram", num_draft_tokens=8),
-    Drafter("draft_model", draft_model={draft!r}, num_draft_tokens=4, id="draft"),{eagle3}
+    Drafter("ngram", num_draft_tokens=8),{drafters}
 )
 @pytest.mark.batch({batches})
 def test_sglang_gpu(spec_pair):
@@ -214,18 +230,47 @@ def main(argv: list[str] | None = None) -> int:
         help="reference engine: auto (CUDA; exits 2 without it), cuda, or cpu (the CPU check)",
     )
     parser.add_argument("--meter", help="default nvml; modeled:h200 with --device cpu")
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 16])
+    parser.add_argument(
+        "--orders",
+        nargs="+",
+        choices=("resident", "blocked"),
+        default=["resident", "blocked"],
+        help="sglang: run the suite with both arms resident on the GPU, one at a time, or both",
+    )
+    parser.add_argument(
+        "--blocked-batches",
+        type=int,
+        nargs="+",
+        default=[16],
+        help="sglang: batches of the blocked order's run, NGRAM alone (default 16: every arm "
+        "switch restarts an engine, so one drafter at one batch keeps the check within budget)",
+    )
+    parser.add_argument(
+        "--facts",
+        type=Path,
+        default=Path("sglang-gpu-check.json"),
+        help="the one JSON of every fact the first day depends on, and which held",
+    )
+    parser.add_argument(
+        "--budget-minutes",
+        type=float,
+        default=15.0,
+        help="modeled GPU minutes the whole check may take (each order's run may use what the "
+        "earlier plans left; refused at collection beyond)",
+    )
     parser.add_argument(
         "--prompts", type=int, help="prompt pool (default: 48; reference: 3 x the largest batch)"
     )
-    parser.add_argument("--max-new-tokens", type=int, help="default: 256 sglang, 64 reference")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, help="default: 128 sglang, 64 reference")
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--attention-backend", default="flashinfer")
     parser.add_argument(
         "--max-total-tokens",
         type=int,
-        default=131072,
-        help="KV pool pinned in both arms (0: leave it to SGLang)",
+        default=32768,
+        help="KV pool pinned in every arm (0: leave it to the plugin's plan); 32768 holds 16 "
+        "requests of 2,048 tokens and fits both arms resident on an H100 with a draft model",
     )
     parser.add_argument(
         "--engine-option",
@@ -274,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
                 "runs the same check on the reference server with random: shapes",
                 file=sys.stderr,
             )
+            # The doctor's findings say why, in the one JSON too.
+            facts = doctor_facts(_doctor()) + [fact("a GPU and SGLang to run on", False, reasons)]
+            _write_facts(args.facts, facts, 2)
             return 2
     eagle3 = (
         ""
@@ -281,16 +329,72 @@ def main(argv: list[str] | None = None) -> int:
         else f"\n    Drafter('eagle3', draft_model={args.eagle3!r}, "
         "num_steps=3, num_draft_tokens=3, id='eagle3'),"
     )
-    suite = SUITE.format(
+    if args.dry_run:
+        suite = _sglang_suite(args, options, eagle3, None, args.batches)
+        return _run(suite, args, "sglang", meter)
+    facts = doctor_facts(_doctor())
+    status, planned = 0, 0.0
+    for order in args.orders:
+        # Each run may take what the earlier ones' plans left of the budget.
+        budget = max(args.budget_minutes - planned, 0.1)
+        batches = args.batches if order == "resident" else args.blocked_batches
+        resident = order == "resident"
+        suite = _sglang_suite(args, options, eagle3, resident, batches, drafters=resident)
+        code, document, plan = _run(suite, args, "sglang", meter, budget=budget, order=order)
+        status = status or code
+        total = _plan_total(plan)
+        planned += total or 0.0
+        facts += plan_facts(plan, budget, total) + run_facts(order, document)
+    return _write_facts(args.facts, facts, status)
+
+
+def _sglang_suite(
+    args: argparse.Namespace,
+    options: dict,
+    eagle3: str,
+    resident: bool | None,
+    batches: list[int],
+    drafters: bool = True,
+) -> str:
+    """The check's suite; ``drafters`` False: NGRAM alone (the blocked order's run)."""
+    draft = f"\n    Drafter('draft_model', draft_model={args.draft_model!r}, num_draft_tokens=4, id='draft'),"
+    return SUITE.format(
         model=args.model,
-        draft=args.draft_model,
+        drafters=(draft + eagle3) if drafters else "",
         options=options,
-        max_new_tokens=args.max_new_tokens or 256,
-        eagle3=eagle3,
+        resident=resident,
+        max_new_tokens=args.max_new_tokens or 128,
         prompts=args.prompts or 48,
-        batches=", ".join(map(str, args.batches)),
+        batches=", ".join(map(str, batches)),
     )
-    return _run(suite, args, "sglang", meter)
+
+
+def _doctor() -> list[dict]:
+    """``specenergy doctor``'s findings on this machine (its NVML, torch, SGLang)."""
+    from dataclasses import asdict
+
+    from pytest_specenergy.cli.doctor import run_checks
+
+    return [asdict(f) for f in run_checks()]
+
+
+def _plan_total(lines: list[str]) -> float | None:
+    """The worst-case total of a printed plan (``total: A ..., B if every ...``)."""
+    for line in lines:
+        if line.startswith("total: ") and " if every" in line:
+            return float(line.split(", ")[1].split(" ")[0])
+    return None
+
+
+def _write_facts(path: Path, facts: list[dict], status: int) -> int:
+    """The one JSON, the held/failed lines, and the exit status (1 when a fact failed)."""
+    record = {"summary": summary(facts), "facts": facts}
+    path.write_text(json.dumps(record, indent=2, default=str))
+    for item in facts:
+        mark = {True: "held", False: "FAILED", None: "unknown"}[item["held"]]
+        print(f"[{mark:^7}] {item['fact']}")
+    print(f"sglang_gpu_check: wrote {path}: {json.dumps(record['summary'])}")
+    return status or (1 if record["summary"]["failed"] else 0)
 
 
 def _reference(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -345,12 +449,22 @@ def _reference(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     return _run(suite, args, "reference", meter)
 
 
-def _run(suite_text: str, args: argparse.Namespace, engine: str, meter: str) -> int:
-    """Run the suite through pytest and print the table; pytest's exit status."""
+def _run(
+    suite_text: str,
+    args: argparse.Namespace,
+    engine: str,
+    meter: str,
+    budget: float | None = None,
+    order: str | None = None,
+) -> Any:
+    """Run the suite through pytest and print the table: pytest's exit status, or with ``order``
+    (exit status, run document, plan lines)."""
     with tempfile.TemporaryDirectory(prefix="sglang-gpu-check-") as tmp:
         suite = Path(tmp) / "test_sglang_gpu_check.py"
         suite.write_text(suite_text)
         out = args.json or Path(tmp) / "run.json"
+        if order is not None:
+            out = out.with_name(f"{out.stem}-{order}{out.suffix}")
         if args.dry_run:
             done = subprocess.run(
                 [
@@ -379,15 +493,29 @@ def _run(suite_text: str, args: argparse.Namespace, engine: str, meter: str) -> 
                 f"--specenergy-meter={meter}",
                 f"--specenergy-repeats={args.repeats}",
                 f"--specenergy-json={out}",
+                *([f"--specenergy-budget={budget:g}"] if budget else []),
                 "-rA",
             ],
             cwd=tmp,
+            capture_output=order is not None,
+            text=True,
         )
-        if out.exists():
-            print("\n".join(_table(json.loads(out.read_text()))))
+        document = json.loads(out.read_text()) if out.exists() else None
+        if order is not None:
+            print(done.stdout[-20000:], end="")
+            print(done.stderr[-5000:], end="", file=sys.stderr)
+        if document is not None:
+            print("\n".join(_table(document)))
         else:
             print("sglang_gpu_check: pytest wrote no run document", file=sys.stderr)
-    return done.returncode
+    if order is None:
+        return done.returncode
+    plan = [
+        line
+        for line in (done.stdout or "").splitlines()
+        if line.startswith(("specenergy plan", "total: "))
+    ]
+    return done.returncode, document, plan
 
 
 if __name__ == "__main__":

@@ -101,6 +101,9 @@ _probability = _number(
 _fdr_level = _number(
     "_fdr_level", float, lambda v: 0 < v < 1, "a false-discovery rate between 0 and 1 (e.g. 0.05)"
 )
+_minutes = _number(
+    "_minutes", float, lambda v: 0 < v < math.inf, "a number of GPU minutes > 0, e.g. 90"
+)
 _pool = _number("_pool", int, lambda v: 1 <= v <= MAX_POOL, f"a prompt count from 1 to {MAX_POOL}")
 
 
@@ -454,6 +457,30 @@ class SpecEnergyConfig:
         "collect the cases and print each matched pair's two server commands and "
         "what differs; start nothing; exit 4 when a command is refused or cannot be built",
         action="store_true",
+    )
+    plan: bool = _opt(
+        "plan",
+        False,
+        "print each collected case's modeled GPU minutes and the total (engine starts, warm-up, "
+        "windows, prefill twins, repeats at the first look and at the gate's cap; a saved run's "
+        "save repeats) priced as the modeled meter prices work on --specenergy-plan-gpu, and run "
+        "nothing (specenergy plan does the same)",
+        action="store_true",
+    )
+    budget: float | None = _opt(
+        "budget",
+        "",
+        "refuse the suite at collection when its modeled GPU minutes (every gated case at the "
+        "gate's cap) exceed MINUTES, naming the costliest cases and what to change",
+        _minutes,
+        resolve=_or_none,
+    )
+    plan_gpu: str = _opt(
+        "plan-gpu",
+        "h200",
+        "the GPU whose modeled roofline and memory price --specenergy-plan and "
+        "--specenergy-budget: h100 or h200",
+        _choice(("h100", "h200")),
     )
     rootdir: Path = Path(".")
     #: ``--specenergy-repeats`` (or its ini key) was given: a saved run measures that many, not

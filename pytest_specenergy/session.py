@@ -168,6 +168,8 @@ class SpecEnergySession:
             self.fdr_tests = per_repeat_count(self.limits_for(item, strict=False) for item in items)
         if self._measurer is not None:
             self._measurer.plan(self.planned)
+        if (self.config.plan or self.config.budget) and not self.xdist_worker:
+            self._show_plan(items, session.config)
         if self.config.dry_run:
             from pytest_specenergy.engines.dry_run import show_dry_run
 
@@ -176,9 +178,29 @@ class SpecEnergySession:
             ):
                 raise pytest.UsageError(refused)
 
+    def _show_plan(self, items: list[pytest.Item], config: pytest.Config) -> None:
+        """Print the suite's modeled GPU minutes; refuse it when it cannot fit the budget."""
+        from pytest_specenergy.plan.budget import plan_lines
+
+        options = self.config
+        lines, refusal = plan_lines(
+            [(item.nodeid, item.callspec.params["specenergy_case"]) for item in items],
+            options.plan_gpu,
+            repeats=options.measured_repeats,
+            cap=options.max_repeats,
+            warmup=1 if options.warmup is None else options.warmup,
+            gated=bool(options.compare or options.golden),
+            budget=options.budget,
+        )
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        for line in lines:
+            reporter.write_line(line) if reporter is not None else print(line)
+        if refusal:
+            raise pytest.UsageError(f"specenergy: {refusal}")
+
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
-        """Under a dry run, run nothing: the cases were printed at collection."""
-        return True if self.config.dry_run else None
+        """Under a dry run or a plan, run nothing: the cases were printed at collection."""
+        return True if self.config.dry_run or self.config.plan else None
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:

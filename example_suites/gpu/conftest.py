@@ -10,7 +10,12 @@ from pytest_specenergy import gpu_path_unavailable
 
 def pytest_collection_modifyitems(config, items):
     reason = gpu_path_unavailable()
-    if reason is None or config.getoption("specenergy_dry_run"):
+    # A dry run and a plan start nothing: they need neither.
+    if (
+        reason is None
+        or config.getoption("specenergy_dry_run")
+        or config.getoption("specenergy_plan")
+    ):
         return
     if os.environ.get("CI"):
         raise pytest.UsageError(f"GPU suite in CI without its GPU path: {reason}")

@@ -11,28 +11,25 @@ import os
 import sys
 import time
 from dataclasses import asdict
-from dataclasses import dataclass
 from typing import Any
 from typing import Callable
 from typing import Mapping
 from typing import TextIO
 
+from pytest_specenergy.cli.doctor_stack import FAIL
+from pytest_specenergy.cli.doctor_stack import OK
+from pytest_specenergy.cli.doctor_stack import WARN
+from pytest_specenergy.cli.doctor_stack import Finding
+from pytest_specenergy.cli.doctor_stack import check_kernels
+from pytest_specenergy.cli.doctor_stack import check_sglang_import
+from pytest_specenergy.cli.doctor_stack import check_torch
 from pytest_specenergy.engines import sglang_args as sa
 from pytest_specenergy.meters.base import MeterError
 from pytest_specenergy.meters.devices import Nvml
 from pytest_specenergy.meters.nvml import resolve_devices
 
-OK, WARN, FAIL = "OK", "WARN", "FAIL"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """The outcome of one check: status, what was found, and how to fix a problem."""
-
-    name: str
-    status: str
-    detail: str
-    fix: str = ""
+#: Where the doctor's injectable parts come from (tests pass fakes of what cannot exist here).
+_UNSET: Any = object()
 
 
 def _dist_version(name: str) -> str | None:
@@ -189,9 +186,9 @@ def check_sglang(version_text: str | None) -> list[Finding]:
                 "sglang",
                 WARN,
                 "not installed in this Python",
-                "install sglang>=0.5.9,<0.6 where the "
-                "servers run (pytest-specenergy[sglang]), or point the engine option python= at an "
-                "interpreter that has it",
+                f"install {sa.EXTRA_REQUIREMENT} where the servers run (pip install "
+                "'pytest-specenergy[sglang]': Python 3.11-3.13, glibc >= 2.34), or point the "
+                "engine option python= at an interpreter that has it",
             )
         ]
     try:
@@ -260,30 +257,6 @@ def check_sglang(version_text: str | None) -> list[Finding]:
     return checks
 
 
-def check_torch() -> Finding:
-    """torch and CUDA as this Python sees them (the server's Python is what matters)."""
-    if importlib.util.find_spec("torch") is None:
-        return Finding(
-            "torch", WARN, "not installed", "pip install torch (CUDA build) where the servers run"
-        )
-    import torch
-
-    if torch.cuda.is_available():
-        return Finding(
-            "torch",
-            OK,
-            f"{torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.device_count()} "
-            "device(s)",
-        )
-    return Finding(
-        "torch",
-        WARN,
-        f"{torch.__version__} sees no CUDA device"
-        f"{' (CPU build)' if torch.version.cuda is None else ''}",
-        "the GPU path needs a CUDA build of torch in the servers' Python",
-    )
-
-
 def check_transformers() -> Finding:
     """transformers, which the reference engine needs."""
     version = _dist_version("transformers")
@@ -300,11 +273,19 @@ def run_checks(
     env: Mapping[str, str] | None = None,
     interval_s: float = 0.5,
     sleep: Callable[[float], None] = time.sleep,
+    *,
+    installed: Any = _UNSET,
+    torch_module: Any = None,
+    import_module: Callable[[str], Any] = importlib.import_module,
+    requires: Callable[[str], Any] = importlib.metadata.requires,
 ) -> list[Finding]:
-    """Every check, in the order printed."""
+    """Every check, in the order printed. ``installed``: the SGLang version installed here (default:
+    its distribution's); ``sglang_version`` only changes which release's facts are shown."""
     env = os.environ if env is None else env
+    installed = sa.installed_version() if installed is _UNSET else installed
     nvml_check, nvml = check_nvml(nvml_module)
     checks = [nvml_check]
+    driver = None
     if nvml is None:
         checks += [
             Finding(name, FAIL, "not checked: NVML unavailable")
@@ -312,16 +293,22 @@ def run_checks(
         ]
     else:
         try:
+            driver = nvml.driver()
             checks += check_gpus(nvml)
             if not any(c.status == FAIL for c in checks):
                 checks += check_energy_counter(nvml, interval_s, sleep)
                 checks.append(check_visible_devices(nvml, env))
         finally:
             nvml.close()
+    stack = [
+        check_sglang_import(installed, import_module),
+        check_kernels(installed, requires, import_module),
+    ]
     return [
         *checks,
-        *check_sglang(sglang_version or sa.installed_version()),
-        check_torch(),
+        *check_sglang(sglang_version or installed),
+        *(finding for finding in stack if finding is not None),
+        *check_torch(installed, torch_module, driver),
         check_transformers(),
     ]
 

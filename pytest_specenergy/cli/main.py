@@ -321,7 +321,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_predict_parser(sub)
 
-    # Listed for --help only: main() hands ``doctor ...`` to cli.doctor before parsing.
+    # Listed for --help only: main() hands ``plan ...`` and ``doctor ...`` on before parsing.
+    sub.add_parser(
+        "plan",
+        help="print a suite's modeled GPU minutes per case and in total (pytest args follow)",
+        add_help=False,
+    )
     sub.add_parser(
         "doctor",
         help="check a GPU runner: NVML, energy counter, GPUs, sglang, torch",
@@ -339,6 +344,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pytest_specenergy.cli.doctor import main as doctor_main
 
         return doctor_main(argv[1:])
+    if argv[:1] == ["plan"]:
+        from pytest_specenergy.cli.plan import main as plan_main
+
+        return plan_main(argv[1:])
     args = build_parser().parse_args(argv)
     if getattr(args, "storage_dir", None):
         args.storage = args.storage_dir

@@ -180,9 +180,37 @@ class Restart(Record):
 
 
 @dataclass(frozen=True)
+class PoolEngine(Record):
+    """One engine of a KV-pool plan: the memory free at its start and after its weights, and
+    the tokens its pool holds there."""
+
+    label: str | None = None
+    free_at_start_gib: float | None = None
+    free_after_weights_gib: float | None = None
+    tokens: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class PoolPlan(Record):
+    """Equal KV pools on one GPU: the capacity every arm is pinned to (``max_total_tokens``), the
+    memory share that reaches it for the engine starting with the least memory free, and each
+    engine's figures."""
+
+    max_total_tokens: int | None = None
+    mem_fraction_static: float | None = None
+    resident: bool | None = None
+    reason: str | None = None
+    engines: tuple[PoolEngine, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
 class ResidencyFacts(Record):
     """How the GPU's engines ran: all resident with an equal memory share, or one at a time, and
-    why."""
+    why; the KV-pool plan that pins every arm to one capacity, or why the case was refused."""
+
+    omitted_when_empty = ("pools", "refused")
 
     resident: bool | None = None
     engines: int | None = None
@@ -191,6 +219,8 @@ class ResidencyFacts(Record):
     reason: str | None = None
     gpu_memory_gib: float | None = None
     weights_gib: float | None = None
+    pools: PoolPlan | None = None
+    refused: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 

@@ -166,7 +166,7 @@ class SGLangBackend(BackendDefaults):
         if installed is None:
             raise EngineConfigError(
                 "SGLang is not installed in this Python, so its command line cannot be built; "
-                "install sglang>=0.5.9,<0.6 on the GPU runner (pip install "
+                f"install {sa.EXTRA_REQUIREMENT} on the GPU runner (pip install "
                 "'pytest-specenergy[sglang]'), or set the engine option sglang_version='0.5.23' "
                 "on pytest.mark.model(...) for a dry run"
             )
@@ -390,7 +390,7 @@ class SGLangBackend(BackendDefaults):
         ):
             notes.append(
                 "ngram min/max_match_window apply to the reference server only; "
-                "SGLang >= 0.5.12 matches against a trie (speculative_ngram_max_trie_depth)"
+                "SGLang >= 0.5.10 matches against a trie (speculative_ngram_max_trie_depth)"
             )
         return notes
 
@@ -650,6 +650,11 @@ def checkpoint_special_token_ids(model: str) -> tuple[int, ...]:
         if isinstance(token, dict) and token.get("special") and str(key).isdigit():
             add(int(key))
     return tuple(sorted(ids))
+
+
+def read_model_config(model: str, name: str = "config.json") -> dict[str, Any] | None:
+    """A checkpoint's JSON file ``name`` (local or in the Hugging Face cache), or None."""
+    return _read_model_config(model, name)
 
 
 def _read_model_config(model: str, name: str = "config.json") -> dict[str, Any] | None:

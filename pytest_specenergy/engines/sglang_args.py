@@ -22,6 +22,11 @@ Version = tuple[int, int, int]
 MIN_VERSION: Version = (0, 5, 9)
 #: Newest release read; later 0.5.x releases are driven with its facts.
 NEWEST_READ: Version = (0, 5, 23)
+#: What the ``sglang`` extra installs (pyproject.toml): the release CI drives live on CPU servers
+#: and parses every command line of. Its wheels need Python 3.11-3.13 and glibc >= 2.34 (the
+#: older ones a Python 3.10 or glibc < 2.34 runner would get were never parsed in CI), and its
+#: torch 2.14.1 is built for CUDA 13 (NVIDIA driver >= 580).
+EXTRA_REQUIREMENT = "sglang>=0.5.23,<0.6"
 
 #: Engine options the plugin consumes itself; they never become server flags. ``resident``,
 #: ``weights_gb``: whether both arms' engines may share one GPU (``engines/sglang_residency.py``).
@@ -248,7 +253,8 @@ class VersionFacts:
     cuda_graph_bs_field: str
     #: 0.5.14-0.5.22 still accept ``--cuda-graph-max-bs`` as a deprecated alias; 0.5.23 rejects it.
     legacy_cuda_graph_alias: bool
-    #: NGRAM match-window flags (``speculative_ngram_{min,max}_match_window_size``), gone in 0.5.12.
+    #: NGRAM match-window flags (``speculative_ngram_{min,max}_match_window_size``), gone in 0.5.10
+    #: (its wheel has the trie's ``speculative_ngram_max_trie_depth`` instead, ``server_args.py:513``).
     ngram_match_windows: bool
     #: Releases before 0.5.14 turn the overlap scheduler off for NGRAM/DFLASH (0.5.9: every
     #: algorithm), so the backend turns it off in both arms to keep the pair matched.
@@ -263,11 +269,13 @@ class VersionFacts:
     no_cli_fields: frozenset[str] = frozenset()
     #: Three-state bool fields: ``False`` is sent as ``--no-<flag>``.
     negatable_fields: frozenset[str] = frozenset()
-    #: ``/flush_cache?timeout=S`` waits for the scheduler to go idle (0.5.23; 0.5.14 not read).
+    #: ``/flush_cache?timeout=S`` waits for the scheduler to go idle: from 0.5.10 (its wheel, and
+    #: 0.5.14 and 0.5.16-0.5.22, have ``flush_cache(timeout: float = Query(0.0, ge=0.0))``; 0.5.9 not).
     flush_cache_timeout: bool = False
 
 
-#: First read release that accepts each algorithm (0.5.10/11 and 0.5.15-0.5.22 were not read).
+#: First release known to accept each algorithm (DSPARK: the enum member and
+#: ``speculative_dspark_block_size`` are in the 0.5.16 wheel; 0.5.10-0.5.11 were not read for DFLASH).
 ALGORITHM_SINCE: dict[str, Version] = {
     "NGRAM": (0, 5, 9),
     "EAGLE": (0, 5, 9),
@@ -275,7 +283,7 @@ ALGORITHM_SINCE: dict[str, Version] = {
     "NEXTN": (0, 5, 9),
     "STANDALONE": (0, 5, 9),
     "DFLASH": (0, 5, 12),
-    "DSPARK": (0, 5, 23),
+    "DSPARK": (0, 5, 16),
 }
 
 
@@ -312,7 +320,7 @@ def facts_for(version: Version) -> VersionFacts:
         cuda_graph_max_bs_field="cuda_graph_max_bs_decode" if renamed else "cuda_graph_max_bs",
         cuda_graph_bs_field="cuda_graph_bs_decode" if renamed else "cuda_graph_bs",
         legacy_cuda_graph_alias=renamed and not newest,
-        ngram_match_windows=version < (0, 5, 12),
+        ngram_match_windows=version < (0, 5, 10),
         spec_disables_overlap=not renamed,
         ngram_commits_hybrid_state=renamed,
         shutdown_waits_for_gpu=version >= (0, 5, 12),
@@ -323,7 +331,7 @@ def facts_for(version: Version) -> VersionFacts:
         else _NEGATABLE_0_5_14
         if renamed
         else frozenset(),
-        flush_cache_timeout=newest,
+        flush_cache_timeout=version >= (0, 5, 10),
     )
 
 
@@ -332,7 +340,7 @@ _RENAMES: tuple[tuple[str, str, Version], ...] = (
     ("cuda_graph_max_bs", "cuda_graph_max_bs_decode", (0, 5, 14)),
     ("cuda_graph_bs", "cuda_graph_bs_decode", (0, 5, 14)),
     ("mamba_scheduler_strategy", "mamba_radix_cache_strategy", (0, 5, 14)),
-    ("speculative_ngram_branch_length", "speculative_ngram_max_trie_depth", (0, 5, 12)),
+    ("speculative_ngram_branch_length", "speculative_ngram_max_trie_depth", (0, 5, 10)),
 )
 # Fields that exist on one side of a boundary only, with no spelling on the other side.
 _NEW_ONLY: dict[str, Version] = {
@@ -348,13 +356,13 @@ _NEW_ONLY: dict[str, Version] = {
         (0, 5, 14),
     ),
     "speculative_dflash_block_size": (0, 5, 12),
-    "speculative_dspark_block_size": (0, 5, 23),
+    "speculative_dspark_block_size": (0, 5, 16),
 }
 _REMOVED: dict[str, tuple[Version, str]] = dict.fromkeys(
     ("speculative_ngram_min_match_window_size", "speculative_ngram_max_match_window_size"),
     (
-        (0, 5, 12),
-        "NGRAM matches against a trie since 0.5.12; tune speculative_ngram_max_trie_depth",
+        (0, 5, 10),
+        "NGRAM matches against a trie since 0.5.10; tune speculative_ngram_max_trie_depth",
     ),
 )
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Callable
+from typing import Iterable
+
 from pytest_specenergy.meters.base import EnergyWindow
 from pytest_specenergy.meters.base import Meter
 from pytest_specenergy.meters.base import MeterError
@@ -14,8 +17,10 @@ def meter_kind_for(requested: str, engine: str, device: str) -> str:
     return "nvml" if engine == "sglang" or device.startswith("cuda") else "modeled:h200"
 
 
-def make_meter(kind: str) -> Meter:
-    """Build the meter for ``kind``; raises :class:`MeterError` when it cannot work here."""
+def make_meter(kind: str, own_pids: Callable[[], Iterable[int]] | None = None) -> Meter:
+    """Build the meter for ``kind``; raises :class:`MeterError` when it cannot work here.
+    ``own_pids``: the pids of every engine the plugin runs (resident siblings of the measured one
+    count as its own processes, not as contamination)."""
     if kind.startswith("modeled:"):
         from pytest_specenergy.meters.modeled import ModeledMeter
 
@@ -23,7 +28,7 @@ def make_meter(kind: str) -> Meter:
     if kind == "nvml":
         from pytest_specenergy.meters.nvml import NvmlMeter
 
-        return NvmlMeter.open()
+        return NvmlMeter.open(own_pids=own_pids)
     raise MeterError(f"unknown meter {kind!r}; expected nvml or modeled:<gpu> (h100, h200)")
 
 

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from dataclasses import dataclass
 from typing import Any
 from typing import Callable
+from typing import Iterable
 from typing import Mapping
 
 import pytest_specenergy.meters.devices as gpu_info
@@ -158,6 +159,7 @@ class NvmlMeter:
         clock: Callable[[], float] = time.monotonic,
         process_tree: Callable[[int], set[int]] = pid_tree,
         process_exists: Callable[[int], bool] = pid_exists,
+        own_pids: Callable[[], Iterable[int]] | None = None,
     ) -> None:
         if contamination not in CONTAMINATION_POLICIES:
             raise ValueError(
@@ -175,6 +177,9 @@ class NvmlMeter:
         self._clock = clock
         self._process_tree = process_tree
         self._process_exists = process_exists
+        #: The pids of every engine the plugin runs (the pool's live servers): resident sibling
+        #: engines idle beside the measured one are the plugin's own processes, not contamination.
+        self.own_pids = own_pids
         self._nvml = gpu_info.Nvml(nvml_module)
         self._closed = False
         try:
@@ -322,6 +327,16 @@ class NvmlMeter:
             report["status"] = "unchecked: the engine handle has no pid"
             return report
         ours = self._process_tree(pid)
+        siblings: set[int] = set()
+        for other in self.own_pids() if self.own_pids is not None else ():
+            if other is not None and int(other) != pid:
+                siblings |= self._process_tree(int(other))
+        siblings -= ours
+        if siblings & listed:
+            # Their idle power is in the window, in both arms alike (each arm's window has the other
+            # resident): reported, not contamination.
+            report["resident_engines"] = sorted(siblings & listed)
+        ours |= siblings
         if listed and not listed & ours and not any(map(self._process_exists, listed)):
             # NVML reports host PIDs; inside a container's own PID namespace none of them exists
             # here, so the engine's processes cannot be told from anyone else's.

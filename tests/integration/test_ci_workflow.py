@@ -1,5 +1,6 @@
-"""The CI workflow example (example_suites/ci_gate/specenergy-gate.yml), its commands run here on
-CPU with the reference server across two commits: the nightly saves main, a pull request that
+"""The stored-run flow of the CI workflow example (example_suites/ci_gate/specenergy-gate.yml: the
+nightly saves main; pull requests there are gated in-job, test_ci_workflow_file.py checks the file),
+its commands run here on CPU with the reference server across two commits: the nightly saves main, a pull request that
 makes the drafter costlier fails the gate and its report shows it, the next nightly saves again
 and the history holds both runs, each naming the commit it measured."""
 

@@ -20,6 +20,18 @@ Worker modes (what SGLang code runs, per release):
     ``device_added``): without it 0.5.9 raises "No accelerator ... is available". This changes
     meaning for GPU command lines (CPU resolution, e.g. attention backend -> torch_native); it is
     the truth for the live CPU arm.
+``pool-h100``, ``pool-h200``
+    SGLang 0.5.23's own KV-pool sizing on a simulated H100 or H200 (``--mem-fraction-static`` and
+    ``--max-total-tokens`` as the argv says): the item's argv resolved and published as a scheduler
+    publishes it, the target's ``ModelConfig`` and draft layers
+    (``resolve_spec_aux_hidden_state_config``), then ``KVCacheConfigurator``'s
+    ``_profile_available_bytes(free_at_start_gib)`` with ``get_available_gpu_memory`` answering
+    ``free_after_weights_gib`` (the two free-memory readings SGLang takes, ``bootstrap.py:193-223``
+    and ``kv_cache_configurator.py:2990``), ``config_from_budget`` (``DefaultPoolConfigurator``, the
+    ``max_total_tokens`` cap) and ``resolve_max_num_reqs``. Nothing is allocated and no weight is
+    loaded: the config folders hold ``config.json`` only. ``resolved`` holds ``tokens``,
+    ``budget_bytes``, ``max_running_requests``, ``mem_fraction_static`` (SGLang's own default when the
+    argv sets none: its runtime reserve is ``1 - that`` of the GPU) and ``draft_layers``.
 ``gpu-sim``
     the same SGLang calls on a *simulated H200*: only the device queries are answered
     (``torch.cuda.is_available``/``device_count``/``get_device_capability``/
@@ -91,8 +103,12 @@ STAGES = ("parse", "from_cli_args", "resolve", "check")
 
 
 # ------------------------------------------------------------------------------------ worker
-def _simulate_h200(tmpdir: str) -> None:
-    """Answer device queries as one 8-GPU H200 node would; run before sglang is imported."""
+#: ``nvidia-smi``'s memory.total (MiB) and name of the GPUs the worker can simulate.
+GPUS = {"h200": (143771, "NVIDIA H200"), "h100": (81559, "NVIDIA H100 80GB HBM3")}
+
+
+def _simulate_h200(tmpdir: str, gpu: str = "h200") -> None:
+    """Answer device queries as one 8-GPU node of ``gpu`` would; run before sglang is imported."""
     import importlib.machinery
     import importlib.util
     import types
@@ -100,9 +116,10 @@ def _simulate_h200(tmpdir: str) -> None:
     import torch
 
     gib = 1 << 30
-    total = 143771 * (1 << 20)  # nvidia-smi memory.total of an H200, MiB
+    total_mib, name = GPUS[gpu]
+    total = total_mib * (1 << 20)
     props = types.SimpleNamespace(
-        name="NVIDIA H200",
+        name=name,
         major=9,
         minor=0,
         total_memory=total,
@@ -117,7 +134,7 @@ def _simulate_h200(tmpdir: str) -> None:
     torch.cuda.is_initialized = lambda: False
     torch.cuda.current_device = lambda: 0
     torch.cuda.get_device_capability = lambda device=None: (9, 0)
-    torch.cuda.get_device_name = lambda device=None: "NVIDIA H200"
+    torch.cuda.get_device_name = lambda device=None: name
     torch.cuda.get_device_properties = lambda device=None: props
     torch.cuda.mem_get_info = lambda device=None: (total - 2 * gib, total)
     torch.version.cuda = "12.9"
@@ -125,7 +142,7 @@ def _simulate_h200(tmpdir: str) -> None:
     with open(smi, "w") as fh:
         fh.write(
             '#!/bin/sh\ncase "$*" in\n'
-            "  *memory.total*) for i in 0 1 2 3 4 5 6 7; do echo 143771; done ;;\n"
+            f"  *memory.total*) for i in 0 1 2 3 4 5 6 7; do echo {total_mib}; done ;;\n"
             "  *compute_cap*) for i in 0 1 2 3 4 5 6 7; do echo 9.0; done ;;\n"
             '  *) echo "simulated nvidia-smi: $*" >&2; exit 1 ;;\nesac\n'
         )
@@ -241,6 +258,83 @@ def _run_one(argv: list[str], mode: str) -> dict[str, Any]:
     return out
 
 
+def _pool_one(item: dict[str, Any]) -> dict[str, Any]:
+    """SGLang's sizing of one engine's KV pool from two free-memory readings (``pool-*`` modes)."""
+    import types
+
+    import torch
+    from sglang.srt import runtime_context as rc
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.mem_cache import kv_cache_configurator as kvm
+    from sglang.srt.model_executor.model_runner_components.layer_setup import ModelLayerInfo
+    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
+        resolve_spec_aux_hidden_state_config,
+    )
+    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    out: dict[str, Any] = {"ok": False, "stage": None, "error": None, "resolved": None}
+    try:
+        server_args = prepare_server_args(list(item["argv"]))
+        rc.publish(server_args, role="test", ranks=rc.SpawnRanks(world_rank=0, gpu_id=0))
+        # One process, no distributed group: the free-memory reads take no all-reduce.
+        rc.get_parallel().override_permanently(world_group=types.SimpleNamespace(cpu_group=None))
+        out["stage"] = "resolve"
+        model_config = ModelConfig.from_server_args(server_args)
+        spec = SpeculativeAlgorithm.from_string(server_args.speculative_algorithm)
+        aux = resolve_spec_aux_hidden_state_config(
+            server_args=server_args,
+            model_config=model_config,
+            spec_algorithm=spec,
+            is_draft_worker=False,
+        )
+        layers = model_config.num_hidden_layers
+        kvc = kvm.KVCacheConfigurator(
+            device="cuda",
+            gpu_id=0,
+            attn_dp_size=1,
+            pp_size=1,
+            pp_group=None,
+            model=None,
+            model_config=model_config,
+            server_args=server_args,
+            kv_cache_dtype=torch.bfloat16,
+            kv_cache_dtype_str="auto",
+            model_dtype=torch.bfloat16,
+            page_size=1,
+            sliding_window_size=None,
+            spec_algorithm=spec,
+            is_draft_worker=False,
+            post_capture_kv_active=False,
+            spec_aux_config=aux,
+            is_hybrid_swa=False,
+            is_hybrid_swa_compress=False,
+            use_mla_backend=False,
+            layer_info=ModelLayerInfo(start_layer=0, end_layer=layers, num_effective_layers=layers),
+            forward_stream=None,
+            req_to_token_pool=None,
+            token_to_kv_pool_allocator=None,
+            memory_pool_config=None,
+        )
+        # SGLang's second reading: free memory once the weights are loaded.
+        kvm.get_available_gpu_memory = lambda *a, **k: float(item["free_after_weights_gib"])
+        out["stage"] = "size"
+        budget = kvc._profile_available_bytes(float(item["free_at_start_gib"]))
+        config = kvc.config_from_budget(budget)
+        out["resolved"] = {
+            "tokens": int(config.max_total_num_tokens),
+            "budget_bytes": int(budget),
+            "max_running_requests": int(kvc.resolve_max_num_reqs(config.max_total_num_tokens)),
+            "mem_fraction_static": float(rc.get_schedule().mem_fraction_static),
+            "draft_layers": aux.eagle_draft_num_layers,
+        }
+        out["ok"] = True
+    except BaseException as exc:  # noqa: BLE001 - every refusal is a result
+        out["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+        out["where"] = _where(exc)
+    return out
+
+
 def _where(exc: BaseException) -> list[str]:
     """The innermost frames of ``exc``'s traceback, as ``path:line in function``."""
     import traceback
@@ -256,6 +350,8 @@ def worker(mode: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     logging.disable(logging.WARNING)
     if mode == "gpu-sim":
         _simulate_h200(tempfile.mkdtemp(prefix="sglang-gpu-sim-"))
+    elif mode.startswith("pool-"):
+        _simulate_h200(tempfile.mkdtemp(prefix="sglang-gpu-sim-"), mode.removeprefix("pool-"))
     elif mode == "cpu":
         os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     import importlib
@@ -277,7 +373,10 @@ def worker(mode: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             before = set(sys.modules)
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
-                    res = _run_one(list(item["argv"]), mode)
+                    if mode.startswith("pool-"):
+                        res = _pool_one(item)
+                    else:
+                        res = _run_one(list(item["argv"]), mode)
             except BaseException as exc:  # noqa: BLE001
                 res = {"ok": False, "stage": None, "error": f"worker: {exc!r}", "resolved": None}
             res["_imported"] = sorted(set(sys.modules) - before)
@@ -313,7 +412,7 @@ def worker(mode: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] != "--worker":
-        sys.exit("usage: python sglang_worker.py --worker parse|cpu|gpu-sim")
+        sys.exit("usage: python sglang_worker.py --worker parse|cpu|gpu-sim|pool-h100|pool-h200")
     items = json.load(sys.stdin)
     real_stdout = sys.stdout
     sys.stdout = sys.stderr  # sglang prints; keep stdout for the JSON answer

@@ -309,5 +309,40 @@ def test_stop_policy_and_flush_path():
     backend = SGLangBackend()
     assert backend.stop_signal_leader_only is True
     assert backend.flush_cache_path(config(None, "0.5.23")) == "/flush_cache?timeout=30"
-    assert backend.flush_cache_path(config(None, "0.5.14")) == "/flush_cache"
     assert backend.flush_cache_path(config(None, "0.5.9")) == "/flush_cache"
+
+
+@pytest.mark.parametrize(
+    ("version", "windows", "timeout", "dspark"),
+    [
+        # sglang-audit-3 s.2, from the wheels: 0.5.10.post1 has the trie flags and no match-window
+        # flags (its parser rejects them), and flush_cache(timeout=...) as 0.5.14 and 0.5.16-0.5.22
+        # do; the DSPARK member and speculative_dspark_block_size exist from 0.5.16.
+        ("0.5.9", True, False, False),
+        ("0.5.10", False, True, False),
+        ("0.5.14", False, True, False),
+        ("0.5.16", False, True, True),
+        ("0.5.21", False, True, True),
+        ("0.5.23", False, True, True),
+    ],
+)
+def test_release_facts_read_from_the_wheels(version, windows, timeout, dspark):
+    facts = sa.facts_for(sa.parse_version(version))
+    assert facts.ngram_match_windows is windows
+    assert facts.flush_cache_timeout is timeout
+    assert ("DSPARK" in facts.algorithms) is dspark
+    path = SGLangBackend().flush_cache_path(config(None, version))
+    assert path == ("/flush_cache?timeout=30" if timeout else "/flush_cache")
+    argv = SGLangBackend().command(config(Drafter("ngram"), version), "h", 1)
+    assert ("--speculative-ngram-max-match-window-size" in argv) is windows
+
+
+def test_the_extra_requires_the_release_ci_drives():
+    """pyproject's sglang extra is EXTRA_REQUIREMENT: what a runner installs is what CI parses."""
+    from pathlib import Path
+
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())
+    assert project["project"]["optional-dependencies"]["sglang"] == [sa.EXTRA_REQUIREMENT]
+    assert sa.parse_version(sa.EXTRA_REQUIREMENT.split(">=")[1]) == sa.NEWEST_READ

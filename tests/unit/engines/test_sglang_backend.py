@@ -81,7 +81,7 @@ SPEC = {
     ("dspark", "all"): "--speculative-algorithm DSPARK --speculative-draft-model-path "
     "/models/dspark --speculative-dspark-block-size 6",
 }
-SUPPORTED = {"dflash": ("0.5.13", "0.5.14", "0.5.23"), "dspark": ("0.5.23",)}
+SUPPORTED = {"dflash": ("0.5.13", "0.5.14", "0.5.23"), "dspark": ("0.5.23",)}  # of VERSIONS
 
 
 def config(
@@ -250,7 +250,7 @@ def test_disable_cuda_graph_per_version():
     ("version", "option", "message"),
     [
         ("0.5.13", {"cuda_graph_max_bs_prefill": 4}, "needs SGLang >= 0.5.14"),
-        ("0.5.23", {"speculative_ngram_max_match_window_size": 4}, "removed in SGLang 0.5.12"),
+        ("0.5.23", {"speculative_ngram_max_match_window_size": 4}, "removed in SGLang 0.5.10"),
         ("0.5.23", {"port": 1}, "set by the plugin"),
         # A list value that smuggles in a second --host: SGLang takes the last, off loopback.
         (
@@ -369,7 +369,7 @@ def test_hybrid_detected_from_hf_cache_and_name(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("name", "version"), [("dflash", "0.5.9"), ("dspark", "0.5.14"), ("dspark", "0.5.13")]
+    ("name", "version"), [("dflash", "0.5.9"), ("dspark", "0.5.15"), ("dspark", "0.5.13")]
 )
 def test_algorithm_missing_from_the_version_is_refused(tmp_path, name, version):
     drafter = Drafter(name, draft_model=str(tmp_path))

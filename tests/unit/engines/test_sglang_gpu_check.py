@@ -37,7 +37,7 @@ def test_dry_run_prints_both_arms_with_the_kv_pool_pinned(sglang_gpu_check, tmp_
         assert f"--speculative-algorithm {algorithm}" in out
     baselines = [line for line in out.splitlines() if line.startswith("baseline:")]
     assert baselines and all(
-        "--max-total-tokens 131072" in line and "--load-format dummy" in line for line in baselines
+        "--max-total-tokens 32768" in line and "--load-format dummy" in line for line in baselines
     )
     assert "MISMATCH" not in out
 
@@ -74,3 +74,34 @@ def test_the_table_says_which_checks_held(sglang_gpu_check):
     text = "\n".join(sglang_gpu_check._table(document))
     assert "NVIDIA H200 GPU-1" in text and "engine starts: 3" in text
     assert "all held" in text and "twin-differs (fail)" in text and "+12.0%" in text
+
+
+def test_the_runbook_reads_the_plans_total_and_writes_one_json(sglang_gpu_check, tmp_path, capsys):
+    lines = ["specenergy plan: ...", "total: 4.2 GPU minutes at the first look, 6.1 if every gated"]
+    assert sglang_gpu_check._plan_total(lines) == 6.1
+    assert sglang_gpu_check._plan_total(["specenergy plan: no GPU case collected"]) is None
+    facts = [
+        {"fact": "a", "held": True, "detail": 1},
+        {"fact": "b", "held": None, "detail": "not read"},
+    ]
+    out = tmp_path / "facts.json"
+    assert sglang_gpu_check._write_facts(out, facts, 0) == 0
+    record = json.loads(out.read_text())
+    assert record["summary"] == {"held": 1, "failed": [], "unknown": ["b"]}
+    assert "[ held  ] a" in capsys.readouterr().out
+    assert sglang_gpu_check._write_facts(out, [{"fact": "c", "held": False, "detail": 0}], 0) == 1
+
+
+def test_without_a_gpu_it_exits_2_and_the_json_says_why_with_the_doctors_findings(
+    sglang_gpu_check, tmp_path
+):
+    if sglang_gpu_check._gpu_reason() is None:
+        pytest.skip("this machine has a GPU: the check would run")
+    out = tmp_path / "facts.json"
+    code = sglang_gpu_check.main(["--model", "m", "--draft-model", "d", "--facts", str(out)])
+    assert code == 2
+    record = json.loads(out.read_text())
+    names = {f["fact"]: f for f in record["facts"]}
+    assert names["a GPU and SGLang to run on"]["held"] is False
+    doctor = names["doctor passes (driver, torch CUDA, sglang, kernels, NVML)"]
+    assert doctor["held"] is False and any(line.startswith("nvml:") for line in doctor["detail"])

@@ -851,6 +851,11 @@ def _gpu_case(tmp_path, gib: float, drafter: Drafter, reference: Drafter | None 
         folder.mkdir()
         with open(folder / "model.safetensors", "wb") as handle:
             handle.truncate(int(gib * 1024**3))
+        # Qwen3-8B's attention sizes: what the KV pool plan reads (engines/kv_pools.py).
+        (folder / "config.json").write_text(
+            '{"num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, '
+            '"head_dim": 128, "hidden_size": 4096}'
+        )
     return Case.of(
         engine="sglang",
         model=str(folder),
@@ -885,14 +890,15 @@ def test_on_one_gpu_engines_that_fit_stay_resident_and_the_arms_interleave(tmp_p
     pair = measurer.measure(case)
     assert pair.order.interleaved is True
     assert list(pair.order.order) == ["baseline", "speculative"] * 2
-    assert (
-        pair.order.residency.resident is True and pair.order.residency.mem_fraction_static == 0.40
-    )
-    # Each engine started once, with the same share and --sleep-on-idle.
+    residency = pair.order.residency
+    assert residency.resident is True and residency.mem_fraction_static == 0.80
+    # Each engine started once, with the same fraction, the one planned pool and --sleep-on-idle.
     assert len(pool.starts) == 2
-    assert {(c.option("mem_fraction_static"), c.option("sleep_on_idle")) for c in pool.starts} == {
-        (0.40, True)
-    }
+    tokens = residency.pools.max_total_tokens
+    assert {
+        (c.option("mem_fraction_static"), c.option("max_total_tokens"), c.option("sleep_on_idle"))
+        for c in pool.starts
+    } == {(0.80, tokens, True)}
     more = measurer.add_repeats(case, 2)
     assert more.order.interleaved is True and len(pool.starts) == 2
 
@@ -900,7 +906,7 @@ def test_on_one_gpu_engines_that_fit_stay_resident_and_the_arms_interleave(tmp_p
 def test_on_one_gpu_engines_that_do_not_fit_run_blocked_and_say_why(tmp_path):
     pool, meter = FakePool(), TokenMeter(1.0)
     measurer = _gpu_measurer(pool, meter, 80)
-    case = _gpu_case(tmp_path, 28.0, Drafter("ngram"))  # 0.6 x 0.40 x 80 GiB = 19.2 GiB < 28
+    case = _gpu_case(tmp_path, 28.0, Drafter("ngram"))  # two 28 GiB engines and their reserves
     measurer.plan([case])
     assert pool.max_live == 1
     pair = measurer.measure(case)
@@ -908,6 +914,8 @@ def test_on_one_gpu_engines_that_do_not_fit_run_blocked_and_say_why(tmp_path):
     assert list(pair.order.order) == ["baseline", "baseline", "speculative", "speculative"]
     assert pair.order.residency.resident is False and "blocked order" in pair.order.residency.reason
     assert all(c.option("sleep_on_idle") is None for c in pool.starts)
+    # Blocked, the arms are still pinned to one pool.
+    assert len({c.option("max_total_tokens") for c in pool.starts}) == 1
 
 
 def test_in_job_ab_keeps_three_engines_resident_or_none(tmp_path):
@@ -919,7 +927,7 @@ def test_in_job_ab_keeps_three_engines_resident_or_none(tmp_path):
     measurer.plan([case])
     assert pool.max_live == 3
     pair = measurer.measure(case)
-    assert pair.order.interleaved is True and pair.order.residency.mem_fraction_static == 0.26
+    assert pair.order.interleaved is True and pair.order.residency.mem_fraction_static == 0.70
     # Unknown GPU memory: not guessed, blocked.
     blocked = _gpu_measurer(FakePool(), meter, None)
     blocked.plan([case])

@@ -382,3 +382,28 @@ def test_fake_mirrors_the_real_binding():
     for name in dir(fake.FakeNvml):
         if name.startswith("nvml"):
             assert callable(getattr(pynvml, name, None)), name
+
+
+def test_resident_sibling_engines_are_the_plugins_own_processes():
+    """Issue 37 item 3: the idle resident twin (pid 200, its scheduler 201) beside the measured
+    engine is no contamination, even under contamination="fail"; a stranger still is."""
+    trees = {100: {100, 101}, 200: {200, 201}}
+    gpus = fake.h200s(1, processes=[100, 101, 200, 201])
+    meter, _, clock = make(
+        gpus,
+        contamination="fail",
+        process_tree=lambda pid: set(trees.get(pid, {pid})),
+        own_pids=lambda: [100, 200],
+    )
+    window = measure(meter, clock)
+    report = window.details["contamination"]
+    assert report["status"] == "clean" and report["resident_engines"] == [200, 201]
+    gpus[0].processes.append(4242)
+    with pytest.raises(MeterError, match="pid 4242"):
+        measure(meter, clock)
+    # Without the pool's pids (nobody wired them) the sibling is someone else's.
+    alone, _, clock = make(
+        fake.h200s(1, processes=[100, 200]), process_tree=lambda pid: set(trees.get(pid, {pid}))
+    )
+    with pytest.warns(GpuContaminationWarning, match="pid 200"):
+        measure(alone, clock)
