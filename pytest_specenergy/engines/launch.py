@@ -24,6 +24,7 @@ from pytest_specenergy.engines.identity import EngineStartError
 from pytest_specenergy.engines.identity import PortTakenError
 from pytest_specenergy.engines.identity import check_identity
 from pytest_specenergy.engines.identity import port_in_use
+from pytest_specenergy.engines.zygote import LOST_EXIT
 from pytest_specenergy.engines.zygote import ZygoteChild
 from pytest_specenergy.engines.zygote import zygote_for
 
@@ -61,6 +62,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def describe_exit(code: int) -> str:
     """``3``, or ``-9 (SIGKILL)`` for a signal death."""
+    if code == LOST_EXIT:
+        return "unknown (the engine zygote that forked it died; its log says how it ended)"
     if code < 0:
         with contextlib.suppress(ValueError):
             return f"{code} ({signal.Signals(-code).name})"
