@@ -260,6 +260,34 @@ def test_hung_engine_ends_the_request_at_the_timeout(pool_with):
     assert not server.alive()  # stopped, so the next case gets a fresh engine
 
 
+def test_every_request_in_flight_to_a_hung_engine_gets_its_diagnosis(pool_with):
+    """Reliability-audit-3 1b: batch 1 keeps two requests in flight; the first to time out stopped
+    the engine, and the other then failed with a bare "no answer", which the case reported in
+    place of the diagnosis. Each now carries the timeout, the stop and the log tail."""
+    server = pool_with(post="hang", request_timeout_s=1.0).get(CONFIG)
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            server.client.generate(text=["hi"], sampling_params={"max_new_tokens": 4})
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertions
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.2)  # sent one after the other, as refills are
+    for thread in threads:
+        thread.join(30)
+    assert len(errors) == 3
+    for error in errors:
+        text = str(error)
+        assert isinstance(error, EngineError), text
+        assert "did not answer POST /generate within 1 s" in text, text
+        assert "the engine was stopped" in text and "stuck in a collective" in text, text
+    assert not server.alive()
+
+
 def test_request_timeout_default_and_validation():
     assert DEFAULT_REQUEST_TIMEOUT_S == 300.0
     assert EngineClient("http://127.0.0.1:1").timeout_s == DEFAULT_REQUEST_TIMEOUT_S
