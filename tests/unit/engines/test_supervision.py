@@ -183,6 +183,40 @@ def test_sigterm_ends_the_session_like_ctrl_c_and_stops_the_engines(start_child,
     assert wait_gone(facts["pgid"], within_s=5.0) < 5.0
 
 
+def test_sighup_ends_the_session_like_sigterm(start_child, reap_group):
+    """Reliability-audit-3 T44: SIGHUP (a closed terminal or SSH session) killed pytest outright
+    and lost every finished result; it now ends the session like SIGTERM, so teardown runs."""
+    child, facts = start_child(POOL_OWNER, json.dumps({}))
+    reap_group(facts["pgid"])
+    child.send_signal(signal.SIGHUP)
+    out, _ = child.communicate(timeout=30)
+    assert "interrupted by EngineTerminated" in out and "pool closed" in out, (
+        child.returncode,
+        (Path(facts["tmp"]) / "child.stderr").read_text(),
+    )
+    assert child.returncode == 0
+    assert wait_gone(facts["pgid"], within_s=5.0) < 5.0
+
+
+@pytest.mark.skipif(
+    threading.current_thread() is not threading.main_thread(),
+    reason="signal handlers can only be set from the main thread",
+)
+def test_a_handler_someone_set_to_ignore_sighup_is_respected(pool_with):
+    """nohup: whoever started pytest asked for SIGHUP to be ignored; the pool leaves it so, and
+    still handles SIGTERM."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        pool = pool_with()
+        pool.get(CONFIG)
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) == pool._on_sigterm
+        pool.close()
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
 @pytest.fixture
 def pool_with(monkeypatch, tmp_path):
     """An EnginePool whose backend is a fake engine with the given spec."""
