@@ -12,6 +12,8 @@ Sources of the probe list (ids keep the audits' numbering):
   ``R-*``   the 32 rows of the first audit (reference/fault-audit.md), as re-run in reliability-audit-2
   ``N*``    the 45 new probes of reference/reliability-audit-2.md
   ``I23-*`` the 20 items of issue 23 (several are the same fault as an N probe: the row names both)
+  ``T*``    reliability-audit-3's probes of the zygote, SIGHUP and the server's connection slots
+            (T9-T15, T27, T44: issue 42 items 3 and 5), in fault_zygote.py
 
 Usage:
   PYTHONPATH=$PWD .venv/bin/python benchmarks/fault_matrix.py [--quick] [--only ID[,ID]] [--list]
@@ -1778,6 +1780,14 @@ def _concurrent(d: Path) -> Obs:
         f"50 concurrent: {dict(sorted(codes.items()))}; health "
         f"{Server.request('GET', '/health')[0]}",
     )
+
+
+# --- the zygote, SIGHUP and the server's slots (T9-T15, T27, T44; issue 42 items 3, 5) ----------
+# In a module of their own beside this script (benchmarks/fault_zygote.py).
+
+import fault_zygote  # noqa: E402  (a benchmark script beside this one, not a package)
+
+fault_zygote.add_probes(sys.modules[__name__])
 
 
 # --- listed, not run here -----------------------------------------------------------------------
