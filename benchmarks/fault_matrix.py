@@ -216,15 +216,23 @@ def alive(pid: int) -> bool:
 
 
 def servers_of(pid: int, speculative: bool | None = None) -> list[int]:
-    """Reference-server processes under ``pid``; ``speculative`` picks the drafter's or the twin's."""
+    """Engine server processes under ``pid``; ``speculative`` picks the drafter's or the twin's.
+
+    A server writes to its engine's log (``<stamp>-<label>-<port>.log``, the label naming the arm)
+    and is not its process group's leader (its watchdog is). Its command line cannot tell: one
+    forked from the zygote shows the zygote's (R-1a and N4 found nothing to kill after the zygote
+    came), and ``--speculative`` never appears in a reference server's (N4 killed nothing, R-1a
+    both)."""
     found = []
     for p in descendants(pid):
-        line = cmdline(p)
-        if "pytest_specenergy.refserver" not in line or "watchdog" in line:
+        try:
+            log = Path(os.readlink(f"/proc/{p}/fd/2")).name
+            group = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[2])
+        except (OSError, IndexError, ValueError):
             continue
-        # The reference server names its drafter (--drafter none: the twin); "--speculative"
-        # never appears in its command line, so matching on it killed nothing (N4) or both (R-1a).
-        drafting = "--drafter " in line and "--drafter none" not in line
+        if not log.endswith(".log") or group == p:
+            continue
+        drafting = not re.search(r"_baseline_-\d+\.log$", log)
         if speculative is None or drafting == speculative:
             found.append(p)
     return found
