@@ -419,11 +419,15 @@ class ReferenceHTTPServer(ThreadingHTTPServer):
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
-        """The connection's thread; its slot is free again once the connection is closed."""
+        """The connection's thread (the stdlib's, but for the slot): its slot is free again before
+        its client sees the connection close, so a client that reconnects at once finds it free."""
         try:
-            super().process_request_thread(request, client_address)
+            self.finish_request(request, client_address)
+        except Exception:  # noqa: BLE001 - the stdlib's own handling: log it, close the connection
+            self.handle_error(request, client_address)
         finally:
             self.slots.release(request)
+            self.shutdown_request(request)
 
     def _refuse(self, request: socket.socket) -> None:
         message = f"the server is serving --max-connections {self.max_connections} connections"
