@@ -12,6 +12,8 @@ Sources of the probe list (ids keep the audits' numbering):
   ``R-*``   the 32 rows of the first audit (reference/fault-audit.md), as re-run in reliability-audit-2
   ``N*``    the 45 new probes of reference/reliability-audit-2.md
   ``I23-*`` the 20 items of issue 23 (several are the same fault as an N probe: the row names both)
+  ``T*``    reliability-audit-3's probes of the zygote, SIGHUP and the server's connection slots
+            (T9-T15, T27, T44: issue 42 items 3 and 5), in fault_zygote.py
 
 Usage:
   PYTHONPATH=$PWD .venv/bin/python benchmarks/fault_matrix.py [--quick] [--only ID[,ID]] [--list]
@@ -214,15 +216,23 @@ def alive(pid: int) -> bool:
 
 
 def servers_of(pid: int, speculative: bool | None = None) -> list[int]:
-    """Reference-server processes under ``pid``; ``speculative`` picks the drafter's or the twin's."""
+    """Engine server processes under ``pid``; ``speculative`` picks the drafter's or the twin's.
+
+    A server writes to its engine's log (``<stamp>-<label>-<port>.log``, the label naming the arm)
+    and is not its process group's leader (its watchdog is). Its command line cannot tell: one
+    forked from the zygote shows the zygote's (R-1a and N4 found nothing to kill after the zygote
+    came), and ``--speculative`` never appears in a reference server's (N4 killed nothing, R-1a
+    both)."""
     found = []
     for p in descendants(pid):
-        line = cmdline(p)
-        if "pytest_specenergy.refserver" not in line or "watchdog" in line:
+        try:
+            log = Path(os.readlink(f"/proc/{p}/fd/2")).name
+            group = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[2])
+        except (OSError, IndexError, ValueError):
             continue
-        # The reference server names its drafter (--drafter none: the twin); "--speculative"
-        # never appears in its command line, so matching on it killed nothing (N4) or both (R-1a).
-        drafting = "--drafter " in line and "--drafter none" not in line
+        if not log.endswith(".log") or group == p:
+            continue
+        drafting = not re.search(r"_baseline_-\d+\.log$", log)
         if speculative is None or drafting == speculative:
             found.append(p)
     return found
@@ -1778,6 +1788,14 @@ def _concurrent(d: Path) -> Obs:
         f"50 concurrent: {dict(sorted(codes.items()))}; health "
         f"{Server.request('GET', '/health')[0]}",
     )
+
+
+# --- the zygote, SIGHUP and the server's slots (T9-T15, T27, T44; issue 42 items 3, 5) ----------
+# In a module of their own beside this script (benchmarks/fault_zygote.py).
+
+import fault_zygote  # noqa: E402  (a benchmark script beside this one, not a package)
+
+fault_zygote.add_probes(sys.modules[__name__])
 
 
 # --- listed, not run here -----------------------------------------------------------------------

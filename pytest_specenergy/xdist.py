@@ -37,19 +37,25 @@ def is_controller(config: pytest.Config) -> bool:
 
 
 def interrupt_on_sigterm() -> Any:
-    """On the xdist controller (it runs no engine, so no pool handler): SIGTERM interrupts the
-    session like Ctrl-C, so what workers reported is still written, marked interrupted. Returns the
-    replaced handler (None: ignored or set)."""
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous not in (signal.SIG_DFL, None):
-        return None  # ignored, or someone else handles it: leave it
+    """On the xdist controller (it runs no engine, so no pool handler): SIGTERM or SIGHUP interrupts
+    the session like Ctrl-C, so what workers reported is still written, marked interrupted. Returns
+    the replaced SIGTERM handler (None: ignored or set)."""
+    replaced = None
+    for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if signum is None:
+            continue
+        previous = signal.getsignal(signum)
+        if previous not in (signal.SIG_DFL, None):
+            continue  # ignored, or someone else handles it: leave it
+        signal.signal(signum, _interrupt)
+        if signum == signal.SIGTERM:
+            replaced = previous
+    return replaced
 
-    def interrupt(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one ends the process
-        raise KeyboardInterrupt("SIGTERM received by the xdist controller")
 
-    signal.signal(signal.SIGTERM, interrupt)
-    return previous
+def _interrupt(signum: int, frame: Any) -> None:
+    signal.signal(signum, signal.SIG_DFL)  # a second one ends the process
+    raise KeyboardInterrupt(f"{signal.Signals(signum).name} received by the xdist controller")
 
 
 def visible_gpus() -> list[str]:

@@ -24,6 +24,7 @@ from pytest_specenergy.engines.identity import EngineStartError
 from pytest_specenergy.engines.identity import PortTakenError
 from pytest_specenergy.engines.identity import check_identity
 from pytest_specenergy.engines.identity import port_in_use
+from pytest_specenergy.engines.zygote import LOST_EXIT
 from pytest_specenergy.engines.zygote import ZygoteChild
 from pytest_specenergy.engines.zygote import zygote_for
 
@@ -61,6 +62,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def describe_exit(code: int) -> str:
     """``3``, or ``-9 (SIGKILL)`` for a signal death."""
+    if code == LOST_EXIT:
+        return "unknown (the engine zygote that forked it died; its log says how it ended)"
     if code < 0:
         with contextlib.suppress(ValueError):
             return f"{code} ({signal.Signals(-code).name})"
@@ -105,6 +108,10 @@ class ServerProcess:
         self._proc: subprocess.Popen[bytes] | ZygoteChild | None = None
         #: Write end of the watchdog's pipe: the kernel closes it when we die, whatever kills us.
         self._lifeline: int | None = None
+        #: The diagnosis that stopped the engine (it died, or hung): every request that was in
+        #: flight with the one that found it gets it too.
+        self._diagnosis: str | None = None
+        self._diagnosing = threading.Lock()
         self._use_port(free_port(host))
 
     def _use_port(self, port: int) -> None:
@@ -173,6 +180,7 @@ class ServerProcess:
 
     def _launch(self) -> ServerProcess:
         """One launch on ``self.port``, under the watchdog, up to a proven identity."""
+        self._diagnosis = None
         read_end, self._lifeline = os.pipe()  # both non-inheritable; the watchdog gets read_end
         command = [
             sys.executable,
@@ -266,10 +274,25 @@ class ServerProcess:
             raise error(f"{exc}; engine {self.config.label()} {ours}; {self._log()}") from None
 
     def _diagnose(self, what: str, exc: BaseException, timed_out: bool) -> str | None:
-        """The client's hook for a request that got no answer: did the engine die or hang?"""
-        proc = self._proc
-        if proc is None:
-            return None
+        """The client's hook for a request that got no answer: did the engine die or hang? Requests
+        in flight side by side fail together; the first one's diagnosis stops the engine, and the
+        others get the same (whichever error the caller raises, it names the cause)."""
+        with self._diagnosing:
+            proc = self._proc
+            if proc is None:
+                return self._diagnosis
+            diagnosis = self._diagnose_running(proc, what, exc, timed_out)
+            if self._proc is None:  # it was stopped: later failures are this one's
+                self._diagnosis = diagnosis
+            return diagnosis
+
+    def _diagnose_running(
+        self,
+        proc: subprocess.Popen[bytes] | ZygoteChild,
+        what: str,
+        exc: BaseException,
+        timed_out: bool,
+    ) -> str:
         label, pid = self.config.label(), proc.pid
         try:
             code = proc.wait(timeout=0 if timed_out else EXIT_WAIT_S)

@@ -23,8 +23,16 @@ from pytest_specenergy.engines.launch import describe_exit
 Progress = Callable[[int, str], None]
 
 
+#: The signals that end a session like Ctrl-C while engines run (a platform without SIGHUP has
+#: SIGTERM alone).
+STOP_SIGNALS: tuple[int, ...] = tuple(
+    s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None
+)
+
+
 class EngineTerminated(KeyboardInterrupt):
-    """pytest got SIGTERM while engines ran: end the session like Ctrl-C, so teardown runs."""
+    """pytest got SIGTERM or SIGHUP while engines ran: end the session like Ctrl-C, so teardown
+    runs."""
 
 
 class EnginePool:
@@ -48,7 +56,7 @@ class EnginePool:
         #: Every start, in order: how the benchmarks and tests count engine starts.
         self.starts: list[EngineConfig] = []
         self.failed: dict[EngineConfig, Exception] = {}
-        self._previous_handler: Any = None
+        self._previous_handler: dict[int, Any] = {}
         self._handling = False
         self._terminations = 0
 
@@ -137,26 +145,30 @@ class EnginePool:
             server.stop()
         self._restore_sigterm_handler()
 
-    # -- SIGTERM ------------------------------------------------------------------------
+    # -- SIGTERM and SIGHUP -------------------------------------------------------------
     def _install_sigterm_handler(self) -> None:
-        """Handle SIGTERM while engines may run; only the main thread can set handlers."""
+        """Handle SIGTERM and SIGHUP while engines may run; only the main thread can set handlers.
+        SIGHUP (a closed terminal or SSH session, some supervisors) ends a session as SIGTERM does:
+        unhandled, it lost every finished result."""
         if self._handling or threading.current_thread() is not threading.main_thread():
             return
-        previous = signal.getsignal(signal.SIGTERM)
-        if previous == signal.SIG_IGN:
-            return  # whoever started us asked for SIGTERM to be ignored: respect that
-        signal.signal(signal.SIGTERM, self._on_sigterm)
-        self._previous_handler = previous
+        for signum in STOP_SIGNALS:
+            previous = signal.getsignal(signum)
+            if previous == signal.SIG_IGN:
+                continue  # whoever started us asked for it to be ignored (nohup): respect that
+            signal.signal(signum, self._on_sigterm)
+            self._previous_handler[signum] = previous
         self._handling = True
 
     def _restore_sigterm_handler(self) -> None:
         if not self._handling or threading.current_thread() is not threading.main_thread():
             return
-        # Only undo our own handler: something installed later keeps its place.
-        if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
-            signal.signal(signal.SIGTERM, self._previous_handler or signal.SIG_DFL)
+        for signum, previous in self._previous_handler.items():
+            # Only undo our own handler: something installed later keeps its place.
+            if signal.getsignal(signum) == self._on_sigterm:
+                signal.signal(signum, previous or signal.SIG_DFL)
         self._handling = False
-        self._previous_handler = None
+        self._previous_handler = {}
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         self._terminations += 1
@@ -170,14 +182,15 @@ class EnginePool:
             return
         if self._terminations > 2:
             self._restore_sigterm_handler()
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.raise_signal(signal.SIGTERM)
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
             return
         for server in servers:
             server.terminate()  # they stop side by side while pytest unwinds
-        previous = self._previous_handler
+        previous = self._previous_handler.get(signum)
         if callable(previous):
             previous(signum, frame)  # chain: a handler installed before ours still runs
         raise EngineTerminated(
-            f"SIGTERM received: stopping {len(servers)} engine(s) and ending the session"
+            f"{signal.Signals(signum).name} received: stopping {len(servers)} engine(s) and "
+            "ending the session"
         )

@@ -65,6 +65,17 @@ def proc_stats() -> Iterator[tuple[int, list[str]]]:
             yield int(name), fields
 
 
+def start_time(pid: int) -> str | None:
+    """When ``pid`` started (``/proc/PID/stat`` field 22, clock ticks since boot), or None when it
+    is gone or a zombie: a pid and its start time name one process, a pid alone may be reused."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[19] if len(fields) > 19 and fields[0] not in ("Z", "X") else None
+
+
 def group_members(pgid: int) -> list[int]:
     """Pids in process group ``pgid`` (from ``/proc``; empty where there is none)."""
     # A zombie needs no signal.
@@ -106,8 +117,13 @@ class Watchdog:
         fd: int | None,
         grace_s: float = DEFAULT_GRACE_S,
         spawn: Callable[[], Any] | None = None,
+        launcher: tuple[int, str] | None = None,
     ) -> None:
         self.command = list(command)
+        #: (pid, start time) of the process the engine serves when that is not our parent (a
+        #: zygote's fork): a forked helper of it may hold its pipe's write end open, so its death
+        #: is also polled here.
+        self.launcher = launcher
         #: How the server starts: ``Popen(command)``, or a fork of a process that already
         #: imported it (:mod:`.zygote`), which returns a ``Popen``-like child.
         self.spawn = spawn or (
@@ -151,6 +167,8 @@ class Watchdog:
                 return f"parent {self.parent} died (its pipe closed)"
         if os.getppid() != self.parent:
             return f"parent {self.parent} died (now a child of {os.getppid()})"
+        if self.launcher is not None and start_time(self.launcher[0]) != self.launcher[1]:
+            return f"launcher {self.launcher[0]} died"
         return None
 
     def run(self) -> int:
@@ -167,6 +185,9 @@ class Watchdog:
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         if os.getppid() != self.parent:  # the parent died before we got here
             _say(f"parent {self.parent} is already gone; not starting the server")
+            return 1
+        if self.launcher is not None and start_time(self.launcher[0]) != self.launcher[1]:
+            _say(f"launcher {self.launcher[0]} is already gone; not starting the server")
             return 1
         try:
             child = self.child = self.spawn()

@@ -1,259 +1,63 @@
 """A fork server for reference engines: torch and transformers imported once per pytest process.
 
-Each CPU reference engine is a fork of the zygote, under the same watchdog; processes a pytest
-process starts share its zygote (:data:`SHARED`). See docs/design/engines.md, ``engines/zygote.py``."""
+Each CPU reference engine is a fork of the zygote (:mod:`.zygote_serve`), under the same watchdog;
+processes a pytest process starts share its zygote (:data:`SHARED`). This is the launcher's side:
+the socket, the engines' exit statuses, a dead zygote noticed and replaced. See
+docs/design/engines.md, ``engines/zygote.py``."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import logging
 import os
-import runpy
-import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import traceback
+import warnings
 import weakref
 from pathlib import Path
 from typing import Any
 from typing import Sequence
 
-#: The module path of the reference server's command (``python -m ...``).
-REFSERVER = "pytest_specenergy.refserver"
-#: Largest message on the socket (a request carries the engine's whole environment).
-MAX_MESSAGE = 1 << 20
+from pytest_specenergy.engines.watchdog import start_time
+from pytest_specenergy.engines.zygote_serve import MAX_MESSAGE
+from pytest_specenergy.engines.zygote_serve import REFSERVER
+from pytest_specenergy.engines.zygote_serve import package
+from pytest_specenergy.engines.zygote_trust import ZygoteTrustError
+from pytest_specenergy.engines.zygote_trust import check_peer
+from pytest_specenergy.engines.zygote_trust import check_socket_path
+from pytest_specenergy.engines.zygote_trust import engine_environment
+
+__all__ = ["LOST_EXIT", "REFSERVER", "SHARED", "SWITCH", "Zygote", "ZygoteChild", "zygote_for"]
+
 #: Environment variable that turns the zygote off (``0``): every engine a fresh interpreter.
 SWITCH = "SPECENERGY_ZYGOTE"
 #: Environment variable naming the Unix socket of the zygote this process's parent started
 #: (set in that process's environment, inherited by the processes it starts).
 SHARED = "SPECENERGY_ZYGOTE_SOCKET"
+#: The exit code of an engine whose zygote died before it could report the engine's own: no real
+#: status is 256 (0-255, or minus a signal's number). ``launch.describe_exit`` names it.
+LOST_EXIT = 256
+#: Zygotes a process may lose (killed, crashed) before it starts its engines the plain way: one
+#: that keeps dying should not take every engine with it again and again.
+MAX_LOST = 3
+#: Seconds between looks at a lost zygote's engine, which only ``/proc`` can still tell about.
+_LOOK_S = 0.05
 
 
-class ForkedChild:
-    """A forked child of this process with the ``Popen`` methods the watchdog needs of its server."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
-            time.sleep(0.02)
-        return self.returncode  # type: ignore[return-value]
-
-    def send_signal(self, signum: int) -> None:
-        os.kill(self.pid, signum)
-
-
-def _fork_server(argv: Sequence[str]) -> ForkedChild:
-    """The watchdog's server: a fork running the reference server as ``python -m`` would, dying with
-    the watchdog."""
-    from pytest_specenergy.engines.watchdog import _pdeathsig_setter
-
-    set_pdeathsig = _pdeathsig_setter()
-    pid = os.fork()
-    if pid:
-        return ForkedChild(pid)
-    status = 1
-    try:
-        if set_pdeathsig is not None:
-            set_pdeathsig()
-        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGCHLD):
-            # the watchdog's handlers and wake-up pipe, as exec would reset
-            signal.signal(signum, signal.SIG_DFL)
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        # What ``python -m`` does: the server is a program of its own (the layers), run as
-        # __main__ on its flags; its __main__ block exits with main's status.
-        sys.argv = [REFSERVER, *argv[3:]]
-        runpy.run_module(REFSERVER, run_name="__main__", alter_sys=True)
-        status = 0
-    except SystemExit as exc:  # argparse's bad flag: status 2, its line already printed
-        status = exc.code if isinstance(exc.code, int) else 2
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
-
-
-def _engine_child(request: dict[str, Any], lifeline: int, zygote_fds: Sequence[int]) -> None:
-    """In the zygote's fork: become the engine's session leader and run its watchdog."""
-    status = 70
-    try:
-        for fd in zygote_fds:
-            os.close(fd)
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.setsid()
-        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        null = os.open(os.devnull, os.O_RDONLY)
-        for fd, target in ((null, 0), (log, 1), (log, 2)):
-            os.dup2(fd, target)
-        os.close(log)
-        os.close(null)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        from pytest_specenergy.engines import watchdog
-
-        argv = request["argv"]
-        dog = watchdog.Watchdog(argv, os.getppid(), lifeline, spawn=lambda: _fork_server(argv))
-        watchdog._exit_like(dog.run())
-    except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
-    os._exit(status)
-
-
-def _preload() -> None:
-    """Import what a reference server spends its start on (torch, transformers, the server's own
-    modules), running no torch op; a tiny model's transformers classes load with its first build
-    (:func:`_build_tiny_models`)."""
-    import transformers  # noqa: F401
-
-    import pytest_specenergy.refserver.engine  # noqa: F401
-    import pytest_specenergy.refserver.server  # noqa: F401
-
-
-def _build_tiny_models(argv: Sequence[str]) -> None:
-    """Build the tiny models (target, draft) an engine asks for here, once: its fork and every later
-    one share them (0.1 s of CPU a start otherwise). At one torch thread, so that OpenMP starts no
-    thread for a fork to hang on."""
-    import torch
-
-    from pytest_specenergy.refserver.models import load_model
-    from pytest_specenergy.refserver.tiny_models import default_draft_for
-
-    flags = dict(zip(argv, argv[1:]))  # --flag -> its value
-    names = [flags.get("--model", "")]
-    # the engine's own choice of draft (engine._load_draft)
-    if flags.get("--drafter") in (
-        "draft_model",
-        "block",
-    ):
-        names.append(flags.get("--draft-model") or default_draft_for(names[0]))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with contextlib.suppress(Exception):  # a bad flag: the engine's own start says what is wrong
-        for name in names:
-            if name and name.startswith("tiny:"):
-                load_model(name, flags.get("--dtype", "auto"), "cpu", int(flags.get("--seed", 0)))
-    torch.set_num_threads(threads)
-
-
-def serve(sock: socket.socket, listen: str | None = None) -> int:
-    """Fork an engine per request and report its exit to the connection that asked, until the
-    launcher's ``sock`` closes; others connect at ``listen``."""
-    _preload()
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-    signal.set_wakeup_fd(wake_w)
-    listening = []  # the socket other launchers connect at, once bound
-    if listen:
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            listener.bind(listen)
-            listener.listen(16)
-            listening.append(listener)
-        except OSError:  # a TMPDIR too long for a socket path: serve this launcher alone
-            listener.close()
-    shared = listen if listening else None
-    ready = {
-        "ready": os.getpid(),
-        "python": sys.executable,
-        "package": _package(),
-        "shared": shared,
-    }
-    clients = [sock]  # the first is the launcher that started this zygote
-    asked_by: dict[int, socket.socket] = {}
-    sock.send(json.dumps(ready).encode())
-    try:
-        while True:
-            readable, _, _ = select.select([*clients, wake_r, *listening], [], [])
-            if wake_r in readable:
-                os.read(wake_r, 4096)
-            while True:  # reap every ended engine, and say how it ended
-                try:
-                    pid, status = os.waitpid(-1, os.WNOHANG)
-                except ChildProcessError:
-                    break
-                if not pid:
-                    break
-                client = asked_by.pop(pid, None)
-                if client in clients:
-                    _send(client, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
-            if listening and listening[0] in readable:
-                conn, _ = listening[0].accept()
-                if _send(conn, ready):
-                    clients.append(conn)
-            for client in [c for c in clients if c in readable]:
-                try:
-                    message, fds, _, _ = socket.recv_fds(client, MAX_MESSAGE, 1)
-                except OSError:
-                    message, fds = b"", []
-                if not message:
-                    if client is sock:
-                        return 0
-                    clients.remove(client)
-                    client.close()
-                    continue
-                request = json.loads(message)
-                _build_tiny_models(request["argv"])
-                pid = os.fork()
-                if pid == 0:
-                    inherited = [c.fileno() for c in [*clients, *listening]] + [wake_r, wake_w]
-                    _engine_child(request, fds[0], inherited)
-                for fd in fds:
-                    os.close(fd)
-                asked_by[pid] = client
-                _send(client, {"started": pid})
-    finally:
-        if listen:  # the socket, if it was bound, and its folder, made for it either way
-            with contextlib.suppress(OSError):
-                os.unlink(listen)
-            with contextlib.suppress(OSError):
-                os.rmdir(os.path.dirname(listen))
-
-
-def _package() -> str:
-    """The folder of the pytest_specenergy this process imported."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _send(conn: socket.socket, message: dict[str, Any]) -> bool:
-    """``message`` to one launcher; False when it has gone (its engines' exits go nowhere)."""
-    try:
-        conn.send(json.dumps(message).encode())
-        return True
-    except OSError:
-        return False
+class ZygoteWarning(UserWarning):
+    """A zygote named by :data:`SHARED` was not used (not provably this user's own)."""
 
 
 def _read(ref: weakref.ref[Zygote], sock: socket.socket) -> None:
     """The launcher's reader: the zygote's replies and exit statuses, until it or the
     :class:`Zygote` is gone."""
+    import select
+
     while True:
         readable, _, _ = select.select([sock], [], [], 1.0)
         zygote = ref()
@@ -265,14 +69,14 @@ def _read(ref: weakref.ref[Zygote], sock: socket.socket) -> None:
             continue
         try:
             message = sock.recv(MAX_MESSAGE)
-        except OSError:
-            message = b""
+            answer = json.loads(message) if message else None
+        except (OSError, ValueError):
+            answer = None
         with zygote.changed:
-            if not message:
+            if not isinstance(answer, dict):  # closed, or nothing a zygote of ours sends
                 zygote.alive = False
                 zygote.changed.notify_all()
                 return
-            answer = json.loads(message)
             if "exited" in answer:
                 zygote.exits[answer["exited"]] = answer["code"]
             else:
@@ -283,35 +87,53 @@ def _read(ref: weakref.ref[Zygote], sock: socket.socket) -> None:
 
 class ZygoteChild:
     """The launcher's ``Popen``-like handle on one engine the zygote forked, with the exit status it
-    reported."""
+    reported; once the zygote is gone, :data:`LOST_EXIT` when the engine has ended too."""
 
     def __init__(self, zygote: Zygote, pid: int) -> None:
         self.zygote = zygote
         self.pid = pid
+        #: Its start time: with the pid, it names this process (a pid may be reused).
+        self.started = start_time(pid)
 
     @property
     def returncode(self) -> int | None:
-        return self.zygote.exits.get(self.pid)
+        """The exit status the zygote reported, or :data:`LOST_EXIT` for an engine that ended after
+        its zygote died (its watchdog stops it when the zygote goes); None while it runs."""
+        code = self.zygote.exits.get(self.pid)
+        if code is not None or self.zygote.alive:
+            return code
+        if self.started is None or start_time(self.pid) != self.started:
+            return LOST_EXIT
+        return None
 
     def poll(self) -> int | None:
+        """As ``Popen.poll``."""
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
+        """As ``Popen.wait``: the exit status, or ``subprocess.TimeoutExpired``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         zygote = self.zygote
         with zygote.changed:
-            # A dead zygote reports no more exits (its engines stop with it: their watchdogs
-            # see their parent go), so waiting on it ends as a timeout, never a hang.
             zygote.changed.wait_for(lambda: self.pid in zygote.exits or not zygote.alive, timeout)
-            if self.pid not in zygote.exits:
+        # A dead zygote reports no more exits: the engine's end is seen in /proc.
+        while self.returncode is None:
+            if deadline is not None and time.monotonic() >= deadline:
                 raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
-            return zygote.exits[self.pid]
+            time.sleep(_LOOK_S)
+        return self.returncode
 
 
 class Zygote:
     """The launcher's side: the socket to one zygote, started by this process (:meth:`start`) or its
-    parent."""
+    parent (:meth:`connect`)."""
 
-    def __init__(self, sock: socket.socket, proc: subprocess.Popen[bytes] | None = None) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        proc: subprocess.Popen[bytes] | None = None,
+        peer: int | None = None,
+    ) -> None:
         self.sock = sock
         self.proc = proc
         self.exits: dict[int, int] = {}
@@ -319,6 +141,7 @@ class Zygote:
         self.replies: list[dict[str, Any]] = []
         self.lock = threading.Lock()  # one request at a time: replies come in order
         self.alive = True
+        _OPEN.add(self)
         # The reader holds the zygote weakly: a zygote nobody refers to any more (its module
         # dropped by an in-process pytester run) closes the socket, and the process exits.
         threading.Thread(
@@ -326,16 +149,21 @@ class Zygote:
         ).start()
         ready = self._reply()
         if "ready" not in ready:
+            self.sock.shutdown(socket.SHUT_RDWR)
             raise OSError(f"the engine zygote did not start: {ready}")
         self.pid = int(ready["ready"])
         #: The socket path other launchers connect at (None: this launcher's alone).
         self.shared: str | None = ready.get("shared")
         # A fork runs the zygote's interpreter and the zygote's copy of this package (a nested
-        # run of another checkout must not get this one's reference server).
-        theirs, ours = (ready.get("python"), ready.get("package")), (sys.executable, _package())
-        if theirs != ours:
+        # run of another checkout must not get this one's reference server); the zygote is the
+        # process listening on the socket.
+        theirs, ours = (ready.get("python"), ready.get("package")), (sys.executable, package())
+        if theirs != ours or (peer is not None and peer != self.pid):
             self.sock.shutdown(socket.SHUT_RDWR)  # the reader sees it end, and so does the zygote
-            raise OSError(f"the engine zygote runs {theirs}, not {ours}")
+            raise OSError(
+                f"the engine zygote (pid {self.pid}, listening pid {peer}) runs {theirs}, not "
+                f"{ours}"
+            )
 
     @classmethod
     def start(cls, env: dict[str, str]) -> Zygote:
@@ -344,12 +172,20 @@ class Zygote:
         listen = os.path.join(tempfile.mkdtemp(prefix="specenergy-zygote-"), "socket")
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", __name__, "--fd", str(theirs.fileno()), "--listen", listen],
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest_specenergy.engines.zygote_serve",
+                    "--fd",
+                    str(theirs.fileno()),
+                    "--listen",
+                    listen,
+                ],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
-                env=env,
+                env=engine_environment(env),
                 start_new_session=True,
             )
         finally:
@@ -365,14 +201,18 @@ class Zygote:
 
     @classmethod
     def connect(cls, path: str) -> Zygote:
-        """The zygote a parent process started, at ``path``; OSError when it is gone or not ours."""
+        """The zygote a parent process started, at ``path``; :class:`ZygoteTrustError` when the
+        socket is not provably this user's own (nothing is sent to it), OSError when it is gone or
+        not ours."""
+        check_socket_path(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             sock.connect(path)
+            peer = check_peer(sock, path)
         except OSError:
             sock.close()
             raise
-        return cls(sock)
+        return cls(sock, peer=peer)
 
     def _reply(self) -> dict[str, Any]:
         with self.changed:
@@ -384,20 +224,71 @@ class Zygote:
     def spawn(
         self, argv: Sequence[str], env: dict[str, str], log_path: Path, lifeline: int
     ) -> ZygoteChild:
-        """Fork one engine (its watchdog, then its server) from the zygote."""
-        request = {"argv": list(argv), "env": env, "cwd": os.getcwd(), "log": str(log_path)}
+        """Fork one engine (its watchdog, then its server) from the zygote; it gets only the part
+        of ``env`` a reference server uses (:func:`.zygote_trust.engine_environment`)."""
+        request = {
+            "argv": list(argv),
+            "env": engine_environment(env),
+            "cwd": os.getcwd(),
+            "log": str(Path(log_path).absolute()),
+        }
         with self.lock:
-            socket.send_fds(self.sock, [json.dumps(request).encode()], [lifeline])
+            try:
+                socket.send_fds(self.sock, [json.dumps(request).encode()], [lifeline])
+            except OSError:
+                self._lost()
+                raise
             answer = self._reply()
         if "started" not in answer:
-            self.alive = False
+            if not self.alive:
+                self._lost()
             raise OSError(f"the engine zygote did not fork: {answer.get('error', answer)}")
         return ZygoteChild(self, int(answer["started"]))
 
+    def _lost(self) -> None:
+        with self.changed:
+            self.alive = False
+            self.changed.notify_all()
 
+    def retire(self) -> None:
+        """After its death: reap this process's own zygote and remove the folder of its socket (its
+        own exit would have; ``kill -9`` leaves both)."""
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        if self.proc is None:
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5.0)
+        if self.shared:
+            shutil.rmtree(os.path.dirname(self.shared), ignore_errors=True)
+
+
+#: Every Zygote of this process, so that a fork of it can close their sockets.
+_OPEN: weakref.WeakSet[Zygote] = weakref.WeakSet()
 _zygote: Zygote | None = None
 _zygote_failed = False
+_zygotes_lost = 0
 _zygote_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """In a fork of this process (a test's helper, a fork-started worker): let go of the zygote.
+    The fork must not keep its socket open after this process dies (the zygote would see no EOF),
+    nor share it (the replies would go to either); it starts or connects to a zygote of its own
+    if it starts engines."""
+    global _zygote, _zygote_lock
+    for zygote in list(_OPEN):
+        with contextlib.suppress(OSError):
+            zygote.sock.close()
+        zygote.alive = False
+        zygote.proc = None  # not the fork's child: never its to reap
+    _OPEN.clear()
+    _zygote = None
+    _zygote_lock = threading.Lock()  # another thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _on_gpu(argv: Sequence[str]) -> bool:
@@ -408,11 +299,11 @@ def _on_gpu(argv: Sequence[str]) -> bool:
 
 
 def zygote_for(argv: Sequence[str], env: dict[str, str]) -> Zygote | None:
-    """This process's zygote (started on first use) when ``argv`` starts a reference server with
-    this interpreter on a CPU and the zygote is not switched off, else None. A GPU engine starts
-    fresh: CUDA in a fork of a process that imported torch is untried there, and the model's load
-    outweighs the imports anyway."""
-    global _zygote, _zygote_failed
+    """This process's zygote (started on first use, and again after a death, :data:`MAX_LOST`
+    times) when ``argv`` starts a reference server with this interpreter on a CPU and the zygote is
+    not switched off, else None. A GPU engine starts fresh: CUDA in a fork of a process that
+    imported torch is untried there, and the model's load outweighs the imports anyway."""
+    global _zygote, _zygote_failed, _zygotes_lost
     if (
         list(argv[:3]) != [sys.executable, "-m", REFSERVER]
         or env.get(SWITCH, "1") == "0"
@@ -423,30 +314,39 @@ def zygote_for(argv: Sequence[str], env: dict[str, str]) -> Zygote | None:
         return None
     with _zygote_lock:
         if _zygote is not None and not _zygote.alive:
-            _zygote, _zygote_failed = None, True
-        if _zygote is None and not _zygote_failed and os.environ.get(SHARED):
-            with contextlib.suppress(OSError):
-                _zygote = Zygote.connect(os.environ[SHARED])
-        if _zygote is None and not _zygote_failed:
-            try:
-                _zygote = Zygote.start(env)
-            except OSError:
-                _zygote_failed = True
+            # Killed (the OOM killer's likely pick: it holds torch) or crashed: its engines stop
+            # with it, and the pool restarts them as crashed engines, forked from a new zygote.
+            _zygote.retire()
+            _zygote, _zygotes_lost = None, _zygotes_lost + 1
+        if _zygote is None and not _zygote_failed and _zygotes_lost < MAX_LOST:
+            _zygote = _connect_shared() or _start_own(env)
         return _zygote
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m pytest_specenergy.engines.zygote --fd N``: serve on the inherited socket."""
-    parser = argparse.ArgumentParser(
-        prog=f"python -m {__name__}", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument(
-        "--fd", type=int, required=True, help="the launcher's socket (SOCK_SEQPACKET)"
-    )
-    parser.add_argument("--listen", help="a Unix socket path where other launchers connect")
-    args = parser.parse_args(argv)
-    return serve(socket.socket(fileno=args.fd), args.listen)
+def _connect_shared() -> Zygote | None:
+    """The zygote named by :data:`SHARED` (a parent process's), if there is one and it is provably
+    this user's own; a warning when it is not."""
+    path = os.environ.get(SHARED)
+    if not path:
+        return None
+    try:
+        return Zygote.connect(path)
+    except ZygoteTrustError as exc:
+        warnings.warn(
+            ZygoteWarning(
+                f"{SHARED}: {exc}; engines are forked from a zygote of this process's own instead"
+            ),
+            stacklevel=3,
+        )
+    except OSError:  # gone (its pytest ended, or it died), or another interpreter's
+        pass
+    return None
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _start_own(env: dict[str, str]) -> Zygote | None:
+    global _zygote_failed
+    try:
+        return Zygote.start(env)
+    except OSError:
+        _zygote_failed = True  # it cannot start here: every engine the plain way
+        return None

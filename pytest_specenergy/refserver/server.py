@@ -9,7 +9,6 @@ import io
 import json
 import logging
 import socket
-import threading
 import time
 from http.server import BaseHTTPRequestHandler
 from http.server import ThreadingHTTPServer
@@ -21,6 +20,9 @@ from urllib.parse import urlparse
 from .protocol import ProtocolError
 from .protocol import parse_generate
 from .protocol import result_json
+from .slots import HEALTH_ONLY
+from .slots import HEALTH_PATHS
+from .slots import Slots
 
 # torch-free at import: the command line reads the defaults below before loading torch
 if TYPE_CHECKING:
@@ -63,10 +65,12 @@ class _DeadlineReader(io.RawIOBase):
         self.request_timeout = request_timeout
         self.deadline = float("inf")
         self.received = 0  # bytes of the current request
+        self.waiting_since = time.monotonic()  # when it started waiting for the current request
 
     def start_request(self) -> None:
         """The server starts waiting for the next request: its time starts now."""
-        self.deadline = time.monotonic() + self.request_timeout
+        self.waiting_since = time.monotonic()
+        self.deadline = self.waiting_since + self.request_timeout
         self.received = 0
 
     def readable(self) -> bool:
@@ -112,6 +116,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection, self.server.http_timeout, self.server.request_timeout
         )
         self.rfile = io.BufferedReader(self.reader)
+        # None: closed as idle before this thread started (its first read sees the end).
+        self.health_only = self.server.slots.attach(self.connection, self.reader) == HEALTH_ONLY
 
     def handle_one_request(self) -> None:
         """One request, read within the deadline; 408 and close when it was not."""
@@ -198,6 +204,15 @@ class _Handler(BaseHTTPRequestHandler):
             ) from None
 
     def _guard(self, fn: Any) -> None:
+        if self.health_only:  # a reserve slot: one health check, then the connection is closed
+            self.close_connection = True
+            if self.command != "GET" or urlparse(self.path).path not in HEALTH_PATHS:
+                self._error(
+                    503,
+                    f"every one of --max-connections {self.server.max_connections} connections "
+                    f"is busy with a request; this one was kept for GET {', '.join(HEALTH_PATHS)}",
+                )
+                return
         try:
             fn()
         except HTTPError as exc:
@@ -386,27 +401,33 @@ class ReferenceHTTPServer(ThreadingHTTPServer):
         self.http_timeout = float(http_timeout)
         self.request_timeout = float(request_timeout)
         self.max_connections = max_connections
-        self._slots = threading.BoundedSemaphore(max_connections)
+        #: ``max_connections`` served, idle ones closed to make room, a reserve for health checks.
+        self.slots = Slots(max_connections)
         super().__init__((host, port), _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """Serve the connection on a thread of its own, or refuse it when every slot is taken."""
-        if not self._slots.acquire(blocking=False):
+        """Serve the connection on a thread of its own, or refuse it when every slot, the health
+        checks' reserve included, is busy with a request."""
+        if self.slots.admit(request) is None:
             self._refuse(request)
             self.shutdown_request(request)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()  # no thread started: nobody else gives the slot back
+            self.slots.release(request)  # no thread started: nobody else gives the slot back
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
-        """The connection's thread; its slot is free again once the connection is closed."""
+        """The connection's thread (the stdlib's, but for the slot): its slot is free again before
+        its client sees the connection close, so a client that reconnects at once finds it free."""
         try:
-            super().process_request_thread(request, client_address)
+            self.finish_request(request, client_address)
+        except Exception:  # noqa: BLE001 - the stdlib's own handling: log it, close the connection
+            self.handle_error(request, client_address)
         finally:
-            self._slots.release()
+            self.slots.release(request)
+            self.shutdown_request(request)
 
     def _refuse(self, request: socket.socket) -> None:
         message = f"the server is serving --max-connections {self.max_connections} connections"

@@ -55,3 +55,24 @@ def test_only_selects_by_id_or_prefix() -> None:
     ids = [p.id for p in matrix.select(parsed)]
     assert "R-4e.repeats" in ids and "N8.pool-huge/I23-13" in ids and "I23-13.pool-5000" in ids
     assert "N22.lone-surrogate/I23-16" not in ids
+
+
+def test_the_audit_3_zygote_signal_and_slot_probes_are_listed() -> None:
+    """Issue 42 item 6: the probes of reliability-audit-3 on the zygote (T9-T15), SIGHUP (T44) and
+    the server's connection slots (T27) are rows of the matrix, each with its expectation."""
+    rows = {p.id.split(".")[0]: p for p in matrix.PROBES}
+    for id in ("T9", "T10", "T11", "T12", "T13", "T14", "T15", "T27", "T44"):
+        assert rows[id].run is not None and rows[id].expected and not rows[id].skip, id
+
+
+def test_a_zygote_that_outlives_its_pytest_fails_its_row(tmp_path: Path) -> None:
+    row = _probe("T15.zygote-exits-with-pytest")
+    late = matrix.Obs(
+        0, "1 passed\n[fault_matrix] the zygote was gone 7.3 s after its pytest exited"
+    )
+    ok, line = matrix.judge(row, late, tmp_path)
+    assert not ok and "outlived its pytest" in line
+    prompt = matrix.Obs(
+        0, "1 passed\n[fault_matrix] the zygote was gone 0.2 s after its pytest exited"
+    )
+    assert matrix.judge(row, prompt, tmp_path)[0]

@@ -79,7 +79,7 @@ ALLOWED: dict[str, set[str]] = {
 REFSERVER_NAMES = {"pytest_specenergy.refserver.names", "pytest_specenergy.refserver.faults"}
 #: The fork server hosts reference servers: it imports their modules (and builds their tiny models)
 #: in its own process, inside the functions only that process runs, never in the plugin's.
-REFSERVER_HOST = Path("engines/zygote.py")
+REFSERVER_HOST = Path("engines/zygote_serve.py")
 
 
 def _part(module: str) -> str:

@@ -183,6 +183,40 @@ def test_sigterm_ends_the_session_like_ctrl_c_and_stops_the_engines(start_child,
     assert wait_gone(facts["pgid"], within_s=5.0) < 5.0
 
 
+def test_sighup_ends_the_session_like_sigterm(start_child, reap_group):
+    """Reliability-audit-3 T44: SIGHUP (a closed terminal or SSH session) killed pytest outright
+    and lost every finished result; it now ends the session like SIGTERM, so teardown runs."""
+    child, facts = start_child(POOL_OWNER, json.dumps({}))
+    reap_group(facts["pgid"])
+    child.send_signal(signal.SIGHUP)
+    out, _ = child.communicate(timeout=30)
+    assert "interrupted by EngineTerminated" in out and "pool closed" in out, (
+        child.returncode,
+        (Path(facts["tmp"]) / "child.stderr").read_text(),
+    )
+    assert child.returncode == 0
+    assert wait_gone(facts["pgid"], within_s=5.0) < 5.0
+
+
+@pytest.mark.skipif(
+    threading.current_thread() is not threading.main_thread(),
+    reason="signal handlers can only be set from the main thread",
+)
+def test_a_handler_someone_set_to_ignore_sighup_is_respected(pool_with):
+    """nohup: whoever started pytest asked for SIGHUP to be ignored; the pool leaves it so, and
+    still handles SIGTERM."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        pool = pool_with()
+        pool.get(CONFIG)
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) == pool._on_sigterm
+        pool.close()
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
 @pytest.fixture
 def pool_with(monkeypatch, tmp_path):
     """An EnginePool whose backend is a fake engine with the given spec."""
@@ -258,6 +292,34 @@ def test_hung_engine_ends_the_request_at_the_timeout(pool_with):
     assert "did not answer POST /generate within 1 s" in text and "stuck in a collective" in text
     assert "--specenergy-request-timeout" in text
     assert not server.alive()  # stopped, so the next case gets a fresh engine
+
+
+def test_every_request_in_flight_to_a_hung_engine_gets_its_diagnosis(pool_with):
+    """Reliability-audit-3 1b: batch 1 keeps two requests in flight; the first to time out stopped
+    the engine, and the other then failed with a bare "no answer", which the case reported in
+    place of the diagnosis. Each now carries the timeout, the stop and the log tail."""
+    server = pool_with(post="hang", request_timeout_s=1.0).get(CONFIG)
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            server.client.generate(text=["hi"], sampling_params={"max_new_tokens": 4})
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertions
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.2)  # sent one after the other, as refills are
+    for thread in threads:
+        thread.join(30)
+    assert len(errors) == 3
+    for error in errors:
+        text = str(error)
+        assert isinstance(error, EngineError), text
+        assert "did not answer POST /generate within 1 s" in text, text
+        assert "the engine was stopped" in text and "stuck in a collective" in text, text
+    assert not server.alive()
 
 
 def test_request_timeout_default_and_validation():

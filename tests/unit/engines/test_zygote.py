@@ -1,6 +1,7 @@
 """Reference engines forked from a zygote that imported torch and transformers once
 (:mod:`pytest_specenergy.engines.zygote`): the same supervision, exit codes, environment and
-working directory as a fresh interpreter, and the plain start when it is off or dead."""
+working directory as a fresh interpreter, and the plain start when it is off or keeps dying. The
+zygote's failure modes (reliability-audit-3 T9-T14) are in test_zygote_faults.py."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from fake_engine import group_members
 from fake_engine import wait_gone
 
 from pytest_specenergy.engines import zygote as zygote_module
+from pytest_specenergy.engines import zygote_serve
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.identity import EngineStartError
 from pytest_specenergy.engines.launch import ServerProcess
@@ -85,7 +87,7 @@ def test_the_zygote_builds_the_tiny_models_an_engine_asks_for_once(monkeypatch):
         "--seed",
         "3",
     ]
-    zygote_module._build_tiny_models(argv)
+    zygote_serve._build_tiny_models(argv)
     assert sorted((k[0], k[1]) for k in models._TINY_CACHE) == [
         ("tiny:dense", 3),
         ("tiny:dense-draft", 3),
@@ -95,18 +97,20 @@ def test_the_zygote_builds_the_tiny_models_an_engine_asks_for_once(monkeypatch):
     assert (
         real_load("tiny:dense", "auto", "auto", 3) is built[("tiny:dense", 3, torch.float32, "cpu")]
     )
-    zygote_module._build_tiny_models(argv)
+    zygote_serve._build_tiny_models(argv)
     for bad in (
         ["--model", "tiny:dense", "--seed", "x"],
         ["--model", "random:qwen3-4b:layers=1"],
         ["--model", "tiny:nope"],
         ["--model", "tiny:dense", "--seed", "3", "--drafter", "block", "--draft-model", "/no"],
     ):
-        zygote_module._build_tiny_models([*head, *bad])
+        zygote_serve._build_tiny_models([*head, *bad])
     assert models._TINY_CACHE == built and torch.get_num_threads() == threads
 
 
-def test_off_or_dead_the_zygote_leaves_the_plain_start(tmp_path, monkeypatch, reap_group):
+def test_off_or_dead_for_good_the_zygote_leaves_the_plain_start(tmp_path, monkeypatch, reap_group):
+    """Switched off, every engine starts the plain way; so it does once the process has lost
+    MAX_LOST zygotes (one that keeps dying must not take every engine with it again)."""
     monkeypatch.setenv(zygote_module.SWITCH, "0")
     server = ServerProcess(CONFIG, ReferenceBackend(), tmp_path / "off").start()
     reap_group(server.pid)
@@ -117,15 +121,16 @@ def test_off_or_dead_the_zygote_leaves_the_plain_start(tmp_path, monkeypatch, re
     dead = Zygote.start(dict(os.environ))
     dead.proc.send_signal(signal.SIGKILL)
     dead.proc.wait()
-    shutil.rmtree(os.path.dirname(dead.shared))  # what its own exit would have removed
     deadline = time.monotonic() + 5
     while dead.alive and time.monotonic() < deadline:
         time.sleep(0.05)
     monkeypatch.setattr(zygote_module, "_zygote", dead)
-    monkeypatch.setattr(zygote_module, "_zygote_failed", False)
+    monkeypatch.setattr(zygote_module, "_zygotes_lost", zygote_module.MAX_LOST - 1)
     server = ServerProcess(CONFIG, ReferenceBackend(), tmp_path / "dead").start()
     reap_group(server.pid)
-    assert isinstance(server._proc, subprocess.Popen) and zygote_module._zygote_failed
+    assert isinstance(server._proc, subprocess.Popen)
+    assert zygote_module._zygote is None and zygote_module._zygotes_lost == zygote_module.MAX_LOST
+    assert not os.path.exists(os.path.dirname(dead.shared))  # retired: its folder removed
     server.stop(grace_s=5.0)
 
 
@@ -157,7 +162,6 @@ def test_a_process_this_one_starts_forks_its_engines_from_this_zygote(tmp_path):
     on its own connection. A child running another copy of the package is refused and starts
     a zygote of its own (which, its TMPDIR too long for a socket path, serves it alone)."""
     import json
-    import sys
 
     ref = [sys.executable, "-m", "pytest_specenergy.refserver", "--device", "cpu"]
     ours = zygote_module.zygote_for(ref, dict(os.environ))
@@ -208,8 +212,6 @@ def test_a_process_this_one_starts_forks_its_engines_from_this_zygote(tmp_path):
 
 
 def test_only_a_cpu_reference_server_of_this_interpreter_is_forked(monkeypatch):
-    import sys
-
     running = SimpleNamespace(alive=True)  # stands for the process's zygote: none is started
     monkeypatch.setattr(zygote_module, "_zygote", running)
     monkeypatch.setattr(zygote_module, "_zygote_failed", False)
