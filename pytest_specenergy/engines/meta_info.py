@@ -21,7 +21,9 @@ class RequestCounters:
     ``k`` drafts."""
 
     rid: str | None
-    prompt_tokens: int
+    #: Prompt tokens: SGLang's count, else the caller's (the request it sent), else 0 for a request
+    #: never prefilled; None only for a queued abort with output whose prompt nobody counted.
+    prompt_tokens: int | None
     completion_tokens: int
     finish_type: str | None
     finish_detail: Any
@@ -31,7 +33,12 @@ class RequestCounters:
     spec_num_proposed_drafts: int | None = None
     correct_drafts_histogram: tuple[int, ...] | None = None
     cached_tokens: int | None = None
+    #: Times SGLang retracted the request (KV pool full): its ``num_retractions``, or at least 1 for
+    #: a request answered from the waiting queue with output (only a retraction puts a running
+    #: request back there; that answer carries no count); None where the release reports none.
     retractions: int | None = None
+    #: Answered from SGLang's waiting queue ("Abort in waiting queue": no ``prompt_tokens``).
+    queued_abort: bool = False
     #: Reference server only: the engine's number of the prefill forward that prefilled the request
     #: (requests sharing it were prefilled together) and the wall seconds of the decode / verify
     #: steps it ran in; None from SGLang.
@@ -88,53 +95,66 @@ _SPEC_KEYS: dict[str, tuple[str, ...]] = {
 _RETRACTION_KEYS = ("num_retractions", "total_retractions")
 
 
-def parse_meta_info(meta: Mapping[str, Any]) -> RequestCounters:
-    """Counters from one response's ``meta_info``, whichever release produced it."""
+def parse_meta_info(meta: Mapping[str, Any], prompt_tokens: int | None = None) -> RequestCounters:
+    """Counters from one response's ``meta_info``, whichever release produced it. ``prompt_tokens``:
+    the prompt length of the request the caller sent, used where SGLang reports none (an abort
+    answered from its waiting queue, ``tokenizer_manager.py`` ``_handle_abort_req``)."""
     if not isinstance(meta, Mapping):
         raise MetaInfoError(f"meta_info must be a JSON object, got {type(meta).__name__}")
-    finish = meta.get("finish_reason")
-    finish_type, finish_detail = None, None
-    if isinstance(finish, Mapping):
-        finish_type = finish.get("type")
-        # length -> the cap, stop -> the matched token or string, abort -> the message
-        detail = {k: v for k, v in finish.items() if k != "type"}
-        finish_detail = next(iter(detail.values())) if len(detail) == 1 else (detail or None)
-    elif isinstance(finish, str):
-        finish_type = finish
-    # Aborted in SGLang's waiting queue: an abort with no prompt_tokens and zero completion_tokens
-    # (any other payload lacking prompt_tokens is still refused); see docs/design/engines.md,
-    # ``engines/meta_info.py``.
-    queued_abort = (
-        finish_type == "abort"
-        and meta.get("prompt_tokens") is None
-        and meta.get("completion_tokens") is not None
-        and int(meta["completion_tokens"]) == 0
-    )
-    required = ("completion_tokens",) if queued_abort else ("prompt_tokens", "completion_tokens")
-    missing = [k for k in required if meta.get(k) is None]
-    if missing:
+    finish_type, finish_detail = _finish(meta.get("finish_reason"))
+    if meta.get("completion_tokens") is None:
         raise MetaInfoError(
-            f"meta_info lacks {', '.join(missing)} (every SGLang release sends them, except "
-            "prompt_tokens for a request aborted while queued); keys present: "
+            "meta_info lacks completion_tokens (every SGLang release sends it); keys present: "
             f"{', '.join(sorted(meta)) or 'none'}"
         )
+    completion = int(meta["completion_tokens"])
+    # Answered from SGLang's waiting queue: an abort without prompt_tokens. Never admitted, it made
+    # 0 tokens; retracted first (KV pool full), it keeps the output it made while running, so
+    # completion_tokens can be anything (docs/design/engines.md, ``engines/meta_info.py``).
+    queued = finish_type == "abort" and meta.get("prompt_tokens") is None
+    if meta.get("prompt_tokens") is not None:
+        prompt: int | None = int(meta["prompt_tokens"])
+    elif not queued:
+        raise MetaInfoError(
+            "meta_info lacks prompt_tokens (every SGLang release sends it, except for a request "
+            "aborted in its waiting queue); keys present: "
+            f"{', '.join(sorted(meta)) or 'none'}"
+        )
+    elif prompt_tokens is not None:
+        prompt = int(prompt_tokens)
+    else:
+        prompt = 0 if completion == 0 else None  # never prefilled: no prompt token ran
     spec = {field: _first(meta, keys, field) for field, keys in _SPEC_KEYS.items()}
     hist = spec.pop("correct_drafts_histogram")
+    retractions = _or_none(int, _first(meta, _RETRACTION_KEYS, "retractions"))
+    if retractions is None and queued and completion > 0:
+        retractions = 1  # only a retraction sends a request with output back to the queue
     return RequestCounters(
         rid=_or_none(str, meta.get("id")),
-        # A request aborted in the waiting queue was never prefilled: no prompt token ran.
-        prompt_tokens=0 if queued_abort else int(meta["prompt_tokens"]),
-        completion_tokens=int(meta["completion_tokens"]),
+        prompt_tokens=prompt,
+        completion_tokens=completion,
         finish_type=finish_type,
         finish_detail=finish_detail,
         e2e_latency=_or_none(float, meta.get("e2e_latency")),
         correct_drafts_histogram=None if hist is None else tuple(int(n) for n in hist),
         cached_tokens=_or_none(int, meta.get("cached_tokens")),
-        retractions=_or_none(int, _first(meta, _RETRACTION_KEYS, "retractions")),
+        retractions=retractions,
+        queued_abort=queued,
         prefill_forward=_or_none(int, meta.get("prefill_forward")),
         decode_seconds=_or_none(float, meta.get("decode_seconds")),
         **{k: _or_none(int, v) for k, v in spec.items()},
     )
+
+
+def _finish(finish: Any) -> tuple[str | None, Any]:
+    """(type, detail) of a ``finish_reason``: length -> the cap, stop -> the matched token or
+    string, abort -> the message."""
+    if isinstance(finish, Mapping):
+        detail = {k: v for k, v in finish.items() if k != "type"}
+        return finish.get("type"), (
+            next(iter(detail.values())) if len(detail) == 1 else (detail or None)
+        )
+    return (finish, None) if isinstance(finish, str) else (None, None)
 
 
 def _first(meta: Mapping[str, Any], keys: Sequence[str], field: str) -> Any:
