@@ -245,27 +245,6 @@ def triton_accept(case: Case) -> None:
     fill_accept_out_cache_loc[(size,)](*case.values(), pow2(size))
 
 
-def bonus_case(g: torch.Generator) -> Case:
-    bs = int(torch.randint(1, 6, (1,), generator=g))
-    stride = int(torch.randint(1, 6, (1,), generator=g))
-    return {
-        "accept_tokens": torch.randint(0, 50_000, (bs, stride), generator=g),
-        "accept_lens": torch.randint(1, stride + 1, (bs,), generator=g, dtype=torch.int32),
-        "bonus_tokens": torch.zeros(bs, dtype=torch.int32),
-    }
-
-
-def run_bonus(case: Case, op: Callable[..., None]) -> None:
-    op(*case.values(), case["accept_tokens"].shape[1])
-
-
-def triton_bonus(case: Case) -> None:
-    from sglang.kernels.ops.speculative.eagle import fill_bonus_tokens
-
-    bs, stride = case["accept_tokens"].shape
-    fill_bonus_tokens[(bs,)](*case.values(), stride)
-
-
 # -- mutants: each op with one plausible bug --------------------------------------------------
 def mutant_assign(*args: Any) -> None:
     """Request i's slice taken from offset 0 (the prefix sum forgotten)."""
@@ -310,13 +289,6 @@ def mutant_accept(index: Any, out: Any, accepted: Any) -> None:
     keep = flat > -1
     positions = torch.arange(flat.numel())[keep]
     accepted[positions] = out[flat[keep]]
-
-
-def mutant_bonus(tokens: Any, lens: Any, bonus: Any, stride: int) -> None:
-    """Takes the slot after the last accepted one."""
-    spec_tree_ops.fill_bonus_tokens_cpu(
-        torch.cat([tokens, tokens[:, :1]], dim=1), lens + 1, bonus, stride + 1
-    )
 
 
 # -- TARGET_VERIFY attention ------------------------------------------------------------------
@@ -470,13 +442,6 @@ OPS: dict[str, tuple[Callable[..., Any], Callable, Callable, Callable, tuple[str
         mutant_accept,
         ("accept_out_cache_loc",),
     ),
-    "fill_bonus_tokens_cpu": (
-        bonus_case,
-        run_bonus,
-        triton_bonus,
-        mutant_bonus,
-        ("bonus_tokens",),
-    ),
 }
 OVERLAY = {
     "assign_req_to_token_pool_cpu": kv_cache_ops.assign_req_to_token_pool_cpu,
@@ -485,7 +450,6 @@ OVERLAY = {
     "speculative.reconstruct_indices_from_tree_mask": spec_tree_ops.reconstruct_indices_from_tree_mask,
     "verify_tree_greedy_cpu": spec_tree_ops.verify_tree_greedy_cpu,
     "fill_accept_out_cache_loc_cpu": spec_tree_ops.fill_accept_out_cache_loc_cpu,
-    "fill_bonus_tokens_cpu": spec_tree_ops.fill_bonus_tokens_cpu,
 }
 
 

@@ -6,12 +6,13 @@ no CPU build of its kernels and its ``torch_native`` attention backend has no ve
 
 What it replaces, and nothing else:
 
-* seven ``sgl_kernel`` CPU ops, which the import-only stand-in (``tests/sglang_standins/``) would
-  refuse, each a port of SGLang's own Triton kernel of the same contract
-  (``kv_cache_ops.py``, ``spec_tree_ops.py``):
-  ``copy_all_layer_kv_cache_cpu``, ``assign_req_to_token_pool_cpu``,
-  ``assign_extend_cache_locs_cpu``, ``speculative.reconstruct_indices_from_tree_mask``,
-  ``verify_tree_greedy_cpu``, ``fill_accept_out_cache_loc_cpu``, ``fill_bonus_tokens_cpu``;
+* the six ``sgl_kernel`` CPU ops SGLang's NGRAM path calls, which the import-only stand-in
+  (``tests/sglang_standins/``) would refuse, each a port of SGLang's own Triton kernel of the same
+  contract (``kv_cache_ops.py``, ``spec_tree_ops.py``): ``copy_all_layer_kv_cache_cpu``,
+  ``assign_req_to_token_pool_cpu``, ``assign_extend_cache_locs_cpu``,
+  ``speculative.reconstruct_indices_from_tree_mask``, ``verify_tree_greedy_cpu``,
+  ``fill_accept_out_cache_loc_cpu`` (``fill_bonus_tokens_cpu``, which the audit also ported, is
+  called by the EAGLE/STANDALONE verify only: NGRAM commits its bonus token itself);
 * ``TorchNativeAttnBackend.forward_extend`` for TARGET_VERIFY batches only
   (``verify_attention.py``); every other forward mode runs SGLang's own code.
 
@@ -62,7 +63,6 @@ OPS = {
     ),
     "verify_tree_greedy_cpu": ("spec_tree_ops", "verify_tree_greedy_cpu"),
     "fill_accept_out_cache_loc_cpu": ("spec_tree_ops", "fill_accept_out_cache_loc_cpu"),
-    "fill_bonus_tokens_cpu": ("spec_tree_ops", "fill_bonus_tokens_cpu"),
 }
 
 
@@ -93,10 +93,11 @@ def check_version(installed: str) -> None:
 
 
 def _record(event: str, name: str) -> None:
-    """One line in the stand-ins' call log (``$SPECENERGY_STANDIN_LOG``), if it is set."""
+    """One line in the stand-ins' call log (``$SPECENERGY_STANDIN_LOG``), if it is set, with the
+    process group: a server's processes share its group, so a test can tell which engine wrote."""
     from specenergy_standin import record
 
-    record(event, name)
+    record(event, name, pgid=os.getpgid(0))
 
 
 def _traced(name: str, function: Callable[..., Any]) -> Callable[..., Any]:

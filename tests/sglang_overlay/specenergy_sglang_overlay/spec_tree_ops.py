@@ -1,4 +1,4 @@
-"""CPU versions of the four ``sgl_kernel`` draft-tree ops SGLang 0.5.23's NGRAM verify step calls
+"""CPU versions of the three ``sgl_kernel`` draft-tree ops SGLang 0.5.23's NGRAM verify step calls
 on a CPU engine. Written for pytest-specenergy from the semantics of SGLang's own Triton kernels
 (named on each function); no code here is SGLang's. Outputs are written in place.
 
@@ -142,21 +142,3 @@ def fill_accept_out_cache_loc_cpu(
     dst = torch.cumsum(counted.to(torch.int64), dim=0) - counted.to(torch.int64)
     written = flat > -1  # ... and writes those above -1
     accept_out_cache_loc[dst[written]] = out_cache_loc[flat[written]].to(accept_out_cache_loc.dtype)
-
-
-def fill_bonus_tokens_cpu(
-    accept_tokens: torch.Tensor,
-    accept_lens: torch.Tensor,
-    bonus_tokens: torch.Tensor,
-    accept_stride: int,
-) -> None:
-    """Per request i, the bonus token is its last accepted token:
-    ``accept_tokens.flat[accept_stride * i + accept_lens[i] - 1]``.
-
-    SGLang's reference: ``fill_bonus_tokens`` (Triton, ``sglang/kernels/ops/speculative/
-    eagle.py``); its caller is ``verify_and_commit`` (``eagle_worker_common.py``), one request per
-    entry of ``accept_lens``."""
-    lens = accept_lens.to(torch.int64).reshape(-1)
-    rows = torch.arange(lens.numel())
-    picked = accept_tokens.reshape(-1)[accept_stride * rows + lens - 1]
-    bonus_tokens.view(-1)[: lens.numel()] = picked.to(bonus_tokens.dtype)
