@@ -3,10 +3,10 @@
 
 Engines are shared between the session's cases, on the real server (``--device cpu
 --attention-backend torch_native --dtype float32``, the import-only stand-ins of
-``tests/sglang_standins/``, a tiny random Llama). SGLang cannot speculate on a CPU (no
-target-verify path without a CPU build of sgl-kernel; sglang-audit.md part (c)), so the pairs
-are **A/A**: ``Drafter("none")`` - the baseline's own non-speculative config in a second
-engine process, the way a user declares a control pair. Cases:
+``tests/sglang_standins/``, a tiny random Llama). These pairs are **A/A**: ``Drafter("none")``
+- the baseline's own non-speculative config in a second engine process, the way a user declares
+a control pair; SGLang speculates on this CPU only with the test-only overlay of
+``tests/sglang_overlay/``, and the speculative pairs are ``spec_suite.py``'s. Cases:
 
 * ``test_aa_pair``: the A/A pair (and an in-job reference arm, a third engine of the same
   config, so the gate judges it) must pass the twin check between two live servers, every

@@ -2,14 +2,19 @@
 
 The session (``--specenergy-engine=sglang``) runs on the real server (``--device cpu
 --attention-backend torch_native --dtype float32``, the import-only stand-ins for torchvision
-and sgl_kernel). It holds two test modules, and engines are shared between them:
+and sgl_kernel, a 4096-token KV pool and ``schedule_conservativeness=0.1`` in every engine, so
+that SGLang admits optimistically and a full pool retracts). It holds three test modules, and
+engines are shared between them:
 
 * first, the ``spec_pair`` cases of ``pair_suite.py`` (A/A pairs through the whole plugin,
   the twin check between two live servers, a batch above admission, the close's abort race,
   the flush that waits for idle; that module says what each must show);
-* then the two halves below, on one NGRAM case whose baseline twin is the pairs' baseline
-  engine (the same config: the pool starts it once, so the session starts five engines, not
-  six; each start is about 21 s of CPU here, all imports).
+* then the speculative cases of ``spec_suite.py``: a real SGLang NGRAM engine against its twin
+  (the pairs' baseline engine: the same config, so the pool starts it once) at batch 1 and 4,
+  and a retraction; SGLang runs speculative decoding on this CPU with the test-only overlay of
+  ``tests/sglang_overlay/`` (its ``sitecustomize`` loads into the NGRAM server only: this
+  session puts that folder on ``PYTHONPATH``); that module says what each must show;
+* last, the baseline half below, on the pairs' baseline engine.
 
 * baseline half (asserted): the plugin's launcher (``EnginePool``/``ServerProcess``: argv,
   ``SGLANG_RECORD_STEP_TIME``, health wait, identity), client, a measured baseline repeat
@@ -17,16 +22,12 @@ and sgl_kernel). It holds two test modules, and engines are shared between them:
   window that ends with ``/abort_request``, ``meta_info`` counters, ``step_time_dict`` step
   records), the twin check (``resolved_args_difference``) between the live baseline's
   ``/server_info`` and SGLang's own CPU resolution of the speculative arm's argv, an aborted
-  non-streaming ``/generate`` (by rid and ``abort_all``), and shutdown (no process left);
-* speculative half (xfail, strict, with SGLang's own reason): the NGRAM engine is started for
-  real and is expected to die at start-up; SGLang has no CPU speculative path without a CPU
-  build of sgl-kernel (shared/reference/sglang-audit.md part (c)). If it ever starts, the xfail
-  turns into a failure saying so.
+  non-streaming ``/generate`` (by rid and ``abort_all``), and shutdown (no process left).
 
 Energy is not measured here (no GPU, and SGLang has no work trace for the modeled meter): the
-suite's meter is a wall-clock stand-in, labelled as such. The stand-ins log every import and
-call; the logs of every server the session started before the speculative half must show
-imports and no call.
+suite's meter is a wall-clock stand-in, labelled as such. The stand-ins and the overlay log every
+import, call and activation: no server may call a stand-in; the overlay must load into the NGRAM
+engine's processes only, and every op of its NGRAM path must have run there.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from pathlib import Path
 
 import pair_suite
 import pytest
+import spec_suite
+from sglang_envs import ENV_ROOT
 from sglang_envs import NEWEST
 from sglang_envs import REPO
 from sglang_envs import run_worker
@@ -44,6 +47,9 @@ from sglang_envs import serve_on_cpu
 from sglang_envs import sglang_python
 
 from pytest_specenergy.engines.sglang import resolved_args_difference
+
+#: The test-only SGLang CPU overlay (tests/sglang_overlay/README.md).
+OVERLAY = REPO / "tests" / "sglang_overlay"
 
 #: Long enough that decode outweighs prefill several times over (about 5 s of decode against
 #: 1 s of prefill-only window here): decode time is the full window minus the prefill-only
@@ -93,7 +99,8 @@ import pytest
 FACTS = os.environ["SPECENERGY_LIVE_FACTS"]
 SERVER_MARK = pytest.mark.model(MODEL, dtype="float32", device="cpu", python=PYTHON, sglang_version="0.5.23",
                                 attention_backend="torch_native", sleep_on_idle=True,
-                                max_total_tokens=16384, max_running_requests=4)
+                                max_total_tokens=POOL_TOKENS, schedule_conservativeness=0.1,
+                                max_running_requests=4)
 
 
 def save(name, value):
@@ -173,19 +180,6 @@ def test_baseline_half(spec_pair):
     save("stop_s", time.perf_counter() - t0)
     save("group_left", group_left(pgid, settle_s=10.0))
 
-
-def test_speculative_half(spec_pair):
-    os.environ["SPECENERGY_STANDIN_LOG"] = STANDIN_SPEC
-    t0 = time.perf_counter()
-    try:
-        spec_pair.session.measurer.pool.get(spec_pair.case.spec_config())
-    except Exception as exc:
-        save("spec_start", {"seconds": time.perf_counter() - t0, "error": f"{type(exc).__name__}: {exc}"})
-        pytest.xfail("speculative arm not runnable on CPU: real SGLang 0.5.23 NGRAM died at start-up "
-                     "(no CPU speculative path without a CPU build of sgl-kernel; the import-only "
-                     f"stand-in refused the first kernel call): {str(exc).splitlines()[0][:300]}")
-    save("spec_start", {"seconds": time.perf_counter() - t0, "error": None})
-    pytest.fail("SGLang started NGRAM on CPU: make this a full spec_pair case and drop the xfail")
 '''
 
 
@@ -201,20 +195,28 @@ def test_plugin_against_live_sglang_cpu_servers(
     python = sglang_python(NEWEST)
     model = tiny_models[0]
     facts = tmp_path / "facts.json"
-    base_log, spec_log = tmp_path / "standin-baseline.jsonl", tmp_path / "standin-spec.jsonl"
+    standin_log = tmp_path / "standin.jsonl"
     monkeypatch.setenv("SPECENERGY_LIVE_FACTS", str(facts))
     serve_on_cpu(monkeypatch)
-    monkeypatch.setenv("SPECENERGY_STANDIN_LOG", str(base_log))  # the speculative half switches it
+    monkeypatch.setenv("SPECENERGY_STANDIN_LOG", str(standin_log))
+    # The overlay's sitecustomize is then imported by every server, and loads into the NGRAM
+    # one only. SGLang JIT-compiles its NGRAM corpus (C++) at the engine's start, into its cache
+    # (under $HOME, which pytester moves to a fresh folder): kept beside the environments, the
+    # build is reused by every later run (about 40 s of CPU otherwise).
+    monkeypatch.setenv("PYTHONPATH", str(OVERLAY))
+    monkeypatch.setenv("SGLANG_JIT_CACHE_DIR", str(ENV_ROOT / "jit-cache"))
     pytester.makeconftest(CONFTEST)
-    # Modules run in name order: the pairs first, then the halves (the baseline half stops the
-    # shared baseline engine; the speculative half's start must die).
-    common = COMMON.replace("MODEL", repr(model)).replace("PYTHON", repr(str(python)))
+    # Modules run in name order: the A/A pairs, the NGRAM cases (their twin is the pairs'
+    # baseline engine), then the baseline half, which stops that engine.
+    common = (
+        COMMON.replace("MODEL", repr(model))
+        .replace("PYTHON", repr(str(python)))
+        .replace("POOL_TOKENS", str(spec_suite.POOL_TOKENS))
+    )
     pytester.makepyfile(
         test_1_pairs=common + pair_suite.SUITE,
-        test_2_halves=common
-        + LIVE_SUITE.replace("MAX_NEW_TOKENS", str(MAX_NEW_TOKENS)).replace(
-            "STANDIN_SPEC", repr(str(spec_log))
-        ),
+        test_2_ngram=common + spec_suite.SUITE,
+        test_3_baseline=common + LIVE_SUITE.replace("MAX_NEW_TOKENS", str(MAX_NEW_TOKENS)),
     )
     report = tmp_path / "run.json"
     t0 = time.perf_counter()
@@ -242,13 +244,15 @@ def test_plugin_against_live_sglang_cpu_servers(
     (REPO / ".sglang-envs" / "live-facts.json").write_text(summary)  # for the CI log / report
     text = result.stdout.str()
     pair_suite.check_pair(outcomes, got, json.loads(report.read_text()), text)
-    halves = (outcomes.get("test_baseline_half"), outcomes.get("test_speculative_half"))
-    assert halves == ("passed", "skipped"), text[-6000:] + summary[:4000]  # skipped: the xfail
-    # the batch above admission fails, as it must
-    result.assert_outcomes(passed=5, failed=1, xfailed=1)
-    result.stdout.fnmatch_lines(["*XFAIL*speculative arm not runnable on CPU*"])
-    # The halves' case shares the pairs' baseline engine: no start of its own.
-    assert got["starts_before"] == got["flush"]["starts"] == 4, summary[:3000]
+    spec_suite.check_ngram(got, outcomes, text)
+    spec_suite.check_retraction(got, outcomes, text)
+    assert outcomes.get("test_baseline_half") == "passed", text[-6000:] + summary[:4000]
+    # the batches above admission (A/A and NGRAM) fail for concurrency, as they must
+    result.assert_outcomes(passed=7, failed=2)
+    # The NGRAM cases start one engine (their twin is the pairs' baseline); the baseline half's
+    # case shares both.
+    assert got["flush"]["starts"] == 4 and got["ngram_b1"]["starts"] == 5, summary[:3000]
+    assert got["starts_before"] == 5, summary[:3000]
 
     # Launcher: the plugin's argv, on CPU, with step records on.
     argv = got["argv"]
@@ -305,18 +309,15 @@ def test_plugin_against_live_sglang_cpu_servers(
     assert resolved_args_difference(resolved["baseline"]["resolved"], live) == []
     assert resolved_args_difference(resolved["spec"]["resolved"], live) == [], summary[:3000]
 
-    # Stand-ins: imported by every server before the speculative half, never called; its start is
-    # what called one (its first kernel), which is why that half cannot run here.
-    base_events = _events(base_log)
-    assert [e for e in base_events if e["event"] == "import"], "the stand-ins were not on the path"
-    assert [e for e in base_events if e["event"] == "call"] == []
-    spec_calls = [e["name"] for e in _events(spec_log) if e["event"] == "call"]
-    assert spec_calls, (
-        f"the speculative start failed without calling a stand-in: {got['spec_start']}"
-    )
-    got["spec_standin_calls"] = spec_calls[:3]
-    (REPO / ".sglang-envs" / "live-facts.json").write_text(
-        json.dumps(
-            {"total_s": round(total_s, 1), "outcomes": outcomes, **got}, indent=1, default=repr
-        )
-    )
+    # Stand-ins and overlay: imported by every server, no stand-in ever called; the overlay
+    # loaded into the NGRAM engine's processes (its process group) and nowhere else, and every op
+    # of its NGRAM path ran there.
+    events = _events(standin_log)
+    assert [e for e in events if e["event"] == "import"], "the stand-ins were not on the path"
+    assert [e for e in events if e["event"] == "call"] == [], "a server called a stand-in"
+    ngram_group = got["ngram_b1"]["pids"]["speculative"]
+    loaded = {e["pgid"] for e in events if e["event"] == "overlay-activated"}
+    assert loaded == {ngram_group}, (loaded, ngram_group)
+    called = {e["name"] for e in events if e["event"] == "overlay-call"}
+    assert called == spec_suite.NGRAM_CALLS, called
+    assert {e["pgid"] for e in events if e["event"] == "overlay-call"} == {ngram_group}

@@ -12,8 +12,9 @@ package, ``torch.ops.sgl_kernel`` has no ops, SGLang's AMX probe fails and it ru
 Every name and every submodule (``sgl_kernel.kvcacheio``, ``sgl_kernel.flash_attn``, ...) imports;
 any call raises :class:`specenergy_standin.StandInCalled`. This module registers no
 ``torch.ops.sgl_kernel`` operators, so SGLang's ``hasattr(torch.ops.sgl_kernel, ...)`` feature
-probes still see the kernels as missing. A speculative CPU arm needs a real CPU build of the
-kernels and is not run with this stand-in.
+probes still see the kernels as missing. A speculative CPU arm calls kernels: the live NGRAM
+engine gets six of them from the test-only overlay (``tests/sglang_overlay/``), which puts them on
+this stand-in in that engine's processes only.
 
 See ``tests/sglang_standins/specenergy_standin.py`` for the contract and the call log
 (``$SPECENERGY_STANDIN_LOG``).

@@ -20,7 +20,9 @@ def load(name: str):
     return json.loads((DATA / name).read_text())
 
 
-@pytest.mark.parametrize("version", ["0.5.9", "0.5.13", "0.5.23"])
+# 0.5.9 and 0.5.13 are hand-made (no server environment of theirs here: README in tests/data/sglang);
+# 0.5.23's is captured live (test_a_live_0_5_23_ngram_capture_parses_with_consistent_counters).
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.13"])
 def test_every_release_parses_to_the_same_canonical_counters(version):
     responses = load(f"generate_spec_{version}.json")
     spec, prefill_only = [parse_meta_info(r["meta_info"]) for r in responses]
@@ -48,6 +50,57 @@ def test_every_release_parses_to_the_same_canonical_counters(version):
         prefill_only.spec_num_proposed_drafts,
         prefill_only.correct_drafts_histogram,
     ) == (None, None, None, None)
+
+
+def test_a_live_0_5_23_ngram_capture_parses_with_consistent_counters():
+    # Captured from a real SGLang 0.5.23 NGRAM engine (dev/sglang_capture_spec.py): four
+    # requests of 48 tokens and one finished in its prefill, in one batch.
+    answers = load("generate_spec_0.5.23.json")
+    *spec, prefill_only = [parse_meta_info(a["meta_info"]) for a in answers]
+    assert len(spec) == 4
+    for counters, answer in zip(spec, answers):
+        assert counters.problems() == []
+        assert counters.completion_tokens == 48 == len(answer["output_ids"])
+        assert counters.finish_type == "length" and counters.prompt_tokens > 0
+        verify, correct = counters.spec_verify_ct, counters.spec_num_correct_drafts
+        assert verify > 0 and 0 <= correct <= counters.spec_num_proposed_drafts
+        # SGLang books 4 proposed drafts per verify step (the static config's width)
+        assert counters.spec_num_proposed_drafts == 4 * verify
+        assert len(counters.correct_drafts_histogram) == 5  # 0..4 drafts accepted
+        # every step commits its accepted drafts and the bonus token; the last step may run
+        # past max_new_tokens, which SGLang cuts
+        assert 0 <= 1 + verify + correct - counters.completion_tokens <= 4
+    # Finished in its prefill: no verify step ran, and SGLang sends no spec keys (None, never 0).
+    assert prefill_only.completion_tokens == 1 and prefill_only.finish_type == "length"
+    assert prefill_only.spec_verify_ct is None and prefill_only.correct_drafts_histogram is None
+
+
+def test_the_twin_answers_the_captured_batch_identically():
+    # The NGRAM engine's and its non-speculative twin's greedy outputs, captured on the same
+    # batch: exact equivalence on live payloads; the twin sends no speculative key.
+    spec = load("generate_spec_0.5.23.json")
+    twin = load("live-0.5.23/spec/generate_twin_batch.json")
+    assert [a["output_ids"] for a in spec] == [a["output_ids"] for a in twin]
+    assert all(parse_meta_info(a["meta_info"]).spec_verify_ct is None for a in twin)
+
+
+def test_a_live_retraction_parses_on_both_engines():
+    # Six long requests at once on a 4096-token pool (dev/sglang_capture_spec.py): SGLang retracted
+    # one, and the close aborted the rest, running and queued. Every answer parses; the twin's
+    # retracted request, answered from the waiting queue, kept the output it had sent the
+    # tokenizer (a 50-token mark), lacks prompt_tokens and counts one retraction.
+    for engine in ("spec", "twin"):
+        answers = load(f"live-0.5.23/spec/generate_retraction_{engine}.json")
+        parsed = [parse_meta_info(a["meta_info"]) for a in answers]
+        assert {c.finish_type for c in parsed} == {"length", "abort"}, parsed
+        assert any(c.queued_abort for c in parsed)
+    twin = [
+        parse_meta_info(a["meta_info"])
+        for a in load("live-0.5.23/spec/generate_retraction_twin.json")
+    ]
+    [retracted] = [c for c in twin if c.queued_abort and c.completion_tokens > 0]
+    assert retracted.prompt_tokens is None and retracted.retractions == 1
+    assert retracted.completion_tokens % 50 == 0
 
 
 def test_baseline_engine_has_no_spec_counters_never_zero():
