@@ -93,7 +93,7 @@ def metas(server):
 def facts_of(pair, engines, spec_pair):
     samples = {arm: [s.as_dict() | {"window": None} for s in getattr(pair, arm).samples]
                for arm in ("baseline", "speculative")}
-    windows = {arm: [s.window["full"] | {"details": None} for s in getattr(pair, arm).samples]
+    windows = {arm: [s.window.full.as_dict() | {"details": None} for s in getattr(pair, arm).samples]
                for arm in ("baseline", "speculative")}
     return {"checks": [str(c) for c in pair.checks],
             "failed": [str(c) for c in pair.failed_checks],
@@ -104,7 +104,8 @@ def facts_of(pair, engines, spec_pair):
             "acceptance_rate": pair.speculative.acceptance_rate,
             "counter_problems": {arm: list(getattr(pair, arm).counter_problems)
                                  for arm in ("baseline", "speculative")},
-            "concurrency": {arm: getattr(pair, arm).concurrency for arm in ("baseline", "speculative")},
+            "concurrency": {arm: getattr(pair, arm).concurrency.as_dict()
+                            for arm in ("baseline", "speculative")},
             "samples": samples,
             "windows": windows,
             "spec_info": {k: engines["speculative"].server_info.get(k) for k in (
