@@ -20,6 +20,7 @@ from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.engines.base import ENGINE_DRAFTERS
 from pytest_specenergy.engines.base import ENGINE_DTYPES
 from pytest_specenergy.engines.base import ENGINES
+from pytest_specenergy.engines.checkpoints import BUILTIN_CHECKPOINTS
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.drafters import DrafterError
@@ -247,6 +248,8 @@ def _integer(value: Any) -> bool:
 
 
 def _check_model_path(test: str, marker: str, name: str, engine: str) -> None:
+    if name in BUILTIN_CHECKPOINTS:
+        return  # a real checkpoint fetched into the model cache before its engine starts
     # random:SHAPE[:key=N,...]: seeded random weights the reference server builds itself (no
     # files); it checks the shape and overrides as it starts, in milliseconds, before any load.
     if name.startswith(("tiny:", "random:")):
@@ -275,7 +278,8 @@ def _check_model_path(test: str, marker: str, name: str, engine: str) -> None:
     )
     raise MarkerError(
         f"{test}: marker {marker} value {name!r}: no such model directory "
-        f"({path}{relative}); expected an existing checkpoint directory"
+        f"({path}{relative}); expected an existing checkpoint directory, a built-in checkpoint "
+        f"({', '.join(BUILTIN_CHECKPOINTS)})"
         + (
             f", random:SHAPE or one of {', '.join(TINY_MODELS)}"
             if engine == "reference"

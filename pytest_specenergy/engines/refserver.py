@@ -10,6 +10,8 @@ from typing import Mapping
 
 from pytest_specenergy.engines.base import ENGINE_DRAFTERS
 from pytest_specenergy.engines.base import EngineConfigError
+from pytest_specenergy.engines.checkpoints import CheckpointFetchError
+from pytest_specenergy.engines.checkpoints import ensure_fetched
 from pytest_specenergy.engines.config import EngineConfig
 
 
@@ -35,7 +37,9 @@ class ReferenceBackend:
         return []
 
     def check(self, config: EngineConfig) -> None:
-        """The reference server needs torch and transformers (the ``reference`` extra)."""
+        """The reference server needs torch and transformers (the ``reference`` extra); a built-in
+        checkpoint (target or draft) is fetched into the cache here, before the start-up timeout
+        runs."""
         missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
         if missing:
             raise EngineConfigError(
@@ -47,6 +51,12 @@ class ReferenceBackend:
                 f"the reference engine implements drafters {', '.join(self.drafters())}, not "
                 f"{config.drafter.name!r}"
             )
+        draft = config.drafter.draft_model if config.drafter else None
+        for model in (config.model, draft):
+            try:
+                ensure_fetched(model) if model else None
+            except CheckpointFetchError as exc:
+                raise EngineConfigError(str(exc)) from None
 
     def command(self, config: EngineConfig, host: str, port: int) -> list[str]:
         """The server's argv; the arms' differ only by the drafter flags and faults that act in

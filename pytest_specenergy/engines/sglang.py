@@ -20,6 +20,9 @@ from pytest_specenergy.engines.argv import describe_pair_difference
 from pytest_specenergy.engines.base import ENGINE_DRAFTERS
 from pytest_specenergy.engines.base import ENGINE_DTYPES
 from pytest_specenergy.engines.base import EngineConfigError
+from pytest_specenergy.engines.checkpoints import CheckpointFetchError
+from pytest_specenergy.engines.checkpoints import ensure_fetched
+from pytest_specenergy.engines.checkpoints import local_path
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.drafters import Drafter
 
@@ -341,7 +344,7 @@ class SGLangBackend:
             "-m",
             "sglang.launch_server",
             "--model-path",
-            config.model,
+            local_path(config.model),
             "--host",
             host,
             "--port",
@@ -538,7 +541,7 @@ def _speculative_args(drafter: Drafter, facts: sa.VersionFacts) -> dict[str, Any
     proposed = drafter.num_draft_tokens
     args: dict[str, Any] = {"speculative_algorithm": ALGORITHMS[drafter.name]}
     if drafter.draft_model:
-        args["speculative_draft_model_path"] = drafter.draft_model
+        args["speculative_draft_model_path"] = local_path(drafter.draft_model)
     if drafter.name == "ngram":
         # SGLang forces topk := max_bfs_breadth for NGRAM, so breadth is the knob, not topk.
         args["speculative_num_draft_tokens"] = proposed + 1
@@ -592,6 +595,10 @@ def _dtype(dtype: str) -> str:
 
 
 def _check_model_path(what: str, model: str) -> None:
+    try:  # a built-in checkpoint (smollm2-135m): fetched now, SGLang gets its directory
+        model = ensure_fetched(model)
+    except CheckpointFetchError as exc:
+        raise EngineConfigError(f"{what}: {exc}") from None
     if model.startswith("tiny:"):
         raise EngineConfigError(
             f"{what} {model!r} is a built-in tiny model of the reference server; SGLang needs a "
@@ -652,6 +659,7 @@ def checkpoint_special_token_ids(model: str) -> tuple[int, ...]:
 
 
 def _read_model_config(model: str, name: str = "config.json") -> dict[str, Any] | None:
+    model = local_path(model)
     candidates = [Path(model).expanduser() / name]
     if "/" in model and not model.startswith(("/", ".", "~")):
         hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
