@@ -22,6 +22,7 @@ from pytest_specenergy.engines.meta_info import RequestCounters
 from pytest_specenergy.engines.meta_info import concurrency_between
 from pytest_specenergy.engines.meta_info import merge_concurrency
 from pytest_specenergy.engines.meta_info import parse_meta_info
+from pytest_specenergy.engines.prompts import generate_input
 from pytest_specenergy.measure import metrics
 from pytest_specenergy.measure.checks import MAX_CONCURRENCY_GAP_SHARE
 from pytest_specenergy.measure.checks import counter_problems
@@ -248,7 +249,10 @@ class ArmMeasurer:
                     if sent is not None:
                         sent[index] = _clock()
                     answer = client.generate(
-                        text=[prompts[index]], sampling_params=params, rids=[rid], **asked
+                        **generate_input([prompts[index]]),
+                        sampling_params=params,
+                        rids=[rid],
+                        **asked,
                     )
                 except BaseException as exc:  # re-raised in the caller's thread
                     with lock:
@@ -316,7 +320,7 @@ class ArmMeasurer:
         answers: list[dict[str, Any] | None] = [None] * len(indices)
         for group in groups:
             got = self.server.client.generate(
-                text=[self.prompts[indices[p]] for p in group],
+                **generate_input([self.prompts[indices[p]] for p in group]),
                 sampling_params=sampling,
                 rids=[_next_rid() for _ in group],
             )
