@@ -22,6 +22,7 @@ from pytest_specenergy.engines.base import ENGINE_DTYPES
 from pytest_specenergy.engines.base import ENGINES
 from pytest_specenergy.engines.checkpoints import BUILTIN_CHECKPOINTS
 from pytest_specenergy.engines.config import EngineConfig
+from pytest_specenergy.engines.drafters import EARLY_EXIT_PREFIX
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.drafters import DrafterError
 
@@ -264,6 +265,13 @@ def _integer(value: Any) -> bool:
 def _check_model_path(test: str, marker: str, name: str, engine: str) -> None:
     if name in BUILTIN_CHECKPOINTS:
         return  # a real checkpoint fetched into the model cache before its engine starts
+    if marker != "model" and name.startswith(EARLY_EXIT_PREFIX):
+        if engine != "reference":
+            raise MarkerError(
+                f"{test}: marker {marker} value {name!r}: the early-exit self-draft is the "
+                f"reference server's; the {engine} engine needs a draft checkpoint"
+            )
+        return  # the server checks K against the target's layer count as it starts
     # random:SHAPE[:key=N,...]: seeded random weights the reference server builds itself (no
     # files); it checks the shape and overrides as it starts, in milliseconds, before any load.
     if name.startswith(("tiny:", "random:")):

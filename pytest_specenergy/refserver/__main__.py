@@ -71,7 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--draft-model",
         default=None,
         help="draft model name or path for draft_model and block (default: "
-        "the tiny model's -draft); a random:SHAPE draft needs the target's vocabulary",
+        "the tiny model's -draft); a random:SHAPE draft needs the target's vocabulary; "
+        "early-exit:K drafts with the target's own first K layers and its head (self-speculative, "
+        "no second model)",
     )
     p.add_argument(
         "--block-size",

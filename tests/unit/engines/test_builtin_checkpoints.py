@@ -76,3 +76,21 @@ def test_sglang_is_given_the_checkpoint_directory(monkeypatch, tmp_path):
     config = EngineConfig(engine="sglang", model="smollm2-135m", drafter=Drafter("ngram"))
     argv = backend.command(config, "127.0.0.1", 30000)
     assert argv[argv.index("--model-path") + 1] == str(catalog.checkpoint_dir("smollm2-135m"))
+
+
+def test_the_early_exit_draft_is_a_reference_server_draft_model(tmp_path, monkeypatch):
+    from pytest_specenergy.cases.markers import MarkerError
+
+    monkeypatch.chdir(tmp_path)
+    drafter = Drafter("draft_model", draft_model="early-exit:20", id="ee20")
+    closest = _closest(model=["smollm2-135m"], drafter=[drafter], batch=[1], corpus=["code"])
+    (case,) = build_cases("t.py::test", closest, CaseDefaults())
+    assert case.drafter.draft_model == "early-exit:20"
+    sglang = _closest(
+        model=(["smollm2-135m"], {"engine": "sglang"}),
+        drafter=[drafter],
+        batch=[1],
+        corpus=["code"],
+    )
+    with pytest.raises(MarkerError, match="the early-exit self-draft is the reference server's"):
+        build_cases("t.py::test", sglang, CaseDefaults())
