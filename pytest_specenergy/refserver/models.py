@@ -59,9 +59,9 @@ def resolve_dtype(spec: str, model: str, device: torch.device) -> torch.dtype:
     return torch.float64 if model.startswith("tiny:") else torch.bfloat16
 
 
-# Built-in (tiny and random) models are shared within a process (tests build many engines over the
-# same weights). Safe because no engine writes to weights; the key includes dtype and device because
-# .to() is in place.
+# Built-in (tiny, random and real) models are shared within a process (tests build many engines over
+# the same weights; a zygote's forks share its copy). Safe because no engine writes to weights; the
+# key includes dtype and device because .to() is in place.
 _TINY_CACHE: dict[tuple[str, int, torch.dtype, str], LoadedModel] = {}
 
 
@@ -128,6 +128,6 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto", seed: int =
         max_context=int(getattr(config, "max_position_embeddings", 0) or 1 << 20),
         vocab_size=int(config.vocab_size),
     )
-    if name.startswith("tiny:") or is_random_model(name):
+    if name.startswith("tiny:") or is_random_model(name) or is_builtin_checkpoint(name):
         _TINY_CACHE[key] = loaded
     return loaded

@@ -88,3 +88,13 @@ def test_a_model_without_a_template_is_refused_naming_it(monkeypatch):
     monkeypatch.setattr(chat, "ensure_fetched", lambda model: "/models/base")
     with pytest.raises(chat.ChatTemplateError, match="model /models/base-lm has no chat template"):
         chat.chat_prompts("/models/base-lm", ("hi",))
+
+
+def test_coherence_scores_a_token_id_pool_without_asking_the_engine_to_tokenise():
+    from pytest_specenergy.measure.coherence import prompt_token_ids
+
+    class NoCalls:
+        def generate(self, *args, **kwargs):
+            raise AssertionError("a token-id prompt needs no tokenisation by the engine")
+
+    assert prompt_token_ids(NoCalls(), [(1, 2, 3), (4,)]) == [[1, 2, 3], [4]]
