@@ -259,7 +259,9 @@ _milliseconds = checked_number(
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also what ``--help`` prints)."""
     parser = argparse.ArgumentParser(
-        prog="specenergy", description="Report, compare, merge and check pytest-specenergy runs."
+        prog="specenergy",
+        description="Report, compare, merge and check pytest-specenergy runs; predict savings; "
+        "fetch the built-in real model.",
     )
     common = argparse.ArgumentParser(add_help=False)
     add_cli_options(common)
