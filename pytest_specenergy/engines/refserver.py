@@ -53,8 +53,10 @@ class ReferenceBackend:
             )
         draft = config.drafter.draft_model if config.drafter else None
         for model in (config.model, draft):
+            if not model:
+                continue
             try:
-                ensure_fetched(model) if model else None
+                ensure_fetched(model)
             except CheckpointFetchError as exc:
                 raise EngineConfigError(str(exc)) from None
 

@@ -2,9 +2,10 @@
 prompts (``generation(chat=True)``) are answered and end at the model's EOS; raw text makes the
 instruct model stop at once; ``ignore_eos=True`` runs every answer to ``max_new_tokens``.
 
-Cost: about 60-70 s on the loaded 2-core machine (two engine starts of smollm2-135m at 15-20 s
-each, three cases of 2 prompts x 12 tokens at batch 1, a few seconds per arm). Needs the model in
-the cache (``dev/setup.sh --test`` fetches it); skipped where it is not."""
+Cost: 75-125 s on the loaded 2-core machine (37-71 s as a plain pytest run: two engine starts
+of smollm2-135m at 5-20 s each, three cases of 2 prompts x 12 tokens at batch 1 at 1-7 s an arm,
+transformers imported again in the in-process run for the chat tokenizer). Needs the model in the
+cache (``dev/setup.sh --test`` fetches it); skipped where it is not."""
 
 from __future__ import annotations
 
