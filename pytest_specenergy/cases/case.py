@@ -40,8 +40,12 @@ class Generation:
         return self.prompts if self.prompts is not None else min(DEFAULT_PROMPT_POOL, corpus_size)
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready description."""
-        return dataclasses.asdict(self)
+        """A JSON-ready description; ``chat`` only when set, so a run stored before it existed
+        still compares with one that does not use it (the gate compares these dicts whole)."""
+        data = dataclasses.asdict(self)
+        if not self.chat:
+            del data["chat"]
+        return data
 
 
 @dataclass(frozen=True)

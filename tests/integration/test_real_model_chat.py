@@ -62,7 +62,7 @@ def test_chat_prompts_are_answered_and_end_at_eos(pytester: pytest.Pytester, run
     }
     chat, no_eos, raw = results["test_chat"], results["test_chat_ignore_eos"], results["test_raw"]
     assert chat["case"]["generation"]["chat"] is True
-    assert raw["case"]["generation"]["chat"] is False
+    assert "chat" not in raw["case"]["generation"]
     for arm in ("baseline", "speculative"):
         # the capital of France is answered in a sentence and ends at <|im_end|>, the model's EOS
         assert chat[arm]["finish_reasons"][0] == "stop"

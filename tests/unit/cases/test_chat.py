@@ -42,6 +42,13 @@ def test_chat_is_in_the_id_and_the_record_only_when_asked():
     (chatty,) = _cases("smollm2-135m", chat=True)
     assert plain.id == "conversation-ngram-b1" and chatty.id == "conversation-chat-ngram-b1"
     assert chatty.as_dict()["generation"]["chat"] is True
+    # absent when off: runs stored before chat existed stay comparable (same generation dict)
+    assert plain.as_dict()["generation"] == {
+        "max_new_tokens": 64,
+        "prompts": None,
+        "ignore_eos": False,
+        "temperature": 0.0,
+    }
     assert plain.baseline_key() != chatty.baseline_key()  # not one shared baseline arm
 
 
