@@ -41,12 +41,24 @@ covered=1
 for extra in ${extras//,/ }; do
     [[ ",$have," == *",$extra,"* ]] || covered=0
 done
+# The tests' real model: fetched and converted once per machine (a no-op once cached).
+fetch_model() {
+    [ "${1:-}" = --test ] || return 0
+    if dir=$(.venv/bin/python -m pytest_specenergy.refserver.fetch smollm2-135m --cached-dir); then
+        say "model smollm2-135m is cached ($dir)"
+    else
+        say "fetching and converting model smollm2-135m (about 1-2 minutes, once)"
+        .venv/bin/python -m pytest_specenergy.refserver.fetch smollm2-135m
+    fi
+}
 if [ "$covered" = 1 ] && [ ! pyproject.toml -nt "$stamp" ]; then
     say ".venv is up to date ($have)"
+    fetch_model "${1:-}"
     exit 0
 fi
 # One pip run: one resolution, and torch resolves to the local CPU wheel.
 say "installing torch==2.13.0 (CPU) and the project [$extras] into .venv"
 pip_quiet install torch==2.13.0 -e ".[$extras]"
 echo "$extras" > "$stamp"
+fetch_model "${1:-}"
 say "done: .venv/bin/python -m pytest example_suites/quickstart runs the quickstart"

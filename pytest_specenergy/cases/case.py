@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
+from pytest_specenergy.cases.chat import chat_prompts
 from pytest_specenergy.cases.corpora import Corpus
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.drafters import Drafter
+from pytest_specenergy.engines.prompts import Prompt
 
 #: Prompts per pool when a case does not say (``generation(prompts=N)`` overrides).
 DEFAULT_PROMPT_POOL = 96
@@ -26,6 +28,10 @@ class Generation:
     prompts: int | None = None
     ignore_eos: bool = False
     temperature: float = 0.0
+    #: Each corpus prompt is sent as one user message through the model's chat template, as
+    #: SGLang's chat endpoint renders it (:mod:`pytest_specenergy.cases.chat`): an instruct
+    #: model answers instead of stopping at once.
+    chat: bool = False
 
     def pool_size(self, corpus_size: int) -> int:
         """The prompt pool's size for a corpus of ``corpus_size`` prompts, the same at every batch
@@ -34,8 +40,12 @@ class Generation:
         return self.prompts if self.prompts is not None else min(DEFAULT_PROMPT_POOL, corpus_size)
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready description."""
-        return dataclasses.asdict(self)
+        """A JSON-ready description; ``chat`` only when set, so a run stored before it existed
+        still compares with one that does not use it (the gate compares these dicts whole)."""
+        data = dataclasses.asdict(self)
+        if not self.chat:
+            del data["chat"]
+        return data
 
 
 @dataclass(frozen=True)
@@ -110,14 +120,20 @@ class Case:
     @property
     def id(self) -> str:
         """The readable id: ``code-ngram-b4``, ``dense-code-ngram-b4`` (several models),
-        ``code-a-vs-b-b4`` (A/B)."""
+        ``code-a-vs-b-b4`` (A/B), ``conversation-chat-ngram-b4`` (chat template applied)."""
         versus = f"-vs-{self.reference.id}" if self.reference is not None else ""
-        base = f"{self.corpus.name}-{self.drafter.id}{versus}-b{self.batch}"
+        # chat changes every prompt the engine sees: a case id without it would compare unlike
+        # workloads with a stored run
+        chat = "-chat" if self.generation.chat else ""
+        base = f"{self.corpus.name}{chat}-{self.drafter.id}{versus}-b{self.batch}"
         return f"{self.model_id}-{base}" if self.model_in_id else base
 
-    def pool(self) -> tuple[str, ...]:
-        """The prompt pool: the corpus's first :meth:`Generation.pool_size` prompts."""
-        return self.corpus.take(self.generation.pool_size(len(self.corpus.prompts)))
+    def pool(self) -> tuple[Prompt, ...]:
+        """The prompt pool: the corpus's first :meth:`Generation.pool_size` prompts; with
+        ``generation(chat=True)`` each one's chat-templated token ids (the model's tokenizer
+        loads once per process)."""
+        texts = self.corpus.take(self.generation.pool_size(len(self.corpus.prompts)))
+        return chat_prompts(self.model, texts) if self.generation.chat else texts
 
     def spec_config(self) -> EngineConfig:
         """The speculative engine."""

@@ -20,7 +20,9 @@ from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.engines.base import ENGINE_DRAFTERS
 from pytest_specenergy.engines.base import ENGINE_DTYPES
 from pytest_specenergy.engines.base import ENGINES
+from pytest_specenergy.engines.checkpoints import BUILTIN_CHECKPOINTS
 from pytest_specenergy.engines.config import EngineConfig
+from pytest_specenergy.engines.drafters import EARLY_EXIT_PREFIX
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.engines.drafters import DrafterError
 
@@ -47,8 +49,9 @@ MARKERS = {
     "matrix axis",
     "corpus": "corpus(*names_or_Corpus): prompt corpora (code, conversation, long-document, "
     "news, rm-news, jsonl:PATH); several form a matrix axis",
-    "generation": "generation(max_new_tokens=64, prompts=None, ignore_eos=False, temperature=0): "
-    "how each request is generated",
+    "generation": "generation(max_new_tokens=64, prompts=None, ignore_eos=False, temperature=0, "
+    "chat=False): how each request is generated; chat=True sends each prompt through the "
+    "model's chat template (as SGLang's chat endpoint does)",
     "tolerance": "tolerance(*exprs, **limits): regression limits for this test, e.g. "
     "tolerance(energy_per_token='5%', accept_length=0.1); overrides "
     "--specenergy-compare-fail metric by metric",
@@ -98,6 +101,8 @@ def build_cases(test: str, closest: Callable[[str], Any], config: CaseDefaults) 
     if pool is None and config.modeled:  # one pool for every batch point of the test
         pool = max(CPU_POOL_MIN, CPU_POOL_PER_BATCH * max(batches))
     generation = _generation(test, closest("generation"), pool)
+    if generation.chat:
+        _check_chat(test, [name for name, _ in models])
     reference = _reference(test, closest("reference_drafter"))
     cases: list[Case] = []
     # Everything but the batch and the corpus is checked and built once per (model, drafter): a
@@ -242,11 +247,31 @@ def _models(test: str, mark: Any, config: CaseDefaults) -> list[tuple[str, dict[
     return models
 
 
+def _check_chat(test: str, models: list[str]) -> None:
+    """Built-in tiny and random models have a byte tokenizer and no chat template."""
+    for name in models:
+        if name.startswith(("tiny:", "random:")):
+            raise MarkerError(
+                f"{test}: marker generation(chat=True) with model {name!r}: built-in tiny and "
+                "random models have no chat template; use a chat model (such as smollm2-135m) "
+                "or chat=False"
+            )
+
+
 def _integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_model_path(test: str, marker: str, name: str, engine: str) -> None:
+    if name in BUILTIN_CHECKPOINTS:
+        return  # a real checkpoint fetched into the model cache before its engine starts
+    if marker != "model" and name.startswith(EARLY_EXIT_PREFIX):
+        if engine != "reference":
+            raise MarkerError(
+                f"{test}: marker {marker} value {name!r}: the early-exit self-draft is the "
+                f"reference server's; the {engine} engine needs a draft checkpoint"
+            )
+        return  # the server checks K against the target's layer count as it starts
     # random:SHAPE[:key=N,...]: seeded random weights the reference server builds itself (no
     # files); it checks the shape and overrides as it starts, in milliseconds, before any load.
     if name.startswith(("tiny:", "random:")):
@@ -275,7 +300,8 @@ def _check_model_path(test: str, marker: str, name: str, engine: str) -> None:
     )
     raise MarkerError(
         f"{test}: marker {marker} value {name!r}: no such model directory "
-        f"({path}{relative}); expected an existing checkpoint directory"
+        f"({path}{relative}); expected an existing checkpoint directory, a built-in checkpoint "
+        f"({', '.join(BUILTIN_CHECKPOINTS)})"
         + (
             f", random:SHAPE or one of {', '.join(TINY_MODELS)}"
             if engine == "reference"
@@ -339,14 +365,16 @@ def _generation(test: str, mark: Any, pool: int | None = None) -> Generation:
     if mark.args:
         raise MarkerError(
             f"{test}: marker generation takes keywords only "
-            f"(max_new_tokens=, prompts=, ignore_eos=, temperature=), got {mark.args!r}"
+            f"(max_new_tokens=, prompts=, ignore_eos=, temperature=, chat=), got {mark.args!r}"
         )
     kwargs = dict(mark.kwargs)
-    unknown = sorted(set(kwargs) - {"max_new_tokens", "prompts", "ignore_eos", "temperature"})
+    unknown = sorted(
+        set(kwargs) - {"max_new_tokens", "prompts", "ignore_eos", "temperature", "chat"}
+    )
     if unknown:
         raise MarkerError(
             f"{test}: marker generation got unknown keyword(s) {', '.join(unknown)}; "
-            f"expected max_new_tokens=, prompts=, ignore_eos=, temperature="
+            f"expected max_new_tokens=, prompts=, ignore_eos=, temperature=, chat="
         )
     for key in ("max_new_tokens", "prompts"):
         value = kwargs.get(key)
@@ -354,11 +382,11 @@ def _generation(test: str, mark: Any, pool: int | None = None) -> Generation:
             raise MarkerError(
                 f"{test}: marker generation({key}={value!r}): expected a positive integer"
             )
-    if not isinstance(kwargs.get("ignore_eos", False), bool):
-        raise MarkerError(
-            f"{test}: marker generation(ignore_eos={kwargs['ignore_eos']!r}): expected True or "
-            "False"
-        )
+    for key in ("ignore_eos", "chat"):
+        if not isinstance(kwargs.get(key, False), bool):
+            raise MarkerError(
+                f"{test}: marker generation({key}={kwargs[key]!r}): expected True or False"
+            )
     temperature = kwargs.get("temperature", 0)
     if temperature != 0:
         raise MarkerError(
@@ -371,4 +399,5 @@ def _generation(test: str, mark: Any, pool: int | None = None) -> Generation:
         prompts=kwargs.get("prompts", pool),
         ignore_eos=kwargs.get("ignore_eos", False),
         temperature=0.0,
+        chat=kwargs.get("chat", False),
     )

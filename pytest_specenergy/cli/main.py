@@ -1,4 +1,4 @@
-"""The ``specenergy`` command: report, compare, history, merge, doctor. Runs are named as
+"""The ``specenergy`` command: report, compare, history, merge, predict, fetch-model, doctor. Runs are named as
 ``--specenergy-compare`` names them: a PATH, or last/NAME/NNNN in the history folder (how:
 ``docs/design/meters-report-cli.md``)."""
 
@@ -15,6 +15,7 @@ from tabulate import tabulate
 import pytest_specenergy.gate.storage as storage
 from pytest_specenergy.atomic import write_json_atomic
 from pytest_specenergy.atomic import write_text_atomic
+from pytest_specenergy.cli.fetch import add_fetch_parser
 from pytest_specenergy.cli.predict import add_predict_parser
 from pytest_specenergy.cli.predict import checked_number
 from pytest_specenergy.document import DocumentError
@@ -258,7 +259,9 @@ _milliseconds = checked_number(
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also what ``--help`` prints)."""
     parser = argparse.ArgumentParser(
-        prog="specenergy", description="Report, compare, merge and check pytest-specenergy runs."
+        prog="specenergy",
+        description="Report, compare, merge and check pytest-specenergy runs; predict savings; "
+        "fetch the built-in real model.",
     )
     common = argparse.ArgumentParser(add_help=False)
     add_cli_options(common)
@@ -320,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     merge.set_defaults(func=cmd_merge)
 
     add_predict_parser(sub)
+    add_fetch_parser(sub)
 
     # Listed for --help only: main() hands ``plan ...`` and ``doctor ...`` on before parsing.
     sub.add_parser(

@@ -49,10 +49,14 @@ class GenerationFacts(Record):
     """How each request was generated, and the pool measured per repeat (None: the corpus's
     first 96 prompts)."""
 
+    omitted_when_empty = ("chat",)
+
     max_new_tokens: int | None = None
     prompts: int | None = None
     ignore_eos: bool | None = None
     temperature: float | None = None
+    #: The prompts went through the model's chat template (written only when they did).
+    chat: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 

@@ -13,6 +13,10 @@ from dataclasses import field
 from typing import Any
 from typing import Mapping
 
+from pytest_specenergy.refserver.names import EARLY_EXIT_PREFIX
+
+__all__ = ["EARLY_EXIT_PREFIX", "Drafter", "DrafterError"]
+
 
 class DrafterError(ValueError):
     """A drafter was declared with an unknown name or an invalid setting."""
@@ -62,7 +66,11 @@ SCHEMAS: dict[str, dict[str, _Setting]] = {
         "max_bfs_breadth": _int(1, help="SGLang only: tree breadth (1 = chain, keeps fa3)"),
     },
     "draft_model": {
-        "draft_model": _path(True, "path or tiny:* name of the smaller draft model"),
+        "draft_model": _path(
+            True,
+            "path or tiny:* name of the smaller draft model, or (reference server) early-exit:K, "
+            "the target's own first K layers and head",
+        ),
         "num_draft_tokens": _int(4, help="tokens proposed per step"),
         "accept_p": _ACCEPT_P,
     },

@@ -9,6 +9,8 @@ import sys
 from pytest_specenergy.engines.base import ENGINE_DRAFTERS
 from pytest_specenergy.engines.base import BackendDefaults
 from pytest_specenergy.engines.base import EngineConfigError
+from pytest_specenergy.engines.checkpoints import CheckpointFetchError
+from pytest_specenergy.engines.checkpoints import ensure_fetched
 from pytest_specenergy.engines.config import EngineConfig
 
 
@@ -27,7 +29,9 @@ class ReferenceBackend(BackendDefaults):
         return ENGINE_DRAFTERS["reference"]
 
     def check(self, config: EngineConfig) -> None:
-        """The reference server needs torch and transformers (the ``reference`` extra)."""
+        """The reference server needs torch and transformers (the ``reference`` extra); a built-in
+        checkpoint (target or draft) is fetched into the cache here, before the start-up timeout
+        runs."""
         missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
         if missing:
             raise EngineConfigError(
@@ -39,6 +43,14 @@ class ReferenceBackend(BackendDefaults):
                 f"the reference engine implements drafters {', '.join(self.drafters())}, not "
                 f"{config.drafter.name!r}"
             )
+        draft = config.drafter.draft_model if config.drafter else None
+        for model in (config.model, draft):
+            if not model:
+                continue
+            try:
+                ensure_fetched(model)
+            except CheckpointFetchError as exc:
+                raise EngineConfigError(str(exc)) from None
 
     def command(self, config: EngineConfig, host: str, port: int) -> list[str]:
         """The server's argv; the arms' differ only by the drafter flags and faults that act in
@@ -105,5 +117,15 @@ class ReferenceBackend(BackendDefaults):
         return argv
 
     def environment(self, config: EngineConfig) -> dict[str, str]:
-        """Keep torch to the cores pytest leaves free; nothing else differs between arms."""
-        return {"TOKENIZERS_PARALLELISM": "false"}
+        """Keep torch to the cores pytest leaves free; nothing else differs between arms.
+
+        OpenMP threads that wait passively: by default libgomp spins at every barrier, and on a
+        host with more runnable threads than cores (xdist workers, the other arm, other jobs) a
+        spinning thread holds the core its descheduled partner needs. smollm2-135m decoded 0.9 to
+        1.3 tokens/s at batch 1 with 2 spinning threads on the loaded 2-core machine, 3.5 to 9.8
+        with 1 thread, 4.1 to 5.5 with 2 passive ones. Read when OpenMP starts, so it reaches a
+        zygote's forks through the zygote's own environment; a value the user set is kept."""
+        env = {"TOKENIZERS_PARALLELISM": "false"}
+        if not config.device.startswith("cuda") and "OMP_WAIT_POLICY" not in os.environ:
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
+        return env

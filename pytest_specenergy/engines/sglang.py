@@ -21,6 +21,9 @@ from pytest_specenergy.engines.base import ENGINE_DRAFTERS
 from pytest_specenergy.engines.base import ENGINE_DTYPES
 from pytest_specenergy.engines.base import BackendDefaults
 from pytest_specenergy.engines.base import EngineConfigError
+from pytest_specenergy.engines.checkpoints import CheckpointFetchError
+from pytest_specenergy.engines.checkpoints import ensure_fetched
+from pytest_specenergy.engines.checkpoints import local_path
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.drafters import Drafter
 
@@ -342,7 +345,7 @@ class SGLangBackend(BackendDefaults):
             "-m",
             "sglang.launch_server",
             "--model-path",
-            config.model,
+            local_path(config.model),
             "--host",
             host,
             "--port",
@@ -539,7 +542,7 @@ def _speculative_args(drafter: Drafter, facts: sa.VersionFacts) -> dict[str, Any
     proposed = drafter.num_draft_tokens
     args: dict[str, Any] = {"speculative_algorithm": ALGORITHMS[drafter.name]}
     if drafter.draft_model:
-        args["speculative_draft_model_path"] = drafter.draft_model
+        args["speculative_draft_model_path"] = local_path(drafter.draft_model)
     if drafter.name == "ngram":
         # SGLang forces topk := max_bfs_breadth for NGRAM, so breadth is the knob, not topk.
         args["speculative_num_draft_tokens"] = proposed + 1
@@ -593,6 +596,10 @@ def _dtype(dtype: str) -> str:
 
 
 def _check_model_path(what: str, model: str) -> None:
+    try:  # a built-in checkpoint (smollm2-135m): fetched now, SGLang gets its directory
+        model = ensure_fetched(model)
+    except CheckpointFetchError as exc:
+        raise EngineConfigError(f"{what}: {exc}") from None
     if model.startswith("tiny:"):
         raise EngineConfigError(
             f"{what} {model!r} is a built-in tiny model of the reference server; SGLang needs a "
@@ -658,6 +665,7 @@ def read_model_config(model: str, name: str = "config.json") -> dict[str, Any] |
 
 
 def _read_model_config(model: str, name: str = "config.json") -> dict[str, Any] | None:
+    model = local_path(model)
     candidates = [Path(model).expanduser() / name]
     if "/" in model and not model.startswith(("/", ".", "~")):
         hub = os.environ.get("HF_HUB_CACHE") or os.path.join(

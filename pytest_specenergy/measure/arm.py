@@ -23,6 +23,7 @@ from pytest_specenergy.engines.base import Server
 from pytest_specenergy.engines.meta_info import concurrency_between
 from pytest_specenergy.engines.meta_info import merge_concurrency
 from pytest_specenergy.engines.meta_info import parse_meta_info
+from pytest_specenergy.engines.prompts import generate_input
 from pytest_specenergy.measure.checks import counter_problems
 from pytest_specenergy.measure.load import Answer
 from pytest_specenergy.measure.load import SteadyLoad
@@ -128,7 +129,9 @@ class ArmMeasurer:
             if sent is not None:
                 sent[position] = _clock()
             prompt = self.prompts[indices[position]]
-            return client.generate(text=[prompt], sampling_params=params, rids=[rid], **asked)[0]
+            return client.generate(
+                **generate_input([prompt]), sampling_params=params, rids=[rid], **asked
+            )[0]
 
         width = load_width(self.batch, cap, steady, len(indices))
         load = SteadyLoad(
@@ -151,7 +154,7 @@ class ArmMeasurer:
         answers: list[dict[str, Any] | None] = [None] * len(indices)
         for group in groups:
             got = self.server.client.generate(
-                text=[self.prompts[indices[p]] for p in group],
+                **generate_input([self.prompts[indices[p]] for p in group]),
                 sampling_params=sampling,
                 rids=[next_rid() for _ in group],
             )

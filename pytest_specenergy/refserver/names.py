@@ -7,3 +7,6 @@ importing :mod:`.records` (the engine's config and result classes) for three tup
 DRAFTERS = ("none", "ngram", "draft_model", "block", "replay")
 DTYPES = ("auto", "float64", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
+#: ``--draft-model early-exit:K``: the target's own first K layers and head as the draft
+#: (:mod:`.early_exit`).
+EARLY_EXIT_PREFIX = "early-exit:"

@@ -76,7 +76,12 @@ ALLOWED: dict[str, set[str]] = {
     },
 }
 #: What the plugin may read of the reference server: its torch-free name lists.
-REFSERVER_NAMES = {"pytest_specenergy.refserver.names", "pytest_specenergy.refserver.faults"}
+#: ``catalog`` names the built-in real checkpoints and where they are cached (stdlib only).
+REFSERVER_NAMES = {
+    "pytest_specenergy.refserver.names",
+    "pytest_specenergy.refserver.faults",
+    "pytest_specenergy.refserver.catalog",
+}
 #: The fork server hosts reference servers: it imports their modules (and builds their tiny models)
 #: in its own process, inside the functions only that process runs, never in the plugin's.
 REFSERVER_HOST = Path("engines/zygote_serve.py")
@@ -247,6 +252,7 @@ def test_the_contract_catches_an_upward_import(tmp_path, monkeypatch):
         "pytest_specenergy.refserver.records",
         "pytest_specenergy.refserver.faults",
         "pytest_specenergy.refserver.names",
+        "pytest_specenergy.refserver.catalog",
     ],
 )
 def test_importing_the_reference_server_loads_no_plugin_module(entry):

@@ -60,6 +60,7 @@ def test_a_missing_directory_names_random_models_among_the_choices(tmp_path, mon
     closest = lookup(model=["models/none"], drafter=["ngram"], batch=[1], corpus=["code"])
     with pytest.raises(
         MarkerError,
-        match=r"expected an existing checkpoint directory, random:SHAPE or one of tiny:",
+        match=r"expected an existing checkpoint directory, a built-in checkpoint \(smollm2-135m\), "
+        r"random:SHAPE or one of tiny:",
     ):
         build_cases("t.py::test", closest, CaseDefaults())

@@ -49,3 +49,14 @@ def test_the_baseline_twin_runs_only_the_faults_that_reach_a_non_speculative_eng
         ).twin()
         == healthy.twin()
     )
+
+
+def test_cpu_servers_wait_passively_unless_the_user_chose(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    backend = ReferenceBackend()
+    cpu = EngineConfig(engine="reference", model="/ckpt", device="cpu")
+    assert backend.environment(cpu)["OMP_WAIT_POLICY"] == "PASSIVE"
+    gpu = EngineConfig(engine="reference", model="/ckpt", device="cuda")
+    assert "OMP_WAIT_POLICY" not in backend.environment(gpu)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert "OMP_WAIT_POLICY" not in backend.environment(cpu)  # os.environ's value stands
