@@ -43,6 +43,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 PROMPTS = [
@@ -117,6 +118,34 @@ def group_alive(pgid: int) -> bool:
         return True
     except ProcessLookupError:
         return False
+
+
+def wait_healthy(
+    proc: subprocess.Popen[bytes],
+    base: str,
+    deadline: float,
+    log_path: Path,
+    save: Callable[[str, Any, int, str, str, float], Any],
+) -> list[int]:
+    """Poll ``/health`` until it answers 200, saving each new status it answers on the way (SGLang
+    answers 503 while it loads); the statuses seen, in order."""
+    health_codes: list[int] = []
+    while True:
+        if proc.poll() is not None:
+            raise SystemExit(f"capture: server exited with {proc.returncode}; see {log_path}")
+        if time.monotonic() > deadline:
+            raise SystemExit("capture: not healthy before the start-up timeout")
+        try:
+            status, ctype, text, secs = request(base, "GET", "/health", timeout=5)
+        except (OSError, urllib.error.URLError):
+            time.sleep(0.5)
+            continue
+        if not health_codes or health_codes[-1] != status:
+            health_codes.append(status)
+            save(f"health_{status}", None, status, ctype, text, secs)
+        if status == 200:
+            return health_codes
+        time.sleep(0.5)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,23 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         return parsed
 
     try:
-        health_codes: list[int] = []
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"capture: server exited with {proc.returncode}; see {log_path}")
-            if time.monotonic() - started > args.startup_timeout:
-                raise SystemExit(f"capture: not healthy after {args.startup_timeout} s")
-            try:
-                status, ctype, text, secs = request(base, "GET", "/health", timeout=5)
-            except (OSError, urllib.error.URLError):
-                time.sleep(0.5)
-                continue
-            if not health_codes or health_codes[-1] != status:
-                health_codes.append(status)
-                save(f"health_{status}", None, status, ctype, text, secs)
-            if status == 200:
-                break
-            time.sleep(0.5)
+        health_codes = wait_healthy(proc, base, started + args.startup_timeout, log_path, save)
         record["launch_to_healthy_s"] = round(time.monotonic() - started, 2)
         record["load_average_1m_at_healthy"] = os.getloadavg()[0]
         record["health_codes_seen"] = health_codes

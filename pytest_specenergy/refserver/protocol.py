@@ -136,6 +136,35 @@ def _flag(body: dict[str, Any], key: str) -> bool:
 
 def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
     """Validate a ``/generate`` JSON body and build the engine requests."""
+    _check_top_level(body)
+    prompts, batched = _prompts(body, tokenizer)
+    sps = _sampling_per_prompt(body.get("sampling_params"), len(prompts))
+    top_n, ret_lp, start = _logprob_request(body, prompts)
+    rids = _rids(body.get("rid"), len(prompts))
+    return_drafts = _flag(body, "return_spec_drafts")
+    requests = tuple(
+        GenerationRequest(
+            input_ids=tuple(p),
+            sampling=sps[i],
+            return_logprob=ret_lp,
+            logprob_start_len=start,
+            rid=rids[i] if rids else None,
+            top_logprobs_num=top_n,
+            return_spec_drafts=return_drafts,
+        )
+        for i, p in enumerate(prompts)
+    )
+    return ParsedGenerate(
+        requests=requests,
+        batched=batched,
+        return_prompt_token_ids=_flag(body, "return_prompt_token_ids"),
+        return_text_in_logprobs=_flag(body, "return_text_in_logprobs"),
+    )
+
+
+def _check_top_level(body: Any) -> None:
+    """A JSON object of fields the server knows (an unknown one set to anything but an empty
+    value is refused: it would change what SGLang answers), not streamed."""
     if not isinstance(body, dict):
         raise ProtocolError(
             'the body must be a JSON object like {"input_ids": [[...]], "sampling_params": {...}}'
@@ -150,9 +179,11 @@ def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
         raise ProtocolError(
             "stream=true is not supported by the reference server; send stream=false"
         )
-    top_n = body.get("top_logprobs_num") or 0
-    if not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 0:
-        raise ProtocolError(f"top_logprobs_num must be an integer >= 0, got {top_n!r}")
+
+
+def _prompts(body: dict[str, Any], tokenizer: TokenizerLike) -> tuple[list[list[int]], bool]:
+    """Every prompt's token ids (``input_ids``, or ``text`` tokenised here), and whether the body
+    was a batch (its answer is then a list)."""
     has_ids, has_text = body.get("input_ids") is not None, body.get("text") is not None
     if has_ids == has_text:
         raise ProtocolError(
@@ -182,60 +213,56 @@ def parse_generate(body: Any, tokenizer: TokenizerLike) -> ParsedGenerate:
             raise ProtocolError(
                 f"prompt {i} is empty; every request needs at least one input token"
             )
-    raw_sp = body.get("sampling_params")
-    if isinstance(raw_sp, list):
-        if len(raw_sp) != len(prompts):
-            raise ProtocolError(
-                f"sampling_params has {len(raw_sp)} entries for {len(prompts)} prompts; give one "
-                "or one per prompt"
-            )
-        sps = [_sampling(sp, f"sampling_params[{i}]") for i, sp in enumerate(raw_sp)]
-    else:
-        sps = [_sampling(raw_sp, "sampling_params")] * len(prompts)
+    return prompts, batched
+
+
+def _sampling_per_prompt(raw: Any, count: int) -> list[SamplingParams]:
+    """One ``sampling_params`` for every prompt, or one per prompt."""
+    if not isinstance(raw, list):
+        return [_sampling(raw, "sampling_params")] * count
+    if len(raw) != count:
+        raise ProtocolError(
+            f"sampling_params has {len(raw)} entries for {count} prompts; give one "
+            "or one per prompt"
+        )
+    return [_sampling(sp, f"sampling_params[{i}]") for i, sp in enumerate(raw)]
+
+
+def _logprob_request(body: dict[str, Any], prompts: list[list[int]]) -> tuple[int, bool, int]:
+    """``top_logprobs_num``, ``return_logprob`` and ``logprob_start_len`` (-1: none), checked
+    against each other and against every prompt, as SGLang takes them."""
+    top_n = body.get("top_logprobs_num") or 0
+    if not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 0:
+        raise ProtocolError(f"top_logprobs_num must be an integer >= 0, got {top_n!r}")
     ret_lp = _flag(body, "return_logprob")
     if top_n and not ret_lp:
         raise ProtocolError(
             "top_logprobs_num needs return_logprob=true (SGLang returns top logprobs only then)"
         )
-    return_drafts = _flag(body, "return_spec_drafts")
     start = -1 if body.get("logprob_start_len") is None else body["logprob_start_len"]
     if not isinstance(start, int) or isinstance(start, bool) or start < -1:
         raise ProtocolError(f"logprob_start_len must be an integer >= -1, got {start!r}")
-    if ret_lp:
-        for i, p in enumerate(prompts):
-            if start > len(p):
-                raise ProtocolError(
-                    f"logprob_start_len={start} is larger than prompt {i} ({len(p)} tokens)"
-                )
-    rids = body.get("rid")
-    if rids is not None:
-        rids = [rids] if isinstance(rids, str) else rids
-        if not (
-            isinstance(rids, list)
-            and len(rids) == len(prompts)
-            and all(isinstance(r, str) for r in rids)
-        ):
-            raise ProtocolError(
-                "rid must be a string (single input) or a list of strings, one per prompt"
-            )
-    requests = tuple(
-        GenerationRequest(
-            input_ids=tuple(p),
-            sampling=sps[i],
-            return_logprob=ret_lp,
-            logprob_start_len=start,
-            rid=rids[i] if rids else None,
-            top_logprobs_num=top_n,
-            return_spec_drafts=return_drafts,
+    too_long = [i for i, p in enumerate(prompts) if ret_lp and start > len(p)]
+    if too_long:
+        i = too_long[0]
+        raise ProtocolError(
+            f"logprob_start_len={start} is larger than prompt {i} ({len(prompts[i])} tokens)"
         )
-        for i, p in enumerate(prompts)
-    )
-    return ParsedGenerate(
-        requests=requests,
-        batched=batched,
-        return_prompt_token_ids=_flag(body, "return_prompt_token_ids"),
-        return_text_in_logprobs=_flag(body, "return_text_in_logprobs"),
-    )
+    return top_n, ret_lp, start
+
+
+def _rids(raw: Any, count: int) -> list[str] | None:
+    """The request ids: a string for a single input, or one per prompt (None: none given)."""
+    if raw is None:
+        return None
+    rids = [raw] if isinstance(raw, str) else raw
+    if not (
+        isinstance(rids, list) and len(rids) == count and all(isinstance(r, str) for r in rids)
+    ):
+        raise ProtocolError(
+            "rid must be a string (single input) or a list of strings, one per prompt"
+        )
+    return rids
 
 
 def _lp_entries(entries: Any, tokenizer: TokenizerLike, with_text: bool) -> list[list[Any]]:

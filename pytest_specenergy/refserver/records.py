@@ -45,54 +45,10 @@ class EngineConfig:
     replay_proposals: bool = False
 
     def __post_init__(self) -> None:
-        for name, choices in (("drafter", DRAFTERS), ("dtype", DTYPES)):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
-        if not (self.device in DEVICES or self.device.startswith("cuda:")):
-            raise ValueError(f"device must be one of {DEVICES} (or cuda:N), got {self.device!r}")
-        if self.num_draft_tokens < 1:
-            raise ValueError(f"num_draft_tokens must be >= 1, got {self.num_draft_tokens}")
-        if not 1 <= self.ngram_min_match_window <= self.ngram_max_match_window:
-            raise ValueError(
-                "need 1 <= ngram_min_match_window <= ngram_max_match_window, got "
-                f"{self.ngram_min_match_window} and {self.ngram_max_match_window}"
-            )
-        if self.max_running_requests < 1:
-            raise ValueError(f"max_running_requests must be >= 1, got {self.max_running_requests}")
+        self._check_choices()
         object.__setattr__(self, "faults", validate_faults(self.faults))
-        if self.block_size is not None:
-            if self.drafter not in ("block", "replay"):
-                raise ValueError(
-                    f"block_size is for the block (or replay) drafter, not {self.drafter!r}"
-                )
-            if self.block_size < 2:
-                raise ValueError(
-                    f"block_size must be >= 2 (the last committed token + >= 1 draft), "
-                    f"got {self.block_size}"
-                )
-            # a block of B positions verifies the last committed token and B - 1 drafts
-            object.__setattr__(self, "num_draft_tokens", self.block_size - 1)
-        elif self.drafter == "block":
-            object.__setattr__(self, "block_size", self.num_draft_tokens + 1)
-        if self.draft_accept_p is not None:
-            if self.drafter not in ("draft_model", "block"):
-                raise ValueError(
-                    "draft_accept_p needs a drafter with draft passes (draft_model or block), "
-                    f"not {self.drafter!r}"
-                )
-            if not 0.0 <= self.draft_accept_p <= 1.0:
-                raise ValueError(f"draft_accept_p must be in [0, 1], got {self.draft_accept_p}")
-        if self.replay_proposals and self.drafter not in ("draft_model", "block"):
-            raise ValueError(
-                "replay_proposals replays recorded drafts through a drafter with draft passes "
-                f"(draft_model or block), not {self.drafter!r}; drafter 'replay' verifies recorded "
-                "drafts with no draft passes"
-            )
-        if self.replay_proposals and self.draft_accept_p is not None:
-            raise ValueError(
-                "replay_proposals and draft_accept_p are mutually exclusive: the verified drafts "
-                "are either the recorded ones or the oracle's"
-            )
+        self._resolve_block()
+        self._check_drafts_source()
         if not 0.0 < self.numerical_noise_scale < 1.0:
             raise ValueError(
                 f"numerical_noise_scale must be in (0, 1), got {self.numerical_noise_scale}"
@@ -115,6 +71,63 @@ class EngineConfig:
                     f"{target.name!r} {target.vocab}: they must share a tokenizer (set both with "
                     ":vocab=N)"
                 )
+
+    def _check_choices(self) -> None:
+        """Every named setting one of its choices, every count in range."""
+        for name, choices in (("drafter", DRAFTERS), ("dtype", DTYPES)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+        if not (self.device in DEVICES or self.device.startswith("cuda:")):
+            raise ValueError(f"device must be one of {DEVICES} (or cuda:N), got {self.device!r}")
+        if self.num_draft_tokens < 1:
+            raise ValueError(f"num_draft_tokens must be >= 1, got {self.num_draft_tokens}")
+        if not 1 <= self.ngram_min_match_window <= self.ngram_max_match_window:
+            raise ValueError(
+                "need 1 <= ngram_min_match_window <= ngram_max_match_window, got "
+                f"{self.ngram_min_match_window} and {self.ngram_max_match_window}"
+            )
+        if self.max_running_requests < 1:
+            raise ValueError(f"max_running_requests must be >= 1, got {self.max_running_requests}")
+
+    def _resolve_block(self) -> None:
+        """A block drafter's size and its drafts per step, each from the other."""
+        if self.block_size is not None:
+            if self.drafter not in ("block", "replay"):
+                raise ValueError(
+                    f"block_size is for the block (or replay) drafter, not {self.drafter!r}"
+                )
+            if self.block_size < 2:
+                raise ValueError(
+                    f"block_size must be >= 2 (the last committed token + >= 1 draft), "
+                    f"got {self.block_size}"
+                )
+            # a block of B positions verifies the last committed token and B - 1 drafts
+            object.__setattr__(self, "num_draft_tokens", self.block_size - 1)
+        elif self.drafter == "block":
+            object.__setattr__(self, "block_size", self.num_draft_tokens + 1)
+
+    def _check_drafts_source(self) -> None:
+        """Where verified drafts come from: the drafter, controlled acceptance's oracle, or recorded
+        proposals; never two at once."""
+        if self.draft_accept_p is not None:
+            if self.drafter not in ("draft_model", "block"):
+                raise ValueError(
+                    "draft_accept_p needs a drafter with draft passes (draft_model or block), "
+                    f"not {self.drafter!r}"
+                )
+            if not 0.0 <= self.draft_accept_p <= 1.0:
+                raise ValueError(f"draft_accept_p must be in [0, 1], got {self.draft_accept_p}")
+        if self.replay_proposals and self.drafter not in ("draft_model", "block"):
+            raise ValueError(
+                "replay_proposals replays recorded drafts through a drafter with draft passes "
+                f"(draft_model or block), not {self.drafter!r}; drafter 'replay' verifies recorded "
+                "drafts with no draft passes"
+            )
+        if self.replay_proposals and self.draft_accept_p is not None:
+            raise ValueError(
+                "replay_proposals and draft_accept_p are mutually exclusive: the verified drafts "
+                "are either the recorded ones or the oracle's"
+            )
 
     @property
     def speculative(self) -> bool:
