@@ -334,6 +334,10 @@ class ReferenceEngine:
         logits = out.logits.view(n, k + 1, -1)
         greedy = logits.argmax(dim=-1)  # [n, K+1]: the target's choice after each fed token
         match = (greedy[:, :k] == ids[:, 1:].to(greedy.device)).long()
+        if "dead-drafter" in faults:
+            from .faults import dead_drafter
+
+            match = dead_drafter(match)
         accepted = match.cumprod(dim=1).sum(dim=1).tolist()
         if "accept-off-by-one" in faults:
             # the off-by-one: the first mismatching draft is accepted too, so a token the
