@@ -417,6 +417,11 @@ class ReferenceEngine:
             "scheduler": "continuous",
             "model_path": cfg.model,
             "dtype": str(self.target.dtype).replace("torch.", ""),
+            # fault numerical-noise: the rounding the logits carry, as a dtype states it (the
+            # plugin's tie rule reads it)
+            "logit_noise_scale": (
+                cfg.numerical_noise_scale if "numerical-noise" in cfg.faults else None
+            ),
             "device": str(self.target.device),
             "random_seed": cfg.seed,
             "speculative_algorithm": cfg.speculative_algorithm,
