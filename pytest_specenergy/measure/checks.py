@@ -62,9 +62,9 @@ def counter_problems(counters: Sequence[RequestCounters], drafted_per_step: int)
 #: answers, 1.5 for a request of 2 steps), which no fixed threshold near 1 could tell from a weak
 #: drafter. A drafter whose drafts are unrelated to the target still lands a draft now and then
 #: where the target's next token is a frequent one (a space, a newline, a closing bracket), so
-#: "within a hair" leaves room for such coincidences; the healthy drafters of this project's
-#: suites accept 1.3 and up (the quickstart's hybrid n-gram, the weakest, 1.43). A tie at the
-#: threshold fails: the check fails closed.
+#: "within a hair" leaves room for such coincidences; the weakest healthy drafter of this
+#: project's suites accepts 1.25 (the hybrid's n-gram on the news corpus, 8 prompts x 32 tokens).
+#: A tie at the threshold fails: the check fails closed.
 DEAD_DRAFTER_ACCEPT_LENGTH = 1.02
 
 
