@@ -14,6 +14,8 @@ Sources of the probe list (ids keep the audits' numbering):
   ``I23-*`` the 20 items of issue 23 (several are the same fault as an N probe: the row names both)
   ``T*``    reliability-audit-3's probes of the zygote, SIGHUP and the server's connection slots
             (T9-T15, T27, T44: issue 42 items 3 and 5), in fault_zygote.py
+  ``I38-5``, ``I40-2`` engine faults a suite must catch: a dead drafter, the hybrid's
+            partial-accept-state bug at the quickstart's size
 
 Usage:
   PYTHONPATH=$PWD .venv/bin/python benchmarks/fault_matrix.py [--quick] [--only ID[,ID]] [--list]
@@ -1787,6 +1789,39 @@ def _concurrent(d: Path) -> Obs:
         0,
         f"50 concurrent: {dict(sorted(codes.items()))}; health "
         f"{Server.request('GET', '/health')[0]}",
+    )
+
+
+# --- the checks of issue 38 item 5 and issue 40 item 2: engine faults a suite must catch ---------
+
+
+@probe(
+    "I38-5.dead-drafter",
+    "pytest --specenergy-fault=dead-drafter (every draft rejected; output exact)",
+    "the case fails (rc 1) on the dead-drafter check, accept length 1.000",
+    rc=(1,),
+    text=r"dead-drafter.*accept length 1\.000",
+)
+def _dead_drafter(d: Path) -> Obs:
+    return suite_run(d, "--specenergy-fault=dead-drafter", timeout=240)
+
+
+@probe(
+    "I40-2.partial-accept-state",
+    "the shipped quickstart's hybrid test (b1) under --specenergy-fault=partial-accept-state",
+    "fails (rc 1): no divergence is a tie on a float32 engine (was: passed at 75% exact)",
+    rc=(1,),
+    text=r"not the target's greedy text",
+)
+def _partial_accept_state(d: Path) -> Obs:
+    quickstart = REPO / "example_suites" / "quickstart" / "test_quickstart.py"
+    return suite_run(
+        d,
+        "-k",
+        "hybrid and b1",
+        "--specenergy-fault=partial-accept-state",
+        suite=quickstart.read_text(),
+        timeout=300,
     )
 
 

@@ -3,7 +3,7 @@
 The test suite's end-to-end tests spend most of their time in the tiny engines' forward passes
 (issue 24 item 7). The tiny models ran in float64 on the CPU so that greedy output was exact;
 on these figures they now run in float32 there (``refserver/models.py`` says why), and the fault
-tests judge divergences with a tie margin sized for float32's noise (``tie_margin=1e-4``). This
+tests judge divergences with a float32 engine's tie margin (2**-13, ``measure/numerics.py``). This
 prints, for each tiny model and dtype, side by side and interleaved in one run:
 
 - ``generate s``: the wall time of one ``generate`` of ``--prompts`` code prompts x

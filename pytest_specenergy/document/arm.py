@@ -7,12 +7,14 @@ import dataclasses
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
+from typing import Mapping
 
 from pytest_specenergy import metrics
 from pytest_specenergy.document.fields import DocumentError
 from pytest_specenergy.document.fields import Fields
 from pytest_specenergy.document.fields import NonNegative
 from pytest_specenergy.document.fields import Record
+from pytest_specenergy.engines.meta_info import adaptive_speculation
 
 
 @dataclass(frozen=True)
@@ -281,13 +283,13 @@ class Arm(Record):
             source=source,
             verified_per_step=verified_per_step,
             samples=samples,
-            **_figures(samples),
+            **_figures(samples, engine),
             **fields,
         )
 
     def refigured(self) -> Arm:
         """This arm with its figures computed again from its samples (after samples changed)."""
-        return dataclasses.replace(self, **_figures(self.samples))
+        return dataclasses.replace(self, **_figures(self.samples, self.engine))
 
     def pooled(self, attr: str) -> int | float | None:
         """A per-repeat count (``verify_steps``, ``correct_drafts``, ``proposed_drafts``,
@@ -311,16 +313,24 @@ class Arm(Record):
         )
 
 
-def _figures(samples: tuple[RepeatSample, ...]) -> dict[str, float | None]:
+def _figures(
+    samples: tuple[RepeatSample, ...], engine: EngineFacts | Mapping[str, Any] | None = None
+) -> dict[str, float | None]:
     """An arm's figures over its samples: medians of the per-repeat ones, ratios of the pooled
-    counts (never a mean of per-repeat ratios), the mean coverage."""
+    counts (never a mean of per-repeat ratios), the mean coverage. No acceptance rate where the
+    engine speculates adaptively: SGLang's proposed-draft count is then nominal (the
+    ``acceptance-rate-nominal`` check says so)."""
     correct, verify = _pooled(samples, "correct_drafts"), _pooled(samples, "verify_steps")
     coverage = _pooled(samples, "coverage")
+    info = (
+        engine.server_info if isinstance(engine, EngineFacts) else (engine or {}).get("server_info")
+    )
+    proposed = None if info and adaptive_speculation(info) else _pooled(samples, "proposed_drafts")
     return {
         "energy_per_token": metrics.median([s.energy_per_token for s in samples]),
         "tbt_ms": metrics.median([s.tbt_ms for s in samples]),
         "accept_length": metrics.accept_length(correct, verify),
-        "acceptance_rate": metrics.acceptance_rate(correct, _pooled(samples, "proposed_drafts")),
+        "acceptance_rate": metrics.acceptance_rate(correct, proposed),
         "coverage": None if coverage is None else coverage / len(samples),
     }
 

@@ -113,11 +113,20 @@ class EquivalenceFacts(Record):
     """The arms' outputs compared prompt by prompt: exact and matched fractions (ties counted as
     matches), common prefixes, and every divergence."""
 
+    omitted_when_empty = ("tie_margin_source", "max_tie_share", "near_ties")
+
     exact_fraction: float | None = None
     min_common_prefix: int | None = None
     median_common_prefix: float | None = None
     first_divergence: tuple[int | None, ...] = ()
     tie_margin: float | None = None
+    #: Where ``tie_margin`` came from (the engine's dtype or emulated rounding); None in files
+    #: written before the tie rule read the engine's numerics (a fixed 0.125 then).
+    tie_margin_source: str | None = None
+    #: The largest share of prompts ties may excuse; None in older files (unbounded).
+    max_tie_share: float | None = None
+    #: Divergences with a tie's evidence before the share bound; None in older files.
+    near_ties: int | None = None
     ties: int = 0
     real_divergences: int | None = None
     matched_fraction: float | None = None

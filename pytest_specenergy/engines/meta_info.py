@@ -44,10 +44,23 @@ class RequestCounters:
     #: steps it ran in; None from SGLang.
     prefill_forward: int | None = None
     decode_seconds: float | None = None
+    #: Exact per-verify-step statistics where the release sends them (``speculative_decoding_stats``
+    #: or top-level ``verify_lengths`` / ``accept_lengths``; none in 0.5.23): per step, the tokens
+    #: verified and those accepted. Read where present, never required.
+    verify_lengths: tuple[int, ...] | None = None
+    accept_lengths: tuple[int, ...] | None = None
+    #: Why this request's ``spec_num_proposed_drafts`` cannot be trusted (ragged speculation: the
+    #: drafts per step varied, while SGLang books ``verify_ct x (num_draft_tokens - 1)`` from the
+    #: static config); None where nothing says so. Such a count is kept in
+    #: ``nominal_proposed_drafts``, and ``spec_num_proposed_drafts`` is None: no acceptance rate
+    #: is computed from it.
+    ragged: str | None = None
+    nominal_proposed_drafts: int | None = None
 
     def problems(self) -> list[str]:
-        """Internal inconsistencies (histogram vs totals); empty when the counters agree."""
-        out = []
+        """Internal inconsistencies (histogram and per-step statistics vs totals); empty when the
+        counters agree."""
+        out = self._step_problems()
         hist = self.correct_drafts_histogram
         if (
             hist is not None
@@ -76,6 +89,35 @@ class RequestCounters:
             )
         return out
 
+    def _step_problems(self) -> list[str]:
+        """The per-step statistics against the totals: one entry per verify step, the accepted
+        ones summing to the accepted drafts (or, where a release counts the bonus token, to the
+        accepted drafts plus one per step), none above its step's verified tokens."""
+        verify, accept, steps = self.verify_lengths, self.accept_lengths, self.spec_verify_ct
+        out = []
+        for name, values in (("verify_lengths", verify), ("accept_lengths", accept)):
+            if values is not None and steps is not None and len(values) != steps:
+                out.append(
+                    f"request {self.rid}: {name} lists {len(values)} verify steps, "
+                    f"spec_verify_ct says {steps}"
+                )
+        correct = self.spec_num_correct_drafts
+        if accept is not None and correct is not None and steps is not None:
+            if sum(accept) not in (correct, correct + steps):
+                out.append(
+                    f"request {self.rid}: accept_lengths sum to {sum(accept)}, neither "
+                    f"spec_num_correct_drafts ({correct}) nor that plus one bonus token per "
+                    f"verify step ({correct + steps})"
+                )
+        if verify is not None and accept is not None:
+            over = [i for i, (v, a) in enumerate(zip(verify, accept)) if a > v]
+            if over:
+                out.append(
+                    f"request {self.rid}: verify step {over[0]} accepted {accept[over[0]]} "
+                    f"tokens of {verify[over[0]]} verified"
+                )
+        return out
+
 
 # Canonical field -> accepted key names, canonical first.
 _SPEC_KEYS: dict[str, tuple[str, ...]] = {
@@ -93,6 +135,17 @@ _SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "correct_drafts_histogram": ("spec_correct_drafts_histogram", "spec_accept_histogram"),
 }
 _RETRACTION_KEYS = ("num_retractions", "total_retractions")
+#: Keys SGLang sends only in ragged-verify ("cap") mode (0.5.16+, ``tokenizer_manager.py``): drafts
+#: per step then vary and accepted drafts can exceed committed tokens.
+RAGGED_KEYS = (
+    "spec_cap_length",
+    "spec_cap_lens_histogram",
+    "spec_num_cap_tokens",
+    "spec_block_accept_length",
+    "spec_num_block_accept_tokens",
+)
+#: Where a release sends exact per-step statistics (none does in 0.5.23).
+STEP_STATS_KEY = "speculative_decoding_stats"
 
 
 def parse_meta_info(meta: Mapping[str, Any], prompt_tokens: int | None = None) -> RequestCounters:
@@ -126,6 +179,12 @@ def parse_meta_info(meta: Mapping[str, Any], prompt_tokens: int | None = None) -
         prompt = 0 if completion == 0 else None  # never prefilled: no prompt token ran
     spec = {field: _first(meta, keys, field) for field, keys in _SPEC_KEYS.items()}
     hist = spec.pop("correct_drafts_histogram")
+    verify_lengths, accept_lengths = _step_stats(meta)
+    ragged = _ragged(meta, verify_lengths)
+    nominal = None
+    if ragged is not None:
+        nominal = spec["spec_num_proposed_drafts"]
+        spec["spec_num_proposed_drafts"] = None  # nominal: no acceptance rate from it
     retractions = _or_none(int, _first(meta, _RETRACTION_KEYS, "retractions"))
     if retractions is None and queued and completion > 0:
         retractions = 1  # only a retraction sends a request with output back to the queue
@@ -142,8 +201,66 @@ def parse_meta_info(meta: Mapping[str, Any], prompt_tokens: int | None = None) -
         queued_abort=queued,
         prefill_forward=_or_none(int, meta.get("prefill_forward")),
         decode_seconds=_or_none(float, meta.get("decode_seconds")),
+        verify_lengths=verify_lengths,
+        accept_lengths=accept_lengths,
+        ragged=ragged,
+        nominal_proposed_drafts=_or_none(int, nominal),
         **{k: _or_none(int, v) for k, v in spec.items()},
     )
+
+
+def _step_stats(meta: Mapping[str, Any]) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """(verify_lengths, accept_lengths) from ``speculative_decoding_stats`` or the top level, each
+    None where absent; a present one that is not a list of whole numbers is an error."""
+    stats = meta.get(STEP_STATS_KEY)
+    if stats is not None and not isinstance(stats, Mapping):
+        raise MetaInfoError(
+            f"meta_info {STEP_STATS_KEY} must be a JSON object, got {type(stats).__name__}"
+        )
+    source = {**meta, **(stats or {})}
+    out = []
+    for key in ("verify_lengths", "accept_lengths"):
+        values = source.get(key)
+        if values is None:
+            out.append(None)
+            continue
+        if not isinstance(values, (list, tuple)) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values
+        ):
+            raise MetaInfoError(
+                f"meta_info {key} must list one whole number >= 0 per verify step, got "
+                f"{str(values)[:80]}"
+            )
+        out.append(tuple(values))
+    return out[0], out[1]
+
+
+def _ragged(meta: Mapping[str, Any], verify_lengths: tuple[int, ...] | None) -> str | None:
+    """Why drafts per step varied in this request (so SGLang's nominal proposed count is wrong), or
+    None: ragged-verify keys present, or per-step verify lengths that differ."""
+    present = [key for key in RAGGED_KEYS if meta.get(key) is not None]
+    if present:
+        return f"ragged-verify mode ({', '.join(present)} present)"
+    if verify_lengths and len(set(verify_lengths)) > 1:
+        return (
+            f"verify lengths varied per step ({min(verify_lengths)} to {max(verify_lengths)} "
+            "tokens)"
+        )
+    return None
+
+
+def adaptive_speculation(server_info: Mapping[str, Any]) -> str | None:
+    """Why an engine's drafts per step vary (``speculative_adaptive`` on, or an adaptive config in
+    ``/server_info``), or None: SGLang then books ``spec_num_proposed_drafts`` from the static
+    config all the same, so it is not the drafts proposed."""
+    if not isinstance(server_info, Mapping):
+        return None
+    if server_info.get("speculative_adaptive"):
+        return "adaptive speculation (/server_info speculative_adaptive is on)"
+    config = server_info.get("speculative_adaptive_config")
+    if config:
+        return f"adaptive speculation (/server_info speculative_adaptive_config {config!r})"
+    return None
 
 
 def _finish(finish: Any) -> tuple[str | None, Any]:

@@ -53,6 +53,14 @@ class Coherence:
         gaps = [g for g, d in zip(self.gaps, self.diverged) if d]
         return statistics.fmean(gaps) if gaps else 0.0
 
+    def mean_gap_without(self, prompts: set[int] | frozenset[int]) -> float:
+        """:attr:`mean_gap` over the diverged prompts not in ``prompts`` (those that diverged at a
+        numerical tie: another greedy path of the target, no evidence of a bug)."""
+        gaps = [
+            g for i, (g, d) in enumerate(zip(self.gaps, self.diverged)) if d and i not in prompts
+        ]
+        return statistics.fmean(gaps) if gaps else 0.0
+
     def off_greedy(self, tie_margin: float) -> list[tuple[int, DivergenceMargin]]:
         """(prompt, margin) of each scored prompt whose speculative text, from its first divergence
         on, commits a token more than ``tie_margin`` nats below the target's best (``later_gap``):

@@ -27,9 +27,10 @@ from pytest_specenergy.document import RunOrder
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.measure.coherence import DEFAULT_MAX_LOGPROB_GAP
 from pytest_specenergy.measure.coherence import Coherence
-from pytest_specenergy.measure.equivalence import DEFAULT_TIE_MARGIN
 from pytest_specenergy.measure.equivalence import Equivalence
 from pytest_specenergy.measure.equivalence import compare_outputs
+from pytest_specenergy.measure.numerics import NoiseMargin
+from pytest_specenergy.measure.numerics import noise_margin
 
 
 class SpecEnergyAssertionError(AssertionError):
@@ -228,12 +229,21 @@ class PairResult:
             else None
         )
 
+    @property
+    def noise_margin(self) -> NoiseMargin:
+        """The largest top-2 margin the baseline engine's own rounding can flip (its dtype, or the
+        reference server's emulated rounding): the tie rule's threshold."""
+        return noise_margin(self.baseline.engine.server_info)
+
     @cached_property
     def equivalence(self) -> Equivalence:
-        """Per-prompt comparison of the two arms' output token ids."""
+        """Per-prompt comparison of the two arms' output token ids, judged by the tie rule."""
         # The baseline's top-2 margins at each divergence come from coherence's scoring.
         margins = self.coherence.margins if self.coherence is not None else ()
-        return compare_outputs(self.baseline.outputs, self.speculative.outputs, margins)
+        noise = self.noise_margin
+        return compare_outputs(
+            self.baseline.outputs, self.speculative.outputs, margins, noise.margin, noise.source
+        )
 
     @cached_property
     def reference_equivalence(self) -> Equivalence | None:
@@ -241,7 +251,10 @@ class PairResult:
         if self.reference is None:
             return None
         margins = self.reference_coherence.margins if self.reference_coherence is not None else ()
-        return compare_outputs(self.baseline.outputs, self.reference.outputs, margins)
+        noise = self.noise_margin
+        return compare_outputs(
+            self.baseline.outputs, self.reference.outputs, margins, noise.margin, noise.source
+        )
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:
@@ -298,17 +311,21 @@ class PairResult:
         self,
         min_common_prefix: int | None = None,
         min_exact_fraction: float | None = None,
-        tie_margin: float = DEFAULT_TIE_MARGIN,
+        tie_margin: float | None = None,
+        max_tie_share: float | None = None,
     ) -> PairResult:
-        """Greedy outputs match the baseline's token ids, up to numerical ties: a first divergence
-        between the baseline's two best tokens, less than ``tie_margin`` nats apart (0: exact
-        equality), counts as a match (:mod:`~pytest_specenergy.measure.equivalence`; the text after
-        it is :meth:`assert_coherent`'s). Any other divergence, or one whose margin was not
-        measured, is real. With no arguments any real divergence fails; ``min_common_prefix=N`` asks
-        each prompt to agree on its first N tokens (or all of a shorter answer) unless it diverged
-        at a tie; ``min_exact_fraction`` bounds the share of prompts that match."""
+        """Greedy outputs match the baseline's token ids, up to numerical ties
+        (:mod:`~pytest_specenergy.measure.equivalence`; the text after one is
+        :meth:`assert_coherent`'s). A first divergence is a tie only if the evidence says noise:
+        between the baseline's two best tokens, less than ``tie_margin`` nats apart (default: the
+        engine's noise margin, :attr:`noise_margin`, from its dtype; 0: exact equality), the
+        speculative text after it greedy within the same margin, and at most ``max_tie_share`` of
+        the prompts (default 0.5) so excused. Any other divergence, or one whose margin was not
+        measured, is real. With no arguments any real divergence fails; ``min_common_prefix=N``
+        asks each prompt to agree on its first N tokens (or all of a shorter answer) unless it
+        diverged at a tie; ``min_exact_fraction`` bounds the share of prompts that match."""
         __tracebackhide__ = True
-        eq = self.equivalence.classified(tie_margin)
+        eq = self.equivalence.classified(tie_margin, max_tie_share)
         if min_common_prefix is None and min_exact_fraction is None:
             min_exact_fraction = 1.0
         real = eq.real_divergences
@@ -319,7 +336,7 @@ class PairResult:
                 "outputs differ from the baseline: exact-match fraction "
                 f"{eq.matched_fraction:.3f} (counting {len(eq.ties)} numerical tie(s) as matches) "
                 f"is below the required {min_exact_fraction:.3f}\n  {len(real)} real "
-                f"divergence(s), the first at {real[0].describe(tie_margin)}"
+                f"divergence(s), the first at {eq.describe(real[0])}"
             )
         if min_common_prefix is not None:
             # An identical answer shorter than N (it ended at EOS) still agrees on all of it.
@@ -330,53 +347,62 @@ class PairResult:
                     f"outputs diverge from the baseline at token {worst.common_prefix} of "
                     f"prompt {worst.prompt_index}, before the required common prefix of "
                     f"{min_common_prefix} ({len(short)} of {len(eq.requests)} prompts short; "
-                    f"a real divergence: {worst.describe(tie_margin)})"
+                    f"a real divergence: {eq.describe(worst)})"
                 )
         return self
 
     def assert_coherent(
         self,
         max_logprob_gap: float = DEFAULT_MAX_LOGPROB_GAP,
-        tie_margin: float = DEFAULT_TIE_MARGIN,
+        tie_margin: float | None = None,
     ) -> PairResult:
         """The speculative text is as likely under the target as the baseline's own text, shows no
         degeneracy (loops, distinct-n collapse, special-token leakage, length blow-up), and from
         each prompt's first divergence on no token of it lies more than ``tie_margin`` nats below
-        the target's best (``inf``: not judged). For where exact equality cannot hold (GPU
-        numerics).
+        the target's best (default: the engine's noise margin, :attr:`noise_margin`; ``inf``: not
+        judged). For where exact equality cannot hold (GPU numerics).
 
         Why it tells noise from a bug: greedy decoding under noise picks the best token or a
         near-tie everywhere, while a verify bug that commits a token the target rejected fails the
         per-token rule even where the mean gap is small. That rule reads each divergence's
         ``later_gap``, scored where its top-2 were scored (the plugin scores them), so a drafter
-        bug that first shows at a near-tie still shows after it."""
+        bug that first shows at a near-tie still shows after it. The mean gap leaves out the
+        prompts that diverged at a numerical tie: their text is the target's greedy text up to
+        noise at every token, another greedy path, whose mean log-probability says nothing of a
+        bug."""
         __tracebackhide__ = True
         coherence = self.coherence
         if coherence is None:
             self._fail("coherence was not measured for this pair")
             return self
-        worst = self.equivalence.first_divergent
+        # ``inf`` turns the per-token rule off; it never makes every divergence a tie.
+        finite = tie_margin is not None and tie_margin < float("inf")
+        eq = self.equivalence.classified(tie_margin if finite else None)
+        per_token = eq.tie_margin if tie_margin is None else tie_margin
+        worst = eq.first_divergent
         where = (
             f"first divergence at token {worst.first_divergence} of prompt {worst.prompt_index}"
             if worst
             else "no divergence"
         )
-        if coherence.mean_gap > max_logprob_gap:
+        tied = {r.prompt_index for r in eq.ties}
+        mean_gap = coherence.mean_gap_without(tied)
+        if mean_gap > max_logprob_gap:
             self._fail(
                 f"speculative output is incoherent: {where}; log-probability gap "
-                f"{coherence.mean_gap:.3f} nats/token (worst prompt {coherence.worst_gap:.3f}) "
-                f"exceeds {max_logprob_gap:.3f}"
+                f"{mean_gap:.3f} nats/token (worst prompt {coherence.worst_gap:.3f}; "
+                f"{len(tied)} prompt(s) tied, left out) exceeds {max_logprob_gap:.3f}"
             )
-        off = coherence.off_greedy(tie_margin)
+        off = coherence.off_greedy(per_token)
         if off:
             prompt, m = max(off, key=lambda e: e[1].later_gap)
             diverged = sum(coherence.diverged) or len(off)
             self._fail(
                 f"speculative output is not the target's greedy text: {len(off)} of {diverged} "
                 "diverged prompt(s) commit a token the target ranks more than the tie margin "
-                f"{tie_margin:g} nats below its best; the worst is token {m.later_index} of "
+                f"{per_token:.3g} nats below its best; the worst is token {m.later_index} of "
                 f"prompt {prompt}, {m.later_gap:.3f} nats below ({where}; mean gap "
-                f"{coherence.mean_gap:.3f} nats/token)"
+                f"{coherence.mean_gap:.3f} nats/token; tie margin: {eq.tie_margin_source})"
             )
         problems = coherence.degeneracy.problems()
         if problems:

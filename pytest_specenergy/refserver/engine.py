@@ -347,6 +347,10 @@ class ReferenceEngine:
         logits = out.logits.view(n, k + 1, -1)
         greedy = logits.argmax(dim=-1)  # [n, K+1]: the target's choice after each fed token
         match = (greedy[:, :k] == ids[:, 1:].to(greedy.device)).long()
+        if "dead-drafter" in faults:
+            from .faults import dead_drafter
+
+            match = dead_drafter(match)
         accepted = match.cumprod(dim=1).sum(dim=1).tolist()
         if "accept-off-by-one" in faults:
             # the off-by-one: the first mismatching draft is accepted too, so a token the
@@ -426,6 +430,11 @@ class ReferenceEngine:
             "scheduler": "continuous",
             "model_path": cfg.model,
             "dtype": str(self.target.dtype).replace("torch.", ""),
+            # fault numerical-noise: the rounding the logits carry, as a dtype states it (the
+            # plugin's tie rule reads it)
+            "logit_noise_scale": (
+                cfg.numerical_noise_scale if "numerical-noise" in cfg.faults else None
+            ),
             "device": str(self.target.device),
             "random_seed": cfg.seed,
             "speculative_algorithm": cfg.speculative_algorithm,

@@ -34,6 +34,10 @@ FAULTS: dict[str, str] = {
     "happened (vLLM #39273, fixed in vLLM PR #52942 and SGLang "
     "PR #26351): output turns incoherent on hybrids only, "
     "counters stay consistent",
+    "dead-drafter": "every draft is rejected, as a draft head loaded with the wrong weights or "
+    "without its token map (EAGLE3 heads run as EAGLE, SGLang #21272; accept length stuck at 1 "
+    "after an upgrade, SGLang #24795): each verify step commits only the target's own "
+    "token, so the output stays exact and the counters consistent, accept length 1.00",
     "partial-accept-state": "hybrid models: a verify step that accepted some but not all of its "
     "drafts keeps the linear-attention (recurrent + conv) state the "
     "verify forward left, rejected drafts included, as if all were "
@@ -77,3 +81,9 @@ def numerical_noise(logits: Any, scale: float, key: tuple[Any, ...]) -> Any:
     )
     u = torch.rand(logits.shape, generator=gen, dtype=torch.float64) - 0.5
     return logits * (1 + scale * u.to(device=logits.device, dtype=logits.dtype))
+
+
+def dead_drafter(match: Any) -> Any:
+    """Fault ``dead-drafter``: the verify comparison of ``[rows, K]`` draft matches with every draft
+    rejected (zeros), so no draft is ever accepted and each step commits the target's token."""
+    return match * 0

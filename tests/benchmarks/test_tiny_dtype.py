@@ -1,6 +1,6 @@
 """benchmarks/tiny_dtype.py runs, and its figures come from the dtype asked for: the dense tiny
-model's float64 paths agree to ~1e-14, float32's to ~1e-5 (what the fault tests' ``tie_margin=1e-4``
-is sized for), and healthy speculation is exact in both."""
+model's float64 paths agree to ~1e-14, float32's to ~1e-5 (what a float32 engine's tie margin,
+2**-13, is sized for), and healthy speculation is exact in both."""
 
 from __future__ import annotations
 
