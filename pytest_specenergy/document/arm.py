@@ -7,14 +7,12 @@ import dataclasses
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
-from typing import Mapping
 
 from pytest_specenergy import metrics
 from pytest_specenergy.document.fields import DocumentError
 from pytest_specenergy.document.fields import Fields
 from pytest_specenergy.document.fields import NonNegative
 from pytest_specenergy.document.fields import Record
-from pytest_specenergy.engines.meta_info import adaptive_speculation
 
 
 @dataclass(frozen=True)
@@ -243,7 +241,7 @@ class EngineFacts(Record):
 class Arm(Record):
     """One arm of a case record (``baseline``, ``speculative``, ``reference``, ``removal``)."""
 
-    omitted_when_empty = ("replay_problems", "coverage")
+    omitted_when_empty = ("replay_problems", "coverage", "nominal_proposals")
 
     arm: str
     engine: EngineFacts
@@ -264,6 +262,9 @@ class Arm(Record):
     #: Mean of the repeats' coverage (None: not recorded); the coverage-differs check compares the
     #: arms' figures.
     coverage: float | None = None
+    #: Why the engine's proposed-draft counts are nominal, not the drafts proposed (adaptive
+    #: speculation): then no acceptance rate is computed from them. None: they are real.
+    nominal_proposals: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -283,13 +284,13 @@ class Arm(Record):
             source=source,
             verified_per_step=verified_per_step,
             samples=samples,
-            **_figures(samples, engine),
+            **_figures(samples, fields.get("nominal_proposals")),
             **fields,
         )
 
     def refigured(self) -> Arm:
         """This arm with its figures computed again from its samples (after samples changed)."""
-        return dataclasses.replace(self, **_figures(self.samples, self.engine))
+        return dataclasses.replace(self, **_figures(self.samples, self.nominal_proposals))
 
     def pooled(self, attr: str) -> int | float | None:
         """A per-repeat count (``verify_steps``, ``correct_drafts``, ``proposed_drafts``,
@@ -314,18 +315,14 @@ class Arm(Record):
 
 
 def _figures(
-    samples: tuple[RepeatSample, ...], engine: EngineFacts | Mapping[str, Any] | None = None
+    samples: tuple[RepeatSample, ...], nominal_proposals: str | None = None
 ) -> dict[str, float | None]:
     """An arm's figures over its samples: medians of the per-repeat ones, ratios of the pooled
     counts (never a mean of per-repeat ratios), the mean coverage. No acceptance rate where the
-    engine speculates adaptively: SGLang's proposed-draft count is then nominal (the
-    ``acceptance-rate-nominal`` check says so)."""
+    proposed-draft counts are nominal (the ``acceptance-rate-nominal`` check says so)."""
     correct, verify = _pooled(samples, "correct_drafts"), _pooled(samples, "verify_steps")
     coverage = _pooled(samples, "coverage")
-    info = (
-        engine.server_info if isinstance(engine, EngineFacts) else (engine or {}).get("server_info")
-    )
-    proposed = None if info and adaptive_speculation(info) else _pooled(samples, "proposed_drafts")
+    proposed = None if nominal_proposals else _pooled(samples, "proposed_drafts")
     return {
         "energy_per_token": metrics.median([s.energy_per_token for s in samples]),
         "tbt_ms": metrics.median([s.tbt_ms for s in samples]),

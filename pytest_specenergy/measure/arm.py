@@ -20,6 +20,7 @@ from pytest_specenergy.document import EngineFacts
 from pytest_specenergy.document import RepeatSample
 from pytest_specenergy.document import StepRecord
 from pytest_specenergy.engines.base import Server
+from pytest_specenergy.engines.meta_info import adaptive_speculation
 from pytest_specenergy.engines.meta_info import concurrency_between
 from pytest_specenergy.engines.meta_info import merge_concurrency
 from pytest_specenergy.engines.meta_info import parse_meta_info
@@ -402,9 +403,10 @@ class ArmMeasurer:
         """The arm's record over ``repeats``."""
         drafter = self.case.drafter if arm != "baseline" else None
         first = repeats[0].outputs if repeats else ()
+        engine = EngineFacts.from_dict(self.server.describe(), f"{arm}.engine")
         record = Arm.measured(
             arm,
-            EngineFacts.from_dict(self.server.describe(), f"{arm}.engine"),
+            engine,
             self.meter.label,
             tuple(r.sample for r in repeats),
             drafter.num_draft_tokens + 1 if drafter else 1,
@@ -413,6 +415,8 @@ class ArmMeasurer:
             outputs_stable=all(r.stable and r.outputs == first for r in repeats),
             counter_problems=tuple(dict.fromkeys(p for r in repeats for p in r.problems)),
             replay_problems=tuple(dict.fromkeys(p for r in repeats for p in r.replay_problems)),
+            # SGLang books proposed drafts from the static config, adaptive or not.
+            nominal_proposals=adaptive_speculation(engine.server_info),
         )
         return RunResult(record, first)
 

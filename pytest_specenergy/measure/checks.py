@@ -14,7 +14,6 @@ from pytest_specenergy.document import Check
 from pytest_specenergy.engines.backends import get_backend
 from pytest_specenergy.engines.base import ENGINES
 from pytest_specenergy.engines.meta_info import RequestCounters
-from pytest_specenergy.engines.meta_info import adaptive_speculation
 from pytest_specenergy.engines.meta_info import cuda_graph_setting
 from pytest_specenergy.measure.coherence import DEFAULT_MAX_LOGPROB_GAP
 from pytest_specenergy.measure.degeneracy import repeated_suffix_fraction
@@ -150,7 +149,7 @@ def _acceptance_rate_checks(pair: PairResult) -> list[Check]:
     (``verify_ct x (num_draft_tokens - 1)`` from the static config): adaptive speculation per
     ``/server_info``, or ragged requests (their counters carry no trusted proposed count)."""
     spec = pair.speculative
-    reason = adaptive_speculation(spec.engine.server_info)
+    reason = spec.record.nominal_proposals
     if reason is None and not (
         spec.pooled("correct_drafts") is not None and spec.pooled("proposed_drafts") is None
     ):

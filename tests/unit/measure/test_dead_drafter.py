@@ -12,6 +12,7 @@ from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.document import RepeatSample
 from pytest_specenergy.engines.drafters import Drafter
+from pytest_specenergy.engines.meta_info import adaptive_speculation
 from pytest_specenergy.measure.checks import DEAD_DRAFTER_ACCEPT_LENGTH
 from pytest_specenergy.measure.checks import pair_checks
 from pytest_specenergy.measure.results import PairResult
@@ -42,6 +43,8 @@ def arm(name: str, verify=None, correct=None, server_info=None) -> RunResult:
         outputs=OUT,
         finish_reasons=("length", "length"),
         verified_per_step=5 if verify is not None else 1,
+        # as the arm measurer records it from the engine's /server_info
+        nominal_proposals=adaptive_speculation(server_info or {}),
     )
 
 
