@@ -29,6 +29,7 @@ QWEN3_8B = SHAPES["qwen3-8b"]
         ("qwen3-8b", 8.19e9, 8.19e9),
         ("qwen3-30b-a3b", 30.5e9, 3.35e9),
         ("qwen3.6-27b", 26.9e9, 26.9e9),
+        ("llama-3.1-8b", 8.03e9, 8.03e9),
     ],
 )
 def test_published_shapes_have_their_published_sizes(key, params, active):
