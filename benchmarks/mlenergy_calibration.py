@@ -11,7 +11,7 @@ Each run is priced as the modeled meter prices a trace step: one steady-state st
 ``avg_batch_size`` rows decoding at the mean context (prompt + a length-weighted half answer,
 from the published output histogram) plus the prefill of the prompts that replace the requests
 finishing in it (vLLM's chunked prefill mixes them into the same forward, so weights are read
-once), through :func:`pytest_specenergy.shapes.forward_cost` and :func:`roofline.roofline`.
+once), through :func:`pytest_specenergy.meters.shapes.forward_cost` and the meter's ``price``.
 Measured step time is ``avg_batch_size / output throughput``; measured power is the published
 average; measured J/token the published energy per output token.
 
@@ -24,7 +24,8 @@ the H100's constants with its bandwidth from the paper's balance point (no H200 
 published). It fails (exit 1) when ``pytest_specenergy/meters/calibration.py`` drifts from this
 fit or a run is off by more than 25%.
 
-Run from the repository root (a few seconds)::
+Run from the repository root (about half a minute; ``--quick`` fits only at the package's energy
+per FLOP, a second)::
 
     .venv/bin/python benchmarks/mlenergy_calibration.py
 """
