@@ -155,16 +155,10 @@ def _fail_expr(text: str) -> Any:
 
 
 def _meter(text: str) -> str:
-    from pytest_specenergy.meters.roofline import PRESETS  # torch- and numpy-free
+    # The meters package owns its kinds' grammar (modeled:<gpu>[:<shape>]); torch- and numpy-free.
+    from pytest_specenergy.meters import check_meter_kind
 
-    if text in ("auto", "nvml") or text.partition(":")[::2] in {
-        ("modeled", gpu) for gpu in PRESETS
-    }:
-        return text
-    raise ValueError(
-        f"expected auto, nvml or modeled:<gpu> with a GPU preset of "
-        f"{', '.join(sorted(PRESETS))}, got {text!r}"
-    )
+    return check_meter_kind(text)
 
 
 def _storage(text: str) -> str:
@@ -263,8 +257,9 @@ class SpecEnergyConfig:
         "meter",
         "auto",
         "energy meter: nvml (GPU board counter, measured), modeled:<gpu> "
-        "(roofline model of the reference server's work trace; presets h100, h200), or auto "
-        "(nvml for engines on a GPU, else modeled:h200)",
+        "(roofline model of the reference server's work trace; presets h100, h200; "
+        "modeled:<gpu>:<shape> prices every target step as that shape, e.g. modeled:h200:qwen3-4b), "
+        "or auto (nvml for engines on a GPU, else modeled:h200)",
         _meter,
     )
     repeats: int = _opt(

@@ -181,9 +181,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
         f"{args.verified} verified per request, context {args.context}, {accept}; "
         f"{'; '.join(drafting) or 'no draft cost'}"
     )
+    fitted = (
+        f"constants fitted to {preset.calibration_id} (benchmarks/mlenergy_calibration.py)"
+        if preset.calibration
+        else "uncalibrated constants"
+    )
     print(
         f"modeled ({preset.name}): balance point {preset.balance_point:.0f} FLOP/byte, "
-        f"CUDA graphs {'off' if args.no_cuda_graph else 'on'}"
+        f"CUDA graphs {'off' if args.no_cuda_graph else 'on'}; {fitted}"
     )
     table = [
         (

@@ -189,6 +189,7 @@ COMPARED_FIELDS: tuple[tuple[str, str], ...] = (
     ("engine", "engine"),
     ("engine_version", "engine version"),
     ("cuda_graph", "CUDA-graph setting"),
+    ("calibration", "modeled meter's calibration"),
     ("model", "model"),
     ("batch", "batch"),
     ("corpus", "corpus"),
@@ -198,9 +199,12 @@ COMPARED_FIELDS: tuple[tuple[str, str], ...] = (
 
 def run_info(record: CaseRecord) -> dict[str, Any]:
     """The comparability facts a result record carries itself: its scenario and CUDA graphs."""
-    engine = record.speculative.engine
+    engine, samples = record.speculative.engine, record.speculative.samples
     graphs = cuda_graph_setting(engine.server_info, engine.options)
-    return {**record.scenario, "cuda_graph": graphs}
+    # A modeled figure is only comparable under the same fitted constants (None: a board meter,
+    # or a record priced before the presets were calibrated).
+    calibration = samples[0].window.detail("calibration") if samples else None
+    return {**record.scenario, "cuda_graph": graphs, "calibration": calibration}
 
 
 def document_run_info(document: RunDocument) -> dict[str, Any]:

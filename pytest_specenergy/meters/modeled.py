@@ -75,11 +75,13 @@ class Pricing:
         return f"modeled ({', '.join(parts)})"
 
     def describe(self) -> dict[str, Any]:
-        """JSON-ready: the shape key of each role (``self`` = the trace's own size) and graphs."""
+        """JSON-ready: the shape key of each role (``self`` = the trace's own size), graphs, and the
+        preset's calibration (its versioned name)."""
         return {
             "priced_as": {role: (s.name if s else SELF) for role, s in self.shapes.items()} or SELF,
             "cuda_graph": self.cuda_graph,
             "label": self.label,
+            "calibration": self.gpu.calibration_id,
         }
 
 
@@ -200,7 +202,7 @@ def step_cost(
         logit_rows=logits,
         per_position_states=phase == "verify",
     )
-    return roofline(cost.bytes, cost.flops, overhead_s(shape, cuda_graph), gpu)
+    return roofline(cost.bytes, cost.flops, overhead_s(shape, gpu, cuda_graph), gpu)
 
 
 def _intensity(flops: float, moved: float) -> float | None:
@@ -298,18 +300,19 @@ class ModeledMeter:
         self.labels: list[str] = []
 
     def describe(self) -> dict[str, Any]:
-        """The preset constants, the balance point, the step overhead and how engines were priced."""
+        """The preset constants, the balance point, the step overhead, the calibration the constants
+        come from (its data and version) and how engines were priced."""
         return {
             "kind": self.kind,
             "label": self.label,
             "preset": asdict(self.gpu),
             "balance_point_flop_per_byte": round(self.gpu.balance_point, 1),
             "step_overhead": {
-                "cuda_graph_s": _roofline.GRAPH_STEP_S,
+                "fixed_step_s": self.gpu.fixed_step_s,
                 "eager_kernel_launch_s": _roofline.KERNEL_LAUNCH_S,
-                "eager_step_s": _roofline.EAGER_STEP_S,
                 "self_priced_s": self.gpu.step_overhead_s,
             },
+            "calibration": self.gpu.calibration.to_json() if self.gpu.calibration else None,
             "priced_as_override": self.override,
             "labels": list(self.labels),
         }

@@ -18,16 +18,19 @@ from pytest_specenergy.meters.shapes import forward_cost
 from pytest_specenergy.meters.shapes import verify_cost
 
 
-def overhead_s(shape: ModelShape, cuda_graph: bool = True) -> float:
-    """The fixed per-forward overhead of ``shape`` (see :func:`.roofline.step_overhead_s`)."""
-    return step_overhead_s(shape.layers, shape.is_moe, shape.linear_layers, cuda_graph)
+def overhead_s(shape: ModelShape, gpu: GpuPreset, cuda_graph: bool = True) -> float:
+    """The fixed per-forward overhead of ``shape`` on ``gpu`` (see
+    :func:`.roofline.step_overhead_s`)."""
+    return step_overhead_s(
+        shape.layers, shape.is_moe, shape.linear_layers, cuda_graph, gpu.fixed_step_s
+    )
 
 
 def price(
     cost: ForwardCost, shape: ModelShape, gpu: GpuPreset, cuda_graph: bool = True
 ) -> StepCost:
     """Roofline time and energy of one forward (the meter's model)."""
-    return roofline(cost.bytes, cost.flops, overhead_s(shape, cuda_graph), gpu)
+    return roofline(cost.bytes, cost.flops, overhead_s(shape, gpu, cuda_graph), gpu)
 
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)

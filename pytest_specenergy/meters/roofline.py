@@ -1,16 +1,24 @@
 """The roofline: GPU presets, step overhead, and the time and energy of moving bytes and doing FLOPs
-(the model, its power cap and its calibration: ``docs/design/meters-report-cli.md``)."""
+(the model, its power cap and its calibration against measured serving figures:
+``docs/design/meters-report-cli.md``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pytest_specenergy.meters import calibration as _fit
+from pytest_specenergy.meters.calibration import Calibration
+
+#: The paper's measured balance points (s.2), FLOP per byte: each preset's peak is its bandwidth
+#: times this, so a step turns compute-bound where the paper says.
+BALANCE_POINTS = {"h100": 316.0, "h200": 163.0}
+
 
 @dataclass(frozen=True)
 class GpuPreset:
-    """Roofline and energy constants of one GPU (how each was chosen:
+    """Roofline and energy constants of one GPU (how each was fitted: :mod:`.calibration` and
     ``docs/design/meters-report-cli.md``); ``step_overhead_s`` serves only a trace priced at its own
-    size, priced shapes use :func:`step_overhead_s`."""
+    size, priced shapes use ``fixed_step_s`` through :func:`step_overhead_s`."""
 
     name: str
     bandwidth_bytes_per_s: float
@@ -20,25 +28,64 @@ class GpuPreset:
     joules_per_flop: float
     step_overhead_s: float
     power_limit_w: float = 700.0
+    #: Time of a forward beyond moving its bytes and doing its math, with CUDA graphs (a replay,
+    #: the scheduler's step, sampling): fitted; 20 us (one graph replay) was the guess before.
+    fixed_step_s: float = 20e-6
+    #: The measured data the constants were fitted to; None: not calibrated.
+    calibration: Calibration | None = None
+    #: True: a step takes the longer of its memory and its compute time (the textbook roofline,
+    #: the presets before calibration); False: the two add, as the fit to measured figures says.
+    overlapped: bool = False
 
     @property
     def balance_point(self) -> float:
         """FLOP per byte where a step turns compute-bound."""
         return self.peak_flops_per_s / self.bandwidth_bytes_per_s
 
+    @property
+    def calibration_id(self) -> str:
+        """The calibration's versioned name, ``uncalibrated`` without one."""
+        return self.calibration.id if self.calibration else "uncalibrated"
+
+
+def _h200_bandwidth() -> float:
+    # Same die as the fitted H100, so the same peak FLOP/s; the paper's H200 balance point then
+    # gives its bandwidth (ML.ENERGY publishes no H200 figures: calibration.ML_ENERGY_H200).
+    return _fit.H100_BANDWIDTH_BYTES_PER_S * BALANCE_POINTS["h100"] / BALANCE_POINTS["h200"]
+
 
 PRESETS: dict[str, GpuPreset] = {
-    # H100 SXM: ~2.6 TB/s achievable of 3.35 TB/s; balance point 316 FLOP/byte (paper s.2).
-    "h100": GpuPreset("h100", 2.6e12, 2.6e12 * 316, 120.0, 9.0e-11, 6.0e-13, 12e-6),
-    # H200: 4.3 TB/s device copy measured on an H200 of this workplace; balance point 163.
-    "h200": GpuPreset("h200", 4.3e12, 4.3e12 * 163, 130.0, 8.0e-11, 8.0e-13, 12e-6),
+    # H100 SXM, fitted to ML.ENERGY's measured Qwen3-8B and Llama-3.1-8B (calibration.py). The
+    # J/byte (90 pJ here, 80 on the H200) are the uncalibrated presets': on memory-bound steps they
+    # trade one for one with static W, which the fit chose.
+    "h100": GpuPreset(
+        "h100",
+        _fit.H100_BANDWIDTH_BYTES_PER_S,
+        _fit.H100_BANDWIDTH_BYTES_PER_S * BALANCE_POINTS["h100"],
+        _fit.H100_STATIC_W,
+        9.0e-11,
+        _fit.H100_JOULES_PER_FLOP,
+        12e-6,
+        fixed_step_s=_fit.H100_FIXED_STEP_S,
+        calibration=_fit.ML_ENERGY_H100,
+    ),
+    # H200: the H100's fit carried over to the same die with HBM3e.
+    "h200": GpuPreset(
+        "h200",
+        _h200_bandwidth(),
+        _h200_bandwidth() * BALANCE_POINTS["h200"],
+        _fit.H100_STATIC_W,
+        8.0e-11,
+        _fit.H100_JOULES_PER_FLOP,
+        12e-6,
+        fixed_step_s=_fit.H100_FIXED_STEP_S,
+        calibration=_fit.ML_ENERGY_H200,
+    ),
 }
 
-# --- step overhead: a graph replay, or a launch per kernel (why these numbers:
-# ``docs/design/meters-report-cli.md``) -
-GRAPH_STEP_S = 20e-6
+# --- step overhead: the preset's fixed step cost, plus a launch per kernel without CUDA graphs (why
+# these numbers: ``docs/design/meters-report-cli.md``) -
 KERNEL_LAUNCH_S = 5e-6
-EAGER_STEP_S = 20e-6
 # Kernels of an eager forward: per dense layer, extra per routed-MoE MLP, extra per Gated DeltaNet
 # layer, outside.
 KERNELS_DENSE_LAYER = 10
@@ -48,15 +95,20 @@ KERNELS_PER_FORWARD = 4
 
 
 def step_overhead_s(
-    layers: int, moe: bool = False, linear_layers: int = 0, cuda_graph: bool = True
+    layers: int,
+    moe: bool = False,
+    linear_layers: int = 0,
+    cuda_graph: bool = True,
+    fixed_s: float = 20e-6,
 ) -> float:
-    """Fixed time of one forward on top of its roofline time: one graph replay, or without CUDA
-    graphs a launch per kernel (e.g. Qwen3-8B ~1.8 ms, Qwen3-30B-A3B ~3.6 ms per forward)."""
+    """Fixed time of one forward on top of its bytes and FLOPs: ``fixed_s`` (a preset's
+    ``fixed_step_s``), and without CUDA graphs a launch per kernel on top (e.g. Qwen3-8B +1.8 ms,
+    Qwen3-30B-A3B +3.6 ms per forward)."""
     if cuda_graph:
-        return GRAPH_STEP_S
+        return fixed_s
     per_layer = KERNELS_DENSE_LAYER + (KERNELS_MOE_EXTRA if moe else 0)
     kernels = layers * per_layer + linear_layers * KERNELS_LINEAR_EXTRA + KERNELS_PER_FORWARD
-    return EAGER_STEP_S + KERNEL_LAUNCH_S * kernels
+    return fixed_s + KERNEL_LAUNCH_S * kernels
 
 
 @dataclass(frozen=True)
@@ -71,10 +123,12 @@ class StepCost:
 
 
 def roofline(moved: float, flops: float, overhead_s: float, gpu: GpuPreset) -> StepCost:
-    """Time and energy of a step that moves ``moved`` bytes and does ``flops`` FLOPs."""
+    """Time and energy of a step that moves ``moved`` bytes and does ``flops`` FLOPs: memory time
+    plus compute time (or the longer of them, ``gpu.overlapped``) plus ``overhead_s``, stretched
+    to the board's power limit (why they add: ``docs/design/meters-report-cli.md``)."""
     memory_s = moved / gpu.bandwidth_bytes_per_s
     compute_s = flops / gpu.peak_flops_per_s
-    seconds = max(memory_s, compute_s) + overhead_s
+    seconds = (max(memory_s, compute_s) if gpu.overlapped else memory_s + compute_s) + overhead_s
     dynamic = gpu.joules_per_byte * moved + gpu.joules_per_flop * flops
     if (
         gpu.power_limit_w > gpu.static_w

@@ -349,6 +349,19 @@ SHAPES: dict[str, ModelShape] = {
         vocab=_QWEN3_VOCAB,
         description="Qwen/Qwen3-8B",
     ),
+    # The second model ML.ENERGY measured on H100 that the presets are fitted to
+    # (benchmarks/mlenergy_calibration.py).
+    "llama-3.1-8b": ModelShape(
+        "Llama-3.1-8B",
+        layers=32,
+        hidden=4096,
+        mlp=14336,
+        q_heads=32,
+        kv_heads=8,
+        head_dim=128,
+        vocab=128256,
+        description="meta-llama/Llama-3.1-8B-Instruct",
+    ),
     "qwen3-30b-a3b": ModelShape(
         "Qwen3-30B-A3B",
         layers=48,

@@ -59,6 +59,8 @@ def test_table_flags_the_papers_crossovers(capsys, verified, gpu, first_compute_
     assert (flagged[0] if flagged else None) == first_compute_bound
     assert f"balance point {163 if gpu == 'h200' else 316} FLOP/byte" in out
     assert "Qwen3-4B" in out and "modeled" in out
+    # The figures say which measurements their constants were fitted to.
+    assert "constants fitted to mlenergy-v3-h100@0cd52da" in out
 
 
 def test_without_an_accept_length_only_the_break_even_is_shown(capsys):

@@ -638,3 +638,24 @@ def test_an_a_a_control_is_not_judged_on_drafting_metrics():
     assert result.verdict is Verdict.PASSED
     ngram = record([1.0, 1.01, 0.99], correct=None, verify=None, proposed=None)
     assert compare_case(ngram, copy.deepcopy(ngram), limits_for(())).verdict is Verdict.INCOMPARABLE
+
+
+def test_modeled_runs_under_different_calibrations_are_incomparable():
+    """A modeled figure priced before the presets were fitted to measurements (no calibration in
+    its window's details) is never compared with one priced after."""
+
+    def calibrated(data, calibration):
+        for arm in ("baseline", "speculative"):
+            for sample in data[arm]["samples"]:
+                sample["window"] = {"full": {"details": {"calibration": calibration}}}
+        return data
+
+    base = calibrated(record([1.0, 1.0, 1.0]), None)
+    cur = calibrated(record([1.0, 1.0, 1.0]), "mlenergy-v3-h100@0cd52da")
+    result = compare_case(base, cur, ENERGY)
+    assert result.verdict is Verdict.INCOMPARABLE
+    assert "modeled meter's calibration" in result.failure_message(BASELINE_PATH)
+    same = compare_case(
+        cur, calibrated(record([1.0, 1.0, 1.0]), "mlenergy-v3-h100@0cd52da"), ENERGY
+    )
+    assert same.verdict is not Verdict.INCOMPARABLE

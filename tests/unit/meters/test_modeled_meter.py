@@ -43,7 +43,9 @@ def test_memory_bound_verify_costs_about_a_decode_step():
     decode = step_cost(step(1, 1, phase="decode"), PRESETS["h200"])
     verify = step_cost(step(1, 5), PRESETS["h200"])
     assert not verify.compute_bound
-    assert verify.seconds == pytest.approx(decode.seconds, rel=0.01)
+    # Calibrated, a step's compute time adds to its memory time: 4 more tokens' math is ~2.5% of
+    # an 8B step at single stream.
+    assert verify.seconds == pytest.approx(decode.seconds, rel=0.03)
     assert verify.joules == pytest.approx(decode.joules, rel=0.05)
 
 
@@ -103,9 +105,14 @@ def test_unknown_preset_names_the_valid_ones():
 
 
 def test_self_pricing_keeps_the_fixed_overhead_of_the_old_meter():
-    cost = step_cost(step(1, 1), PRESETS["h200"])
+    gpu = PRESETS["h200"]
+    cost = step_cost(step(1, 1), gpu)
     moved = 2 * PARAMS + 261 * KV_BYTES_PER_TOKEN
-    assert cost.seconds == pytest.approx(moved / 4.3e12 + 12e-6)
+    flops = 2 * PARAMS
+    # Its own 12 us, not the calibrated fixed step cost of a real shape.
+    assert cost.seconds == pytest.approx(
+        moved / gpu.bandwidth_bytes_per_s + flops / gpu.peak_flops_per_s + 12e-6
+    )
 
 
 class FakeTraceEngine:
