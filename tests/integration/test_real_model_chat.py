@@ -47,7 +47,8 @@ def test_raw(spec_pair):
 
 def test_chat_prompts_are_answered_and_end_at_eos(pytester: pytest.Pytester, run_suite):
     pytester.makefile(".jsonl", prompts=PROMPTS)
-    pytester.makepyfile(test_chat=SUITE)
+    # A name no other test module of the suite has: an in-process pytester run imports it.
+    pytester.makepyfile(test_real_model_chat_suite=SUITE)
     out = pytester.path / "run.json"
     result = run_suite(f"--specenergy-json={out}", "-v")
     result.assert_outcomes(passed=3)
