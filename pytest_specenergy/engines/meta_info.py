@@ -44,6 +44,13 @@ class RequestCounters:
     #: steps it ran in; None from SGLang.
     prefill_forward: int | None = None
     decode_seconds: float | None = None
+    #: SGLang's time stats (``--enable-metrics``; wall-clock seconds, None where not sent): when the
+    #: prefill forward that prefilled the request began (``forward_entry_time``: one stamp for every
+    #: request of that forward) and ended (``prefill_finished_time``: its first token), and when the
+    #: request finished (``request_finished_ts``).
+    forward_entry_time: float | None = None
+    prefill_finished_time: float | None = None
+    finished_time: float | None = None
 
     def problems(self) -> list[str]:
         """Internal inconsistencies (histogram vs totals); empty when the counters agree."""
@@ -142,6 +149,9 @@ def parse_meta_info(meta: Mapping[str, Any], prompt_tokens: int | None = None) -
         queued_abort=queued,
         prefill_forward=_or_none(int, meta.get("prefill_forward")),
         decode_seconds=_or_none(float, meta.get("decode_seconds")),
+        forward_entry_time=_or_none(float, meta.get("forward_entry_time")),
+        prefill_finished_time=_or_none(float, meta.get("prefill_finished_time")),
+        finished_time=_or_none(float, meta.get("request_finished_ts")),
         **{k: _or_none(int, v) for k, v in spec.items()},
     )
 

@@ -159,9 +159,14 @@ class Scheduler:
     def _iteration(self, admit: list[Row]) -> None:
         if admit:
             self.prefill_forwards += 1
+            entered = time.perf_counter()
             for row in admit:
                 row.prefill_forward = self.prefill_forwards
+                row.forward_entry_time = entered
             fresh = self.stepper.prefill(admit)
+            prefilled = time.perf_counter()
+            for row in admit:
+                row.prefill_finished_time = prefilled
             self.stats.prefill(len(admit))
             if self.drafter is not None:
                 self.drafter.join(admit)
