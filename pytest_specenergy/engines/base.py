@@ -137,6 +137,10 @@ class Pool(Protocol):
     def start_together(self, configs: list[EngineConfig]) -> None:
         """Start the engines of ``configs`` side by side where the pool is unbounded."""
 
+    def pids(self) -> list[int]:
+        """The process group leaders' pids of every engine running now (the NVML meter counts a
+        resident sibling of the measured engine as the plugin's own process)."""
+
     def close(self) -> None:
         """Stop every server."""
 
