@@ -139,6 +139,14 @@ def _measurer(pool, meter) -> PairMeasurer:
     )
 
 
+class InterleavePool(FakePool):
+    max_live = 0
+
+
+class BlockedPool(FakePool):
+    max_live = 1  # one engine at a time (one GPU): each arm's repeats run together
+
+
 def _case(drafter: Drafter) -> Case:
     return Case.of(engine="reference", model="tiny:dense", drafter=drafter, batch=2, corpus=CORPUS)
 
@@ -170,6 +178,49 @@ def test_added_repeats_extend_both_arms():
     pair = measurer.add_repeats(case, 3)
     assert len(pair.speculative.samples) == 5 and len(pair.baseline.samples) == 5
     assert measurer.measure(case) is pair
+    # Repeats walk the pool (plan/window.py): b2 sends 8 prompts a window, so the first two
+    # repeats covered 16 of the pool's prompts and the added three 24 more, both arms alike.
+    assert pair.baseline.prompts == pair.speculative.prompts == tuple(range(40))
+
+
+@pytest.mark.parametrize(
+    ("pool_class", "twin"), [(InterleavePool, "baseline"), (BlockedPool, "own")]
+)
+def test_a_drafting_arms_twin_runs_on_the_non_speculative_twin_where_it_is_live(pool_class, twin):
+    """Issue 41 item 2: on its own engine the twin subtracted the draft model's prefill of the
+    prompts too, work only speculation does; on the baseline engine it subtracts the target's
+    prefill alone. One engine at a time (blocked) it can only run on its own."""
+    pool, meter = pool_class(), TokenMeter(1.0)
+    measurer = _measurer(pool, meter)
+    case = _case(Drafter("draft_model", draft_model="tiny:dense-draft"))
+    measurer.plan([case])
+    pair = measurer.measure(case)
+    engines = {s.window.prefill.twin_engine for s in pair.speculative.samples}
+    assert engines == {twin}
+    assert {s.window.prefill.twin_engine for s in pair.baseline.samples} == {"own"}
+    on_spec = [e for e in pool.log if e[0] == "generate" and e[1] and e[3] == 1]
+    assert bool(on_spec) == (twin == "own")
+    assert ("draft-prefill-uncharged" in {c.name for c in pair.failed_checks}) == (twin == "own")
+
+
+def test_the_meter_counts_the_pools_live_engines_as_its_own(monkeypatch):
+    from pytest_specenergy.measure import pairs as pairs_module
+
+    built = {}
+
+    def make_meter(kind, own_pids=None):
+        built["own_pids"] = own_pids
+        return TokenMeter(1.0)
+
+    monkeypatch.setattr(pairs_module, "make_meter", make_meter)
+    pool = FakePool()
+    measurer = PairMeasurer(
+        log_dir=None, startup_timeout=1.0, meter="nvml", repeats=1, warmup=0, pool=pool
+    )
+    server = pool.get(fake_config())
+    server.pid = 4242
+    measurer.meter_for(server)
+    assert built["own_pids"]() == [4242]
 
 
 # -- issue #10: constant concurrency, one prompt pool, interleaved arms, per-loop tokens ------
@@ -455,10 +506,6 @@ def test_one_prompt_pool_at_every_batch_and_the_override():
     assert len(pools) == 1 and len(next(iter(pools))) == 96
 
 
-class InterleavePool(FakePool):
-    max_live = 0
-
-
 def _arm_order(log):
     """The arm of each measured full run (max_new_tokens > 1), collapsed per window."""
     arms = []
@@ -468,10 +515,6 @@ def _arm_order(log):
         elif entry[3] > 1 and arms and arms[-1] == "flush":
             arms[-1] = "speculative" if entry[1] else "baseline"
     return [a for a in arms if a != "flush"]
-
-
-class BlockedPool(FakePool):
-    max_live = 1  # one engine at a time (one GPU): each arm's repeats run together
 
 
 @pytest.mark.parametrize(
