@@ -59,7 +59,9 @@ from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.case import Generation
 from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.engines.client import EngineClient
+from pytest_specenergy.engines.drafters import PAPER_BLOCK_TAU
 from pytest_specenergy.engines.drafters import Drafter
+from pytest_specenergy.engines.drafters import accept_p_for
 from pytest_specenergy.engines.pool import EnginePool
 from pytest_specenergy.measure.pairs import PairMeasurer
 from pytest_specenergy.measure.results import PairResult
@@ -73,9 +75,16 @@ DRAFTERS = {
     "draft_model": Drafter(
         "draft_model", draft_model="tiny:dense-draft", num_draft_tokens=4, id="draft-k4"
     ),
+    # Controlled acceptance at the paper's block drafters' accept length (its id states it).
     "block": Drafter(
-        "block", draft_model="tiny:dense-draft", block_size=16, accept_p=0.8, id="block16"
+        "block",
+        draft_model="tiny:dense-draft",
+        block_size=16,
+        accept_p=accept_p_for(PAPER_BLOCK_TAU, 16),
+        id="block16",
     ),
+    # The A/A control: the baseline's engine twice (its saving is the plugin's noise floor).
+    "none": Drafter("none", id="aa"),
 }
 #: Phases of the modeled meter that are decode work (everything but prefill).
 DECODE_PHASES = ("decode", "verify", "draft")
@@ -460,7 +469,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--meter", default="modeled:h200", help="modeled:<gpu>[:shape] (default modeled:h200)"
     )
-    parser.add_argument("--drafters", nargs="+", default=list(DRAFTERS), choices=list(DRAFTERS))
+    parser.add_argument(
+        "--drafters",
+        nargs="+",
+        default=["ngram", "draft_model", "block"],
+        choices=list(DRAFTERS),
+        help="none: the A/A control",
+    )
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--corpora", nargs="+", default=["code", "news"])
     parser.add_argument("--pool", type=int, default=32, help="prompts per pool (default 32)")
