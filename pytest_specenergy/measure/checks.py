@@ -300,7 +300,8 @@ def arm_agreement_checks(base: RunResult, spec: RunResult, batch: int) -> list[C
     bound = max(MAX_COVERAGE_GAP, (batch - 1) / pool if pool > 0 else 1.0)
     said = (
         f"the arms' windows covered {cover[0]:.1%} (baseline) vs {cover[1]:.1%} (speculative) of "
-        f"the pool's decode tokens, {gap:.1%} apart"
+        f"their prompts' decode tokens, {gap:.1%} apart (the fillers that hold the batch until "
+        "the last prompt finishes ran out, so the close cut prompts)"
     )
     if gap > bound:
         found.append(

@@ -148,15 +148,6 @@ class Window:
         counted = retractions.count(c for loop in self.loop_counters for c in loop)
         return RetractionFacts.from_dict(counted.as_dict(), "retractions")
 
-    def request_seconds(self, index: int) -> float | None:
-        """Active seconds of request ``index`` in the first loop (meter's clock if it has one)."""
-        known = self.energy.request_seconds
-        return (
-            known.get(self.counters[index].rid)
-            if known is not None
-            else self.counters[index].e2e_latency
-        )
-
     def own_decode_seconds(self, index: int) -> float | None:
         """Seconds of request ``index``'s own decode steps (first loop): the meter's count, else
         the engine's (the reference server's ``decode_seconds``), else its user-visible time less
