@@ -137,17 +137,27 @@ class ArmMeasurer:
         asked = {"return_spec_drafts": True} if record else {}
         client = self.server.client
 
-        def send(position: int, rid: str) -> Answer:
-            params = sampling
-            if replay is not None:
-                drafts = replay[indices[position]]
-                params = {**sampling, "spec_replay_drafts": [list(d) for d in drafts]}
+        def params(position: int) -> dict[str, Any]:
+            if replay is None:
+                return sampling
+            drafts = replay[indices[position]]
+            return {**sampling, "spec_replay_drafts": [list(d) for d in drafts]}
+
+        def send_wave(positions: list[int], rids: list[str]) -> list[Answer]:
             if sent is not None:
-                sent[position] = _clock()
-            prompt = self.prompts[indices[position]]
+                at = _clock()
+                for position in positions:
+                    sent[position] = at
+            each = [params(p) for p in positions]
             return client.generate(
-                **generate_input([prompt]), sampling_params=params, rids=[rid], **asked
-            )[0]
+                **generate_input([self.prompts[indices[p]] for p in positions]),
+                sampling_params=each[0] if replay is None or len(each) == 1 else each,
+                rids=rids,
+                **asked,
+            )
+
+        def send(position: int, rid: str) -> Answer:
+            return send_wave([position], [rid])[0]
 
         width = load_width(self.batch, cap, steady, len(indices))
         count = len(indices) if prompts is None or not steady else prompts
@@ -159,6 +169,7 @@ class ArmMeasurer:
             width=width,
             steady=steady,
             fillers=len(indices) - count,
+            send_wave=send_wave,
         )
         return load.run()
 
