@@ -211,6 +211,12 @@ class BiasRow:
     seconds: float
     #: The speculative arm's twin grouping (engine, engine stamps, send-time, priced).
     grouping: str = ""
+    #: The most the twins' idle round trips can move the saving under a board meter, in points
+    #: (None: no twin stamped its forwards).
+    idle_points: float | None = None
+    #: The speculative twin's idle seconds per loop and its wall seconds (first repeat).
+    idle_seconds: float | None = None
+    twin_seconds: float | None = None
 
     @property
     def steps_saving(self) -> float:
@@ -302,6 +308,12 @@ def bias_row(
 ) -> BiasRow:
     """The row of one measured pair."""
     prefill = pair.speculative.samples[0].window.prefill if pair.speculative.samples else None
+    try:  # the bound exists from issue 41 on
+        from pytest_specenergy.measure.checks import idle_bound
+
+        idle = idle_bound(pair.baseline, pair.speculative)
+    except ImportError:
+        idle = None
     return BiasRow(
         pair.case.id,
         arm_bias(pair.baseline, meter, completions),
@@ -310,6 +322,9 @@ def bias_row(
         tuple(c.name for c in pair.failed_checks),
         seconds,
         grouping=str(getattr(prefill, "grouping", "") or ""),
+        idle_points=idle,
+        idle_seconds=getattr(prefill, "idle_seconds", None),
+        twin_seconds=None if prefill is None else prefill.seconds,
     )
 
 
@@ -415,11 +430,22 @@ def format_rows(rows: Sequence[BiasRow]) -> str:
 def format_shares(rows: Sequence[BiasRow]) -> str:
     """Per case: the speculative twin's grouping and the draft model's prefill as a share of the
     speculative arm's decode steps (charged to it)."""
-    lines = [f"{'case':<24} {'twin grouping':<30} {'draft prefill':>13}"]
+    lines = [
+        f"{'case':<24} {'twin grouping':<30} {'draft prefill':>13} {'twin idle':>10} "
+        f"{'idle bound':>10}"
+    ]
     for r in rows:
         s = r.speculative
         share = s.draft_prefill_joules / s.steps_joules if s.steps_joules else 0.0
-        lines.append(f"{r.case:<24} {r.grouping:<30} {share:>13.2%}")
+        idle = (
+            r.idle_seconds / r.twin_seconds
+            if r.idle_seconds is not None and r.twin_seconds
+            else None
+        )
+        bound = "n/a" if r.idle_points is None else f"{r.idle_points:.2f} pt"
+        lines.append(
+            f"{r.case:<24} {r.grouping:<30} {share:>13.2%} {_pct(idle, '.1%'):>10} {bound:>10}"
+        )
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ import dataclasses
 import math
 from typing import Sequence
 
+from pytest_specenergy import metrics
 from pytest_specenergy.document import Check
 from pytest_specenergy.document import RepeatSample
 from pytest_specenergy.document import RetractionFacts
@@ -538,10 +539,17 @@ def twin_idle_bound(pair: PairResult) -> float | None:
     """The most, in points, that the twins' idle round trips can move the saving under a board
     meter (each arm's decode joules read low by up to its twins' idle energy); None where no twin
     ran under a board meter, or its engine stamped no forwards to tell idle from prefill."""
-    base, spec = pair.baseline, pair.speculative
-    if not spec.source.startswith("measured") or pair.energy_saving is None:
+    if not pair.speculative.source.startswith("measured"):
         return None
-    saving = pair.energy_saving
+    return idle_bound(pair.baseline, pair.speculative)
+
+
+def idle_bound(base: RunResult, spec: RunResult) -> float | None:
+    """:func:`twin_idle_bound` for two arms whatever their meter (a benchmark reading a modeled
+    meter as a board counter sizes it so)."""
+    saving = metrics.energy_saving(spec.energy_per_token, base.energy_per_token)
+    if saving is None:
+        return None
     shifted = []
     for run in (base, spec):
         idle = [_idle_joules(s) for s in run.samples]
