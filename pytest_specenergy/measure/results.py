@@ -488,8 +488,8 @@ def _arm_line(label: str, run: RunResult) -> str:
     samples = ", ".join(metrics.fmt(s.energy_per_token, ".4g") for s in run.samples)
     return (
         f"  {label} {metrics.fmt(run.energy_per_token, '.4g')} J/token, tbt "
-        f"{metrics.fmt(run.tbt_ms, '.3f')} ms (a user sees {metrics.fmt(run.visible_tbt_ms, '.3f')}"
-        f" ms) ({len(run.samples)} repeats: {samples})\n"
+        f"{metrics.fmt(run.tbt_ms, '.3f')} ms, a user sees {metrics.fmt(run.visible_tbt_ms, '.3f')}"
+        f" ms ({len(run.samples)} repeats: {samples})\n"
     )
 
 
