@@ -239,7 +239,10 @@ class ArmMeasurer:
         after = client.server_info()
         # Requested batch is not actual concurrency (paper s.10): read what really ran.
         concurrency = StepRecord.of(concurrency_between(before, after))
-        counters = tuple(tuple(counters_of(a) for a in loop) for loop in answers)
+        counters = tuple(
+            tuple(counters_of(a, self.prompts[indices[p]]) for p, a in enumerate(loop))
+            for loop in answers
+        )
         outputs = tuple(
             tuple(tuple(int(t) for t in a["output_ids"]) for a in loop) for loop in answers
         )
@@ -330,7 +333,7 @@ class ArmMeasurer:
             answers = self._run(self.full, [full.indices[i] for i in again])
             for i, answer in zip(again, answers):
                 outputs[i] = tuple(int(t) for t in answer["output_ids"])
-                finish[i] = counters_of(answer).finish_type or "?"
+                finish[i] = counters_of(answer, self.prompts[full.indices[i]]).finish_type or "?"
                 if finish[i] != "abort":
                     self._whole[full.indices[i]] = (outputs[i], finish[i])
             again = [i for i in again if finish[i] == "abort"]

@@ -19,6 +19,7 @@ from pytest_specenergy.document import WindowFacts
 from pytest_specenergy.engines import retractions
 from pytest_specenergy.engines.meta_info import RequestCounters
 from pytest_specenergy.engines.meta_info import parse_meta_info
+from pytest_specenergy.engines.prompts import Prompt
 from pytest_specenergy.measure.checks import MAX_CONCURRENCY_GAP_SHARE
 from pytest_specenergy.measure.prefill_groups import Groups
 from pytest_specenergy.meters.base import EnergyWindow
@@ -28,11 +29,11 @@ from pytest_specenergy.meters.base import EnergyWindow
 PRICED = "priced from the full window's prefill steps"
 
 
-def counters_of(answer: dict[str, Any]) -> RequestCounters:
+def counters_of(answer: dict[str, Any], prompt: Prompt | None = None) -> RequestCounters:
     """One answer's counters; SGLang's abort from its waiting queue sends no ``prompt_tokens``, so
-    the prompt is counted from the ids the engine echoed (``prompt_token_ids``) where it did (the
-    plugin sends text, so it has no ids of its own to count)."""
-    ids = answer.get("prompt_token_ids")
+    the prompt is counted from the ids sent (``prompt``, a chat-templated prompt's token ids), else
+    from those the engine echoed (``prompt_token_ids``), else it stays unknown (text sent)."""
+    ids = prompt if isinstance(prompt, tuple) else answer.get("prompt_token_ids")
     return parse_meta_info(answer["meta_info"], prompt_tokens=None if ids is None else len(ids))
 
 

@@ -66,6 +66,9 @@ def test_a_queued_abort_counts_its_prompt_from_the_ids_the_engine_echoed():
     answer = {"meta_info": RETRACTED, "output_ids": [1] * 50, "prompt_token_ids": [5] * 12}
     assert counters_of(answer).prompt_tokens == 12
     assert counters_of({"meta_info": RETRACTED, "output_ids": []}).prompt_tokens is None
+    # A chat-templated prompt is sent as token ids: counted from them.
+    assert counters_of({"meta_info": RETRACTED, "output_ids": []}, (1, 2, 3)).prompt_tokens == 3
+    assert counters_of({"meta_info": RETRACTED, "output_ids": []}, "text").prompt_tokens is None
 
 
 def test_sglang_time_stats_give_the_visible_and_the_own_time_between_tokens():
