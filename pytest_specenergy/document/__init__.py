@@ -16,6 +16,7 @@ from pytest_specenergy.document.arm import DrafterFacts
 from pytest_specenergy.document.arm import EngineConfigFacts
 from pytest_specenergy.document.arm import EngineFacts
 from pytest_specenergy.document.arm import RepeatSample
+from pytest_specenergy.document.arm import RetractionFacts
 from pytest_specenergy.document.arm import SampleWindow
 from pytest_specenergy.document.arm import StepRecord
 from pytest_specenergy.document.arm import WindowFacts
@@ -76,6 +77,7 @@ __all__ = [
     "Record",
     "RepeatEntry",
     "RepeatSample",
+    "RetractionFacts",
     "ResidencyFacts",
     "Restart",
     "RunDocument",

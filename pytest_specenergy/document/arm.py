@@ -65,6 +65,9 @@ class WindowFacts(Record):
         "concurrency",
         "groups",
         "grouping",
+        "prompts",
+        "idle_seconds",
+        "twin_engine",
     )
 
     joules: float | None = None
@@ -82,6 +85,14 @@ class WindowFacts(Record):
     #: A prefill-only twin's groups (prompts per forward) and where the grouping came from.
     groups: tuple[int, ...] | None = None
     grouping: str | None = None
+    #: A full window's prompts (its first ``prompts`` requests; the rest were fillers).
+    prompts: int | None = None
+    #: A prefill-only twin's seconds per loop between its forwards (its wall time less the
+    #: forwards the engine stamped): a board meter reads idle power there, not prefill.
+    idle_seconds: float | None = None
+    #: A prefill-only twin's engine: ``baseline`` (the non-speculative twin: the target's prefill
+    #: alone) or ``own`` (the arm's engine: a drafter's own prefill is subtracted too).
+    twin_engine: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -118,10 +129,31 @@ class SampleWindow(Record):
 
 
 @dataclass(frozen=True)
+class RetractionFacts(Record):
+    """What an arm's requests say about retraction (SGLang took a running request back to its
+    queue, KV pool full): requests answered, how many were retracted and how often in all, and how
+    many reported nothing (a release without ``num_retractions``)."""
+
+    requests: int = 0
+    retracted: int = 0
+    total: int = 0
+    unknown: int = 0
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __add__(self, other: RetractionFacts) -> RetractionFacts:
+        return RetractionFacts(
+            requests=self.requests + other.requests,
+            retracted=self.retracted + other.retracted,
+            total=self.total + other.total,
+            unknown=self.unknown + other.unknown,
+        )
+
+
+@dataclass(frozen=True)
 class RepeatSample(Record):
     """One measured repeat of one arm: decode-only figures over exactly its requests."""
 
-    omitted_when_empty = ("coverage",)
+    omitted_when_empty = ("coverage", "visible_tbt_ms", "work_share", "retractions")
 
     decode_joules: float
     decode_seconds: float
@@ -135,9 +167,19 @@ class RepeatSample(Record):
     window: SampleWindow = field(default_factory=SampleWindow, compare=False)
     #: Per request, committed decode tokens per verify step; None: no speculative counters.
     accept_lengths: tuple[NonNegative, ...] | None = None
-    #: The share of the pool's decode tokens made inside this repeat's window, per loop; None: not
-    #: recorded.
+    #: The share of the window prompts' decode tokens made inside this repeat's window, per loop;
+    #: None: not recorded.
     coverage: float | None = None
+    #: The user-visible time between tokens: per request, from its first token to its last over
+    #: every engine step in between (other requests' prefills included), averaged; ``tbt_ms`` is
+    #: the engine's own decode steps alone. None: the engine and meter report no such times.
+    visible_tbt_ms: float | None = None
+    #: The window prompts' share of the window's decode rows (fillers kept the batch; their rows
+    #: are not the window's): the decode joules and seconds are the window's times it. None: no
+    #: fillers ran.
+    work_share: float | None = None
+    #: The window's retractions (SGLang's ``num_retractions``); None: not counted.
+    retractions: RetractionFacts | None = None
 
     @property
     def energy_per_token(self) -> float | None:
@@ -241,7 +283,13 @@ class EngineFacts(Record):
 class Arm(Record):
     """One arm of a case record (``baseline``, ``speculative``, ``reference``, ``removal``)."""
 
-    omitted_when_empty = ("replay_problems", "coverage", "nominal_proposals")
+    omitted_when_empty = (
+        "replay_problems",
+        "coverage",
+        "nominal_proposals",
+        "visible_tbt_ms",
+        "retractions",
+    )
 
     arm: str
     engine: EngineFacts
@@ -265,6 +313,10 @@ class Arm(Record):
     #: Why the engine's proposed-draft counts are nominal, not the drafts proposed (adaptive
     #: speculation): then no acceptance rate is computed from them. None: they are real.
     nominal_proposals: str | None = None
+    #: Median of the repeats' user-visible time between tokens (latency targets judge it).
+    visible_tbt_ms: float | None = None
+    #: Retractions over every repeat's window (None: not counted).
+    retractions: RetractionFacts | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -326,6 +378,7 @@ def _figures(
     return {
         "energy_per_token": metrics.median([s.energy_per_token for s in samples]),
         "tbt_ms": metrics.median([s.tbt_ms for s in samples]),
+        "visible_tbt_ms": metrics.median([s.visible_tbt_ms for s in samples]),
         "accept_length": metrics.accept_length(correct, verify),
         "acceptance_rate": metrics.acceptance_rate(correct, proposed),
         "coverage": None if coverage is None else coverage / len(samples),

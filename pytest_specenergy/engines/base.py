@@ -137,6 +137,10 @@ class Pool(Protocol):
     def start_together(self, configs: list[EngineConfig]) -> None:
         """Start the engines of ``configs`` side by side where the pool is unbounded."""
 
+    def pids(self) -> list[int]:
+        """The process group leaders' pids of every engine running now (the NVML meter counts a
+        resident sibling of the measured engine as the plugin's own process)."""
+
     def close(self) -> None:
         """Stop every server."""
 
@@ -144,9 +148,10 @@ class Pool(Protocol):
 #: Every engine backend's name: the only list of them (options and markers read it).
 ENGINES: tuple[str, ...] = ("reference", "sglang")
 #: Drafters each engine implements: the markers check against it at collection, each backend's
-#: ``drafters()`` answers from it. ``none`` on SGLang is the A/A control (engines/drafters.py).
+#: ``drafters()`` answers from it. ``none`` is the A/A control on either engine
+#: (engines/drafters.py): the CPU path gets the noise floor a GPU runner gets (issue 41 item 6).
 ENGINE_DRAFTERS: dict[str, tuple[str, ...]] = {
-    "reference": ("ngram", "draft_model", "block"),
+    "reference": ("ngram", "draft_model", "block", "none"),
     "sglang": ("ngram", "draft_model", "eagle", "eagle3", "nextn", "dflash", "dspark", "none"),
 }
 #: Compute dtypes each engine takes: the reference server's own list, SGLang's ``--dtype``

@@ -102,6 +102,30 @@ SCHEMAS: dict[str, dict[str, _Setting]] = {
     "none": {},
 }
 
+#: The accept length (tokens per verify step) of the paper's block drafters at serving batch:
+#: DFlash-16 accepts fewer than 3 of its 16 proposals per step (s.9). A controlled block drafter
+#: in the suites sits here by default (:func:`accept_p_for`), not at the tau ~4.4 of accept_p 0.8,
+#: where the saving turned negative one power of two of batch later than the paper's (issue 41).
+PAPER_BLOCK_TAU = 2.9
+
+
+def accept_p_for(tau: float, block_size: int) -> float:
+    """The ``accept_p`` whose expected accept length is ``tau`` for a block of ``block_size``:
+    each draft kept with probability p until the first rejection, so a step commits
+    ``1 + p + p**2 + ... + p**(block_size - 1)`` tokens (a step cut by ``max_new_tokens`` commits
+    fewer). Rounded to 3 digits, as ids show it."""
+    if block_size < 2 or not 1.0 <= tau <= block_size:
+        raise DrafterError(
+            f"accept length {tau!r} is out of reach for a block of {block_size}: expected a block "
+            f"of at least 2 and an accept length between 1 and {block_size}"
+        )
+    low, high = 0.0, 1.0
+    for _ in range(60):  # bisection: the accept length grows with p
+        mid = (low + high) / 2
+        low, high = (mid, high) if sum(mid**j for j in range(block_size)) < tau else (low, mid)
+    return round((low + high) / 2, 3)
+
+
 _ID_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
 _ID_ABBREV = {
     "num_draft_tokens": "k",
@@ -139,6 +163,10 @@ class Drafter:
                 f"Drafter id {id!r} must be a non-empty string of letters, digits, '_', '.', '+', "
                 "'-'"
             )
+        elif settings.get("accept_p") is not None and f"p{settings['accept_p']}" not in id:
+            # A controlled acceptance sets the accept length every figure of the case depends on:
+            # every table names it (issue 41 item 6), whatever id the suite chose.
+            id = f"{id}-p{settings['accept_p']}"
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "settings", tuple(sorted(settings.items())))
         object.__setattr__(self, "id", id)

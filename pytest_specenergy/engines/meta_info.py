@@ -56,6 +56,13 @@ class RequestCounters:
     #: is computed from it.
     ragged: str | None = None
     nominal_proposed_drafts: int | None = None
+    #: SGLang's time stats (``--enable-metrics``; wall-clock seconds, None where not sent): when the
+    #: prefill forward that prefilled the request began (``forward_entry_time``: one stamp for every
+    #: request of that forward) and ended (``prefill_finished_time``: its first token), and when the
+    #: request finished (``request_finished_ts``).
+    forward_entry_time: float | None = None
+    prefill_finished_time: float | None = None
+    finished_time: float | None = None
 
     def problems(self) -> list[str]:
         """Internal inconsistencies (histogram and per-step statistics vs totals); empty when the
@@ -205,6 +212,9 @@ def parse_meta_info(meta: Mapping[str, Any], prompt_tokens: int | None = None) -
         accept_lengths=accept_lengths,
         ragged=ragged,
         nominal_proposed_drafts=_or_none(int, nominal),
+        forward_entry_time=_or_none(float, meta.get("forward_entry_time")),
+        prefill_finished_time=_or_none(float, meta.get("prefill_finished_time")),
+        finished_time=_or_none(float, meta.get("request_finished_ts")),
         **{k: _or_none(int, v) for k, v in spec.items()},
     )
 

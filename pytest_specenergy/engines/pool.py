@@ -136,6 +136,10 @@ class EnginePool:
         with contextlib.suppress(Exception):  # kept in self.failed; get() raises it for the case
             self.get(config)
 
+    def pids(self) -> list[int]:
+        """The pids of every engine running now (their process group leaders)."""
+        return [pid for server in list(self._live.values()) if (pid := server.pid) is not None]
+
     def close(self) -> None:
         """Stop every server (all are signalled first, so they shut down side by side)."""
         for server in self._live.values():

@@ -87,7 +87,8 @@ class ReferenceBackend(BackendDefaults):
         for fault in config.faults:
             argv += ["--fault", fault]
         drafter = config.drafter
-        if drafter is None:
+        if drafter is None or drafter.name == "none":
+            # The A/A control's "speculative" engine is a second process of the baseline's.
             return argv + ["--drafter", "none"]
         if config.replay == "verify":
             # Draft removal: the same verify width, the drafts each request brings, no draft model.

@@ -308,6 +308,10 @@ class SGLangBackend(BackendDefaults):
             # log level cuts the per-step INFO line.
             "decode_log_interval": 1,
             "log_level": DEFAULT_LOG_LEVEL,
+            # Each answer's time stats (forward_entry_time, one stamp per prefill forward;
+            # prefill_finished_time; request_finished_ts): the prefill-only twin replays SGLang's
+            # own forwards and TBT excludes queue time (measure/prefill_groups.py, issue 41).
+            "enable_metrics": True,
         }
         if facts.spec_disables_overlap or config.device == "cpu":
             # SGLang turns the overlap scheduler off for a speculative engine below 0.5.14, and on

@@ -10,6 +10,7 @@ from dataclasses import field
 from typing import Iterable
 from typing import Sequence
 
+from pytest_specenergy.document import Arm
 from pytest_specenergy.document import CaseRecord
 from pytest_specenergy.gate.compare import CaseComparison
 from pytest_specenergy.gate.compare import compare_metric
@@ -36,15 +37,24 @@ class ConfigPoint:
     samples: tuple[float, ...] = field(default=(), compare=False)
 
 
+def _latency(arm: Arm, fallback: float | None) -> float | None:
+    """The time between tokens a latency target judges: what a user sees (every engine step from
+    a request's first token to its last, other requests' prefills included: issue 41 item 3);
+    a record written before it was kept gives its own decode steps' (``fallback``)."""
+    return arm.visible_tbt_ms if arm.visible_tbt_ms is not None else fallback
+
+
 def config_points(records: Iterable[CaseRecord]) -> list[ConfigPoint]:
-    """Every speculative arm plus each distinct baseline arm (one per model, corpus, batch)."""
+    """Every speculative arm plus each distinct baseline arm (one per model, corpus, batch), at
+    the time between tokens a user sees."""
     points: list[ConfigPoint] = []
     seen: set[tuple[str, str, int | None]] = set()
     for r in records:
         tripped, failed = bool(r.checks), any(c.severity == "fail" for c in r.checks)
         corpus, base = r.corpus_name, r.baseline
         key = (r.model, corpus, r.batch)
-        if key not in seen and base.tbt_ms is not None and base.energy_per_token is not None:
+        base_ms, spec_ms = _latency(base, base.tbt_ms), _latency(r.speculative, r.tbt_ms)
+        if key not in seen and base_ms is not None and base.energy_per_token is not None:
             seen.add(key)
             points.append(
                 ConfigPoint(
@@ -53,7 +63,7 @@ def config_points(records: Iterable[CaseRecord]) -> list[ConfigPoint]:
                     corpus,
                     None,
                     r.batch,
-                    base.tbt_ms,
+                    base_ms,
                     base.energy_per_token,
                     base.source,
                     False,
@@ -61,7 +71,7 @@ def config_points(records: Iterable[CaseRecord]) -> list[ConfigPoint]:
                     _defined(base.values("energy_per_token")),
                 )
             )
-        if r.tbt_ms is not None and r.energy_per_token is not None:
+        if spec_ms is not None and r.energy_per_token is not None:
             points.append(
                 ConfigPoint(
                     f"{r.drafter_id} b{r.batch}",
@@ -69,7 +79,7 @@ def config_points(records: Iterable[CaseRecord]) -> list[ConfigPoint]:
                     corpus,
                     r.drafter_id,
                     r.batch,
-                    r.tbt_ms,
+                    spec_ms,
                     r.energy_per_token,
                     r.source,
                     tripped,

@@ -23,7 +23,6 @@ from pytest_specenergy.engines.base import Server
 from pytest_specenergy.engines.meta_info import adaptive_speculation
 from pytest_specenergy.engines.meta_info import concurrency_between
 from pytest_specenergy.engines.meta_info import merge_concurrency
-from pytest_specenergy.engines.meta_info import parse_meta_info
 from pytest_specenergy.engines.prompts import generate_input
 from pytest_specenergy.measure.checks import counter_problems
 from pytest_specenergy.measure.load import Answer
@@ -36,9 +35,12 @@ from pytest_specenergy.measure.prefill_groups import prefill_groups
 from pytest_specenergy.measure.results import RunResult
 from pytest_specenergy.measure.window import PRICED
 from pytest_specenergy.measure.window import Window
+from pytest_specenergy.measure.window import counters_of
 from pytest_specenergy.measure.window import decode_sample
 from pytest_specenergy.measure.window import disturbed_mean
 from pytest_specenergy.meters.base import Meter
+from pytest_specenergy.plan.window import filler_prompts
+from pytest_specenergy.plan.window import window_prompts
 
 #: Per pool prompt, the drafts of every verify step (``meta_info.spec_drafts``).
 Drafts = tuple[tuple[tuple[int, ...], ...], ...]
@@ -52,6 +54,7 @@ class ArmRepeat:
     """One measured repeat of one arm, with when it ran (wall clock, seconds since the epoch)."""
 
     sample: RepeatSample
+    #: The window prompts' whole outputs and finish reasons, by ``indices`` (pool indices).
     outputs: tuple[tuple[int, ...], ...]
     finish: tuple[str, ...]
     concurrency: StepRecord
@@ -63,6 +66,8 @@ class ArmRepeat:
     finished: float = 0.0
     #: The means of this repeat's full windows run again because the host disturbed them.
     rerun_means: tuple[float, ...] = ()
+    #: The pool indices of the window's prompts (``plan/window.py``), in window order.
+    indices: tuple[int, ...] = ()
 
 
 class ArmMeasurer:
@@ -77,8 +82,17 @@ class ArmMeasurer:
         warmup: int,
         replay: Drafts | None = None,
         run_twin: bool = False,
+        twin_server: Server | None = None,
+        first_repeat: int = 0,
     ) -> None:
         self.server = server
+        #: Where the prefill-only twin runs: the non-speculative twin engine where it is live (the
+        #: target's prefill alone is subtracted; a draft model's own prefill stays the speculative
+        #: arm's), else the arm's own engine (None).
+        self.twin_server = twin_server
+        #: The repeat the next :meth:`measure_repeat` measures: it picks the window's prompts
+        #: (``plan/window.py``), the same for every arm of a repeat.
+        self.next_repeat = first_repeat
         #: Run the prefill-only twin even where the meter priced the full window's own prefill steps
         #: (``benchmarks/window_bias.py`` checks the twin against those steps).
         self.run_twin = run_twin
@@ -112,9 +126,11 @@ class ArmMeasurer:
         steady: bool = False,
         record: bool = False,
         sent: list[float | None] | None = None,
+        prompts: int | None = None,
     ) -> list[Answer]:
         """Every prompt of ``indices`` (into the pool) through a :class:`SteadyLoad` at the case's
-        batch (a steady-state window with ``steady``). A replay arm's decoding requests carry their
+        batch (a steady-state window with ``steady``, whose first ``prompts`` are its prompts and
+        the rest fillers, sent only while needed). A replay arm's decoding requests carry their
         drafts; ``record`` asks for drafts back; ``sent`` gets each position's send time."""
         # The engine admits the batch before any request is sent.
         cap = self.server.admit_exactly(self.batch)
@@ -122,39 +138,52 @@ class ArmMeasurer:
         asked = {"return_spec_drafts": True} if record else {}
         client = self.server.client
 
-        def send(position: int, rid: str) -> Answer:
-            params = sampling
-            if replay is not None:
-                drafts = replay[indices[position]]
-                params = {**sampling, "spec_replay_drafts": [list(d) for d in drafts]}
+        def params(position: int) -> dict[str, Any]:
+            if replay is None:
+                return sampling
+            drafts = replay[indices[position]]
+            return {**sampling, "spec_replay_drafts": [list(d) for d in drafts]}
+
+        def send_wave(positions: list[int], rids: list[str]) -> list[Answer]:
             if sent is not None:
-                sent[position] = _clock()
-            prompt = self.prompts[indices[position]]
+                at = _clock()
+                for position in positions:
+                    sent[position] = at
+            each = [params(p) for p in positions]
             return client.generate(
-                **generate_input([prompt]), sampling_params=params, rids=[rid], **asked
-            )[0]
+                **generate_input([self.prompts[indices[p]] for p in positions]),
+                sampling_params=each[0] if replay is None or len(each) == 1 else each,
+                rids=rids,
+                **asked,
+            )
+
+        def send(position: int, rid: str) -> Answer:
+            return send_wave([position], [rid])[0]
 
         width = load_width(self.batch, cap, steady, len(indices))
+        count = len(indices) if prompts is None or not steady else prompts
         load = SteadyLoad(
-            len(indices),
+            count,
             send,
             client.abort_until_answered,
             batch=self.batch,
             width=width,
             steady=steady,
+            fillers=len(indices) - count,
+            send_wave=send_wave,
         )
         return load.run()
 
     def _replay_groups(
-        self, sampling: dict[str, Any], indices: Sequence[int], groups: Groups
+        self, sampling: dict[str, Any], indices: Sequence[int], groups: Groups, server: Server
     ) -> list[dict[str, Any]]:
-        """The prompts of ``indices``, one batched ``/generate`` per group of positions, each
-        answered before the next: an idle engine admits a call's requests in one iteration, so each
-        group is one prefill forward."""
-        self.server.admit_exactly(self.batch)
+        """The prompts of ``indices``, one batched ``/generate`` per group of positions on
+        ``server``, each answered before the next: an idle engine admits a call's requests in one
+        iteration, so each group is one prefill forward."""
+        server.admit_exactly(self.batch)
         answers: list[dict[str, Any] | None] = [None] * len(indices)
         for group in groups:
-            got = self.server.client.generate(
+            got = server.client.generate(
                 **generate_input([self.prompts[indices[p]] for p in group]),
                 sampling_params=sampling,
                 rids=[next_rid() for _ in group],
@@ -180,20 +209,26 @@ class ArmMeasurer:
         steady: bool,
         groups: Groups | None = None,
         grouping: str = "",
+        prompts: int | None = None,
+        server: Server | None = None,
     ) -> Window:
-        """One flushed, metered window of ``indices``: refilled ``batch`` at a time, or replayed by
-        ``groups``."""
-        client = self.server.client
+        """One flushed, metered window of ``indices`` on ``server`` (the arm's own by default):
+        refilled ``batch`` at a time (the first ``prompts`` the window's, the rest fillers), or
+        replayed by ``groups``."""
+        server = server or self.server
+        client = server.client
         client.flush_cache()
         before = client.server_info()
         sent: list[float | None] = [None] * len(indices)
 
         def run(first: bool) -> list[dict[str, Any]]:
             if groups is not None:
-                return self._replay_groups(sampling, indices, groups)
-            return self._run(sampling, indices, steady, sent=sent if first else None)
+                return self._replay_groups(sampling, indices, groups, server)
+            return self._run(
+                sampling, indices, steady, sent=sent if first else None, prompts=prompts
+            )
 
-        token = self.meter.start(self.server)
+        token = self.meter.start(server)
         started, began = time.monotonic(), _clock()
         answers = [run(True)]
         wall_s = _clock() - began
@@ -205,22 +240,30 @@ class ArmMeasurer:
         after = client.server_info()
         # Requested batch is not actual concurrency (paper s.10): read what really ran.
         concurrency = StepRecord.of(concurrency_between(before, after))
-        counters = tuple(tuple(parse_meta_info(a["meta_info"]) for a in loop) for loop in answers)
+        counters = tuple(
+            tuple(counters_of(a, self.prompts[indices[p]]) for p, a in enumerate(loop))
+            for loop in answers
+        )
         outputs = tuple(
             tuple(tuple(int(t) for t in a["output_ids"]) for a in loop) for loop in answers
         )
+        ran = len(answers[0])  # the fillers the first loop needed are part of its requests
         return Window(
             energy,
             len(answers),
             counters,
             outputs,
             concurrency,
-            tuple(indices),
-            replay_misses=_misses(before, after) if self.replay is not None else 0,
-            sent=tuple(sent),
+            tuple(indices[:ran]),
+            replay_misses=_misses(before, after)
+            if self.replay is not None and server is self.server
+            else 0,
+            sent=tuple(sent[:ran]),
             wall_s=wall_s,
             groups=groups or (),
             grouping=grouping,
+            prompts=prompts,
+            twin_engine="" if groups is None else ("own" if server is self.server else "baseline"),
         )
 
     def _prefill_window(self, full: Window) -> Window:
@@ -265,13 +308,16 @@ class ArmMeasurer:
             steady=False,
             groups=twin_groups,
             grouping=source,
+            server=self.twin_server,
         )
 
     def _complete(self, full: Window) -> tuple[tuple[tuple[int, ...], ...], tuple[str, ...]]:
-        """Whole outputs and finish reasons for the pool: the window's, its cut-short prompts
-        generated again (unmetered) or, where the partial output prefixes an earlier repeat's whole
-        one, that one."""
-        outputs, finish = list(full.loop_outputs[0]), [c.finish_type or "?" for c in full.counters]
+        """Whole outputs and finish reasons for the window's prompts (not its fillers): the
+        window's, its cut-short prompts generated again (unmetered) or, where the partial output
+        prefixes an earlier repeat's whole one, that one."""
+        own = full.prompt_count
+        outputs = list(full.loop_outputs[0][:own])
+        finish = [c.finish_type or "?" for c in full.counters[:own]]
         cut = set(full.aborted())
         again = []
         for i, output in enumerate(outputs):  # a window's pool indices are distinct
@@ -288,7 +334,7 @@ class ArmMeasurer:
             answers = self._run(self.full, [full.indices[i] for i in again])
             for i, answer in zip(again, answers):
                 outputs[i] = tuple(int(t) for t in answer["output_ids"])
-                finish[i] = parse_meta_info(answer["meta_info"]).finish_type or "?"
+                finish[i] = counters_of(answer, self.prompts[full.indices[i]]).finish_type or "?"
                 if finish[i] != "abort":
                     self._whole[full.indices[i]] = (outputs[i], finish[i])
             again = [i for i in again if finish[i] == "abort"]
@@ -322,7 +368,7 @@ class ArmMeasurer:
             drafts.append(tuple(tuple(int(t) for t in step) for step in recorded))
         return tuple(drafts)
 
-    def _steady_window(self) -> tuple[Window, tuple[float, ...]]:
+    def _steady_window(self, repeat: int) -> tuple[Window, tuple[float, ...]]:
         """One repeat's full window, run again (at most :data:`WINDOW_RERUNS` times) while
         :func:`disturbed_mean`, and the dropped (disturbed) windows' means. An undisturbed window is
         kept; when every one was disturbed, the one that ran the most rows per step (nearest the
@@ -331,9 +377,12 @@ class ArmMeasurer:
         3.76 of 4 and its rerun 3.31). Choosing by concurrency does not choose by energy: both
         arms' windows are chosen by the same rule, and the dropped means are recorded
         (``concurrency.rerun_means``) and named by any concurrency check that still fails."""
-        tries = [self._window(self.full, range(len(self.prompts)), steady=True)]
+        pool = len(self.prompts)
+        own = window_prompts(self.batch, pool, repeat)
+        indices = own + filler_prompts(self.batch, pool, repeat)
+        tries = [self._window(self.full, indices, steady=True, prompts=len(own))]
         while len(tries) <= WINDOW_RERUNS and disturbed_mean(tries[-1].concurrency) is not None:
-            tries.append(self._window(self.full, range(len(self.prompts)), steady=True))
+            tries.append(self._window(self.full, indices, steady=True, prompts=len(own)))
         calm = disturbed_mean(tries[-1].concurrency) is None  # so only it can lack a mean
         kept = tries[-1] if calm else max(reversed(tries), key=lambda w: w.concurrency.mean_running)
         return kept, tuple(w.concurrency.mean_running for w in tries if w is not kept)
@@ -344,10 +393,11 @@ class ArmMeasurer:
         the last kept for the checks, which read the decode times of those measured again in the
         sample's ``window.rerun_decode_seconds`` (a failure after them is no one passing stall)."""
         started = time.time()
+        repeat, self.next_repeat = self.next_repeat, self.next_repeat + 1
         dropped: list[float] = []
         unlike: list[float] = []
         while True:
-            full, disturbed = self._steady_window()
+            full, disturbed = self._steady_window(repeat)
             dropped += disturbed
             sample = decode_sample(self._prefill_window(full), full)
             if sample.decode_seconds > 0 or len(unlike) >= WINDOW_RERUNS:
@@ -360,12 +410,12 @@ class ArmMeasurer:
                 sample,
                 window=dataclasses.replace(sample.window, rerun_decode_seconds=tuple(unlike)),
             )
-        # The share of the pool's decode tokens (whole outputs less prefill's first token) made
-        # inside the window, per loop: arms whose windows close at different points cover different
-        # requests (issue 21 item 3).
-        pool = sum(max(len(o) - 1, 0) for o in outputs)
+        # The share of the window prompts' decode tokens (whole outputs less prefill's first
+        # token) made inside the window, per loop: with fillers holding the batch it is whole
+        # unless they ran out (issue 21 item 3, issue 41 item 4).
+        whole = sum(max(len(o) - 1, 0) for o in outputs)
         sample = dataclasses.replace(
-            sample, coverage=full.decode_tokens_per_loop / pool if pool else None
+            sample, coverage=full.decode_tokens_per_loop / whole if whole else None
         )
         # Every arm but the baseline (the speculative arm, an A/B reference or a replay) has
         # speculative counters.
@@ -375,7 +425,9 @@ class ArmMeasurer:
             else [
                 p
                 for loop in full.loop_counters
-                for p in counter_problems(loop, self.case.drafter.num_draft_tokens)
+                for p in counter_problems(
+                    [c for c in loop if not c.queued_abort], self.case.drafter.num_draft_tokens
+                )
             ]
         )
         replay_problems = (
@@ -397,28 +449,35 @@ class ArmMeasurer:
             problems=tuple(problems),
             replay_problems=replay_problems,
             finished=time.time(),
+            indices=full.indices[: full.prompt_count],
         )
 
     def result(self, arm: str, repeats: Sequence[ArmRepeat]) -> RunResult:
-        """The arm's record over ``repeats``."""
+        """The arm's record over ``repeats``: its outputs are every window prompt's, by pool index
+        (repeats walk the pool, so each adds its own prompts)."""
         drafter = self.case.drafter if arm != "baseline" else None
-        first = repeats[0].outputs if repeats else ()
         engine = EngineFacts.from_dict(self.server.describe(), f"{arm}.engine")
+        outputs, stable = prompt_outputs(repeats)
+        samples = tuple(r.sample for r in repeats)
+        counted = [s.retractions for s in samples]
         record = Arm.measured(
             arm,
             engine,
             self.meter.label,
-            tuple(r.sample for r in repeats),
+            samples,
             drafter.num_draft_tokens + 1 if drafter else 1,
-            finish_reasons=repeats[-1].finish if repeats else (),
+            finish_reasons=tuple(finish for _, finish in outputs.values()),
             concurrency=arm_concurrency(self.case.batch, repeats, len(self.prompts)),
-            outputs_stable=all(r.stable and r.outputs == first for r in repeats),
+            outputs_stable=stable and all(r.stable for r in repeats),
             counter_problems=tuple(dict.fromkeys(p for r in repeats for p in r.problems)),
             replay_problems=tuple(dict.fromkeys(p for r in repeats for p in r.replay_problems)),
             # SGLang books proposed drafts from the static config, adaptive or not.
             nominal_proposals=adaptive_speculation(engine.server_info),
+            retractions=sum(counted[1:], counted[0])  # type: ignore[arg-type]
+            if counted and None not in counted
+            else None,
         )
-        return RunResult(record, first)
+        return RunResult(record, tuple(out for out, _ in outputs.values()), prompts=tuple(outputs))
 
     def measure(self, arm: str) -> RunResult:
         """Warm up, then ``repeats`` flushed prefill/full window pairs back to back."""
@@ -450,6 +509,22 @@ def arm_concurrency(batch: int, repeats: Sequence[ArmRepeat], pool: int) -> ArmC
         },
         "concurrency",
     )
+
+
+def prompt_outputs(
+    repeats: Sequence[ArmRepeat],
+) -> tuple[dict[int, tuple[tuple[int, ...], str]], bool]:
+    """Every window prompt's whole output and finish reason by pool index (in pool order), and
+    whether the repeats that measured a prompt more than once agree on its output."""
+    seen: dict[int, tuple[tuple[int, ...], str]] = {}
+    stable = True
+    for repeat in repeats:
+        for index, output, finish in zip(repeat.indices, repeat.outputs, repeat.finish):
+            if index in seen:
+                stable = stable and seen[index][0] == output
+            else:
+                seen[index] = (output, finish)
+    return dict(sorted(seen.items())), stable
 
 
 def _misses(before: dict[str, Any], after: dict[str, Any]) -> int:

@@ -10,7 +10,11 @@ import dataclasses
 import math
 from typing import Sequence
 
+from pytest_specenergy import metrics
 from pytest_specenergy.document import Check
+from pytest_specenergy.document import RepeatSample
+from pytest_specenergy.document import RetractionFacts
+from pytest_specenergy.engines import retractions
 from pytest_specenergy.engines.backends import get_backend
 from pytest_specenergy.engines.base import ENGINES
 from pytest_specenergy.engines.meta_info import RequestCounters
@@ -78,6 +82,7 @@ def pair_checks(pair: PairResult, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_G
         found += _concurrency_checks(run, batch) + _stability_checks(run)
     found += _pairing_checks(base, spec) + _window_checks(base, spec) + _replay_checks(pair)
     found += arm_agreement_checks(base, spec, batch) + _cut_short_checks(pair)
+    found += twin_checks(pair) + retraction_checks(base, spec)
     return found
 
 
@@ -369,7 +374,8 @@ def arm_agreement_checks(base: RunResult, spec: RunResult, batch: int) -> list[C
     bound = max(MAX_COVERAGE_GAP, (batch - 1) / pool if pool > 0 else 1.0)
     said = (
         f"the arms' windows covered {cover[0]:.1%} (baseline) vs {cover[1]:.1%} (speculative) of "
-        f"the pool's decode tokens, {gap:.1%} apart"
+        f"their prompts' decode tokens, {gap:.1%} apart (the fillers that hold the batch until "
+        "the last prompt finishes ran out, so the close cut prompts)"
     )
     if gap > bound:
         found.append(
@@ -519,3 +525,135 @@ def _window_checks(base: RunResult, spec: RunResult) -> list[Check]:
                 )
             )
     return found
+
+
+#: The most the twin's idle round trips may move the saving, in points, before a case fails: the
+#: issue's bound on the decode-only figure (issue 41 item 1).
+MAX_TWIN_IDLE_POINTS = 0.5
+#: Where a prefill-only window's grouping was guessed from the client's send times.
+SEND_TIME = "send-time"
+
+
+def twin_checks(pair: PairResult) -> list[Check]:
+    """The prefill-only twin must subtract the prefill forwards the engine ran, and only the
+    target's: a grouping guessed from send times (SGLang without ``--enable-metrics``) misses
+    queued refills' forwards (issue 41: up to 6 points at b16); a twin on the speculative engine
+    subtracts a draft model's own prefill; and under a board meter the twin's idle round trips
+    between groups read as prefill."""
+    found = []
+    arms = [pair.baseline, pair.speculative, *([pair.reference] if pair.reference else [])]
+    guessed = [run.arm for run in arms if any(_grouping(s) == SEND_TIME for s in run.samples)]
+    if guessed:
+        found.append(
+            Check(
+                "prefill-grouping-guessed",
+                "fail",
+                f"the {', '.join(guessed)} arm's prefill-only twin was grouped by send time: the "
+                "engine reported no prefill forward per request (the reference server's "
+                "meta_info.prefill_forward, SGLang's forward_entry_time with --enable-metrics), "
+                "and send times do not tell which forward prefilled a refill (queued refills are "
+                "sent a request-lifetime before it), so the decode-only figure cannot be trusted; "
+                "start SGLang with enable_metrics (the plugin passes it unless the model marker "
+                "turns it off)",
+            )
+        )
+    drafting = [pair.speculative, *([pair.reference] if pair.reference else [])]
+    if pair.case.drafter.draft_model is not None:
+        own = [run.arm for run in drafting if any(_twin_engine(s) == "own" for s in run.samples)]
+        if own:
+            found.append(
+                Check(
+                    "draft-prefill-uncharged",
+                    "fail",
+                    f"the {', '.join(own)} arm's prefill-only twin ran on its own engine, whose "
+                    "draft model prefills the prompts too: that prefill exists only because of "
+                    "speculation, yet it was subtracted, so the saving reads high (issue 41: 4-6 "
+                    "points at b16); it runs on the non-speculative twin only when both engines "
+                    "are live together: let them be resident (resident=True where they fit) or "
+                    "use the modeled meter",
+                )
+            )
+    bound = twin_idle_bound(pair)
+    if bound is not None and bound > MAX_TWIN_IDLE_POINTS:
+        found.append(
+            Check(
+                "twin-idle",
+                "fail",
+                f"the prefill-only twins idled between their groups (client round trips), and a "
+                f"board meter reads that idle power as prefill: at most {bound:.2f} points of the "
+                f"saving, past the {MAX_TWIN_IDLE_POINTS} a decode-only figure allows; generate "
+                "more tokens per request so that prefill is a smaller share",
+            )
+        )
+    return found
+
+
+def _grouping(sample: RepeatSample) -> str | None:
+    prefill = sample.window.prefill
+    return None if prefill is None else prefill.grouping
+
+
+def _twin_engine(sample: RepeatSample) -> str | None:
+    prefill = sample.window.prefill
+    return None if prefill is None else prefill.twin_engine
+
+
+def _idle_joules(sample: RepeatSample) -> float | None:
+    """The most a twin's idle round trips can have added to its per-loop reading: their share of
+    its wall time at the twin's own mean power (idle power is below it)."""
+    twin = sample.window.prefill
+    if twin is None or twin.idle_seconds is None or not twin.seconds or twin.joules is None:
+        return None
+    loops = twin.loops or 1
+    return min(twin.idle_seconds * loops / twin.seconds, 1.0) * twin.joules / loops
+
+
+def twin_idle_bound(pair: PairResult) -> float | None:
+    """The most, in points, that the twins' idle round trips can move the saving under a board
+    meter (each arm's decode joules read low by up to its twins' idle energy); None where no twin
+    ran under a board meter, or its engine stamped no forwards to tell idle from prefill."""
+    if not pair.speculative.source.startswith("measured"):
+        return None
+    return idle_bound(pair.baseline, pair.speculative)
+
+
+def idle_bound(base: RunResult, spec: RunResult) -> float | None:
+    """:func:`twin_idle_bound` for two arms whatever their meter (a benchmark reading a modeled
+    meter as a board counter sizes it so)."""
+    saving = metrics.energy_saving(spec.energy_per_token, base.energy_per_token)
+    if saving is None:
+        return None
+    shifted = []
+    for run in (base, spec):
+        idle = [_idle_joules(s) for s in run.samples]
+        if not idle or None in idle:
+            return None
+        joules = sum(s.decode_joules for s in run.samples)
+        tokens = sum(s.decode_tokens for s in run.samples)
+        shifted.append((joules + sum(idle)) / tokens if tokens else None)  # type: ignore[arg-type]
+    if None in shifted or base.energy_per_token is None or spec.energy_per_token is None:
+        return None
+    low = 1 - spec.energy_per_token / shifted[0]  # the baseline's idle given back
+    high = 1 - shifted[1] / base.energy_per_token  # the speculative arm's
+    return 100.0 * max(abs(low - saving), abs(high - saving))
+
+
+def retraction_checks(base: RunResult, spec: RunResult) -> list[Check]:
+    """Requests SGLang retracted inside the windows (KV pool full): arms that retracted differently
+    did different work (fail); both alike still recomputed prefills inside the window (warn)."""
+    if base.retractions is None or spec.retractions is None:
+        return []
+    flag = retractions.arms_differ(
+        retractions.Retractions(**_counts(base.retractions)),
+        retractions.Retractions(**_counts(spec.retractions)),
+    )
+    return [] if flag is None else [Check(flag.name, flag.severity, flag.message)]
+
+
+def _counts(facts: RetractionFacts) -> dict[str, int]:
+    return {
+        "requests": facts.requests,
+        "retracted": facts.retracted,
+        "total": facts.total,
+        "unknown": facts.unknown,
+    }

@@ -16,11 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 from typing import Callable
 
+from pytest_specenergy.plan.window import window_ends
+
 #: One answer of the engine (a ``/generate`` item: ``output_ids`` and ``meta_info``).
 Answer = dict[str, Any]
 #: ``send(position, rid)``: send the prompt at ``position`` of the list under request id ``rid``
 #: and return its answer; it runs in the worker threads, several at once.
 Send = Callable[[int, str], Answer]
+#: ``send_wave(positions, rids)``: send the prompts at ``positions`` in one batched call, under
+#: ``rids``, and return their answers in order.
+SendWave = Callable[[list[int], list[str]], list[Answer]]
 #: ``close(pending)``: end a steady-state window by cutting every request ``pending()`` still lists
 #: (sent, not answered), returning once each has answered.
 Close = Callable[[Callable[[], set[str]]], Any]
@@ -65,10 +70,21 @@ class SteadyLoad:
     """Sends ``count`` prompts through ``send``, ``width`` at a time, each worker refilling its
     slot as its request answers.
 
-    With ``steady`` the load is a steady-state window: the first worker to find the list empty
-    while fewer than ``batch`` requests are in flight ends it, calling ``close`` with the rids still
-    in flight (the rest of the window would be a drain at falling concurrency, which the declared
-    batch does not describe). Without ``steady`` every prompt runs to its end.
+    With ``steady`` the load is a steady-state window, ended by ``plan/window.py``'s rule
+    (:func:`~pytest_specenergy.plan.window.window_ends`): once the ``count`` window prompts are
+    sent, up to ``fillers`` more (positions ``count`` on) keep the batch in flight until the last
+    window prompt has answered; that answer ends the window, calling ``close`` with the rids still
+    in flight (fillers). Where the fillers run out first (or there are none), the first answer
+    that leaves fewer than ``batch`` in flight ends it (the rest of the window would be a drain at
+    falling concurrency, which the declared batch does not describe). Without ``steady`` every
+    prompt runs to its end.
+
+    With ``send_wave``, a steady window that queues requests in the engine (``width`` at least twice
+    the batch) sends its first ``batch`` prompts in one batched call, so the engine admits them in
+    one iteration: sent one per call, the first to arrive was admitted alone and the window opened
+    with a one-row step, a ramp a constant-batch truth does not have (the quickstart's n-gram rows
+    read 0.6-0.7 points low against the full workload). The wave's slots are refilled from the
+    engine's queue as its rows finish; once it has answered, its worker is ``batch`` workers again.
 
     The first error (of ``send`` or ``close``) stops the refills; :meth:`run` raises it once every
     worker has returned. A prompt that got no answer is an error too: a window never silently
@@ -83,22 +99,38 @@ class SteadyLoad:
         batch: int,
         width: int,
         steady: bool,
+        fillers: int = 0,
+        send_wave: SendWave | None = None,
     ) -> None:
         if width < 1:
             raise ValueError(f"a load keeps at least one request in flight, got width={width}")
+        if fillers < 0 or (fillers and not steady):
+            raise ValueError(
+                f"fillers keep a steady window's batch in flight: got fillers={fillers} with "
+                f"steady={steady}; expected 0, or a number >= 0 with steady=True"
+            )
         self.count = count
+        self.fillers = fillers
         self.batch = max(batch, 1)
         self.width = width
         self.steady = steady
         self._send = send
         self._close = close
         self._lock = threading.Lock()
-        self._positions = iter(range(count))
+        self._positions = iter(range(count + fillers))
+        self._sent = 0
+        #: Window prompts (positions below ``count``) not answered yet.
+        self._unanswered = count
         #: The rid of every request sent (or about to be) and not answered yet.
         self._in_flight: set[str] = set()
         self._ended = False
         self._errors: list[BaseException] = []
-        self._answers: list[Answer | None] = [None] * count
+        self._answers: list[Answer | None] = [None] * (count + fillers)
+        self._send_wave = send_wave
+        queued = steady and width >= 2 * self.batch
+        #: Prompts the first wave sends in one call (0: none).
+        self.wave = self.batch if send_wave and queued and 1 < self.batch <= count else 0
+        self._threads: list[threading.Thread] = []
 
     def pending(self) -> set[str]:
         """The rids sent and not answered yet (what a close must cut)."""
@@ -106,55 +138,120 @@ class SteadyLoad:
             return set(self._in_flight)
 
     def run(self) -> list[Answer]:
-        """Every prompt's answer, in list order; raises the first error of any worker."""
-        width = min(self.width, max(self.count, 1))
+        """Every sent prompt's answer in position order: the ``count`` window prompts, then the
+        fillers sent (the first ones; those never needed were never sent). Raises the first error
+        of any worker."""
+        width = min(self.width, max(self.count + self.fillers, 1))
         if width == 1:
             self._work()
         else:
-            threads = [
-                threading.Thread(target=self._work, name=f"specenergy-req-{i}", daemon=True)
-                for i in range(width)
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
+            if self.wave:
+                self._spawn(self._work_wave)
+            for _ in range(width - (self.wave or 1) + (0 if self.wave else 1)):
+                self._spawn(self._work)
+            joined = 0
+            while True:  # a wave's worker spawns more workers once it has answered
+                with self._lock:
+                    if joined == len(self._threads):
+                        break
+                    thread = self._threads[joined]
                 thread.join()
+                joined += 1
         if self._errors:
             raise self._errors[0]
-        missing = sum(1 for answer in self._answers if answer is None)
+        sent = self._answers[: self._sent]
+        missing = sum(1 for answer in sent if answer is None)
         if missing:
-            raise RuntimeError(f"{missing} of {self.count} requests got no answer")
-        return self._answers  # type: ignore[return-value]
+            raise RuntimeError(f"{missing} of {self._sent} requests got no answer")
+        return sent  # type: ignore[return-value]
+
+    def _spawn(self, target: Callable[[], None]) -> None:
+        thread = threading.Thread(
+            target=target, name=f"specenergy-req-{len(self._threads)}", daemon=True
+        )
+        with self._lock:
+            self._threads.append(thread)
+        thread.start()
+
+    def _work_wave(self) -> None:
+        """The first wave: ``wave`` prompts in one call; then its slots' refills, as workers."""
+        with self._lock:
+            requests = []
+            for _ in range(self.wave):
+                position = next(self._positions)
+                requests.append(_Request(position, next_rid()))
+                self._in_flight.add(requests[-1].rid)
+                self._sent += 1
+        assert self._send_wave is not None
+        try:
+            answers = self._send_wave([r.position for r in requests], [r.rid for r in requests])
+            if len(answers) != len(requests):
+                raise RuntimeError(
+                    f"a batched call of {len(requests)} prompts got {len(answers)} answers"
+                )
+        except BaseException as exc:  # re-raised in the caller's thread by run()
+            self._keep(exc)
+            return
+        finally:
+            with self._lock:
+                self._in_flight.difference_update(r.rid for r in requests)
+        for request, answer in zip(requests, answers):
+            self._answers[request.position] = answer
+        if any([self._answered(r) == _CLOSE for r in requests]):
+            self._close_window()
+            return
+        for _ in range(self.wave - 1):
+            self._spawn(self._work)
+        self._work()
 
     def _take(self) -> _Request | str:
-        """The next prompt, registered in flight; or, with the list empty, whether this worker
-        ends the window (:data:`_CLOSE`) or just stops (:data:`_STOP`)."""
+        """The next prompt, registered in flight; or, with the list empty or the window ended,
+        :data:`_STOP`."""
         with self._lock:
-            if self._errors:
+            if self._errors or self._ended:
                 return _STOP
             position = next(self._positions, None)
-            if position is not None:
-                # Registered before the request is sent, so a close that comes before it reaches
-                # the engine still knows to abort it.
-                request = _Request(position, next_rid())
-                self._in_flight.add(request.rid)
-                return request
-            # The window ends when a finish leaves fewer than the batch in flight; with requests
-            # queued beyond the batch, the first workers to find the list empty still leave the
-            # batch running, and stop without ending it.
-            end_now = self.steady and 0 < len(self._in_flight) < self.batch and not self._ended
-            self._ended = self._ended or end_now
-            return _CLOSE if end_now else _STOP
+            if position is None:
+                return _STOP
+            # Registered before the request is sent, so a close that comes before it reaches
+            # the engine still knows to abort it.
+            request = _Request(position, next_rid())
+            self._in_flight.add(request.rid)
+            self._sent += 1
+            return request
 
     def _work(self) -> None:
-        """One worker: take a prompt, send it, keep its answer, until told to stop."""
+        """One worker: take a prompt, send it, keep its answer, until told to stop; the worker
+        whose answer ends the window closes it."""
         while True:
             step = self._take()
-            if step == _CLOSE:
+            if not isinstance(step, _Request):
+                return
+            if not self._send_one(step):
+                return
+            if self._answered(step) == _CLOSE:
                 self._close_window()
                 return
-            if not isinstance(step, _Request) or not self._send_one(step):
-                return
+
+    def _answered(self, request: _Request) -> str:
+        """After ``request``'s answer: whether it ends the window (:data:`_CLOSE`)."""
+        with self._lock:
+            if request.position < self.count:
+                self._unanswered -= 1
+            end_now = (
+                self.steady
+                and not self._ended
+                and bool(self._in_flight)
+                and window_ends(
+                    self._sent,
+                    len(self._in_flight),
+                    self.batch,
+                    self.count + self.fillers,
+                    self._unanswered if self.fillers else None,
+                )
+            )
+            self._ended = self._ended or end_now
+            return _CLOSE if end_now else _STOP
 
     def _send_one(self, request: _Request) -> bool:
         """Send one request and keep its answer; False if it failed (the error is kept)."""

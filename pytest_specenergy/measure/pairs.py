@@ -18,9 +18,11 @@ from pytest_specenergy.document import RepeatEntry
 from pytest_specenergy.document import ResidencyFacts
 from pytest_specenergy.document import Restart
 from pytest_specenergy.document import RunOrder
+from pytest_specenergy.engines.base import EngineConfigError
 from pytest_specenergy.engines.base import Pool
 from pytest_specenergy.engines.base import Server
 from pytest_specenergy.engines.config import EngineConfig
+from pytest_specenergy.engines.kv_pools import capacity_problems
 from pytest_specenergy.engines.pool import EnginePool
 from pytest_specenergy.engines.sglang_residency import Residency
 from pytest_specenergy.engines.sglang_residency import decide as decide_residency
@@ -88,6 +90,9 @@ class PairMeasurer:
         self.gpu_memory = gpu_memory or engine_gpu_memory
         self.server_fields = server_fields or _installed_server_fields
         self.meters: dict[str, Meter] = {}
+        #: Each engine's ``/server_info`` from its start, by config: a blocked case compares its
+        #: arms' KV pools against an engine stopped since (the baseline's).
+        self._start_infos: dict[EngineConfig, dict[str, Any]] = {}
         self._baselines: dict[tuple[Any, ...], RunResult] = {}
         self._baseline_from: dict[tuple[Any, ...], str] = {}
         self._pairs: dict[Case, PairResult] = {}
@@ -150,7 +155,9 @@ class PairMeasurer:
         kind = meter_kind_for(self.meter_choice, server.config.engine, device)
         if kind not in self.meters:
             meter = self.meter_factory(kind, server) if self.meter_factory else None
-            self.meters[kind] = meter or make_meter(kind)
+            # The pool's other live engines (resident siblings) are the plugin's own processes
+            # to the NVML meter's contamination check, not another user's.
+            self.meters[kind] = meter or make_meter(kind, own_pids=self.pool.pids)
         return self.meters[kind]
 
     def _arm(
@@ -160,14 +167,25 @@ class PairMeasurer:
         repeats: int,
         warmup: int | None,
         replay: Drafts | None = None,
+        twin: EngineConfig | None = None,
+        first_repeat: int = 0,
     ) -> ArmMeasurer:
         server = self.pool.get(self.engine_config(config))
+        self._start_infos.setdefault(config, dict(server.server_info))
         meter = self.meter_for(server)
         warmup = self.warmup if warmup is None else warmup
         if warmup is None:  # auto: only a measured window needs the engine warm
             warmup = 0 if meter.kind.startswith("modeled:") else 1
         return ArmMeasurer(
-            server, meter, case, repeats, warmup, replay=replay, run_twin=self.run_twin
+            server,
+            meter,
+            case,
+            repeats,
+            warmup,
+            replay=replay,
+            run_twin=self.run_twin,
+            twin_server=None if twin is None else self.pool.get(self.engine_config(twin)),
+            first_repeat=first_repeat,
         )
 
     def _replay_arms(
@@ -217,30 +235,86 @@ class PairMeasurer:
         swapped, replay = self._replay_arms(case, tuple(drafting), first)
         return CyclePlan.decide(case, baseline, swapped, replay, self.pool.max_live)
 
-    def _measurer(self, arm: ArmSpec, repeats: int, warmup: int | None) -> ArmMeasurer:
-        """The arm's measurer on its engine (a replay arm's with its drafting arm's drafts)."""
+    def _measurer(
+        self,
+        arm: ArmSpec,
+        repeats: int,
+        warmup: int | None,
+        twin: EngineConfig | None = None,
+        first_repeat: int = 0,
+    ) -> ArmMeasurer:
+        """The arm's measurer on its engine (a replay arm's with its drafting arm's drafts), its
+        prefill-only twin on ``twin``'s engine (None: its own)."""
         replay = self._drafts(arm.replays) if arm.replays is not None else None
-        return self._arm(arm.config, arm.case, repeats, warmup, replay=replay)
+        return self._arm(
+            arm.config,
+            arm.case,
+            repeats,
+            warmup,
+            replay=replay,
+            twin=twin,
+            first_repeat=first_repeat,
+        )
+
+    def _twin_for(self, plan: CyclePlan, arm: ArmSpec, with_baseline: bool) -> EngineConfig | None:
+        """Where ``arm``'s prefill-only twin runs: a drafting arm's on the non-speculative twin
+        engine when the pool holds it beside the arm's (so the target's prefill alone is
+        subtracted, and a draft model's prefill of the same prompts stays the speculative arm's,
+        issue 41 item 2); else (the baseline, a replay arm, a blocked order) on its own engine."""
+        if arm not in plan.drafting or not plan.interleaved:
+            return None
+        live = len(plan.arms) + (0 if with_baseline else 1)
+        if self.pool.max_live and self.pool.max_live < live:
+            return None
+        return plan.case.baseline_config()
+
+    def _check_pools(self, case: Case, measurers: dict[str, ArmMeasurer]) -> None:
+        """Before the first window: the arms' SGLang KV pools, from each engine's ``/server_info``
+        at its start (a blocked case's earlier arms' engines may be stopped since), must be equal
+        (and the planned size); else the case is refused with the problems, before any warm-up."""
+        if case.engine != "sglang":
+            return
+        infos = {
+            name: self._start_infos.get(m.server.config, m.server.server_info)
+            for name, m in measurers.items()
+        }
+        if "baseline" not in infos:  # a shared baseline: its engine's start info
+            infos = {"baseline": self._start_infos.get(case.baseline_config(), {}), **infos}
+        pools = self.residency.pools if self.residency is not None else None
+        problems = capacity_problems(infos, None if pools is None else pools.tokens)
+        if problems:
+            raise EngineConfigError(f"{case.id}: " + "; ".join(problems))
 
     def _interleaved(
-        self, case: Case, repeats: int, warmup: int | None, with_baseline: bool
+        self,
+        case: Case,
+        repeats: int,
+        warmup: int | None,
+        with_baseline: bool,
+        first_repeat: int = 0,
     ) -> tuple[dict[str, RunResult], Server, RunOrder]:
-        """``repeats`` of each arm of ``case`` in cycles (:class:`CyclePlan`); each arm's result
-        by name, the speculative arm's server, and the order they ran in."""
+        """``repeats`` of each arm of ``case`` in cycles (:class:`CyclePlan`), numbered from
+        ``first_repeat`` (which picks each window's prompts); each arm's result by name, the
+        speculative arm's server, and the order they ran in."""
         plan = self._plan(case, with_baseline)
         run = _CycleRun(plan.arms, repeats)
+
+        def measurer(arm: ArmSpec) -> ArmMeasurer:
+            twin = self._twin_for(plan, arm, with_baseline)
+            return self._measurer(arm, repeats, warmup, twin, first_repeat)
+
         if plan.interleaved:
-            run.measurers.update(
-                (arm.name, self._measurer(arm, repeats, warmup)) for arm in plan.arms
-            )
-            for measurer in run.measurers.values():
-                measurer.warm_up()
+            run.measurers.update((arm.name, measurer(arm)) for arm in plan.arms)
+            self._check_pools(case, run.measurers)
+            for each in run.measurers.values():
+                each.warm_up()
             for cycle in range(repeats):
                 for arm in plan.cycle(cycle):
                     self._measure_next(run, arm.name)
         else:
             for arm in plan.arms:  # one engine at a time: each arm's repeats together
-                run.measurers[arm.name] = self._measurer(arm, repeats, warmup)
+                run.measurers[arm.name] = measurer(arm)
+                self._check_pools(case, run.measurers)
                 run.measurers[arm.name].warm_up()
                 for _ in range(repeats):
                     self._measure_next(run, arm.name)
@@ -331,49 +405,75 @@ class PairMeasurer:
                 self._baselines[key], self._baseline_from[key] = arms["baseline"], case.id
             baseline = self._baselines[key]
 
-            # Scoring is a prefill (max_new_tokens=0) on the engine already running; it never
-            # speculates, so the speculative engine scores as its twin would. Prompt ids are asked
-            # for where the engine has them.
-            def scored(run: RunResult) -> Coherence:
-                return measure_coherence(
-                    server.client,
-                    case.pool(),
-                    baseline.outputs,
-                    run.outputs,
-                    server.special_token_ids,
-                    server.backend.returns_prompt_token_ids,
-                    tie_margins=True,
-                )
-
-            # The reference drafter's divergences are classified too: an A/B compares match
-            # fractions, ties counting as matches on both sides.
-            reference = arms.get("reference")
-            self._pairs[case] = checked(
-                PairResult(
-                    case,
-                    case.id,
-                    baseline,
-                    arms["speculative"],
-                    scored(arms["speculative"]),
-                    order=order,
-                    reference=reference,
-                    removal=arms.get("removal"),
-                    reference_coherence=None if reference is None else scored(reference),
-                )
-            )
+            self._pairs[case] = self._paired(case, baseline, arms, order, server)
         return self._pairs[case]
+
+    def _paired(
+        self,
+        case: Case,
+        baseline: RunResult,
+        arms: dict[str, RunResult],
+        order: RunOrder,
+        server: Server,
+    ) -> PairResult:
+        """The checked pair of ``arms`` against ``baseline``: outputs compared on the prompts every
+        arm measured (a shared baseline may have measured more repeats, so more prompts)."""
+        common = set(baseline.by_prompt())
+        for run in arms.values():
+            common &= set(run.by_prompt())
+        prompts = tuple(sorted(common))
+        baseline = baseline.on_prompts(prompts)
+        arms = {name: run.on_prompts(prompts) for name, run in arms.items()}
+        pool = case.pool()
+
+        # Scoring is a prefill (max_new_tokens=0) on the engine already running; it never
+        # speculates, so the speculative engine scores as its twin would. Prompt ids are asked
+        # for where the engine has them.
+        def scored(run: RunResult) -> Coherence:
+            return measure_coherence(
+                server.client,
+                [pool[i] for i in prompts],
+                baseline.outputs,
+                run.outputs,
+                server.special_token_ids,
+                server.backend.returns_prompt_token_ids,
+                tie_margins=True,
+            )
+
+        # The reference drafter's divergences are classified too: an A/B compares match
+        # fractions, ties counting as matches on both sides.
+        reference = arms.get("reference")
+        return checked(
+            PairResult(
+                case,
+                case.id,
+                baseline,
+                arms["speculative"],
+                scored(arms["speculative"]),
+                order=order,
+                reference=reference,
+                removal=arms.get("removal"),
+                reference_coherence=None if reference is None else scored(reference),
+            )
+        )
 
     def add_repeats(self, case: Case, extra: int) -> PairResult:
         """``extra`` more interleaved repeats of every arm (asked by an INCONCLUSIVE verdict); the
         baseline grows."""
         pair = self.measure(case)
-        more, _, order = self._interleaved(case, extra, 0, with_baseline=True)
+        done = len(pair.speculative.samples)
+        more, server, order = self._interleaved(
+            case, extra, 0, with_baseline=True, first_repeat=done
+        )
+        key = case.baseline_key()
         grown = {
-            name: pair.arms[name].extended(run) for name, run in more.items() if name in pair.arms
+            name: (self._baselines[key] if name == "baseline" else pair.arms[name]).extended(run)
+            for name, run in more.items()
+            if name in pair.arms
         }
-        self._baselines[case.baseline_key()] = grown["baseline"]
+        self._baselines[key] = grown.pop("baseline")
         merged = _added(pair.order, order)
-        self._pairs[case] = checked(dataclasses.replace(pair, order=merged, **grown))
+        self._pairs[case] = self._paired(case, self._baselines[key], grown, merged, server)
         return self._pairs[case]
 
     def meter_description(self, label: str) -> MeterFacts | None:

@@ -17,12 +17,34 @@ DEFAULT_SEND_GAP_S = 0.002
 Groups = tuple[tuple[int, ...], ...]
 
 
+#: Where a grouping came from: the engine's forward numbers (the reference server), the engine's
+#: forward stamps (SGLang's ``forward_entry_time``, ``--enable-metrics``), or the client's send times
+#: (a guess: refused by the ``prefill-grouping-guessed`` check).
+ENGINE = "engine"
+ENGINE_STAMPS = "engine (forward_entry_time)"
+SEND_TIME = "send-time"
+
+
 def engine_groups(counters: Sequence[RequestCounters], positions: Sequence[int]) -> Groups | None:
     """``positions`` grouped by the prefill forward the engine reports for each; None when any lacks
     that number."""
-    forwards: dict[int, list[int]] = {}
+    return _grouped(counters, positions, "prefill_forward")
+
+
+def stamp_groups(counters: Sequence[RequestCounters], positions: Sequence[int]) -> Groups | None:
+    """``positions`` grouped by the start of the prefill forward SGLang stamped on each
+    (``forward_entry_time``: ``scheduler.py`` stamps every request of a prefill batch with one
+    ``perf_counter`` reading, ``set_time_batch``), so equal stamps are one forward; None when any
+    lacks it."""
+    return _grouped(counters, positions, "forward_entry_time")
+
+
+def _grouped(
+    counters: Sequence[RequestCounters], positions: Sequence[int], key: str
+) -> Groups | None:
+    forwards: dict[float, list[int]] = {}
     for position in positions:
-        forward = counters[position].prefill_forward
+        forward = getattr(counters[position], key)
         if forward is None:
             return None
         forwards.setdefault(forward, []).append(position)
@@ -51,10 +73,12 @@ def prefill_groups(
     sent: Sequence[float | None],
     gap_s: float = DEFAULT_SEND_GAP_S,
 ) -> tuple[Groups, str]:
-    """The grouping of ``positions`` and where it came from (``engine`` or ``send-time``)."""
+    """The grouping of ``positions`` and where it came from (:data:`ENGINE`,
+    :data:`ENGINE_STAMPS` or :data:`SEND_TIME`)."""
     grouped = engine_groups(counters, positions)
-    return (
-        (grouped, "engine")
-        if grouped is not None
-        else (send_groups(sent, positions, gap_s), "send-time")
-    )
+    if grouped is not None:
+        return grouped, ENGINE
+    stamped = stamp_groups(counters, positions)
+    if stamped is not None:
+        return stamped, ENGINE_STAMPS
+    return send_groups(sent, positions, gap_s), SEND_TIME

@@ -53,6 +53,9 @@ class RunResult:
 
     record: Arm
     outputs: tuple[tuple[int, ...], ...] = ()
+    #: The pool index of each output (the window prompts the arm's repeats measured; empty: the
+    #: whole pool, in order).
+    prompts: tuple[int, ...] = ()
 
     arm = _recorded("arm", "``baseline``, ``speculative``, ``reference`` or ``removal``.")
     engine = _recorded(
@@ -69,7 +72,15 @@ class RunResult:
     counter_problems = _recorded("counter_problems", "Counters contradicting the tokens.")
     replay_problems = _recorded("replay_problems", "Windows a replay did not replay like for like.")
     energy_per_token = _recorded("energy_per_token", "Median decode J per committed token.")
-    tbt_ms = _recorded("tbt_ms", "Median of the mean per-request time between tokens, ms.")
+    tbt_ms = _recorded(
+        "tbt_ms", "Median of the mean per-request time between tokens, its own decode steps, ms."
+    )
+    visible_tbt_ms = _recorded(
+        "visible_tbt_ms",
+        "Median of the mean per-request time between tokens a user sees (every engine step from "
+        "its first token to its last, other requests' prefills included), ms.",
+    )
+    retractions = _recorded("retractions", "Retractions over every repeat's window.")
     accept_length = _recorded("accept_length", "Tokens per verify step over all repeats.")
     acceptance_rate = _recorded("acceptance_rate", "Accepted over proposed drafts, all repeats.")
     coverage = _recorded("coverage", "Mean share of the pool's decode tokens in the window.")
@@ -99,18 +110,49 @@ class RunResult:
 
     def replaced(self, **fields: Any) -> RunResult:
         """This result with fields of its record changed, its figures computed again."""
-        return RunResult(dataclasses.replace(self.record, **fields).refigured(), self.outputs)
+        return RunResult(
+            dataclasses.replace(self.record, **fields).refigured(), self.outputs, self.prompts
+        )
+
+    def by_prompt(self) -> dict[int, tuple[tuple[int, ...], str]]:
+        """Each output and its finish reason by pool index."""
+        indices = self.prompts or tuple(range(len(self.outputs)))
+        finish = self.finish_reasons or ("?",) * len(self.outputs)
+        return dict(zip(indices, zip(self.outputs, finish)))
+
+    def on_prompts(self, prompts: tuple[int, ...]) -> RunResult:
+        """This arm's outputs on ``prompts`` alone (pool indices it measured), so that two arms
+        measured over different repeats compare the same prompts."""
+        if prompts == self.prompts:
+            return self
+        mine = self.by_prompt()
+        record = dataclasses.replace(self.record, finish_reasons=tuple(mine[i][1] for i in prompts))
+        return RunResult(record, tuple(mine[i][0] for i in prompts), prompts)
 
     def extended(self, more: RunResult) -> RunResult:
         """This arm with ``more``'s repeats added (same arm, same engine; the gate asked for
-        more): its figures computed again over every sample."""
+        more): its figures computed again over every sample, its outputs over every prompt."""
         record, added = self.record, more.record
-        stable = record.outputs_stable and added.outputs_stable and self.outputs == more.outputs
-        return self.replaced(
+        mine, theirs = self.by_prompt(), more.by_prompt()
+        agree = all(mine[i][0] == theirs[i][0] for i in set(mine) & set(theirs))
+        merged = dict(sorted({**theirs, **mine}.items()))
+        stable = record.outputs_stable and added.outputs_stable and agree
+        retractions = (
+            None
+            if record.retractions is None or added.retractions is None
+            else record.retractions + added.retractions
+        )
+        grown = RunResult(
+            dataclasses.replace(record, finish_reasons=tuple(f for _, f in merged.values())),
+            tuple(o for o, _ in merged.values()),
+            tuple(merged),
+        )
+        return grown.replaced(
             samples=record.samples + added.samples,
             outputs_stable=stable,
             counter_problems=tuple(dict.fromkeys(record.counter_problems + added.counter_problems)),
             replay_problems=tuple(dict.fromkeys(record.replay_problems + added.replay_problems)),
+            retractions=retractions,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -148,6 +190,9 @@ class PairResult:
         "energy_per_token", "Speculative J per committed token (median over repeats)."
     )
     tbt_ms = _speculative("tbt_ms", "Speculative mean time between tokens, ms.")
+    visible_tbt_ms = _speculative(
+        "visible_tbt_ms", "Speculative mean time between tokens a user sees, ms."
+    )
     accept_length = _speculative("accept_length", "Speculative tokens committed per verify step.")
     acceptance_rate = _speculative("acceptance_rate", "Speculative accepted / proposed drafts.")
     verified_per_step = _speculative(
@@ -171,8 +216,14 @@ class PairResult:
 
     @property
     def speedup(self) -> float | None:
-        """Baseline over speculative time between tokens."""
+        """Baseline over speculative time between tokens (each request's own decode steps)."""
         return metrics.speedup(self.baseline.tbt_ms, self.speculative.tbt_ms)
+
+    @property
+    def visible_speedup(self) -> float | None:
+        """Baseline over speculative time between tokens a user sees (other requests' refill
+        prefills included: a speculative request lives fewer steps, so meets more of them)."""
+        return metrics.speedup(self.baseline.visible_tbt_ms, self.speculative.visible_tbt_ms)
 
     def _meter_detail(self, key: str) -> list[Any]:
         """``key`` from the speculative arm's full-window meter details, per repeat (None-free)."""
@@ -275,7 +326,9 @@ class PairResult:
             f"{metrics.fmt(self.accept_length, '.3f')}, acceptance rate "
             f"{metrics.fmt(self.acceptance_rate, '.3f')}, verified/step {self.verified_per_step}, "
             f"energy saving {metrics.fmt(self.energy_saving, '+.1%')}, speedup "
-            f"{metrics.fmt(self.speedup, '.2f')}x, equivalence {self.equivalence.summary()}"
+            f"{metrics.fmt(self.speedup, '.2f')}x (a user sees "
+            f"{metrics.fmt(self.visible_speedup, '.2f')}x), equivalence "
+            f"{self.equivalence.summary()}"
             + (f", logprob gap {self.coherence.mean_gap:.3f} nats/token" if self.coherence else "")
             + "".join(f"\n  check {c}" for c in self.checks)
         )
@@ -461,7 +514,8 @@ def _arm_line(label: str, run: RunResult) -> str:
     samples = ", ".join(metrics.fmt(s.energy_per_token, ".4g") for s in run.samples)
     return (
         f"  {label} {metrics.fmt(run.energy_per_token, '.4g')} J/token, tbt "
-        f"{metrics.fmt(run.tbt_ms, '.3f')} ms ({len(run.samples)} repeats: {samples})\n"
+        f"{metrics.fmt(run.tbt_ms, '.3f')} ms, a user sees {metrics.fmt(run.visible_tbt_ms, '.3f')}"
+        f" ms ({len(run.samples)} repeats: {samples})\n"
     )
 
 

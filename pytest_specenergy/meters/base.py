@@ -29,10 +29,15 @@ class EnergyWindow:
     request_seconds: Mapping[str, float] | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
     request_decode_seconds: Mapping[str, float] | None = None
-    #: The window's prefill forwards alone, where the meter prices the engine's steps (the modeled
-    #: meter; None with a board meter): what a prefill-only twin would read. A meter adjusting a
-    #: window's readings adjusts this alike.
+    #: The window's target prefill forwards alone, where the meter prices the engine's steps (the
+    #: modeled meter; None with a board meter): what a prefill-only twin on the non-speculative
+    #: twin reads (a draft model's own prefill is the speculative arm's work, not in it). A meter
+    #: adjusting a window's readings adjusts this alike.
     prefill_only: EnergyWindow | None = None
+    #: Per request, the seconds from the end of its prefill (its first token) to the end of its
+    #: last step, every step in between counted (other requests' prefills too): the time a user
+    #: waits for its tokens after the first. None: the meter does not know.
+    request_visible_seconds: Mapping[str, float] | None = None
 
 
 class EngineHandle(Protocol):

@@ -218,6 +218,9 @@ def window_from_steps(
     moved = flops = count = compute_bound = 0
     per_request: dict[str, float] = {}
     decoding_s: dict[str, float] = {}  # per request, its decode, verify and draft steps only
+    # Per request, the window's clock at the end of its target prefill and of its last step.
+    first_token_at: dict[str, float] = {}
+    last_step_at: dict[str, float] = {}
     by_phase: dict[str, dict[str, float]] = {}
     joules_by_phase = {"prefill": 0.0, "decode": 0.0, "verify": 0.0, "draft": 0.0}
     joules_by_model = {"target": 0.0, "draft": 0.0}
@@ -247,6 +250,9 @@ def window_from_steps(
             per_request[str(rid)] = per_request.get(str(rid), 0.0) + cost.seconds
             if phase != "prefill":
                 decoding_s[str(rid)] = decoding_s.get(str(rid), 0.0) + cost.seconds
+            if phase == "prefill" and model == "target":
+                first_token_at.setdefault(str(rid), seconds)
+            last_step_at[str(rid)] = seconds
     # The verify step's intensity; a plain engine's "verify step" is its decode step (1 token).
     phase = "verify" if work["verify"][1] else ("decode" if work["decode"][1] else None)
     verify_intensity = _intensity(*work[phase]) if phase else None
@@ -270,7 +276,16 @@ def window_from_steps(
         "joules_by_model": joules_by_model,
         "draft_share": joules_by_phase["draft"] / decoding if decoding else None,
     }
-    return EnergyWindow(joules, seconds, pricing.label, per_request, details, decoding_s)
+    visible = {rid: last_step_at[rid] - at for rid, at in first_token_at.items()}
+    return EnergyWindow(
+        joules,
+        seconds,
+        pricing.label,
+        per_request,
+        details,
+        decoding_s,
+        request_visible_seconds=visible,
+    )
 
 
 class ModeledMeter:
@@ -350,8 +365,17 @@ class ModeledMeter:
         steps = self._advance(token)
         pricing = self.pricing(token)
         self.label = pricing.label
+        # The target's prefill forwards only: a draft model's prefill of the same prompts exists
+        # because of speculation, so it stays in the speculative arm's decode energy (issue 41:
+        # 0.6-8% of it, charged to no one before).
         prefill = window_from_steps(
-            [s for s in steps if s.get("phase") == "prefill"], self.gpu, pricing
+            [
+                s
+                for s in steps
+                if s.get("phase") == "prefill" and s.get("model", "target") == "target"
+            ],
+            self.gpu,
+            pricing,
         )
         return replace(window_from_steps(steps, self.gpu, pricing), prefill_only=prefill)
 

@@ -6,11 +6,13 @@ A rejection is a :class:`ProtocolError` naming the field, what was given and wha
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from .records import GenerationRequest
 from .records import GenerationResult
+from .records import RequestTimes
 from .records import SamplingParams
 from .tokenizer import TokenizerLike
 
@@ -272,6 +274,25 @@ def _lp_entries(entries: Any, tokenizer: TokenizerLike, with_text: bool) -> list
     ]
 
 
+#: perf_counter to wall-clock seconds, as SGLang's ``convert_time_to_realtime`` converts its stamps.
+_REALTIME_OFFSET = time.time() - time.perf_counter()
+
+
+def _time_stats(times: RequestTimes | None) -> dict[str, float]:
+    """SGLang's per-request time stats under their ``meta_info`` names (SGLang sends them with
+    ``--enable-metrics``; ``observability/req_time_stats.py``), in wall-clock seconds: the start of
+    the prefill forward that prefilled the request (one stamp per forward), its end, and the
+    request's finish. A stamp never reached is left out."""
+    if times is None:
+        return {}
+    stamps = {
+        "forward_entry_time": times.forward_entry,
+        "prefill_finished_time": times.prefill_finished,
+        "request_finished_ts": times.finished,
+    }
+    return {key: at + _REALTIME_OFFSET for key, at in stamps.items() if at > 0}
+
+
 def result_json(
     result: GenerationResult,
     tokenizer: TokenizerLike,
@@ -296,6 +317,7 @@ def result_json(
         meta["prefill_forward"] = result.prefill_forward
     if result.decode_s is not None:
         meta["decode_seconds"] = result.decode_s
+    meta.update(_time_stats(result.times))
     spec = result.spec
     if spec is not None and spec.verify_ct > 0:
         meta["spec_verify_ct"] = spec.verify_ct

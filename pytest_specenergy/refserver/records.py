@@ -218,6 +218,17 @@ class SpecStats:
 
 
 @dataclass(frozen=True)
+class RequestTimes:
+    """A request's time stats as SGLang reports them with ``--enable-metrics`` (perf_counter
+    seconds; 0: never reached): its prefill forward's start, shared by every request of that
+    forward, the forward's end (its first token), and its finish."""
+
+    forward_entry: float = 0.0
+    prefill_finished: float = 0.0
+    finished: float = 0.0
+
+
+@dataclass(frozen=True)
 class GenerationResult:
     """One finished request."""
 
@@ -237,6 +248,7 @@ class GenerationResult:
         None  # the engine's count of the prefill forward that prefilled it
     )
     decode_s: float | None = None  # wall seconds of the decode / verify steps it ran in
+    times: RequestTimes | None = None
 
     @property
     def completion_tokens(self) -> int:

@@ -14,6 +14,7 @@ import torch
 from .records import FinishReason
 from .records import GenerationRequest
 from .records import GenerationResult
+from .records import RequestTimes
 from .records import SpecStats
 
 TopEntries = tuple[tuple[float, int], ...]
@@ -80,6 +81,10 @@ class Row:
     # prefilled together, so a prefill-only rerun can repeat that grouping forward for forward.
     prefill_forward: int | None = None
     decode_s: float = 0.0  # wall seconds of the decode / verify steps this row was in (its own TBT)
+    # SGLang's request time stats (perf_counter; 0: not yet): when its prefill forward began (one
+    # value for every row of that forward, as SGLang's ``set_time_batch`` stamps it) and ended.
+    forward_entry_time: float = 0.0
+    prefill_finished_time: float = 0.0
     wrong_accept_count: bool = False  # fault: report the bonus token as an accepted draft
     stale_state: list[torch.Tensor] | None = None  # fault stale-state-after-empty-draft only
 
@@ -148,4 +153,7 @@ class Row:
             spec_drafts=tuple(self.drafts) if req.return_spec_drafts and self.k else None,
             prefill_forward=self.prefill_forward,
             decode_s=self.decode_s,
+            times=RequestTimes(
+                self.forward_entry_time, self.prefill_finished_time, self.finish_time
+            ),
         )

@@ -159,12 +159,19 @@ class Scheduler:
     def _iteration(self, admit: list[Row]) -> None:
         if admit:
             self.prefill_forwards += 1
+            entered = time.perf_counter()
             for row in admit:
                 row.prefill_forward = self.prefill_forwards
+                row.forward_entry_time = entered
             fresh = self.stepper.prefill(admit)
             self.stats.prefill(len(admit))
             if self.drafter is not None:
                 self.drafter.join(admit)
+            # After the draft model's prefill too: SGLang runs it inside the same forward batch
+            # (its draft extend) and stamps the end of prefill when that batch's result is read.
+            prefilled = time.perf_counter()
+            for row in admit:
+                row.prefill_finished_time = prefilled
             self.kv.merge(fresh)
             self.running.extend(admit)
             self._drop_finished()

@@ -69,3 +69,24 @@ def test_a_modeled_window_prices_its_prefill_from_its_own_steps_as_the_twin_read
         assert (
             p.decode_seconds == pytest.approx(t.decode_seconds, rel=1e-12) and p.decode_seconds > 0
         ), arm
+
+
+def test_on_an_emulated_sglang_runner_the_twin_replays_its_forwards_or_the_case_fails(
+    tmp_path: Path,
+) -> None:
+    """Issue 41 item 1: SGLang sends no prefill_forward; grouped by send time, the twin of a queued
+    window missed its forwards (e6d59f0: -10.5 points of bias, 13% of the speculative arm's
+    "decode" energy prefill at b16). With SGLang's forward stamps it replays them; without them the
+    case fails saying why."""
+    (case,) = window_bias.make_cases(["ngram"], [4], ["code"], pool=8, max_new_tokens=8)
+    (stamped,) = window_bias.measure_rows(
+        [case], log_dir=tmp_path / "stamped", meta="sglang", board=True
+    )
+    assert stamped.grouping == "engine (forward_entry_time)", window_bias.format_rows([stamped])
+    assert abs(stamped.bias) <= 0.5 and "prefill-grouping-guessed" not in stamped.failed
+    for arm in (stamped.baseline, stamped.speculative):
+        assert abs(arm.residue) <= 0.005, window_bias.format_rows([stamped])
+    (bare,) = window_bias.measure_rows(
+        [case], log_dir=tmp_path / "bare", meta="sglang-bare", board=True
+    )
+    assert bare.grouping == "send-time" and "prefill-grouping-guessed" in bare.failed

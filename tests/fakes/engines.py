@@ -118,5 +118,9 @@ class FakePool:
     def start_together(self, configs: list[EngineConfig]) -> None:
         """Nothing to overlap: a fake starts in no time, on first :meth:`get`."""
 
+    def pids(self) -> list[int]:
+        """The live fakes' pids (a fake server has one only where a test gave it one)."""
+        return [pid for server in self.live.values() if (pid := server.pid) is not None]
+
     def close(self) -> None:
         pass

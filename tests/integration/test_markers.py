@@ -113,7 +113,7 @@ def test_two_models(spec_pair):
         (
             '@pytest.mark.drafter(Drafter("eagle3", draft_model="/tmp"))',
             "*is not implemented by the reference engine; expected one of ngram, draft_model, "
-            "block",
+            "block, none",
         ),
         (
             '@pytest.mark.drafter("ngram")\n@pytest.mark.generation(max_new_token=5)',

@@ -64,3 +64,17 @@ def test_block_drafter_and_controlled_acceptance_settings():
     for bad in (1.5, -0.1, True, "0.5"):
         with pytest.raises(DrafterError, match="expected a probability in"):
             Drafter("draft_model", draft_model="tiny:dense-draft", accept_p=bad)
+
+
+def test_a_controlled_acceptance_is_in_every_id_and_defaults_to_the_papers_accept_length():
+    from pytest_specenergy.engines.drafters import PAPER_BLOCK_TAU
+    from pytest_specenergy.engines.drafters import accept_p_for
+
+    # Old: id="block16" hid accept_p 0.8 (tau ~4.4, the paper's block drafters sit below 3).
+    chosen = Drafter("block", draft_model="tiny:dense-draft", accept_p=0.8, id="block16")
+    assert chosen.id == "block16-p0.8"
+    assert Drafter("block", draft_model="d", accept_p=0.8, id="block16-p0.8").id == "block16-p0.8"
+    p = accept_p_for(PAPER_BLOCK_TAU, 16)
+    assert sum(p**j for j in range(16)) == pytest.approx(PAPER_BLOCK_TAU, abs=0.01)
+    with pytest.raises(DrafterError, match="out of reach for a block of 4"):
+        accept_p_for(5.0, 4)

@@ -60,3 +60,16 @@ def test_cpu_servers_wait_passively_unless_the_user_chose(monkeypatch):
     assert "OMP_WAIT_POLICY" not in backend.environment(gpu)
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     assert "OMP_WAIT_POLICY" not in backend.environment(cpu)  # os.environ's value stands
+
+
+def test_the_aa_control_runs_a_second_process_of_the_baseline_engine():
+    """Issue 41 item 6: ``Drafter("none")`` was refused on the reference engine, so the CPU path
+    had no noise floor. Its "speculative" engine is its own config (a second process), started
+    with the baseline's command line."""
+    from pytest_specenergy.engines.drafters import Drafter
+
+    spec = EngineConfig(engine="reference", model="tiny:dense", drafter=Drafter("none"))
+    ReferenceBackend().check(spec)
+    assert spec != spec.twin()
+    command = ReferenceBackend().command
+    assert command(spec, "127.0.0.1", 1) == command(spec.twin(), "127.0.0.1", 1)

@@ -47,14 +47,14 @@ COMMON_OLD = (
     "--dtype bfloat16 --tp-size 1 --random-seed 0 --attention-backend flashinfer "
     "--max-running-requests 16 --mem-fraction-static 0.8 --cuda-graph-max-bs 16 "
     "--cuda-graph-bs 1 2 3 4 5 6 7 8 10 12 14 16 "
-    "--disable-radix-cache --decode-log-interval 1 --log-level warning "
+    "--disable-radix-cache --decode-log-interval 1 --log-level warning --enable-metrics "
     "--disable-overlap-schedule"
 )
 COMMON_NEW = (
     "--dtype bfloat16 --tp-size 1 --random-seed 0 --attention-backend flashinfer "
     "--max-running-requests 16 --mem-fraction-static 0.8 --cuda-graph-max-bs-decode 16 "
     "--cuda-graph-bs-decode 1 2 3 4 5 6 7 8 10 12 14 16 "
-    "--disable-radix-cache --decode-log-interval 1 --log-level warning"
+    "--disable-radix-cache --decode-log-interval 1 --log-level warning --enable-metrics"
 )
 COMMON = {"0.5.9": COMMON_OLD, "0.5.13": COMMON_OLD, "0.5.14": COMMON_NEW, "0.5.23": COMMON_NEW}
 NGRAM = (

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.document import RepeatSample
@@ -398,3 +400,99 @@ def test_coverage_is_stored_and_an_old_record_without_it_still_loads():
     for sample in old["samples"]:
         sample.pop("coverage")
     assert Arm.from_dict(old, "speculative").coverage is None
+
+
+def twinned(arm, grouping="engine", twin_engine=None, idle=None, retracted=0):
+    """An arm whose one repeat's twin ran grouped and where the arguments say, under a board
+    meter: 9 J of decode (10 J full, 1 J twin over 0.1 s) for 10 tokens."""
+    prefill = {"joules": 1.0, "seconds": 0.1, "loops": 1, "grouping": grouping}
+    prefill.update({"twin_engine": twin_engine} if twin_engine else {})
+    prefill.update({"idle_seconds": idle} if idle is not None else {})
+    sample = RepeatSample.from_dict(
+        {
+            "decode_joules": 9.0 if arm == "baseline" else 6.0,
+            "decode_seconds": 1.0,
+            "decode_tokens": 10,
+            "tbt_ms": 5.0,
+            "verify_steps": 10 if arm == "speculative" else None,
+            "correct_drafts": 20 if arm == "speculative" else None,
+            "proposed_drafts": 40 if arm == "speculative" else None,
+            "window": {"full": {"joules": 10.0, "seconds": 1.0, "loops": 1}, "prefill": prefill},
+            "retractions": {"requests": 2, "retracted": retracted, "total": retracted},
+        }
+    )
+    return RunResult.measured(
+        arm=arm,
+        engine={},
+        source="measured (nvml)",
+        samples=(sample,),
+        outputs=(tuple(VARIED), tuple(LOOPING)),
+        finish_reasons=("length", "length"),
+        verified_per_step=5,
+        concurrency={},
+        retractions=sample.retractions,
+    )
+
+
+DRAFT_CASE = dataclasses.replace(
+    CASE,
+    spec=dataclasses.replace(
+        CASE.spec, drafter=Drafter("draft_model", draft_model="tiny:dense-draft")
+    ),
+)
+
+
+def test_a_twin_grouped_by_send_time_fails_the_case():
+    """Issue 41 item 1: SGLang without its forward stamps leaves only send times, which put 5 twin
+    forwards for the baseline's 8 at b16 (queued refills): up to 6 points of bias."""
+    guessed = PairResult(CASE, "x", twinned("baseline", "send-time"), twinned("speculative"))
+    assert "prefill-grouping-guessed" in {c.name for c in checked(guessed).failed_checks}
+    stamped = PairResult(
+        CASE,
+        "x",
+        twinned("baseline", "engine (forward_entry_time)"),
+        twinned("speculative", "engine (forward_entry_time)"),
+    )
+    assert "prefill-grouping-guessed" not in names(stamped)
+
+
+def test_a_draft_models_prefill_subtracted_by_a_twin_on_its_own_engine_fails_the_case():
+    own = PairResult(
+        DRAFT_CASE, "x", twinned("baseline"), twinned("speculative", twin_engine="own")
+    )
+    assert "draft-prefill-uncharged" in {c.name for c in checked(own).failed_checks}
+    charged = PairResult(
+        DRAFT_CASE, "x", twinned("baseline"), twinned("speculative", twin_engine="baseline")
+    )
+    assert "draft-prefill-uncharged" not in names(charged)
+    # n-gram has no draft model: nothing of its own to prefill.
+    ngram = PairResult(CASE, "x", twinned("baseline"), twinned("speculative", twin_engine="own"))
+    assert "draft-prefill-uncharged" not in names(ngram)
+
+
+def test_the_twins_idle_round_trips_are_bounded_and_fail_past_half_a_point():
+    from pytest_specenergy.measure.checks import twin_idle_bound
+
+    # 1 ms of the twin's 100 ms idle: at most 0.01 J of each arm's 9 or 6 J read as prefill; the
+    # speculative arm's given back moves the saving most: 1 - 0.601 / 0.9 against 1 - 0.6 / 0.9.
+    small = PairResult(
+        CASE, "x", twinned("baseline", idle=0.001), twinned("speculative", idle=0.001)
+    )
+    assert twin_idle_bound(small) == pytest.approx(100 * 0.001 / 0.9, abs=1e-6)
+    assert "twin-idle" not in names(small)
+    large = PairResult(CASE, "x", twinned("baseline", idle=0.05), twinned("speculative", idle=0.05))
+    assert twin_idle_bound(large) > 0.5 and "twin-idle" in names(large)
+    unknown = PairResult(CASE, "x", twinned("baseline"), twinned("speculative"))
+    assert twin_idle_bound(unknown) is None
+
+
+def test_arms_that_retracted_differently_fail_and_alike_warn():
+    differ = PairResult(CASE, "x", twinned("baseline"), twinned("speculative", retracted=1))
+    assert "retractions-differ" in {c.name for c in checked(differ).failed_checks}
+    alike = PairResult(
+        CASE, "x", twinned("baseline", retracted=1), twinned("speculative", retracted=1)
+    )
+    assert {c.severity for c in checked(alike).checks if c.name == "retractions"} == {"warn"}
+    assert not {"retractions", "retractions-differ"} & names(
+        PairResult(CASE, "x", twinned("baseline"), twinned("speculative"))
+    )

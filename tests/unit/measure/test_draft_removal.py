@@ -191,7 +191,8 @@ class ReplayPool(FakePool):
 
 
 class Meter:
-    """Joules per token by engine: drafting costs 1.0, verify-only 0.75, baseline 2.0."""
+    """Joules per decoding request's token by engine: drafting costs 1.0, verify-only 0.75,
+    baseline 2.0."""
 
     label, min_window_s = "measured (nvml)", 0.0
 
@@ -206,7 +207,9 @@ class Meter:
 
     def stop(self, token):
         server, since = token
-        tokens = sum(entry[1] for entry in server.client.log[since:])
+        # Prefill-only requests (one token) cost nothing: a drafting arm's twin runs on the
+        # baseline engine (issue 41 item 2), and where it runs must not move these shares.
+        tokens = sum(entry[1] for entry in server.client.log[since:] if entry[1] > 1)
         per_token = {"verify": 0.75}.get(
             server.config.replay, 1.0 if server.config.drafter else 2.0
         )

@@ -19,6 +19,7 @@ from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.case import Generation
 from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.document import StepRecord
+from pytest_specenergy.engines.base import EngineConfigError
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.measure import arm as arm_module
 from pytest_specenergy.measure.arm import ArmMeasurer
@@ -138,6 +139,14 @@ def _measurer(pool, meter) -> PairMeasurer:
     )
 
 
+class InterleavePool(FakePool):
+    max_live = 0
+
+
+class BlockedPool(FakePool):
+    max_live = 1  # one engine at a time (one GPU): each arm's repeats run together
+
+
 def _case(drafter: Drafter) -> Case:
     return Case.of(engine="reference", model="tiny:dense", drafter=drafter, batch=2, corpus=CORPUS)
 
@@ -169,6 +178,49 @@ def test_added_repeats_extend_both_arms():
     pair = measurer.add_repeats(case, 3)
     assert len(pair.speculative.samples) == 5 and len(pair.baseline.samples) == 5
     assert measurer.measure(case) is pair
+    # Repeats walk the pool (plan/window.py): b2 sends 8 prompts a window, so the first two
+    # repeats covered 16 of the pool's prompts and the added three 24 more, both arms alike.
+    assert pair.baseline.prompts == pair.speculative.prompts == tuple(range(40))
+
+
+@pytest.mark.parametrize(
+    ("pool_class", "twin"), [(InterleavePool, "baseline"), (BlockedPool, "own")]
+)
+def test_a_drafting_arms_twin_runs_on_the_non_speculative_twin_where_it_is_live(pool_class, twin):
+    """Issue 41 item 2: on its own engine the twin subtracted the draft model's prefill of the
+    prompts too, work only speculation does; on the baseline engine it subtracts the target's
+    prefill alone. One engine at a time (blocked) it can only run on its own."""
+    pool, meter = pool_class(), TokenMeter(1.0)
+    measurer = _measurer(pool, meter)
+    case = _case(Drafter("draft_model", draft_model="tiny:dense-draft"))
+    measurer.plan([case])
+    pair = measurer.measure(case)
+    engines = {s.window.prefill.twin_engine for s in pair.speculative.samples}
+    assert engines == {twin}
+    assert {s.window.prefill.twin_engine for s in pair.baseline.samples} == {"own"}
+    on_spec = [e for e in pool.log if e[0] == "generate" and e[1] and e[3] == 1]
+    assert bool(on_spec) == (twin == "own")
+    assert ("draft-prefill-uncharged" in {c.name for c in pair.failed_checks}) == (twin == "own")
+
+
+def test_the_meter_counts_the_pools_live_engines_as_its_own(monkeypatch):
+    from pytest_specenergy.measure import pairs as pairs_module
+
+    built = {}
+
+    def make_meter(kind, own_pids=None):
+        built["own_pids"] = own_pids
+        return TokenMeter(1.0)
+
+    monkeypatch.setattr(pairs_module, "make_meter", make_meter)
+    pool = FakePool()
+    measurer = PairMeasurer(
+        log_dir=None, startup_timeout=1.0, meter="nvml", repeats=1, warmup=0, pool=pool
+    )
+    server = pool.get(fake_config())
+    server.pid = 4242
+    measurer.meter_for(server)
+    assert built["own_pids"]() == [4242]
 
 
 # -- issue #10: constant concurrency, one prompt pool, interleaved arms, per-loop tokens ------
@@ -258,10 +310,13 @@ def test_arm_keeps_the_batch_in_flight_one_request_per_call():
     assert all(len(t) == 1 for t, n in client.calls if n > 1)  # one request per full-run call
     assert client.peak == 4  # the batch, held by refilling
     # The prefill-only twin replays the full window's prefill groups (issue 21): one batched
-    # call per group, every pool prompt once.
+    # call per group, every request the window prefilled once (its 12 prompts, and the fillers
+    # that held the batch while its last prompts ran: copies of the pool's, pool 12 holding one
+    # window).
+    full = run.samples[0].window.full
     measured = [t for texts, n in client.calls if n == 1 for t in texts]
-    assert sorted(measured) == sorted(CORPUS.take(12))
-    assert len(run.outputs) == 12
+    assert len(measured) == full.prefilled[0] and set(measured) == set(CORPUS.take(12))
+    assert full.prompts == 12 and len(run.outputs) == 12
     c = run.concurrency
     assert c.requested == 4 and c.pool == 12
     assert c.mean_running is not None and c.min_running >= 1 and c.max_running <= 4
@@ -451,10 +506,6 @@ def test_one_prompt_pool_at_every_batch_and_the_override():
     assert len(pools) == 1 and len(next(iter(pools))) == 96
 
 
-class InterleavePool(FakePool):
-    max_live = 0
-
-
 def _arm_order(log):
     """The arm of each measured full run (max_new_tokens > 1), collapsed per window."""
     arms = []
@@ -464,10 +515,6 @@ def _arm_order(log):
         elif entry[3] > 1 and arms and arms[-1] == "flush":
             arms[-1] = "speculative" if entry[1] else "baseline"
     return [a for a in arms if a != "flush"]
-
-
-class BlockedPool(FakePool):
-    max_live = 1  # one engine at a time (one GPU): each arm's repeats run together
 
 
 @pytest.mark.parametrize(
@@ -720,10 +767,12 @@ def test_one_engine_pool_measures_sibling_baselines_while_the_engine_runs():
     assert len([c for c in pool.starts if c.drafter is None]) == starts
 
 
-def test_the_window_is_the_steady_state_and_ends_by_aborting_what_is_in_flight():
-    """Pool of 12 at batch 4: when the first request finds the pool empty, the 3 others in
-    flight are aborted (their partial tokens counted), generated again unmetered for whole
-    outputs, and the prefill-only window holds exactly the prompts the full window prefilled."""
+def test_the_window_runs_its_prompts_whole_and_ends_by_aborting_the_fillers_in_flight():
+    """Pool of 12 at batch 4: once the window's 12 prompts are sent, fillers hold the batch until
+    the last prompt answers; the fillers still in flight are then aborted (issue 41 item 4: the
+    old close cut the last 3 prompts, a different share of each arm's work). The window's tokens
+    are its prompts' whole outputs; its energy is weighed by their share of the decode rows, and
+    the prefill-only window holds every request the full window prefilled."""
     client = BatchingClient(True, [], delay=0.02)
     case = Case.of(
         engine="reference",
@@ -735,19 +784,30 @@ def test_the_window_is_the_steady_state_and_ends_by_aborting_what_is_in_flight()
     )
     measurer = ArmMeasurer(_server(client), TokenMeter(1.0), case, repeats=1, warmup=0)
     repeat = measurer.measure_repeat("speculative")
-    full = repeat.sample.window.full
+    full, sample = repeat.sample.window.full, repeat.sample
+    fillers = full.requests - 12
     assert client.log.count("abort") == 1  # one close (retries by rid are logged apart)
-    assert full.requests == 12 and full.aborted == (3,) and full.prefilled == (12,)
-    # 9 whole requests of 8 tokens and 3 cut at 4: decode tokens are those after each first.
-    assert repeat.sample.decode_tokens == 9 * 7 + 3 * 3
-    # Outputs are whole: the 3 cut prompts ran again outside the window.
+    assert full.prompts == 12 and fillers >= 3 and full.aborted[0] <= fillers
+    assert sample.decode_tokens == 12 * 7 and sample.coverage == 1.0
+    # Whole outputs from the window itself: nothing generated again (the cut fillers answered
+    # with 4 tokens).
+    whole = [e for e in client.log if e[0] == "generate" and e[3] == 8]
+    assert len(whole) == full.requests - full.aborted[0]
     assert all(len(o) == 8 for o in repeat.outputs) and "abort" not in repeat.finish
-    assert repeat.sample.window.prefill.requests == 12
+    assert repeat.sample.window.prefill.requests == full.prefilled[0]
+    # The prompts' rows (3 verify steps each) over every request's: fillers cut at 4 tokens ran
+    # one row each.
+    cut = full.aborted[0]
+    assert sample.work_share == pytest.approx(36 / (36 + 3 * (fillers - cut) + cut))
 
 
-def test_a_later_repeat_takes_cut_prompts_whole_outputs_from_an_earlier_one_when_they_agree():
+def test_a_later_repeat_takes_cut_prompts_whole_outputs_from_an_earlier_one_when_they_agree(
+    monkeypatch,
+):
     """Greedy outputs: a prompt cut again in repeat 2 whose partial tokens are a prefix of the
-    whole output repeat 1 made is not generated again; one that disagrees is."""
+    whole output repeat 1 made is not generated again; one that disagrees is. (Windows whose
+    fillers ran out close by the old rule and cut their last prompts: here there are none.)"""
+    monkeypatch.setattr(arm_module, "filler_prompts", lambda batch, pool, repeat: ())
     client = BatchingClient(True, [], delay=0.02)
     case = Case.of(
         engine="reference",
@@ -839,9 +899,10 @@ def test_tbt_is_the_decode_steps_time_and_never_negative():
 
     timed = decode_sample(window(0.5, tokens=1), window(2.0, decode={"a": 0.08}))
     assert timed.tbt_ms == pytest.approx(10.0)  # 80 ms over 8 gaps
-    subtracted = decode_sample(window(0.5, tokens=1), window(0.9))
-    assert subtracted.tbt_ms == pytest.approx(50.0)  # (0.9 - 0.5) s over 8 gaps
-    assert decode_sample(window(1.5, tokens=1), window(0.9)).tbt_ms is None
+    assert decode_sample(window(0.5, tokens=1), window(2.0, decode={"a": -0.1})).tbt_ms is None
+    # Old: a request's latency minus its twin's, (0.9 - 0.5) s over 8 gaps; on SGLang a queued
+    # refill's latency holds its wait in the queue (4-5x the engine's decode time, issue 41).
+    assert decode_sample(window(0.5, tokens=1), window(0.9)).tbt_ms is None
 
 
 # -- issue 22 item 1: one GPU, both engines resident when they fit ------------------------------
@@ -867,6 +928,22 @@ def _gpu_case(tmp_path, gib: float, drafter: Drafter, reference: Drafter | None 
     )
 
 
+class GpuPool(FakePool):
+    """SGLang engines on a GPU: each reports the KV pool it holds, as SGLang's ``/server_info``
+    does (``max_total_num_tokens``), its pinned ``max_total_tokens`` unless ``short`` says
+    otherwise for its config."""
+
+    def __init__(self, short: dict | None = None) -> None:
+        super().__init__()
+        self.short = short or {}
+
+    def server(self, config):
+        server = super().server(config)
+        tokens = self.short.get(config.drafter is not None, config.option("max_total_tokens"))
+        server.server_info = {"device": "cuda", "max_total_num_tokens": tokens}
+        return server
+
+
 def _gpu_measurer(pool, meter, gpu_gib: float | None) -> PairMeasurer:
     return PairMeasurer(
         log_dir=None,
@@ -882,7 +959,7 @@ def _gpu_measurer(pool, meter, gpu_gib: float | None) -> PairMeasurer:
 
 
 def test_on_one_gpu_engines_that_fit_stay_resident_and_the_arms_interleave(tmp_path):
-    pool, meter = FakePool(), TokenMeter(1.0)
+    pool, meter = GpuPool(), TokenMeter(1.0)
     measurer = _gpu_measurer(pool, meter, 141)
     case = _gpu_case(tmp_path, 16.4, Drafter("ngram"))
     measurer.plan([case])
@@ -904,7 +981,7 @@ def test_on_one_gpu_engines_that_fit_stay_resident_and_the_arms_interleave(tmp_p
 
 
 def test_on_one_gpu_engines_that_do_not_fit_run_blocked_and_say_why(tmp_path):
-    pool, meter = FakePool(), TokenMeter(1.0)
+    pool, meter = GpuPool(), TokenMeter(1.0)
     measurer = _gpu_measurer(pool, meter, 80)
     case = _gpu_case(tmp_path, 28.0, Drafter("ngram"))  # two 28 GiB engines and their reserves
     measurer.plan([case])
@@ -918,8 +995,24 @@ def test_on_one_gpu_engines_that_do_not_fit_run_blocked_and_say_why(tmp_path):
     assert len({c.option("max_total_tokens") for c in pool.starts}) == 1
 
 
+@pytest.mark.parametrize("fits", [141, 80], ids=["resident", "blocked"])
+def test_arms_whose_kv_pools_differ_are_refused_before_warm_up(tmp_path, fits):
+    """Issue 37: the arms' KV pools are compared once their engines are up, before any request
+    (blocked: against the baseline's /server_info from its start, its engine stopped since)."""
+    pool = GpuPool(short={True: 61440})  # the speculative engine found less memory free
+    measurer = _gpu_measurer(pool, TokenMeter(1.0), fits)
+    case = _gpu_case(tmp_path, 16.4 if fits == 141 else 28.0, Drafter("ngram"))
+    measurer.plan([case])
+    with pytest.raises(EngineConfigError, match=r"KV pools differ before the first window"):
+        measurer.measure(case)
+    full_runs = [e for e in pool.log if e[0] == "generate" and e[3] > 1]
+    started = [e for e in pool.log if e[0] == "generate" and e[1]]
+    assert not started  # the speculative engine ran nothing, warm-up included
+    assert bool(full_runs) == (fits == 80)  # blocked: the baseline's block ran first
+
+
 def test_in_job_ab_keeps_three_engines_resident_or_none(tmp_path):
-    pool, meter = FakePool(), TokenMeter(1.0)
+    pool, meter = GpuPool(), TokenMeter(1.0)
     measurer = _gpu_measurer(pool, meter, 141)
     case = _gpu_case(
         tmp_path, 16.4, Drafter("ngram"), reference=Drafter("ngram", num_draft_tokens=4)
@@ -1054,7 +1147,7 @@ def test_of_the_windows_a_disturbed_repeat_ran_the_one_nearest_the_batch_is_kept
     ]
     script = iter(windows)
     monkeypatch.setattr(measurer, "_window", lambda *args, **kwargs: next(script))
-    full, got = measurer._steady_window()
+    full, got = measurer._steady_window(0)
     assert next(script, None) is None  # every scripted window ran, and no more
     assert full.concurrency.mean_running == kept and got == dropped
     if means[0] == means[-1]:
@@ -1074,11 +1167,12 @@ class ScriptedMeter(TokenMeter):
 
 
 def _baseline_arm(meter):
+    # Batch 1: no fillers, so the scripted readings are the sample's, unweighed.
     case = Case.of(
         engine="reference",
         model="tiny:dense",
         drafter=Drafter("ngram"),
-        batch=2,
+        batch=1,
         corpus=CORPUS,
         generation=Generation(max_new_tokens=8, prompts=4),
     )

@@ -135,3 +135,35 @@ def test_meter_window_covers_only_steps_since_start():
     assert window.details["steps"] == 2
     # The fake engine declares no shape: priced at the trace's own size, and the label says so.
     assert window.source == meter.label == "modeled (h100, priced as tiny model)"
+
+
+def test_a_draft_models_prefill_is_not_in_the_prefill_only_window():
+    """Issue 41 item 2: the draft model's prefill of the prompts exists because of speculation;
+    the prefill-only window (what the twin subtracts) is the target's prefill alone. Before, both
+    were subtracted and 0.6-8% of the speculative arm's decode energy was charged to no one."""
+    engine = FakeTraceEngine()
+    meter = ModeledMeter("h200")
+    token = meter.start(engine)
+    target, draft = step(2, 1, phase="prefill"), step(2, 1, phase="prefill")
+    draft["model"] = "draft"
+    draft["weight_bytes"] //= 10
+    engine.steps += [target, draft, step(2, 3)]
+    window = meter.stop(token)
+    prefill = window.prefill_only
+    assert prefill.joules == pytest.approx(step_cost(target, PRESETS["h200"]).joules)
+    assert window.joules - prefill.joules == pytest.approx(
+        step_cost(draft, PRESETS["h200"]).joules + step_cost(step(2, 3), PRESETS["h200"]).joules
+    )
+
+
+def test_a_request_waits_through_every_step_after_its_first_token():
+    """Issue 41 item 3: the time a user sees between tokens runs from the end of its prefill to
+    the end of its last step, another request's refill prefill in between included; its own
+    decode time leaves that prefill out."""
+    steps = [step(1, 1, phase="prefill"), step(1, 3), step(1, 1, phase="prefill"), step(2, 3)]
+    steps[2]["rids"], steps[3]["rids"] = ["r1"], ["r0", "r1"]
+    window = window_from_steps(steps, PRESETS["h200"])
+    costs = [step_cost(s, PRESETS["h200"]).seconds for s in steps]
+    assert window.request_visible_seconds["r0"] == pytest.approx(sum(costs[1:]))
+    assert window.request_decode_seconds["r0"] == pytest.approx(costs[1] + costs[3])
+    assert window.request_visible_seconds["r1"] == pytest.approx(costs[3])

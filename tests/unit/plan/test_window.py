@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_specenergy.plan.window import filler_prompts
 from pytest_specenergy.plan.window import window_ends
 from pytest_specenergy.plan.window import window_prompts
 from pytest_specenergy.plan.window import window_requests
@@ -37,6 +38,17 @@ def test_the_window_closes_when_all_are_sent_and_fewer_than_the_batch_remain():
     assert window_ends(sent=48, in_flight=15, batch=16, requests=48)  # the first finish after
     assert not window_ends(sent=7, in_flight=0, batch=1, requests=8)
     assert window_ends(sent=8, in_flight=0, batch=1, requests=8)  # batch 1: the last answer
+
+
+def test_fillers_are_the_next_repeats_prompts_and_the_last_window_prompt_ends_the_window():
+    assert filler_prompts(4, 100, 0) == window_prompts(4, 100, 1)
+    assert filler_prompts(4, 8, 0) == tuple(range(8))  # a pool of one window: its own again
+    assert filler_prompts(1, 192, 0) == ()  # batch 1: the last prompt runs alone, as every other
+    # With fillers the window ends at its last prompt's answer, fillers still in flight or not.
+    assert window_ends(sent=20, in_flight=16, batch=16, requests=96, unanswered=0)
+    assert not window_ends(sent=60, in_flight=16, batch=16, requests=96, unanswered=3)
+    # The fillers ran out first: the old rule, fewer than the batch left.
+    assert window_ends(sent=96, in_flight=15, batch=16, requests=96, unanswered=3)
 
 
 def test_bad_input_is_refused():
