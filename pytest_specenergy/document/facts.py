@@ -231,10 +231,10 @@ class ResidencyFacts(Record):
 @dataclass(frozen=True)
 class RunOrder(Record):
     """How a pair's repeats ran: interleaved (ABAB) or blocked, the pause before each, every
-    repeat in run order, engines restarted, GPU residency, and the case a shared baseline came
-    from."""
+    repeat in run order, engines restarted, GPU residency, the case a shared baseline came
+    from, and the cases measured in the same cycles."""
 
-    omitted_when_empty = ("restarts", "residency", "baseline_from")
+    omitted_when_empty = ("restarts", "residency", "baseline_from", "cycled_with")
 
     interleaved: bool = True
     cooldown_s: float = 0.0
@@ -244,6 +244,9 @@ class RunOrder(Record):
     restarts: tuple[Restart, ...] = ()
     residency: ResidencyFacts | None = None
     baseline_from: str | None = None
+    #: The other cases whose drafting arms ran in the same repeat cycles, sharing the baseline's
+    #: repeats (each paired with it by index): a file written before they did reads as none.
+    cycled_with: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from typing import Callable
@@ -33,6 +34,7 @@ from pytest_specenergy.measure.coherence import Coherence
 from pytest_specenergy.measure.coherence import measure_coherence
 from pytest_specenergy.measure.cycles import ArmSpec
 from pytest_specenergy.measure.cycles import CyclePlan
+from pytest_specenergy.measure.cycles import group_engines
 from pytest_specenergy.measure.removal import check_mode
 from pytest_specenergy.measure.removal import removes_drafts
 from pytest_specenergy.measure.removal import replays_proposals
@@ -81,6 +83,7 @@ class PairMeasurer:
         self.run_twin = False
         self.meter_factory = meter_factory
         self.planned: list[Case] = []
+        self._planned_set: frozenset[Case] = frozenset()
         #: How the GPU's engines run (None: no GPU case planned); ``plan`` decides it.
         self.residency: Residency | None = None
         #: The GPU's total memory in bytes (NVML by default) and the installed SGLang's ServerArgs
@@ -95,12 +98,19 @@ class PairMeasurer:
         self._sibling_failed: set[tuple[Any, ...]] = set()
         #: Drafts recorded per (drafter engine, batch, corpus, generation), for replay arms.
         self._recorded: dict[tuple[Any, ...], Drafts] = {}
+        #: The cases each case was measured with (its cycles' members, itself included).
+        self._group_of: dict[Case, tuple[Case, ...]] = {}
+        #: Cases whose arm failed in a group measurement: measured alone when their test comes.
+        self._alone: set[Case] = set()
+        #: The owner of the arm being started or measured (None: the baseline), for a failure.
+        self._failing: Case | None = None
 
     def plan(self, cases: list[Case]) -> None:
         """Record the collected cases and decide how the GPU's engines run: a case's SGLang engines
         all resident, interleaved, when they fit, else one at a time, blocked (CPU cases keep the
         unbounded pool: no GPU held)."""
         self.planned = cases
+        self._planned_set = frozenset(cases)
         gpu = [
             c
             for c in cases
@@ -108,6 +118,8 @@ class PairMeasurer:
         ]
         if not gpu:
             return
+        # One case's engines at once; the cases sharing a baseline run in as many cycles of their
+        # own as the GPU needs (:meth:`_group`), each with the baseline.
         engines = max(3 if c.reference is not None else 2 for c in gpu)
         if any(c.engine != "sglang" for c in gpu):
             self.residency = Residency(
@@ -204,18 +216,28 @@ class PairMeasurer:
             self._recorded[key] = self._arm(arm_case.spec_config(), arm_case, 0, 0).record_drafts()
         return self._recorded[key]
 
-    def _plan(self, case: Case, with_baseline: bool) -> CyclePlan:
-        """The arms of one measurement of ``case`` and their order (:class:`CyclePlan`); on an
-        unbounded pool their engines are started side by side first."""
-        drafting = [ArmSpec("speculative", case, case.spec_config())]
-        if case.reference is not None:
-            reference = dataclasses.replace(case, spec=case.reference_config(), reference=None)
-            drafting.append(ArmSpec("reference", reference, reference.spec_config()))
+    def _plan(self, members: tuple[Case, ...], with_baseline: bool) -> CyclePlan:
+        """The arms of one measurement of ``members`` (cases sharing one baseline arm) and their
+        order (:class:`CyclePlan`); on an unbounded pool their engines are started side by side
+        first."""
+        case = members[0]
+        drafting: list[ArmSpec] = []
+        replay: list[ArmSpec] = []
         baseline = (ArmSpec("baseline", case, case.baseline_config()),) if with_baseline else ()
-        self.pool.start_together([arm.config for arm in (*baseline, *drafting)])
+        own = {
+            member: _drafting_arms(member) for member in members
+        }  # each case's speculative (and reference) arm
+        self.pool.start_together(
+            [arm.config for arm in baseline] + [a.config for arms in own.values() for a in arms]
+        )
         first = case.baseline_config() if with_baseline else case.spec_config()
-        swapped, replay = self._replay_arms(case, tuple(drafting), first)
-        return CyclePlan.decide(case, baseline, swapped, replay, self.pool.max_live)
+        for slot, (member, arms) in enumerate(own.items()):
+            swapped, replays = self._replay_arms(member, arms, first)
+            drafting += [dataclasses.replace(arm, owner=member, slot=slot) for arm in swapped]
+            replay += [dataclasses.replace(arm, owner=member, slot=slot) for arm in replays]
+        return CyclePlan.decide(
+            case, baseline, tuple(drafting), tuple(replay), self.pool.max_live, members
+        )
 
     def _measurer(self, arm: ArmSpec, repeats: int, warmup: int | None) -> ArmMeasurer:
         """The arm's measurer on its engine (a replay arm's with its drafting arm's drafts)."""
@@ -223,50 +245,74 @@ class PairMeasurer:
         return self._arm(arm.config, arm.case, repeats, warmup, replay=replay)
 
     def _interleaved(
-        self, case: Case, repeats: int, warmup: int | None, with_baseline: bool
-    ) -> tuple[dict[str, RunResult], Server, RunOrder]:
-        """``repeats`` of each arm of ``case`` in cycles (:class:`CyclePlan`); each arm's result
-        by name, the speculative arm's server, and the order they ran in."""
-        plan = self._plan(case, with_baseline)
+        self, members: tuple[Case, ...], repeats: int, warmup: int | None, with_baseline: bool
+    ) -> dict[Case, _Measured]:
+        """``repeats`` of each arm of ``members`` in cycles (:class:`CyclePlan`); per case its
+        arms' results by name (the baseline shared), its speculative arm's server, and the order
+        its arms ran in. An arm that fails leaves its owner in :attr:`_failing` (None: the
+        baseline) before the error propagates."""
+        self._failing = None
+        plan = self._plan(members, with_baseline)
         run = _CycleRun(plan.arms, repeats)
         if plan.interleaved:
-            run.measurers.update(
-                (arm.name, self._measurer(arm, repeats, warmup)) for arm in plan.arms
-            )
-            for measurer in run.measurers.values():
-                measurer.warm_up()
+            for arm in plan.arms:
+                self._failing = arm.owner
+                run.measurers[arm.key] = self._measurer(arm, repeats, warmup)
+            for arm in plan.arms:
+                self._failing = arm.owner
+                run.measurers[arm.key].warm_up()
             for cycle in range(repeats):
                 for arm in plan.cycle(cycle):
-                    self._measure_next(run, arm.name)
+                    self._failing = arm.owner
+                    self._measure_next(run, arm.key)
         else:
             for arm in plan.arms:  # one engine at a time: each arm's repeats together
-                run.measurers[arm.name] = self._measurer(arm, repeats, warmup)
-                run.measurers[arm.name].warm_up()
+                self._failing = arm.owner
+                run.measurers[arm.key] = self._measurer(arm, repeats, warmup)
+                run.measurers[arm.key].warm_up()
                 for _ in range(repeats):
-                    self._measure_next(run, arm.name)
+                    self._measure_next(run, arm.key)
                 if arm.name == "baseline":
-                    self._measure_siblings(case)
+                    self._measure_siblings(plan.case)
+        self._failing = None
         residency = self.residency
-        order = RunOrder(
-            interleaved=plan.interleaved,
-            cooldown_s=self.cooldown_s,
-            order=tuple(str(entry.arm) for entry in run.entries()),
-            repeats=run.entries(),
-            restarts=tuple(run.restarts),
-            residency=None if residency is None else ResidencyFacts.from_dict(residency.as_dict()),
-        )
-        return run.results(), run.measurers["speculative"].server, order
+        results = run.results()
+        measured: dict[Case, _Measured] = {}
+        for member in plan.members:
+            arms = plan.arms_of(member)
+            names = {arm.key: arm.name for arm in arms}
+            entries = run.entries(names)
+            order = RunOrder(
+                interleaved=plan.interleaved,
+                cooldown_s=self.cooldown_s,
+                order=tuple(str(entry.arm) for entry in entries),
+                repeats=entries,
+                restarts=tuple(
+                    dataclasses.replace(r, arm=names[str(r.arm)])
+                    for r in run.restarts
+                    if str(r.arm) in names
+                ),
+                residency=None
+                if residency is None
+                else ResidencyFacts.from_dict(residency.as_dict()),
+                cycled_with=tuple(other.id for other in plan.members if other != member),
+            )
+            spec = next(arm.key for arm in arms if arm.name == "speculative")
+            measured[member] = _Measured(
+                {arm.name: results[arm.key] for arm in arms}, run.measurers[spec].server, order
+            )
+        return measured
 
-    def _measure_next(self, run: _CycleRun, name: str) -> None:
+    def _measure_next(self, run: _CycleRun, key: str) -> None:
         """The arm's next repeat on the pool's engine for it: one that died and was restarted is
         warmed up again first, and the run records the restart (the case is flagged)."""
-        measurer, index = run.measurers[name], len(run.repeats[name])
+        measurer, index = run.measurers[key], len(run.repeats[key])
         server = self.pool.get(measurer.server.config)
         if server is not measurer.server:
             measurer.server = server
             measurer.warm_up()
-            run.restarts.append(Restart(arm=name, before_repeat=index))
-        run.repeats[name].append(self._timed(measurer, name, index, run.total))
+            run.restarts.append(Restart(arm=key, before_repeat=index))
+        run.repeats[key].append(self._timed(measurer, run.names[key], index, run.total))
 
     def _measure_siblings(self, case: Case) -> None:
         """On a one-engine pool: every other planned baseline of this engine, while it runs."""
@@ -317,63 +363,126 @@ class PairMeasurer:
         """Whether ``case`` has been measured this session."""
         return case in self._pairs
 
+    def _group(self, case: Case) -> tuple[Case, ...]:
+        """The cases measured with ``case`` in the same cycles, ``case`` first: the planned cases
+        sharing its baseline arm not measured yet (nor left to measure alone after their arm
+        failed in a group), as many as the pool holds at once (the rest get cycles of their own,
+        with the baseline again, when their tests come). The grouping depends on the planned cases
+        alone, never on which of them a worker runs first, so under xdist a case's cycles are the
+        same on any worker."""
+        key = case.baseline_key()
+        group = [case]
+        for other in dict.fromkeys(self.planned):
+            if (
+                other == case
+                or other.baseline_key() != key
+                or other in self._pairs
+                or other in self._alone
+            ):
+                continue
+            if self.pool.max_live and group_engines((*group, other)) > self.pool.max_live:
+                break
+            group.append(other)
+        return tuple(group)
+
+    def _shares_baseline(self, case: Case) -> bool:
+        """Whether ``case`` is judged against a baseline measured before it (unpaired): only a case
+        the plan did not hold (the cycles of its siblings already ran), or on a pool of one engine
+        at a time, where no case is paired and a baseline measured ahead saves a restart."""
+        if case.baseline_key() not in self._baselines:
+            return False
+        return case not in self._planned_set or self.pool.max_live == 1
+
+    def _measure_group(self, members: tuple[Case, ...], shared: bool) -> dict[Case, _Measured]:
+        """One measurement of ``members``; an arm of another member that fails (an engine that
+        will not start, a request refused) leaves that member out, to fail on its own when its
+        test measures it, and the rest are measured again without it."""
+        while True:
+            try:
+                return self._interleaved(members, self.repeats, None, with_baseline=not shared)
+            except Exception:
+                culprit = self._failing
+                if len(members) < 2 or culprit is None or culprit == members[0]:
+                    raise
+                self._alone.add(culprit)
+                members = tuple(m for m in members if m != culprit)
+
     def measure(self, case: Case) -> PairResult:
-        """The pair for ``case``, measured once per session, its arms interleaved."""
+        """The pair for ``case``, measured once per session in the same interleaved cycles as
+        every planned case that shares its baseline arm (their pairs are kept for their tests)."""
         if case not in self._pairs:
             key = case.baseline_key()
-            shared = key in self._baselines
-            arms, server, order = self._interleaved(
-                case, self.repeats, None, with_baseline=not shared
-            )
-            if shared:
-                order = dataclasses.replace(order, baseline_from=self._baseline_from[key])
-            else:
-                self._baselines[key], self._baseline_from[key] = arms["baseline"], case.id
-            baseline = self._baselines[key]
-
-            # Scoring is a prefill (max_new_tokens=0) on the engine already running; it never
-            # speculates, so the speculative engine scores as its twin would. Prompt ids are asked
-            # for where the engine has them.
-            def scored(run: RunResult) -> Coherence:
-                return measure_coherence(
-                    server.client,
-                    case.pool(),
-                    baseline.outputs,
-                    run.outputs,
-                    server.special_token_ids,
-                    server.backend.returns_prompt_token_ids,
-                    tie_margins=True,
-                )
-
-            # The reference drafter's divergences are classified too: an A/B compares match
-            # fractions, ties counting as matches on both sides.
-            reference = arms.get("reference")
-            self._pairs[case] = checked(
-                PairResult(
-                    case,
-                    case.id,
-                    baseline,
-                    arms["speculative"],
-                    scored(arms["speculative"]),
-                    order=order,
-                    reference=reference,
-                    removal=arms.get("removal"),
-                    reference_coherence=None if reference is None else scored(reference),
-                )
-            )
+            shared = self._shares_baseline(case)
+            members = (case,) if shared else self._group(case)
+            measured = self._measure_group(members, shared)
+            if not shared and key not in self._baselines:
+                self._baselines[key] = measured[case].arms["baseline"]
+                self._baseline_from[key] = case.id
+            for member, share in measured.items():
+                order, baseline = share.order, share.arms.get("baseline")
+                if shared:
+                    order = dataclasses.replace(order, baseline_from=self._baseline_from[key])
+                    baseline = self._baselines[key]
+                self._group_of[member] = tuple(measured)
+                assert baseline is not None  # measured unless shared
+                self._pairs[member] = self._pair(member, share, order, baseline)
         return self._pairs[case]
 
+    def _pair(
+        self, case: Case, share: _Measured, order: RunOrder, baseline: RunResult
+    ) -> PairResult:
+        """``case``'s checked pair from its share of a measurement, its text scored."""
+        server, arms = share.server, share.arms
+
+        # Scoring is a prefill (max_new_tokens=0) on the engine already running; it never
+        # speculates, so the speculative engine scores as its twin would. Prompt ids are asked
+        # for where the engine has them.
+        def scored(run: RunResult) -> Coherence:
+            return measure_coherence(
+                server.client,
+                case.pool(),
+                baseline.outputs,
+                run.outputs,
+                server.special_token_ids,
+                server.backend.returns_prompt_token_ids,
+                tie_margins=True,
+            )
+
+        # The reference drafter's divergences are classified too: an A/B compares match
+        # fractions, ties counting as matches on both sides.
+        reference = arms.get("reference")
+        return checked(
+            PairResult(
+                case,
+                case.id,
+                baseline,
+                arms["speculative"],
+                scored(arms["speculative"]),
+                order=order,
+                reference=reference,
+                removal=arms.get("removal"),
+                reference_coherence=None if reference is None else scored(reference),
+            )
+        )
+
     def add_repeats(self, case: Case, extra: int) -> PairResult:
-        """``extra`` more interleaved repeats of every arm (asked by an INCONCLUSIVE verdict); the
-        baseline grows."""
-        pair = self.measure(case)
-        more, _, order = self._interleaved(case, extra, 0, with_baseline=True)
-        grown = {
-            name: pair.arms[name].extended(run) for name, run in more.items() if name in pair.arms
-        }
-        self._baselines[case.baseline_key()] = grown["baseline"]
-        merged = _added(pair.order, order)
-        self._pairs[case] = checked(dataclasses.replace(pair, order=merged, **grown))
+        """``extra`` more interleaved repeats of every arm (asked by an INCONCLUSIVE verdict), in
+        cycles with the cases ``case`` was measured with, so each stays paired; the baseline
+        grows, and so do their pairs."""
+        self.measure(case)
+        members = tuple(m for m in self._group_of.get(case, (case,)) if m in self._pairs)
+        members = (case, *(m for m in members if m != case))
+        more = self._interleaved(members, extra, 0, with_baseline=True)
+        for member, share in more.items():
+            pair = self._pairs[member]
+            grown = {
+                name: pair.arms[name].extended(run)
+                for name, run in share.arms.items()
+                if name in pair.arms
+            }
+            merged = _added(pair.order, share.order)
+            self._pairs[member] = checked(dataclasses.replace(pair, order=merged, **grown))
+        self._baselines[case.baseline_key()] = self._pairs[case].baseline
         return self._pairs[case]
 
     def meter_description(self, label: str) -> MeterFacts | None:
@@ -400,27 +509,50 @@ class PairMeasurer:
 
 
 class _CycleRun:
-    """What one measurement of a case has run so far: each arm's measurer and repeats, and the
-    engines restarted between them."""
+    """What one measurement has run so far: each arm's measurer and repeats (by
+    :attr:`ArmSpec.key`), and the engines restarted between them."""
 
     def __init__(self, arms: tuple[ArmSpec, ...], total: int) -> None:
         self.total = total
+        self.names = {arm.key: arm.name for arm in arms}
         self.measurers: dict[str, ArmMeasurer] = {}
-        self.repeats: dict[str, list[ArmRepeat]] = {arm.name: [] for arm in arms}
+        self.repeats: dict[str, list[ArmRepeat]] = {arm.key: [] for arm in arms}
         self.restarts: list[Restart] = []
 
     def results(self) -> dict[str, RunResult]:
-        """Each arm's result over its repeats."""
-        return {name: self.measurers[name].result(name, rs) for name, rs in self.repeats.items()}
+        """Each arm's result over its repeats, by key."""
+        return {
+            key: self.measurers[key].result(self.names[key], rs) for key, rs in self.repeats.items()
+        }
 
-    def entries(self) -> tuple[RepeatEntry, ...]:
-        """Every repeat in the order they started: arm, index, wall-clock start and finish."""
+    def entries(self, names: dict[str, str]) -> tuple[RepeatEntry, ...]:
+        """The repeats of the arms ``names`` maps (key -> name in the record) in the order they
+        started: arm, index, wall-clock start and finish."""
         entries = (
-            RepeatEntry(arm=name, repeat=i, started=r.started, finished=r.finished)
-            for name, repeats in self.repeats.items()
+            RepeatEntry(arm=names[key], repeat=i, started=r.started, finished=r.finished)
+            for key, repeats in self.repeats.items()
+            if key in names
             for i, r in enumerate(repeats)
         )
         return tuple(sorted(entries, key=lambda e: e.started or 0.0))
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """One case's share of a measurement: its arms by name, its speculative server, its order."""
+
+    arms: dict[str, RunResult]
+    server: Server
+    order: RunOrder
+
+
+def _drafting_arms(case: Case) -> tuple[ArmSpec, ...]:
+    """``case``'s drafting arms: its drafter's and, in-job A/B, its reference drafter's."""
+    drafting = [ArmSpec("speculative", case, case.spec_config())]
+    if case.reference is not None:
+        reference = dataclasses.replace(case, spec=case.reference_config(), reference=None)
+        drafting.append(ArmSpec("reference", reference, reference.spec_config()))
+    return tuple(drafting)
 
 
 #: Reference engines :meth:`PairMeasurer.start_planned` starts at once (a tiny model's takes about

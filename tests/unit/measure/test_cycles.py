@@ -7,6 +7,8 @@ from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.measure.cycles import ArmSpec
 from pytest_specenergy.measure.cycles import CyclePlan
+from pytest_specenergy.measure.cycles import cycle_groups
+from pytest_specenergy.measure.cycles import group_engines
 
 CASE = Case.of(
     engine="reference",
@@ -43,3 +45,37 @@ def test_arms_run_blocked_only_when_the_pool_cannot_hold_them_all():
     assert not CyclePlan.decide(CASE, BASE, DRAFTING[:1], (), max_live=1).interleaved
     # A lone drafting arm (its baseline shared from a sibling) has nothing to alternate with.
     assert CyclePlan.decide(CASE, (), DRAFTING[:1], (), max_live=1).interleaved
+
+
+SIBLING = Case.of(
+    engine="reference",
+    model="tiny:dense",
+    drafter=Drafter("ngram", num_draft_tokens=4),
+    batch=2,
+    corpus=load_corpus("code"),
+)
+OTHER_BATCH = Case.of(
+    engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4, corpus=CASE.corpus
+)
+
+
+def test_cases_sharing_a_baseline_form_one_group_in_plan_order():
+    groups = cycle_groups([CASE, OTHER_BATCH, SIBLING, CASE])
+    assert groups == [(CASE, SIBLING), (OTHER_BATCH,)]
+    # The baseline, two drafters and the A/B reference: four engines held together.
+    assert group_engines((CASE, SIBLING)) == 4 and group_engines((SIBLING,)) == 2
+
+
+def test_every_member_runs_in_each_cycle_and_its_pair_holds_its_own_arms_only():
+    mine = ArmSpec("speculative", CASE, CASE.spec_config(), owner=CASE)
+    theirs = ArmSpec("speculative", SIBLING, SIBLING.spec_config(), owner=SIBLING, slot=1)
+    plan = CyclePlan.decide(CASE, BASE, (mine, theirs), (), max_live=0, members=(CASE, SIBLING))
+    assert [arm.key for arm in plan.cycle(0)] == [
+        "baseline",
+        "0|speculative",
+        "1|speculative",
+    ]
+    assert plan.cycle(1)[1:] == (theirs, mine)  # the drafters' order alternates
+    assert plan.arms_of(SIBLING) == (BASE[0], theirs) and plan.members == (CASE, SIBLING)
+    # Three engines on a pool that holds two: blocked.
+    assert not CyclePlan.decide(CASE, BASE, (mine, theirs), (), 2, (CASE, SIBLING)).interleaved
