@@ -257,6 +257,7 @@ def baseline_spread(
 
 #: Metrics a block drift moves (energy and time); counters such as accept length it does not.
 _DRIFTING = frozenset(_PAIR_METRICS) | {"energy_per_token", "tbt_ms"}
+DRIFTING_METRICS = _DRIFTING
 
 
 def request_accept_lengths(record: CaseRecord, arm: str = "speculative") -> list[float] | None:
@@ -800,6 +801,7 @@ __all__ = [
     "baseline_spread",
     "BaselineSpread",
     "unpaired_reason",
+    "DRIFTING_METRICS",
     "BLOCKED_ORDER",
     "drift_allowance",
     "request_accept_lengths",

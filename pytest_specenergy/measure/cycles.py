@@ -92,15 +92,6 @@ class CyclePlan:
         return tuple(arm for arm in self.arms if arm.owner is None or arm.owner == member)
 
 
-def cycle_groups(cases: Iterable[Case]) -> list[tuple[Case, ...]]:
-    """The planned cases grouped by the baseline arm they share, each group in plan order (the
-    cases one measurement runs in the same cycles); a case planned twice counts once."""
-    groups: dict[tuple[object, ...], list[Case]] = {}
-    for case in dict.fromkeys(cases):
-        groups.setdefault(case.baseline_key(), []).append(case)
-    return [tuple(group) for group in groups.values()]
-
-
 def group_engines(group: Iterable[Case]) -> int:
     """The engines one measurement of ``group`` keeps running together: the shared baseline, and
     each case's drafter and in-job reference (one engine where configs coincide)."""

@@ -89,7 +89,7 @@ class PairMeasurer:
         #: The GPU's total memory in bytes (NVML by default) and the installed SGLang's ServerArgs
         #: fields: what residency is decided from (tests pass their own).
         self.gpu_memory = gpu_memory or engine_gpu_memory
-        self.server_fields = server_fields or _installed_server_fields
+        self.server_fields = server_fields or installed_server_fields
         self.meters: dict[str, Meter] = {}
         self._baselines: dict[tuple[Any, ...], RunResult] = {}
         self._baseline_from: dict[tuple[Any, ...], str] = {}
@@ -111,26 +111,9 @@ class PairMeasurer:
         unbounded pool: no GPU held)."""
         self.planned = cases
         self._planned_set = frozenset(cases)
-        gpu = [
-            c
-            for c in cases
-            if (c.engine == "sglang" and c.device != "cpu") or c.device.startswith("cuda")
-        ]
-        if not gpu:
-            return
-        # One case's engines at once; the cases sharing a baseline run in as many cycles of their
-        # own as the GPU needs (:meth:`_group`), each with the baseline.
-        engines = max(3 if c.reference is not None else 2 for c in gpu)
-        if any(c.engine != "sglang" for c in gpu):
-            self.residency = Residency(
-                False, 1, None, "a non-SGLang engine on the GPU (no memory split)"
-            )
-        else:
-            configs = [config for c in gpu for config in _engine_configs(c)]
-            self.residency = decide_residency(
-                configs, engines, self.gpu_memory(), self.server_fields()
-            )
-        self.pool.max_live = self.residency.engines if self.residency.resident else 1
+        self.residency = gpu_residency(cases, self.gpu_memory, self.server_fields)
+        if self.residency is not None:
+            self.pool.max_live = self.residency.engines if self.residency.resident else 1
 
     def start_planned(self) -> None:
         """On an unbounded pool (where every engine is kept to the session's end anyway), start
@@ -565,7 +548,32 @@ def _engine_configs(case: Case) -> list[EngineConfig]:
     return [case.baseline_config(), case.spec_config(), *([reference] if reference else [])]
 
 
-def _installed_server_fields() -> frozenset[str] | None:
+def on_gpu(case: Case) -> bool:
+    """Whether ``case``'s engines run on a GPU (an SGLang engine not on the CPU, or a CUDA one)."""
+    return (case.engine == "sglang" and case.device != "cpu") or case.device.startswith("cuda")
+
+
+def gpu_residency(
+    cases: list[Case],
+    gpu_memory: Callable[[], int | None],
+    server_fields: Callable[[], frozenset[str] | None],
+) -> Residency | None:
+    """How the GPU's engines run for ``cases`` (None: no GPU case): a case's SGLang engines all
+    resident, interleaved, when they fit, else one at a time, blocked."""
+    gpu = [c for c in cases if on_gpu(c)]
+    if not gpu:
+        return None
+    # One case's engines at once; the cases sharing a baseline run in as many cycles of their
+    # own as the GPU needs (PairMeasurer._group), each with the baseline.
+    engines = max(3 if c.reference is not None else 2 for c in gpu)
+    if any(c.engine != "sglang" for c in gpu):
+        return Residency(False, 1, None, "a non-SGLang engine on the GPU (no memory split)")
+    configs = [config for c in gpu for config in _engine_configs(c)]
+    return decide_residency(configs, engines, gpu_memory(), server_fields())
+
+
+def installed_server_fields() -> frozenset[str] | None:
+    """The installed SGLang's ``ServerArgs`` fields (None: no SGLang)."""
     # imported here: only a plan with a GPU case asks, and the SGLang tables cost a CPU session ~13
     # ms to import
     from pytest_specenergy.engines.sglang_args import installed_server_args_fields

@@ -7,7 +7,6 @@ from pytest_specenergy.cases.corpora import load_corpus
 from pytest_specenergy.engines.drafters import Drafter
 from pytest_specenergy.measure.cycles import ArmSpec
 from pytest_specenergy.measure.cycles import CyclePlan
-from pytest_specenergy.measure.cycles import cycle_groups
 from pytest_specenergy.measure.cycles import group_engines
 
 CASE = Case.of(
@@ -54,14 +53,9 @@ SIBLING = Case.of(
     batch=2,
     corpus=load_corpus("code"),
 )
-OTHER_BATCH = Case.of(
-    engine="reference", model="tiny:dense", drafter=Drafter("ngram"), batch=4, corpus=CASE.corpus
-)
 
 
-def test_cases_sharing_a_baseline_form_one_group_in_plan_order():
-    groups = cycle_groups([CASE, OTHER_BATCH, SIBLING, CASE])
-    assert groups == [(CASE, SIBLING), (OTHER_BATCH,)]
+def test_a_groups_engines_count_each_config_once():
     # The baseline, two drafters and the A/B reference: four engines held together.
     assert group_engines((CASE, SIBLING)) == 4 and group_engines((SIBLING,)) == 2
 
