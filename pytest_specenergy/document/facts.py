@@ -275,7 +275,12 @@ class ComparisonRow(Record):
     estimate: float | None = None
     #: ``equivalence`` only: the numerical ties counted as matches, (baseline, current).
     ties: tuple[int, ...] | None = None
+    #: True where neither side had any spread (a deterministic meter): the change is exact, with no
+    #: p-value and no interval; absent in files written before it was recorded.
+    exact: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    omitted_when_empty = ("exact",)
 
 
 @dataclass(frozen=True)

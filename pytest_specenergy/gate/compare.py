@@ -62,6 +62,9 @@ class MetricRow:
     estimate: float | None = None
     #: ``equivalence`` only: the numerical ties counted as matches, (baseline, current).
     ties: tuple[int, int] | None = None
+    #: No spread on either side (a deterministic meter): the change is exact, and the row has no
+    #: p-value and no interval (one would read p=0 and a zero-width "interval").
+    exact: bool = False
 
     def change_text(self) -> str:
         """The change in words: relative and absolute (points for fraction-point metrics)."""
@@ -77,6 +80,14 @@ class MetricRow:
         p = "n/a" if self.p_value is None else f"{self.p_value:.3g}"
         if self.method == "deterministic":
             how = "deterministic: one match fraction, real divergences only"
+        elif self.exact:
+            how = (
+                f"{self.method}, {self.n_baseline} vs {self.n_current} repeats, exact: no spread "
+                "on either side (a deterministic meter), the change is the measured one"
+            )
+            if self.interval is not None:  # only a block-drift allowance widens it
+                low, high = self.interval
+                how += f", with the block-drift allowance [{low:+.2%}, {high:+.2%}]"
         else:
             how = f"{self.method}, {self.n_baseline} vs {self.n_current} repeats"
             if self.interval is not None:
@@ -87,8 +98,8 @@ class MetricRow:
         line = (
             f"{self.metric} ({self.stat}): baseline {metrics.fmt(self.baseline, '.4g')} "
             f"{self.unit} -> current {metrics.fmt(self.current, '.4g')} {self.unit}, change "
-            f"{self.change_text()}, limit {self.limit.describe()} [{self.limit.expr}], p={p} "
-            f"({how}): {self.verdict.value.upper()}"
+            f"{self.change_text()}, limit {self.limit.describe()} [{self.limit.expr}]"
+            f"{'' if self.exact else f', p={p}'} ({how}): {self.verdict.value.upper()}"
         )
         return f"{line} - {self.note}" if self.note else line
 
@@ -100,6 +111,7 @@ class MetricRow:
             "limit": self.limit.expr,
             "interval": list(self.interval) if self.interval else None,
             "verdict": self.verdict.value,
+            "exact": self.exact or None,
             "ties": list(self.ties) if self.ties is not None else None,
         }
 
@@ -476,11 +488,15 @@ def compare_metric(
         f"{result.method}, unpaired: {unpaired}" if unpaired and requests is None else result.method
     )
     method = f"sequential {how}, look {max(result.look, 1)}/{result.looks}"
+    low, high = result.interval
+    # Exact (no spread): no p-value, and an interval only where a drift allowance widens it.
+    interval = None if result.exact and low == high else (low, high)
     return dataclasses.replace(
         measured,
-        p_value=result.p_value,
+        p_value=None if result.exact else result.p_value,
         method=method,
-        interval=tuple(result.interval),
+        interval=interval,
+        exact=result.exact,
         verdict=verdict,
         note="; ".join(notes),
         p_sequential=result.p_sequential,
