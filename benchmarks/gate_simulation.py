@@ -57,6 +57,8 @@ from pytest_specenergy.gate.sequential import REGRESSED
 from pytest_specenergy.gate.sequential import UNCHANGED
 from pytest_specenergy.gate.sequential import SequentialPlan
 from pytest_specenergy.gate.sequential import sequential_arrays
+from pytest_specenergy.gate.session_term import DECLARED_RATIO_SD
+from pytest_specenergy.gate.session_term import SessionTerm
 
 MODES = ("stored-5", "stored-11", "stored-15", "a/b")
 
@@ -119,10 +121,15 @@ def ours(
     scenario: Scenario,
     plan: SequentialPlan,
     n: int | None = None,
-    session_sd: float = 0.0,
+    session_sd: float | None = None,
 ):
-    """Our sequential rule on the first ``n`` current repeats (all when None)."""
+    """Our sequential rule on the first ``n`` current repeats (all when None). ``session_sd``
+    None: the gate's own between-session term - against a stored run without history, the
+    declared per-session sd for a measured meter (``gate/session_term.py``), none in-job."""
     n = samples.current_spec.shape[1] if n is None else n
+    if session_sd is None:
+        declared = SessionTerm(DECLARED_RATIO_SD, None, "declared")
+        session_sd = 0.0 if samples.reference_base is None else math.sqrt(declared.variance)
     if samples.reference_base is None:
         d = np.log(samples.current_spec[:, :n]) - np.log(samples.reference_spec[:, :n])
         return sequential_arrays(d, None, limit=scenario.limit, plan=plan, session_sd=session_sd)
@@ -488,6 +495,10 @@ class _OneRun:
 
     def load(self, path: Path):  # noqa: ANN201 - a RunDocument
         return self.document
+
+    def list(self, machine_key: str) -> list:
+        """No stored history beyond the compare run."""
+        return []
 
 
 def judge_order_case(

@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 import pytest_specenergy.gate.sequential as sequential
+import pytest_specenergy.gate.session_term as session_term
 import pytest_specenergy.gate.stats as stats
 from pytest_specenergy import metrics
 from pytest_specenergy.document import CaseRecord
@@ -26,6 +27,7 @@ from pytest_specenergy.gate.machine import comparable
 from pytest_specenergy.gate.machine import document_run_info
 from pytest_specenergy.gate.machine import run_info
 from pytest_specenergy.gate.sequential import SequentialPlan
+from pytest_specenergy.gate.session_term import SessionTerm
 from pytest_specenergy.gate.settings import DEFAULT_ALPHA
 from pytest_specenergy.gate.settings import DEFAULT_CAP
 from pytest_specenergy.gate.verdict import Verdict
@@ -323,8 +325,10 @@ def _sequential(
     resamples: int,
     spreads: Sequence[BaselineSpread] = (),
     drift: float = 0.0,
+    session: SessionTerm | None = None,
 ) -> tuple[sequential.SequentialResult | None, str]:
-    """The sequential verdict of one per-repeat metric, or (None, why it cannot be judged)."""
+    """The sequential verdict of one per-repeat metric, or (None, why it cannot be judged);
+    ``session``: the between-session term of a stored comparison (``gate/session_term.py``)."""
     absolute, threshold = not limit.relative, limit.threshold
     if not absolute and min(base + cur) <= 0:
         # Values that reach zero (a drafter accepting nothing): the limit as an amount at the
@@ -342,11 +346,14 @@ def _sequential(
             "into the test",
         )
     # Amounts on the log scale for a relative limit, else in the metric's unit at its level.
-    terms = [s.var_log * (1.0 if not absolute else s.scale**2) for s in spreads]
-    extra = {}
+    scale = 1.0 if not absolute else abs(b)
+    terms = [(s.var_log * (1.0 if not absolute else s.scale**2), max(s.df, 1.0)) for s in spreads]
+    if session is not None and session.sd > 0:  # df None: declared, no sampling error of its own
+        terms.append((session.variance * scale**2, session.df))
+    extra: dict[str, Any] = {}
     if terms:
-        total = sum(terms)
-        dfs = sum(t * t / max(s.df, 1.0) for t, s in zip(terms, spreads))
+        total = sum(t for t, _ in terms)
+        dfs = sum(t * t / df for t, df in terms if df is not None)
         extra = {
             "session_sd": math.sqrt(total),
             "session_df": total * total / dfs if dfs > 0 else None,
@@ -410,6 +417,7 @@ def compare_metric(
     spreads: Sequence[BaselineSpread] = (),
     drift: float = 0.0,
     unpaired: str = "",
+    session: SessionTerm | None = None,
 ) -> MetricRow:
     """Compare one metric's reference and current samples under ``limit``: per-repeat metrics by the
     sequential rule under ``plan`` (default :func:`gate_plan` at ``alpha``): Welch's t against a
@@ -471,11 +479,14 @@ def compare_metric(
         resamples,
         spreads,
         drift if requests is None else 0.0,
+        session if requests is None else None,
     )
     if result is None:
         return dataclasses.replace(measured, note=why)
     verdict = result.verdict
     notes = [result.note] if result.note else []
+    if session is not None and requests is None:
+        notes.append(session.describe())
     if verdict is Verdict.INCONCLUSIVE and result.more_repeats:
         notes.insert(
             0,
@@ -541,9 +552,12 @@ def compare_case(
     plan: SequentialPlan | None = None,
     seed: int = 0,
     resamples: int = 5000,
+    history: Sequence[CaseRecord] | None = None,
 ) -> CaseComparison:
     """A case's record against its baseline; ``*_info`` add run facts (``machine_key``) to
-    :func:`run_info`'s."""
+    :func:`run_info`'s. ``history``: the test's records in the stored sessions of its machine key
+    (the compare run's included), for the between-session term (``gate/session_term.py``); None:
+    the baseline record alone."""
     case_id = current_record.key
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
@@ -556,9 +570,12 @@ def compare_case(
     if reasons:
         return CaseComparison(case_id, Verdict.INCOMPARABLE, (), tuple(reasons), alpha)
     plan = plan or gate_plan(alpha)
+    sessions = list(history) if history is not None else [baseline_record]
     rows = [
         _with_ties(
-            _stored_row(limit, baseline_record, current_record, alpha, plan, seed, resamples),
+            _stored_row(
+                limit, baseline_record, current_record, alpha, plan, seed, resamples, sessions
+            ),
             baseline_record.ties,
             current_record.ties,
         )
@@ -575,9 +592,11 @@ def _stored_row(
     plan: SequentialPlan,
     seed: int,
     resamples: int,
+    sessions: Sequence[CaseRecord] = (),
 ) -> MetricRow:
     """One metric against the stored record; an unpaired pair metric carries the baseline spread and
-    block drift."""
+    block drift; a per-repeat metric the between-session term of ``sessions`` (the test's stored
+    records), and an absolute one with too few of them is not judged."""
     base, cur = (
         metric_samples(baseline_record, limit.metric),
         metric_samples(current_record, limit.metric),
@@ -601,6 +620,18 @@ def _stored_row(
     unpaired = "; ".join(why) if limit.metric in _PAIR_METRICS else ""
     # Each run not measured alongside its baseline brings its own block drift: both allowed for.
     drift = drift_allowance(plan.block_drift, len(why)) if unpaired else 0.0
+    term = None
+    if GATE_METRICS[limit.metric].per_repeat:
+        measured = not str(current_record.source).startswith("modeled")
+        samples = [metric_samples(r, limit.metric) for r in sessions]
+        samples = [v for v in samples if len(v) >= 2 and min(v) > 0]
+        refused = session_term.refusal(limit.metric, len(samples), measured)
+        if refused is not None:
+            row = compare_metric(limit, base, cur, alpha, plan=plan)
+            return dataclasses.replace(
+                row, verdict=Verdict.INCOMPARABLE, note=refused, p_value=None, interval=None
+            )
+        term = session_term.session_term(limit.metric, samples, measured)
     return compare_metric(
         limit,
         base,
@@ -613,6 +644,7 @@ def _stored_row(
         spreads=spreads,
         drift=drift,
         unpaired=unpaired,
+        session=term,
     )
 
 
