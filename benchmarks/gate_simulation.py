@@ -1242,7 +1242,16 @@ def skew_table(seed: int, cases: int = 4000) -> list[tuple]:
     """The sequential t on log ratios against the rank rule at fixed sizes (one look at ``n``
     current repeats against 15 stored, alpha 5%), 3% per-arm noise of each shape - on both arms,
     or on the speculative arm only (the baseline lognormal): rows (shape, arms, n, t P(REG) at
-    the limit, t power at +10%, rank P(REG) at the limit, rank power at +10%)."""
+    the limit, t power at +10%, rank P(REG) at the limit, rank power at +10%).
+
+    What it found (results/gate_verdicts.txt): the t keeps its stated error under every shape
+    (skew in both arms largely cancels in the log ratio, and one skewed arm leaves it at or under
+    alpha); the rank rule has the same error and, under skewed or spiky noise, 4-13 points more
+    power. The gate keeps the t: its interim looks spend 0.1% each, which a rank test of 3 current
+    repeats against 15 cannot reach (its smallest p is 1/816), and in-job (paired, a signed-rank
+    test) it decides nothing below 5 repeats (smallest p 1/32 at 5); a deterministic meter ties
+    every sample, where ranks say nothing and the t gives the exact change; and the t's interval
+    is the change's, which every verdict line reports."""
     rng = np.random.default_rng(seed)
     sd, limit, m, alpha = 0.03, 0.05, 15, 0.05
     rows = []
