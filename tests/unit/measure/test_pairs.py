@@ -1237,3 +1237,24 @@ def test_coherence_asks_for_prompt_ids_where_the_engine_has_them(asks):
     pair = _measurer(pool, TokenMeter(1.0)).measure(_case(Drafter("ngram")))
     assert all(pair.coherence.diverged)
     assert {entry for entry in pool.log if entry[0] == "tokenise"} == {("tokenise", bool(asks))}
+
+
+def test_the_pair_hook_hears_of_every_pair_once_a_siblings_included():
+    """A case measured in a sibling's cycles is measured before its test asks: the hook still
+    hears of its pair, once (old: only of pairs measured when their own test asked)."""
+    from pytest_specenergy.session import SpecEnergySession
+
+    heard: list = []
+    hook = SimpleNamespace(pytest_specenergy_pair_measured=lambda pair: heard.append(pair))
+    pairs = {"first": object(), "sibling": object()}
+    fake = SimpleNamespace(
+        plan=lambda cases: None,
+        start_planned=lambda: None,
+        measure=lambda case: pairs[case],
+        measured=lambda case: True,  # both measured by the first case's cycles
+    )
+    session = SpecEnergySession(SimpleNamespace(pair_measurer=lambda meter, progress: fake), hook)
+    session.xdist_worker = True
+    for case in ("first", "sibling", "first"):
+        session.measure(case)
+    assert heard == [pairs["first"], pairs["sibling"]]
