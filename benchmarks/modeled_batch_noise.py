@@ -56,7 +56,7 @@ def rows(document: dict, index: int) -> list[str]:
         batch = record["case"]["batch"]
         for arm in ("baseline", "speculative"):
             for i, sample in enumerate(record[arm]["samples"]):
-                steps = sample["window"]["full"]
+                steps = sample["window"]["full"].get("concurrency") or {}
                 accept = (
                     (sample["verify_steps"] + sample["correct_drafts"]) / sample["verify_steps"]
                     if sample.get("verify_steps")
@@ -66,7 +66,7 @@ def rows(document: dict, index: int) -> list[str]:
                     f"{index:>7} {batch:>5} {arm:<11} {i + 1:>6} "
                     f"{sample['energy_per_token']:>8.4f} {sample['decode_tokens']:>6} "
                     f"{sample['coverage']:>8.3f} {'-' if accept is None else f'{accept:.3f}':>6} "
-                    f"{steps['mean_running']:>9.2f}"
+                    f"{steps.get('mean_running', float('nan')):>9.2f}"
                 )
     return lines
 
