@@ -57,6 +57,8 @@ from pytest_specenergy.gate.sequential import REGRESSED
 from pytest_specenergy.gate.sequential import UNCHANGED
 from pytest_specenergy.gate.sequential import SequentialPlan
 from pytest_specenergy.gate.sequential import sequential_arrays
+from pytest_specenergy.gate.session_term import DECLARED_RATIO_SD
+from pytest_specenergy.gate.session_term import SessionTerm
 
 MODES = ("stored-5", "stored-11", "stored-15", "a/b")
 
@@ -119,10 +121,15 @@ def ours(
     scenario: Scenario,
     plan: SequentialPlan,
     n: int | None = None,
-    session_sd: float = 0.0,
+    session_sd: float | None = None,
 ):
-    """Our sequential rule on the first ``n`` current repeats (all when None)."""
+    """Our sequential rule on the first ``n`` current repeats (all when None). ``session_sd``
+    None: the gate's own between-session term - against a stored run without history, the
+    declared per-session sd for a measured meter (``gate/session_term.py``), none in-job."""
     n = samples.current_spec.shape[1] if n is None else n
+    if session_sd is None:
+        declared = SessionTerm(DECLARED_RATIO_SD, None, "declared")
+        session_sd = 0.0 if samples.reference_base is None else math.sqrt(declared.variance)
     if samples.reference_base is None:
         d = np.log(samples.current_spec[:, :n]) - np.log(samples.reference_spec[:, :n])
         return sequential_arrays(d, None, limit=scenario.limit, plan=plan, session_sd=session_sd)
@@ -488,6 +495,10 @@ class _OneRun:
 
     def load(self, path: Path):  # noqa: ANN201 - a RunDocument
         return self.document
+
+    def list(self, machine_key: str) -> list:
+        """No stored history beyond the compare run."""
+        return []
 
 
 def judge_order_case(
@@ -1122,6 +1133,184 @@ def format_report(
     return "\n".join(lines)
 
 
+# -- issue 40 item 5: session effects, absolute limits across sessions, skewed noise -----------
+def _estimated_sd(history: np.ndarray) -> tuple[np.ndarray, float]:
+    """Per row, the gate's between-session sd estimate (``gate/session_term.estimate``) from a
+    (rows, k, m) array of stored sessions' log values, and its df (k - 1)."""
+    means = history.mean(axis=2)
+    within = history.var(axis=2, ddof=1) / history.shape[2]
+    between = np.maximum(0.0, means.var(axis=1, ddof=1) - within.mean(axis=1))
+    return np.sqrt(between), float(history.shape[1] - 1)
+
+
+def _judged(current, stored, limit, plan, sd_rows=None, df=None):
+    """Verdict codes per row; ``sd_rows``: a per-row per-session sd (the comparison adds twice
+    its variance, as the gate does), ``df`` its degrees of freedom (None: declared)."""
+    if sd_rows is None:
+        return sequential_arrays(current, stored, limit=limit, plan=plan).code
+    codes = np.empty(current.shape[0], dtype=int)
+    for i in range(current.shape[0]):
+        codes[i] = sequential_arrays(
+            current[i : i + 1],
+            stored[i : i + 1],
+            limit=limit,
+            plan=plan,
+            session_sd=math.sqrt(2.0) * float(sd_rows[i]),
+            session_df=df,
+        ).code[0]
+    return codes
+
+
+def session_term_table(plan: SequentialPlan, seed: int, cases: int = 2000) -> list[tuple]:
+    """P(REGRESSED) of a stored comparison (15 stored repeats; the current side grows 3..11;
+    3% per-arm noise, so a ratio carries 4.2%) where every session moves the ratio by
+    N(0, ``tau``): rows (tau, rule, P at no change, P at +5% = the limit, P at +10%). Rules: no
+    term (the gate before), declared (1% per session: the gate without history), estimated from
+    5 stored sessions of 15 repeats (the gate with history)."""
+    rng = np.random.default_rng(seed)
+    noise, limit, m, k = 0.03 * math.sqrt(2.0), 0.05, 15, 5
+    rows = []
+    for tau in (0.0, 0.01):
+        cells: dict[str, list[float]] = {"no term": [], "declared 1%": [], "estimated (5)": []}
+        for theta in (0.0, math.log1p(limit), math.log(1.10)):
+            effects = tau * rng.standard_normal((cases, k + 1))
+            history = effects[:, :k, None] + noise * rng.standard_normal((cases, k, m))
+            stored = history[:, 0, :]  # the compare run is the newest stored session
+            current = theta + effects[:, k:] + noise * rng.standard_normal((cases, plan.cap))
+            sd_rows, df = _estimated_sd(history)
+            declared = np.full(cases, DECLARED_RATIO_SD)
+            for rule, codes in (
+                ("no term", _judged(current, stored, limit, plan)),
+                ("declared 1%", _judged(current, stored, limit, plan, declared, None)),
+                ("estimated (5)", _judged(current, stored, limit, plan, sd_rows, df)),
+            ):
+                cells[rule].append(float(np.mean(codes == REGRESSED)))
+        rows += [(tau, rule, *values) for rule, values in cells.items()]
+    return rows
+
+
+def absolute_across_sessions_table(
+    plan: SequentialPlan, seed: int, cases: int = 2000
+) -> list[tuple]:
+    """An absolute ``energy_per_token:5%`` limit against a stored run of 15 when each session
+    runs +-U(2%, 3%) warmer or cooler (the whole offset stays in absolute J/token; 3% noise):
+    rows (rule, P(REGRESSED) at no change, at +3%, at +5% = the limit). Rules: no term (the gate
+    before), estimated from 5 stored sessions (the gate now; without history it refuses)."""
+    rng = np.random.default_rng(seed)
+    noise, limit, m, k = 0.03, 0.05, 15, 5
+    out: dict[str, list[float]] = {"no term": [], "estimated (5)": []}
+    for theta in (0.0, math.log(1.03), math.log1p(limit)):
+        sign = rng.choice((-1.0, 1.0), size=(cases, k + 1))
+        offsets = sign * rng.uniform(0.02, 0.03, size=(cases, k + 1))
+        history = offsets[:, :k, None] + noise * rng.standard_normal((cases, k, m))
+        current = theta + offsets[:, k:] + noise * rng.standard_normal((cases, plan.cap))
+        sd_rows, df = _estimated_sd(history)
+        out["no term"].append(
+            float(np.mean(_judged(current, history[:, 0, :], limit, plan) == REGRESSED))
+        )
+        codes = _judged(current, history[:, 0, :], limit, plan, sd_rows, df)
+        out["estimated (5)"].append(float(np.mean(codes == REGRESSED)))
+    return [(rule, *values) for rule, values in out.items()]
+
+
+#: Per-arm log noise shapes, each of sd 1 (scaled by the noise level): normal (lognormal J/token),
+#: exponential (skewness 2: interference only ever adds energy), a 10% spike of +3 sd.
+NOISE_SHAPES: dict[str, Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]] = {
+    "lognormal": lambda rng, shape: rng.standard_normal(shape),
+    "exp-skewed": lambda rng, shape: rng.exponential(1.0, shape) - 1.0,
+    "10% spikes": lambda rng, shape: (
+        ((rng.random(shape) < 0.1) * 3.0 + 0.3 * rng.standard_normal(shape) - 0.3) / 0.95
+    ),
+}
+
+
+def rank_regressed(current: np.ndarray, stored: np.ndarray, limit: float, alpha: float):
+    """The rank rule with an effect-size band: REGRESSED when an exact one-sided Mann-Whitney U
+    finds the current log ratios, less log(1 + limit), above the stored ones at ``alpha``; the
+    minimum-n rule: sizes whose smallest attainable p exceeds ``alpha`` decide nothing."""
+    n, m = current.shape[1], stored.shape[1]
+    if 1.0 / math.comb(n + m, n) > alpha:
+        return np.zeros(current.shape[0], dtype=bool)
+    shifted = current - math.log1p(limit)
+    u = np.sum(shifted[:, :, None] > stored[:, None, :], axis=(1, 2))
+    cdf = _u_cdf(n, m)
+    p = 1.0 - np.where(u > 0, cdf[np.maximum(u - 1, 0)], 0.0)  # P(U >= u)
+    return p <= alpha
+
+
+def skew_table(seed: int, cases: int = 4000) -> list[tuple]:
+    """The sequential t on log ratios against the rank rule at fixed sizes (one look at ``n``
+    current repeats against 15 stored, alpha 5%), 3% per-arm noise of each shape - on both arms,
+    or on the speculative arm only (the baseline lognormal): rows (shape, arms, n, t P(REG) at
+    the limit, t power at +10%, rank P(REG) at the limit, rank power at +10%).
+
+    What it found (results/gate_verdicts.txt): the t keeps its stated error under every shape
+    (skew in both arms largely cancels in the log ratio, and one skewed arm leaves it at or under
+    alpha); the rank rule has the same error and, under skewed or spiky noise, 4-13 points more
+    power. The gate keeps the t: its interim looks spend 0.1% each, which a rank test of 3 current
+    repeats against 15 cannot reach (its smallest p is 1/816), and in-job (paired, a signed-rank
+    test) it decides nothing below 5 repeats (smallest p 1/32 at 5); a deterministic meter ties
+    every sample, where ranks say nothing and the t gives the exact change; and the t's interval
+    is the change's, which every verdict line reports."""
+    rng = np.random.default_rng(seed)
+    sd, limit, m, alpha = 0.03, 0.05, 15, 0.05
+    rows = []
+    for name, draw in NOISE_SHAPES.items():
+        for arms in ("both", "spec only"):
+            base_draw = draw if arms == "both" else NOISE_SHAPES["lognormal"]
+            for n in (3, 5, 11):
+                single = SequentialPlan(start=n, step=1, cap=n, alpha=alpha)
+                cell = []
+                for theta in (math.log1p(limit), math.log(1.10)):
+                    stored = sd * (draw(rng, (cases, m)) - base_draw(rng, (cases, m)))
+                    current = theta + sd * (draw(rng, (cases, n)) - base_draw(rng, (cases, n)))
+                    t_codes = sequential_arrays(current, stored, limit=limit, plan=single).code
+                    cell.append(
+                        (
+                            float(np.mean(t_codes == REGRESSED)),
+                            float(np.mean(rank_regressed(current, stored, limit, alpha))),
+                        )
+                    )
+                (t_at, r_at), (t_ten, r_ten) = cell
+                rows.append((name, arms, n, t_at, t_ten, r_at, r_ten))
+    return rows
+
+
+def format_verdicts_report(plan: SequentialPlan, seed: int, cases: int) -> str:
+    """The issue-40 tables: session term, absolute limits across sessions, skewed noise."""
+    se = math.sqrt(0.05 * 0.95 / cases)
+    lines = [
+        "Stored mode with sessions that move the ratio (benchmarks/gate_simulation.py "
+        "--verdicts-only; simulated, sequential_arrays as the gate runs it)",
+        f"{cases} cases a cell; stored run of 15, the current side 3..11 (the gate's plan), 3% "
+        f"per-arm noise; a binomial standard error at 5% is {se:.1%}.",
+        f"{'tau':>5} {'rule':<14} {'P(REG|0)':>9} {'P(REG|+5%)':>11} {'P(REG|+10%)':>12}",
+    ]
+    for tau, rule, zero, at, ten in session_term_table(plan, seed, cases):
+        lines.append(f"{tau:>5.0%} {rule:<14} {zero:>9.1%} {at:>11.1%} {ten:>12.1%}")
+    lines += [
+        "",
+        "Absolute energy_per_token:5% across sessions, each session +-U(2%,3%) warmer or cooler:",
+        f"{'rule':<14} {'P(REG|0)':>9} {'P(REG|+3%)':>11} {'P(REG|+5%)':>11}",
+    ]
+    for rule, zero, inside, at in absolute_across_sessions_table(plan, seed + 1, cases):
+        lines.append(f"{rule:<14} {zero:>9.1%} {inside:>11.1%} {at:>11.1%}")
+    lines += [
+        "",
+        "Skewed arm noise: the t on log ratios against a rank rule with an effect-size band "
+        "(exact one-sided Mann-Whitney of current log ratios less log 1.05 against the stored "
+        "ones, alpha 5%, minimum n: sizes whose smallest p exceeds alpha decide nothing), one "
+        "look at n current vs 15 stored, 3% noise:",
+        f"{'noise':<11} {'arms':<10} {'n':>3} {'t@limit':>8} {'t@+10%':>7} "
+        f"{'rank@limit':>11} {'rank@+10%':>10}",
+    ]
+    for name, arms, n, t_at, t_ten, r_at, r_ten in skew_table(seed + 2, 2 * cases):
+        lines.append(
+            f"{name:<11} {arms:<10} {n:>3} {t_at:>8.1%} {t_ten:>7.1%} {r_at:>11.1%} {r_ten:>10.1%}"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: print the report (``--quick`` for a smaller run)."""
     parser = argparse.ArgumentParser(
@@ -1151,6 +1340,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "quarter of it at no change and at +10%%",
     )
     parser.add_argument(
+        "--verdicts-only",
+        action="store_true",
+        help="print only issue 40's tables: session term, absolute limits across sessions, skew",
+    )
+    parser.add_argument(
         "--orders-only",
         action="store_true",
         help="print only the measurement order x block drift table",
@@ -1172,7 +1366,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     order_cases = args.order_cases or (100 if args.quick else 400)
     began = time.monotonic()
-    if args.orders_only:
+    if args.verdicts_only:
+        report = format_verdicts_report(plan, args.seed, 500 if args.quick else 2000)
+    elif args.orders_only:
         report = "\n".join(
             format_order_table(
                 order_drift_table(

@@ -107,6 +107,19 @@ _minutes = _number(
 _pool = _number("_pool", int, lambda v: 1 <= v <= MAX_POOL, f"a prompt count from 1 to {MAX_POOL}")
 
 
+def _size(text: str) -> tuple[int, int]:
+    """``PROMPTSxTOKENS`` (``16x64``): a prompt pool and ``max_new_tokens`` for every case."""
+    prompts, sep, tokens = text.lower().partition("x")
+    with contextlib.suppress(ValueError):
+        size = (int(prompts), int(tokens))
+        if sep and 1 <= size[0] <= MAX_POOL and size[1] >= 1:
+            return size
+    raise ValueError(
+        f"expected PROMPTSxTOKENS, a pool of 1 to {MAX_POOL} prompts and max_new_tokens >= 1 "
+        f"(e.g. 16x64), got {text!r}"
+    )
+
+
 def _faults(text: str) -> str:
     unknown = [f.strip() for f in text.split(",") if f.strip() and f.strip() not in FAULTS]
     if unknown:
@@ -292,6 +305,14 @@ class SpecEnergyConfig:
         f"{MAX_POOL}); every batch point and both arms draw from it, a pool larger than its "
         "corpus repeats prompts, and a pool needs a few times the batch to hold a steady state",
         _pool,
+        resolve=_or_none,
+    )
+    size: tuple[int, int] | None = _opt(
+        "size",
+        "",
+        "PROMPTSxTOKENS: the prompt pool and max_new_tokens of every case, over its generation "
+        "marker (specenergy faults uses it to find the size at which a test catches a fault)",
+        _size,
         resolve=_or_none,
     )
     latency_targets: tuple[float, ...] = _opt(

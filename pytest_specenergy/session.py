@@ -53,6 +53,8 @@ class SpecEnergySession:
         self.fdr_tests = 0
         #: What the terminal summary prints, built when the session finishes.
         self.report: SummaryReport | None = None
+        #: Cases whose pair the ``pytest_specenergy_pair_measured`` hook was told of.
+        self._announced: set[Case] = set()
 
     @property
     def measurer(self) -> PairMeasurer:
@@ -79,10 +81,11 @@ class SpecEnergySession:
         )
 
     def measure(self, case: Case) -> PairResult:
-        """The pair for ``case``, measured once per session."""
-        fresh = not self.measurer.measured(case)
+        """The pair for ``case``, measured once per session; the hook hears of each pair once,
+        when its test first asks (a case measured in a sibling's cycles was measured before)."""
         pair = self.measurer.measure(case)
-        if fresh and self.hook is not None:
+        if case not in self._announced and self.hook is not None:
+            self._announced.add(case)
             self.hook.pytest_specenergy_pair_measured(pair=pair)
         return pair
 
@@ -168,6 +171,7 @@ class SpecEnergySession:
             self.fdr_tests = per_repeat_count(self.limits_for(item, strict=False) for item in items)
         if self._measurer is not None:
             self._measurer.plan(self.planned)
+        self._refuse_unpairable(items)
         if (self.config.plan or self.config.budget) and not self.xdist_worker:
             self._show_plan(items, session.config)
         if self.config.dry_run:
@@ -177,6 +181,47 @@ class SpecEnergySession:
                 self.planned, session.config.pluginmanager.get_plugin("terminalreporter")
             ):
                 raise pytest.UsageError(refused)
+
+    def _refuse_unpairable(self, items: list[pytest.Item]) -> None:
+        """A gated test whose arms will run blocked (one GPU engine at a time), with a limit no
+        block-drift allowance leaves room in, is a usage error now, not INCONCLUSIVE after the cap
+        (``gate/pairing.py``). Where the GPU's memory is unknown here (no NVML) the runner
+        decides, and nothing is refused."""
+        stored = bool(self.config.compare or self.config.golden)
+        gated = [
+            item
+            for item in items
+            if stored or item.callspec.params["specenergy_case"].reference is not None
+        ]
+        if not gated:
+            return
+        from pytest_specenergy.engines.sglang_residency import UNKNOWN_MEMORY
+        from pytest_specenergy.gate.limits import DEFAULT_BLOCK_DRIFT
+        from pytest_specenergy.gate.pairing import allowance_refusals
+        from pytest_specenergy.measure import pairs
+        from pytest_specenergy.measure.pairs import on_gpu
+
+        if not any(on_gpu(item.callspec.params["specenergy_case"]) for item in gated):
+            return
+        residency = pairs.gpu_residency(
+            self.planned, pairs.engine_gpu_memory, pairs.installed_server_fields
+        )
+        if residency is None or residency.resident or residency.reason == UNKNOWN_MEMORY:
+            return
+        refusals = allowance_refusals(
+            (
+                (
+                    item.nodeid,
+                    self.limits_for(item, strict=False),
+                    residency.reason if on_gpu(item.callspec.params["specenergy_case"]) else None,
+                )
+                for item in gated
+            ),
+            DEFAULT_BLOCK_DRIFT,
+            sides=2 if stored else 1,
+        )
+        if refusals:
+            raise pytest.UsageError("specenergy: " + "; ".join(refusals))
 
     def _show_plan(self, items: list[pytest.Item], config: pytest.Config) -> None:
         """Print the suite's modeled GPU minutes; refuse it when it cannot fit the budget."""

@@ -11,6 +11,12 @@ retuned n-gram drafter is compared with the same case. What both arms need is pi
 (``max_total_tokens``; SGLang sizes an EAGLE3 engine's pool with the head's layer too) and the
 weights (``weights_gb``: the engines stay resident on an H200 only when their size is known).
 ``specenergy plan example_suites/ci_gate`` prints its modeled GPU minutes.
+
+Energy is gated on ``energy_ratio`` (J/token over the baseline of the same repeat cycle), never on
+absolute ``energy_per_token``: in-job both read the same, but against a stored run absolute J/token
+keeps each session's offset (the GPU's temperature and clocks), which failed 1.8% of unchanged
+cases and 31.8% of cases inside the limit (issue 40); the gate now judges such a limit only with a
+between-session term estimated from the stored history (``gate/session_term.py``).
 """
 
 import os
@@ -54,7 +60,7 @@ def _reference(drafter: Drafter) -> list:
     Drafter("eagle3", draft_model=EAGLE3, num_steps=3, num_draft_tokens=3, id="eagle3")
 )
 @pytest.mark.batch(1, 16, 64)
-@pytest.mark.tolerance(energy_per_token="5%", accept_length="5%", equivalence=0)
+@pytest.mark.tolerance(energy_ratio="5%", accept_length="5%", equivalence=0)
 def test_eagle3(spec_pair):
     r = spec_pair.measure()
     r.assert_equivalent(min_common_prefix=64)
@@ -68,7 +74,7 @@ for _mark in _reference(
 
 @pytest.mark.drafter(Drafter("ngram", num_draft_tokens=8, id="ngram"))
 @pytest.mark.batch(1, 16, 64)
-@pytest.mark.tolerance(energy_per_token="5%", accept_length="5%", equivalence=0)
+@pytest.mark.tolerance(energy_ratio="5%", accept_length="5%", equivalence=0)
 def test_ngram(spec_pair):
     r = spec_pair.measure()
     r.assert_equivalent(min_common_prefix=64)

@@ -4,6 +4,7 @@ docs/design/root-cases.md."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import os
 import re
@@ -78,6 +79,8 @@ class CaseDefaults:
     #: :data:`CPU_POOL_PER_BATCH` prompts per request in flight, at least :data:`CPU_POOL_MIN`, not
     #: the paper's 96.
     modeled: bool = False
+    #: ``--specenergy-size``: (prompts, max_new_tokens) of every case, over its generation marker.
+    size: tuple[int, int] | None = None
 
 
 #: The CPU default pool: enough prompts per request in flight to hold the steady state (the
@@ -103,6 +106,10 @@ def build_cases(test: str, closest: Callable[[str], Any], config: CaseDefaults) 
     generation = _generation(test, closest("generation"), pool)
     if generation.chat:
         _check_chat(test, [name for name, _ in models])
+    if config.size is not None:  # a sweep's size beats the marker (and the pool option)
+        generation = dataclasses.replace(
+            generation, prompts=config.size[0], max_new_tokens=config.size[1]
+        )
     reference = _reference(test, closest("reference_drafter"))
     cases: list[Case] = []
     # Everything but the batch and the corpus is checked and built once per (model, drafter): a

@@ -332,6 +332,12 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     sub.add_parser(
+        "faults",
+        help="rerun a suite under each reference-server fault: which tests catch which, and at what "
+        "size a missed fault is caught (pytest args follow --)",
+        add_help=False,
+    )
+    sub.add_parser(
         "doctor",
         help="check a GPU runner: NVML, energy counter, GPUs, sglang, torch",
         add_help=False,
@@ -352,6 +358,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pytest_specenergy.cli.plan import main as plan_main
 
         return plan_main(argv[1:])
+    if argv[:1] == ["faults"]:
+        from pytest_specenergy.cli.faults import main as faults_main
+
+        return faults_main(argv[1:])
     args = build_parser().parse_args(argv)
     if getattr(args, "storage_dir", None):
         args.storage = args.storage_dir

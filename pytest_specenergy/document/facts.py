@@ -240,10 +240,10 @@ class ResidencyFacts(Record):
 @dataclass(frozen=True)
 class RunOrder(Record):
     """How a pair's repeats ran: interleaved (ABAB) or blocked, the pause before each, every
-    repeat in run order, engines restarted, GPU residency, and the case a shared baseline came
-    from."""
+    repeat in run order, engines restarted, GPU residency, the case a shared baseline came
+    from, and the cases measured in the same cycles."""
 
-    omitted_when_empty = ("restarts", "residency", "baseline_from")
+    omitted_when_empty = ("restarts", "residency", "baseline_from", "cycled_with")
 
     interleaved: bool = True
     cooldown_s: float = 0.0
@@ -253,6 +253,9 @@ class RunOrder(Record):
     restarts: tuple[Restart, ...] = ()
     residency: ResidencyFacts | None = None
     baseline_from: str | None = None
+    #: The other cases whose drafting arms ran in the same repeat cycles, sharing the baseline's
+    #: repeats (each paired with it by index): a file written before they did reads as none.
+    cycled_with: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
@@ -281,7 +284,12 @@ class ComparisonRow(Record):
     estimate: float | None = None
     #: ``equivalence`` only: the numerical ties counted as matches, (baseline, current).
     ties: tuple[int, ...] | None = None
+    #: True where neither side had any spread (a deterministic meter): the change is exact, with no
+    #: p-value and no interval; absent in files written before it was recorded.
+    exact: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    omitted_when_empty = ("exact",)
 
 
 @dataclass(frozen=True)

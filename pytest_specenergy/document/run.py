@@ -48,7 +48,7 @@ class MeterFacts(Record):
     """A meter as it describes itself: its kind and label, the GPU preset a modeled meter prices
     with, the GPUs an NVML meter reads; the rest of its description (meter-defined) in ``extra``."""
 
-    omitted_when_empty = ("preset", "gpus", "labels")
+    omitted_when_empty = ("preset", "gpus", "labels", "noise")
 
     kind: str | None = None
     label: str | None = None
@@ -56,6 +56,9 @@ class MeterFacts(Record):
     gpus: tuple[dict[str, Any], ...] | None = None
     #: One modeled meter prices several engines, each under its own label.
     labels: tuple[str, ...] | None = None
+    #: Where the meter's figures vary between identical repeats, and why (a modeled meter: only at
+    #: batch > 1); absent in files written before it was said.
+    noise: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 

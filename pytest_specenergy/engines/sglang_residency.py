@@ -199,6 +199,11 @@ def plan_order(
     return Residency(False, 1, None, reason, gpu_bytes, heaviest, plan)
 
 
+#: Why engines run blocked where the GPU's memory could not be read: a machine without NVML (a
+#: dry run, a plan on a laptop) has not decided how the GPU runner will run them.
+UNKNOWN_MEMORY = "the GPU's memory is unknown (no NVML): blocked order"
+
+
 def decide(
     configs: Iterable[EngineConfig],
     engines: int,
@@ -237,7 +242,7 @@ def decide(
             return Residency(
                 True, engines, fraction, "resident=True on the model marker (size not checked)"
             )
-        return blocked("the GPU's memory is unknown (no NVML): blocked order")
+        return blocked(UNKNOWN_MEMORY)
     return plan_order(configs, engines, gpu_bytes, True if choices == {True} else None)
 
 

@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 import pytest_specenergy.gate.sequential as sequential
+import pytest_specenergy.gate.session_term as session_term
 import pytest_specenergy.gate.stats as stats
 from pytest_specenergy import metrics
 from pytest_specenergy.document import CaseRecord
@@ -26,6 +27,7 @@ from pytest_specenergy.gate.machine import comparable
 from pytest_specenergy.gate.machine import document_run_info
 from pytest_specenergy.gate.machine import run_info
 from pytest_specenergy.gate.sequential import SequentialPlan
+from pytest_specenergy.gate.session_term import SessionTerm
 from pytest_specenergy.gate.settings import DEFAULT_ALPHA
 from pytest_specenergy.gate.settings import DEFAULT_CAP
 from pytest_specenergy.gate.verdict import Verdict
@@ -62,6 +64,9 @@ class MetricRow:
     estimate: float | None = None
     #: ``equivalence`` only: the numerical ties counted as matches, (baseline, current).
     ties: tuple[int, int] | None = None
+    #: No spread on either side (a deterministic meter): the change is exact, and the row has no
+    #: p-value and no interval (one would read p=0 and a zero-width "interval").
+    exact: bool = False
 
     def change_text(self) -> str:
         """The change in words: relative and absolute (points for fraction-point metrics)."""
@@ -77,6 +82,14 @@ class MetricRow:
         p = "n/a" if self.p_value is None else f"{self.p_value:.3g}"
         if self.method == "deterministic":
             how = "deterministic: one match fraction, real divergences only"
+        elif self.exact:
+            how = (
+                f"{self.method}, {self.n_baseline} vs {self.n_current} repeats, exact: no spread "
+                "on either side (a deterministic meter), the change is the measured one"
+            )
+            if self.interval is not None:  # only a block-drift allowance widens it
+                low, high = self.interval
+                how += f", with the block-drift allowance [{low:+.2%}, {high:+.2%}]"
         else:
             how = f"{self.method}, {self.n_baseline} vs {self.n_current} repeats"
             if self.interval is not None:
@@ -87,8 +100,8 @@ class MetricRow:
         line = (
             f"{self.metric} ({self.stat}): baseline {metrics.fmt(self.baseline, '.4g')} "
             f"{self.unit} -> current {metrics.fmt(self.current, '.4g')} {self.unit}, change "
-            f"{self.change_text()}, limit {self.limit.describe()} [{self.limit.expr}], p={p} "
-            f"({how}): {self.verdict.value.upper()}"
+            f"{self.change_text()}, limit {self.limit.describe()} [{self.limit.expr}]"
+            f"{'' if self.exact else f', p={p}'} ({how}): {self.verdict.value.upper()}"
         )
         return f"{line} - {self.note}" if self.note else line
 
@@ -100,6 +113,7 @@ class MetricRow:
             "limit": self.limit.expr,
             "interval": list(self.interval) if self.interval else None,
             "verdict": self.verdict.value,
+            "exact": self.exact or None,
             "ties": list(self.ties) if self.ties is not None else None,
         }
 
@@ -257,6 +271,7 @@ def baseline_spread(
 
 #: Metrics a block drift moves (energy and time); counters such as accept length it does not.
 _DRIFTING = frozenset(_PAIR_METRICS) | {"energy_per_token", "tbt_ms"}
+DRIFTING_METRICS = _DRIFTING
 
 
 def request_accept_lengths(record: CaseRecord, arm: str = "speculative") -> list[float] | None:
@@ -310,8 +325,10 @@ def _sequential(
     resamples: int,
     spreads: Sequence[BaselineSpread] = (),
     drift: float = 0.0,
+    session: SessionTerm | None = None,
 ) -> tuple[sequential.SequentialResult | None, str]:
-    """The sequential verdict of one per-repeat metric, or (None, why it cannot be judged)."""
+    """The sequential verdict of one per-repeat metric, or (None, why it cannot be judged);
+    ``session``: the between-session term of a stored comparison (``gate/session_term.py``)."""
     absolute, threshold = not limit.relative, limit.threshold
     if not absolute and min(base + cur) <= 0:
         # Values that reach zero (a drafter accepting nothing): the limit as an amount at the
@@ -329,11 +346,14 @@ def _sequential(
             "into the test",
         )
     # Amounts on the log scale for a relative limit, else in the metric's unit at its level.
-    terms = [s.var_log * (1.0 if not absolute else s.scale**2) for s in spreads]
-    extra = {}
+    scale = 1.0 if not absolute else abs(b)
+    terms = [(s.var_log * (1.0 if not absolute else s.scale**2), max(s.df, 1.0)) for s in spreads]
+    if session is not None and session.sd > 0:  # df None: declared, no sampling error of its own
+        terms.append((session.variance * scale**2, session.df))
+    extra: dict[str, Any] = {}
     if terms:
-        total = sum(terms)
-        dfs = sum(t * t / max(s.df, 1.0) for t, s in zip(terms, spreads))
+        total = sum(t for t, _ in terms)
+        dfs = sum(t * t / df for t, df in terms if df is not None)
         extra = {
             "session_sd": math.sqrt(total),
             "session_df": total * total / dfs if dfs > 0 else None,
@@ -397,6 +417,7 @@ def compare_metric(
     spreads: Sequence[BaselineSpread] = (),
     drift: float = 0.0,
     unpaired: str = "",
+    session: SessionTerm | None = None,
 ) -> MetricRow:
     """Compare one metric's reference and current samples under ``limit``: per-repeat metrics by the
     sequential rule under ``plan`` (default :func:`gate_plan` at ``alpha``): Welch's t against a
@@ -458,11 +479,14 @@ def compare_metric(
         resamples,
         spreads,
         drift if requests is None else 0.0,
+        session if requests is None else None,
     )
     if result is None:
         return dataclasses.replace(measured, note=why)
     verdict = result.verdict
     notes = [result.note] if result.note else []
+    if session is not None and requests is None:
+        notes.append(session.describe())
     if verdict is Verdict.INCONCLUSIVE and result.more_repeats:
         notes.insert(
             0,
@@ -475,11 +499,15 @@ def compare_metric(
         f"{result.method}, unpaired: {unpaired}" if unpaired and requests is None else result.method
     )
     method = f"sequential {how}, look {max(result.look, 1)}/{result.looks}"
+    low, high = result.interval
+    # Exact (no spread): no p-value, and an interval only where a drift allowance widens it.
+    interval = None if result.exact and low == high else (low, high)
     return dataclasses.replace(
         measured,
-        p_value=result.p_value,
+        p_value=None if result.exact else result.p_value,
         method=method,
-        interval=tuple(result.interval),
+        interval=interval,
+        exact=result.exact,
         verdict=verdict,
         note="; ".join(notes),
         p_sequential=result.p_sequential,
@@ -524,9 +552,12 @@ def compare_case(
     plan: SequentialPlan | None = None,
     seed: int = 0,
     resamples: int = 5000,
+    history: Sequence[CaseRecord] | None = None,
 ) -> CaseComparison:
     """A case's record against its baseline; ``*_info`` add run facts (``machine_key``) to
-    :func:`run_info`'s."""
+    :func:`run_info`'s. ``history``: the test's records in the stored sessions of its machine key
+    (the compare run's included), for the between-session term (``gate/session_term.py``); None:
+    the baseline record alone."""
     case_id = current_record.key
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
@@ -539,9 +570,12 @@ def compare_case(
     if reasons:
         return CaseComparison(case_id, Verdict.INCOMPARABLE, (), tuple(reasons), alpha)
     plan = plan or gate_plan(alpha)
+    sessions = list(history) if history is not None else [baseline_record]
     rows = [
         _with_ties(
-            _stored_row(limit, baseline_record, current_record, alpha, plan, seed, resamples),
+            _stored_row(
+                limit, baseline_record, current_record, alpha, plan, seed, resamples, sessions
+            ),
             baseline_record.ties,
             current_record.ties,
         )
@@ -558,9 +592,11 @@ def _stored_row(
     plan: SequentialPlan,
     seed: int,
     resamples: int,
+    sessions: Sequence[CaseRecord] = (),
 ) -> MetricRow:
     """One metric against the stored record; an unpaired pair metric carries the baseline spread and
-    block drift."""
+    block drift; a per-repeat metric the between-session term of ``sessions`` (the test's stored
+    records), and an absolute one with too few of them is not judged."""
     base, cur = (
         metric_samples(baseline_record, limit.metric),
         metric_samples(current_record, limit.metric),
@@ -584,6 +620,18 @@ def _stored_row(
     unpaired = "; ".join(why) if limit.metric in _PAIR_METRICS else ""
     # Each run not measured alongside its baseline brings its own block drift: both allowed for.
     drift = drift_allowance(plan.block_drift, len(why)) if unpaired else 0.0
+    term = None
+    if GATE_METRICS[limit.metric].per_repeat:
+        measured = not str(current_record.source).startswith("modeled")
+        samples = [metric_samples(r, limit.metric) for r in sessions]
+        samples = [v for v in samples if len(v) >= 2 and min(v) > 0]
+        refused = session_term.refusal(limit.metric, len(samples), measured)
+        if refused is not None:
+            row = compare_metric(limit, base, cur, alpha, plan=plan)
+            return dataclasses.replace(
+                row, verdict=Verdict.INCOMPARABLE, note=refused, p_value=None, interval=None
+            )
+        term = session_term.session_term(limit.metric, samples, measured)
     return compare_metric(
         limit,
         base,
@@ -596,6 +644,7 @@ def _stored_row(
         spreads=spreads,
         drift=drift,
         unpaired=unpaired,
+        session=term,
     )
 
 
@@ -800,6 +849,7 @@ __all__ = [
     "baseline_spread",
     "BaselineSpread",
     "unpaired_reason",
+    "DRIFTING_METRICS",
     "BLOCKED_ORDER",
     "drift_allowance",
     "request_accept_lengths",

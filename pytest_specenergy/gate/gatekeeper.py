@@ -20,6 +20,7 @@ from pytest_specenergy.gate.compare import repeats_needed
 from pytest_specenergy.gate.compare import resolve_inconclusive
 from pytest_specenergy.gate.limits import FailLimit
 from pytest_specenergy.gate.sequential import SequentialPlan
+from pytest_specenergy.gate.session_term import HISTORY_RUNS
 from pytest_specenergy.gate.settings import DEFAULT_ALPHA
 from pytest_specenergy.gate.settings import DEFAULT_CAP
 from pytest_specenergy.gate.storage import GoldenStore
@@ -119,6 +120,8 @@ class Gatekeeper:
         self._run: tuple[RunDocument, Path] | None = None
         self._run_error: str | None = None
         self._unreadable: str | None = None
+        #: Per machine key, the complete stored runs read for the between-session term.
+        self._histories: dict[str, list[RunDocument]] = {}
 
     def reference_run(self, machine_key: str) -> tuple[RunDocument | None, Path | None, str | None]:
         """The whole compare run (document, path), or why there is none (read once per session)."""
@@ -194,8 +197,31 @@ class Gatekeeper:
             plan=self.plan,
             baseline_info={"machine_key": document.machine_key},  # type: ignore[union-attr]
             current_info={"machine_key": key},
+            history=self._history(key, record.key, baseline, path),
         )
         return self._more_or_outcome(comparison, record, path)
+
+    def _history(
+        self, machine_key: str, test: str, baseline: CaseRecord, path: Path | None
+    ) -> list[CaseRecord]:
+        """The test's records in the last complete stored runs of ``machine_key`` (read once per
+        session), the compare run's ``baseline`` among them: what the between-session term is
+        estimated from (``gate/session_term.py``). A stored run that cannot be read adds nothing
+        here (the compare run itself was read and checked above)."""
+        if machine_key not in self._histories:
+            documents = []
+            for stored in self.runs.list(machine_key)[-HISTORY_RUNS:]:
+                if path is not None and stored.path == path:
+                    continue
+                try:
+                    document = self.runs.load(stored.path)
+                except StorageError:
+                    continue
+                if not document.interrupted:
+                    documents.append(document)
+            self._histories[machine_key] = documents
+        others = [r for d in self._histories[machine_key] for r in d.results if r.key == test]
+        return [baseline, *others]
 
     def _more_or_outcome(
         self, comparison: CaseComparison, record: CaseRecord, path: Path | None

@@ -149,11 +149,22 @@ class SequentialResult:
     projected_repeats: int | None
     method: str
     note: str = ""
+    #: No spread on either side at the deciding look (a deterministic meter prices the same tokens
+    #: the same way every repeat): the change is known exactly, with no interval or p-value to
+    #: give (``interval`` holds the estimate, widened only by a block-drift allowance).
+    exact: bool = False
 
     def describe(self) -> str:
         """One line with the verdict, change, interval, limit, p-values and repeats."""
         low, high = self.interval
         sign = "+" if self.worse == "up" else "-"
+        if self.exact:
+            line = (
+                f"{self.verdict.value.upper()}: exact change {self.estimate:+.2%} (no spread in "
+                f"{self.n_current} vs {self.n_reference} repeats: a deterministic meter), limit "
+                f"{sign}{self.limit:.2%}, {self.method}, look {self.look}/{self.looks}"
+            )
+            return f"{line} - {self.note}" if self.note else line
         line = (
             f"{self.verdict.value.upper()}: change {self.estimate:+.2%} [{low:+.2%}, "
             f"{high:+.2%}], limit {sign}{self.limit:.2%}, p={self.p_value:.3g} (sequential "
@@ -461,6 +472,7 @@ def _one_case(
                 "or compare in-job"
             )
     rel = lambda v: v if absolute or not math.isfinite(v) else math.expm1(v)  # noqa: E731
+    exact = look > 0 and se == 0 and math.isfinite(est)
     return SequentialResult(
         verdict=verdict,
         estimate=rel(est),
@@ -478,6 +490,7 @@ def _one_case(
         projected_repeats=projected,
         method=method,
         note="; ".join(notes),
+        exact=exact,
     )
 
 
@@ -643,7 +656,8 @@ def compare_per_request(
     p_reg = _bootstrap_share(boot, reg_bound, above=not up)
     p_ok = _bootstrap_share(boot, reg_bound, above=up)
     p_imp = _bootstrap_share(boot, imp_bound, above=up) if math.isfinite(imp_bound) else 1.0
-    if np.all(boot == boot[0]):  # no spread at all (deterministic engine): the point decides
+    exact = bool(np.all(boot == boot[0]))
+    if exact:  # no spread at all (deterministic engine): the point decides
         beyond = point > reg_bound if up else point < reg_bound
         inside = point < reg_bound if up else point > reg_bound
         better = (
@@ -683,6 +697,7 @@ def compare_per_request(
         projected_repeats=None,
         note=note,
         method=("paired" if paired else "two-sample") + f" bootstrap over requests ({resamples})",
+        exact=exact,
     )
 
 

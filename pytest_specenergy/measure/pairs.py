@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from typing import Callable
@@ -35,6 +36,7 @@ from pytest_specenergy.measure.coherence import Coherence
 from pytest_specenergy.measure.coherence import measure_coherence
 from pytest_specenergy.measure.cycles import ArmSpec
 from pytest_specenergy.measure.cycles import CyclePlan
+from pytest_specenergy.measure.cycles import group_engines
 from pytest_specenergy.measure.removal import check_mode
 from pytest_specenergy.measure.removal import removes_drafts
 from pytest_specenergy.measure.removal import replays_proposals
@@ -83,47 +85,43 @@ class PairMeasurer:
         self.run_twin = False
         self.meter_factory = meter_factory
         self.planned: list[Case] = []
+        self._planned_set: frozenset[Case] = frozenset()
         #: How the GPU's engines run (None: no GPU case planned); ``plan`` decides it.
         self.residency: Residency | None = None
         #: The GPU's total memory in bytes (NVML by default) and the installed SGLang's ServerArgs
         #: fields: what residency is decided from (tests pass their own).
         self.gpu_memory = gpu_memory or engine_gpu_memory
-        self.server_fields = server_fields or _installed_server_fields
+        self.server_fields = server_fields or installed_server_fields
         self.meters: dict[str, Meter] = {}
         #: Each engine's ``/server_info`` from its start, by config: a blocked case compares its
         #: arms' KV pools against an engine stopped since (the baseline's).
         self._start_infos: dict[EngineConfig, dict[str, Any]] = {}
         self._baselines: dict[tuple[Any, ...], RunResult] = {}
+        #: Each measured case's baseline arm over every prompt it measured (its pair's baseline is
+        #: cut to the prompts its arms share): what added repeats extend.
+        self._baseline_of: dict[Case, RunResult] = {}
         self._baseline_from: dict[tuple[Any, ...], str] = {}
         self._pairs: dict[Case, PairResult] = {}
         #: Baseline keys whose measurement failed while measuring a sibling's (retried once).
         self._sibling_failed: set[tuple[Any, ...]] = set()
         #: Drafts recorded per (drafter engine, batch, corpus, generation), for replay arms.
         self._recorded: dict[tuple[Any, ...], Drafts] = {}
+        #: The cases each case was measured with (its cycles' members, itself included).
+        self._group_of: dict[Case, tuple[Case, ...]] = {}
+        #: Cases whose arm failed in a group measurement: measured alone when their test comes.
+        self._alone: set[Case] = set()
+        #: The owner of the arm being started or measured (None: the baseline), for a failure.
+        self._failing: Case | None = None
 
     def plan(self, cases: list[Case]) -> None:
         """Record the collected cases and decide how the GPU's engines run: a case's SGLang engines
         all resident, interleaved, when they fit, else one at a time, blocked (CPU cases keep the
         unbounded pool: no GPU held)."""
         self.planned = cases
-        gpu = [
-            c
-            for c in cases
-            if (c.engine == "sglang" and c.device != "cpu") or c.device.startswith("cuda")
-        ]
-        if not gpu:
-            return
-        engines = max(3 if c.reference is not None else 2 for c in gpu)
-        if any(c.engine != "sglang" for c in gpu):
-            self.residency = Residency(
-                False, 1, None, "a non-SGLang engine on the GPU (no memory split)"
-            )
-        else:
-            configs = [config for c in gpu for config in _engine_configs(c)]
-            self.residency = decide_residency(
-                configs, engines, self.gpu_memory(), self.server_fields()
-            )
-        self.pool.max_live = self.residency.engines if self.residency.resident else 1
+        self._planned_set = frozenset(cases)
+        self.residency = gpu_residency(cases, self.gpu_memory, self.server_fields)
+        if self.residency is not None:
+            self.pool.max_live = self.residency.engines if self.residency.resident else 1
 
     def start_planned(self) -> None:
         """On an unbounded pool (where every engine is kept to the session's end anyway), start
@@ -222,18 +220,28 @@ class PairMeasurer:
             self._recorded[key] = self._arm(arm_case.spec_config(), arm_case, 0, 0).record_drafts()
         return self._recorded[key]
 
-    def _plan(self, case: Case, with_baseline: bool) -> CyclePlan:
-        """The arms of one measurement of ``case`` and their order (:class:`CyclePlan`); on an
-        unbounded pool their engines are started side by side first."""
-        drafting = [ArmSpec("speculative", case, case.spec_config())]
-        if case.reference is not None:
-            reference = dataclasses.replace(case, spec=case.reference_config(), reference=None)
-            drafting.append(ArmSpec("reference", reference, reference.spec_config()))
+    def _plan(self, members: tuple[Case, ...], with_baseline: bool) -> CyclePlan:
+        """The arms of one measurement of ``members`` (cases sharing one baseline arm) and their
+        order (:class:`CyclePlan`); on an unbounded pool their engines are started side by side
+        first."""
+        case = members[0]
+        drafting: list[ArmSpec] = []
+        replay: list[ArmSpec] = []
         baseline = (ArmSpec("baseline", case, case.baseline_config()),) if with_baseline else ()
-        self.pool.start_together([arm.config for arm in (*baseline, *drafting)])
+        own = {
+            member: _drafting_arms(member) for member in members
+        }  # each case's speculative (and reference) arm
+        self.pool.start_together(
+            [arm.config for arm in baseline] + [a.config for arms in own.values() for a in arms]
+        )
         first = case.baseline_config() if with_baseline else case.spec_config()
-        swapped, replay = self._replay_arms(case, tuple(drafting), first)
-        return CyclePlan.decide(case, baseline, swapped, replay, self.pool.max_live)
+        for slot, (member, arms) in enumerate(own.items()):
+            swapped, replays = self._replay_arms(member, arms, first)
+            drafting += [dataclasses.replace(arm, owner=member, slot=slot) for arm in swapped]
+            replay += [dataclasses.replace(arm, owner=member, slot=slot) for arm in replays]
+        return CyclePlan.decide(
+            case, baseline, tuple(drafting), tuple(replay), self.pool.max_live, members
+        )
 
     def _measurer(
         self,
@@ -287,16 +295,19 @@ class PairMeasurer:
 
     def _interleaved(
         self,
-        case: Case,
+        members: tuple[Case, ...],
         repeats: int,
         warmup: int | None,
         with_baseline: bool,
         first_repeat: int = 0,
-    ) -> tuple[dict[str, RunResult], Server, RunOrder]:
-        """``repeats`` of each arm of ``case`` in cycles (:class:`CyclePlan`), numbered from
-        ``first_repeat`` (which picks each window's prompts); each arm's result by name, the
-        speculative arm's server, and the order they ran in."""
-        plan = self._plan(case, with_baseline)
+    ) -> dict[Case, _Measured]:
+        """``repeats`` of each arm of ``members`` in cycles (:class:`CyclePlan`), numbered from
+        ``first_repeat`` (which picks each window's prompts); per case its arms' results by name
+        (the baseline shared), its speculative arm's server, and the order its arms ran in. An arm
+        that fails leaves its owner in :attr:`_failing` (None: the baseline) before the error
+        propagates."""
+        self._failing = None
+        plan = self._plan(members, with_baseline)
         run = _CycleRun(plan.arms, repeats)
 
         def measurer(arm: ArmSpec) -> ArmMeasurer:
@@ -304,43 +315,66 @@ class PairMeasurer:
             return self._measurer(arm, repeats, warmup, twin, first_repeat)
 
         if plan.interleaved:
-            run.measurers.update((arm.name, measurer(arm)) for arm in plan.arms)
-            self._check_pools(case, run.measurers)
-            for each in run.measurers.values():
-                each.warm_up()
+            for arm in plan.arms:
+                self._failing = arm.owner
+                run.measurers[arm.key] = measurer(arm)
+            self._check_pools(plan.case, run.measurers)
+            for arm in plan.arms:
+                self._failing = arm.owner
+                run.measurers[arm.key].warm_up()
             for cycle in range(repeats):
                 for arm in plan.cycle(cycle):
-                    self._measure_next(run, arm.name)
+                    self._failing = arm.owner
+                    self._measure_next(run, arm.key)
         else:
             for arm in plan.arms:  # one engine at a time: each arm's repeats together
-                run.measurers[arm.name] = measurer(arm)
-                self._check_pools(case, run.measurers)
-                run.measurers[arm.name].warm_up()
+                self._failing = arm.owner
+                run.measurers[arm.key] = measurer(arm)
+                self._check_pools(plan.case, run.measurers)
+                run.measurers[arm.key].warm_up()
                 for _ in range(repeats):
-                    self._measure_next(run, arm.name)
+                    self._measure_next(run, arm.key)
                 if arm.name == "baseline":
-                    self._measure_siblings(case)
+                    self._measure_siblings(plan.case)
+        self._failing = None
         residency = self.residency
-        order = RunOrder(
-            interleaved=plan.interleaved,
-            cooldown_s=self.cooldown_s,
-            order=tuple(str(entry.arm) for entry in run.entries()),
-            repeats=run.entries(),
-            restarts=tuple(run.restarts),
-            residency=None if residency is None else ResidencyFacts.from_dict(residency.as_dict()),
-        )
-        return run.results(), run.measurers["speculative"].server, order
+        results = run.results()
+        measured: dict[Case, _Measured] = {}
+        for member in plan.members:
+            arms = plan.arms_of(member)
+            names = {arm.key: arm.name for arm in arms}
+            entries = run.entries(names)
+            order = RunOrder(
+                interleaved=plan.interleaved,
+                cooldown_s=self.cooldown_s,
+                order=tuple(str(entry.arm) for entry in entries),
+                repeats=entries,
+                restarts=tuple(
+                    dataclasses.replace(r, arm=names[str(r.arm)])
+                    for r in run.restarts
+                    if str(r.arm) in names
+                ),
+                residency=None
+                if residency is None
+                else ResidencyFacts.from_dict(residency.as_dict()),
+                cycled_with=tuple(other.id for other in plan.members if other != member),
+            )
+            spec = next(arm.key for arm in arms if arm.name == "speculative")
+            measured[member] = _Measured(
+                {arm.name: results[arm.key] for arm in arms}, run.measurers[spec].server, order
+            )
+        return measured
 
-    def _measure_next(self, run: _CycleRun, name: str) -> None:
+    def _measure_next(self, run: _CycleRun, key: str) -> None:
         """The arm's next repeat on the pool's engine for it: one that died and was restarted is
         warmed up again first, and the run records the restart (the case is flagged)."""
-        measurer, index = run.measurers[name], len(run.repeats[name])
+        measurer, index = run.measurers[key], len(run.repeats[key])
         server = self.pool.get(measurer.server.config)
         if server is not measurer.server:
             measurer.server = server
             measurer.warm_up()
-            run.restarts.append(Restart(arm=name, before_repeat=index))
-        run.repeats[name].append(self._timed(measurer, name, index, run.total))
+            run.restarts.append(Restart(arm=key, before_repeat=index))
+        run.repeats[key].append(self._timed(measurer, run.names[key], index, run.total))
 
     def _measure_siblings(self, case: Case) -> None:
         """On a one-engine pool: every other planned baseline of this engine, while it runs."""
@@ -391,33 +425,80 @@ class PairMeasurer:
         """Whether ``case`` has been measured this session."""
         return case in self._pairs
 
+    def _group(self, case: Case) -> tuple[Case, ...]:
+        """The cases measured with ``case`` in the same cycles, ``case`` first: the planned cases
+        sharing its baseline arm not measured yet (nor left to measure alone after their arm
+        failed in a group), as many as the pool holds at once (the rest get cycles of their own,
+        with the baseline again, when their tests come). The grouping depends on the planned cases
+        alone, never on which of them a worker runs first, so under xdist a case's cycles are the
+        same on any worker."""
+        key = case.baseline_key()
+        group = [case]
+        for other in dict.fromkeys(self.planned):
+            if (
+                other == case
+                or other.baseline_key() != key
+                or other in self._pairs
+                or other in self._alone
+            ):
+                continue
+            if self.pool.max_live and group_engines((*group, other)) > self.pool.max_live:
+                break
+            group.append(other)
+        return tuple(group)
+
+    def _shares_baseline(self, case: Case) -> bool:
+        """Whether ``case`` is judged against a baseline measured before it (unpaired): only a case
+        the plan did not hold (the cycles of its siblings already ran), or on a pool of one engine
+        at a time, where no case is paired and a baseline measured ahead saves a restart."""
+        if case.baseline_key() not in self._baselines:
+            return False
+        return case not in self._planned_set or self.pool.max_live == 1
+
+    def _measure_group(self, members: tuple[Case, ...], shared: bool) -> dict[Case, _Measured]:
+        """One measurement of ``members``; an arm of another member that fails (an engine that
+        will not start, a request refused) leaves that member out, to fail on its own when its
+        test measures it, and the rest are measured again without it."""
+        while True:
+            try:
+                return self._interleaved(members, self.repeats, None, with_baseline=not shared)
+            except Exception:
+                culprit = self._failing
+                if len(members) < 2 or culprit is None or culprit == members[0]:
+                    raise
+                self._alone.add(culprit)
+                members = tuple(m for m in members if m != culprit)
+
     def measure(self, case: Case) -> PairResult:
-        """The pair for ``case``, measured once per session, its arms interleaved."""
+        """The pair for ``case``, measured once per session in the same interleaved cycles as
+        every planned case that shares its baseline arm (their pairs are kept for their tests)."""
         if case not in self._pairs:
             key = case.baseline_key()
-            shared = key in self._baselines
-            arms, server, order = self._interleaved(
-                case, self.repeats, None, with_baseline=not shared
-            )
-            if shared:
-                order = dataclasses.replace(order, baseline_from=self._baseline_from[key])
-            else:
-                self._baselines[key], self._baseline_from[key] = arms["baseline"], case.id
-            baseline = self._baselines[key]
-
-            self._pairs[case] = self._paired(case, baseline, arms, order, server)
+            shared = self._shares_baseline(case)
+            members = (case,) if shared else self._group(case)
+            measured = self._measure_group(members, shared)
+            if not shared and key not in self._baselines:
+                self._baselines[key] = measured[case].arms["baseline"]
+                self._baseline_from[key] = case.id
+            for member, share in measured.items():
+                order, baseline = share.order, share.arms.get("baseline")
+                if shared:
+                    order = dataclasses.replace(order, baseline_from=self._baseline_from[key])
+                    baseline = self._baselines[key]
+                self._group_of[member] = tuple(measured)
+                assert baseline is not None  # measured unless shared
+                self._baseline_of[member] = baseline
+                self._pairs[member] = self._pair(member, share, order, baseline)
         return self._pairs[case]
 
-    def _paired(
-        self,
-        case: Case,
-        baseline: RunResult,
-        arms: dict[str, RunResult],
-        order: RunOrder,
-        server: Server,
+    def _pair(
+        self, case: Case, share: _Measured, order: RunOrder, baseline: RunResult
     ) -> PairResult:
-        """The checked pair of ``arms`` against ``baseline``: outputs compared on the prompts every
-        arm measured (a shared baseline may have measured more repeats, so more prompts)."""
+        """``case``'s checked pair from its share of a measurement, its text scored: outputs
+        compared on the prompts every arm measured (a shared baseline may have measured more
+        repeats, so more prompts)."""
+        server = share.server
+        arms = {name: run for name, run in share.arms.items() if name != "baseline"}
         common = set(baseline.by_prompt())
         for run in arms.values():
             common &= set(run.by_prompt())
@@ -458,22 +539,31 @@ class PairMeasurer:
         )
 
     def add_repeats(self, case: Case, extra: int) -> PairResult:
-        """``extra`` more interleaved repeats of every arm (asked by an INCONCLUSIVE verdict); the
-        baseline grows."""
-        pair = self.measure(case)
-        done = len(pair.speculative.samples)
-        more, server, order = self._interleaved(
-            case, extra, 0, with_baseline=True, first_repeat=done
-        )
+        """``extra`` more interleaved repeats of every arm (asked by an INCONCLUSIVE verdict), in
+        cycles with the cases ``case`` was measured with, so each stays paired; the baseline
+        grows, and so do their pairs."""
+        done = len(self.measure(case).speculative.samples)
+        members = tuple(m for m in self._group_of.get(case, (case,)) if m in self._pairs)
+        members = (case, *(m for m in members if m != case))
+        more = self._interleaved(members, extra, 0, with_baseline=True, first_repeat=done)
         key = case.baseline_key()
-        grown = {
-            name: (self._baselines[key] if name == "baseline" else pair.arms[name]).extended(run)
-            for name, run in more.items()
-            if name in pair.arms
-        }
-        self._baselines[key] = grown.pop("baseline")
-        merged = _added(pair.order, order)
-        self._pairs[case] = self._paired(case, self._baselines[key], grown, merged, server)
+        # The group's own baseline (every prompt it measured, not a pair's cut to the prompts its
+        # arms share) grows; it stays the session's shared baseline if it was.
+        grown_baseline = self._baseline_of[case].extended(more[case].arms["baseline"])
+        if self._baselines[key] is self._baseline_of[case]:
+            self._baselines[key] = grown_baseline
+        for member, share in more.items():
+            self._baseline_of[member] = grown_baseline
+            pair = self._pairs[member]
+            grown = {
+                name: run.extended(share.arms[name])
+                for name, run in pair.arms.items()
+                if name != "baseline" and name in share.arms
+            }
+            merged = _added(pair.order, share.order)
+            self._pairs[member] = self._pair(
+                member, _Measured(grown, share.server, merged), merged, grown_baseline
+            )
         return self._pairs[case]
 
     def meter_description(self, label: str) -> MeterFacts | None:
@@ -500,27 +590,50 @@ class PairMeasurer:
 
 
 class _CycleRun:
-    """What one measurement of a case has run so far: each arm's measurer and repeats, and the
-    engines restarted between them."""
+    """What one measurement has run so far: each arm's measurer and repeats (by
+    :attr:`ArmSpec.key`), and the engines restarted between them."""
 
     def __init__(self, arms: tuple[ArmSpec, ...], total: int) -> None:
         self.total = total
+        self.names = {arm.key: arm.name for arm in arms}
         self.measurers: dict[str, ArmMeasurer] = {}
-        self.repeats: dict[str, list[ArmRepeat]] = {arm.name: [] for arm in arms}
+        self.repeats: dict[str, list[ArmRepeat]] = {arm.key: [] for arm in arms}
         self.restarts: list[Restart] = []
 
     def results(self) -> dict[str, RunResult]:
-        """Each arm's result over its repeats."""
-        return {name: self.measurers[name].result(name, rs) for name, rs in self.repeats.items()}
+        """Each arm's result over its repeats, by key."""
+        return {
+            key: self.measurers[key].result(self.names[key], rs) for key, rs in self.repeats.items()
+        }
 
-    def entries(self) -> tuple[RepeatEntry, ...]:
-        """Every repeat in the order they started: arm, index, wall-clock start and finish."""
+    def entries(self, names: dict[str, str]) -> tuple[RepeatEntry, ...]:
+        """The repeats of the arms ``names`` maps (key -> name in the record) in the order they
+        started: arm, index, wall-clock start and finish."""
         entries = (
-            RepeatEntry(arm=name, repeat=i, started=r.started, finished=r.finished)
-            for name, repeats in self.repeats.items()
+            RepeatEntry(arm=names[key], repeat=i, started=r.started, finished=r.finished)
+            for key, repeats in self.repeats.items()
+            if key in names
             for i, r in enumerate(repeats)
         )
         return tuple(sorted(entries, key=lambda e: e.started or 0.0))
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """One case's share of a measurement: its arms by name, its speculative server, its order."""
+
+    arms: dict[str, RunResult]
+    server: Server
+    order: RunOrder
+
+
+def _drafting_arms(case: Case) -> tuple[ArmSpec, ...]:
+    """``case``'s drafting arms: its drafter's and, in-job A/B, its reference drafter's."""
+    drafting = [ArmSpec("speculative", case, case.spec_config())]
+    if case.reference is not None:
+        reference = dataclasses.replace(case, spec=case.reference_config(), reference=None)
+        drafting.append(ArmSpec("reference", reference, reference.spec_config()))
+    return tuple(drafting)
 
 
 #: Reference engines :meth:`PairMeasurer.start_planned` starts at once (a tiny model's takes about
@@ -533,7 +646,32 @@ def _engine_configs(case: Case) -> list[EngineConfig]:
     return [case.baseline_config(), case.spec_config(), *([reference] if reference else [])]
 
 
-def _installed_server_fields() -> frozenset[str] | None:
+def on_gpu(case: Case) -> bool:
+    """Whether ``case``'s engines run on a GPU (an SGLang engine not on the CPU, or a CUDA one)."""
+    return (case.engine == "sglang" and case.device != "cpu") or case.device.startswith("cuda")
+
+
+def gpu_residency(
+    cases: list[Case],
+    gpu_memory: Callable[[], int | None],
+    server_fields: Callable[[], frozenset[str] | None],
+) -> Residency | None:
+    """How the GPU's engines run for ``cases`` (None: no GPU case): a case's SGLang engines all
+    resident, interleaved, when they fit, else one at a time, blocked."""
+    gpu = [c for c in cases if on_gpu(c)]
+    if not gpu:
+        return None
+    # One case's engines at once; the cases sharing a baseline run in as many cycles of their
+    # own as the GPU needs (PairMeasurer._group), each with the baseline.
+    engines = max(3 if c.reference is not None else 2 for c in gpu)
+    if any(c.engine != "sglang" for c in gpu):
+        return Residency(False, 1, None, "a non-SGLang engine on the GPU (no memory split)")
+    configs = [config for c in gpu for config in _engine_configs(c)]
+    return decide_residency(configs, engines, gpu_memory(), server_fields())
+
+
+def installed_server_fields() -> frozenset[str] | None:
+    """The installed SGLang's ``ServerArgs`` fields (None: no SGLang)."""
     # imported here: only a plan with a GPU case asks, and the SGLang tables cost a CPU session ~13
     # ms to import
     from pytest_specenergy.engines.sglang_args import installed_server_args_fields

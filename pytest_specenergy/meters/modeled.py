@@ -288,6 +288,20 @@ def window_from_steps(
     )
 
 
+#: Why identical repeats of a modeled arm differ at batch > 1 (the run document's meter ``noise``;
+#: the figures: benchmarks/results/modeled_batch_noise.txt).
+BATCH_NOISE = (
+    "the same steps price the same: at batch 1 every repeat runs the same steps, and the figures "
+    "are exact. At batch > 1 a window closes the first time a request finishes with the pool "
+    "empty, and where the others are cut then depends on the step each refill joined (one HTTP "
+    "round trip each): the window holds a different share of each answer (the sample's "
+    "coverage), and with it tokens drafted at different accept lengths (n-gram drafts are "
+    "accepted more late in an answer), so J/token moves between repeats though every step is "
+    "batched alike (rows per step stay at the batch); the gate judges those repeats with their "
+    "spread, never as exact"
+)
+
+
 class ModeledMeter:
     """``modeled:<gpu>``: energy from the reference server's work trace; ``modeled:<gpu>:<shape>``
     (or ``priced_as=``) overrides what the server declares, as :func:`pricing_for`'s ``override``
@@ -330,6 +344,7 @@ class ModeledMeter:
             "calibration": self.gpu.calibration.to_json() if self.gpu.calibration else None,
             "priced_as_override": self.override,
             "labels": list(self.labels),
+            "noise": BATCH_NOISE,
         }
 
     def pricing(self, engine: Any) -> Pricing:

@@ -2,8 +2,9 @@
 (``meters/prediction.py`` ``price`` of ``meters/shapes.py`` ``forward_cost``: what the meter would
 charge for the same forwards) at the case's model shape on the planned GPU.
 
-Per case: the engine starts it is the first to need (the baseline twin is shared by every drafter
-of its batch, corpus and generation, and measured once), warm-up, per repeat and arm one steady
+Per case: the engine starts it is the first to need (the baseline twin's engine is shared by every
+drafter of its batch, corpus and generation; resident, each case measures its baseline arm in its
+own cycles, blocked once for all), warm-up, per repeat and arm one steady
 window (``plan/window.py``'s requests, at least the NVML meter's 5 s) and one prefill-only twin (at
 least 5 s), the window's cut-short prompts generated again once, and the repeats: the first look's
 and the sequential gate's cap (the worst case). Upper bounds where the truth is unknown before the
@@ -185,15 +186,18 @@ def price_case(
 
 def schedule(cases: Sequence[Case], blocked: bool) -> list[tuple[int, bool]]:
     """Per case, in collection order: the engine starts it is the first to need, and whether its
-    baseline arm was measured for an earlier case (the twin is shared by every drafter of its batch,
-    corpus and generation). Resident, every distinct engine starts once; blocked (one engine at a
-    time), each arm the case measures restarts its engine unless it is the one left running."""
+    baseline arm was measured for an earlier case. Resident, every distinct engine starts once and
+    every case measures the baseline in its own cycles (paired: a GPU holds one case's engines, so
+    drafters sharing a baseline do not share cycles there, ``measure/pairs.py``); blocked (one
+    engine at a time), the baseline measured for the first drafter of its batch, corpus and
+    generation serves the rest, and each arm the case measures restarts its engine unless it is
+    the one left running."""
     seen: set[Any] = set()
     baselines: set[Any] = set()
     live: Any = None
     out = []
     for case in cases:
-        shared = case.baseline_key() in baselines
+        shared = blocked and case.baseline_key() in baselines
         baselines.add(case.baseline_key())
         configs = [] if shared else [case.baseline_config()]
         configs += [case.spec_config()]

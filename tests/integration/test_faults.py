@@ -182,11 +182,11 @@ def test_hybrid_state_faults_are_caught_on_every_corpus_the_healthy_hybrid_passe
         for record in records[test].values():
             # the counters never show it
             assert not [c for c in record["checks"] if c["name"] == "counters-inconsistent"]
-            # the baseline arm measured beside the healthy case, not again (the order holds no
-            # baseline repeat)
-            assert (
-                record["order"]["order"] == ["speculative"] and record["order"]["baseline_from"]
-            ), record["order"]
+            # measured in the healthy case's cycles, paired with the one baseline arm (old: run
+            # alone after it, the order holding no baseline repeat, baseline_from set)
+            order = record["order"]
+            assert order["order"] == ["baseline", "speculative"], order
+            assert not order.get("baseline_from") and len(order["cycled_with"]) == 2, order
     stale = records["test_stale_state_after_empty_draft"]
     first = {
         corpus: min(d for d in r["equivalence"]["first_divergence"] if d is not None)

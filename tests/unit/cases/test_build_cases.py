@@ -131,3 +131,28 @@ def test_with_modeled_energy_the_default_pool_is_sized_for_a_cpu_minute():
     assert (
         build_cases("t.py::test", declared, CaseDefaults(modeled=True))[0].generation.prompts == 64
     )
+
+
+def test_the_size_option_beats_the_generation_marker():
+    """``--specenergy-size`` (what ``specenergy faults`` grows a test by) sets every case's pool
+    and max_new_tokens, whatever its generation marker says."""
+    closest = lookup(
+        model=["tiny:dense"],
+        drafter=["ngram"],
+        batch=[2],
+        corpus=["code"],
+        generation=((), {"max_new_tokens": 40, "prompts": 8, "ignore_eos": True}),
+    )
+    (case,) = build_cases("t.py::test", closest, CaseDefaults(size=(16, 64)))
+    assert (case.generation.prompts, case.generation.max_new_tokens) == (16, 64)
+    assert case.generation.ignore_eos is True
+    (plain,) = build_cases("t.py::test", closest, CaseDefaults())
+    assert (plain.generation.prompts, plain.generation.max_new_tokens) == (8, 40)
+
+
+@pytest.mark.parametrize("text", ["16", "16x", "0x64", "16x0", "axb", "5000x8"])
+def test_a_bad_size_names_what_is_expected(text):
+    from pytest_specenergy.options import _size
+
+    with pytest.raises(ValueError, match="expected PROMPTSxTOKENS"):
+        _size(text)

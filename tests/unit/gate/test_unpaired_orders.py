@@ -33,9 +33,11 @@ def _arm(values):
 
 
 def record(spec, base, order=None, reference=None) -> CaseRecord:
+    # A modeled source: the block drift alone, with no between-session term (a measured meter's
+    # ratio against a stored run gets one: tests/unit/gate/test_session_term.py).
     data = {
         "case_id": "c",
-        "source": "s",
+        "source": "modeled (simulated)",
         "baseline": _arm(base),
         "speculative": _arm(spec),
         "order": order or {},
@@ -118,6 +120,9 @@ class _OneRun:
 
     def load(self, path):
         return self.document
+
+    def list(self, key):
+        return []  # no history beyond the compare run
 
 
 def test_blocked_order_under_3pct_drift_holds_alpha_at_the_limit():

@@ -161,13 +161,32 @@ def test_one_baseline_serves_every_drafter_and_counters_come_from_meta_info():
     measurer.plan([ngram, draft])
     first, second = measurer.measure(ngram), measurer.measure(draft)
     assert first.baseline is second.baseline  # measured once, shared
-    # The second drafter runs its arm alone: not "blocked" (it was labelled so in the tables);
-    # its record names where the baseline came from.
-    assert second.order.interleaved is True and second.order.baseline_from == first.case.id
+    # Old: the second drafter ran its arm alone against a baseline measured before it
+    # (baseline_from set: judged unpaired, with a block-drift allowance). Both drafters now run in
+    # the baseline's cycles, each paired with it by index, and each record names the other.
+    assert second.order.interleaved is True and second.order.baseline_from is None
+    assert second.order.cycled_with == (ngram.id,) and first.order.cycled_with == (draft.id,)
     assert measurer.measure(ngram) is first  # cached
     assert first.accept_length is not None and first.accept_length > 1.0
     assert all(s.decode_tokens > 0 for s in first.speculative.samples)
-    assert len(first.speculative.samples) == 2
+    assert len(first.speculative.samples) == 2 == len(second.speculative.samples)
+
+
+def test_a_case_not_planned_with_its_siblings_still_shares_the_baseline_unpaired():
+    """A case the plan did not hold (measured through the API after its baseline) cannot join the
+    cycles already run: it shares the baseline and its record says from where."""
+    pool, meter = FakePool(), TokenMeter(1.0)
+    measurer = _measurer(pool, meter)
+    ngram, draft = (
+        _case(Drafter("ngram")),
+        _case(Drafter("draft_model", draft_model="tiny:dense-draft")),
+    )
+    measurer.plan([ngram])
+    first, second = measurer.measure(ngram), measurer.measure(draft)
+    assert first.baseline is second.baseline and first.order.cycled_with == ()
+    assert (
+        second.order.baseline_from == ngram.id and list(second.order.order) == ["speculative"] * 2
+    )
 
 
 def test_added_repeats_extend_both_arms():
@@ -575,22 +594,44 @@ def test_repeats_interleave_the_arms_and_the_order_is_recorded():
     measurer.plan([ngram, draft])
     pair = measurer.measure(ngram)
     # Old: every baseline repeat first, then every speculative repeat (BBBSSS).
-    assert _arm_order(pool.log) == ["baseline", "speculative"] * 3
     assert list(pair.order.order) == ["baseline", "speculative"] * 3
     assert pair.order.interleaved is True and pair.order.cooldown_s == 0.001
     starts = [e.started for e in pair.order.repeats]
     assert starts == sorted(starts) and all(e.finished >= e.started for e in pair.order.repeats)
     assert pair.as_dict()["order"]["order"] == list(pair.order.order)
-    # A sibling drafter reuses the first pairing's baseline and says so.
+    # Old: the sibling drafter ran alone after the pairing, with baseline_from set. It ran in the
+    # same cycles (baseline, ngram, draft; baseline, draft, ngram; ...), paired by index.
+    assert _arm_order(pool.log) == ["baseline", "speculative", "speculative"] * 3
     second = measurer.measure(draft)
-    assert second.baseline is pair.baseline
-    assert (
-        list(second.order.order) == ["speculative"] * 3 and second.order.baseline_from == ngram.id
-    )
-    # Added repeats interleave too, and extend the numbering.
+    assert second.baseline is pair.baseline and second.order.baseline_from is None
+    assert list(second.order.order) == ["baseline", "speculative"] * 3
+    # Each cycle ran the baseline first, then both drafters, their order alternating.
+    entries = sorted(pair.order.repeats + second.order.repeats, key=lambda e: e.started)
+    starts = {(e.arm, e.repeat, e.started) for e in entries}
+    assert len(starts) == 9  # the shared baseline's three repeats once, each drafter's three
+    # Added repeats interleave too, extend the numbering, and keep the sibling paired.
     more = measurer.add_repeats(ngram, 2)
     assert list(more.order.order) == ["baseline", "speculative"] * 5
     assert [e.repeat for e in more.order.repeats if e.arm == "baseline"] == [0, 1, 2, 3, 4]
+    grown = measurer.measure(draft)
+    assert len(grown.speculative.samples) == 5 == len(grown.baseline.samples)
+    assert grown.baseline.samples == more.baseline.samples
+
+
+def test_a_sibling_drafter_whose_engine_fails_is_left_out_of_the_cycles():
+    """The second drafter's engine dies during the first case's measurement: the first case is
+    measured again without it (its own pair intact), and the second fails on its own."""
+    pool, meter = FailingDraftPool(), TokenMeter(1.0)
+    measurer = _measurer(pool, meter)
+    ngram, draft = (
+        _case(Drafter("ngram")),
+        _case(Drafter("draft_model", draft_model="tiny:dense-draft")),
+    )
+    measurer.plan([ngram, draft])
+    pair = measurer.measure(ngram)
+    assert pair.order.cycled_with == () and len(pair.speculative.samples) == 2
+    with pytest.raises(ConnectionError):
+        measurer.measure(draft)
 
 
 def test_one_engine_at_a_time_runs_blocked_and_says_so():
@@ -601,6 +642,25 @@ def test_one_engine_at_a_time_runs_blocked_and_says_so():
     pair = measurer.measure(case)
     assert pair.order.interleaved is False
     assert list(pair.order.order) == ["baseline", "baseline", "speculative", "speculative"]
+
+
+def test_a_pool_of_two_engines_gives_each_drafter_cycles_of_its_own_with_the_baseline():
+    """Two resident engines (one GPU): the baseline and one drafter at a time. Old: the second
+    drafter shared the first's baseline, unpaired. Each now runs in its own cycles with the
+    baseline measured again, paired by index."""
+    pool, meter = FakePool(), TokenMeter(1.0)
+    pool.max_live = 2
+    measurer = _measurer(pool, meter)
+    ngram, draft = (
+        _case(Drafter("ngram")),
+        _case(Drafter("draft_model", draft_model="tiny:dense-draft")),
+    )
+    measurer.plan([ngram, draft])
+    first, second = measurer.measure(ngram), measurer.measure(draft)
+    for pair in (first, second):
+        assert pair.order.interleaved and pair.order.baseline_from is None
+        assert list(pair.order.order) == ["baseline", "speculative"] * 2
+    assert first.baseline is not second.baseline
 
 
 def test_every_repeat_is_told_to_the_progress_callback():
@@ -1271,3 +1331,24 @@ def test_coherence_asks_for_prompt_ids_where_the_engine_has_them(asks):
     pair = _measurer(pool, TokenMeter(1.0)).measure(_case(Drafter("ngram")))
     assert all(pair.coherence.diverged)
     assert {entry for entry in pool.log if entry[0] == "tokenise"} == {("tokenise", bool(asks))}
+
+
+def test_the_pair_hook_hears_of_every_pair_once_a_siblings_included():
+    """A case measured in a sibling's cycles is measured before its test asks: the hook still
+    hears of its pair, once (old: only of pairs measured when their own test asked)."""
+    from pytest_specenergy.session import SpecEnergySession
+
+    heard: list = []
+    hook = SimpleNamespace(pytest_specenergy_pair_measured=lambda pair: heard.append(pair))
+    pairs = {"first": object(), "sibling": object()}
+    fake = SimpleNamespace(
+        plan=lambda cases: None,
+        start_planned=lambda: None,
+        measure=lambda case: pairs[case],
+        measured=lambda case: True,  # both measured by the first case's cycles
+    )
+    session = SpecEnergySession(SimpleNamespace(pair_measurer=lambda meter, progress: fake), hook)
+    session.xdist_worker = True
+    for case in ("first", "sibling", "first"):
+        session.measure(case)
+    assert heard == [pairs["first"], pairs["sibling"]]
