@@ -12,6 +12,9 @@ from typing import Sequence
 
 from pytest_specenergy.document import CaseRecord
 from pytest_specenergy.document import RunDocument
+from pytest_specenergy.gate.baseline import refusal
+from pytest_specenergy.gate.baseline import refusal_message
+from pytest_specenergy.gate.baseline import refused_comparison
 from pytest_specenergy.gate.compare import CaseComparison
 from pytest_specenergy.gate.compare import compare_case
 from pytest_specenergy.gate.compare import compare_in_job
@@ -186,6 +189,13 @@ class Gatekeeper:
             why = error or f"no result for this test in {path}"
             message = f"specenergy: no baseline for {comparison.case_id}: {why}"
             return Judgement(comparison, path).apply_policy(self.policies.missing_baseline, message)
+        why = refusal(baseline)
+        if why:  # fails whatever the incomparable policy: a broken baseline is no baseline
+            return Judgement(
+                refused_comparison(record.key, why, self.alpha),
+                path,
+                fail=[refusal_message(record.key, path, why)],
+            )
         comparison = compare_case(
             baseline,
             record,
@@ -222,6 +232,29 @@ class Gatekeeper:
     def _judge_golden(self, record: CaseRecord, limits: Sequence[FailLimit]) -> Judgement:
         key, nodeid = str(record.machine_key), str(record.nodeid)
         golden = self.goldens.load(key, nodeid)
+        why = None if golden is None else refusal(golden.record)
+        if golden is not None and why:
+            self.goldens.used.add((key, nodeid))
+            return Judgement(
+                refused_comparison(record.key, why, self.alpha),
+                golden.path,
+                fail=[refusal_message(record.key, golden.path, why)],
+            )
+        broken = refusal(record, "current")
+        if broken and (golden is None or self.golden in ("update", "regen-all")):
+            # A golden written from a broken measurement would be refused by every later run.
+            self.goldens.used.add((key, nodeid))
+            return Judgement(
+                compare_case(
+                    None if golden is None else golden.record,
+                    record,
+                    limits,
+                    self.alpha,
+                    plan=self.plan,
+                ),
+                self.goldens.path(key, nodeid),
+                fail=[f"specenergy: no golden baseline written for {nodeid}: {broken}"],
+            )
         info = {"machine_key": key}
         # No golden: NO_BASELINE, which the outcome leaves to the golden mode below.
         comparison = compare_case(
