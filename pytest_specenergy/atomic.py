@@ -136,3 +136,20 @@ def _publish(tmp: str, path: Path, text: str) -> bool:
         return False
     _write_synced(fd, text)
     return True
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why a file cannot be created in ``folder`` (or in the folder where it would be created, its
+    nearest existing parent): checked by creating and removing a probe file, as a write would."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a folder"
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".specenergy-probe-", dir=existing)
+    except OSError as exc:
+        return f"cannot be written ({exc.strerror or exc})"
+    os.close(handle)
+    os.unlink(probe)
+    return None

@@ -24,6 +24,11 @@ def failed_checks(record: CaseRecord) -> list[str]:
     return [c.name for c in record.checks if c.severity == "fail"]
 
 
+#: How the reason of a refused comparison begins (``specenergy compare`` fails it whatever
+#: ``--incomparable`` says).
+REFUSED = "refused: "
+
+
 def refusal(record: CaseRecord, side: str = "baseline") -> str | None:
     """Why ``record`` cannot be judged or judge (``side``: ``baseline`` or ``current``), or None."""
     names = failed_checks(record)
@@ -33,6 +38,11 @@ def refusal(record: CaseRecord, side: str = "baseline") -> str | None:
         f"the {side} record's own fail-closed checks failed when it was measured "
         f"({', '.join(names)}): its figures describe a broken measurement"
     )
+
+
+def is_refused(comparison: CaseComparison) -> bool:
+    """Whether ``comparison`` is a refusal (:func:`refused_comparison`), not a mere mismatch."""
+    return any(reason.startswith(REFUSED) for reason in comparison.reasons)
 
 
 def refusal_message(key: str, path: str | Path | None, why: str) -> str:
@@ -48,7 +58,7 @@ def refusal_message(key: str, path: str | Path | None, why: str) -> str:
 def refused_comparison(key: str, why: str, alpha: float) -> CaseComparison:
     """The comparison of a case whose baseline (or whose own measurement) is refused:
     INCOMPARABLE, with the reason; the gate fails it whatever ``--specenergy-incomparable`` says."""
-    return CaseComparison(key, Verdict.INCOMPARABLE, (), (why,), alpha)
+    return CaseComparison(key, Verdict.INCOMPARABLE, (), (REFUSED + why,), alpha)
 
 
 def compare_runs(

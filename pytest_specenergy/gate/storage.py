@@ -301,6 +301,25 @@ class RunStore:
             raise
 
 
+def stored_run_problem(path: str | Path, store: RunStore | None = None) -> str | None:
+    """Why writing ``path`` would overwrite a stored run, or None: it is (or would be) a run file
+    of ``store``'s history, or an existing file named like a saved run (``NNNN_<name>_<stamp>.json``,
+    of some other history). An output must never replace a run the history holds (audit 3, T29,
+    T47)."""
+    target = Path(path)
+    try:
+        resolved = target.resolve()
+    except OSError:
+        return None
+    if not _RUN_FILE.match(resolved.name):
+        return None
+    if store is not None and resolved.parent.parent == store.root.resolve():
+        return f"{path} is a run in the history {store.root}"
+    if resolved.is_file():
+        return f"{path} is named like a stored run (NNNN_<name>_<stamp>.json) and exists"
+    return None
+
+
 def _next_counter(folder: Path) -> int:
     # Every NNNN_ file counts, corrupt ones too: a new run never reuses a refused file's number.
     numbers = [int(m.group(1)) for p in folder.iterdir() if (m := _COUNTER.match(p.name))]

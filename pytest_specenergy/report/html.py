@@ -314,7 +314,7 @@ def _comparison_table(comparisons: Sequence[CaseComparison]) -> str:
     for c in sorted(comparisons, key=lambda c: (c.verdict.rank, c.case_id)):
         cells = [
             _td(c.case_id),
-            f"<td>{_badge(c.verdict.value, _status_kind(c.verdict))}</td>",
+            f"<td>{_badge(c.verdict.word, _status_kind(c.verdict))}</td>",
             _td("; ".join(c.reasons) or "-"),
         ]
         by_metric = {r.metric: r for r in c.rows}

@@ -23,7 +23,7 @@ MARKDOWN_METRICS: tuple[tuple[str, str], ...] = (
     ("accept_length", "accept length"),
     ("tbt_ms", "TBT (ms)"),
 )
-_STATUS_TEXT = {Verdict.REGRESSED: "**REGRESSED**", Verdict.PASSED: "ok"}
+_STATUS_TEXT = {Verdict.REGRESSED: "**REGRESSED**"}
 # Characters that Markdown (GitHub flavour) would treat as markup inside a table cell.
 _MARKUP = re.compile(r"([\\`*_\[\]|~])")
 
@@ -114,7 +114,7 @@ def _comparison(run: RunDocument, comparisons: Sequence[CaseComparison]) -> str:
                 f"{show(metric, row.baseline)} \u2192 {show(metric, row.current)} "
                 f"({row.change_text()}){mark}"
             )
-        status = _STATUS_TEXT.get(c.verdict, md_escape(c.verdict.value))
+        status = _STATUS_TEXT.get(c.verdict, md_escape(c.verdict.word))
         shown = by_case.get(c.case_id)
         source = _source(shown, single) if shown is not None else ("" if single else " - |")
         blocked = " (blocked order)" if shown is not None and not shown.interleaved else ""
