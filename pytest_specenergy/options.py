@@ -601,9 +601,9 @@ class SpecEnergyConfig:
             progress=progress,
         )
 
-    def gatekeeper(self, gated_comparisons: int) -> Any:
+    def gatekeeper(self, gated_comparisons: int, preloaded: Any = None) -> Any:
         """The ``Gatekeeper`` these options ask for; ``gated_comparisons``: the collected ones (the
-        FDR's N)."""
+        FDR's N); ``preloaded``: compare runs already read (path -> document)."""
         from pytest_specenergy.gate.compare import gate_plan
         from pytest_specenergy.gate.fdr import fdr_plan
         from pytest_specenergy.gate.gatekeeper import Gatekeeper
@@ -623,6 +623,7 @@ class SpecEnergyConfig:
             plan=plan,
             policies=GatePolicies(self.inconclusive, self.incomparable, self.missing_baseline),
             fdr=(self.fdr, n) if self.fdr else None,
+            preloaded=preloaded,
         )
 
     @classmethod

@@ -22,7 +22,6 @@ class Written:
     json: Path | None = None
     saved: tuple[Path, ...] = ()
     goldens: tuple[Path, ...] = ()
-    unused_goldens: tuple[Path, ...] = ()
     failures: tuple[str, ...] = ()
 
 
@@ -109,9 +108,7 @@ def write_outputs(
                     f"{getattr(exc, 'strerror', None) or exc}"
                 )
     goldens: list[Path] = []
-    unused: list[Path] = []
-    if config.golden:
+    if config.golden:  # the goldens no test used are the gate's coverage (gate/coverage.py)
         goldens, golden_failures = gate.goldens.flush()
         failures += golden_failures
-        unused = gate.goldens.unused({r.machine_key for r in document.results if r.machine_key})
-    return Written(json_path, tuple(saved), tuple(goldens), tuple(unused), tuple(failures))
+    return Written(json_path, tuple(saved), tuple(goldens), tuple(failures))

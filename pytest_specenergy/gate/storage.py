@@ -320,6 +320,12 @@ def stored_run_problem(path: str | Path, store: RunStore | None = None) -> str |
     return None
 
 
+def _golden_kind() -> str:
+    from pytest_specenergy.document import GOLDEN_KIND
+
+    return GOLDEN_KIND
+
+
 def _next_counter(folder: Path) -> int:
     # Every NNNN_ file counts, corrupt ones too: a new run never reuses a refused file's number.
     numbers = [int(m.group(1)) for p in folder.iterdir() if (m := _COUNTER.match(p.name))]
@@ -493,6 +499,15 @@ class GoldenStore:
                 failed.append(f"{path}: cannot be written ({exc.strerror or exc})")
         self._queue.clear()
         return written, failed
+
+    def nodeid_of(self, path: Path) -> str:
+        """The node id a golden file holds (its path where the file cannot be read: it is still
+        a baseline the session did not use)."""
+        try:
+            nodeid = _read_json(path, _golden_kind()).get("nodeid")
+        except StorageError:
+            return str(path)
+        return nodeid if isinstance(nodeid, str) and nodeid else str(path)
 
     def unused(self, machine_keys: Iterable[str]) -> list[Path]:
         """Golden files of ``machine_keys`` that no test used this session."""

@@ -173,11 +173,6 @@ def summary_report(
     )
     counts = verdict_counts(records)
     lines += [counts] if counts else []
-    if written.unused_goldens:
-        lines.append(
-            f"{len(written.unused_goldens)} golden baseline(s) no test used: "
-            + ", ".join(map(str, written.unused_goldens))
-        )
     lines += [f"specenergy golden baseline written: {p}" for p in written.goldens]
     lines += [f"specenergy run saved: {p}" for p in written.saved]
     lines += [f"specenergy JSON: {written.json}"] if written.json else []
