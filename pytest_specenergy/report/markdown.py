@@ -13,6 +13,7 @@ from pytest_specenergy.gate.compare import CaseComparison
 from pytest_specenergy.gate.verdict import WORST_FIRST
 from pytest_specenergy.gate.verdict import Verdict
 from pytest_specenergy.metrics import show
+from pytest_specenergy.report.rows import notices
 from pytest_specenergy.report.rows import sources
 
 #: The metrics a Markdown comparison shows, with their column titles.
@@ -169,5 +170,8 @@ def _current(run: RunDocument) -> str:
 
 def render_markdown(run: RunDocument, comparisons: Sequence[CaseComparison] | None = None) -> str:
     """Markdown for a CI summary or PR comment: the gate's comparison table when ``comparisons`` are
-    given (regressions first), else the current table."""
-    return _current(run) if comparisons is None else _comparison(run, comparisons)
+    given (regressions first), else the current table; an interrupted run and the baseline cases
+    it did not measure are said first."""
+    body = _current(run) if comparisons is None else _comparison(run, comparisons)
+    said = [f"> **{md_escape(line)}**" for line in notices(run)]
+    return "\n\n".join(said + [body]) if said else body
