@@ -18,6 +18,7 @@ from typing import Callable
 
 import pytest
 
+from pytest_specenergy.cases.case import MAX_POOL
 from pytest_specenergy.engines.base import ENGINES
 from pytest_specenergy.gate.settings import DEFAULT_ALPHA
 from pytest_specenergy.gate.settings import DEFAULT_CAP
@@ -34,8 +35,7 @@ from pytest_specenergy.refserver.faults import TARGET_FAULTS
 # The gate's defaults come from gate.settings, without the gate: gate.limits (the fail-expression
 # parser) and gate.storage load when an option value needs them (issue 24, item 8).
 
-#: The largest prompt pool an option may ask for (a pool holds its prompts' requests in memory).
-MAX_POOL = 4096
+# MAX_POOL (the largest prompt pool an option or marker may ask for) is the cases' own bound.
 
 
 @dataclass(frozen=True)

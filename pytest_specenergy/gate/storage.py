@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 # so a collection that never touches the history does not pay for them (issue 24, item 8).
 
 AUTO_NAME = "auto"
+#: The largest file read as a run or golden: 2.5 times a 4000-case run (100 MB, which reads in
+#: about 0.5 GB). A bigger file named like a run is refused unread (audit 3, T22: a 1.5 GB file
+#: took 3.1 GB of memory, an 8 GB one a MemoryError).
+MAX_RUN_FILE_BYTES = 256 * 2**20
 #: Bytes a run name may take: ``NNNN_<name>_YYYYmmdd_HHMMSS.json`` must fit 255 bytes.
 MAX_RUN_NAME = 200
 
@@ -95,6 +99,18 @@ def _read_json(path: Path, kind: str) -> dict[str, Any]:
     from pytest_specenergy.document import SUPPORTED_SCHEMAS
 
     untouched = "the file was left untouched"
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise StorageError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise StorageError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
+    if size > MAX_RUN_FILE_BYTES:
+        raise StorageError(
+            f"{path}: is {size} bytes; a specenergy {kind} file holds at most "
+            f"{MAX_RUN_FILE_BYTES // 2**20} MiB, so it is not read (not a run, or a corrupted "
+            f"one); {untouched}"
+        )
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -336,6 +352,8 @@ def _interrupted_file(path: Path) -> bool:
     """Whether a run file says it was interrupted; an unreadable one says nothing (so that
     :func:`load_run` reports it, instead of an older run silently standing in for it)."""
     try:
+        if path.stat().st_size > MAX_RUN_FILE_BYTES:
+            return False  # never read whole here: load_run refuses it by its size
         data = json.loads(path.read_bytes().decode("utf-8"))
     except (OSError, ValueError):
         return False
