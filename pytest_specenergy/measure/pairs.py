@@ -163,12 +163,17 @@ class PairMeasurer:
     ) -> ArmMeasurer:
         server = self.pool.get(self.engine_config(config))
         meter = self.meter_for(server)
-        warmup = self.warmup if warmup is None else warmup
-        if warmup is None:  # auto: only a measured window needs the engine warm
-            warmup = 0 if meter.kind.startswith("modeled:") else 1
+        warmup = self._warmup_for(meter) if warmup is None else warmup
         return ArmMeasurer(
             server, meter, case, repeats, warmup, replay=replay, run_twin=self.run_twin
         )
+
+    def _warmup_for(self, meter: Any) -> int:
+        """The session's warm-up runs for an engine ``meter`` reads: ``--specenergy-warmup``, or
+        auto: 1 where a measured window needs the engine warm, 0 under a modeled meter."""
+        if self.warmup is not None:
+            return self.warmup
+        return 0 if meter.kind.startswith("modeled:") else 1
 
     def _replay_arms(
         self, case: Case, drafting: tuple[ArmSpec, ...], first: EngineConfig
@@ -264,7 +269,9 @@ class PairMeasurer:
         server = self.pool.get(measurer.server.config)
         if server is not measurer.server:
             measurer.server = server
-            measurer.warm_up()
+            # The session's warm-up, not the measurer's: the gate's added repeats start with none
+            # (their engine was warm), and a restarted engine among them was measured cold (T35).
+            measurer.warm_up(max(measurer.warmup, self._warmup_for(measurer.meter)))
             run.restarts.append(Restart(arm=name, before_repeat=index))
         run.repeats[name].append(self._timed(measurer, name, index, run.total))
 

@@ -1,0 +1,54 @@
+"""An engine that dies during the repeats the gate added is warmed up again and recorded, as one
+that died during the first repeats is (issue 42 item 5; audit 3, T35: ``add_repeats`` built its
+measurers with no warm-up, so a restart among them was measured cold)."""
+
+from __future__ import annotations
+
+from test_pairs import InterleavePool
+from test_pairs import TokenMeter
+from test_pairs import _case
+
+from pytest_specenergy.engines.drafters import Drafter
+from pytest_specenergy.measure.pairs import PairMeasurer
+
+
+def _speculative_requests(log) -> int:
+    """Requests the speculative engine generated in full (not the 1-token prefill twins)."""
+    return sum(1 for e in log if e != "flush" and e[1] and e[3] > 1)
+
+
+def test_a_restart_among_added_repeats_is_warmed_up_and_flagged():
+    pool, meter = InterleavePool(), TokenMeter(1.0)
+    measurer = PairMeasurer(
+        log_dir=None,
+        startup_timeout=1.0,
+        meter="auto",
+        repeats=3,
+        warmup=1,
+        meter_factory=lambda kind, server: meter,
+        pool=pool,
+    )
+    case = _case(Drafter("ngram"))
+    measurer.plan([case])
+    first = measurer.measure(case)
+    assert first.order.restarts == ()
+    pool_size = len(first.speculative.outputs)  # one window's requests
+    warm_up = min(case.batch, pool_size)  # one warm-up run's requests
+    real_timed, before = measurer._timed, len(pool.log)
+
+    def timed(arm_measurer, name, index, *args):
+        result = real_timed(arm_measurer, name, index, *args)
+        if name == "speculative" and index == 0:  # dies after the first added repeat
+            pool.live.pop(arm_measurer.server.config)
+        return result
+
+    measurer._timed = timed
+    pair = measurer.add_repeats(case, 2)
+    assert [r.as_dict() for r in pair.order.restarts] == [
+        {"arm": "speculative", "before_repeat": 4}
+    ]
+    [check] = [c for c in pair.checks if c.name == "engine-restarted"]
+    assert "before its repeat 5 (warmed up again)" in check.message
+    # The 2 added speculative windows and the restarted engine's warm-up (none at the added
+    # repeats' start: the engine was warm).
+    assert _speculative_requests(pool.log[before:]) == 2 * pool_size + warm_up
