@@ -219,6 +219,12 @@ def summary_report(
     lines += [counts] if counts else []
     lines += [f"specenergy golden baseline written: {p}" for p in written.goldens]
     lines += [f"specenergy run saved: {p}" for p in written.saved]
+    broken = [r.key for r in records if r.failed]
+    if written.saved and broken:
+        lines.append(
+            f"{len(broken)} saved case(s) failed their own checks and never serve as a baseline: "
+            + ", ".join(broken)
+        )
     lines += [f"specenergy JSON: {written.json}"] if written.json else []
     if document.interrupted:
         lines.append(
