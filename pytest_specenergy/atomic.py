@@ -153,3 +153,27 @@ def unwritable(folder: Path) -> str | None:
     os.close(handle)
     os.unlink(probe)
     return None
+
+
+#: Bytes a folder an output goes to must have free at a session's start: a full disk is found
+#: before anything is measured, not after the last case (audit 3, N15, T17, T18, T43).
+MIN_FREE_BYTES = 1 << 20
+
+
+def too_full(folder: Path) -> str | None:
+    """Why ``folder`` (or its nearest existing parent) has too little room for an output, or None
+    (also where its file system cannot say)."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        stats = os.statvfs(existing)
+    except OSError:
+        return None
+    free = stats.f_bavail * stats.f_frsize
+    if free >= MIN_FREE_BYTES:
+        return None
+    return (
+        f"only {free} bytes free on its file system; at least {MIN_FREE_BYTES // 1024} KiB are "
+        "needed (free some space, or point the option at another folder)"
+    )

@@ -38,10 +38,14 @@ def unwritable_outputs(config: SpecEnergyConfig) -> list[str]:
         outputs.append(("--specenergy-baselines", Path(config.baselines)))
     if not outputs:
         return problems
-    from pytest_specenergy.atomic import unwritable  # loaded only when a session writes something
+    # loaded only when a session writes something
+    from pytest_specenergy.atomic import too_full
+    from pytest_specenergy.atomic import unwritable
 
     return problems + [
-        f"{option} {folder}: {why}" for option, folder in outputs if (why := unwritable(folder))
+        f"{option} {folder}: {why}"
+        for option, folder in outputs
+        if (why := unwritable(folder) or too_full(folder))
     ]
 
 

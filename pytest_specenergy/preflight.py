@@ -24,8 +24,6 @@ ENGINE_EXTRAS = {
 }
 #: The meter option's modules: ``--specenergy-meter=nvml`` reads the board counter via pynvml.
 METER_EXTRAS = {"nvml": ("nvml", ("pynvml",))}
-#: Bytes a log folder must have free: an engine that cannot write its log fails every case.
-MIN_FREE_BYTES = 1 << 20
 
 
 def _installed(module: str) -> bool:
@@ -136,28 +134,11 @@ def _python() -> str:
 def log_dir_problem(log_dir: Path) -> str | None:
     """Why engine logs cannot be written in ``log_dir``: not a folder, read-only, or (nearly) full;
     found before an engine starts instead of as an ``OSError`` in every case (audit 3, T43)."""
-    import os
-
+    from pytest_specenergy.atomic import too_full
     from pytest_specenergy.atomic import unwritable
 
-    why = unwritable(log_dir)
-    if why:
-        return f"--specenergy-log-dir {log_dir}: {why}"
-    existing = log_dir
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    try:
-        stats = os.statvfs(existing)
-    except OSError:
-        return None
-    free = stats.f_bavail * stats.f_frsize
-    if free < MIN_FREE_BYTES:
-        return (
-            f"--specenergy-log-dir {log_dir}: only {free} bytes free on its file system; engine "
-            f"logs need at least {MIN_FREE_BYTES // 1024} KiB (free space, or point the option at "
-            "another folder)"
-        )
-    return None
+    why = unwritable(log_dir) or too_full(log_dir)
+    return f"--specenergy-log-dir {log_dir}: {why}" if why else None
 
 
 def start_problems(config: SpecEnergyConfig, cases: list[Case]) -> list[str]:

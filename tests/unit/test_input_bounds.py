@@ -112,3 +112,49 @@ def test_residency_refuses_a_memory_share_that_is_no_share(fraction):
 def test_declared_weights_are_a_finite_size(weights):
     with pytest.raises(EngineConfigError, match="expected a positive number of GiB"):
         weights_bytes(_sglang(weights_gb=weights))
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [(["--port", "70000"], "expected a port from 0 to 65535"), (["--threads", "-1"], ">= 0")],
+)
+def test_the_reference_server_refuses_flags_it_cannot_serve_with(flags, message):
+    # T45: --port 70000 was a raw OverflowError from bind(); --threads -1 started a server.
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_specenergy.refserver", "--model", "tiny:dense", *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 64 KiB tmpfs (a full disk, for real), where this machine lets a test mount one."""
+    import subprocess
+
+    mount = tmp_path / "full"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip("mounting a tmpfs is not permitted here")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+def test_an_output_on_a_full_disk_is_refused_at_start(full_disk):
+    # N15/T17: storage on a full disk was found after the last case, and the run was lost.
+    from pytest_specenergy.atomic import too_full
+    from pytest_specenergy.preflight import log_dir_problem
+
+    assert "bytes free on its file system" in too_full(full_disk / "store")
+    assert "--specenergy-log-dir" in log_dir_problem(full_disk / "logs")
+    assert too_full(full_disk.parent) is None
