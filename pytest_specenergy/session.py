@@ -62,6 +62,8 @@ class SpecEnergySession:
         self.xdist_skipped, self.worker_lost = 0, False
         #: ``--specenergy-fdr``: gated per-repeat comparisons collected (BH's N).
         self.fdr_tests = 0
+        #: Why nothing can be measured here (an xdist worker's start check; elsewhere a usage error).
+        self.refusal: str | None = None
         #: What the terminal summary prints, built when the session finishes.
         self.report: SummaryReport | None = None
 
@@ -91,6 +93,8 @@ class SpecEnergySession:
 
     def measure(self, case: Case) -> PairResult:
         """The pair for ``case``, measured once per session."""
+        if self.refusal:
+            pytest.fail(self.refusal, pytrace=False)
         fresh = not self.measurer.measured(case)
         pair = self.measurer.measure(case)
         if fresh and self.hook is not None:
@@ -186,7 +190,11 @@ class SpecEnergySession:
             from pytest_specenergy.preflight import start_problems
 
             if problems := start_problems(self.config, self.planned):
-                raise pytest.UsageError("specenergy: " + "; ".join(problems))
+                if not self.xdist_worker:
+                    raise pytest.UsageError("specenergy: " + "; ".join(problems))
+                # A worker's usage error reaches the controller as a bare INTERNALERROR: each of
+                # its cases fails with the message instead, before measuring anything.
+                self.refusal = "specenergy: " + "; ".join(problems)
         if (self.config.plan or self.config.budget) and not self.xdist_worker:
             self._show_plan(items, session.config)
         if self.config.dry_run:

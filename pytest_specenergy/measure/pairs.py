@@ -91,6 +91,9 @@ class PairMeasurer:
         self._baselines: dict[tuple[Any, ...], RunResult] = {}
         self._baseline_from: dict[tuple[Any, ...], str] = {}
         self._pairs: dict[Case, PairResult] = {}
+        #: The engine process each config last measured on: added repeats on another one ran on an
+        #: engine restarted since (T35).
+        self._servers: dict[EngineConfig, Server] = {}
         #: Baseline keys whose measurement failed while measuring a sibling's (retried once).
         self._sibling_failed: set[tuple[Any, ...]] = set()
         #: Drafts recorded per (drafter engine, batch, corpus, generation), for replay arms.
@@ -228,25 +231,31 @@ class PairMeasurer:
         return self._arm(arm.config, arm.case, repeats, warmup, replay=replay)
 
     def _interleaved(
-        self, case: Case, repeats: int, warmup: int | None, with_baseline: bool
+        self,
+        case: Case,
+        repeats: int,
+        warmup: int | None,
+        with_baseline: bool,
+        added: bool = False,
     ) -> tuple[dict[str, RunResult], Server, RunOrder]:
         """``repeats`` of each arm of ``case`` in cycles (:class:`CyclePlan`); each arm's result
-        by name, the speculative arm's server, and the order they ran in."""
+        by name, the speculative arm's server, and the order they ran in (``added``: repeats the
+        gate asked for after the case's first ones)."""
         plan = self._plan(case, with_baseline)
         run = _CycleRun(plan.arms, repeats)
         if plan.interleaved:
             run.measurers.update(
                 (arm.name, self._measurer(arm, repeats, warmup)) for arm in plan.arms
             )
-            for measurer in run.measurers.values():
-                measurer.warm_up()
+            for name, measurer in run.measurers.items():
+                self._warm_up(run, name, measurer, added)
             for cycle in range(repeats):
                 for arm in plan.cycle(cycle):
                     self._measure_next(run, arm.name)
         else:
             for arm in plan.arms:  # one engine at a time: each arm's repeats together
                 run.measurers[arm.name] = self._measurer(arm, repeats, warmup)
-                run.measurers[arm.name].warm_up()
+                self._warm_up(run, arm.name, run.measurers[arm.name], added)
                 for _ in range(repeats):
                     self._measure_next(run, arm.name)
                 if arm.name == "baseline":
@@ -262,13 +271,27 @@ class PairMeasurer:
         )
         return run.results(), run.measurers["speculative"].server, order
 
+    def _warm_up(self, run: _CycleRun, name: str, measurer: ArmMeasurer, added: bool) -> None:
+        """An arm's warm-up before its repeats. Among added repeats, an engine that is not the
+        process the arm's earlier repeats ran on (it died and was restarted since) is warmed up as
+        the session's warm-up says and recorded, as a restart between repeats is (T35); the added
+        repeats' own warm-up is none, their engine being warm."""
+        config = measurer.server.config
+        before = self._servers.get(config)
+        self._servers[config] = measurer.server
+        if added and before is not None and before is not measurer.server:
+            measurer.warm_up(max(measurer.warmup, self._warmup_for(measurer.meter)))
+            run.restarts.append(Restart(arm=name, before_repeat=0))
+        else:
+            measurer.warm_up()
+
     def _measure_next(self, run: _CycleRun, name: str) -> None:
         """The arm's next repeat on the pool's engine for it: one that died and was restarted is
         warmed up again first, and the run records the restart (the case is flagged)."""
         measurer, index = run.measurers[name], len(run.repeats[name])
         server = self.pool.get(measurer.server.config)
         if server is not measurer.server:
-            measurer.server = server
+            measurer.server = self._servers[server.config] = server
             # The session's warm-up, not the measurer's: the gate's added repeats start with none
             # (their engine was warm), and a restarted engine among them was measured cold (T35).
             measurer.warm_up(max(measurer.warmup, self._warmup_for(measurer.meter)))
@@ -374,7 +397,7 @@ class PairMeasurer:
         """``extra`` more interleaved repeats of every arm (asked by an INCONCLUSIVE verdict); the
         baseline grows."""
         pair = self.measure(case)
-        more, _, order = self._interleaved(case, extra, 0, with_baseline=True)
+        more, _, order = self._interleaved(case, extra, 0, with_baseline=True, added=True)
         grown = {
             name: pair.arms[name].extended(run) for name, run in more.items() if name in pair.arms
         }

@@ -129,6 +129,12 @@ def test_an_engine_whose_extra_is_missing_is_one_usage_error_at_start(pytester: 
     assert "pip install 'pytest-specenergy[reference]'" in errors[0]
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
     assert not (pytester.path / ".specenergy" / "logs").exists()
+    # Under xdist a worker's usage error is a bare INTERNALERROR: each case fails with the message.
+    workers = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2")
+    workers.assert_outcomes(failed=2, passed=1)
+    assert "INTERNALERROR" not in workers.stdout.str()
+    workers.stdout.fnmatch_lines(["*needs torch*pip install 'pytest-specenergy[reference]'*"])
+    assert not (pytester.path / ".specenergy" / "logs").exists()
 
 
 def test_an_unwritable_log_folder_is_found_at_start(pytester: pytest.Pytester, run_suite):

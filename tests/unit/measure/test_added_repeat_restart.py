@@ -52,3 +52,31 @@ def test_a_restart_among_added_repeats_is_warmed_up_and_flagged():
     # The 2 added speculative windows and the restarted engine's warm-up (none at the added
     # repeats' start: the engine was warm).
     assert _speculative_requests(pool.log[before:]) == 2 * pool_size + warm_up
+
+
+def test_an_engine_that_died_before_the_added_repeats_is_warmed_up_and_flagged():
+    # The engine died after the case's first repeats, before the gate asked for more: the added
+    # repeats' measurer got a restarted engine, measured cold and unrecorded.
+    pool, meter = InterleavePool(), TokenMeter(1.0)
+    measurer = PairMeasurer(
+        log_dir=None,
+        startup_timeout=1.0,
+        meter="auto",
+        repeats=3,
+        warmup=1,
+        meter_factory=lambda kind, server: meter,
+        pool=pool,
+    )
+    case = _case(Drafter("ngram"))
+    measurer.plan([case])
+    first = measurer.measure(case)
+    pool_size = len(first.speculative.outputs)
+    warm_up = min(case.batch, pool_size)
+    pool.live.pop(case.spec_config())  # the speculative engine died
+    before = len(pool.log)
+    pair = measurer.add_repeats(case, 2)
+    assert [r.as_dict() for r in pair.order.restarts] == [
+        {"arm": "speculative", "before_repeat": 3}
+    ]
+    assert any(c.name == "engine-restarted" for c in pair.checks)
+    assert _speculative_requests(pool.log[before:]) == 2 * pool_size + warm_up
