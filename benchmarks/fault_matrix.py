@@ -12,13 +12,18 @@ Sources of the probe list (ids keep the audits' numbering):
   ``R-*``   the 32 rows of the first audit (reference/fault-audit.md), as re-run in reliability-audit-2
   ``N*``    the 45 new probes of reference/reliability-audit-2.md
   ``I23-*`` the 20 items of issue 23 (several are the same fault as an N probe: the row names both)
-  ``T*``    reliability-audit-3's probes of the zygote, SIGHUP and the server's connection slots
-            (T9-T15, T27, T44: issue 42 items 3 and 5), in fault_zygote.py
+  ``T*``    reliability-audit-3's 47 new probes: the zygote, SIGHUP and the server's connection
+            slots (T9-T15, T27, T44) in fault_zygote.py; the gate, history, CLI and reports in
+            fault_gate.py; the servers, caps, disks and signals in fault_hosts.py, which also
+            automates the earlier rows once listed as not run (R-1d, R-1e, R-3d, R-3e, N1, ...)
   ``I38-5``, ``I40-2`` engine faults a suite must catch: a dead drafter, the hybrid's
             partial-accept-state bug at the quickstart's size
+A row answers every audit id in its name (``N15.storage-full/T17`` answers N15 and T17); the
+run ends with the count of the audit's 77 earlier and 47 new probes by their rows' worst verdict.
 
 Usage:
   PYTHONPATH=$PWD .venv/bin/python benchmarks/fault_matrix.py [--quick] [--only ID[,ID]] [--list]
+      [--package DIR]   (DIR's pytest_specenergy instead of this checkout's: the table before)
 
 Every child process has a timeout and runs in its own process group, which is killed when the
 timeout passes; engines die with their pytest through the plugin's watchdog.
@@ -45,6 +50,9 @@ from pathlib import Path
 from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
+#: The folder whose ``pytest_specenergy`` every child process runs (``--package``: another checkout's,
+#: for the table before a change).
+PACKAGE = REPO
 PY = sys.executable
 CLI = [PY, "-c", "import sys; from pytest_specenergy.cli.main import main; sys.exit(main())"]
 FAST = ["-p", "no:cacheprovider", "--specenergy-warmup=0"]
@@ -94,7 +102,7 @@ class Obs:
 
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE), env.get("PYTHONPATH", "")) if p)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.pop("PYTEST_ADDOPTS", None)
     return env
@@ -724,7 +732,7 @@ for _pid, _extra, _quick in (
 
 
 @probe(
-    "I23-1.cli-after-pytest",
+    "I23-1.cli-after-pytest/T40",
     "pytest --specenergy-save=main (leaves .specenergy/logs), then "
     "`specenergy history` in that folder",
     "rc 0 (logs is not a machine key)",
@@ -738,7 +746,7 @@ def _cli_after_pytest(d: Path) -> Obs:
 
 
 @probe(
-    "I23-1.report-last",
+    "I23-1.report-last/T40",
     "after a saved run: `specenergy report last --markdown r.md`",
     "rc 0, r.md written",
     rc=(0,),
@@ -751,7 +759,7 @@ def _report_last(d: Path) -> Obs:
 
 
 @probe(
-    "I23-1.compare-path",
+    "I23-1.compare-path/T40",
     "`specenergy compare run.json run2.json` (two copies of one complete run)",
     "rc 0, no regression",
     rc=(0,),
@@ -1049,9 +1057,10 @@ def _gate_control(d: Path) -> Obs:
 @probe(
     "N31.compare-missing-path/I23-5",
     "pytest --specenergy-compare=baseline.json (no such file)",
-    "the case fails (rc 1) or a usage error: a gate with no baseline is not green",
-    rc=(1, USAGE),
-    text=r"baseline\.json",
+    "a usage error at start naming the file; nothing measured (issue 40 item 4)",
+    rc=(USAGE,),
+    text=r"--specenergy-compare=baseline\.json: no such file",
+    absent=r"started in",
     quick=True,
 )
 def _compare_missing(d: Path) -> Obs:
@@ -1061,9 +1070,10 @@ def _compare_missing(d: Path) -> Obs:
 @probe(
     "N31.compare-typo/I23-5",
     "fixture history; pytest --specenergy-compare=mian (typo of main)",
-    "the case fails (rc 1): no run 'mian'",
-    rc=(1, USAGE),
-    text=r"mian",
+    "a usage error at start: no run 'mian', the available ones listed; nothing measured",
+    rc=(USAGE,),
+    text=r"--specenergy-compare=mian: no run 'mian'.*available",
+    absent=r"started in",
 )
 def _compare_typo(d: Path) -> Obs:
     Fixture.storage_into(d)
@@ -1087,8 +1097,8 @@ def _compare_typo_warn(d: Path) -> Obs:
 @probe(
     "R-3a.truncated-last",
     "fixture history with a truncated 0002_main as last; pytest --specenergy-compare=last",
-    "the case fails naming the file; the file unchanged",
-    rc=(1,),
+    "a usage error at start naming the file (nothing measured); the file unchanged",
+    rc=(USAGE,),
     text=r"cannot be read.*0002_main",
 )
 def _truncated_last(d: Path) -> Obs:
@@ -1106,8 +1116,8 @@ def _schema99(doc: dict) -> None:
 @probe(
     "R-3b.schema-99",
     "pytest --specenergy-compare=baseline.json with schema_version 99",
-    "the case fails naming the schema",
-    rc=(1,),
+    "a usage error at start naming the schema; nothing measured",
+    rc=(USAGE,),
     text=r"schema_version 99",
 )
 def _schema(d: Path) -> Obs:
@@ -1117,8 +1127,8 @@ def _schema(d: Path) -> Obs:
 @probe(
     "R-3c.pytest-nan-text",
     'pytest --specenergy-compare=baseline.json, sample "decode_joules": "NaN?"',
-    "the case fails naming the file and field",
-    rc=(1,),
+    "a usage error at start naming the file and field; nothing measured",
+    rc=(USAGE,),
     text=r"baseline\.json.*decode_joules",
 )
 def _pytest_nan(d: Path) -> Obs:
@@ -1128,8 +1138,8 @@ def _pytest_nan(d: Path) -> Obs:
 @probe(
     "N34.compare-interrupted-path",
     "pytest --specenergy-compare=<a run saved by an interrupted session>",
-    "the case fails: the baseline is interrupted",
-    rc=(1,),
+    "a usage error at start: the baseline is interrupted; nothing measured",
+    rc=(USAGE,),
     text=r"interrupted",
 )
 def _pytest_interrupted(d: Path) -> Obs:
@@ -1139,8 +1149,8 @@ def _pytest_interrupted(d: Path) -> Obs:
 @probe(
     "N36.pytest-accept-lengths-text/I23-11",
     'pytest --specenergy-compare=baseline.json, samples "accept_lengths": ["x", "y"]',
-    "the case fails naming baseline.json (no bare ValueError)",
-    rc=(1,),
+    "a usage error at start naming baseline.json (no bare ValueError); nothing measured",
+    rc=(USAGE,),
     text=r"baseline\.json.*accept_lengths|accept_lengths.*baseline\.json",
     absent=r"^E\s+ValueError",
 )
@@ -1181,7 +1191,7 @@ def _better_accept(doc: dict) -> None:
 
 
 @probe(
-    "I23-3.one-limit-keeps-defaults",
+    "I23-3.one-limit-keeps-defaults/T39",
     "baseline with accept lengths 25% higher; pytest --specenergy-compare=baseline.json "
     "--specenergy-compare-fail=energy:5% (the README's own limit)",
     "the case fails on accept_length (the default accept-length limit still applies)",
@@ -1301,7 +1311,7 @@ def _relative_model(d: Path) -> Obs:
 
 
 @probe(
-    "I23-2.xdist-default",
+    "I23-2.xdist-default/R-7a",
     "pytest -n 2 (no --specenergy-xdist) on two cases",
     "both measured: 2 passed, none skipped",
     rc=(0,),
@@ -1323,7 +1333,7 @@ def test_zz_dies():
 
 
 @probe(
-    "N28.xdist-killed-worker/I23-6",
+    "N28.xdist-killed-worker/I23-6/R-7b",
     "pytest -n 1 --specenergy-json=run.json: the worker passes test_p, then "
     "kills itself in the next test",
     "run.json keeps test_p's result and is marked interrupted",
@@ -1832,104 +1842,23 @@ import fault_zygote  # noqa: E402  (a benchmark script beside this one, not a pa
 
 fault_zygote.add_probes(sys.modules[__name__])
 
+# --- the rest of reliability-audit-3 (T1-T8, T16-T47) and the earlier audits' rows that were not
+# automated: in benchmarks/fault_gate.py.
+
+import fault_gate  # noqa: E402  (benchmark scripts beside this one, not a package)
+import fault_hosts  # noqa: E402
+
+fault_gate.add_probes(sys.modules[__name__])
+fault_hosts.add_probes(sys.modules[__name__])
+
 
 # --- listed, not run here -----------------------------------------------------------------------
 
-skipped(
-    "R-1d.port-plain-listener",
-    "port held by a plain TCP listener (conftest forcing the port)",
-    "start-up error naming the port",
-    "needs a conftest patching the plugin's port picker; covered by tests/unit engine launch tests",
-)
-skipped(
-    "R-1e.port-foreign-engine",
-    "port held by another reference server",
-    "refused, foreign pid named",
-    "needs a forced port and the check-then-bind race; covered by the identity tests",
-)
-skipped(
-    "R-3d.two-sessions",
-    "two pytest sessions saving the same name at once",
-    "both runs kept",
-    "two full sessions at once do not fit the shared 2-core machine's budget",
-)
-skipped(
-    "R-3e.save-race",
-    "4 processes x 20 save_run calls, same name and second",
-    "80 files",
-    "a library-level race, not a CI-user probe; covered by the storage unit tests",
-)
 skipped(
     "R-6b.browser-dom",
     "headless Chromium on the HTML report",
     "no script runs",
     "no browser on this machine",
-)
-skipped(
-    "R-7a.xdist-per-gpu",
-    "-n 2 --specenergy-xdist=per-gpu, 4 cases",
-    "4 passed, one table",
-    "one worker per GPU needs GPUs; the CPU form is I23-2",
-)
-skipped(
-    "N1.external-abort-once",
-    "POST /abort_request {abort_all} once into the baseline arm",
-    "case passes, the cut prompt regenerated",
-    "needs an abort timed into the measured window; not automated here",
-)
-skipped(
-    "N2.abort-during-regeneration/I23-9",
-    "abort_all every 1.5 s, also hitting the unmetered re-generation",
-    "the cut-short answer is not taken as complete; the message blames the abort, not the drafter",
-    "timing-dependent (the abort must land in the re-generation); not automated here",
-)
-skipped(
-    "N5.in-job-ab",
-    "reference_drafter in-job A/B, better and worse candidate",
-    "improved / regressed",
-    "repeats 3 of three arms: too slow for the shared machine; tests/integration/test_in_job_ab.py",
-)
-skipped(
-    "N6.in-job-ab-kill",
-    "kill -9 the reference-drafter engine",
-    "restarted, flagged",
-    "timing-dependent; see N4 for the restart flag",
-)
-skipped(
-    "N15.storage-full",
-    "storage on a full 64 kB tmpfs",
-    "refused at start or saved elsewhere with a message",
-    "needs mounting a tmpfs on a shared machine",
-)
-skipped(
-    "N17.golden-concurrent",
-    "two sessions creating the same golden at once",
-    "neither uses an unreviewed golden",
-    "two full sessions at once do not fit the shared 2-core machine's budget",
-)
-skipped(
-    "N18.sigint-during-fsync",
-    "SIGINT while the run's temp file is fsynced",
-    "no temp file left",
-    "needs an fsync-delaying conftest inside the storage module",
-)
-skipped(
-    "N26.kill-watchdog",
-    "kill -9 an engine's watchdog",
-    "the server dies (PDEATHSIG), the case fails",
-    "covered by N25's watchdog path; not automated separately",
-)
-skipped(
-    "N42.listening-sockets",
-    "ss -ltnp of every descendant during a run",
-    "only the servers, on 127.0.0.1",
-    "needs ss and a timed look during a run; R-5a checks the server's bind refusal",
-)
-skipped(
-    "N45.one-live-engine",
-    "pool.max_live = 1 (the GPU path) with 4c's cases",
-    "A fails, B passes",
-    "needs a conftest patching the pool; R-4c runs the CPU form",
 )
 skipped(
     "GPU.nvml-meter",
@@ -2047,6 +1976,47 @@ def select(args: argparse.Namespace) -> list[Probe]:
     return probes
 
 
+#: The audits' probe ids (reliability-audit-3): the 77 earlier ones (the first audit's 32 rows and
+#: the second's N1-N45) and its 47 new ones.
+OLD_IDS = (
+    [
+        f"R-{n}{c}"
+        for n, cs in ((1, "abcde"), (2, "ab"), (3, "abcdefgh"), (4, "abcdefg"), (5, "abcde"))
+        for c in cs
+    ]
+    + ["R-6a", "R-6b", "R-6c", "R-7a", "R-7b"]
+    + [f"N{i}" for i in range(1, 46)]
+)
+NEW_IDS = [f"T{i}" for i in range(1, 48)]
+
+
+def audit_ids(row_id: str) -> list[str]:
+    """The audit probe ids a row answers: its first name and every alias after a '/'."""
+    names = [row_id.split(".")[0], *row_id.split("/")[1:]]
+    return [n.split(".")[0] for n in names]
+
+
+def audit_summary(verdicts: dict[str, str]) -> list[str]:
+    """Per audit probe id, its rows' worst verdict (FAIL over SKIPPED over PASS), counted for the
+    77 earlier and the 47 new probes; an id no row answers is listed."""
+    worst: dict[str, str] = {}
+    rank = {"FAIL": 0, "SKIPPED": 1, "PASS": 2}
+    for row_id, verdict in verdicts.items():
+        for name in audit_ids(row_id):
+            if name not in worst or rank[verdict] < rank[worst[name]]:
+                worst[name] = verdict
+    lines = []
+    for label, ids in (("earlier", OLD_IDS), ("new", NEW_IDS)):
+        found = {v: [i for i in ids if worst.get(i) == v] for v in ("PASS", "FAIL", "SKIPPED")}
+        missing = [i for i in ids if i not in worst]
+        lines.append(
+            f"# audit probes, {label} {len(ids)}: PASS {len(found['PASS'])}, FAIL "
+            f"{len(found['FAIL'])} {found['FAIL']}, SKIPPED {len(found['SKIPPED'])} "
+            f"{found['SKIPPED']}" + (f", not in this run {missing}" if missing else "")
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -2059,7 +2029,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--list", action="store_true", help="list the probes and exit")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folders")
+    parser.add_argument(
+        "--package",
+        metavar="DIR",
+        type=Path,
+        help="run this folder's pytest_specenergy (another checkout: the table before a change)",
+    )
     args = parser.parse_args(argv)
+    if args.package:
+        global PACKAGE
+        PACKAGE = args.package.resolve()
     probes = select(args)
     if args.list:
         for p in probes:
@@ -2071,12 +2050,14 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="fault_matrix-"))
     Fixture.work, Fixture.root = work, None
     counts: dict[str, int] = {}
+    verdicts: dict[str, str] = {}
     started = time.monotonic()
     print(f"{'id':34} | {'what was done':60} | {'expected':50} | observed | verdict", flush=True)
     try:
         for p in probes:
             verdict, observed, took = run_probe(p, work)
             counts[verdict] = counts.get(verdict, 0) + 1
+            verdicts[p.id] = verdict
             print(
                 f"{p.id:34} | {p.did[:200]:60} | {p.expected[:160]:50} | {observed} | {verdict}"
                 f"{f' ({took:.0f} s)' if took >= 1 else ''}",
@@ -2088,6 +2069,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     total = " ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     print(f"# {len(probes)} probes: {total}; {time.monotonic() - started:.0f} s")
+    for line in audit_summary(verdicts):
+        print(line)
     return 1 if counts.get("FAIL") else 0
 
 

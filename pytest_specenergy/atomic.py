@@ -136,3 +136,44 @@ def _publish(tmp: str, path: Path, text: str) -> bool:
         return False
     _write_synced(fd, text)
     return True
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why a file cannot be created in ``folder`` (or in the folder where it would be created, its
+    nearest existing parent): checked by creating and removing a probe file, as a write would."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a folder"
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".specenergy-probe-", dir=existing)
+    except OSError as exc:
+        return f"cannot be written ({exc.strerror or exc})"
+    os.close(handle)
+    os.unlink(probe)
+    return None
+
+
+#: Bytes a folder an output goes to must have free at a session's start: a full disk is found
+#: before anything is measured, not after the last case (audit 3, N15, T17, T18, T43).
+MIN_FREE_BYTES = 1 << 20
+
+
+def too_full(folder: Path) -> str | None:
+    """Why ``folder`` (or its nearest existing parent) has too little room for an output, or None
+    (also where its file system cannot say)."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        stats = os.statvfs(existing)
+    except OSError:
+        return None
+    free = stats.f_bavail * stats.f_frsize
+    if free >= MIN_FREE_BYTES:
+        return None
+    return (
+        f"only {free} bytes free on its file system; at least {MIN_FREE_BYTES // 1024} KiB are "
+        "needed (free some space, or point the option at another folder)"
+    )

@@ -18,12 +18,14 @@ from typing import Callable
 
 import pytest
 
+from pytest_specenergy.cases.case import MAX_POOL
 from pytest_specenergy.engines.base import ENGINES
 from pytest_specenergy.gate.settings import DEFAULT_ALPHA
 from pytest_specenergy.gate.settings import DEFAULT_CAP
 from pytest_specenergy.gate.settings import DEFAULT_GOLDEN_FOLDER
 from pytest_specenergy.gate.settings import DEFAULT_LIMITS
 from pytest_specenergy.gate.settings import DEFAULT_STORAGE
+from pytest_specenergy.gate.settings import UNMEASURED_POLICIES
 from pytest_specenergy.gate.settings import StorageError
 from pytest_specenergy.gate.settings import storage_path
 from pytest_specenergy.measure.removal import DRAFT_REMOVAL_MODES
@@ -33,8 +35,7 @@ from pytest_specenergy.refserver.faults import TARGET_FAULTS
 # The gate's defaults come from gate.settings, without the gate: gate.limits (the fail-expression
 # parser) and gate.storage load when an option value needs them (issue 24, item 8).
 
-#: The largest prompt pool an option may ask for (a pool holds its prompts' requests in memory).
-MAX_POOL = 4096
+# MAX_POOL (the largest prompt pool an option or marker may ask for) is the cases' own bound.
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,17 @@ def _meter(text: str) -> str:
     return check_meter_kind(text)
 
 
+def storage_folder(text: str) -> Path:
+    """``--storage`` of the ``specenergy`` command: a local folder (PATH or file://PATH); a URL is
+    refused as ``--specenergy-storage`` refuses it (an argparse ``type=``)."""
+    import argparse
+
+    try:
+        return storage_path(text)
+    except StorageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _storage(text: str) -> str:
     try:
         storage_path(text)  # a URL: only local folders are supported
@@ -230,6 +242,49 @@ FDR = _Option(
     "decided at session end (exit status 1 when it fails)",
     _fdr_level,
     resolve=_or_none,
+)
+
+INCONCLUSIVE = _Option(
+    "inconclusive",
+    "warn",
+    "what a case still INCONCLUSIVE at the cap does: fail, warn or xfail",
+    _choice(("fail", "warn", "xfail")),
+)
+INCOMPARABLE = _Option(
+    "incomparable",
+    "fail",
+    "what a case whose baseline cannot be compared with it "
+    "(another machine key, meter, engine version or CUDA-graph setting, or figures "
+    "missing) does: fail, warn or skip; a baseline whose own fail-closed checks failed when it "
+    "was measured always fails",
+    _choice(("fail", "warn", "skip")),
+)
+MISSING_BASELINE = _Option(
+    "missing-baseline",
+    "fail",
+    "what a case without a baseline does (the compare "
+    "run does not exist, or holds no result for the test): fail, warn (e.g. for a "
+    "test added in this change) or skip; under fail a compare run that does not exist stops the "
+    "session at start, before anything is measured",
+    _choice(("fail", "warn", "skip")),
+)
+UNMEASURED = _Option(
+    "unmeasured",
+    "auto",
+    "what the baseline's cases this run did not measure do (a -k, a skip, a deleted, renamed or "
+    "re-parametrized test; every one is listed either way): fail (exit status 1), warn, or auto "
+    "(fail under CI, where the CI variable is set, else warn)",
+    _choice(UNMEASURED_POLICIES),
+)
+UNMEASURED_OK = _Option(
+    "unmeasured-ok",
+    "",
+    "a glob of baseline case ids (pytest node ids, e.g. 'tests/energy/test_old.py::*') this run "
+    "may leave unmeasured without failing (repeatable; ini: one per line); they are listed as "
+    "declared",
+    action="append",
+    metavar="GLOB",
+    resolve=lambda value, root: tuple(value),
 )
 
 
@@ -415,28 +470,11 @@ class SpecEnergyConfig:
     alpha: float = field(metadata={"option": ALPHA})
     max_repeats: int = field(metadata={"option": MAX_REPEATS})
     fdr: float | None = field(metadata={"option": FDR})
-    inconclusive: str = _opt(
-        "inconclusive",
-        "warn",
-        "what a case still INCONCLUSIVE at the cap does: fail, warn or xfail",
-        _choice(("fail", "warn", "xfail")),
-    )
-    incomparable: str = _opt(
-        "incomparable",
-        "fail",
-        "what a case whose baseline cannot be compared with it "
-        "(another machine key, meter, engine version or CUDA-graph setting, or figures "
-        "missing) does: fail, warn or skip",
-        _choice(("fail", "warn", "skip")),
-    )
-    missing_baseline: str = _opt(
-        "missing-baseline",
-        "fail",
-        "what a case without a baseline does (the compare "
-        "run does not exist, or holds no result for the test): fail, warn (e.g. for a "
-        "test added in this change) or skip",
-        _choice(("fail", "warn", "skip")),
-    )
+    inconclusive: str = field(metadata={"option": INCONCLUSIVE})
+    incomparable: str = field(metadata={"option": INCOMPARABLE})
+    missing_baseline: str = field(metadata={"option": MISSING_BASELINE})
+    unmeasured: str = field(metadata={"option": UNMEASURED})
+    unmeasured_ok: tuple[str, ...] = field(metadata={"option": UNMEASURED_OK})
     baselines: Path = _opt(
         "baselines",
         DEFAULT_GOLDEN_FOLDER,
@@ -579,9 +617,9 @@ class SpecEnergyConfig:
             progress=progress,
         )
 
-    def gatekeeper(self, gated_comparisons: int) -> Any:
+    def gatekeeper(self, gated_comparisons: int, preloaded: Any = None) -> Any:
         """The ``Gatekeeper`` these options ask for; ``gated_comparisons``: the collected ones (the
-        FDR's N)."""
+        FDR's N); ``preloaded``: compare runs already read (path -> document)."""
         from pytest_specenergy.gate.compare import gate_plan
         from pytest_specenergy.gate.fdr import fdr_plan
         from pytest_specenergy.gate.gatekeeper import Gatekeeper
@@ -601,6 +639,7 @@ class SpecEnergyConfig:
             plan=plan,
             policies=GatePolicies(self.inconclusive, self.incomparable, self.missing_baseline),
             fdr=(self.fdr, n) if self.fdr else None,
+            preloaded=preloaded,
         )
 
     @classmethod
@@ -731,7 +770,7 @@ def add_cli_options(parser: Any, *, storage: bool = True, gate: bool = False) ->
     if storage:
         parser.add_argument(
             "--storage",
-            type=Path,
+            type=storage_folder,
             default=Path(STORAGE.default),
             help=STORAGE.help + f" (default {STORAGE.default})",
         )

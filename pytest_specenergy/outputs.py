@@ -4,8 +4,6 @@ the session, not the others."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,47 +22,57 @@ class Written:
     json: Path | None = None
     saved: tuple[Path, ...] = ()
     goldens: tuple[Path, ...] = ()
-    unused_goldens: tuple[Path, ...] = ()
     failures: tuple[str, ...] = ()
 
 
 def unwritable_outputs(config: SpecEnergyConfig) -> list[str]:
-    """Why each output this session will write could not be written, checked before anything runs."""
-    outputs = []
+    """Why each output this session will write could not be written, or would replace a baseline
+    or a stored run, checked before anything runs."""
+    outputs, problems = [], []
     if config.json:
+        problems += _json_replaces(config)
         outputs.append(("--specenergy-json", Path(config.json).parent))
-        if (
-            config.compare
-            and Path(config.compare).is_file()
-            and Path(config.compare).resolve() == Path(config.json).resolve()
-        ):
-            return [
-                f"--specenergy-json {config.json} is the --specenergy-compare baseline: writing "
-                "it would replace the baseline; write the JSON to another path"
-            ]
     if config.save or config.autosave:
         outputs.append(("--specenergy-storage", Path(config.storage)))
     if config.golden:
         outputs.append(("--specenergy-baselines", Path(config.baselines)))
-    return [
-        f"{option} {folder}: {why}" for option, folder in outputs if (why := _unwritable(folder))
+    if not outputs:
+        return problems
+    # loaded only when a session writes something
+    from pytest_specenergy.atomic import too_full
+    from pytest_specenergy.atomic import unwritable
+
+    return problems + [
+        f"{option} {folder}: {why}"
+        for option, folder in outputs
+        if (why := unwritable(folder) or too_full(folder))
     ]
 
 
-def _unwritable(folder: Path) -> str | None:
-    """Why a file cannot be created in ``folder`` (or the folder where it would be created)."""
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        return f"{existing} is not a folder"
-    try:
-        handle, probe = tempfile.mkstemp(prefix=".specenergy-probe-", dir=existing)
-    except OSError as exc:
-        return f"cannot be written ({exc.strerror or exc})"
-    os.close(handle)
-    os.unlink(probe)
-    return None
+def _json_replaces(config: SpecEnergyConfig) -> list[str]:
+    """Why writing ``--specenergy-json`` would replace a baseline: the compare file, a run of the
+    history (the one a compare name resolves to included), or a golden baseline."""
+    from pytest_specenergy.gate.storage import RunStore
+    from pytest_specenergy.gate.storage import stored_run_problem
+
+    target = Path(str(config.json))
+    fix = "write the JSON to another path"
+    if config.compare and Path(config.compare).is_file():
+        if Path(config.compare).resolve() == target.resolve():
+            return [
+                f"--specenergy-json {config.json} is the --specenergy-compare baseline: writing "
+                f"it would replace the baseline; {fix}"
+            ]
+    stored = stored_run_problem(target, RunStore(config.storage))
+    if stored:
+        return [f"--specenergy-json: {stored}: writing it would replace that run; {fix}"]
+    baselines = Path(config.baselines).resolve() if config.baselines else None
+    if baselines is not None and target.is_file() and baselines in target.resolve().parents:
+        return [
+            f"--specenergy-json {config.json} is a golden baseline in {config.baselines}: "
+            f"writing it would replace that baseline; {fix}"
+        ]
+    return []
 
 
 def write_outputs(
@@ -104,9 +112,7 @@ def write_outputs(
                     f"{getattr(exc, 'strerror', None) or exc}"
                 )
     goldens: list[Path] = []
-    unused: list[Path] = []
-    if config.golden:
+    if config.golden:  # the goldens no test used are the gate's coverage (gate/coverage.py)
         goldens, golden_failures = gate.goldens.flush()
         failures += golden_failures
-        unused = gate.goldens.unused({r.machine_key for r in document.results if r.machine_key})
-    return Written(json_path, tuple(saved), tuple(goldens), tuple(unused), tuple(failures))
+    return Written(json_path, tuple(saved), tuple(goldens), tuple(failures))

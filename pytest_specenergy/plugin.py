@@ -34,6 +34,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_specenergy import xdist
     from pytest_specenergy.cases.markers import MARKERS
     from pytest_specenergy.outputs import unwritable_outputs
+    from pytest_specenergy.preflight import compare_problem
     from pytest_specenergy.progress import Progress
     from pytest_specenergy.session import SESSION_KEY
     from pytest_specenergy.session import SpecEnergySession
@@ -45,12 +46,17 @@ def pytest_configure(config: pytest.Config) -> None:
         xdist.pin_worker(config)
     if xdist.is_controller(config):
         xdist.interrupt_on_sigterm()
-    # An output that cannot be written is found now, not after the last case has measured.
-    problems = [] if xdist.is_worker(config) or config.option.help else unwritable_outputs(options)
+    # An output that cannot be written, or a baseline that is not there, is found now, not after
+    # the last case has measured.
+    checking = not (xdist.is_worker(config) or config.option.help)
+    problems = unwritable_outputs(options) if checking else []
+    measuring = checking and not (options.dry_run or options.plan or config.option.collectonly)
+    baseline, loaded = compare_problem(options) if measuring and not problems else (None, {})
+    problems += [baseline] if baseline else []
     if problems:
         raise pytest.UsageError("specenergy: " + "; ".join(problems))
     progress = Progress(config)
-    session = SpecEnergySession(options, config.hook, progress)
+    session = SpecEnergySession(options, config.hook, progress, preloaded=loaded)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, _PLUGIN_NAME)
     config.pluginmanager.register(progress, _PROGRESS_NAME)

@@ -13,9 +13,12 @@ from pytest_specenergy.cases.markers import MarkerError
 from pytest_specenergy.cases.markers import build_cases
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pytest_specenergy.cases.case import Case
     from pytest_specenergy.document import CaseRecord
     from pytest_specenergy.document import MachineInfo
+    from pytest_specenergy.document import RunDocument
     from pytest_specenergy.gate.gatekeeper import Gatekeeper
     from pytest_specenergy.gate.limits import FailLimit
     from pytest_specenergy.measure.pairs import PairMeasurer
@@ -35,8 +38,16 @@ PAIR_KEY = pytest.StashKey["PairResult"]()
 class SpecEnergySession:
     """Session-wide state and the hook methods: what the ``specenergy`` fixture returns."""
 
-    def __init__(self, config: SpecEnergyConfig, hook: Any = None, progress: Any = None) -> None:
+    def __init__(
+        self,
+        config: SpecEnergyConfig,
+        hook: Any = None,
+        progress: Any = None,
+        preloaded: dict[Path, RunDocument] | None = None,
+    ) -> None:
         self.config, self.hook = config, hook
+        #: The compare runs the start check read (``preflight.compare_problem``), read once.
+        self.preloaded = dict(preloaded or {})
         self.progress = progress  # a progress.Progress
         self.planned: list[Case] = []
         self.xdist_worker = False  # a worker collects every case and runs the ones it is sent
@@ -51,6 +62,8 @@ class SpecEnergySession:
         self.xdist_skipped, self.worker_lost = 0, False
         #: ``--specenergy-fdr``: gated per-repeat comparisons collected (BH's N).
         self.fdr_tests = 0
+        #: Why nothing can be measured here (an xdist worker's start check; elsewhere a usage error).
+        self.refusal: str | None = None
         #: What the terminal summary prints, built when the session finishes.
         self.report: SummaryReport | None = None
         #: Cases whose pair the ``pytest_specenergy_pair_measured`` hook was told of.
@@ -70,7 +83,7 @@ class SpecEnergySession:
     def gate(self) -> Gatekeeper:
         """The gatekeeper, built on first use from the options."""
         if self._gate is None:
-            self._gate = self.config.gatekeeper(self.fdr_tests)
+            self._gate = self.config.gatekeeper(self.fdr_tests, self.preloaded)
         return self._gate
 
     def _hook_meter(self, kind: str, server: Any) -> Any:
@@ -83,6 +96,8 @@ class SpecEnergySession:
     def measure(self, case: Case) -> PairResult:
         """The pair for ``case``, measured once per session; the hook hears of each pair once,
         when its test first asks (a case measured in a sibling's cycles was measured before)."""
+        if self.refusal:
+            pytest.fail(self.refusal, pytrace=False)
         pair = self.measurer.measure(case)
         if case not in self._announced and self.hook is not None:
             self._announced.add(case)
@@ -172,6 +187,18 @@ class SpecEnergySession:
         if self._measurer is not None:
             self._measurer.plan(self.planned)
         self._refuse_unpairable(items)
+        measuring = not (
+            self.config.dry_run or self.config.plan or session.config.option.collectonly
+        )
+        if measuring:  # an engine that cannot start here is found before the first one starts
+            from pytest_specenergy.preflight import start_problems
+
+            if problems := start_problems(self.config, self.planned):
+                if not self.xdist_worker:
+                    raise pytest.UsageError("specenergy: " + "; ".join(problems))
+                # A worker's usage error reaches the controller as a bare INTERNALERROR: each of
+                # its cases fails with the message instead, before measuring anything.
+                self.refusal = "specenergy: " + "; ".join(problems)
         if (self.config.plan or self.config.budget) and not self.xdist_worker:
             self._show_plan(items, session.config)
         if self.config.dry_run:
@@ -296,12 +323,9 @@ class SpecEnergySession:
     def finish(self, hook: Any, interrupted: bool) -> bool:
         """Judge the suite, write the run document and the queued goldens, build the summary; True:
         fail the session."""
-        if not self.records:  # a collection, or nothing measured: no gate; a summary only for xdist
-            if self.xdist_skipped:
-                from pytest_specenergy.report.summary import SummaryReport
-
-                self.report = SummaryReport.of_nothing(self.xdist_skipped)
-            return False
+        coverage = self._coverage()
+        if not self.records:  # a collection, or nothing measured: no run; the gate's coverage
+            return self._finish_unmeasured(coverage)
         import pytest_specenergy.gate.machine as machine
         from pytest_specenergy.document import RunDocument
         from pytest_specenergy.gate.suite import judge_suite
@@ -315,6 +339,7 @@ class SpecEnergySession:
             fdr_collected=self.fdr_tests,
             latency_targets=self.config.latency_targets,
             references=self.gate.latency_references({r.machine_key for r in self.records}),
+            coverage=coverage,
         )
         meters, starts = (
             (self._measurer.describe_meters(), len(self._measurer.pool.starts))
@@ -331,12 +356,37 @@ class SpecEnergySession:
             fdr=suite.fdr,
             latency_targets=suite.latency_targets,
             commit=machine.source_commit(self.config.rootdir),
+            coverage=suite.coverage,
         )
         written = write_outputs(document, self.config, self.gate, hook)
         self.report = summary_report(
             document, suite, written, self.xdist_skipped, self.config.verbose > 0
         )
         return suite.failed or bool(written.failures)
+
+    def _coverage(self) -> list[Any]:
+        """The gate's coverage (``gate/coverage.py``): per baseline, its cases this session did not
+        measure; nothing when no stored or golden baseline is compared with."""
+        if not (self.config.compare or self.config.golden):
+            return []
+        from pytest_specenergy.gate.coverage import resolve_policy
+
+        return self.gate.coverage(
+            self.records, self.config.unmeasured_ok, resolve_policy(self.config.unmeasured)
+        )
+
+    def _finish_unmeasured(self, coverage: list[Any]) -> bool:
+        """A session that measured no pair: the xdist refusal and the gate's coverage (a ``-k``
+        that deselects every gated case covers nothing of its baseline); True: fail it."""
+        from pytest_specenergy.gate.coverage import coverage_section
+        from pytest_specenergy.report.summary import SummaryReport
+
+        sections = SummaryReport.of_nothing(self.xdist_skipped).sections
+        covered = coverage_section(coverage)
+        if covered is not None:
+            sections += (covered,)
+        self.report = SummaryReport(sections) if sections else None
+        return covered is not None and covered.failed
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         """The report :meth:`finish` built (controller only)."""

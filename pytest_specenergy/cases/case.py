@@ -19,6 +19,11 @@ from pytest_specenergy.engines.prompts import Prompt
 DEFAULT_PROMPT_POOL = 96
 
 
+#: The largest prompt pool a case may ask for, by option or marker: a pool holds its prompts'
+#: requests in memory (audit 3, N8/T28: ``generation(prompts=10**23)`` grew to a MemoryError).
+MAX_POOL = 4096
+
+
 @dataclass(frozen=True)
 class Generation:
     """How each request is generated; ``prompts``: the pool measured per repeat

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 from typing import Callable
 
+from pytest_specenergy.cases.case import MAX_POOL
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.cases.case import Generation
 from pytest_specenergy.cases.case import model_short_name
@@ -389,6 +390,14 @@ def _generation(test: str, mark: Any, pool: int | None = None) -> Generation:
             raise MarkerError(
                 f"{test}: marker generation({key}={value!r}): expected a positive integer"
             )
+    prompts = kwargs.get("prompts")
+    if prompts is not None and prompts > MAX_POOL:
+        # Bounded as --specenergy-pool is: a pool holds its prompts' requests in memory.
+        shown = repr(prompts) if len(repr(prompts)) <= 24 else f"{repr(prompts)[:20]}..."
+        raise MarkerError(
+            f"{test}: marker generation(prompts={shown}): expected a prompt count from 1 to "
+            f"{MAX_POOL} (as --specenergy-pool); a larger pool repeats a corpus no better"
+        )
     for key in ("ignore_eos", "chat"):
         if not isinstance(kwargs.get(key, False), bool):
             raise MarkerError(

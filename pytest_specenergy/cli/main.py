@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-from typing import Any
 from typing import Sequence
 
 from tabulate import tabulate
@@ -15,84 +13,27 @@ from tabulate import tabulate
 import pytest_specenergy.gate.storage as storage
 from pytest_specenergy.atomic import write_json_atomic
 from pytest_specenergy.atomic import write_text_atomic
+from pytest_specenergy.cli.compare import add_compare_parser
 from pytest_specenergy.cli.fetch import add_fetch_parser
 from pytest_specenergy.cli.predict import add_predict_parser
 from pytest_specenergy.cli.predict import checked_number
+from pytest_specenergy.cli.runs import CliError
+from pytest_specenergy.cli.runs import history_of
+from pytest_specenergy.cli.runs import limits_of
+from pytest_specenergy.cli.runs import output_path
+from pytest_specenergy.cli.runs import plan_for
+from pytest_specenergy.cli.runs import resolve_run
 from pytest_specenergy.document import DocumentError
-from pytest_specenergy.document import RunDocument
-from pytest_specenergy.gate.compare import compare_documents
-from pytest_specenergy.gate.compare import gate_plan
+from pytest_specenergy.gate.baseline import compare_runs
 from pytest_specenergy.gate.history import detect_history_steps
 from pytest_specenergy.gate.latency import LATENCY_LIMIT
 from pytest_specenergy.gate.latency import compare_latency
-from pytest_specenergy.gate.limits import limits_for
 from pytest_specenergy.gate.limits import parse_fail_expr
 from pytest_specenergy.gate.merge import MergeError
 from pytest_specenergy.gate.merge import merge_documents
-from pytest_specenergy.gate.settings import DEFAULT_CAP
 from pytest_specenergy.gate.storage import RunStore
-from pytest_specenergy.gate.verdict import Verdict
 from pytest_specenergy.options import add_cli_options
-
-
-class CliError(Exception):
-    """A user error: printed as one line, exit status 2."""
-
-
-def _machine_key(store: RunStore, wanted: str | None) -> str:
-    if wanted:
-        return wanted
-    keys = store.machine_keys()
-    if len(keys) == 1:
-        return keys[0]
-    if not keys:
-        raise CliError(f"no runs stored in {store.root}; pass a run file PATH or --storage")
-    raise CliError(
-        f"{store.root} holds runs of several machine keys ({', '.join(keys)}); "
-        f"choose one with --machine-key"
-    )
-
-
-def resolve_run(ref: str, store: RunStore, machine_key: str | None) -> tuple[RunDocument, Path]:
-    """Load a run named by PATH or by last/NAME/NNNN in the history; an interrupted run is said to
-    be one."""
-    path = Path(ref)
-    if not path.is_file():
-        path = store.find(_machine_key(store, machine_key), ref)
-    document = store.load(path)
-    if document.interrupted:
-        print(
-            f"specenergy: {path} was saved by an interrupted session: its results are incomplete",
-            file=sys.stderr,
-        )
-    return document, path
-
-
-def _history(
-    store: RunStore, machine_key: str | None, upto: Path | None = None
-) -> list[RunDocument]:
-    try:
-        key = _machine_key(store, machine_key)
-    except CliError:
-        return []
-    documents = []
-    for run in store.list(key):
-        try:
-            documents.append(store.load(run.path))
-        except storage.StorageError as exc:
-            print(f"specenergy: skipping {exc}", file=sys.stderr)
-        if upto is not None and run.path.resolve() == upto.resolve():
-            break
-    return documents
-
-
-def _output(path: str, *inputs: Path) -> Path:
-    """An output path that is none of the input files (a report must never replace its run)."""
-    out = Path(path)
-    for given in inputs:
-        if out.resolve() == given.resolve():
-            raise CliError(f"{path} is the run file being read; write the report to another path")
-    return out
+from pytest_specenergy.options import storage_folder
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -103,12 +44,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     run, path = resolve_run(args.run, store, args.machine_key)
     comparisons, baseline_path, inputs = None, None, [path]
     if args.baseline:
-        # The gate's own comparison, so a report shows exactly the verdicts a test would get,
-        # latency targets included.
         baseline, baseline_path = resolve_run(args.baseline, store, args.machine_key)
         inputs.append(baseline_path)
-        plan = _plan(args, run)
-        comparisons = compare_documents(baseline, run, _limits(args), args.alpha, plan=plan)
+    # Every output checked before anything is written: one refused never leaves the other behind.
+    html_out = output_path(args.html, store, *inputs) if args.html else None
+    markdown_out = output_path(args.markdown, store, *inputs) if args.markdown else None
+    if args.baseline:
+        # The gate's own comparison, so a report shows exactly the verdicts a test would get
+        # (a record whose checks failed refused), latency targets included.
+        plan = plan_for(args, run)
+        comparisons = compare_runs(baseline, run, limits_of(args), args.alpha, plan=plan)
         if args.latency_target:
             comparisons += compare_latency(
                 baseline.results,
@@ -117,13 +62,12 @@ def cmd_report(args: argparse.Namespace) -> int:
                 parse_fail_expr(LATENCY_LIMIT),
                 plan,
             )
-    if args.html:
+    if html_out is not None:
         from pytest_specenergy.report.html import render_html
 
-        out = _output(args.html, *inputs)
         history = [
             d
-            for d in _history(store, run.machine_key or args.machine_key, path)
+            for d in history_of(store, run.machine_key or args.machine_key, path)
             if d.datetime != run.datetime
         ]
         html = render_html(
@@ -135,73 +79,19 @@ def cmd_report(args: argparse.Namespace) -> int:
             plots=False if args.no_plots else None,
             baseline_label=str(baseline_path or ""),
         )
-        write_text_atomic(out, html)
+        write_text_atomic(html_out, html)
         print(f"specenergy: wrote {args.html}")
-    if args.markdown:
+    if markdown_out is not None:
         from pytest_specenergy.report.markdown import render_markdown
 
-        write_text_atomic(_output(args.markdown, *inputs), render_markdown(run, comparisons))
+        write_text_atomic(markdown_out, render_markdown(run, comparisons))
         print(f"specenergy: wrote {args.markdown}")
     return 0
 
 
-def _limits(args: argparse.Namespace) -> list[Any]:
-    return limits_for([parse_fail_expr(t) for t in args.fail or ()])
-
-
-def _plan(args: argparse.Namespace, run: RunDocument) -> Any:
-    """The gate's sequential plan as the session that measured ``run`` had it (first look at the
-    fewest repeats of any case, then every 2 more up to ``--max-repeats``), so a report shows the
-    verdicts the plugin gave."""
-    started = min((len(r.speculative.samples) for r in run.results), default=3)
-    try:
-        return gate_plan(args.alpha, max(2, started), args.max_repeats or DEFAULT_CAP)
-    except ValueError as exc:
-        raise CliError(f"--max-repeats={args.max_repeats}: {exc}") from None
-
-
-def cmd_compare(args: argparse.Namespace) -> int:
-    """Compare run B (current) with run A (baseline); exit 1 on any regression."""
-    store = RunStore(args.storage)
-    base, base_path = resolve_run(args.baseline, store, args.machine_key)
-    current, current_path = resolve_run(args.current, store, args.machine_key)
-    if base_path.resolve() == current_path.resolve():
-        raise CliError(
-            f"{args.baseline!r} and {args.current!r} are the same run ({base_path}); a run "
-            "compared with itself shows nothing"
-        )
-    if base.interrupted:
-        raise CliError(
-            f"the baseline {base_path} was saved by an interrupted session; compare with a "
-            "complete run"
-        )
-    comparisons = compare_documents(
-        base, current, _limits(args), args.alpha, plan=_plan(args, current)
-    )
-    rows = []
-    for comparison in sorted(comparisons, key=lambda c: c.verdict.rank):
-        deciding = [r for r in comparison.rows if r.verdict is comparison.verdict] or list(
-            comparison.rows
-        )
-        detail = "; ".join(r.describe() for r in deciding) or "; ".join(comparison.reasons)
-        rows.append(
-            (f"{comparison.verdict.mark} {comparison.verdict.value}", comparison.case_id, detail)
-        )
-    print(f"baseline: {base_path}")
-    print(
-        tabulate(
-            rows, headers=("verdict", "case", "detail"), tablefmt="simple", disable_numparse=True
-        )
-    )
-    regressed = sum(c.verdict is Verdict.REGRESSED for c in comparisons)
-    blocked = sum(c.verdict is Verdict.INCOMPARABLE for c in comparisons) if args.strict else 0
-    print(f"{regressed} regressed of {len(comparisons)} cases")
-    return 1 if regressed or blocked else 0
-
-
 def cmd_history(args: argparse.Namespace) -> int:
     """Step detection over the stored runs of one machine key."""
-    documents = _history(RunStore(args.storage), args.machine_key)
+    documents = history_of(RunStore(args.storage), args.machine_key)
     if not documents:
         raise CliError(f"no runs stored in {args.storage}; pass the history folder with --storage")
     if len(documents) < 2:  # the first nightly: nothing to detect a step against yet
@@ -237,14 +127,18 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    """Merge shards of one run (several CI machines) into one run file."""
+    """Merge shards of one run (several CI machines) into one run file; a shard saved by an
+    interrupted session makes the merged run interrupted, which no reference selects."""
     store = RunStore(args.storage)
+    if args.save:
+        storage.validate_run_name(args.save)  # refused before the merged file is written
     shards = [resolve_run(ref, store, args.machine_key) for ref in args.shards]
+    out = output_path(args.output, store, *(path for _, path in shards))
     merged = merge_documents([doc for doc, _ in shards], [str(path) for _, path in shards])
-    write_json_atomic(_output(args.output, *(path for _, path in shards)), merged.as_dict())
+    write_json_atomic(out, merged.as_dict())
     print(
         f"specenergy: merged {len(shards)} shards ({len(merged.results)} results) into "
-        f"{args.output}"
+        f"{args.output}" + (" (interrupted: a shard was)" if merged.interrupted else "")
     )
     if args.save:
         print(f"specenergy: saved {store.save(merged, args.save)}")
@@ -290,18 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--no-plots", action="store_true", help="tables only")
     report.set_defaults(func=cmd_report)
 
-    compare = sub.add_parser(
-        "compare", parents=[common], help="compare two runs; exit 1 on regression"
-    )
-    compare.add_argument("baseline", help="baseline run (PATH, last, NAME or NNNN)")
-    compare.add_argument("current", help="current run (PATH, last, NAME or NNNN)")
-    add_cli_options(compare, storage=False, gate=True)
-    compare.add_argument("--strict", action="store_true", help="also exit 1 on incomparable cases")
-    compare.set_defaults(func=cmd_compare)
+    add_compare_parser(sub, common)
 
     history = sub.add_parser("history", parents=[common], help="detect steps across stored runs")
     history.add_argument(
-        "storage_dir", nargs="?", type=Path, help="history folder (same as --storage)"
+        "storage_dir", nargs="?", type=storage_folder, help="history folder (same as --storage)"
     )
     history.add_argument(
         "--metric",

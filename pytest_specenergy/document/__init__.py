@@ -41,6 +41,7 @@ from pytest_specenergy.document.run import RUN_KIND
 from pytest_specenergy.document.run import SCHEMA_VERSION
 from pytest_specenergy.document.run import SUPPORTED_SCHEMAS
 from pytest_specenergy.document.run import CommitFacts
+from pytest_specenergy.document.run import CoverageFacts
 from pytest_specenergy.document.run import EngineName
 from pytest_specenergy.document.run import FdrSummary
 from pytest_specenergy.document.run import LatencySummary
@@ -57,6 +58,7 @@ __all__ = [
     "Check",
     "CoherenceFacts",
     "CommitFacts",
+    "CoverageFacts",
     "Comparison",
     "ComparisonRow",
     "CorpusFacts",

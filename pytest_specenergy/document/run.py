@@ -154,10 +154,26 @@ class LatencySummary(Record):
 
 
 @dataclass(frozen=True)
+class CoverageFacts(Record):
+    """The gate's coverage on one baseline: how many of its cases this run measured, the ones it
+    did not (deselected, skipped, deleted or renamed), those declared as allowed to go unmeasured
+    (``--specenergy-unmeasured-ok``), the policy applied, and whether it failed the session."""
+
+    baseline: str | None = None
+    machine_key: str | None = None
+    measured: int = 0
+    unmeasured: tuple[str, ...] = ()
+    accepted: tuple[str, ...] = ()
+    policy: str | None = None
+    failed: bool = False
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
 class RunDocument(Record):
     """A session's results with the machines, meters and engines they were measured on."""
 
-    omitted_when_empty = ("name", "fdr", "latency_targets", "shards", "commit")
+    omitted_when_empty = ("name", "fdr", "latency_targets", "shards", "commit", "coverage")
 
     results: tuple[CaseRecord, ...]
     machine_key: str | None = None
@@ -181,6 +197,8 @@ class RunDocument(Record):
     #: The source the run measured, so a nightly trend says which change moved it (None outside
     #: git).
     commit: CommitFacts | None = None
+    #: The gate's coverage: per baseline compared with, its cases this run did not measure.
+    coverage: tuple[CoverageFacts, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -219,6 +237,7 @@ class RunDocument(Record):
             self,
             machine_key=machine_key,
             results=tuple(r for r in self.results if r.machine_key == machine_key),
+            coverage=tuple(c for c in self.coverage if c.machine_key in (None, machine_key)),
         )
 
     @property

@@ -9,6 +9,7 @@ import difflib
 import functools
 import importlib.metadata
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -367,6 +368,30 @@ _REMOVED: dict[str, tuple[Version, str]] = dict.fromkeys(
 )
 
 
+def is_fraction(value: Any) -> bool:
+    """Whether ``value`` is a share of GPU memory SGLang can take: a finite number in (0, 1)."""
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 < value < 1
+    )
+
+
+def _flag_like(name: str, value: Any) -> list[str]:
+    """The items of ``value`` the command line would read as another flag. :func:`render_flags`
+    writes ``str()`` of every item of a list, whatever its type: a ``Path("--host")`` is as much a
+    flag as the string (audit 3, T36); a JSON field's non-string value is written as JSON."""
+    if name in _JSON_FIELDS and not isinstance(value, str):
+        return []
+    values = value if isinstance(value, (list, tuple)) else (value,)
+    return [
+        str(v)
+        for v in values
+        if v is not None and not isinstance(v, bool) and _FLAG_LIKE.match(str(v))
+    ]
+
+
 def translate_options(options: Mapping[str, Any], facts: VersionFacts) -> dict[str, Any]:
     """User ServerArgs options spelled for ``facts.version``: a renamed field is sent under the name
     this release knows, so a marker written for 0.5.13 keeps working on 0.5.23 (where
@@ -409,8 +434,13 @@ def translate_options(options: Mapping[str, Any], facts: VersionFacts) -> dict[s
                 f"engine option dist_init_addr={value!r} is not a loopback address; the plugin's "
                 "engines listen on loopback only (e.g. 127.0.0.1:5000)"
             )
-        values = value if isinstance(value, (list, tuple)) else (value,)
-        flags = [v for v in values if isinstance(v, str) and _FLAG_LIKE.match(v)]
+        if name == "mem_fraction_static" and not is_fraction(value):
+            # NaN compares false with every bound: it reached SGLang as --mem-fraction-static nan.
+            raise EngineConfigError(
+                f"engine option mem_fraction_static={value!r}: expected a number between 0 and 1 "
+                "(SGLang's share of the GPU's memory for weights and KV cache, e.g. 0.4)"
+            )
+        flags = _flag_like(name, value)
         if flags:
             # argparse takes the last of a repeated flag: values "--host", "0.0.0.0" would move the
             # engine off loopback.

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from typing import Iterable
 
+from pytest_specenergy.engines import sglang_args as sa
 from pytest_specenergy.engines.base import EngineConfigError
 from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.kv_pools import REQUEST_TOKENS
@@ -24,6 +25,8 @@ from pytest_specenergy.engines.sglang import DEFAULT_MAX_RUNNING_REQUESTS
 from pytest_specenergy.engines.sglang import DEFAULT_MEM_FRACTION_STATIC
 from pytest_specenergy.engines.sglang import read_model_config
 
+#: The largest ``weights_gb=`` a marker may declare (inf and 1e300 overflowed to a raw error).
+MAX_WEIGHTS_GIB = 1e6
 #: Every resident engine's ``mem_fraction_static`` together: SGLang's single-engine default.
 RESIDENT_MEM_TOTAL = 0.80
 #: Drafters whose engine's KV pool SGLang sizes with the draft checkpoint's layers too.
@@ -95,8 +98,15 @@ def weights_bytes(config: EngineConfig) -> tuple[int | None, str]:
     checkpoint files."""
     declared = config.option("weights_gb")
     if declared is not None:
-        if isinstance(declared, bool) or not isinstance(declared, (int, float)) or not declared > 0:
-            raise ValueError(f"weights_gb={declared!r}: expected a positive number of GiB")
+        if (
+            isinstance(declared, bool)
+            or not isinstance(declared, (int, float))
+            or not 0 < declared <= MAX_WEIGHTS_GIB
+        ):
+            raise EngineConfigError(
+                f"weights_gb={declared!r}: expected a positive number of GiB up to "
+                f"{MAX_WEIGHTS_GIB:g}"
+            )
         return int(float(declared) * GIB), "weights_gb on the model marker"
     total = checkpoint_bytes(config.model)
     if total is None:
@@ -229,6 +239,14 @@ def decide(
             "measured one"
         )
     own = {c.option("mem_fraction_static") for c in configs} - {None}
+    bad = sorted((repr(v) for v in own if not sa.is_fraction(v)), key=str)
+    if bad:
+        # A NaN compares false with every bound: it passed as resident with a nan share (T16).
+        why = (
+            f"mem_fraction_static={bad[0]} on a model marker: expected a number between 0 and 1 "
+            "(SGLang's share of the GPU's memory for weights and KV cache, e.g. 0.4)"
+        )
+        return blocked(why, refused=why)
     if own:
         largest = max(float(v) for v in own)
         if len(own) > 1 or largest * engines > RESIDENT_MEM_TOTAL + 1e-9:

@@ -8,16 +8,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
+from typing import Mapping
 from typing import Sequence
 
 from pytest_specenergy.document import CaseRecord
+from pytest_specenergy.document import CoverageFacts
 from pytest_specenergy.document import RunDocument
+from pytest_specenergy.gate.baseline import refusal
+from pytest_specenergy.gate.baseline import refusal_message
+from pytest_specenergy.gate.baseline import refused_comparison
 from pytest_specenergy.gate.compare import CaseComparison
 from pytest_specenergy.gate.compare import compare_case
 from pytest_specenergy.gate.compare import compare_in_job
 from pytest_specenergy.gate.compare import gate_plan
 from pytest_specenergy.gate.compare import repeats_needed
 from pytest_specenergy.gate.compare import resolve_inconclusive
+from pytest_specenergy.gate.coverage import coverage_of
 from pytest_specenergy.gate.limits import FailLimit
 from pytest_specenergy.gate.sequential import SequentialPlan
 from pytest_specenergy.gate.session_term import HISTORY_RUNS
@@ -106,6 +112,7 @@ class Gatekeeper:
         policies: GatePolicies = GatePolicies(),
         plan: SequentialPlan | None = None,
         fdr: tuple[float, int] | None = None,
+        preloaded: Mapping[Path, RunDocument] | None = None,
     ) -> None:
         self.runs = runs
         self.goldens = goldens or GoldenStore()
@@ -116,6 +123,8 @@ class Gatekeeper:
         self.plan = plan or gate_plan(alpha, repeats, max_repeats)
         #: ``--specenergy-fdr``: (Q, the number of gated comparisons collected).
         self.fdr = fdr
+        #: Runs already read and checked (the session's start check): never read twice.
+        self.preloaded = dict(preloaded or {})
         self.active = bool(compare or golden)
         self._run: tuple[RunDocument, Path] | None = None
         self._run_error: str | None = None
@@ -129,7 +138,7 @@ class Gatekeeper:
             # An unreadable or interrupted run is not a missing baseline: it fails every case.
             try:
                 path = self.runs.find_any(machine_key, str(self.compare))
-                document = self.runs.load(path)
+                document = self.preloaded.get(path) or self.runs.load(path)
             except RunNotFound as exc:
                 self._run_error = str(exc)
             except StorageError as exc:
@@ -145,6 +154,81 @@ class Gatekeeper:
         if self._run is None:
             return None, None, self._run_error or self._unreadable
         return self._run[0], self._run[1], None
+
+    def coverage(
+        self, records: Sequence[CaseRecord], accept: Sequence[str] = (), policy: str = "fail"
+    ) -> list[CoverageFacts]:
+        """Per baseline this session compared with (the compare run on each machine key, or the
+        golden folder of each), the cases of it ``records`` did not measure; a session that
+        measured nothing is held against every stored run the reference names."""
+        measured = {r.key for r in records}
+        if self.golden:
+            return self._golden_coverage(records, accept, policy)
+        if not self.compare:
+            return []
+        found: dict[Path, RunDocument] = {}
+        for key in sorted({str(r.machine_key) for r in records if r.machine_key}):
+            document, path, _ = self.reference_run(key)
+            if document is not None and path is not None:
+                found[path] = document
+        if not records:
+            found.update(self._references_anywhere())
+        return [
+            coverage_of(
+                (r.key for r in document.results),
+                measured,
+                baseline=str(path),
+                machine_key=document.machine_key,
+                accept=accept,
+                policy=policy,
+            )
+            for path, document in found.items()
+        ]
+
+    def _references_anywhere(self) -> dict[Path, RunDocument]:
+        """The runs the compare reference names on every machine key stored (a PATH: that file),
+        for a session that measured nothing and so has no machine key; unreadable ones are left
+        out (a missing or unreadable baseline stops the session at start)."""
+        ref = str(self.compare)
+        paths: list[Path] = []
+        if ref.endswith(".json") or "/" in ref or "\\" in ref:
+            paths = [Path(ref)] if Path(ref).is_file() else []
+        else:
+            for key in self.runs.machine_keys():
+                try:
+                    paths.append(self.runs.find(key, ref))
+                except StorageError:
+                    continue
+        found = {}
+        for path in paths:
+            try:
+                found[path] = self.runs.load(path)
+            except StorageError:
+                continue
+        return found
+
+    def _golden_coverage(
+        self, records: Sequence[CaseRecord], accept: Sequence[str], policy: str
+    ) -> list[CoverageFacts]:
+        """Per machine key measured (none measured: every key folder), the goldens no test used."""
+        keys = {str(r.machine_key) for r in records if r.machine_key}
+        if not records and self.goldens.root.is_dir():
+            keys = {p.name for p in self.goldens.root.iterdir() if p.is_dir()}
+        coverages = []
+        for key in sorted(keys):
+            unused = [self.goldens.nodeid_of(p) for p in self.goldens.unused([key])]
+            used = [n for k, n in self.goldens.used if k == key]
+            coverage = coverage_of(
+                [*unused, *used],
+                used,
+                baseline=str(self.goldens.root / key),
+                machine_key=key,
+                accept=accept,
+                policy=policy,
+            )
+            if coverage.unmeasured or coverage.accepted:
+                coverages.append(coverage)
+        return coverages
 
     def latency_references(
         self, machine_keys: set[str | None]
@@ -189,6 +273,13 @@ class Gatekeeper:
             why = error or f"no result for this test in {path}"
             message = f"specenergy: no baseline for {comparison.case_id}: {why}"
             return Judgement(comparison, path).apply_policy(self.policies.missing_baseline, message)
+        why = refusal(baseline)
+        if why:  # fails whatever the incomparable policy: a broken baseline is no baseline
+            return Judgement(
+                refused_comparison(record.key, why, self.alpha),
+                path,
+                fail=[refusal_message(record.key, path, why)],
+            )
         comparison = compare_case(
             baseline,
             record,
@@ -248,6 +339,29 @@ class Gatekeeper:
     def _judge_golden(self, record: CaseRecord, limits: Sequence[FailLimit]) -> Judgement:
         key, nodeid = str(record.machine_key), str(record.nodeid)
         golden = self.goldens.load(key, nodeid)
+        why = None if golden is None else refusal(golden.record)
+        if golden is not None and why:
+            self.goldens.used.add((key, nodeid))
+            return Judgement(
+                refused_comparison(record.key, why, self.alpha),
+                golden.path,
+                fail=[refusal_message(record.key, golden.path, why)],
+            )
+        broken = refusal(record, "current")
+        if broken and (golden is None or self.golden in ("update", "regen-all")):
+            # A golden written from a broken measurement would be refused by every later run.
+            self.goldens.used.add((key, nodeid))
+            return Judgement(
+                compare_case(
+                    None if golden is None else golden.record,
+                    record,
+                    limits,
+                    self.alpha,
+                    plan=self.plan,
+                ),
+                self.goldens.path(key, nodeid),
+                fail=[f"specenergy: no golden baseline written for {nodeid}: {broken}"],
+            )
         info = {"machine_key": key}
         # No golden: NO_BASELINE, which the outcome leaves to the golden mode below.
         comparison = compare_case(

@@ -59,5 +59,7 @@ def merge_documents(shards: Sequence[RunDocument], names: Sequence[str]) -> RunD
         results=tuple(results),
         shards=tuple(names),
         engine_starts=sum(s.engine_starts for s in shards),
+        # A shard cut short leaves the merged run incomplete: it stays marked, never a baseline.
+        interrupted=any(s.interrupted for s in shards),
         meters={k: v for s in shards for k, v in s.meters.items()},
     )

@@ -17,6 +17,8 @@ DEFAULT_LIMITS = ("energy_ratio:5%", "accept_length:5%", "equivalence:0")
 #: The run history's folder and the committed golden baselines' folder, unless told otherwise.
 DEFAULT_STORAGE = ".specenergy"
 DEFAULT_GOLDEN_FOLDER = "specenergy_baselines"
+#: ``--specenergy-unmeasured``: what baseline cases the run did not measure do (``gate/coverage.py``).
+UNMEASURED_POLICIES = ("auto", "fail", "warn")
 
 
 class StorageError(Exception):

@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 # so a collection that never touches the history does not pay for them (issue 24, item 8).
 
 AUTO_NAME = "auto"
+#: The largest file read as a run or golden: 2.5 times a 4000-case run (100 MB, which reads in
+#: about 0.5 GB). A bigger file named like a run is refused unread (audit 3, T22: a 1.5 GB file
+#: took 3.1 GB of memory, an 8 GB one a MemoryError).
+MAX_RUN_FILE_BYTES = 256 * 2**20
 #: Bytes a run name may take: ``NNNN_<name>_YYYYmmdd_HHMMSS.json`` must fit 255 bytes.
 MAX_RUN_NAME = 200
 
@@ -95,6 +99,18 @@ def _read_json(path: Path, kind: str) -> dict[str, Any]:
     from pytest_specenergy.document import SUPPORTED_SCHEMAS
 
     untouched = "the file was left untouched"
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise StorageError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise StorageError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
+    if size > MAX_RUN_FILE_BYTES:
+        raise StorageError(
+            f"{path}: is {size} bytes; a specenergy {kind} file holds at most "
+            f"{MAX_RUN_FILE_BYTES // 2**20} MiB, so it is not read (not a run, or a corrupted "
+            f"one); {untouched}"
+        )
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -301,6 +317,31 @@ class RunStore:
             raise
 
 
+def stored_run_problem(path: str | Path, store: RunStore | None = None) -> str | None:
+    """Why writing ``path`` would overwrite a stored run, or None: it is (or would be) a run file
+    of ``store``'s history, or an existing file named like a saved run (``NNNN_<name>_<stamp>.json``,
+    of some other history). An output must never replace a run the history holds (audit 3, T29,
+    T47)."""
+    target = Path(path)
+    try:
+        resolved = target.resolve()
+    except OSError:
+        return None
+    if not _RUN_FILE.match(resolved.name):
+        return None
+    if store is not None and resolved.parent.parent == store.root.resolve():
+        return f"{path} is a run in the history {store.root}"
+    if resolved.is_file():
+        return f"{path} is named like a stored run (NNNN_<name>_<stamp>.json) and exists"
+    return None
+
+
+def _golden_kind() -> str:
+    from pytest_specenergy.document import GOLDEN_KIND
+
+    return GOLDEN_KIND
+
+
 def _next_counter(folder: Path) -> int:
     # Every NNNN_ file counts, corrupt ones too: a new run never reuses a refused file's number.
     numbers = [int(m.group(1)) for p in folder.iterdir() if (m := _COUNTER.match(p.name))]
@@ -311,6 +352,8 @@ def _interrupted_file(path: Path) -> bool:
     """Whether a run file says it was interrupted; an unreadable one says nothing (so that
     :func:`load_run` reports it, instead of an older run silently standing in for it)."""
     try:
+        if path.stat().st_size > MAX_RUN_FILE_BYTES:
+            return False  # never read whole here: load_run refuses it by its size
         data = json.loads(path.read_bytes().decode("utf-8"))
     except (OSError, ValueError):
         return False
@@ -474,6 +517,15 @@ class GoldenStore:
                 failed.append(f"{path}: cannot be written ({exc.strerror or exc})")
         self._queue.clear()
         return written, failed
+
+    def nodeid_of(self, path: Path) -> str:
+        """The node id a golden file holds (its path where the file cannot be read: it is still
+        a baseline the session did not use)."""
+        try:
+            nodeid = _read_json(path, _golden_kind()).get("nodeid")
+        except StorageError:
+            return str(path)
+        return nodeid if isinstance(nodeid, str) and nodeid else str(path)
 
     def unused(self, machine_keys: Iterable[str]) -> list[Path]:
         """Golden files of ``machine_keys`` that no test used this session."""

@@ -10,10 +10,12 @@ from typing import Any
 from typing import Sequence
 
 from pytest_specenergy.document import CaseRecord
+from pytest_specenergy.document import CoverageFacts
 from pytest_specenergy.document import FdrSummary
 from pytest_specenergy.document import LatencySummary
 from pytest_specenergy.document import RunDocument
 from pytest_specenergy.gate.compare import CaseComparison
+from pytest_specenergy.gate.coverage import coverage_section
 from pytest_specenergy.gate.fdr import PENDING
 from pytest_specenergy.gate.fdr import immediate_decision
 from pytest_specenergy.gate.fdr import suite_fdr
@@ -29,13 +31,14 @@ from pytest_specenergy.gate.verdict import Verdict
 
 @dataclass(frozen=True)
 class SuiteVerdict:
-    """The suite's sections to print, whether the session fails, and the document's ``fdr`` and
-    ``latency_targets``."""
+    """The suite's sections to print, whether the session fails, and the document's ``fdr``,
+    ``latency_targets`` and ``coverage``."""
 
     sections: tuple[Section, ...] = ()
     failed: bool = False
     fdr: FdrSummary | None = None
     latency_targets: LatencySummary | None = None
+    coverage: tuple[CoverageFacts, ...] = ()
 
 
 def fdr_pending(
@@ -138,10 +141,15 @@ def judge_suite(
     fdr_collected: int = 0,
     latency_targets: Sequence[float] = (),
     references: dict[str, tuple[RunDocument | None, str, bool]] | None = None,
+    coverage: Sequence[CoverageFacts] = (),
 ) -> SuiteVerdict:
     """Every suite-level verdict of a session (``references``: as
-    :meth:`.Gatekeeper.latency_references` gives them)."""
+    :meth:`.Gatekeeper.latency_references` gives them; ``coverage``: as
+    :meth:`.Gatekeeper.coverage` gives it)."""
     sections: list[Section] = []
+    covered = coverage_section(coverage)
+    if covered is not None:
+        sections.append(covered)
     fdr = latency = None
     if latency_targets:
         section, latency = _latency(records, latency_targets, references or {}, plan)
@@ -149,4 +157,6 @@ def judge_suite(
     if fdr_q:
         section, fdr = _fdr(records, fdr_q, fdr_collected)
         sections.append(section)
-    return SuiteVerdict(tuple(sections), any(s.failed for s in sections), fdr, latency)
+    return SuiteVerdict(
+        tuple(sections), any(s.failed for s in sections), fdr, latency, tuple(coverage)
+    )

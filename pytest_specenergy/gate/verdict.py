@@ -26,6 +26,13 @@ class Verdict(str, enum.Enum):
         return _MARKS[self]
 
     @property
+    def word(self) -> str:
+        """The verdict in a table: its value, but ``unchanged`` for a change shown inside the limit
+        (``passed`` is the test's outcome, and the counts line says ``unchanged``: one word for one
+        verdict)."""
+        return "unchanged" if self is Verdict.PASSED else self.value
+
+    @property
     def label(self) -> str:
         """The verdict in a count: ``3 regressed``, ``2 unchanged``, ``1 without baseline``."""
         return {Verdict.PASSED: "unchanged", Verdict.NO_BASELINE: "without baseline"}.get(
@@ -37,6 +44,9 @@ class Verdict(str, enum.Enum):
         """Position in :data:`WORST_FIRST` (0 is worst): tables sort by it."""
         return WORST_FIRST.index(self)
 
+
+#: What each table mark means, for the legends under the tables.
+MARK_LEGEND = "+ regressed, - improved, ~ inconclusive, x incomparable, ? no baseline"
 
 #: Worst first: the order of every table, and a case's verdict is the first of its metrics'.
 #: A regression outranks an incomparable metric, so one row that cannot be judged never hides

@@ -348,9 +348,10 @@ class ArmMeasurer:
             )
         return tuple(outputs), tuple(finish)
 
-    def warm_up(self) -> None:
-        """Discarded runs that bring the engine to its steady state."""
-        for _ in range(self.warmup):
+    def warm_up(self, runs: int | None = None) -> None:
+        """Discarded runs that bring the engine to its steady state (``runs``: this many instead
+        of the measurer's own)."""
+        for _ in range(self.warmup if runs is None else runs):
             self._run(self.full, range(min(self.batch, len(self.prompts))))
 
     def record_drafts(self) -> Drafts:

@@ -102,6 +102,9 @@ class PairMeasurer:
         self._baseline_of: dict[Case, RunResult] = {}
         self._baseline_from: dict[tuple[Any, ...], str] = {}
         self._pairs: dict[Case, PairResult] = {}
+        #: The engine process each config last measured on: added repeats on another one ran on an
+        #: engine restarted since (T35).
+        self._servers: dict[EngineConfig, Server] = {}
         #: Baseline keys whose measurement failed while measuring a sibling's (retried once).
         self._sibling_failed: set[tuple[Any, ...]] = set()
         #: Drafts recorded per (drafter engine, batch, corpus, generation), for replay arms.
@@ -171,9 +174,7 @@ class PairMeasurer:
         server = self.pool.get(self.engine_config(config))
         self._start_infos.setdefault(config, dict(server.server_info))
         meter = self.meter_for(server)
-        warmup = self.warmup if warmup is None else warmup
-        if warmup is None:  # auto: only a measured window needs the engine warm
-            warmup = 0 if meter.kind.startswith("modeled:") else 1
+        warmup = self._warmup_for(meter) if warmup is None else warmup
         return ArmMeasurer(
             server,
             meter,
@@ -185,6 +186,13 @@ class PairMeasurer:
             twin_server=None if twin is None else self.pool.get(self.engine_config(twin)),
             first_repeat=first_repeat,
         )
+
+    def _warmup_for(self, meter: Any) -> int:
+        """The session's warm-up runs for an engine ``meter`` reads: ``--specenergy-warmup``, or
+        auto: 1 where a measured window needs the engine warm, 0 under a modeled meter."""
+        if self.warmup is not None:
+            return self.warmup
+        return 0 if meter.kind.startswith("modeled:") else 1
 
     def _replay_arms(
         self, case: Case, drafting: tuple[ArmSpec, ...], first: EngineConfig
@@ -300,12 +308,13 @@ class PairMeasurer:
         warmup: int | None,
         with_baseline: bool,
         first_repeat: int = 0,
+        added: bool = False,
     ) -> dict[Case, _Measured]:
         """``repeats`` of each arm of ``members`` in cycles (:class:`CyclePlan`), numbered from
         ``first_repeat`` (which picks each window's prompts); per case its arms' results by name
-        (the baseline shared), its speculative arm's server, and the order its arms ran in. An arm
-        that fails leaves its owner in :attr:`_failing` (None: the baseline) before the error
-        propagates."""
+        (the baseline shared), its speculative arm's server, and the order its arms ran in
+        (``added``: repeats the gate asked for after the cases' first ones). An arm that fails
+        leaves its owner in :attr:`_failing` (None: the baseline) before the error propagates."""
         self._failing = None
         plan = self._plan(members, with_baseline)
         run = _CycleRun(plan.arms, repeats)
@@ -321,7 +330,7 @@ class PairMeasurer:
             self._check_pools(plan.case, run.measurers)
             for arm in plan.arms:
                 self._failing = arm.owner
-                run.measurers[arm.key].warm_up()
+                self._warm_up(run, arm.key, run.measurers[arm.key], added)
             for cycle in range(repeats):
                 for arm in plan.cycle(cycle):
                     self._failing = arm.owner
@@ -331,7 +340,7 @@ class PairMeasurer:
                 self._failing = arm.owner
                 run.measurers[arm.key] = measurer(arm)
                 self._check_pools(plan.case, run.measurers)
-                run.measurers[arm.key].warm_up()
+                self._warm_up(run, arm.key, run.measurers[arm.key], added)
                 for _ in range(repeats):
                     self._measure_next(run, arm.key)
                 if arm.name == "baseline":
@@ -365,14 +374,30 @@ class PairMeasurer:
             )
         return measured
 
+    def _warm_up(self, run: _CycleRun, key: str, measurer: ArmMeasurer, added: bool) -> None:
+        """An arm's warm-up before its repeats. Among added repeats, an engine that is not the
+        process the arm's earlier repeats ran on (it died and was restarted since) is warmed up as
+        the session's warm-up says and recorded, as a restart between repeats is (T35); the added
+        repeats' own warm-up is none, their engine being warm."""
+        config = measurer.server.config
+        before = self._servers.get(config)
+        self._servers[config] = measurer.server
+        if added and before is not None and before is not measurer.server:
+            measurer.warm_up(max(measurer.warmup, self._warmup_for(measurer.meter)))
+            run.restarts.append(Restart(arm=key, before_repeat=0))
+        else:
+            measurer.warm_up()
+
     def _measure_next(self, run: _CycleRun, key: str) -> None:
         """The arm's next repeat on the pool's engine for it: one that died and was restarted is
         warmed up again first, and the run records the restart (the case is flagged)."""
         measurer, index = run.measurers[key], len(run.repeats[key])
         server = self.pool.get(measurer.server.config)
         if server is not measurer.server:
-            measurer.server = server
-            measurer.warm_up()
+            measurer.server = self._servers[server.config] = server
+            # The session's warm-up, not the measurer's: the gate's added repeats start with none
+            # (their engine was warm), and a restarted engine among them was measured cold (T35).
+            measurer.warm_up(max(measurer.warmup, self._warmup_for(measurer.meter)))
             run.restarts.append(Restart(arm=key, before_repeat=index))
         run.repeats[key].append(self._timed(measurer, run.names[key], index, run.total))
 
@@ -545,7 +570,9 @@ class PairMeasurer:
         done = len(self.measure(case).speculative.samples)
         members = tuple(m for m in self._group_of.get(case, (case,)) if m in self._pairs)
         members = (case, *(m for m in members if m != case))
-        more = self._interleaved(members, extra, 0, with_baseline=True, first_repeat=done)
+        more = self._interleaved(
+            members, extra, 0, with_baseline=True, first_repeat=done, added=True
+        )
         key = case.baseline_key()
         # The group's own baseline (every prompt it measured, not a pair's cut to the prompts its
         # arms share) grows; it stays the session's shared baseline if it was.

@@ -182,6 +182,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments, build the engine, serve until SIGTERM/SIGINT."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Checked here, in milliseconds: a port past 65535 was a raw OverflowError from bind(), and
+    # --threads -1 started a server on torch's default (audit 3, T45).
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port {args.port}: expected a port from 0 to 65535 (0 picks a free one)")
+    if args.threads < 0:
+        parser.error(f"--threads {args.threads}: expected a thread count >= 0 (0: torch's default)")
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         stream=sys.stderr,

@@ -25,6 +25,7 @@ from pytest_specenergy.metrics import METRICS
 from pytest_specenergy.metrics import fmt
 from pytest_specenergy.metrics import show
 from pytest_specenergy.report.rows import intensity
+from pytest_specenergy.report.rows import notices
 from pytest_specenergy.report.rows import sources
 
 DEFAULT_TITLE = "pytest-specenergy report"
@@ -52,6 +53,7 @@ td.improved{background:#d9f0d9}td:first-child{white-space:nowrap}
 .b-regressed{background:#b3261e;color:#fff}.b-improved{background:#1e7d34;color:#fff}
 .b-other{background:#ddd;color:#000}
 .note{background:#fff7e0;border:1px solid #f0d080;padding:6px 10px;margin:8px 0}
+.notice{background:#fde8e8;border:1px solid #e08080;padding:6px 10px;margin:8px 0;font-weight:bold}
 .scroll{overflow-x:auto;max-width:100%}.scroll table{margin:0}
 .verdict{font-size:16px;margin:8px 0 4px}.verdict .badge{font-size:14px;padding:1px 8px}
 details{margin:8px 0}summary{cursor:pointer;color:#333}
@@ -314,7 +316,7 @@ def _comparison_table(comparisons: Sequence[CaseComparison]) -> str:
     for c in sorted(comparisons, key=lambda c: (c.verdict.rank, c.case_id)):
         cells = [
             _td(c.case_id),
-            f"<td>{_badge(c.verdict.value, _status_kind(c.verdict))}</td>",
+            f"<td>{_badge(c.verdict.word, _status_kind(c.verdict))}</td>",
             _td("; ".join(c.reasons) or "-"),
         ]
         by_metric = {r.metric: r for r in c.rows}
@@ -418,6 +420,7 @@ def render_html(
         f'<div class="sub">{len(rows)} cases &middot; '
         + " ".join(_badge(s, "src") for s in sources(rows))
         + "</div>",
+        *(f'<p class="notice">{_e(line)}</p>' for line in notices(run)),
         _verdict(rows, comparisons, baseline_label),
     ]
     if comparisons is not None:

@@ -13,6 +13,7 @@ from pytest_specenergy.gate.compare import CaseComparison
 from pytest_specenergy.gate.verdict import WORST_FIRST
 from pytest_specenergy.gate.verdict import Verdict
 from pytest_specenergy.metrics import show
+from pytest_specenergy.report.rows import notices
 from pytest_specenergy.report.rows import sources
 
 #: The metrics a Markdown comparison shows, with their column titles.
@@ -23,7 +24,7 @@ MARKDOWN_METRICS: tuple[tuple[str, str], ...] = (
     ("accept_length", "accept length"),
     ("tbt_ms", "TBT (ms)"),
 )
-_STATUS_TEXT = {Verdict.REGRESSED: "**REGRESSED**", Verdict.PASSED: "ok"}
+_STATUS_TEXT = {Verdict.REGRESSED: "**REGRESSED**"}
 # Characters that Markdown (GitHub flavour) would treat as markup inside a table cell.
 _MARKUP = re.compile(r"([\\`*_\[\]|~])")
 
@@ -114,7 +115,7 @@ def _comparison(run: RunDocument, comparisons: Sequence[CaseComparison]) -> str:
                 f"{show(metric, row.baseline)} \u2192 {show(metric, row.current)} "
                 f"({row.change_text()}){mark}"
             )
-        status = _STATUS_TEXT.get(c.verdict, md_escape(c.verdict.value))
+        status = _STATUS_TEXT.get(c.verdict, md_escape(c.verdict.word))
         shown = by_case.get(c.case_id)
         source = _source(shown, single) if shown is not None else ("" if single else " - |")
         blocked = " (blocked order)" if shown is not None and not shown.interleaved else ""
@@ -169,5 +170,8 @@ def _current(run: RunDocument) -> str:
 
 def render_markdown(run: RunDocument, comparisons: Sequence[CaseComparison] | None = None) -> str:
     """Markdown for a CI summary or PR comment: the gate's comparison table when ``comparisons`` are
-    given (regressions first), else the current table."""
-    return _current(run) if comparisons is None else _comparison(run, comparisons)
+    given (regressions first), else the current table; an interrupted run and the baseline cases
+    it did not measure are said first."""
+    body = _current(run) if comparisons is None else _comparison(run, comparisons)
+    said = [f"> **{md_escape(line)}**" for line in notices(run)]
+    return "\n\n".join(said + [body]) if said else body

@@ -54,16 +54,23 @@ COMPACT = (
 #: The default table's width: an ordinary terminal's, as pytest-benchmark fits its default table.
 WIDTH = 120
 #: Columns that give way (cut with ``…``) when a row is too wide, in this order, and their least
-#: width.
-_SHRINKABLE = {"flags": 10, "test": 16}
+#: width. Flags are never cut: a row whose flags do not fit names them in a footnote.
+_SHRINKABLE = {"test": 16}
 _GAP = "  "
+#: What the table's marks mean, printed under it: the verdicts' (when the gate compared anything)
+#: and the flags' (when a row has any).
+VERDICT_LEGEND = (
+    "verdict: + regressed, - improved, ~ inconclusive, x incomparable, ? no baseline, "
+    "unchanged: inside the limit"
+)
+FLAGS_LEGEND = "flags: ! a fail-closed check tripped (the figures are not trusted); the others warn"
 
 
 def table_row(row: CaseRecord, label: str | None = None) -> dict[str, str]:
     """One row's cells by column name (``!`` marks a fail-closed check)."""
     flags = ", ".join(("!" if c.severity == "fail" else "") + c.name for c in row.checks)
     return {
-        "verdict": f"{Verdict(row.verdict).mark} {row.verdict}" if row.verdict else "-",
+        "verdict": _verdict(row.verdict),
         "saving": fmt(row.energy_saving, "+.1%"),
         "test": (label or row.case_id) + ("" if row.interleaved else " (blocked order)"),
         "source": row.source,
@@ -83,6 +90,13 @@ def table_row(row: CaseRecord, label: str | None = None) -> dict[str, str]:
     }
 
 
+def _verdict(value: str | None) -> str:
+    if not value:
+        return "-"
+    verdict = Verdict(value)
+    return f"{verdict.mark} {verdict.word}"
+
+
 def _cut(text: str, width: int) -> str:
     """``text`` in at most ``width`` characters: a test id loses the end of its function name first
     (its case id in brackets tells the rows apart), other text its middle."""
@@ -96,16 +110,39 @@ def _cut(text: str, width: int) -> str:
     return text[:head] + "\u2026" + text[len(text) - (width - 1 - head) :]
 
 
-def _fit(columns: list[str], rows: list[dict[str, str]], width: int) -> list[list[str]]:
-    """The rows' cells, the shrinkable columns cut until the table is at most ``width`` wide."""
-    widths = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in columns}
-    over = sum(widths.values()) + len(_GAP) * (len(columns) - 1) - width
+def _fit(
+    columns: list[str], rows: list[dict[str, str]], width: int
+) -> tuple[list[list[str]], list[str]]:
+    """The rows' cells in at most ``width`` columns, and the footnotes. Flags are never cut: while
+    the table is too wide to show every test's case id whole, the longest flags move to a footnote
+    (the cell shows ``[n]``, footnote n names them); then the test column is cut, keeping the case
+    ids (down to :data:`_SHRINKABLE`'s least width when even that is too wide)."""
+    notes: list[str] = []
+
+    def widths() -> dict[str, int]:
+        return {c: max([len(c)] + [len(r[c]) for r in rows]) for c in columns}
+
+    def over() -> int:
+        return sum(widths().values()) + len(_GAP) * (len(columns) - 1) - width
+
+    if "test" in columns:  # what the test column can give up with every case id kept whole
+        need = max(len(r["test"]) - r["test"].find("[") + 1 for r in rows if "[" in r["test"])
+        slack = max(0, widths()["test"] - max(need, len("test")))
+    else:
+        slack = 0
+    while "flags" in columns and over() > slack:
+        longest = max(rows, key=lambda r: len(r["flags"]))
+        if len(longest["flags"]) <= len("flags"):
+            break
+        notes.append(f"[{len(notes) + 1}] {longest['test']}: {longest['flags']}")
+        longest["flags"] = f"[{len(notes)}]"
+    fitted, excess = widths(), over()
     for column, least in _SHRINKABLE.items():
-        if over > 0 and column in widths and widths[column] > least:
-            cut = min(widths[column] - least, over)
-            widths[column] -= cut
-            over -= cut
-    return [[_cut(r[c], widths[c]) for c in columns] for r in rows]
+        if excess > 0 and column in fitted and fitted[column] > least:
+            cut = min(fitted[column] - least, excess)
+            fitted[column] -= cut
+            excess -= cut
+    return [[_cut(r[c], fitted[c]) for c in columns] for r in rows], notes
 
 
 def _sources(records: Iterable[CaseRecord]) -> list[str]:
@@ -126,7 +163,7 @@ def render_table(records: Iterable[CaseRecord], verbose: bool = False, width: in
     """The summary table in tabulate's ``simple`` layout: the :data:`COMPACT` columns in at most
     ``width`` columns (``verbose``: every column), a verdict column when the gate compared anything,
     and by default a source column only when the rows' sources differ, holding each one's number in
-    the header line (:func:`source_legend`)."""
+    the header line (:func:`source_legend`); flags that do not fit are footnoted, never cut."""
     records = list(records)
     gated = any(r.verdict for r in records)
     numbers = {source: str(i) for i, source in enumerate(_sources(records), 1)}
@@ -140,11 +177,16 @@ def render_table(records: Iterable[CaseRecord], verbose: bool = False, width: in
     if not verbose:
         for row in rows:
             row["source"] = numbers[row["source"]]
-    cells = [[r[c] for c in columns] for r in rows] if verbose else _fit(columns, rows, width)
+    notes: list[str] = []
+    if verbose:
+        cells = [[r[c] for c in columns] for r in rows]
+    else:
+        cells, notes = _fit(columns, rows, width)
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
     lines = [columns, ["-" * w for w in widths], *cells]
     return "\n".join(
-        _GAP.join(text.ljust(w) for text, w in zip(line, widths)).rstrip() for line in lines
+        [_GAP.join(text.ljust(w) for text, w in zip(line, widths)).rstrip() for line in lines]
+        + notes
     )
 
 
@@ -171,15 +213,18 @@ def summary_report(
         if verbose
         else [f"(-v shows every column: {', '.join(c for c in HEADERS if c not in COMPACT)})"]
     )
+    lines += [VERDICT_LEGEND] if any(r.verdict for r in records) else []
+    lines += [FLAGS_LEGEND] if any(r.checks for r in records) else []
     counts = verdict_counts(records)
     lines += [counts] if counts else []
-    if written.unused_goldens:
-        lines.append(
-            f"{len(written.unused_goldens)} golden baseline(s) no test used: "
-            + ", ".join(map(str, written.unused_goldens))
-        )
     lines += [f"specenergy golden baseline written: {p}" for p in written.goldens]
     lines += [f"specenergy run saved: {p}" for p in written.saved]
+    broken = [r.key for r in records if r.failed]
+    if written.saved and broken:
+        lines.append(
+            f"{len(broken)} saved case(s) failed their own checks and never serve as a baseline: "
+            + ", ".join(broken)
+        )
     lines += [f"specenergy JSON: {written.json}"] if written.json else []
     if document.interrupted:
         lines.append(

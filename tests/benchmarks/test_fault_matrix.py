@@ -76,3 +76,14 @@ def test_a_zygote_that_outlives_its_pytest_fails_its_row(tmp_path: Path) -> None
         0, "1 passed\n[fault_matrix] the zygote was gone 0.2 s after its pytest exited"
     )
     assert matrix.judge(row, prompt, tmp_path)[0]
+
+
+def test_every_audit_probe_has_a_row_and_is_counted() -> None:
+    """Issue 42 item 6: every probe of reliability-audit-3, the 77 earlier and the 47 new, is
+    answered by a row of the matrix (run here, or listed SKIPPED with the reason)."""
+    answered = {name for p in matrix.PROBES for name in matrix.audit_ids(p.id)}
+    assert len(matrix.OLD_IDS) == 77 and len(matrix.NEW_IDS) == 47
+    assert [i for i in matrix.OLD_IDS + matrix.NEW_IDS if i not in answered] == []
+    summary = matrix.audit_summary({"T30.cli-incomparable": "PASS", "N15.storage-full/T17": "FAIL"})
+    assert summary[1].startswith("# audit probes, new 47: PASS 1, FAIL 1 ['T17']")
+    assert "N15" in summary[0] and "not in this run" in summary[0]

@@ -170,3 +170,15 @@ def test_each_jobs_plan_fits_its_budget_and_the_budget_its_timeout(workflow, hf_
     # The plan step prints the same plan, with the same budget.
     [plan] = [r for _, r in _runs(workflow["jobs"][job]) if "specenergy plan" in r]
     assert f"--specenergy-budget={budget:g}" in plan
+
+
+def test_the_nightly_saves_main_only_when_its_checks_held(workflow):
+    # Issue 42 item 1 (audit 3, T32): a nightly whose checks failed must never become main.
+    steps = workflow["jobs"]["nightly"]["steps"]
+    step, run = _pytest_step(workflow["jobs"]["nightly"])
+    assert "--specenergy-save=main" in run and "--specenergy-checks=warn" not in run
+    assert not step.get("continue-on-error") and step.get("if") in (None, "success()")
+    [push] = [s for s in steps if s.get("name") == "Push the run history"]
+    assert push.get("if") == "success()" and not push.get("continue-on-error")
+    order = [s.get("name", "") for s in steps]
+    assert order.index(step["name"]) < order.index("Push the run history")

@@ -107,3 +107,41 @@ def test_a_baseline_whose_figures_are_all_null_fails_by_default(tmp_path):
     judgement = _gate(tmp_path).judge(_rec(record([1.0, 1.0, 1.0])), LIMITS)
     assert judgement.verdict == "incomparable" and judgement.fail
     assert "no energy_ratio values" in judgement.fail[0]
+
+
+CAPPED = {"name": "concurrency-below-batch", "severity": "fail", "message": "2.0 of 4 rows"}
+
+
+def test_a_stored_case_whose_checks_failed_is_refused_as_a_baseline_by_name(tmp_path):
+    # Audit 3, T32: a nightly whose window ran 2 of 4 rows was saved as main; a PR costing +23%
+    # energy against it read "IMPROVED -35%". Its figures describe a broken measurement.
+    broken = {**record([1.3, 1.31, 1.29]), "checks": [CAPPED]}
+    path = _store_record(tmp_path, broken)
+    better = _rec(record([1.0, 1.01, 0.99]))  # reads as a big improvement against it
+    for policies in (GatePolicies(), GatePolicies(incomparable="warn", missing_baseline="warn")):
+        judgement = _gate(tmp_path, policies=policies).judge(better, LIMITS)
+        assert judgement.verdict == "incomparable" and judgement.fail, judgement
+        assert "concurrency-below-batch" in judgement.fail[0] and str(path) in judgement.fail[0]
+        assert NODE in judgement.fail[0] and "never serves as a baseline" in judgement.fail[0]
+    # A warn-severity check (an engine restarted, warmed up again) leaves the baseline usable.
+    warned = {**record([1.0, 1.01, 0.99]), "checks": [{**CAPPED, "severity": "warn"}]}
+    _store_record(tmp_path, warned)
+    assert _gate(tmp_path).judge(better, LIMITS).verdict == "passed"
+
+
+def test_a_golden_whose_checks_failed_judges_nothing_and_none_is_written_from_one(tmp_path):
+    from pytest_specenergy.gate.storage import GoldenStore
+
+    goldens = GoldenStore(tmp_path / "golden")
+    gate = Gatekeeper(
+        runs=RunStore(tmp_path), goldens=goldens, golden="check", repeats=3, max_repeats=9
+    )
+    broken = _rec({**record([1.3, 1.31, 1.29]), "checks": [CAPPED]})
+    made = gate.judge(broken, LIMITS)
+    assert made.fail and "no golden baseline written" in made.fail[0]
+    assert goldens.flush() == ([], []) and not goldens.path(KEY, NODE).exists()
+    # A golden file holding a record whose checks failed (written by an older plugin) is refused.
+    goldens.update(KEY, NODE, broken, mode="regen-all", mismatched=False)
+    assert goldens.flush()[0] == [goldens.path(KEY, NODE)]
+    refused = gate.judge(_rec(record([1.0, 1.01, 0.99])), LIMITS)
+    assert refused.verdict == "incomparable" and "concurrency-below-batch" in refused.fail[0]
