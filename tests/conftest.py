@@ -24,7 +24,7 @@ import pytest_specenergy.engines.zygote  # noqa: F401
 #: in all. Equal ranks keep collection order.
 SLOW_FIRST = (
     ("tests/sglang/test_sglang_live.py::test_plugin_against_live_sglang_cpu_servers",),
-    ("tests/integration/",),
+    ("tests/integration/", "tests/packaging/"),
     ("tests/refserver/",),
     ("tests/benchmarks/", "tests/unit/engines/"),
     ("tests/unit/report/",),

@@ -1,8 +1,6 @@
-"""The README's headline example runs as written on CPU (issue 24 item 6).
+"""The README's two commands come first and work on a fresh machine (issue 24 item 6, issue 43).
 
-The first ``python`` block of README.md is copied verbatim into a pytester suite; its first
-case (n-gram at batch 1) runs with the README's own markers and the plugin's defaults, save one
-repeat, so the test stays short. A README edit that breaks the example fails here.
+The tutorial's commands run in ``test_readme_tutorial.py``.
 """
 
 from __future__ import annotations
@@ -10,34 +8,27 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def headline_example() -> str:
-    """The first fenced ``python`` block of README.md."""
-    match = re.search(r"```python\n(.*?)```", README.read_text(), re.S)
-    assert match, "README.md has no ```python block"
-    return match.group(1)
+#: The README's two commands, in this order, each its own ``bash`` block: CI (``.ci/run``) and a
+#: person on a fresh machine run exactly these.
+COMMANDS = (
+    "bash dev/setup.sh && .venv/bin/python -m pytest example_suites/quickstart -p no:cacheprovider",
+    "bash dev/test.sh",
+)
 
 
-def test_the_readme_headline_example_runs_as_written(pytester: pytest.Pytester):
-    pytester.makepyfile(test_readme=headline_example())
-    collected = pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider")
-    # Two drafters x two batches, with the ids the README names.
-    collected.stdout.fnmatch_lines(
-        [
-            "*test_drafter_pays_for_itself?code-ngram-b1?*",
-            "*test_drafter_pays_for_itself?code-draft-b4?*",
-            "4 tests collected*",
-        ]
-    )
-    result = pytester.runpytest(
-        "-k", "code-ngram-b1", "--specenergy-repeats=1", "-p", "no:cacheprovider"
-    )
-    result.assert_outcomes(passed=1, deselected=3)
-    result.stdout.fnmatch_lines(["*energy figures: modeled*"])
+def test_the_readme_starts_with_its_two_commands_and_stays_short():
+    """After the title, the first two code blocks are the quickstart and the test suite; the README
+    is a user's page of at most 250 lines (maintainer material lives in CONTRIBUTING.md)."""
+    text = README.read_text()
+    assert text.startswith("# pytest-specenergy\n")
+    blocks = re.findall(r"```(\w*)\n(.*?)```", text, re.S)
+    assert [(lang, body.strip()) for lang, body in blocks[:2]] == [("bash", c) for c in COMMANDS]
+    assert len(text.splitlines()) <= 250
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert "bash dev/test.sh" in ci
 
 
 def test_the_quickstart_command_needs_no_test_tools():

@@ -67,7 +67,7 @@ def serve_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     Without the last, each server's scheduler took both cores' threads; with three or four
     servers and the other xdist worker on 2 cores, their OpenMP threads spun against each
     other, and one of two identical A/A engines read up to 11x the other's stand-in energy.
-    Interleaved, with and without (CHANGELOG): the pair test 108-135 s against 134-164 s, and
+    Interleaved, with and without (the git log): the pair test 108-135 s against 134-164 s, and
     the A/A samples' J/token within 1.5-1.7x against 6.5-8.3x."""
     monkeypatch.setenv("SGLANG_USE_CPU_ENGINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
