@@ -1,5 +1,5 @@
 """Atomic file writes: a crash mid-write never leaves a half-written file; why and how:
-docs/design/root-cases.md."""
+docs/report.md."""
 
 from __future__ import annotations
 

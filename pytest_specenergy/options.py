@@ -295,7 +295,7 @@ def _under(root: Path, path: str) -> Path:
 
 def _nvml_unavailable() -> bool:
     """True where NVML cannot start (no NVIDIA driver or library); why it looks first:
-    docs/design/root-cases.md."""
+    docs/report.md."""
     if sys.platform.startswith("win") or "pynvml" in sys.modules:
         return False
     if sys.platform.startswith("linux") and not os.path.exists("/proc/driver/nvidia"):

@@ -1,5 +1,5 @@
 """Progress lines: engine starts and, at ``-v``, repeats; how workers' lines get out:
-docs/design/root-cases.md."""
+docs/engines.md."""
 
 from __future__ import annotations
 

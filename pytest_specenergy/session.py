@@ -1,5 +1,5 @@
 """The session object: the registered plugin whose hook methods delegate; to whom:
-docs/design/root-cases.md."""
+docs/engines.md."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """pytest-xdist: one GPU per worker, or no measurement; ``--specenergy-xdist``'s modes:
-docs/design/root-cases.md."""
+docs/engines.md."""
 
 from __future__ import annotations
 

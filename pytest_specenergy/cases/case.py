@@ -1,5 +1,5 @@
 """Cases: one resolved measurement per test item; its engines, pool and baseline arm:
-docs/design/root-cases.md."""
+docs/methodology.md."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ MAX_POOL = 4096
 @dataclass(frozen=True)
 class Generation:
     """How each request is generated; ``prompts``: the pool measured per repeat
-    (docs/design/root-cases.md)."""
+    (docs/methodology.md)."""
 
     max_new_tokens: int = 64
     prompts: int | None = None

@@ -1,5 +1,5 @@
 """Markers -> cases: the closest marker of each name wins, several values form an axis;
-docs/design/root-cases.md."""
+docs/methodology.md."""
 
 from __future__ import annotations
 

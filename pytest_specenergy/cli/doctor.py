@@ -1,5 +1,5 @@
 """``specenergy doctor``: can this machine run the GPU path (SGLang + NVML)? One line per check, OK
-/ WARN / FAIL, each failure with its fix (which fail: ``docs/design/meters-report-cli.md``)."""
+/ WARN / FAIL, each failure with its fix (which fail: ``docs/report.md``)."""
 
 from __future__ import annotations
 

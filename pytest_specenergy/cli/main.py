@@ -1,6 +1,6 @@
 """The ``specenergy`` command: report, compare, history, merge, predict, fetch-model, doctor. Runs are named as
 ``--specenergy-compare`` names them: a PATH, or last/NAME/NNNN in the history folder (how:
-``docs/design/meters-report-cli.md``)."""
+``docs/report.md``)."""
 
 from __future__ import annotations
 

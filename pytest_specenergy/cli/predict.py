@@ -1,6 +1,6 @@
 """``specenergy predict``: per batch, the verify step's FLOP/byte against the balance point and
 speculation's energy per token against plain decode, from the modeled meter's roofline (an example:
-``docs/design/meters-report-cli.md``)."""
+``docs/report.md``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Engine identity: the server answering on our port is ours (docs/design/engines.md,
-``engines/identity.py``)."""
+"""Engine identity: the server answering on our port is ours (docs/engines.md#engine-identity)."""
 
 from __future__ import annotations
 

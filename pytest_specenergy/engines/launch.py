@@ -1,5 +1,5 @@
 """Supervised server processes: each engine in its own process group under a parent-death watchdog,
-with start-up, identity and request checks; see docs/design/engines.md, ``engines/launch.py``."""
+with start-up, identity and request checks; see docs/engines.md#supervised-server-processes."""
 
 from __future__ import annotations
 

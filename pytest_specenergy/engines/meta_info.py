@@ -1,6 +1,5 @@
 """Reading SGLang's per-request ``meta_info`` and ``/server_info`` across releases, whose key names
-changed; an absent speculative counter stays ``None``. See docs/design/engines.md,
-``engines/meta_info.py``."""
+changed; an absent speculative counter stays ``None``. See docs/engines.md#reading-sglangs-answers."""
 
 from __future__ import annotations
 
@@ -170,7 +169,7 @@ def parse_meta_info(meta: Mapping[str, Any], prompt_tokens: int | None = None) -
     completion = int(meta["completion_tokens"])
     # Answered from SGLang's waiting queue: an abort without prompt_tokens. Never admitted, it made
     # 0 tokens; retracted first (KV pool full), it keeps the output it made while running, so
-    # completion_tokens can be anything (docs/design/engines.md, ``engines/meta_info.py``).
+    # completion_tokens can be anything (docs/engines.md#reading-sglangs-answers).
     queued = finish_type == "abort" and meta.get("prompt_tokens") is None
     if meta.get("prompt_tokens") is not None:
         prompt: int | None = int(meta["prompt_tokens"])

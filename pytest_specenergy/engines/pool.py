@@ -1,5 +1,5 @@
 """The engine pool: one supervised server per distinct engine config, for the whole session; handles
-SIGTERM while it holds engines. See docs/design/engines.md, ``engines/pool.py``."""
+SIGTERM while it holds engines. See docs/engines.md#the-engine-pool-and-signals."""
 
 from __future__ import annotations
 

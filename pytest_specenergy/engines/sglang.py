@@ -1,6 +1,6 @@
 """The SGLang backend: ``python -m sglang.launch_server ...`` for one engine config. Both arms are
 built from the same config, with everything SGLang would resolve differently for a speculative
-engine pinned in both; see docs/design/engines.md, ``engines/sglang.py``."""
+engine pinned in both; see docs/engines.md#the-sglang-backend."""
 
 from __future__ import annotations
 
@@ -404,8 +404,7 @@ class SGLangBackend(BackendDefaults):
 
 def decode_cuda_graph_batch_sizes(cap: int, padding: bool = True) -> list[int]:
     """The decode CUDA-graph capture list pinned in both arms: SGLang's finer speculative list, or
-    with ``padding=False`` every size up to the cap; see docs/design/engines.md,
-    ``engines/sglang.py``."""
+    with ``padding=False`` every size up to the cap; see docs/engines.md#the-sglang-backend."""
     if cap < 1:
         raise EngineConfigError(f"CUDA-graph batch cap must be >= 1, got {cap}")
     if not padding:
@@ -438,8 +437,7 @@ def python_sglang_version(python: str) -> str | None:
 
 
 #: ``/server_info`` keys the twin check skips, each with why it is not configuration; all else but
-#: ``speculative_*`` is compared. How the list was derived from real SGLang: docs/design/engines.md,
-#: ``engines/sglang.py``.
+#: ``speculative_*`` is compared. How the list was derived from real SGLang: docs/engines.md#the-sglang-backend.
 RESOLVED_IGNORED: dict[str, str] = {
     # Not ServerArgs fields: facts about this one start.
     "launch_command": "0.5.23: the argv as given, with this server's --port and the arm's own "

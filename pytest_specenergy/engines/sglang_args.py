@@ -1,6 +1,6 @@
 """SGLang's command-line surface across releases: versions, renamed fields, known field names, from
-reading the 0.5.9, 0.5.12, 0.5.13, 0.5.14 and 0.5.23 wheels; see docs/design/engines.md,
-``engines/sglang_args.py``."""
+reading the 0.5.9, 0.5.12, 0.5.13, 0.5.14 and 0.5.23 wheels; see
+docs/engines.md#sglangs-arguments-across-releases."""
 
 from __future__ import annotations
 

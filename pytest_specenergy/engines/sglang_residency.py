@@ -1,6 +1,5 @@
 """Both arms' SGLang engines resident on one GPU, or one at a time: whether they fit, and the one
-KV pool every arm is pinned to either way (``engines/kv_pools.py`` plans it; docs/design/engines.md,
-``engines/sglang_residency.py``)."""
+KV pool every arm is pinned to either way (``engines/kv_pools.py`` plans it; docs/engines.md#residency-on-one-gpu)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 ``python -m pytest_specenergy.engines.watchdog --parent PID --fd N -- CMD...`` runs ``CMD`` in its
 own process group and stops the group when the parent goes. Stdlib only, and nothing from the
-plugin: it must start in milliseconds. See docs/design/engines.md, ``engines/watchdog.py``."""
+plugin: it must start in milliseconds. See docs/engines.md#the-parent-death-watchdog."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Each CPU reference engine is a fork of the zygote (:mod:`.zygote_serve`), under the same watchdog;
 processes a pytest process starts share its zygote (:data:`SHARED`). This is the launcher's side:
 the socket, the engines' exit statuses, a dead zygote noticed and replaced. See
-docs/design/engines.md, ``engines/zygote.py``."""
+docs/engines.md#the-engine-zygote."""
 
 from __future__ import annotations
 

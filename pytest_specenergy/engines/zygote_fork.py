@@ -1,6 +1,6 @@
 """What runs in a fork of the engine zygote: the engine's watchdog, then the reference server it
 forks in turn, as ``python -m`` would have run it. A fork never returns into the zygote's loop.
-See docs/design/engines.md, ``engines/zygote.py``."""
+See docs/engines.md#the-engine-zygote."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ It serves the launcher that started it (the socket it inherited) and the launche
 at its listening socket; a request it cannot serve (not JSON, a field missing or of the wrong type,
 no lifeline descriptor, a fork that fails) is answered with an error naming what was wrong, and the
 zygote serves on. It exits when the launcher that started it closes its socket or dies, whoever
-else holds that socket (a forked test helper). See docs/design/engines.md, ``engines/zygote.py``."""
+else holds that socket (a forked test helper). See docs/engines.md#the-engine-zygote."""
 
 from __future__ import annotations
 

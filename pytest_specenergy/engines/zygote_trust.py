@@ -6,7 +6,7 @@ anything is sent: the socket's folder must be a real folder of this user that no
 enter (mode 0700, as ``tempfile.mkdtemp`` makes it), the socket this user's, and the process
 listening on it (``SO_PEERCRED``) this user's too. The environment sent is only what a reference
 server uses (:func:`engine_environment`): CI secrets in pytest's environment never reach a zygote.
-See docs/design/engines.md, ``engines/zygote.py``."""
+See docs/engines.md#the-engine-zygote."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The regression gate: one case's record against its baseline, per-repeat metrics by the sequential
 limit rule, the match fraction as a fact, runs on another machine, meter, engine or scenario
-INCOMPARABLE (docs/design/gate.md)."""
+INCOMPARABLE (docs/gate.md)."""
 
 from __future__ import annotations
 
@@ -191,7 +191,7 @@ BLOCKED_ORDER = "blocked order (one engine at a time)"
 
 def drift_allowance(block_drift: float, sides: int) -> float:
     """The block drift allowed for ``sides`` (0-2) unpaired runs, added on the log scale (why:
-    docs/design/gate.md)."""
+    docs/gate.md)."""
     return (1.0 + block_drift) ** sides - 1.0 if sides > 0 else 0.0
 
 
@@ -276,7 +276,7 @@ DRIFTING_METRICS = _DRIFTING
 
 def request_accept_lengths(record: CaseRecord, arm: str = "speculative") -> list[float] | None:
     """Each request's accept length averaged over the repeats of ``arm``, or None (when:
-    docs/design/gate.md)."""
+    docs/gate.md)."""
     drafter = record.arm(arm)
     lists = [s.accept_lengths for s in drafter.samples] if drafter is not None else []
     if (

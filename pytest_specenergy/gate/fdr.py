@@ -1,6 +1,6 @@
 """False-discovery-rate control across a suite's gated comparisons (Benjamini-Hochberg), off by
-default; false alarms, the fail-now / pass-now / pending split and dependence: docs/design/gate.md,
-``fdr.py``."""
+default; false alarms, the fail-now / pass-now / pending split and dependence:
+docs/gate.md#false-discovery-rate-control."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def immediate_decision(p_value: float, q: float, n_tests: int, *, method: str = 
 
 def fdr_plan(plan: SequentialPlan, q: float, n_tests: int) -> SequentialPlan:
     """The per-case plan under ``--specenergy-fdr=q``: REGRESSED stops only at a repeated p-value <=
-    ``q / n_tests``, anything weaker runs on to the cap (why: docs/design/gate.md, ``fdr.py``)."""
+    ``q / n_tests``, anything weaker runs on to the cap (why: docs/gate.md#false-discovery-rate-control)."""
     if not 0.0 < q < 1.0:
         raise ValueError(f"FDR level must lie in (0, 1), got {q!r}")
     if n_tests < 1:

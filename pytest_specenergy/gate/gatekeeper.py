@@ -1,7 +1,6 @@
 """The gate inside a test run: each measured case against its baseline (a stored run, a golden file
 or a reference drafter's arm), as a :class:`Judgement`, or :class:`NeedsRepeats` (the gate never
-calls back into the session). More: docs/design/gate.md, section
-``pytest_specenergy/gate/gatekeeper.py``."""
+calls back into the session). More: docs/gate.md#the-gatekeeper."""
 
 from __future__ import annotations
 
@@ -97,7 +96,7 @@ class GatePolicies:
 class Gatekeeper:
     """Finds each case's baseline, compares, and returns the verdict as a :class:`Judgement`; built
     from plain values and stores, so it is tested without pytest (the arguments:
-    docs/design/gate.md)."""
+    docs/gate.md)."""
 
     def __init__(
         self,

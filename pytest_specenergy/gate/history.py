@@ -32,8 +32,7 @@ def detect_steps(
     relative: bool = True,
 ) -> list[Step]:
     """Level shifts in a series of per-run values (None = the case did not run), sustained by
-    ``min_sustain`` runs so that a lone spike is not a step (the rule: docs/design/gate.md,
-    ``history.py``)."""
+    ``min_sustain`` runs so that a lone spike is not a step (the rule: docs/gate.md#step-detection-over-the-history)."""
     present = [(i, float(v)) for i, v in enumerate(values) if v is not None]
     vals = [v for _, v in present]
     candidates: list[Step] = []

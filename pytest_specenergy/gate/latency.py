@@ -170,7 +170,7 @@ def compare_latency(
 ) -> list[CaseComparison]:
     """Per workload and latency target, the current lowest-energy configuration meeting it against
     the reference run's, by :func:`~pytest_specenergy.gate.compare.compare_metric` (the rules:
-    docs/design/gate.md)."""
+    docs/gate.md)."""
     before = {
         (c.model, c.corpus, c.target_ms): c.choice for c in latency_choices(reference, targets_ms)
     }

@@ -1,6 +1,6 @@
 """``METRIC[:STAT]:LIMIT`` fail expressions for the regression gate (e.g. ``energy_ratio:5%``,
 ``accept_length:median:0.1``, ``equivalence:0``): how far a metric may move in its worse direction.
-Syntax and meaning: docs/design/gate.md, section ``pytest_specenergy/gate/limits.py``."""
+Syntax and meaning: docs/gate.md#fail-expressions."""
 
 from __future__ import annotations
 

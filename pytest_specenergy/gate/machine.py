@@ -1,6 +1,6 @@
 """Machine description, the machine key run history is stored under (stable fields only) and the
 comparability facts the gate checks (:func:`run_info`, :func:`comparable`); why, and the ``info``
-read: docs/design/gate.md, ``machine.py``."""
+read: docs/gate.md#comparability."""
 
 from __future__ import annotations
 

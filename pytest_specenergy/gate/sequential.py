@@ -1,6 +1,6 @@
 """Sequential, limit-based verdicts for per-repeat samples: REGRESSED iff the change's lower bound
 is past the limit, at any repeat count (statistics, look plan, error spending, block drift:
-docs/design/gate.md, ``sequential.py``)."""
+docs/gate.md#the-sequential-limit-test)."""
 
 from __future__ import annotations
 

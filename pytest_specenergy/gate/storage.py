@@ -1,6 +1,6 @@
 """Run history and committed golden baselines on disk (:class:`RunStore`, :class:`GoldenStore`):
 files are validated on load, never overwritten or deleted when bad, and written atomically (layout:
-docs/design/gate.md, ``storage.py``)."""
+docs/gate.md#run-history-and-golden-baselines)."""
 
 from __future__ import annotations
 
@@ -461,7 +461,7 @@ class GoldenStore:
         run_info: dict[str, Any] | None = None,
     ) -> GoldenUpdate:
         """Decide snapshot-style what happens to one golden and queue the write (the modes:
-        docs/design/gate.md)."""
+        docs/gate.md)."""
         if mode not in GOLDEN_MODES:
             raise ValueError(
                 f"unknown golden mode {mode!r}; expected one of {', '.join(GOLDEN_MODES)}"

@@ -1,6 +1,6 @@
 """Suite-level verdicts: what the gate decides once every case of a session is in (FDR, latency
 targets, verdict counts), as one :class:`SuiteVerdict`; the session only applies its exit bit and
-prints its lines. More: docs/design/gate.md, section ``pytest_specenergy/gate/suite.py``."""
+prints its lines. More: docs/gate.md#suite-verdicts."""
 
 from __future__ import annotations
 

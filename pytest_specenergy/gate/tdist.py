@@ -1,5 +1,5 @@
 """Student's t distribution with numpy only (scipy is not a dependency), vectorized so that the
-simulation and the gate get the very same numbers (the methods: docs/design/gate.md, ``tdist.py``)."""
+simulation and the gate get the very same numbers (the methods: docs/gate.md#the-sequential-limit-test)."""
 
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def t_pdf(t: ArrayLike, df: ArrayLike) -> np.ndarray:
 
 def t_ppf(p: ArrayLike, df: ArrayLike) -> np.ndarray:
     """Quantile of Student's t: the t with P(T <= t) = p, for 0 < p < 1 (the method:
-    docs/design/gate.md)."""
+    docs/gate.md)."""
     p, df = np.broadcast_arrays(np.asarray(p, float), np.asarray(df, float))
     if np.any((p <= 0) | (p >= 1)):
         raise ValueError("quantile level must lie in (0, 1)")

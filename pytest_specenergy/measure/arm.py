@@ -1,7 +1,7 @@
 """The measurement protocol for one arm: warm-up, then per repeat a flushed steady-state full window
 and a prefill-only window of what it prefilled; decode energy is their difference (why the twin
 replays prefill groups, how the steady state is kept, what stays unverified:
-``docs/design/measure.md``, ``pytest_specenergy/measure/arm.py``).
+``docs/methodology.md#the-measurement-window``).
 """
 
 from __future__ import annotations

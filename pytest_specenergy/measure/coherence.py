@@ -1,6 +1,6 @@
 """Coherence: score each arm's continuation under the target, for when exact equality cannot hold
 (GPU numerics, sampling) and to name *how* broken a diverging arm is (the scoring protocol:
-``docs/design/measure.md``, section ``pytest_specenergy/measure/coherence.py``).
+``docs/methodology.md#coherence-scoring``).
 """
 
 from __future__ import annotations

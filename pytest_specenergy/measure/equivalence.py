@@ -1,7 +1,6 @@
 """Output equivalence between the speculative arm and its non-speculative twin: the engine's
 ``output_ids`` compared per request, each divergence a numerical tie or a real one (why ties exist
-and how they are told apart: ``docs/design/measure.md``, section
-``pytest_specenergy/measure/equivalence.py``).
+and how they are told apart: ``docs/methodology.md#equivalence-and-numerical-ties``).
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ class DivergenceMargin:
     those two (one arm stopped: the other's token is one and the rest a stop token); only then can a
     small margin explain the divergence. ``later_gap``: the largest shortfall (nats) of a
     speculative token below the target's best, from the divergence on (``later_index``: where),
-    which guards the text after the tie (``docs/design/measure.md``)."""
+    which guards the text after the tie (``docs/methodology.md``)."""
 
     margin: float
     top_ids: tuple[int, int]

@@ -1,6 +1,5 @@
 """The largest top-2 margin an engine's own rounding can flip: the margin a divergence must be under
-to count as a numerical tie (the tie rule: ``docs/design/measure.md``, section
-``pytest_specenergy/measure/equivalence.py``).
+to count as a numerical tie (the tie rule: ``docs/methodology.md#equivalence-and-numerical-ties``).
 """
 
 from __future__ import annotations

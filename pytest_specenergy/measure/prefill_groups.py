@@ -1,6 +1,5 @@
 """How a full window's requests were prefilled: which ones shared a prefill forward (why it matters
-and its two sources: ``docs/design/measure.md``, section
-``pytest_specenergy/measure/prefill_groups.py``).
+and its two sources: ``docs/methodology.md#prefill-groups``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """Which arms of a case run on replay engines: draft removal and oracle-free controlled acceptance
-(the method and the ``--specenergy-draft-removal`` modes: ``docs/design/measure.md``,
-``pytest_specenergy/measure/removal.py``).
+(the method and the ``--specenergy-draft-removal`` modes: ``docs/methodology.md#draft-removal``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where the GPU presets' constants come from: a fit to ML.ENERGY's measured serving figures
 (``benchmarks/mlenergy_calibration.py`` does the fit and prints the table; the method and its
-assumptions: ``docs/design/meters-report-cli.md``)."""
+assumptions: ``docs/report.md``)."""
 
 from __future__ import annotations
 

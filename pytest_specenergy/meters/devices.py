@@ -1,5 +1,5 @@
 """The one module that touches NVML: loading, device facts, GPU counts, errors (who goes through it
-and how missing calls are feature-detected: ``docs/design/meters-report-cli.md``)."""
+and how missing calls are feature-detected: ``docs/report.md``)."""
 
 from __future__ import annotations
 

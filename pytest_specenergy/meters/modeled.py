@@ -1,6 +1,6 @@
 """The modeled meter: a roofline model of a GPU applied to the reference server's work trace (how a
 trace is priced, and why nothing about speculation is special-cased:
-``docs/design/meters-report-cli.md``)."""
+``docs/report.md``)."""
 
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ def _scaled_experts(
     step: Mapping[str, Any], shape: ModelShape, traced: TracedMoe | None, tokens: int
 ) -> list[float] | None:
     """Experts the real shape would touch for this step, per real layer, from the tiny router's
-    overlap (the method: ``docs/design/meters-report-cli.md``)."""
+    overlap (the method: ``docs/report.md``)."""
     touched = step.get("experts_touched")
     if not shape.is_moe or not touched or traced is None:
         return None  # forward_cost uses the uniform expectation for all tokens

@@ -1,5 +1,5 @@
 """The ``nvml`` meter: GPU board energy counters, cross-checked by sampled power (how GPUs are
-resolved and why short windows are refused: ``docs/design/meters-report-cli.md``)."""
+resolved and why short windows are refused: ``docs/report.md``)."""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ def predict(
     cuda_graph: bool = True,
 ) -> list[Prediction]:
     """Intensity, compute-bound flag and energy saving of speculation vs plain decode, per batch
-    (the two arms: ``docs/design/meters-report-cli.md``). The draft is ``draft_passes`` forwards of
+    (the two arms: ``docs/report.md``). The draft is ``draft_passes`` forwards of
     ``draft_shape`` with ``draft_tokens`` query tokens per row, and/or ``draft_cost`` x a decode
     step's energy and time."""
     preset = gpu_preset(gpu)

@@ -1,6 +1,6 @@
 """The roofline: GPU presets, step overhead, and the time and energy of moving bytes and doing FLOPs
 (the model, its power cap and its calibration against measured serving figures:
-``docs/design/meters-report-cli.md``)."""
+``docs/report.md``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ BALANCE_POINTS = {"h100": 316.0, "h200": 163.0}
 @dataclass(frozen=True)
 class GpuPreset:
     """Roofline and energy constants of one GPU (how each was fitted: :mod:`.calibration` and
-    ``docs/design/meters-report-cli.md``); ``step_overhead_s`` serves only a trace priced at its own
+    ``docs/report.md``); ``step_overhead_s`` serves only a trace priced at its own
     size, priced shapes use ``fixed_step_s`` through :func:`step_overhead_s`."""
 
     name: str
@@ -84,7 +84,7 @@ PRESETS: dict[str, GpuPreset] = {
 }
 
 # --- step overhead: the preset's fixed step cost, plus a launch per kernel without CUDA graphs (why
-# these numbers: ``docs/design/meters-report-cli.md``) -
+# these numbers: ``docs/report.md``) -
 KERNEL_LAUNCH_S = 5e-6
 # Kernels of an eager forward: per dense layer, extra per routed-MoE MLP, extra per Gated DeltaNet
 # layer, outside.
@@ -125,7 +125,7 @@ class StepCost:
 def roofline(moved: float, flops: float, overhead_s: float, gpu: GpuPreset) -> StepCost:
     """Time and energy of a step that moves ``moved`` bytes and does ``flops`` FLOPs: memory time
     plus compute time (or the longer of them, ``gpu.overlapped``) plus ``overhead_s``, stretched
-    to the board's power limit (why they add: ``docs/design/meters-report-cli.md``)."""
+    to the board's power limit (why they add: ``docs/report.md``)."""
     memory_s = moved / gpu.bandwidth_bytes_per_s
     compute_s = flops / gpu.peak_flops_per_s
     seconds = (max(memory_s, compute_s) if gpu.overlapped else memory_s + compute_s) + overhead_s

@@ -1,5 +1,5 @@
 """A power-sampling thread: the cross-check for the board energy counter (why instantaneous power
-and why a thread: ``docs/design/meters-report-cli.md``)."""
+and why a thread: ``docs/report.md``)."""
 
 from __future__ import annotations
 

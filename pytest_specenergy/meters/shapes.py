@@ -1,5 +1,5 @@
 """Real model shapes and the work of one forward pass at a shape (what :func:`forward_cost` counts
-and how it was checked against the paper: ``docs/design/meters-report-cli.md``)."""
+and how it was checked against the paper: ``docs/report.md``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ FULL = "full"
 @dataclass(frozen=True)
 class ModelShape:
     """The sizes of a decoder-only model that decide the work of a forward pass (each field's
-    meaning: ``docs/design/meters-report-cli.md``); ``mlp`` is 0 when every layer is routed-MoE."""
+    meaning: ``docs/report.md``); ``mlp`` is 0 when every layer is routed-MoE."""
 
     name: str
     layers: int

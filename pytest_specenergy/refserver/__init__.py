@@ -2,7 +2,7 @@
 
 Run it with ``python -m pytest_specenergy.refserver`` or in-process as :class:`ReferenceEngine`.
 Importing this package is cheap (torch loads with the engine) and imports nothing else of
-``pytest_specenergy``. Usage and module map: its section of ``docs/design/refserver.md``."""
+``pytest_specenergy``. Usage and module map: its section of ``docs/reference-server.md#starting-the-server``."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Prints ``reference server ready on http://HOST:PORT`` (to stderr) once it accepts requests; bad
 arguments exit with status 2 and one clear line. An example, and where the models, drafters and
-faults are described: its section of ``docs/design/refserver.md``."""
+faults are described: its section of ``docs/reference-server.md#starting-the-server``."""
 
 from __future__ import annotations
 

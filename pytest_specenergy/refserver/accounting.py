@@ -2,7 +2,7 @@
 bf16).
 
 All per-architecture knowledge of the work trace lives here; the charging conventions: its section
-of ``docs/design/refserver.md``."""
+of ``docs/reference-server.md#what-a-forward-costs``."""
 
 from __future__ import annotations
 

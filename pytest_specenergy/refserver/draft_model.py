@@ -1,8 +1,8 @@
 """Drafters that run a draft model: cache bookkeeping (:class:`DraftCache`), the chain and the block
 drafter.
 
-Prefilling joining rows, the block's shape, context and rollback: its two sections of
-``docs/design/refserver.md``."""
+Prefilling joining rows, the block's shape, context and rollback: ``docs/reference-server.md``,
+sections "The chain drafter" and "The block drafter"."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ class DraftCache:
 
 class DraftModelDrafter(DraftCache):
     """A small model drafting greedily, K batched one-token steps per verify (the schedule, and why
-    no forward feeds padding: its section of ``docs/design/refserver.md``)."""
+    no forward feeds padding: its section of ``docs/reference-server.md#the-chain-drafter``)."""
 
     def __init__(self, runner: ModelRunner, k: int, pad_id: int, stale_cache: bool = False) -> None:
         super().__init__(runner, k, pad_id)
@@ -109,7 +109,7 @@ class DraftModelDrafter(DraftCache):
 
     def after_verify(self, accepted: Sequence[int], committed: Sequence[Sequence[int]]) -> None:
         """Turn drafts that were not committed into holes; roll hybrid draft state back, row by row
-        (which drafts a row keeps: the section of ``docs/design/refserver.md``)."""
+        (which drafts a row keeps: the section of ``docs/reference-server.md#the-chain-drafter``)."""
         kv = self.kv
         assert self._round is not None
         lengths, pending, fed, forwards, snapshots, drafts = self._round

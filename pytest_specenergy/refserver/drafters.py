@@ -2,7 +2,7 @@
 
 The :class:`Drafter` protocol and the drafters without draft passes (n-gram, replay); the drafter
 catalogue and the ``join``/``propose``/``after_verify``/``select_rows`` cycle: its section of
-``docs/design/refserver.md``."""
+``docs/reference-server.md#drafters``."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ class NgramDrafter:
 
 class ReplayDrafter:
     """Verify-only runs: step ``i`` of a request verifies the ``i``-th drafts it brought along
-    (missing or short drafts: the section of ``docs/design/refserver.md``; they count in
+    (missing or short drafts: the section of ``docs/reference-server.md#drafters``; they count in
     :attr:`misses`, ``spec_replay_misses``)."""
 
     def __init__(self, k: int) -> None:

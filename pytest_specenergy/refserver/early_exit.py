@@ -7,7 +7,7 @@ published self-speculative recipe of LayerSkip (Elhoushi et al., 2024: early exi
 full model) and of Draft & Verify (Zhang et al., 2023, which skips layers): no extra weights, the
 same vocabulary, acceptance set by how much of the answer the first ``k`` layers already know.
 Untrained for early exit (LayerSkip trains for it), a plain checkpoint's shallow exits accept less
-than the paper's; the figures for smollm2-135m are in ``docs/design/refserver.md``.
+than the paper's; the figures for smollm2-135m are in ``docs/reference-server.md#early-exit-drafts``.
 
 The view shares the target's modules (no copy: the weights are read-only) and has a config of
 ``k`` layers, so the engine gives it its own ``k``-layer cache and the work trace prices it as a

@@ -2,7 +2,7 @@
 models.
 
 Why speculative output equals the plain engine's token for token: its section of
-``docs/design/refserver.md``."""
+``docs/reference-server.md#the-speculative-step``."""
 
 from __future__ import annotations
 
@@ -318,7 +318,7 @@ class ReferenceEngine:
     def verify(self, rows: Sequence[Row], kv: BatchKV, drafter: Drafter) -> None:
         """One speculative step over ``rows`` (the running batch, in cache order): draft, verify
         ``[last, d1..dK]`` per row in one forward, accept, roll back, commit (its section of
-        ``docs/design/refserver.md``)."""
+        ``docs/reference-server.md#the-speculative-step``)."""
         k, faults = self.config.num_draft_tokens, self.config.faults
         drafts = drafter.propose(rows)
         n = len(rows)

@@ -1,7 +1,7 @@
 """Fault switches: deliberate, named bugs that reproduce real failure classes.
 
 Why they exist, and why each leaves some metric looking healthy: its section of
-``docs/design/refserver.md``."""
+``docs/reference-server.md#fault-switches``."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def validate_faults(names: Iterable[str]) -> tuple[str, ...]:
 def numerical_noise(logits: Any, scale: float, key: tuple[Any, ...]) -> Any:
     """Fault ``numerical-noise``: ``logits * (1 + scale * u)``, ``u`` uniform in [-1/2, 1/2) seeded
     by ``key`` (seed, phase, step shape), so each step shape rounds its own way (why: the section of
-    ``docs/design/refserver.md``)."""
+    ``docs/reference-server.md#fault-switches``)."""
     import hashlib
 
     import torch

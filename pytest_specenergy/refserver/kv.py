@@ -1,7 +1,7 @@
 """A batched KV cache with holes, plus snapshot/restore of recurrent (linear attention) state.
 
 How holes, joins (merge), masks and linear-attention rollback work: its section of
-``docs/design/refserver.md``."""
+``docs/reference-server.md#the-kv-cache-with-holes``."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ class BatchKV:
         if s0 == 0 and bool(q_valid.all()):
             # A fresh cache without padding: no mask, so SDPA skips the masked half; bit for bit the
             # same on the CPU (tests/refserver/test_prefill_mask.py) and faster (the section of
-            # docs/design/refserver.md).
+            # docs/reference-server.md#the-kv-cache-with-holes).
             return None, positions
         causal = torch.ones((q, q), dtype=torch.bool, device=self.device).tril()
         eye = torch.eye(q, dtype=torch.bool, device=self.device)

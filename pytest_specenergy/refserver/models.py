@@ -3,7 +3,7 @@ real checkpoint (``smollm2-135m``: :mod:`.catalog`, fetched into the cache on fi
 HF checkpoint.
 
 dtype ``auto``: float32 on the CPU; on CUDA float64 for tiny models, bfloat16 otherwise. Why float32
-is safe for the tiny models on the CPU: its section of ``docs/design/refserver.md``."""
+is safe for the tiny models on the CPU: its section of ``docs/reference-server.md#models-and-dtypes``."""
 
 from __future__ import annotations
 

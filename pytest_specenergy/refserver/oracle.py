@@ -1,7 +1,7 @@
 """Drafters with draft passes, and controlled acceptance for calibration (``--draft-accept-p P``).
 
 :class:`ControlledAcceptance` and :class:`ReplayedProposals`, their oracle and its consequences for
-meters: its section of ``docs/design/refserver.md``."""
+meters: its section of ``docs/reference-server.md#controlled-acceptance-and-its-oracle``."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A rejection is a :class:`ProtocolError` naming the field, what was given and what is expected (HTTP
 400). Where parsing is strict and where lenient, and why: its section of
-``docs/design/refserver.md``."""
+``docs/reference-server.md#the-http-protocol``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Randomly initialised models of a real model's shape: ``random:NAME`` (no files, no downloads).
 
-Shapes, overrides, pricing, seeding and tokenizer: its section of ``docs/design/refserver.md``."""
+Shapes, overrides, pricing, seeding and tokenizer: its section of ``docs/reference-server.md#random-models``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """One request's mutable state while it is queued or running, and its SGLang-shaped result.
 
-The row's life and its SGLang counters: its section of ``docs/design/refserver.md``."""
+The row's life and its SGLang counters: its section of ``docs/reference-server.md#a-requests-counters``."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 :class:`ModelRunner` owns the model-specific plumbing (the cache keyword, ``lm_head`` only where
 logits are needed, router and linear-attention hooks, recurrent-state rollback): its section of
-``docs/design/refserver.md``."""
+``docs/reference-server.md#batched-forwards-and-recurrent-state-rollback``."""
 
 from __future__ import annotations
 
@@ -213,7 +213,7 @@ class ModelRunner:
     ) -> None:
         """Return each row's recurrent state to the state after its first ``keep[b]`` of ``width``
         tokens, from ``snapshot`` by replaying the kept tokens' captured inputs (the section of
-        ``docs/design/refserver.md``)."""
+        ``docs/reference-server.md#batched-forwards-and-recurrent-state-rollback``)."""
         rows_fix = [b for b, k in enumerate(keep) if k < width]
         if not rows_fix or not self.probes.linear_modules:
             return

@@ -1,7 +1,7 @@
 """Continuous batching, as SGLang's scheduler does it: one running batch that requests join and
 leave.
 
-The iteration, aborts and failure handling: its section of ``docs/design/refserver.md``."""
+The iteration, aborts and failure handling: its section of ``docs/reference-server.md#continuous-batching``."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ class Scheduler:
     def abort(self, rid: str | None = None) -> None:
         """Abort request ``rid`` (None: every request; an unknown rid is ignored, as SGLang does) at
         the next iteration: rows queued, being admitted or running now get a flag each (why:
-        ``docs/design/refserver.md``)."""
+        ``docs/reference-server.md#continuous-batching``)."""
         with self._cv:
             for row in [*self.running, *self._admitting, *self._queue]:
                 if (rid is None or row.rid == rid) and row.finish is None:

@@ -1,6 +1,6 @@
 """Stdlib HTTP server speaking SGLang's protocol subset in front of a :class:`ReferenceEngine`.
 
-Endpoints, error answers and the slow-client limits: its section of ``docs/design/refserver.md``."""
+Endpoints, error answers and the slow-client limits: its section of ``docs/reference-server.md#the-http-protocol``."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ Without the eviction, 256 loopback connections that send nothing held every slot
 An idle connection is one waiting for its next request with no byte of it arrived: closing it is
 what its own idle timeout would do a little later, and a client written for SGLang reconnects.
 When every slot is busy with a request, :data:`HEALTH_SLOTS` more connections are served for one
-health check each (:data:`HEALTH_PATHS`). See docs/design/refserver.md, ``refserver/server.py``."""
+health check each (:data:`HEALTH_PATHS`). See docs/reference-server.md#the-http-protocol."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Engine counters for ``/server_info``: what SGLang reports, plus cumulative concurrency counters.
 
 Which counters ``flush_cache`` resets and which never are, and why: its section of
-``docs/design/refserver.md``."""
+``docs/reference-server.md#engine-counters``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Built-in tiny models, made deterministically from a seed (no files, no downloads).
 
 How weights are seeded, drafts derived and models priced: its section of
-``docs/design/refserver.md``."""
+``docs/reference-server.md#tiny-models``."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ ROUTER_SCALE = 2.0
 ATTN_OUT_SCALE = 0.25
 # The hybrid's gated-delta-net layers (issue 22 item 9): a long-memory state writing under the
 # full-attention layer lets n-gram drafts be accepted while every state-rollback fault shows (the
-# section of docs/design/refserver.md).
+# section of docs/reference-server.md#tiny-models).
 LINEAR_ATTN_OUT_SCALE = 0.2
 GDN_DECAY_RANGE = (0.01, 0.1)
 
@@ -203,7 +203,7 @@ def _config(family: str, num_layers: int) -> object:
 def _construct(cls_name: str, config: object) -> torch.nn.Module:
     """An instance of the transformers class ``cls_name`` without its random initialisation, which
     :func:`seed_weights` overwrites anyway (faster, same weights: the section of
-    ``docs/design/refserver.md``)."""
+    ``docs/reference-server.md#tiny-models``)."""
     import transformers
     from transformers.initialization import no_init_weights
 

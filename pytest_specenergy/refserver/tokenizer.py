@@ -1,7 +1,7 @@
 """Tokenizers: the built-in byte-level one with fixed merges (padded for ``random:*`` models), or a
 checkpoint's own.
 
-Design: its section of ``docs/design/refserver.md``."""
+Design: its section of ``docs/reference-server.md#tokenizers``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The work trace: one record per forward pass, read by the modeled energy meter.
 
-Why it is append-only, global-indexed and bounded: its section of ``docs/design/refserver.md``."""
+Why it is append-only, global-indexed and bounded: its section of ``docs/reference-server.md#the-work-trace``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A single self-contained HTML report of a run: inline CSS, inline SVG figures, no scripts (the
 page's layout and why every run string goes through :func:`_e`:
-``docs/design/meters-report-cli.md``)."""
+``docs/report.md``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A Markdown summary of a run for a CI step summary (``$GITHUB_STEP_SUMMARY``) or a PR comment
-(what it shows, and why run strings are escaped: ``docs/design/meters-report-cli.md``)."""
+(what it shows, and why run strings are escaped: ``docs/report.md``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The report's figures as inline SVG strings, matplotlib being the optional ``report`` extra (lazy
-matplotlib, bare ``Figure`` objects and deterministic output: ``docs/design/meters-report-cli.md``)."""
+matplotlib, bare ``Figure`` objects and deterministic output: ``docs/report.md``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Prompt corpora: five built-ins and ``jsonl:PATH``; the built-ins and an example:
-docs/design/root-cases.md."""
+docs/methodology.md."""
 
 from .loader import BUILTIN_CORPORA
 from .loader import JSONL_PREFIX

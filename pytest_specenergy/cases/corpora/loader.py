@@ -1,5 +1,5 @@
 """Load prompt corpora: five built-ins or a JSONL file; why order and digest matter:
-docs/design/root-cases.md."""
+docs/methodology.md."""
 
 from __future__ import annotations
 
