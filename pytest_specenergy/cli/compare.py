@@ -2,8 +2,7 @@
 pytest's gate rules, with its exit status: 1 on a regression, an incomparable case, a case
 without a baseline (an empty baseline's every case), a baseline or current record whose own checks
 failed, a current run with no results, and (under CI, or ``--unmeasured=fail``) baseline cases the
-current run did not measure; ``--strict`` adds inconclusive cases and unmeasured ones anywhere.
-Before, the command exited 0 on all but a regression (audit 3, T30, T31, N37)."""
+current run did not measure; ``--strict`` adds inconclusive cases and unmeasured ones anywhere."""
 
 from __future__ import annotations
 

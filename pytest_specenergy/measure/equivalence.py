@@ -15,8 +15,8 @@ from pytest_specenergy.measure.numerics import ulp_margin
 
 #: The tie margin where the engine's numerics are unknown (nats): one bfloat16 ulp of a logit in
 #: [16, 32), where the top logits of real LLMs lie (:func:`~.numerics.ulp_margin`). A pair's own
-#: margin comes from its engine (:func:`~.numerics.noise_margin`): float32 engines get 2**-19, so
-#: only rounding-sized near-ties are ties there.
+#: margin comes from its engine (:func:`~.numerics.noise_margin`): float32 engines get the path
+#: noise floor, 2**-13, so only rounding-sized near-ties are ties there.
 DEFAULT_TIE_MARGIN = ulp_margin("bfloat16")
 
 #: The largest share of a case's prompts that numerical ties may excuse. Noise flips a greedy token
