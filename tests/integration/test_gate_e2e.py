@@ -129,7 +129,7 @@ def test_costlier_drafter_fails_the_gate_and_unchanged_rerun_passes(gated: pytes
     rerun.stdout.fnmatch_lines(
         [
             "verdict*saving*test*",
-            "  passed *test_drafter[[]code-ngram-b1[]]*",
+            "  unchanged *test_drafter[[]code-ngram-b1[]]*",
             "0 regressed · 0 incomparable · 0 inconclusive · 0 without baseline · 0 improved "
             "· 1 unchanged",
         ]

@@ -272,13 +272,18 @@ def check_pair(outcomes: dict[str, str], got: dict, document: dict, text: str) -
         "admits at most 4" in c for c in queued["checks"] if c.startswith("concurrency-below")
     )
     for window, sample in zip(queued["windows"], queued["samples"]):
-        assert window["requests"] == 12 and window["aborted"][0] >= 2, window
-        # Whether a request is still queued at the close (aborted unprefilled) depends on timing:
-        # on a quiet machine all 12 may have been admitted. The queued answer's parse is held by
-        # tests/unit/engines/test_sglang_first_contact.py on a live capture.
+        # The window's 12 prompts run whole; fillers (the next prompts) hold the batch behind
+        # them, and the close cuts those still running or queued.
+        assert window["prompts"] == 12 and window["requests"] >= 12, window
+        assert window["aborted"][0] >= 2, window
+        # Whether a request is still queued at the close (aborted unprefilled) depends on timing.
+        # The queued answer's parse is held by tests/unit/engines/test_sglang_first_contact.py on
+        # a live capture.
         assert window["prefilled"][0] <= window["requests"], window
-        # Every prefilled request's first token is prefill's; the rest is decode, counted.
-        assert sample["decode_tokens"] == window["tokens_per_loop"] - window["prefilled"][0]
+        # Every prefilled request's first token is prefill's; the rest is decode, of which the
+        # window prompts' part is counted (the fillers' share of the rows is weighed out).
+        decode = window["tokens_per_loop"] - window["prefilled"][0]
+        assert 0 < sample["decode_tokens"] <= decode, (sample, window)
     assert outcomes["test_batch_above_admission"] == "failed"
 
     # The last refill, sent 0 ms after the close's abort_all, is cut; the engine is idle after.
