@@ -186,7 +186,7 @@ def test_hybrid_state_faults_cannot_show_on_a_dense_model_and_pass(faulted):
     ), faults
 
 
-def _inert(session: dict[str, Any]) -> dict[str, Any]:
+def _inert(session: dict[str, Any]) -> list[str]:
     """The case of the faults that leave this model's output alone: both assertions pass, the
     output is exact, no check tripped, and drafts were accepted and rejected (the faults' code
     paths ran: not vacuous); returns the faults its case ran with."""
