@@ -49,8 +49,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     tests for the end, where stealing evens the workers out."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if workers > 1:
-        ordered = sorted(items, key=_slowness)
-        items[:] = [item for share in range(workers) for item in ordered[share::workers]]
+        # A module that sets ``ONE_WORKER = True`` shares one costly session among its tests
+        # (tests/integration/test_real_model_faults.py): its tests are dealt as one unit, so one
+        # worker runs that session, not each worker that got one of them.
+        units: dict[Any, list[pytest.Item]] = {}
+        for item in sorted(items, key=_slowness):
+            module = getattr(item, "module", None)
+            together = module is not None and getattr(module, "ONE_WORKER", False)
+            units.setdefault(module.__name__ if together else id(item), []).append(item)
+        ordered = list(units.values())
+        items[:] = [
+            item for share in range(workers) for unit in ordered[share::workers] for item in unit
+        ]
 
 
 def fast_options(repeats: int = 1) -> list[str]:
