@@ -21,6 +21,7 @@ from pytest_specenergy.engines.meta_info import RequestCounters
 from pytest_specenergy.engines.meta_info import cuda_graph_setting
 from pytest_specenergy.measure.coherence import DEFAULT_MAX_LOGPROB_GAP
 from pytest_specenergy.measure.degeneracy import repeated_suffix_fraction
+from pytest_specenergy.measure.equivalence import REAL
 from pytest_specenergy.measure.results import PairResult
 from pytest_specenergy.measure.results import RunResult
 
@@ -89,6 +90,63 @@ def pair_checks(pair: PairResult, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_G
 def checked(pair: PairResult, max_logprob_gap: float = DEFAULT_MAX_LOGPROB_GAP) -> PairResult:
     """``pair`` with its checks computed, once, and stored on it (what the measurer returns)."""
     return dataclasses.replace(pair, checks=tuple(pair_checks(pair, max_logprob_gap)))
+
+
+def is_control(pair: PairResult) -> bool:
+    """Whether ``pair`` is an A/A control: drafter ``none``, a second process of the baseline's
+    engine config in place of the speculative one."""
+    return pair.case.drafter.name == "none"
+
+
+def matched_by_prompt(pair: PairResult) -> dict[int, bool]:
+    """Per prompt (its pool index), whether the drafting arm matched the baseline: identical token
+    ids, or a first divergence the tie rule classifies a numerical tie."""
+    equivalence = pair.equivalence
+    # Pool indices, so that two pairs are compared on the same prompts whatever each was cut to.
+    indices = pair.baseline.prompts or tuple(range(len(equivalence.requests)))
+    return {indices[r.prompt_index]: equivalence.kind_of(r) != REAL for r in equivalence.requests}
+
+
+def control_checks(pair: PairResult, control: PairResult) -> list[Check]:
+    """Fail ``pair`` whose exact-match fraction is below that of ``control``, the A/A control
+    measured in the same cycles (same baseline arm, prompts and repeats), by more than one
+    prompt's worth, both counted on the prompts the two pairs share.
+
+    Numerical ties count as matches on both sides, as in every equivalence figure: the control's
+    two arms run the same step shapes, so it never shows the rounding a verify step's shape brings
+    (the ``numerical-noise`` fault, bf16 kernels), and a raw comparison would fail every healthy
+    drafter that ties on a GPU; ties are bounded by the tie rule already (engine noise margin,
+    per-token rule, share bound). What the control measures is the real divergence a second
+    process of the baseline engine shows by itself (nondeterministic kernels, batch composition):
+    a drafter may show as much, and one prompt more, never more than that.
+
+    A case with no control measured with it gets no such check (the caller does not call this):
+    the check exists only where a control exists, and its absence passes nothing."""
+    if is_control(pair):
+        return []
+    mine, theirs = matched_by_prompt(pair), matched_by_prompt(control)
+    common = sorted(set(mine) & set(theirs))
+    matched, control_matched = sum(mine[i] for i in common), sum(theirs[i] for i in common)
+    # More than one prompt's worth in counts: a difference of one prompt is within the slack.
+    if control_matched - matched <= 1:
+        return []
+    n = len(common)
+    return [
+        Check(
+            "exact-below-control",
+            "fail",
+            f"exact-match fraction {matched / n:.3f} ({matched} of {n} prompts, numerical ties "
+            f"counting as matches) is below the A/A control {control.case_id}'s "
+            f"{control_matched / n:.3f} ({control_matched} of {n}) by more than one prompt; the "
+            "control was measured in the same cycles on the same prompts, so speculation changed "
+            "the output beyond what a second process of the baseline engine does",
+        )
+    ]
+
+
+def with_control(pair: PairResult, control: PairResult) -> PairResult:
+    """``pair`` with :func:`control_checks` against ``control`` added to its checks."""
+    return dataclasses.replace(pair, checks=pair.checks + tuple(control_checks(pair, control)))
 
 
 def _counter_checks(pair: PairResult) -> list[Check]:

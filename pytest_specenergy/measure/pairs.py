@@ -31,6 +31,7 @@ from pytest_specenergy.measure.arm import ArmMeasurer
 from pytest_specenergy.measure.arm import ArmRepeat
 from pytest_specenergy.measure.arm import Drafts
 from pytest_specenergy.measure.checks import checked
+from pytest_specenergy.measure.checks import with_control
 from pytest_specenergy.measure.coherence import Coherence
 from pytest_specenergy.measure.coherence import measure_coherence
 from pytest_specenergy.measure.cycles import ArmSpec
@@ -513,7 +514,34 @@ class PairMeasurer:
                 assert baseline is not None  # measured unless shared
                 self._baseline_of[member] = baseline
                 self._pairs[member] = self._pair(member, share, order, baseline)
+            self._check_against_control(tuple(measured))
         return self._pairs[case]
+
+    def _control_of(self, case: Case) -> Case | None:
+        """The A/A control (drafter ``none``) measured in ``case``'s cycles, the first if several;
+        None for a control itself, or where none was measured with it (a control measured in
+        other cycles saw other windows, so it is no control of this case's outputs)."""
+        if case.drafter.name == "none":
+            return None
+        return next(
+            (
+                other
+                for other in self._group_of.get(case, ())
+                if other.drafter.name == "none"
+                and other.baseline_key() == case.baseline_key()
+                and other in self._pairs
+            ),
+            None,
+        )
+
+    def _check_against_control(self, members: tuple[Case, ...]) -> None:
+        """Each of ``members`` (just paired) checked against the A/A control of its cycles, where
+        one was measured (:func:`~.checks.control_checks`); once every member is paired, as the
+        control may come after the case in the group."""
+        for member in members:
+            control = self._control_of(member)
+            if control is not None:
+                self._pairs[member] = with_control(self._pairs[member], self._pairs[control])
 
     def _pair(
         self, case: Case, share: _Measured, order: RunOrder, baseline: RunResult
@@ -590,6 +618,7 @@ class PairMeasurer:
             self._pairs[member] = self._pair(
                 member, _Measured(grown, share.server, merged), merged, grown_baseline
             )
+        self._check_against_control(tuple(more))
         return self._pairs[case]
 
     def meter_description(self, label: str) -> MeterFacts | None:

@@ -1,0 +1,69 @@
+"""Issue 40 item 2 through the plugin: a case measured in the same cycles as an A/A control
+(``Drafter("none")``, a second process of the baseline engine) fails the ``exact-below-control``
+check when its exact-match fraction falls below the control's by more than one prompt. The
+``accept-off-by-one`` fault acts on the speculative engine alone (the twin starts without it), so
+the faulted n-gram case shares the baseline arm, and the cycles, with the control and the healthy
+n-gram case; neither of those trips the check."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_faults import call_outcomes
+
+SUITE = """
+import pytest
+from pytest_specenergy import Drafter
+
+CASE = [pytest.mark.corpus("code"), pytest.mark.batch(1),
+        pytest.mark.generation(max_new_tokens=16, prompts=4)]
+
+def marked(test, drafter, *faults):
+    for one in [pytest.mark.model("tiny:dense", faults=faults), pytest.mark.drafter(drafter), *CASE]:
+        test = one(test)
+    return test
+
+def control(spec_pair):
+    spec_pair.measure()
+
+def healthy(spec_pair):
+    spec_pair.measure()
+
+def faulted(spec_pair):
+    spec_pair.measure()
+
+test_control = marked(control, Drafter("none"))
+test_healthy = marked(healthy, "ngram")
+test_faulted = marked(faulted, "ngram", "accept-off-by-one")
+"""
+
+
+def test_a_case_below_its_aa_controls_exact_fraction_fails(pytester: pytest.Pytester, run_suite):
+    pytester.makepyfile(test_control=SUITE)
+    out = pytester.path / "run.json"
+    result = run_suite(f"--specenergy-json={out}")
+    outcomes = call_outcomes(result)
+    tail = result.stdout.str()[-3000:]
+    assert outcomes == {
+        "test_control[code-none-b1]": "passed",
+        "test_healthy[code-ngram-b1]": "passed",
+        "test_faulted[code-ngram-b1]": "failed",
+    }, tail
+    result.stdout.fnmatch_lines(
+        [
+            "*exact-below-control*exact-match fraction * of 4 prompts, numerical ties counting "
+            "as matches) is below the A/A control *none*'s 1.000 (4 of 4)*"
+        ]
+    )
+    records = {r["nodeid"].split("::")[-1]: r for r in json.loads(out.read_text())["results"]}
+    checks = {
+        name.split("[")[0]: {c["name"] for c in record["checks"] if c["severity"] == "fail"}
+        for name, record in records.items()
+    }
+    assert "exact-below-control" in checks["test_faulted"], checks
+    assert "exact-below-control" not in checks["test_healthy"] | checks["test_control"], checks
+    # One group's cycles: the faulted case was measured with the control, on its baseline arm.
+    faulted = records["test_faulted[code-ngram-b1]"]
+    assert records["test_control[code-none-b1]"]["case_id"] in faulted["order"]["cycled_with"]
+    assert faulted["equivalence"]["matched_fraction"] <= 0.5, faulted["equivalence"]
