@@ -67,3 +67,51 @@ def test_a_case_below_its_aa_controls_exact_fraction_fails(pytester: pytest.Pyte
     faulted = records["test_faulted[code-ngram-b1]"]
     assert records["test_control[code-none-b1]"]["case_id"] in faulted["order"]["cycled_with"]
     assert faulted["equivalence"]["matched_fraction"] <= 0.5, faulted["equivalence"]
+
+
+NOISE = """
+import pytest
+from pytest_specenergy import Drafter
+
+DRAFT = Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=4, id="draft")
+CASE = [pytest.mark.model("tiny:dense"), pytest.mark.corpus("conversation"), pytest.mark.batch(1),
+        pytest.mark.generation(max_new_tokens=96, prompts=8)]
+
+def marked(test, drafter):
+    for one in [pytest.mark.drafter(drafter), *CASE]:
+        test = one(test)
+    return test
+
+def control(spec_pair):
+    spec_pair.measure()
+
+def draft(spec_pair):
+    spec_pair.measure()
+
+test_control = marked(control, Drafter("none"))
+test_draft = marked(draft, DRAFT)
+"""
+
+
+def test_numerical_ties_below_the_controls_raw_exact_fraction_pass(
+    pytester: pytest.Pytester, run_suite
+):
+    """Why ties count as matches: at batch 1 the control's arms run the very same step shapes, so
+    the ``numerical-noise`` fault (keyed by step shape, as bf16 kernels round) never moves its
+    output, while the drafter's verify steps have shapes of their own and tie (3 of 8 prompts,
+    when written: raw exact 0.625 against the control's 1.000). A raw comparison would fail this healthy
+    drafter; counted with its ties, it matches the control."""
+    pytester.makepyfile(test_noise=NOISE)
+    out = pytester.path / "run.json"
+    result = run_suite(
+        "--specenergy-fault=numerical-noise", "--specenergy-pool=8", f"--specenergy-json={out}"
+    )
+    result.assert_outcomes(passed=2)
+    records = {
+        r["nodeid"].split("::")[-1].split("[")[0]: r for r in json.loads(out.read_text())["results"]
+    }
+    control, draft = records["test_control"]["equivalence"], records["test_draft"]["equivalence"]
+    assert control["exact_fraction"] == 1.0 and control["ties"] == 0, control
+    # More than one prompt below the control's raw fraction, every divergence a tie.
+    assert draft["exact_fraction"] < 1.0 - 1 / 8 and draft["real_divergences"] == 0, draft
+    assert not any(c["name"] == "exact-below-control" for c in records["test_draft"]["checks"])
