@@ -20,7 +20,8 @@ CASE = [pytest.mark.corpus("code"), pytest.mark.batch(1),
         pytest.mark.generation(max_new_tokens=16, prompts=4)]
 
 def marked(test, drafter, *faults):
-    for one in [pytest.mark.model("tiny:dense", faults=faults), pytest.mark.drafter(drafter), *CASE]:
+    marks = [pytest.mark.model("tiny:dense", faults=faults), pytest.mark.drafter(drafter)]
+    for one in [*marks, *CASE]:
         test = one(test)
     return test
 
@@ -98,9 +99,9 @@ def test_numerical_ties_below_the_controls_raw_exact_fraction_pass(
 ):
     """Why ties count as matches: at batch 1 the control's arms run the very same step shapes, so
     the ``numerical-noise`` fault (keyed by step shape, as bf16 kernels round) never moves its
-    output, while the drafter's verify steps have shapes of their own and tie (3 of 8 prompts,
-    when written: raw exact 0.625 against the control's 1.000). A raw comparison would fail this healthy
-    drafter; counted with its ties, it matches the control."""
+    output, while the drafter's verify steps have shapes of their own and tie (3 of 8 prompts
+    when written: raw exact 0.625 against the control's 1.000). A raw comparison would fail this
+    healthy drafter; counted with its ties, it matches the control."""
     pytester.makepyfile(test_noise=NOISE)
     out = pytester.path / "run.json"
     result = run_suite(
