@@ -1,6 +1,7 @@
 """From a :class:`Case` to a :class:`PairResult`: engines, meters, shared baselines, repeats, from
 plain values (it knows nothing of pytest, the gate or the session). Interleaved arms, shared
-baselines, GPU residency and replay arms: ``docs/methodology.md#interleaved-arms-and-shared-baselines``.
+baselines, GPU residency and replay arms:
+``docs/methodology.md#interleaved-arms-and-shared-baselines``.
 """
 
 from __future__ import annotations
