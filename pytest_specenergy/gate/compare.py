@@ -501,7 +501,7 @@ def compare_metric(
     method = f"sequential {how}, look {max(result.look, 1)}/{result.looks}"
     low, high = result.interval
     # Exact (no spread): no p-value, and an interval only where a drift allowance widens it.
-    interval = None if result.exact and low == high else (low, high)
+    interval = None if result.exact and math.isclose(low, high, rel_tol=1e-12) else (low, high)
     return dataclasses.replace(
         measured,
         p_value=None if result.exact else result.p_value,

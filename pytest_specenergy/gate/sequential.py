@@ -21,6 +21,10 @@ from pytest_specenergy.gate.verdict import Verdict
 
 _NORMAL = NormalDist()
 WORSE_DIRECTIONS = ("up", "down")
+#: A spread this small relative to the change (or to 1) is no spread: a deterministic meter's
+#: per-repeat figures still differ in their last bits where the summation order differs (1e-16
+#: relative), and a standard error of that size is floating point, not measurement.
+NO_SPREAD = 1e-9
 SPENDINGS = ("final", "equal")
 
 
@@ -442,12 +446,13 @@ def _one_case(
         more = (nxt - n_current) if verdict is Verdict.INCONCLUSIVE and nxt is not None else 0
         if verdict is Verdict.INCONCLUSIVE and nxt is None:
             notes.append("inconclusive at the repeat cap")
-    if math.isfinite(se) and se > 0 and math.isfinite(df):
+    exact = look > 0 and math.isfinite(est) and se <= NO_SPREAD * max(1.0, abs(est))
+    if math.isfinite(se) and se > 0 and math.isfinite(df) and not exact:
         lo_level, hi_level = (alpha_look, plan.beta) if worse == "up" else (plan.beta, alpha_look)
         # Both quantiles in one call (the Newton solve is vectorized; the gate runs it per look).
         t_lo, t_hi = (float(v) for v in t_ppf(np.array([1.0 - lo_level, 1.0 - hi_level]), df))
         low, high = est - t_lo * se, est + t_hi * se
-    elif math.isfinite(est) and se == 0:
+    elif math.isfinite(est) and (se == 0 or exact):
         low = high = est
     else:
         low, high = -math.inf, math.inf
@@ -472,7 +477,6 @@ def _one_case(
                 "or compare in-job"
             )
     rel = lambda v: v if absolute or not math.isfinite(v) else math.expm1(v)  # noqa: E731
-    exact = look > 0 and se == 0 and math.isfinite(est)
     return SequentialResult(
         verdict=verdict,
         estimate=rel(est),
@@ -656,7 +660,7 @@ def compare_per_request(
     p_reg = _bootstrap_share(boot, reg_bound, above=not up)
     p_ok = _bootstrap_share(boot, reg_bound, above=up)
     p_imp = _bootstrap_share(boot, imp_bound, above=up) if math.isfinite(imp_bound) else 1.0
-    exact = bool(np.all(boot == boot[0]))
+    exact = bool(np.all(np.abs(boot - boot[0]) <= NO_SPREAD * max(1.0, abs(float(boot[0])))))
     if exact:  # no spread at all (deterministic engine): the point decides
         beyond = point > reg_bound if up else point < reg_bound
         inside = point < reg_bound if up else point > reg_bound

@@ -24,6 +24,17 @@ def test_no_spread_on_either_side_is_an_exact_change_without_p_or_interval():
     assert "p=" not in row.describe() and "exact" in row.describe()
 
 
+def test_a_spread_in_the_last_bits_is_no_spread():
+    # A deterministic meter's repeats summed in another order differ by ~1e-16 relative: the
+    # tutorial's +10.61% read "p=2.84e-31 ... interval [+10.61%, +10.61%]" before.
+    noisy = [0.60 * (1 + k * 2e-16) for k in range(3)]
+    row = compare_metric(LIMIT, noisy, [0.66 * (1 - k * 2e-16) for k in range(5)])
+    assert row.exact and row.verdict is Verdict.REGRESSED
+    assert row.p_value is None and row.interval is None and "p=" not in row.describe()
+    paired = compare_paired([0.66, 0.66 * (1 + 3e-16), 0.66], [0.60] * 3, limit=0.05)
+    assert paired.exact and "p=" not in paired.describe()
+
+
 def test_any_spread_keeps_the_interval_and_the_p_value():
     result = compare_paired([0.66, 0.67, 0.66], [0.66, 0.66, 0.66], limit=0.05)
     assert not result.exact and "p=" in result.describe()
