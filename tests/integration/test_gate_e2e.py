@@ -150,7 +150,7 @@ def test_costlier_drafter_fails_the_gate_and_unchanged_rerun_passes(gated: pytes
             "*0001_main_*.json:",
             # energy:5% gates the within-session ratio (speculative / baseline per repeat) now.
             "*energy_ratio (median): baseline * x -> current * x, change +*, limit 5% "
-            "up*p=*sequential*REGRESSED",
+            "up*sequential*REGRESSED",
             "1 regressed · * · 0 improved · 0 unchanged",
         ]
     )

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from sglang_envs import ENV_ROOT
 from sglang_envs import NEWEST
 from sglang_envs import run_worker
 
@@ -41,9 +42,11 @@ def bench():
 
 
 @pytest.fixture(scope="module")
-def rows(bench, tmp_path_factory):
-    # A fixed folder: the worker's answers are cached by the items, paths included.
-    root = tmp_path_factory.getbasetemp().parent / "specenergy-pool-capacity"
+def rows(bench):
+    # A fixed folder beside the environments: the worker's answers are cached by the items, paths
+    # included (a pytest temp folder moves every session, under xdist its parent too, and the
+    # worker's 80 s of SGLang imports ran again in every run).
+    root = ENV_ROOT / "pool-capacity-checkpoints"
     paths = bench.make_checkpoints(root)
     return bench.all_rows(paths, lambda gpu, batch: run_worker(NEWEST, f"pool-{gpu}", batch))
 
