@@ -17,35 +17,16 @@ the two ``-n 2`` runs as subprocesses in which each worker measures the group's 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
 from pytest_specenergy.gate.verdict import Verdict
 
-SUITE = """
-import os
-
-import pytest
-
-from pytest_specenergy import Drafter
-
-SECOND = int(os.environ.get("SPECENERGY_TEST_SECOND_K", "5"))
-
-pytestmark = [
-    pytest.mark.model("tiny:dense"),
-    pytest.mark.corpus("code"),
-    pytest.mark.generation(max_new_tokens=12, prompts=3),
-]
-
-
-@pytest.mark.drafter(
-    Drafter("ngram", num_draft_tokens=4, id="ngram"),
-    Drafter("draft_model", draft_model="tiny:dense-draft", num_draft_tokens=SECOND, id="draft"),
-)
-@pytest.mark.batch(1)
-def test_two_drafters(spec_pair):
-    spec_pair.measure()
-"""
+# The suite is benchmarks/paired_drafters.py's, which prints the same verdicts as a table.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from paired_drafters import SUITE  # noqa: E402
 
 OPTIONS = ["--specenergy-repeats=3", "--specenergy-warmup=0", "-p", "no:cacheprovider"]
 
