@@ -87,13 +87,23 @@ def run_suite(pytester: pytest.Pytester) -> Callable[..., Any]:
 
 
 @pytest.fixture(scope="session")
-def sglang_gpu_check() -> Any:
-    """``benchmarks/sglang_gpu_check.py`` loaded as a module (benchmarks/ is no package)."""
+def _sglang_gpu_check_module() -> Any:
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "sglang_gpu_check.py"
     spec = importlib.util.spec_from_file_location("sglang_gpu_check", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture
+def sglang_gpu_check(
+    _sglang_gpu_check_module: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    """``benchmarks/sglang_gpu_check.py`` loaded as a module (benchmarks/ is no package), run from
+    the test's own folder: the runbook writes its facts JSON to the current folder unless told,
+    and a test must leave the checkout as it found it."""
+    monkeypatch.chdir(tmp_path)
+    return _sglang_gpu_check_module
 
 
 @pytest.fixture(autouse=True)

@@ -29,9 +29,6 @@ def test_dry_run_prints_both_arms_with_the_kv_pool_pinned(sglang_gpu_check, tmp_
             "--dry-run",
             "--engine-option",
             "load_format=dummy",
-            # The facts JSON lands in the current folder unless told: keep the checkout clean.
-            "--facts",
-            str(tmp_path / "sglang-gpu-check.json"),
         ]
     )
     out = capfd.readouterr().out
@@ -48,17 +45,7 @@ def test_dry_run_prints_both_arms_with_the_kv_pool_pinned(sglang_gpu_check, tmp_
 def test_a_bad_engine_option_is_refused(sglang_gpu_check, tmp_path):
     with pytest.raises(SystemExit):
         sglang_gpu_check.main(
-            [
-                "--model",
-                "m",
-                "--draft-model",
-                "d",
-                "--engine-option",
-                "novalue",
-                "--dry-run",
-                "--facts",
-                str(tmp_path / "facts.json"),
-            ]
+            ["--model", "m", "--draft-model", "d", "--engine-option", "novalue", "--dry-run"]
         )
 
 
