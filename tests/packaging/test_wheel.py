@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import email
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -89,9 +90,20 @@ def _user_env() -> dict[str, str]:
 
 def test_the_wheel_installs_and_runs_outside_the_repository(tmp_path: Path):
     env = _user_env()
-    # 1. The wheel, built from the checkout without its dependencies.
+    # 1. The wheel, built from a copy of the checkout's sources without its dependencies.
     wheels = tmp_path / "wheels"
-    build = [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(wheels)]
+    source = _sources(tmp_path / "source")
+    build = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        str(source),
+        "--no-deps",
+        "-q",
+        "-w",
+        str(wheels),
+    ]
     # The environment's own setuptools where it has one: no build environment to download.
     _run(build + (["--no-build-isolation"] if _has("setuptools") else []), tmp_path, env)
     (wheel,) = wheels.glob("pytest_specenergy-*.whl")
@@ -136,6 +148,21 @@ def _has(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
+
+
+def _sources(folder: Path) -> Path:
+    """What a source distribution holds, copied out of the checkout: setuptools builds in the tree
+    it is given, and a ``build/`` an earlier build left in the checkout would put a module the
+    sources no longer have into the wheel (and the test would write into the checkout)."""
+    folder.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, folder / name)
+    shutil.copytree(
+        ROOT / "pytest_specenergy",
+        folder / "pytest_specenergy",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    return folder
 
 
 def _check_metadata(wheel: Path) -> None:
