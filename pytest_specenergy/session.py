@@ -226,11 +226,12 @@ class SpecEnergySession:
         from pytest_specenergy.gate.limits import DEFAULT_BLOCK_DRIFT
         from pytest_specenergy.gate.pairing import allowance_refusals
         from pytest_specenergy.measure import pairs
-        from pytest_specenergy.measure.pairs import on_gpu
+        from pytest_specenergy.plan.residency import gpu_residency
+        from pytest_specenergy.plan.residency import on_gpu
 
         if not any(on_gpu(item.callspec.params["specenergy_case"]) for item in gated):
             return
-        residency = pairs.gpu_residency(
+        residency = gpu_residency(
             self.planned, pairs.engine_gpu_memory, pairs.installed_server_fields
         )
         if residency is None or residency.resident or residency.reason == UNKNOWN_MEMORY:

@@ -26,7 +26,6 @@ from pytest_specenergy.engines.config import EngineConfig
 from pytest_specenergy.engines.kv_pools import capacity_problems
 from pytest_specenergy.engines.pool import EnginePool
 from pytest_specenergy.engines.sglang_residency import Residency
-from pytest_specenergy.engines.sglang_residency import decide as decide_residency
 from pytest_specenergy.engines.sglang_residency import resident_config
 from pytest_specenergy.measure.arm import ArmMeasurer
 from pytest_specenergy.measure.arm import ArmRepeat
@@ -47,6 +46,8 @@ from pytest_specenergy.meters import make_meter
 from pytest_specenergy.meters import meter_kind_for
 from pytest_specenergy.meters.base import Meter
 from pytest_specenergy.meters.nvml import engine_gpu_memory
+from pytest_specenergy.plan.residency import engine_configs
+from pytest_specenergy.plan.residency import gpu_residency
 
 #: Builds the meter of a kind for an engine, or returns None for the built-in one (the session
 #: passes the ``pytest_specenergy_make_meter`` hook here).
@@ -141,7 +142,7 @@ class PairMeasurer:
         configs = [
             self.engine_config(config)
             for case in self.planned
-            for config in _engine_configs(case)
+            for config in engine_configs(case)
             if config.engine == "reference"
         ]
         self.pool.start_together(list(dict.fromkeys(configs))[:PRESTART_MAX])
@@ -695,35 +696,6 @@ def _drafting_arms(case: Case) -> tuple[ArmSpec, ...]:
 #: Reference engines :meth:`PairMeasurer.start_planned` starts at once (a tiny model's takes about
 #: 0.4 GB; a checkpoint's more).
 PRESTART_MAX = 6
-
-
-def _engine_configs(case: Case) -> list[EngineConfig]:
-    reference = case.reference_config()
-    return [case.baseline_config(), case.spec_config(), *([reference] if reference else [])]
-
-
-def on_gpu(case: Case) -> bool:
-    """Whether ``case``'s engines run on a GPU (an SGLang engine not on the CPU, or a CUDA one)."""
-    return (case.engine == "sglang" and case.device != "cpu") or case.device.startswith("cuda")
-
-
-def gpu_residency(
-    cases: list[Case],
-    gpu_memory: Callable[[], int | None],
-    server_fields: Callable[[], frozenset[str] | None],
-) -> Residency | None:
-    """How the GPU's engines run for ``cases`` (None: no GPU case): a case's SGLang engines all
-    resident, interleaved, when they fit, else one at a time, blocked."""
-    gpu = [c for c in cases if on_gpu(c)]
-    if not gpu:
-        return None
-    # One case's engines at once; the cases sharing a baseline run in as many cycles of their
-    # own as the GPU needs (PairMeasurer._group), each with the baseline.
-    engines = max(3 if c.reference is not None else 2 for c in gpu)
-    if any(c.engine != "sglang" for c in gpu):
-        return Residency(False, 1, None, "a non-SGLang engine on the GPU (no memory split)")
-    configs = [config for c in gpu for config in _engine_configs(c)]
-    return decide_residency(configs, engines, gpu_memory(), server_fields())
 
 
 def installed_server_fields() -> frozenset[str] | None:

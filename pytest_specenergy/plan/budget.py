@@ -9,11 +9,11 @@ from typing import Sequence
 
 from pytest_specenergy.cases.case import Case
 from pytest_specenergy.engines.kv_pools import MIB
-from pytest_specenergy.engines.sglang_residency import decide
 from pytest_specenergy.plan.cost import SGLANG_START_S
 from pytest_specenergy.plan.cost import CaseCost
 from pytest_specenergy.plan.cost import price_case
 from pytest_specenergy.plan.cost import schedule
+from pytest_specenergy.plan.residency import gpu_residency
 
 #: Memory of each priced GPU (nvidia-smi memory.total): what the residency decision is made from.
 GPU_MEMORY = {"h100": 81559 * MIB, "h200": 143771 * MIB}
@@ -114,13 +114,11 @@ def plan_suite(
     ``cap`` where it is gated (``gated``: a stored baseline or goldens compared; in-job A/B cases
     always), the engine order the residency decision takes on that GPU's memory."""
     cases = [case for _, case in items]
-    sglang = [c for c in cases if c.engine == "sglang"]
     blocked = True
     order = "one engine at a time"
-    if sglang:
-        engines = max(3 if c.reference is not None else 2 for c in sglang)
-        configs = [cfg for c in sglang for cfg in (c.baseline_config(), c.spec_config())]
-        residency = decide(configs, engines, GPU_MEMORY[gpu], _FIELDS)
+    # The decision the measurer takes on a GPU of this size with these cases.
+    residency = gpu_residency(cases, lambda: GPU_MEMORY[gpu], lambda: _FIELDS)
+    if residency is not None:
         blocked = not residency.resident
         order = ("resident: " if residency.resident else "blocked: ") + residency.reason
     costs = []
