@@ -7,11 +7,14 @@ import os
 from pathlib import Path
 from typing import Any
 from typing import Callable
+from typing import Iterator
 
 import numpy  # noqa: F401
 import pytest
 
 import pytest_specenergy.engines.zygote  # noqa: F401
+from pytest_specenergy.refserver.catalog import CACHE_ENV
+from pytest_specenergy.refserver.catalog import cache_root
 
 # pytester's in-process runs drop every module a run imported; the plugin imports numpy only
 # when a case is compared, and numpy cannot be imported twice in one process. Importing it
@@ -112,3 +115,17 @@ def _outside_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     coverage policy (``--specenergy-unmeasured=auto``) fails under CI and warns elsewhere; a test
     that needs CI sets it itself, so this suite behaves alike on a laptop and on a CI runner."""
     monkeypatch.delenv("CI", raising=False)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_model_cache() -> Iterator[None]:
+    """Every run of the session, pytester's included, finds the built-in real checkpoints in the
+    user's model cache (``dev/setup.sh --test`` fills it). pytester moves ``HOME`` to each test's
+    own folder, so a run's default cache (``~/.cache/...``) was empty there: each real-model
+    session converted smollm2-135m from its GGUF again (about 29 s of CPU a session), into a
+    folder thrown away after the test. Tests of the cache's own location set the variable
+    themselves."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv(CACHE_ENV, str(cache_root()))
+    yield
+    patch.undo()

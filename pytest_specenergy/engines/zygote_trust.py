@@ -18,10 +18,15 @@ import struct
 from typing import Mapping
 
 #: Variables a forked reference server (and the zygote's own imports) may use, by exact name. The
-#: reference server reads no variable itself and never downloads weights (``refserver/models.py``),
-#: so no hub token, proxy or credential is among them.
+#: reference server never downloads weights (``refserver/models.py``), so no hub token, proxy or
+#: credential is among them. It reads the model cache's location (``refserver/catalog.py``): a
+#: built-in checkpoint named in its argv (``smollm2-135m``) is found there, and without these the
+#: engine looked under ``~/.cache`` and converted the checkpoint again (or downloaded it) whenever
+#: the user had moved the cache.
 ENGINE_VARIABLES = frozenset(
     {
+        "SPECENERGY_MODEL_CACHE",
+        "XDG_CACHE_HOME",
         "PATH",
         "HOME",
         "USER",

@@ -222,11 +222,13 @@ def test_the_socket_its_folder_and_the_listening_process_are_checked(tmp_path, m
 
 def test_a_forked_engine_gets_no_secret(tmp_path, monkeypatch, reap_group):
     """What a request carries of the environment: what a reference server uses (locale, PATH,
-    Python, thread pools, torch, tokenizers), never a CI token or a cloud key."""
+    Python, thread pools, torch, tokenizers, the model cache), never a CI token or a cloud key."""
     monkeypatch.setenv("CI_SECRET_TOKEN", "ghp_examplesecret123")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "abc")
     monkeypatch.setenv("HF_TOKEN", "hf_abc")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("SPECENERGY_MODEL_CACHE", str(tmp_path / "models"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     sent: list[dict] = []
     real = socket.send_fds
 
@@ -243,6 +245,9 @@ def test_a_forked_engine_gets_no_secret(tmp_path, monkeypatch, reap_group):
     assert not {"CI_SECRET_TOKEN", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN"} & set(env), sorted(env)
     assert env["TOKENIZERS_PARALLELISM"] == "false" and env["OMP_NUM_THREADS"] == "1"
     assert env["PATH"] == os.environ["PATH"] and str(ROOT) in env["PYTHONPATH"]
+    # where the engine finds a built-in checkpoint named in its argv
+    assert env["SPECENERGY_MODEL_CACHE"] == str(tmp_path / "models")
+    assert env["XDG_CACHE_HOME"] == str(tmp_path / "xdg")
     from pytest_specenergy.engines import zygote_trust
 
     assert zygote_trust.engine_environment(
