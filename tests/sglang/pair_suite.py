@@ -13,7 +13,8 @@ a control pair; SGLang speculates on this CPU only with the test-only overlay of
   validity check and the gate; two repeats, no engine restarted between them.
 * ``test_changed_flag_fails_the_twin_check``: the same pair with ``chunked_prefill_size``
   changed in the baseline's engine (a fault a user cannot declare: the twin is derived) must
-  fail ``twin-differs`` naming that flag.
+  fail ``twin-differs`` naming that flag; a short workload (the check reads the engines'
+  resolved settings, not the windows).
 * ``test_batch_above_admission``: batch 6 on engines that admit 4, so queued requests are
   aborted at every window's close: the window holds (no crash on SGLang's waiting-queue abort
   answer), counters add up, and the gate fails the pair for ``concurrency-below-batch`` only.
@@ -99,6 +100,7 @@ def test_aa_pair(spec_pair):
     assert r.failed_checks == ()
 
 
+@pytest.mark.generation(max_new_tokens=32, prompts=4)
 @pytest.mark.batch(4)
 def test_changed_flag_fails_the_twin_check(spec_pair):
     @dataclasses.dataclass(frozen=True)
