@@ -253,6 +253,8 @@ def check_ngram(got: dict[str, Any], outcomes: dict[str, str], text: str) -> Non
     assert not group_left(got["ngram_b1"]["pids"]["speculative"], settle_s=15.0)
     body = open(got["ngram_b1"]["logs"]["speculative"], errors="replace").read()
     assert "Traceback" not in body and "Draining requests and shutting down" in body, body[-3000:]
+    # the overlay loaded where it was wanted and was never tried anywhere else (the watchdog)
+    assert "Error in sitecustomize" not in body, body[:3000]
 
 
 def _counters_and_steps(facts: dict[str, Any], max_new_tokens: int, steps_exact: bool) -> list:

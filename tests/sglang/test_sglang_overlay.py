@@ -86,6 +86,9 @@ def test_it_loads_only_into_a_speculative_server_and_its_children():
     )
     assert not overlay.wanted(["python", "-m", "sglang.launch_server", "--model-path", "m"], {})
     assert not overlay.wanted(["python", "-m", "pip", "--speculative-algorithm", "x"], {})
+    # the plugin's watchdog holds the server's command line after "--"; it is not the server
+    watchdog = ["python", "-m", "pytest_specenergy.engines.watchdog", "--parent", "1", "--"]
+    assert not overlay.wanted([*watchdog, *spec, "NGRAM"], {})
     # a child process (the scheduler) inherits the flag its server set
     assert overlay.wanted(["python", "-c", "spawn_main()"], {overlay.ACTIVE_ENV: "1"})
     assert not overlay.wanted(["python", "-c", "spawn_main()"], {})

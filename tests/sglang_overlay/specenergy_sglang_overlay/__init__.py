@@ -76,7 +76,11 @@ def wanted(orig_argv: Sequence[str], environ: Mapping[str, str]) -> bool:
     if environ.get(ACTIVE_ENV) == "1":
         return True
     argv = list(orig_argv)
-    return "sglang.launch_server" in argv and any(
+    # The server itself (``python -m sglang.launch_server ...``), not a process whose argv only
+    # holds its command line: the plugin's watchdog (``python -m ...watchdog -- python -m
+    # sglang.launch_server ...``) runs in an interpreter without SGLang, where loading failed and
+    # Python printed "Error in sitecustomize" into the engine's log.
+    return argv[1:3] == ["-m", "sglang.launch_server"] and any(
         a == "--speculative-algorithm" or a.startswith("--speculative-algorithm=") for a in argv
     )
 
