@@ -21,10 +21,10 @@ from pytest_specenergy.refserver.catalog import cache_root
 # here, before any pytester run, keeps it loaded across runs. The engine zygote likewise: kept
 # loaded, its one process (torch and transformers imported) serves every run of the worker.
 
-#: Tests by how long they take, slowest first: the live SGLang test (about 160 s), then
-#: folders (per-test times of 2026-12-05 on 2 cores: the end-to-end folder 290 s in all, up to
-#: 56 s a test; refserver 81 s; benchmarks and unit/engines 37 s each; ...); the rest is seconds
-#: in all. Equal ranks keep collection order.
+#: Tests by how long they take, slowest first: the live SGLang test (about 240 s), then
+#: folders (per-test times of 2026-12-06 on 2 cores: the end-to-end folder about 560 s in all, up
+#: to 70 s a test; refserver 120 s; benchmarks and unit/engines about 40 s each; ...); the rest is
+#: seconds in all. Equal ranks keep collection order.
 SLOW_FIRST = (
     ("tests/sglang/test_sglang_live.py::test_plugin_against_live_sglang_cpu_servers",),
     ("tests/integration/", "tests/packaging/"),
