@@ -166,6 +166,16 @@ def _spec(
                 f"{test}: marker reference_drafter {reference!r} is the candidate drafter itself; "
                 f"name the drafter the candidate replaces (e.g. the old draft checkpoint)"
             )
+        if (reference.name == "none") != (drafter.name == "none"):
+            # The gate compares the two arms' acceptance too; an arm that drafts nothing has
+            # none, so such a case could only ever end incomparable, after being measured.
+            raise MarkerError(
+                f"{test}: marker reference_drafter {reference!r} against drafter {drafter!r}: "
+                f"one drafts and the other does not, so their acceptance cannot be compared; "
+                f"the case's own baseline arm already is the reference without speculation "
+                f"(energy_ratio), so name a drafting reference (e.g. the drafter the candidate "
+                f"replaces), or Drafter('none') in both for an A/A control"
+            )
     return EngineConfig(
         engine=engine,
         model=model,

@@ -63,6 +63,45 @@ def test_same(spec_pair):
     result.stdout.fnmatch_lines(["*marker reference_drafter*is the candidate drafter itself*"])
 
 
+def test_a_reference_that_drafts_nothing_against_a_drafting_candidate_is_a_collection_error(
+    pytester: pytest.Pytester,
+):
+    """Such a pair could only end incomparable (one arm has no acceptance to compare), after
+    being measured: it is refused before, either way round; an A/A control (both arms
+    non-speculative) is not."""
+    head = (
+        "import pytest\nfrom pytest_specenergy import Drafter\n\n"
+        '@pytest.mark.model("tiny:dense")\n@pytest.mark.corpus("code")\n@pytest.mark.batch(1)\n'
+    )
+    pytester.makepyfile(
+        # one module each: a module stops collecting at its first refused test
+        against_none=head
+        + '@pytest.mark.drafter("ngram")\n@pytest.mark.reference_drafter("none")\n'
+        "def test_it(spec_pair):\n    pass\n",
+        none_against=head
+        + '@pytest.mark.drafter("none")\n@pytest.mark.reference_drafter("ngram")\n'
+        "def test_it(spec_pair):\n    pass\n",
+        aa_control=head + '@pytest.mark.drafter("none")\n'
+        '@pytest.mark.reference_drafter(Drafter("none", id="none-ref"))\n'
+        "def test_it(spec_pair):\n    pass\n",
+    )
+    result = pytester.runpytest(
+        "--collect-only",
+        "-p",
+        "no:cacheprovider",
+        "against_none.py",
+        "none_against.py",
+        "aa_control.py",
+    )
+    text = result.stdout.str()
+    assert text.count("one drafts and the other does not") == 2, text
+    assert "against_none.py::test_it: marker" in text and "none_against.py::test_it: marker" in text
+    assert (
+        "aa_control.py::test_it: marker" not in text
+        and "<Function test_it[code-none-vs-none-ref-b1]>" in text
+    ), text
+
+
 def test_a_costlier_candidate_fails_in_job_against_its_reference(
     pytester: pytest.Pytester, run_suite
 ):
