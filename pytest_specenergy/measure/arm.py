@@ -38,6 +38,7 @@ from pytest_specenergy.measure.window import Window
 from pytest_specenergy.measure.window import counters_of
 from pytest_specenergy.measure.window import decode_sample
 from pytest_specenergy.measure.window import disturbed_mean
+from pytest_specenergy.measure.window import reproduced
 from pytest_specenergy.meters.base import Meter
 from pytest_specenergy.plan.window import filler_prompts
 from pytest_specenergy.plan.window import window_prompts
@@ -371,7 +372,8 @@ class ArmMeasurer:
 
     def _steady_window(self, repeat: int) -> tuple[Window, tuple[float, ...]]:
         """One repeat's full window, run again (at most :data:`WINDOW_RERUNS` times) while
-        :func:`disturbed_mean`, and the dropped (disturbed) windows' means. An undisturbed window is
+        :func:`disturbed_mean` and not :func:`reproduced` by its rerun, and the dropped
+        (disturbed) windows' means. An undisturbed window is
         kept; when every one was disturbed, the one that ran the most rows per step (nearest the
         declared batch; of equals the later) is kept all the same: it describes the declared batch
         best, where keeping the last failed an A/A pair on CI (a live SGLang baseline window read
@@ -382,7 +384,11 @@ class ArmMeasurer:
         own = window_prompts(self.batch, pool, repeat)
         indices = own + filler_prompts(self.batch, pool, repeat)
         tries = [self._window(self.full, indices, steady=True, prompts=len(own))]
-        while len(tries) <= WINDOW_RERUNS and disturbed_mean(tries[-1].concurrency) is not None:
+        while (
+            len(tries) <= WINDOW_RERUNS
+            and disturbed_mean(tries[-1].concurrency) is not None
+            and not (len(tries) > 1 and reproduced(tries[-2].concurrency, tries[-1].concurrency))
+        ):
             tries.append(self._window(self.full, indices, steady=True, prompts=len(own)))
         calm = disturbed_mean(tries[-1].concurrency) is None  # so only it can lack a mean
         kept = tries[-1] if calm else max(reversed(tries), key=lambda w: w.concurrency.mean_running)

@@ -220,6 +220,16 @@ def disturbed_mean(concurrency: StepRecord) -> float | None:
     )
 
 
+def reproduced(before: StepRecord, after: StepRecord) -> bool:
+    """Whether a window run again ran the same decode steps as the one before it, row count for
+    row count (both with a step record). A host's disturbance lands on different steps each time;
+    a shortfall that repeats step for step is the workload's own (an engine admitting fewer than
+    the batch as its pool fills, a retraction, the prompts' lengths), and running the window once
+    more cannot lift it: a live SGLang retraction case ran each window three times at the same
+    2.17 rows per step of a peak of 3, a third of its measured time."""
+    return bool(before.steps_by_running) and before.steps_by_running == after.steps_by_running
+
+
 def decode_sample(prefill: Window, full: Window) -> RepeatSample:
     """Decode-only figures: the full window minus the prefill-only window, per loop, times the
     window prompts' share of the decode rows (:attr:`Window.work_share`).

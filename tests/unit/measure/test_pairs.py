@@ -1167,6 +1167,11 @@ def test_a_window_is_disturbed_when_it_ran_well_below_its_own_peak():
     assert "rerun_means" not in arm_concurrency(4, [repeat()], 12).as_dict()
 
 
+#: Two step records of 2.5 rows a step, peak 3, from different steps.
+_STEPS = {"steps_by_running": {"2": 4, "3": 4}, "mean_running": 2.5, "max_running": 3}
+_OTHER_STEPS = {"steps_by_running": {"1": 1, "2": 2, "3": 5}, "mean_running": 2.5, "max_running": 3}
+
+
 @pytest.mark.parametrize(
     "means, kept, dropped",
     [
@@ -1179,8 +1184,21 @@ def test_a_window_is_disturbed_when_it_ran_well_below_its_own_peak():
         ((3.7, (3.0, 3)), 3.0, (3.7,)),
         # the rerun kept no step record: kept, no None among the dropped
         ((3.7, (None, None)), None, (3.7,)),
+        # the rerun ran the same steps, row count for row count: the shortfall is the workload's
+        # own (a retraction, an engine admitting fewer as its pool fills), no third window
+        ((_STEPS, _STEPS), 2.5, (2.5,)),
+        # the same mean from other steps (a host's disturbance lands anywhere): run again
+        ((_STEPS, _OTHER_STEPS, _STEPS), 2.5, (2.5, 2.5)),
     ],
-    ids=["rerun-undisturbed", "first-best", "equal", "rerun-at-own-peak", "rerun-without-record"],
+    ids=[
+        "rerun-undisturbed",
+        "first-best",
+        "equal",
+        "rerun-at-own-peak",
+        "rerun-without-record",
+        "reproduced",
+        "same-mean-other-steps",
+    ],
 )
 def test_of_the_windows_a_disturbed_repeat_ran_the_one_nearest_the_batch_is_kept(
     monkeypatch, means, kept, dropped
@@ -1199,7 +1217,9 @@ def test_of_the_windows_a_disturbed_repeat_ran_the_one_nearest_the_batch_is_kept
     )
     windows = [
         SimpleNamespace(
-            concurrency=StepRecord(
+            concurrency=StepRecord(**m)
+            if isinstance(m, dict)
+            else StepRecord(
                 **dict(zip(("mean_running", "max_running"), m if isinstance(m, tuple) else (m, 4)))
             )
         )
