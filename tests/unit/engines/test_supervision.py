@@ -112,6 +112,9 @@ def _start_child(
         stderr=errors,
         text=True,
         env=env,
+        # as a pytest started from a terminal: under nohup the suite's children inherit an
+        # ignored SIGHUP, which the pool rightly leaves ignored, and the SIGHUP test timed out
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
     )
     children.append(child)
     ready, _, _ = select.select([child.stdout], [], [], wait_s)
