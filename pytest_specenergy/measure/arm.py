@@ -373,13 +373,13 @@ class ArmMeasurer:
     def _steady_window(self, repeat: int) -> tuple[Window, tuple[float, ...]]:
         """One repeat's full window, run again (at most :data:`WINDOW_RERUNS` times) while
         :func:`disturbed_mean` and not :func:`reproduced` by its rerun, and the dropped
-        (disturbed) windows' means. An undisturbed window is
-        kept; when every one was disturbed, the one that ran the most rows per step (nearest the
-        declared batch; of equals the later) is kept all the same: it describes the declared batch
-        best, where keeping the last failed an A/A pair on CI (a live SGLang baseline window read
-        3.76 of 4 and its rerun 3.31). Choosing by concurrency does not choose by energy: both
-        arms' windows are chosen by the same rule, and the dropped means are recorded
-        (``concurrency.rerun_means``) and named by any concurrency check that still fails."""
+        (disturbed) windows' means. An undisturbed window is kept; when every one was disturbed,
+        the one that ran the most rows per step (nearest the declared batch; of equals the later)
+        is kept all the same: it describes the declared batch best, where keeping the last failed
+        an A/A pair on CI (a live SGLang baseline window read 3.76 of 4 and its rerun 3.31).
+        Choosing by concurrency does not choose by energy: both arms' windows are chosen by the
+        same rule, and the dropped means are recorded (``concurrency.rerun_means``) and named by
+        any concurrency check that still fails."""
         pool = len(self.prompts)
         own = window_prompts(self.batch, pool, repeat)
         indices = own + filler_prompts(self.batch, pool, repeat)
