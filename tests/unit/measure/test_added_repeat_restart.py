@@ -7,9 +7,9 @@ from __future__ import annotations
 from test_pairs import InterleavePool
 from test_pairs import TokenMeter
 from test_pairs import _case
+from test_pairs import _measurer
 
 from pytest_specenergy.engines.drafters import Drafter
-from pytest_specenergy.measure.pairs import PairMeasurer
 
 
 def _speculative_requests(log) -> int:
@@ -20,16 +20,8 @@ def _speculative_requests(log) -> int:
 def _measured(case):
     """A measurer that has measured ``case``'s first 3 repeats (warm-up 1), its pool and the
     pool's log length after them."""
-    pool, meter = InterleavePool(), TokenMeter(1.0)
-    measurer = PairMeasurer(
-        log_dir=None,
-        startup_timeout=1.0,
-        meter="auto",
-        repeats=3,
-        warmup=1,
-        meter_factory=lambda kind, server: meter,
-        pool=pool,
-    )
+    pool = InterleavePool()
+    measurer = _measurer(pool, TokenMeter(1.0), repeats=3, warmup=1)
     measurer.plan([case])
     first = measurer.measure(case)
     assert first.order.restarts == ()

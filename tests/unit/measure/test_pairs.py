@@ -11,6 +11,7 @@ import re
 import threading
 import time
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -127,15 +128,12 @@ class TokenMeter:
         pass
 
 
-def _measurer(pool, meter) -> PairMeasurer:
+def _measurer(pool, meter, **options: Any) -> PairMeasurer:
+    """A measurer of ``pool``'s engines that reads every window with ``meter``: two repeats, no
+    warm-up, unless ``options`` (PairMeasurer's keywords) say otherwise."""
+    defaults = dict(log_dir=None, startup_timeout=1.0, meter="auto", repeats=2, warmup=0)
     return PairMeasurer(
-        log_dir=None,
-        startup_timeout=1.0,
-        meter="auto",
-        repeats=2,
-        warmup=0,
-        meter_factory=lambda kind, server: meter,
-        pool=pool,
+        **{**defaults, **options}, meter_factory=lambda kind, server: meter, pool=pool
     )
 
 
@@ -542,16 +540,8 @@ def _arm_order(log):
 def test_an_engine_that_died_between_repeats_is_warmed_up_again_and_said_so(pool_class):
     # Blocked: the repeats of an arm once ran back to back on whatever the pool held (issue 23
     # item 19, fault-matrix probe N4).
-    pool, meter = pool_class(), TokenMeter(1.0)
-    measurer = PairMeasurer(
-        log_dir=None,
-        startup_timeout=1.0,
-        meter="auto",
-        repeats=3,
-        warmup=1,
-        meter_factory=lambda kind, server: meter,
-        pool=pool,
-    )
+    pool = pool_class()
+    measurer = _measurer(pool, TokenMeter(1.0), repeats=3, warmup=1)
     case = _case(Drafter("ngram"))
     measurer.plan([case])
     real_timed = measurer._timed
@@ -576,17 +566,8 @@ def test_an_engine_that_died_between_repeats_is_warmed_up_again_and_said_so(pool
 
 
 def test_repeats_interleave_the_arms_and_the_order_is_recorded():
-    pool, meter = InterleavePool(), TokenMeter(1.0)
-    measurer = PairMeasurer(
-        log_dir=None,
-        startup_timeout=1.0,
-        meter="auto",
-        repeats=3,
-        warmup=0,
-        meter_factory=lambda kind, server: meter,
-        pool=pool,
-        cooldown_s=0.001,
-    )
+    pool = InterleavePool()
+    measurer = _measurer(pool, TokenMeter(1.0), repeats=3, cooldown_s=0.001)
     ngram, draft = (
         _case(Drafter("ngram")),
         _case(Drafter("draft_model", draft_model="tiny:dense-draft")),
@@ -665,15 +646,8 @@ def test_a_pool_of_two_engines_gives_each_drafter_cycles_of_its_own_with_the_bas
 
 def test_every_repeat_is_told_to_the_progress_callback():
     told: list[tuple[int, str]] = []
-    measurer = PairMeasurer(
-        log_dir=None,
-        startup_timeout=1.0,
-        meter="auto",
-        repeats=2,
-        warmup=0,
-        meter_factory=lambda kind, server: TokenMeter(1.0),
-        pool=FakePool(),
-        progress=lambda level, text: told.append((level, text)),
+    measurer = _measurer(
+        FakePool(), TokenMeter(1.0), progress=lambda level, text: told.append((level, text))
     )
     case = _case(Drafter("ngram"))
     measurer.measure(case)
@@ -1005,14 +979,9 @@ class GpuPool(FakePool):
 
 
 def _gpu_measurer(pool, meter, gpu_gib: float | None) -> PairMeasurer:
-    return PairMeasurer(
-        log_dir=None,
-        startup_timeout=1.0,
-        meter="auto",
-        repeats=2,
-        warmup=0,
-        meter_factory=lambda kind, server: meter,
-        pool=pool,
+    return _measurer(
+        pool,
+        meter,
         gpu_memory=lambda: None if gpu_gib is None else int(gpu_gib * 1024**3),
         server_fields=lambda: None,
     )
