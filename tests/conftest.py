@@ -13,23 +13,14 @@ import numpy  # noqa: F401
 import pytest
 
 import pytest_specenergy.engines.zygote  # noqa: F401
-
-try:
-    import transformers.modeling_utils  # noqa: F401
-    import transformers.utils.type_validators  # noqa: F401
-except ImportError:  # a checkout without the reference extra: nothing imports them
-    pass
 from pytest_specenergy.refserver.catalog import CACHE_ENV
 from pytest_specenergy.refserver.catalog import cache_root
 
 # pytester's in-process runs drop every module a run imported; the plugin imports numpy only
 # when a case is compared, and numpy cannot be imported twice in one process. Importing it
 # here, before any pytester run, keeps it loaded across runs. The engine zygote likewise: kept
-# loaded, its one process (torch and transformers imported) serves every run of the worker. And
-# transformers' model machinery: it imports torch.distributed's modules lazily (a chat case
-# loading its tokenizer in a run), and importing those again, after the run dropped them,
-# registers their torch operator libraries twice, which torch refuses; every later test of the
-# worker that imported transformers then failed (46 tests, when the chat test ran before them).
+# loaded, its one process (torch and transformers imported) serves every run of the worker.
+# transformers' model machinery too, by a session fixture (:func:`_transformers_loaded`).
 
 #: Tests by how long they take, slowest first: the live SGLang test (about 240 s), then
 #: folders (per-test times of 2026-12-06 on 2 cores: the end-to-end folder about 560 s in all, up
@@ -125,6 +116,21 @@ def _outside_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     coverage policy (``--specenergy-unmeasured=auto``) fails under CI and warns elsewhere; a test
     that needs CI sets it itself, so this suite behaves alike on a laptop and on a CI runner."""
     monkeypatch.delenv("CI", raising=False)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _transformers_loaded() -> None:
+    """transformers' model machinery, imported before any pytester run of the process. It imports
+    torch.distributed's modules lazily (a chat case loading its tokenizer in a run), and importing
+    those again, after the run dropped them, registers their torch operator libraries twice, which
+    torch refuses: every later test of the worker that imported transformers failed (46 tests,
+    when the chat test ran before them). A fixture, not a module import: the xdist controller,
+    which runs no test, does not pay its 4 s."""
+    try:
+        import transformers.modeling_utils  # noqa: F401
+        import transformers.utils.type_validators  # noqa: F401
+    except ImportError:  # a checkout without the reference extra: nothing imports them
+        pass
 
 
 @pytest.fixture(autouse=True, scope="session")
